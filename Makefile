@@ -1,0 +1,70 @@
+# A thin layer over CMake. `make run` and `make test` work on a fresh Debian 12 machine: they
+# install what is missing (scripts/install-deps.sh), configure, build and run.
+#   make build CMAKE_ARGS='-DREFIT_WERROR=ON'     extra CMake options (reconfigures when changed)
+#   make asan / make ubsan                        sanitizer builds and their tests
+
+BUILD_TYPE ?= RelWithDebInfo
+CMAKE_ARGS ?=
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+CTEST := ctest --output-on-failure
+
+# Open MPI refuses to start as root unless told; containers and CI run as root.
+ifeq ($(shell id -u),0)
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+endif
+
+.PHONY: all deps build run test asan ubsan format clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+# configure DIR, EXTRA-ARGS: runs CMake when DIR has never been configured or when the
+# arguments differ from last time; otherwise `cmake --build` reruns CMake itself as needed.
+define configure
+	@args='-DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(2) $(CMAKE_ARGS)'; \
+	if [ ! -f $(1)/CMakeCache.txt ] || [ "$$(cat $(1)/.refit-cmake-args 2>/dev/null)" != "$$args" ]; then \
+	  cmake -S . -B $(1) $$args && echo "$$args" > $(1)/.refit-cmake-args; \
+	fi
+endef
+
+build:
+	$(call configure,build,)
+	@ln -sfn build/compile_commands.json compile_commands.json
+	cmake --build build -j$(NPROC)
+
+# The demo: Llama-3.2-1B from trainer fsdp=2 to rollout tp=2 over MPI, all three modes, on
+# 4 ranks (oversubscribed: it runs on a 2-core machine in about a minute).
+DEMO := --model llama-3.2-1b --trainer fsdp=2 --rollout tp=2 --transport mpi \
+        --mode unfused,grouped,fused --warmup 1 --iters 3
+
+run: deps
+	@$(MAKE) --no-print-directory build
+	mpirun --oversubscribe -np 4 build/refit run $(DEMO)
+
+# Sequential: the MPI tests already oversubscribe small machines, and timeouts are part of
+# what they check.
+test: deps
+	@$(MAKE) --no-print-directory build
+	$(CTEST) --test-dir build
+
+# Open MPI keeps allocations until exit on purpose; the suppressions name its libraries, and
+# LeakSanitizer needs full unwinding to see them in the stacks of its dlopen'ed components.
+asan: deps
+	$(call configure,build-asan,-DREFIT_ASAN=ON)
+	cmake --build build-asan -j$(NPROC)
+	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0 \
+	  $(CTEST) --test-dir build-asan
+
+ubsan: deps
+	$(call configure,build-ubsan,-DREFIT_UBSAN=ON)
+	cmake --build build-ubsan -j$(NPROC)
+	$(CTEST) --test-dir build-ubsan
+
+format:
+	find src tests -name '*.[ch]' -print0 | xargs -0 clang-format -i
+
+clean:
+	rm -rf build build-asan build-ubsan compile_commands.json

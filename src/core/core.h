@@ -1,0 +1,192 @@
+/* core: the one status type, logging with rank and host, and the wrapper macros that turn a
+ * foreign library's error code into a logged, returned rf_status.
+ *
+ * Every fallible function in refit returns rf_status. A failure is logged once, where it is
+ * detected, as one line that names the thing and says what to do; callers only propagate.
+ * Nothing below main()/the driver calls exit() or MPI_Abort(). */
+#ifndef RF_CORE_H
+#define RF_CORE_H
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The status list: enum name, process exit code, short description. The exit codes are the
+ * user-visible contract: 0 pass, 1 verification failure, 2 usage error, 3 runtime error. */
+#define RF_STATUS_LIST(X)                                                  \
+  X(RF_OK, 0, "ok")                                                        \
+  X(RF_ERR_USAGE, 2, "usage error")                                        \
+  X(RF_ERR_CONFIG, 2, "invalid configuration")                             \
+  X(RF_ERR_MODEL, 2, "invalid model specification")                        \
+  X(RF_ERR_LAYOUT, 2, "layout does not fit the model")                     \
+  X(RF_ERR_WORLD, 2, "wrong number of ranks")                              \
+  X(RF_ERR_MISMATCH, 2, "ranks disagree on the job")                       \
+  X(RF_ERR_UNSUPPORTED, 2, "not supported by this build or machine")       \
+  X(RF_ERR_VERIFY, 1, "verification failed")                               \
+  X(RF_ERR_IO, 3, "input/output error")                                    \
+  X(RF_ERR_NOMEM, 3, "out of memory")                                      \
+  X(RF_ERR_TIMEOUT, 3, "timed out waiting for a peer")                     \
+  X(RF_ERR_PEER, 3, "another rank failed")                                 \
+  X(RF_ERR_MPI, 3, "MPI error")                                            \
+  X(RF_ERR_HDF5, 3, "HDF5 error")                                          \
+  X(RF_ERR_HWLOC, 3, "hwloc error")                                        \
+  X(RF_ERR_CUDA, 3, "CUDA error")                                          \
+  X(RF_ERR_NCCL, 3, "NCCL error")                                          \
+  X(RF_ERR_INTERNAL, 3, "internal error")
+
+typedef enum {
+#define RF_X_ENUM(name, exit_code, text) name,
+  RF_STATUS_LIST(RF_X_ENUM)
+#undef RF_X_ENUM
+  RF_STATUS_COUNT
+} rf_status;
+
+const char *rf_status_name(rf_status st);  /* "RF_ERR_USAGE" */
+const char *rf_status_text(rf_status st);  /* "usage error" */
+int rf_status_exit_code(rf_status st);     /* 0, 1, 2 or 3 */
+
+/* When several ranks fail differently, the most specific verdict wins: a usage error beats a
+ * runtime error that it probably caused, and both beat "another rank failed". */
+rf_status rf_status_worse(rf_status a, rf_status b);
+
+/* ---- logging ---------------------------------------------------------------------------- */
+
+typedef enum { RF_LOG_ERROR = 0, RF_LOG_WARN, RF_LOG_INFO, RF_LOG_DEBUG } rf_log_level;
+
+/* Set once MPI is up; before that (and in commands that run without MPI) messages carry no
+ * rank. The level comes from REFIT_LOG=error|warn|info|debug (default warn). */
+void rf_log_set_rank(int rank, int world_size);
+void rf_log_init_from_env(void);
+rf_log_level rf_log_level_get(void);
+const char *rf_hostname(void);
+
+/* Errors that every rank detects identically (a bad option, a layout that does not divide)
+ * are printed by one rank only; rf_log_set_quiet(1) on the others silences them. */
+void rf_log_set_quiet(int quiet);
+
+void rf_log(rf_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rf_log_at(rf_log_level level, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void rf_vlog_at(rf_log_level level, const char *file, int line, const char *fmt, va_list ap);
+
+/* Logs an error (one line) and returns st, so detection sites read
+ * `return rf_fail(RF_ERR_LAYOUT, "...")`. */
+rf_status rf_fail(rf_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define RF_ERROR(...) rf_log_at(RF_LOG_ERROR, __FILE__, __LINE__, __VA_ARGS__)
+#define RF_WARN(...) rf_log_at(RF_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
+#define RF_INFO(...) rf_log_at(RF_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
+#define RF_DEBUG(...) rf_log_at(RF_LOG_DEBUG, __FILE__, __LINE__, __VA_ARGS__)
+
+/* ---- propagation and foreign-library wrappers -------------------------------------------
+ * Each macro evaluates its argument exactly once, logs file:line, the call and the library's
+ * own message, and returns a status from the enclosing function. The *_GOTO forms set the
+ * local `rf_status st` and jump to a cleanup label instead. */
+
+#define RF_TRY(expr)                    \
+  do {                                  \
+    rf_status rf_try_st_ = (expr);      \
+    if (rf_try_st_ != RF_OK)            \
+      return rf_try_st_;                \
+  } while (0)
+
+#define RF_TRY_GOTO(expr, label)        \
+  do {                                  \
+    st = (expr);                        \
+    if (st != RF_OK)                    \
+      goto label;                       \
+  } while (0)
+
+/* MPI: needs <mpi.h> where it is used. Communicators use MPI_ERRORS_RETURN, so failures reach
+ * these macros instead of aborting the job. */
+rf_status rf_mpi_failed(int rc, const char *call, const char *file, int line);
+#define RF_MPI(call)                                                   \
+  do {                                                                 \
+    int rf_mpi_rc_ = (call);                                           \
+    if (rf_mpi_rc_ != 0 /* MPI_SUCCESS */)                             \
+      return rf_mpi_failed(rf_mpi_rc_, #call, __FILE__, __LINE__);     \
+  } while (0)
+#define RF_MPI_GOTO(call, label)                                       \
+  do {                                                                 \
+    int rf_mpi_rc_ = (call);                                           \
+    if (rf_mpi_rc_ != 0) {                                             \
+      st = rf_mpi_failed(rf_mpi_rc_, #call, __FILE__, __LINE__);       \
+      goto label;                                                      \
+    }                                                                  \
+  } while (0)
+
+/* HDF5: calls return a negative herr_t/hid_t on failure. The HDF5 error stack is printed
+ * below the one-line summary only at REFIT_LOG=debug. */
+rf_status rf_hdf5_failed(const char *call, const char *file, int line);
+#define RF_H5(call)                                                    \
+  do {                                                                 \
+    if ((int64_t)(call) < 0)                                           \
+      return rf_hdf5_failed(#call, __FILE__, __LINE__);                \
+  } while (0)
+#define RF_H5_GOTO(call, label)                                        \
+  do {                                                                 \
+    if ((int64_t)(call) < 0) {                                         \
+      st = rf_hdf5_failed(#call, __FILE__, __LINE__);                  \
+      goto label;                                                      \
+    }                                                                  \
+  } while (0)
+
+/* hwloc: calls return -1 (or NULL, checked by the caller) and set errno. */
+rf_status rf_hwloc_failed(const char *call, int err, const char *file, int line);
+#define RF_HWLOC(call)                                                 \
+  do {                                                                 \
+    if ((call) < 0)                                                    \
+      return rf_hwloc_failed(#call, errno, __FILE__, __LINE__);        \
+  } while (0)
+
+/* CUDA and NCCL: used only in the files that implement the GPU paths; they need
+ * <cuda_runtime.h> / <nccl.h> there and the helpers live in those files' translation units. */
+rf_status rf_cuda_failed(int rc, const char *msg, const char *call, const char *file, int line);
+#define RF_CUDA(call)                                                                  \
+  do {                                                                                 \
+    cudaError_t rf_cuda_rc_ = (call);                                                  \
+    if (rf_cuda_rc_ != cudaSuccess)                                                    \
+      return rf_cuda_failed((int)rf_cuda_rc_, cudaGetErrorString(rf_cuda_rc_), #call,  \
+                            __FILE__, __LINE__);                                       \
+  } while (0)
+rf_status rf_nccl_failed(int rc, const char *msg, const char *call, const char *file, int line);
+#define RF_NCCL(call)                                                                  \
+  do {                                                                                 \
+    ncclResult_t rf_nccl_rc_ = (call);                                                 \
+    if (rf_nccl_rc_ != ncclSuccess && rf_nccl_rc_ != ncclInProgress)                   \
+      return rf_nccl_failed((int)rf_nccl_rc_, ncclGetErrorString(rf_nccl_rc_), #call,  \
+                            __FILE__, __LINE__);                                       \
+  } while (0)
+
+/* ---- small utilities shared by every module --------------------------------------------- */
+
+#define RF_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define RF_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define RF_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* Allocation that logs what it could not get; returns NULL on failure. */
+void *rf_malloc(size_t bytes, const char *what);
+void *rf_calloc(size_t count, size_t size, const char *what);
+void *rf_realloc(void *ptr, size_t bytes, const char *what);
+char *rf_strdup(const char *s);
+
+/* Monotonic clock in seconds. */
+double rf_now(void);
+
+/* Formats a byte count with binary units ("1.50 GiB") into buf. */
+const char *rf_format_bytes(int64_t bytes, char *buf, size_t len);
+
+/* A growable byte string, for building JSON, help text and tables without fixed buffers. */
+typedef struct {
+  char *data;
+  size_t len, cap;
+} rf_strbuf;
+void rf_strbuf_printf(rf_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rf_strbuf_free(rf_strbuf *sb);
+
+/* The version string compiled in (git describe at configure time). */
+extern const char rf_version[];
+extern const char rf_git_commit[];
+
+#endif

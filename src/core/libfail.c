@@ -1,0 +1,31 @@
+/* The logging half of the foreign-library wrapper macros for the libraries every build has
+ * (MPI, HDF5, hwloc). The CUDA and NCCL halves live with the GPU code. */
+#include <hdf5.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core.h"
+
+rf_status rf_mpi_failed(int rc, const char *call, const char *file, int line) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+    snprintf(msg, sizeof msg, "error code %d", rc);
+  rf_log_at(RF_LOG_ERROR, file, line, "MPI call %s failed: %s (%s:%d)", call, msg, file, line);
+  return RF_ERR_MPI;
+}
+
+rf_status rf_hdf5_failed(const char *call, const char *file, int line) {
+  rf_log_at(RF_LOG_ERROR, file, line, "HDF5 call %s failed (%s:%d); run with REFIT_LOG=debug "
+            "for the HDF5 error stack", call, file, line);
+  if (rf_log_level_get() >= RF_LOG_DEBUG)
+    H5Eprint2(H5E_DEFAULT, stderr);
+  return RF_ERR_HDF5;
+}
+
+rf_status rf_hwloc_failed(const char *call, int err, const char *file, int line) {
+  rf_log_at(RF_LOG_ERROR, file, line, "hwloc call %s failed: %s (%s:%d)", call, strerror(err),
+            file, line);
+  return RF_ERR_HWLOC;
+}

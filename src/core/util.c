@@ -1,0 +1,88 @@
+/* Small utilities every module uses: logged allocation, the monotonic clock, byte formatting
+ * and a growable string. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core.h"
+
+void *rf_malloc(size_t bytes, const char *what) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p)
+    RF_ERROR("out of memory allocating %zu bytes for %s", bytes, what);
+  return p;
+}
+
+void *rf_calloc(size_t count, size_t size, const char *what) {
+  void *p = calloc(count ? count : 1, size ? size : 1);
+  if (!p)
+    RF_ERROR("out of memory allocating %zu x %zu bytes for %s", count, size, what);
+  return p;
+}
+
+void *rf_realloc(void *ptr, size_t bytes, const char *what) {
+  void *p = realloc(ptr, bytes ? bytes : 1);
+  if (!p)
+    RF_ERROR("out of memory growing %s to %zu bytes", what, bytes);
+  return p;
+}
+
+char *rf_strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = rf_malloc(n, "a string");
+  if (d)
+    memcpy(d, s, n);
+  return d;
+}
+
+double rf_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+const char *rf_format_bytes(int64_t bytes, char *buf, size_t len) {
+  static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while ((v >= 1024.0 || v <= -1024.0) && u < (int)RF_ARRAY_LEN(units) - 1) {
+    v /= 1024.0;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, len, "%" PRId64 " B", bytes);
+  else
+    snprintf(buf, len, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+void rf_strbuf_printf(rf_strbuf *sb, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int need = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (need < 0)
+    return;
+  if (sb->len + (size_t)need + 1 > sb->cap) {
+    size_t cap = sb->cap ? sb->cap : 256;
+    while (cap < sb->len + (size_t)need + 1)
+      cap *= 2;
+    char *p = realloc(sb->data, cap);
+    if (!p)
+      return; /* The text is truncated; callers only build messages and tables with it. */
+    sb->data = p;
+    sb->cap = cap;
+  }
+  va_start(ap, fmt);
+  vsnprintf(sb->data + sb->len, sb->cap - sb->len, fmt, ap);
+  va_end(ap);
+  sb->len += (size_t)need;
+}
+
+void rf_strbuf_free(rf_strbuf *sb) {
+  free(sb->data);
+  sb->data = NULL;
+  sb->len = sb->cap = 0;
+}
