@@ -1,0 +1,79 @@
+/* cli: commands, options and configuration.
+ *
+ * One option table (cli_options.c) drives getopt_long, the JSON config file (keys are the long
+ * option names; '_' and '-' are interchangeable), `--help` for every command and the printed
+ * effective configuration. Precedence: defaults < --config FILE < command line. */
+#ifndef RF_CLI_H
+#define RF_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../core/core.h"
+
+/* The commands. Each option names the commands it applies to with a mask of these bits. */
+typedef enum {
+  RF_CMD_NONE = 0,
+  RF_CMD_RUN = 1 << 0,
+  RF_CMD_PLAN = 1 << 1,
+} rf_command;
+
+#define RF_PATH_MAX 1024
+
+/* The effective configuration: every field is the target of exactly one table entry. */
+typedef struct {
+  rf_command command;
+  int help;                     /* --help was given: usage printed, nothing else to do */
+  char config[RF_PATH_MAX];     /* --config */
+  char model[RF_PATH_MAX];      /* --model NAME|PATH */
+  char dtype[16];               /* --dtype model|bf16|fp16|fp32 */
+  char trainer[64];             /* --trainer fsdp=F,tp=T[,dp=D] */
+  char trainer_style[16];       /* --trainer-style tunix|fsdp2 */
+  char trainer_order[16];       /* --trainer-order hf|jax */
+  char rollout[64];             /* --rollout tp=R[,dp=P] */
+  char placement[32];           /* --placement disaggregated|colocated */
+  char plan[16];                /* --plan p2p|star */
+  char mode[64];                /* --mode unfused|grouped|fused, or a comma-separated list */
+  int64_t bucket_size;          /* --bucket-size, bytes; 0 = whole model in one bucket */
+  char transport[16];           /* --transport NAME */
+  int64_t seed;                 /* --seed */
+  int64_t warmup;               /* --warmup */
+  int64_t iters;                /* --iters */
+  char verify[16];              /* --verify full|checksum|none */
+  char inject[16];              /* --inject none|corrupt|stall */
+  double timeout;               /* --timeout, seconds */
+  char output[RF_PATH_MAX];     /* --output FILE.h5 ("" = none) */
+  int json;                     /* --json */
+
+  /* The command line as given, for headers and results files. */
+  char command_line[4096];
+} rf_config;
+
+/* Parses `refit <command> [options]`. On --help prints the command's usage to stdout and sets
+ * cfg->help. Unknown commands/options/keys, malformed values and values out of range give
+ * one line (naming the option, or file:line:column for the config file) and RF_ERR_USAGE. */
+rf_status rf_cli_parse(int argc, char **argv, rf_config *cfg);
+
+/* Fills cfg with the defaults of every option. */
+void rf_cli_defaults(rf_config *cfg);
+
+/* Prints usage: the commands when cmd is RF_CMD_NONE, else one command's options, each with
+ * its default and unit. */
+void rf_cli_usage(FILE *out, rf_command cmd);
+
+/* The effective configuration of a command: one "prefix key = value" line per option that
+ * applies to cfg->command, and as a JSON object (caller frees). */
+void rf_cli_print_config(const rf_config *cfg, FILE *out, const char *prefix);
+char *rf_cli_config_json(const rf_config *cfg);
+
+/* Strict value parsers, shared with anything else that reads sizes or integers. They log
+ * nothing; on failure they return RF_ERR_USAGE and write the reason into why. */
+rf_status rf_parse_size(const char *text, int64_t *out, char *why, size_t why_len);
+rf_status rf_parse_int(const char *text, int64_t min, int64_t max, int64_t *out, char *why,
+                       size_t why_len);
+rf_status rf_parse_double(const char *text, double min, double max, double *out, char *why,
+                          size_t why_len);
+
+const char *rf_command_name(rf_command cmd);
+
+#endif

@@ -1,0 +1,236 @@
+/* The JSON config file: one object whose keys are long option names ('_' and '-'
+ * interchangeable) and whose values have the option's JSON type. Every problem is reported as
+ * `FILE:LINE:COLUMN: ...` at the key it concerns, like a compiler, so that an editor can jump
+ * there. jansson keeps no positions for parsed values, so a key is found again in the text. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli_internal.h"
+
+/* Reads the whole file, NUL-terminated; NULL with errno set on failure. A loop rather than a
+ * size from fstat, so that pipes such as --config <(...) work too. */
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  size_t cap = 4096, n = 0, got;
+  char *text = malloc(cap);
+  while (text && (got = fread(text + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (cap - n - 1 == 0) {
+      char *grown = realloc(text, cap *= 2);
+      if (!grown)
+        free(text);
+      text = grown;
+    }
+  }
+  int err = !text ? ENOMEM : ferror(f) ? (errno ? errno : EIO) : 0;
+  fclose(f);
+  if (err) {
+    free(text);
+    errno = err;
+    return NULL;
+  }
+  text[n] = '\0';
+  *len = n;
+  return text;
+}
+
+/* 1-based line and column of a byte offset, counting columns in characters as jansson does,
+ * so that its positions and ours agree on lines with UTF-8 text. */
+static void position_of(const char *text, size_t offset, int *line, int *col) {
+  *line = 1;
+  *col = 1;
+  for (size_t i = 0; i < offset; i++) {
+    if (text[i] == '\n') {
+      (*line)++;
+      *col = 1;
+    } else if (((unsigned char)text[i] & 0xC0) != 0x80) {
+      (*col)++;
+    }
+  }
+}
+
+/* Byte offset of the opening quote of key as a member name of the top-level object, or -1.
+ * Strings are skipped whole, so a value or a nested key that spells the same never matches;
+ * a key written with escapes is not recognised and gets no position. */
+static long find_key(const char *text, size_t len, const char *key) {
+  size_t klen = strlen(key);
+  int depth = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (text[i] == '{' || text[i] == '[') {
+      depth++;
+    } else if (text[i] == '}' || text[i] == ']') {
+      depth--;
+    } else if (text[i] == '"') {
+      size_t start = i++;
+      while (i < len && text[i] != '"')
+        i += text[i] == '\\' ? 2 : 1;
+      if (i >= len)
+        return -1;
+      if (depth != 1 || i - start - 1 != klen || memcmp(text + start + 1, key, klen) != 0)
+        continue;
+      size_t j = i + 1;
+      j += strspn(text + j, " \t\r\n");
+      if (j < len && text[j] == ':')
+        return (long)start;
+    }
+  }
+  return -1;
+}
+
+typedef struct {
+  const char *path;
+  const char *text;
+  size_t len;
+  rf_config *cfg;
+  const char *seen[RF_CLI_MAX_OPTIONS]; /* the spelling each option was first given under */
+} config_file;
+
+/* "FILE:LINE:COLUMN" of key, or "FILE" when it cannot be found in the text. */
+static const char *where(const config_file *cf, const char *key, char *buf, size_t len) {
+  long at = find_key(cf->text, cf->len, key);
+  if (at < 0) {
+    snprintf(buf, len, "%s", cf->path);
+  } else {
+    int line, col;
+    position_of(cf->text, (size_t)at, &line, &col);
+    snprintf(buf, len, "%s:%d:%d", cf->path, line, col);
+  }
+  return buf;
+}
+
+static const char *json_kind(const json_t *v) {
+  switch (json_typeof(v)) {
+  case JSON_OBJECT:
+    return "an object";
+  case JSON_ARRAY:
+    return "a list";
+  case JSON_STRING:
+    return "a string";
+  case JSON_INTEGER:
+    return "an integer";
+  case JSON_REAL:
+    return "a real number";
+  case JSON_TRUE:
+  case JSON_FALSE:
+    return "a boolean";
+  case JSON_NULL:
+    break;
+  }
+  return "null";
+}
+
+static rf_status wrong_type(const char *expected, const json_t *v, char *why, size_t len) {
+  snprintf(why, len, "expected %s, not %s", expected, json_kind(v));
+  return RF_ERR_USAGE;
+}
+
+/* Stores one value. Integers are turned back into text and go through the command-line
+ * parsers, so a file and the command line accept and refuse exactly the same values. */
+static rf_status set_json(const rf_cli_option *o, const json_t *v, rf_config *cfg, char *why,
+                          size_t len) {
+  char shown[64];
+  if (json_is_integer(v))
+    snprintf(shown, sizeof shown, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+  switch (o->type) {
+  case RF_OPT_STRING:
+  case RF_OPT_ENUM:
+    if (!json_is_string(v))
+      return wrong_type("a string", v, why, len);
+    if (strlen(json_string_value(v)) != json_string_length(v)) {
+      snprintf(why, len, "the string holds a NUL character");
+      return RF_ERR_USAGE;
+    }
+    return rf_cli_set_text(o, json_string_value(v), cfg, why, len);
+  case RF_OPT_SIZE:
+    if (json_is_string(v))
+      return rf_cli_set_text(o, json_string_value(v), cfg, why, len);
+    if (!json_is_integer(v))
+      return wrong_type("a byte count or a size string such as \"64MiB\"", v, why, len);
+    return rf_cli_set_text(o, shown, cfg, why, len);
+  case RF_OPT_INT:
+    if (!json_is_integer(v))
+      return wrong_type("an integer", v, why, len);
+    return rf_cli_set_text(o, shown, cfg, why, len);
+  case RF_OPT_DOUBLE:
+    if (!json_is_number(v))
+      return wrong_type("a number", v, why, len);
+    rf_cli_format_double(json_number_value(v), shown, sizeof shown);
+    RF_TRY(rf_cli_check_double(o, json_number_value(v), shown, why, len));
+    rf_cli_store_double(o, cfg, json_number_value(v));
+    return RF_OK;
+  case RF_OPT_FLAG:
+    if (!json_is_boolean(v))
+      return wrong_type("true or false", v, why, len);
+    rf_cli_store_flag(o, cfg, json_is_true(v));
+    return RF_OK;
+  }
+  return RF_ERR_INTERNAL;
+}
+
+static rf_status apply_key(config_file *cf, const char *key, const json_t *value) {
+  const char *cmd = rf_command_name(cf->cfg->command);
+  const rf_cli_option *o = rf_cli_find_option(key);
+  char at[RF_PATH_MAX + 32], why[512];
+  where(cf, key, at, sizeof at);
+  if (!o)
+    return rf_fail(RF_ERR_USAGE, "%s: unknown key '%s'; see refit %s --help", at, key, cmd);
+  if (!(o->commands & (unsigned)cf->cfg->command))
+    return rf_fail(RF_ERR_USAGE, "%s: key '%s' does not apply to 'refit %s'", at, key, cmd);
+  if (json_is_array(value))
+    return rf_fail(RF_ERR_USAGE, "%s: key '%s' holds a list; sweeps come in a later version",
+                   at, key);
+  size_t index = (size_t)(o - rf_cli_options);
+  if (cf->seen[index])
+    return rf_fail(RF_ERR_USAGE, "%s: key '%s' repeats '%s'", at, key, cf->seen[index]);
+  cf->seen[index] = key;
+  if (strcmp(o->name, "config") == 0) {
+    /* Not followed: a file does not include another. The key is allowed so that the printed
+     * configuration (rf_cli_config_json) can be fed back as a config file. */
+    if (!json_is_string(value))
+      return rf_fail(RF_ERR_USAGE, "%s: key '%s': expected a string, not %s", at, key,
+                     json_kind(value));
+    return RF_OK;
+  }
+  if (set_json(o, value, cf->cfg, why, sizeof why) != RF_OK)
+    return rf_fail(RF_ERR_USAGE, "%s: key '%s': %s", at, key, why);
+  return RF_OK;
+}
+
+rf_status rf_cli_load_config(rf_config *cfg) {
+  config_file cf = {.path = cfg->config, .cfg = cfg};
+  char *text = read_file(cf.path, &cf.len);
+  if (!text)
+    return rf_fail(RF_ERR_USAGE, "%s: cannot read the config file: %s", cf.path,
+                   strerror(errno));
+  cf.text = text;
+  json_error_t err;
+  json_t *root = json_loadb(text, cf.len, JSON_REJECT_DUPLICATES, &err);
+  rf_status st = RF_OK;
+  if (!root) {
+    st = rf_fail(RF_ERR_USAGE, "%s:%d:%d: %s", cf.path, err.line, RF_MAX(err.column, 1),
+                 err.text);
+  } else if (!json_is_object(root)) {
+    int line, col;
+    position_of(text, strspn(text, " \t\r\n"), &line, &col);
+    st = rf_fail(RF_ERR_USAGE, "%s:%d:%d: the file must hold one object of option names, not %s",
+                 cf.path, line, col, json_kind(root));
+  } else {
+    const char *key;
+    json_t *value;
+    json_object_foreach(root, key, value) {
+      st = apply_key(&cf, key, value);
+      if (st != RF_OK)
+        break;
+    }
+  }
+  json_decref(root);
+  free(text);
+  return st;
+}

@@ -1,0 +1,87 @@
+/* The option table: the one place an option is declared. getopt_long, the JSON config file,
+ * --help, the defaults and the printed configuration are all generated from it, so adding an
+ * option means adding a field to rf_config and a row here. */
+#include <stddef.h>
+#include <string.h>
+
+#include "cli_internal.h"
+
+#define RUN RF_CMD_RUN
+#define PLAN RF_CMD_PLAN
+#define FIELD(f) .offset = offsetof(rf_config, f), .size = sizeof(((rf_config *)0)->f)
+
+const rf_cli_option rf_cli_options[] = {
+    {.name = "config", .type = RF_OPT_STRING, FIELD(config), .def = "", .unit = "",
+     .metavar = "FILE", .commands = RF_CLI_ALL_COMMANDS,
+     .help = "JSON file whose keys are long option names"},
+    {.name = "model", .type = RF_OPT_STRING, FIELD(model), .def = "llama-3.2-1b", .unit = "",
+     .metavar = "NAME|PATH", .commands = RUN | PLAN,
+     .help = "shipped model name or path to a HF config.json"},
+    {.name = "dtype", .type = RF_OPT_ENUM, .choices = "model|bf16|fp16|fp32", FIELD(dtype),
+     .def = "model", .unit = "", .commands = RUN | PLAN,
+     .help = "element type of the weights; model keeps the model's own"},
+    {.name = "trainer", .type = RF_OPT_STRING, FIELD(trainer), .def = "fsdp=2", .unit = "",
+     .metavar = "MESH", .commands = RUN | PLAN, .help = "trainer mesh: fsdp=F,tp=T[,dp=D]"},
+    {.name = "trainer-style", .type = RF_OPT_ENUM, .choices = "tunix|fsdp2",
+     FIELD(trainer_style), .def = "tunix", .unit = "", .commands = RUN | PLAN,
+     .help = "how the trainer shards each tensor: JAX tunix or PyTorch FSDP2 with TP"},
+    {.name = "trainer-order", .type = RF_OPT_ENUM, .choices = "hf|jax", FIELD(trainer_order),
+     .def = "hf", .unit = "", .commands = RUN,
+     .help = "trainer storage order; jax stores some tensors transposed, as JAX does"},
+    {.name = "rollout", .type = RF_OPT_STRING, FIELD(rollout), .def = "tp=2", .unit = "",
+     .metavar = "MESH", .commands = RUN | PLAN, .help = "rollout engine: tp=R[,dp=P]"},
+    {.name = "placement", .type = RF_OPT_ENUM, .choices = "disaggregated|colocated",
+     FIELD(placement), .def = "disaggregated", .unit = "", .commands = RUN | PLAN,
+     .help = "trainer and rollout in separate processes, or sharing each GPU"},
+    {.name = "plan", .type = RF_OPT_ENUM, .choices = "p2p|star", FIELD(plan), .def = "p2p",
+     .unit = "", .commands = RUN | PLAN,
+     .help = "direct shard-to-shard pieces, or the reference bridge's stars"},
+    {.name = "mode", .type = RF_OPT_ENUM, .choices = "unfused|grouped|fused", .list = 1,
+     FIELD(mode), .def = "grouped", .unit = "", .commands = RUN,
+     .help = "a message per piece, a group per bucket, or one packed message per peer; a "
+             "comma-separated list runs each in turn"},
+    {.name = "bucket-size", .type = RF_OPT_SIZE, .imin = 0, .imax = INT64_MAX,
+     FIELD(bucket_size), .def = "256MiB", .unit = "bytes", .metavar = "SIZE", .commands = RUN,
+     .help = "bytes moved per bucket; 0 = the whole model in one bucket"},
+    {.name = "transport", .type = RF_OPT_STRING, FIELD(transport), .def = "mpi", .unit = "",
+     .metavar = "NAME", .commands = RUN, .help = "what moves the bytes: mpi, nccl or ipc"},
+    {.name = "seed", .type = RF_OPT_INT, .imin = 0, .imax = INT64_MAX, FIELD(seed),
+     .def = "1", .unit = "", .metavar = "N", .commands = RUN,
+     .help = "seed of the synthetic weights"},
+    {.name = "warmup", .type = RF_OPT_INT, .imin = 0, .imax = 1000000, FIELD(warmup),
+     .def = "1", .unit = "iterations", .metavar = "N", .commands = RUN,
+     .help = "untimed iterations before the timed ones"},
+    {.name = "iters", .type = RF_OPT_INT, .imin = 1, .imax = 1000000, FIELD(iters),
+     .def = "5", .unit = "iterations", .metavar = "N", .commands = RUN,
+     .help = "timed iterations"},
+    {.name = "verify", .type = RF_OPT_ENUM, .choices = "full|checksum|none", FIELD(verify),
+     .def = "full", .unit = "", .commands = RUN,
+     .help = "check every element, compare checksums only, or do not check"},
+    {.name = "inject", .type = RF_OPT_ENUM, .choices = "none|corrupt|stall", FIELD(inject),
+     .def = "none", .unit = "", .commands = RUN, .help = "fault injection for tests"},
+    {.name = "timeout", .type = RF_OPT_DOUBLE, .dmin = 0, .dmin_open = 1, .dmax = 86400,
+     FIELD(timeout), .def = "60", .unit = "s", .metavar = "SECONDS", .commands = RUN,
+     .help = "how long to wait for a silent peer before giving up"},
+    {.name = "output", .type = RF_OPT_STRING, FIELD(output), .def = "", .unit = "",
+     .metavar = "FILE", .commands = RUN, .help = "HDF5 results file (appended)"},
+    {.name = "json", .type = RF_OPT_FLAG, FIELD(json), .def = "false", .unit = "",
+     .commands = PLAN, .help = "print one JSON object"},
+};
+
+const size_t rf_cli_option_count = RF_ARRAY_LEN(rf_cli_options);
+
+_Static_assert(RF_ARRAY_LEN(rf_cli_options) <= RF_CLI_MAX_OPTIONS,
+               "raise RF_CLI_MAX_OPTIONS in cli_internal.h");
+
+const rf_cli_option *rf_cli_find_option(const char *name) {
+  for (size_t i = 0; i < rf_cli_option_count; i++) {
+    const char *a = rf_cli_options[i].name, *b = name;
+    while (*a && (*a == *b || (*a == '-' && *b == '_'))) {
+      a++;
+      b++;
+    }
+    if (!*a && !*b)
+      return &rf_cli_options[i];
+  }
+  return NULL;
+}

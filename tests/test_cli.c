@@ -1,0 +1,500 @@
+/* The command line and config file: defaults, precedence, every accepted and refused value
+ * form, the exact one-line errors (stderr captured), --help, and the printed configuration in
+ * both forms. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "cli/cli_internal.h"
+#include "test.h"
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+/* Redirects a stream's file descriptor into a temporary file until capture_end. */
+typedef struct {
+  FILE *stream, *tmp;
+  int saved;
+} capture;
+
+static void capture_begin(capture *c, FILE *stream) {
+  fflush(stream);
+  c->stream = stream;
+  c->tmp = tmpfile();
+  ASSERT_TRUE(c->tmp != NULL);
+  c->saved = dup(fileno(stream));
+  ASSERT_GE(dup2(fileno(c->tmp), fileno(stream)), 0);
+}
+
+/* Ends the capture and returns what was written, without a final newline. */
+static const char *capture_end(capture *c, char *buf, size_t len) {
+  fflush(c->stream);
+  dup2(c->saved, fileno(c->stream));
+  close(c->saved);
+  rewind(c->tmp);
+  size_t n = fread(buf, 1, len - 1, c->tmp);
+  fclose(c->tmp);
+  buf[n] = '\0';
+  if (n > 0 && buf[n - 1] == '\n')
+    buf[n - 1] = '\0';
+  return buf;
+}
+
+/* Parses "refit ARGS..." (NULL-terminated), keeping stderr in err and stdout in out. */
+static char err[16384], out[16384];
+static rf_status parse_list(rf_config *cfg, const char *const *args) {
+  char *argv[64];
+  int argc = 0;
+  argv[argc++] = "refit";
+  for (; *args; args++)
+    argv[argc++] = (char *)*args;
+  argv[argc] = NULL;
+  capture ce, co;
+  capture_begin(&ce, stderr);
+  capture_begin(&co, stdout);
+  rf_status st = rf_cli_parse(argc, argv, cfg);
+  capture_end(&co, out, sizeof out);
+  capture_end(&ce, err, sizeof err);
+  return st;
+}
+#define PARSE(cfg, ...) parse_list(cfg, (const char *const[]){__VA_ARGS__, NULL})
+
+/* Asserts that parsing fails with usage status and exactly one error line. */
+#define EXPECT_ERROR(line, ...)                                                            \
+  do {                                                                                     \
+    rf_config c_;                                                                          \
+    ASSERT_STATUS(PARSE(&c_, __VA_ARGS__), RF_ERR_USAGE);                                  \
+    ASSERT_STR_EQ(err, line);                                                              \
+  } while (0)
+
+/* Writes text to a new temporary file whose name goes to path. */
+static void write_temp(char *path, size_t len, const char *text) {
+  snprintf(path, len, "/tmp/refit_test_cli_XXXXXX");
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, text, strlen(text)), (int64_t)strlen(text));
+  close(fd);
+}
+
+/* Writes text as a config file and parses `refit CMD --config FILE`. */
+static char cfg_path[256];
+static rf_status parse_config(rf_config *cfg, const char *cmd, const char *text) {
+  write_temp(cfg_path, sizeof cfg_path, text);
+  rf_status st = PARSE(cfg, cmd, "--config", cfg_path);
+  unlink(cfg_path);
+  return st;
+}
+
+static void expect_config_error(const char *cmd, const char *text, const char *tail) {
+  rf_config c;
+  ASSERT_STATUS(parse_config(&c, cmd, text), RF_ERR_USAGE);
+  char want[1024];
+  snprintf(want, sizeof want, "refit: error: %s:%s", cfg_path, tail);
+  ASSERT_STR_EQ(err, want);
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static void test_table(void) {
+  for (size_t i = 0; i < rf_cli_option_count; i++) {
+    const rf_cli_option *o = &rf_cli_options[i];
+    ASSERT_TRUE(o->help && o->help[0] && o->def && o->unit && o->commands != 0);
+    ASSERT_TRUE(rf_cli_find_option(o->name) == o);
+    ASSERT_TRUE(o->letter != 'h');
+    for (size_t j = 0; j < i; j++) {
+      ASSERT_TRUE(strcmp(o->name, rf_cli_options[j].name) != 0);
+      ASSERT_TRUE(o->offset != rf_cli_options[j].offset);
+      ASSERT_TRUE(!o->letter || o->letter != rf_cli_options[j].letter);
+    }
+    /* Numbers show a unit in --help (the seed is a plain number); others a metavar. */
+    if (o->type == RF_OPT_SIZE || o->type == RF_OPT_DOUBLE)
+      ASSERT_TRUE(o->unit[0]);
+    if (o->type != RF_OPT_ENUM && o->type != RF_OPT_FLAG)
+      ASSERT_TRUE(o->metavar != NULL);
+    rf_config c;
+    char why[256];
+    ASSERT_OK(rf_cli_set_text(o, o->def, &c, why, sizeof why));
+  }
+  ASSERT_TRUE(rf_cli_find_option("bucket_size") == rf_cli_find_option("bucket-size"));
+  ASSERT_TRUE(rf_cli_find_option("bucket") == NULL);
+  ASSERT_STR_EQ(rf_command_name(RF_CMD_RUN), "run");
+  ASSERT_STR_EQ(rf_command_name(RF_CMD_PLAN), "plan");
+}
+
+static void test_defaults(void) {
+  rf_config c;
+  ASSERT_OK(PARSE(&c, "run"));
+  ASSERT_EQ(c.command, RF_CMD_RUN);
+  ASSERT_EQ(c.help, 0);
+  ASSERT_STR_EQ(c.config, "");
+  ASSERT_STR_EQ(c.model, "llama-3.2-1b");
+  ASSERT_STR_EQ(c.dtype, "model");
+  ASSERT_STR_EQ(c.trainer, "fsdp=2");
+  ASSERT_STR_EQ(c.trainer_style, "tunix");
+  ASSERT_STR_EQ(c.trainer_order, "hf");
+  ASSERT_STR_EQ(c.rollout, "tp=2");
+  ASSERT_STR_EQ(c.placement, "disaggregated");
+  ASSERT_STR_EQ(c.plan, "p2p");
+  ASSERT_STR_EQ(c.mode, "grouped");
+  ASSERT_EQ(c.bucket_size, INT64_C(268435456));
+  ASSERT_STR_EQ(c.transport, "mpi");
+  ASSERT_EQ(c.seed, 1);
+  ASSERT_EQ(c.warmup, 1);
+  ASSERT_EQ(c.iters, 5);
+  ASSERT_STR_EQ(c.verify, "full");
+  ASSERT_STR_EQ(c.inject, "none");
+  ASSERT_TRUE(c.timeout == 60.0);
+  ASSERT_STR_EQ(c.output, "");
+  ASSERT_EQ(c.json, 0);
+  ASSERT_STR_EQ(c.command_line, "refit run");
+  ASSERT_STR_EQ(err, "");
+  ASSERT_OK(PARSE(&c, "plan", "--json"));
+  ASSERT_EQ(c.command, RF_CMD_PLAN);
+  ASSERT_EQ(c.json, 1);
+}
+
+static void test_sizes(void) {
+  static const struct {
+    const char *text;
+    int64_t bytes;
+  } good[] = {
+      {"0", 0}, {"1048576", 1048576}, {"64MiB", INT64_C(67108864)},
+      {"1GiB", INT64_C(1073741824)}, {"512KiB", 524288}, {"2TiB", INT64_C(2199023255552)},
+      {"1PiB", INT64_C(1125899906842624)}, {"64MB", 64000000}, {"1GB", 1000000000},
+      {"3kB", 3000}, {"3KB", 3000}, {"2TB", INT64_C(2000000000000)}, {"4096B", 4096},
+      {"0B", 0}, {"007", 7}, {"1.5GiB", INT64_C(1610612736)}, {"0.5KiB", 512},
+      {"2.25MiB", INT64_C(2359296)}, {"1.000B", 1}, {"1.5kB", 1500},
+      {"0.000001MB", 1}, {"9223372036854775807", INT64_MAX},
+      {"8191.99951171875PiB", INT64_C(9223371487098961920)},
+      {"8191.5PiB", INT64_C(9222809086901354496)},
+  };
+  char why[256];
+  for (size_t i = 0; i < RF_ARRAY_LEN(good); i++) {
+    int64_t v = -1;
+    ASSERT_OK(rf_parse_size(good[i].text, &v, why, sizeof why));
+    ASSERT_EQ(v, good[i].bytes);
+  }
+  static const char *const bad[] = {
+      "", "-1", "64Mi", "64 MiB", " 64MiB", "64MiB ", "64mib", "MiB", "1.5B", "0.3KiB",
+      "1.", ".5GiB", "1e9", "0x10", "+5", "12XB", "64MiBB", "1..5GiB", "8EiB",
+      "9223372036854775808", "8192PiB", "99999999999999999999999", "1.0000000000000000000GiB",
+      "8191.999999999999999PiB", "8191.99999999999999911182158029987PiB",
+  };
+  for (size_t i = 0; i < RF_ARRAY_LEN(bad); i++) {
+    int64_t v = 42;
+    why[0] = '\0';
+    ASSERT_STATUS(rf_parse_size(bad[i], &v, why, sizeof why), RF_ERR_USAGE);
+    ASSERT_EQ(v, 42);
+    ASSERT_TRUE(why[0] == '\'');
+  }
+  int64_t v;
+  rf_parse_size("12XB", &v, why, sizeof why);
+  ASSERT_STR_EQ(why, "'12XB' is not a size (use e.g. 64MiB, 1GiB or a byte count)");
+  rf_parse_size("1.5B", &v, why, sizeof why);
+  ASSERT_STR_EQ(why, "'1.5B' is not a whole number of bytes");
+  rf_parse_size("-1", &v, why, sizeof why);
+  ASSERT_STR_EQ(why, "'-1' is negative; a size is 0 or more bytes");
+  rf_parse_size("8192PiB", &v, why, sizeof why);
+  ASSERT_STR_EQ(why, "'8192PiB' is too large; the largest size is 9223372036854775807 bytes");
+}
+
+static void test_ints_and_doubles(void) {
+  char why[256];
+  int64_t i = 0;
+  ASSERT_OK(rf_parse_int("0", 0, 10, &i, why, sizeof why));
+  ASSERT_EQ(i, 0);
+  ASSERT_OK(rf_parse_int("-12", -20, 10, &i, why, sizeof why));
+  ASSERT_EQ(i, -12);
+  ASSERT_OK(rf_parse_int("9223372036854775807", 0, INT64_MAX, &i, why, sizeof why));
+  ASSERT_EQ(i, INT64_MAX);
+  static const char *const not_ints[] = {"", "-", "+1", " 1", "1 ", "1.0", "1e3", "0x10", "5x"};
+  for (size_t k = 0; k < RF_ARRAY_LEN(not_ints); k++)
+    ASSERT_STATUS(rf_parse_int(not_ints[k], 0, 10, &i, why, sizeof why), RF_ERR_USAGE);
+  rf_parse_int("5x", 0, 10, &i, why, sizeof why);
+  ASSERT_STR_EQ(why, "'5x' is not an integer");
+  ASSERT_STATUS(rf_parse_int("11", 0, 10, &i, why, sizeof why), RF_ERR_USAGE);
+  ASSERT_STR_EQ(why, "'11' is out of range 0..10");
+  ASSERT_STATUS(rf_parse_int("9223372036854775808", 0, INT64_MAX, &i, why, sizeof why),
+                RF_ERR_USAGE);
+
+  double d = 0;
+  ASSERT_OK(rf_parse_double("0.25", 0, 1, &d, why, sizeof why));
+  ASSERT_TRUE(d == 0.25);
+  ASSERT_OK(rf_parse_double("1e2", 0, 1000, &d, why, sizeof why));
+  ASSERT_TRUE(d == 100.0);
+  static const char *const not_doubles[] = {"", "inf", "nan", "0x1p3", " 1", "1s", "1e", "."};
+  for (size_t k = 0; k < RF_ARRAY_LEN(not_doubles); k++)
+    ASSERT_STATUS(rf_parse_double(not_doubles[k], -1e9, 1e9, &d, why, sizeof why),
+                  RF_ERR_USAGE);
+  ASSERT_STATUS(rf_parse_double("1e999", -1e9, 1e9, &d, why, sizeof why), RF_ERR_USAGE);
+  ASSERT_STATUS(rf_parse_double("2", 0, 1, &d, why, sizeof why), RF_ERR_USAGE);
+  ASSERT_STR_EQ(why, "'2' is out of range [0, 1]");
+
+  rf_config c;
+  ASSERT_OK(PARSE(&c, "run", "--timeout", "0.5", "--seed=9223372036854775807", "--iters",
+                  "1000000", "--warmup", "0", "--bucket-size", "0"));
+  ASSERT_TRUE(c.timeout == 0.5);
+  ASSERT_EQ(c.seed, INT64_MAX);
+  ASSERT_EQ(c.iters, 1000000);
+  ASSERT_EQ(c.warmup, 0);
+  ASSERT_EQ(c.bucket_size, 0);
+  EXPECT_ERROR("refit: error: option --iters: '0' is out of range 1..1000000", "run", "--iters",
+               "0");
+  EXPECT_ERROR("refit: error: option --warmup: '1000001' is out of range 0..1000000", "run",
+               "--warmup=1000001");
+  EXPECT_ERROR("refit: error: option --seed: '-1' is out of range 0..9223372036854775807", "run",
+               "--seed", "-1");
+  EXPECT_ERROR("refit: error: option --timeout: '0' is out of range (0, 86400]", "run",
+               "--timeout", "0");
+  EXPECT_ERROR("refit: error: option --timeout: '86401' is out of range (0, 86400]", "run",
+               "--timeout", "86401");
+  EXPECT_ERROR("refit: error: option --timeout: '1m' is not a number", "run", "--timeout", "1m");
+}
+
+static void test_command_line_errors(void) {
+  EXPECT_ERROR("refit: error: option --bucket-size: '12XB' is not a size (use e.g. 64MiB, 1GiB "
+               "or a byte count)", "run", "--bucket-size", "12XB");
+  EXPECT_ERROR("refit: error: option --mode: 'fast' is not one of unfused|grouped|fused, or a "
+               "comma-separated list of them", "run", "--mode", "fast");
+  EXPECT_ERROR("refit: error: option --mode: 'unfused|grouped' is not one of "
+               "unfused|grouped|fused, or a comma-separated list of them", "run",
+               "--mode=unfused|grouped");
+  EXPECT_ERROR("refit: error: option --mode: 'fused,,grouped' is not one of "
+               "unfused|grouped|fused, or a comma-separated list of them", "run",
+               "--mode=fused,,grouped");
+  EXPECT_ERROR("refit: error: option --plan: 'p2p,star' is not one of p2p|star", "run",
+               "--plan=p2p,star");
+  EXPECT_ERROR("refit: error: unknown option '--foo' for 'refit plan'; see refit plan --help",
+               "plan", "--foo");
+  EXPECT_ERROR("refit: error: unknown option '--foo' for 'refit plan'; see refit plan --help",
+               "plan", "--foo=1");
+  EXPECT_ERROR("refit: error: unknown option '-x' for 'refit run'; see refit run --help", "run",
+               "-x");
+  EXPECT_ERROR("refit: error: option '--mode' does not apply to 'refit plan'; see refit plan "
+               "--help", "plan", "--mode", "fused");
+  EXPECT_ERROR("refit: error: option '--json' does not apply to 'refit run'; see refit run "
+               "--help", "run", "--json");
+  EXPECT_ERROR("refit: error: unknown option '--bucket_size' for 'refit run'; did you mean "
+               "--bucket-size?", "run", "--bucket_size", "1");
+  EXPECT_ERROR("refit: error: option '--buck' must be written out: --bucket-size", "run",
+               "--buck", "1");
+  EXPECT_ERROR("refit: error: option --mode needs a value; see refit run --help", "run",
+               "--mode");
+  EXPECT_ERROR("refit: error: option --json takes no value", "plan", "--json=true");
+  EXPECT_ERROR("refit: error: unexpected argument 'extra' for 'refit plan'; see refit plan "
+               "--help", "plan", "--json", "extra");
+  EXPECT_ERROR("refit: error: unexpected argument 'x' for 'refit plan'; see refit plan --help",
+               "plan", "--", "x");
+  EXPECT_ERROR("refit: error: unknown command 'fly'; see refit --help", "fly");
+  EXPECT_ERROR("refit: error: unknown command '--mode'; see refit --help", "--mode", "fused");
+  /* The first problem is the one reported. */
+  EXPECT_ERROR("refit: error: unknown option '--a' for 'refit run'; see refit run --help", "run",
+               "--a", "--b");
+  /* A value that looks like an option is still the value. */
+  rf_config c;
+  ASSERT_OK(PARSE(&c, "run", "--output", "--help", "--model", "-h"));
+  ASSERT_STR_EQ(c.output, "--help");
+  ASSERT_STR_EQ(c.model, "-h");
+  ASSERT_EQ(c.help, 0);
+  /* The last occurrence wins, as with the config file below it. */
+  ASSERT_OK(PARSE(&c, "run", "--mode", "fused", "--mode=unfused"));
+  ASSERT_STR_EQ(c.mode, "unfused");
+}
+
+static void test_help_and_version(void) {
+  rf_config c;
+  ASSERT_OK(PARSE(&c, "plan", "--help"));
+  ASSERT_EQ(c.help, 1);
+  ASSERT_EQ(c.command, RF_CMD_PLAN);
+  ASSERT_TRUE(strncmp(out, "usage: refit plan [options]\n", 28) == 0);
+  ASSERT_TRUE(strstr(out, "  --json ") != NULL);
+  ASSERT_TRUE(strstr(out, "--mode ") == NULL);
+  /* --help wins over errors elsewhere on the line and a config file that is not there. */
+  ASSERT_OK(PARSE(&c, "run", "--bucket-size", "12XB", "--config", "/nonexistent.json", "-h"));
+  ASSERT_EQ(c.help, 1);
+  ASSERT_STR_EQ(err, "");
+  ASSERT_TRUE(strstr(out, "(default: 256MiB, unit: bytes)") != NULL);
+  ASSERT_TRUE(strstr(out, "  --mode unfused|grouped|fused  ") != NULL);
+  ASSERT_TRUE(strstr(out, "(default: none)") != NULL);
+  for (const char *line = out; (line = strchr(line, '\n')); line++)
+    ASSERT_LE((int64_t)strcspn(line + 1, "\n"), 100);
+  ASSERT_OK(PARSE(&c, "--help"));
+  ASSERT_EQ(c.help, 1);
+  ASSERT_TRUE(strstr(out, "commands:\n  run ") != NULL);
+  ASSERT_TRUE(strstr(out, "refit COMMAND --help for its options") != NULL);
+  ASSERT_OK(PARSE(&c, "--version"));
+  ASSERT_EQ(c.help, 1);
+  char version[128];
+  snprintf(version, sizeof version, "refit %s (git %s)", rf_version, rf_git_commit);
+  ASSERT_STR_EQ(out, version);
+  /* No arguments: the command list on stderr and a usage error. */
+  char *argv[] = {"refit", NULL};
+  capture ce;
+  capture_begin(&ce, stderr);
+  ASSERT_STATUS(rf_cli_parse(1, argv, &c), RF_ERR_USAGE);
+  capture_end(&ce, err, sizeof err);
+  ASSERT_TRUE(strncmp(err, "usage: refit COMMAND [options]", 30) == 0);
+}
+
+static void test_config_file(void) {
+  rf_config c;
+  /* Precedence: defaults < file < command line; '_' and '-' both name a key. */
+  write_temp(cfg_path, sizeof cfg_path,
+             "{\"mode\": \"fused\", \"bucket_size\": \"64MiB\", \"seed\": 7, \"timeout\": 2,\n"
+             " \"trainer-style\": \"fsdp2\", \"iters\": 3, \"output\": \"r.h5\"}\n");
+  ASSERT_OK(PARSE(&c, "run", "--config", cfg_path, "--iters", "9", "--mode=unfused"));
+  ASSERT_STR_EQ(c.mode, "unfused");
+  ASSERT_EQ(c.bucket_size, INT64_C(67108864));
+  ASSERT_EQ(c.seed, 7);
+  ASSERT_TRUE(c.timeout == 2.0);
+  ASSERT_STR_EQ(c.trainer_style, "fsdp2");
+  ASSERT_EQ(c.iters, 9);
+  ASSERT_STR_EQ(c.output, "r.h5");
+  ASSERT_STR_EQ(c.config, cfg_path);
+  ASSERT_STR_EQ(c.model, "llama-3.2-1b"); /* untouched by either */
+  /* --config after the options it loses to still loses to them. */
+  ASSERT_OK(PARSE(&c, "run", "--seed", "5", "--config", cfg_path));
+  ASSERT_EQ(c.seed, 5);
+  unlink(cfg_path);
+
+  ASSERT_OK(parse_config(&c, "plan", "{\"json\": true, \"trainer_style\": \"fsdp2\"}"));
+  ASSERT_EQ(c.json, 1);
+  ASSERT_STR_EQ(c.trainer_style, "fsdp2");
+  ASSERT_OK(parse_config(&c, "run", "{\"bucket-size\": 4096, \"timeout\": 0.5}"));
+  ASSERT_EQ(c.bucket_size, 4096);
+  ASSERT_TRUE(c.timeout == 0.5);
+  ASSERT_OK(parse_config(&c, "run", "{}"));
+  ASSERT_OK(parse_config(&c, "run", "{\"config\": \"elsewhere.json\"}")); /* not followed */
+
+  expect_config_error("run", "{\n  \"mode\": \"fused\",\n    \"xyz\": 1\n}\n",
+                      "3:5: unknown key 'xyz'; see refit run --help");
+  /* The same text inside a string value is not the key. */
+  expect_config_error("run", "{\"output\": \"\\\"xyz\\\": \", \"xyz\": 2}",
+                      "1:25: unknown key 'xyz'; see refit run --help");
+  expect_config_error("run", "{\"json\": true}", "1:2: key 'json' does not apply to 'refit run'");
+  expect_config_error("run", "{\n\"mode\": [\"fused\", \"grouped\"]}",
+                      "2:1: key 'mode' holds a list; sweeps come in a later version");
+  expect_config_error("run", "{\"bucket-size\": \"12XB\"}",
+                      "1:2: key 'bucket-size': '12XB' is not a size (use e.g. 64MiB, 1GiB or a "
+                      "byte count)");
+  expect_config_error("run", "{\"bucket_size\": -1}",
+                      "1:2: key 'bucket_size': '-1' is negative; a size is 0 or more bytes");
+  expect_config_error("run", "{\"bucket_size\": 1.5}",
+                      "1:2: key 'bucket_size': expected a byte count or a size string such as "
+                      "\"64MiB\", not a real number");
+  expect_config_error("run", "{\"iters\": 2.0}",
+                      "1:2: key 'iters': expected an integer, not a real number");
+  expect_config_error("run", "{\"iters\": \"2\"}",
+                      "1:2: key 'iters': expected an integer, not a string");
+  expect_config_error("run", "{\"iters\": 0}", "1:2: key 'iters': '0' is out of range 1..1000000");
+  expect_config_error("run", "{\"timeout\": \"60\"}",
+                      "1:2: key 'timeout': expected a number, not a string");
+  expect_config_error("run", "{\"timeout\": 0}",
+                      "1:2: key 'timeout': '0' is out of range (0, 86400]");
+  expect_config_error("run", "{\"mode\": \"fast\"}",
+                      "1:2: key 'mode': 'fast' is not one of unfused|grouped|fused, or a "
+                      "comma-separated list of them");
+  expect_config_error("run", "{\"mode\": null}", "1:2: key 'mode': expected a string, not null");
+  expect_config_error("plan", "{\"json\": 1}", "1:2: key 'json': expected true or false, not an "
+                      "integer");
+  expect_config_error("run", "{\"seed\": 1, \"seed\": 2}",
+                      "1:18: duplicate object key near '\"seed\"'");
+  expect_config_error("run", "{\"bucket-size\": 1, \"bucket_size\": 2}",
+                      "1:20: key 'bucket_size' repeats 'bucket-size'");
+  expect_config_error("run", "\n  [1, 2]", "2:3: the file must hold one object of option names, "
+                      "not a list");
+  /* Syntax errors carry jansson's own text after the position. */
+  rf_config d;
+  ASSERT_STATUS(parse_config(&d, "run", "{\n  \"seed\": 1,\n}"), RF_ERR_USAGE);
+  char want[512];
+  snprintf(want, sizeof want, "refit: error: %s:3:", cfg_path);
+  ASSERT_TRUE(strncmp(err, want, strlen(want)) == 0);
+  ASSERT_TRUE(strchr(err, '\n') == NULL);
+  EXPECT_ERROR("refit: error: /nonexistent/x.json: cannot read the config file: No such file or "
+               "directory", "run", "--config", "/nonexistent/x.json");
+}
+
+/* Every applicable key is printed once, in both forms, and the JSON form read back as a
+ * config file gives the same configuration. */
+static void test_print_config(void) {
+  rf_config c;
+  ASSERT_OK(PARSE(&c, "run", "--output", "a b.h5", "--timeout", "0.1", "--bucket-size",
+                  "1.5GiB", "--model", "it's"));
+  ASSERT_STR_EQ(c.command_line, "refit run --output 'a b.h5' --timeout 0.1 --bucket-size "
+                                "1.5GiB --model 'it'\\''s'");
+  char *text = NULL;
+  size_t len = 0;
+  FILE *mem = open_memstream(&text, &len);
+  rf_cli_print_config(&c, mem, "# ");
+  fclose(mem);
+  ASSERT_TRUE(strstr(text, "# bucket-size = 1610612736 (1.50 GiB)\n") != NULL);
+  ASSERT_TRUE(strstr(text, "# timeout = 0.1 s\n") != NULL);
+  ASSERT_TRUE(strstr(text, "# output = a b.h5\n") != NULL);
+  ASSERT_TRUE(strstr(text, "# config = (none)\n") != NULL);
+  ASSERT_TRUE(strstr(text, "# json") == NULL);
+  char *json = rf_cli_config_json(&c);
+  ASSERT_TRUE(json != NULL);
+  json_error_t jerr;
+  json_t *root = json_loads(json, 0, &jerr);
+  ASSERT_TRUE(root != NULL && json_is_object(root));
+  size_t applicable = 0;
+  for (size_t i = 0; i < rf_cli_option_count; i++) {
+    const rf_cli_option *o = &rf_cli_options[i];
+    char line[128];
+    snprintf(line, sizeof line, "# %s = ", o->name);
+    json_t *v = json_object_get(root, o->name);
+    if (!(o->commands & RF_CMD_RUN)) {
+      ASSERT_TRUE(v == NULL);
+      continue;
+    }
+    applicable++;
+    ASSERT_TRUE(strstr(text, line) != NULL);
+    ASSERT_TRUE(v != NULL);
+    if (o->type == RF_OPT_INT || o->type == RF_OPT_SIZE)
+      ASSERT_TRUE(json_is_integer(v));
+    else if (o->type == RF_OPT_DOUBLE)
+      ASSERT_TRUE(json_is_real(v));
+    else if (o->type == RF_OPT_FLAG)
+      ASSERT_TRUE(json_is_boolean(v));
+    else
+      ASSERT_TRUE(json_is_string(v));
+  }
+  ASSERT_EQ(json_object_size(root), (int64_t)applicable);
+  ASSERT_EQ(json_integer_value(json_object_get(root, "bucket-size")), INT64_C(1610612736));
+  ASSERT_TRUE(json_real_value(json_object_get(root, "timeout")) == 0.1);
+  ASSERT_TRUE(strstr(json, "\"timeout\":0.1,") != NULL); /* 15 digits, not 0.10000000000000001 */
+  ASSERT_TRUE(strncmp(json, "{\"bucket-size\":", 15) == 0); /* sorted, compact */
+  json_decref(root);
+
+  rf_config back;
+  ASSERT_OK(parse_config(&back, "run", json));
+  back.config[0] = '\0'; /* the one difference: this run named a config file */
+  char *json2 = rf_cli_config_json(&back);
+  ASSERT_STR_EQ(json2, json);
+  free(json2);
+  free(json);
+  free(text);
+
+  ASSERT_OK(PARSE(&c, "plan", "--json"));
+  json = rf_cli_config_json(&c);
+  ASSERT_TRUE(strstr(json, "\"json\":true") != NULL);
+  ASSERT_TRUE(strstr(json, "\"mode\"") == NULL);
+  free(json);
+}
+
+int main(void) {
+  test_table();
+  test_defaults();
+  test_sizes();
+  test_ints_and_doubles();
+  test_command_line_errors();
+  test_help_and_version();
+  test_config_file();
+  test_print_config();
+  printf("test_cli: all passed\n");
+  return 0;
+}
