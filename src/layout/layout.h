@@ -1,0 +1,115 @@
+/* layout: where every element of every logical tensor lives, on the trainer (its mesh and
+ * style) and on the rollout engine (vLLM tensor parallelism with fused qkv/gate_up tensors).
+ *
+ * Boxes are half-open rectangles in a tensor's logical (HF) coordinates; 1-D tensors use
+ * dim 0 only, with dim 1 fixed to [0, 1). Trainer ranks are numbered d*F*T + f*T + t (tp
+ * fastest, then fsdp, then trainer replica); rollout ranks p*R + r (tp rank r of engine
+ * replica p). */
+#ifndef RF_LAYOUT_H
+#define RF_LAYOUT_H
+
+#include <stdint.h>
+
+#include "../model/model.h"
+
+typedef struct {
+  int64_t lo[2], hi[2];
+} rf_box;
+
+int64_t rf_box_numel(const rf_box *b);
+int rf_box_is_empty(const rf_box *b);
+/* Writes a ∩ b to out; returns 1 when it is not empty. */
+int rf_box_intersect(const rf_box *a, const rf_box *b, rf_box *out);
+int rf_box_equal(const rf_box *a, const rf_box *b);
+rf_box rf_box_whole(const rf_tensor *t);
+
+typedef enum { RF_STYLE_TUNIX = 0, RF_STYLE_FSDP2 } rf_trainer_style;
+typedef enum { RF_ORDER_HF = 0, RF_ORDER_JAX } rf_trainer_order;
+typedef enum { RF_PLACEMENT_DISAGGREGATED = 0, RF_PLACEMENT_COLOCATED } rf_placement;
+
+typedef struct {
+  int fsdp, tp, dp; /* the mesh is fsdp x tp, replicated dp times */
+  rf_trainer_style style;
+  rf_trainer_order order;
+} rf_trainer_layout;
+
+typedef struct {
+  int tp, dp; /* dp = engine replicas, each a vLLM TP group of tp ranks */
+} rf_rollout_layout;
+
+/* Parse "fsdp=4,tp=2[,dp=2]" and "tp=4[,dp=2]"; missing axes are 1. Errors name the text. */
+rf_status rf_trainer_layout_parse(const char *text, rf_trainer_layout *out);
+rf_status rf_rollout_layout_parse(const char *text, rf_rollout_layout *out);
+void rf_trainer_layout_format(const rf_trainer_layout *t, char *buf, int len);
+void rf_rollout_layout_format(const rf_rollout_layout *r, char *buf, int len);
+
+/* One tensor of a rollout rank in vLLM's own naming (qkv_proj, gate_up_proj, ...). Every TP
+ * rank of the engine has the same list with the same shapes. */
+typedef struct {
+  char name[RF_NAME_MAX];
+  int ndim;
+  int64_t shape[2];
+  int64_t numel;
+  int64_t bytes;
+} rf_rollout_tensor;
+
+/* Where a logical tensor's held box lands in a rollout rank's fused tensor: element (i, j) of
+ * the held box B goes to local (row + i - B.lo[0], col + j - B.lo[1]). The same on every rank. */
+typedef struct {
+  int local;        /* index into rf_layout.rollout_tensors */
+  int64_t row, col; /* offset of the held box's origin */
+} rf_rollout_slot;
+
+/* How one dimension of a tensor is split over the trainer mesh: up to two mesh axes, outer
+ * first, each with a granule (the head size when the axis splits whole heads). */
+typedef enum { RF_AXIS_NONE = 0, RF_AXIS_FSDP, RF_AXIS_TP } rf_mesh_axis;
+typedef struct {
+  rf_mesh_axis axis[2];
+  int64_t granule[2];
+} rf_dim_split;
+
+typedef struct {
+  const rf_model *model;
+  rf_trainer_layout trainer;
+  rf_rollout_layout rollout;
+  rf_placement placement;
+  int trainer_ranks; /* F*T*D */
+  int rollout_ranks; /* R*P */
+  int world_size;    /* disaggregated: trainer + rollout; colocated: the larger */
+  int64_t vocab_padded;
+
+  rf_dim_split (*trainer_split)[2]; /* [tensor][dim] */
+  rf_rollout_slot *slots;           /* [tensor] */
+  int rollout_tensor_count;
+  rf_rollout_tensor *rollout_tensors;
+} rf_layout;
+
+/* Checks that both layouts divide every tensor of the model and precomputes the splits.
+ * A layout that does not divide gives one line naming the tensor, the dimension, its size
+ * and the mesh axis (e.g. "32 heads over trainer fsdp=3") and RF_ERR_LAYOUT. */
+rf_status rf_layout_init(rf_layout *lay, const rf_model *model, const rf_trainer_layout *trainer,
+                         const rf_rollout_layout *rollout, rf_placement placement);
+void rf_layout_free(rf_layout *lay);
+
+/* World ranks: disaggregated puts trainer ranks first, then rollout ranks; colocated gives
+ * world rank i trainer rank i and rollout rank i where those exist. */
+int rf_layout_trainer_world_rank(const rf_layout *lay, int trainer_rank);
+int rf_layout_rollout_world_rank(const rf_layout *lay, int rollout_rank);
+/* The roles of a world rank: its trainer and rollout rank, or -1. */
+void rf_layout_roles(const rf_layout *lay, int world_rank, int *trainer_rank, int *rollout_rank);
+
+/* The box of tensor `tensor` stored on a trainer rank. */
+rf_box rf_layout_trainer_box(const rf_layout *lay, int tensor, int trainer_rank);
+/* With --trainer-order jax, 2-D linear weights (and lm_head) are stored transposed, the way
+ * the JAX trainer keeps them ([in, out]); embeddings and 1-D tensors keep HF order. */
+int rf_layout_trainer_transposed(const rf_layout *lay, int tensor);
+
+/* The box of a tensor held by a rollout rank (never empty for a valid layout, except vocab
+ * ranges that fall wholly into vLLM's padding). */
+rf_box rf_layout_rollout_box(const rf_layout *lay, int tensor, int rollout_rank);
+/* Whether the rollout engine splits the tensor over its TP ranks (norms are replicated). */
+int rf_layout_rollout_sharded(const rf_layout *lay, int tensor);
+/* The rollout dimension that TP splits (0 for column-parallel, 1 for row-parallel), or -1. */
+int rf_layout_rollout_split_dim(const rf_layout *lay, int tensor);
+
+#endif

@@ -1,0 +1,113 @@
+/* Parsing and printing of layout strings ("fsdp=4,tp=2,dp=2", "tp=4") and box arithmetic. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout.h"
+
+int64_t rf_box_numel(const rf_box *b) {
+  if (b->hi[0] <= b->lo[0] || b->hi[1] <= b->lo[1])
+    return 0;
+  return (b->hi[0] - b->lo[0]) * (b->hi[1] - b->lo[1]);
+}
+
+int rf_box_is_empty(const rf_box *b) { return rf_box_numel(b) == 0; }
+
+int rf_box_intersect(const rf_box *a, const rf_box *b, rf_box *out) {
+  rf_box r;
+  for (int d = 0; d < 2; d++) {
+    r.lo[d] = RF_MAX(a->lo[d], b->lo[d]);
+    r.hi[d] = RF_MIN(a->hi[d], b->hi[d]);
+    if (r.hi[d] < r.lo[d])
+      r.hi[d] = r.lo[d];
+  }
+  *out = r;
+  return !rf_box_is_empty(&r);
+}
+
+int rf_box_equal(const rf_box *a, const rf_box *b) {
+  return a->lo[0] == b->lo[0] && a->hi[0] == b->hi[0] && a->lo[1] == b->lo[1] &&
+         a->hi[1] == b->hi[1];
+}
+
+rf_box rf_box_whole(const rf_tensor *t) {
+  rf_box b = {{0, 0}, {t->shape[0], t->shape[1]}};
+  return b;
+}
+
+/* Parses "key=value,key=value" against a list of allowed axis names; values are positive
+ * integers. Each axis may appear once; absent axes are 1. */
+static rf_status parse_axes(const char *what, const char *text, const char *const *names,
+                            int *values, int count, const char *example) {
+  int seen[4] = {0, 0, 0, 0};
+  for (int i = 0; i < count; i++)
+    values[i] = 1;
+  if (!text || !*text)
+    return rf_fail(RF_ERR_USAGE, "%s layout is empty; use e.g. %s", what, example);
+  const char *p = text;
+  while (*p) {
+    const char *eq = strchr(p, '=');
+    const char *end = strchr(p, ',');
+    if (!end)
+      end = p + strlen(p);
+    if (!eq || eq > end)
+      return rf_fail(RF_ERR_USAGE, "%s layout '%s': '%.*s' is not axis=size; use e.g. %s", what,
+                     text, (int)(end - p), p, example);
+    int axis = -1;
+    for (int i = 0; i < count; i++)
+      if ((size_t)(eq - p) == strlen(names[i]) && strncmp(p, names[i], (size_t)(eq - p)) == 0)
+        axis = i;
+    if (axis < 0)
+      return rf_fail(RF_ERR_USAGE, "%s layout '%s': unknown axis '%.*s'; use e.g. %s", what, text,
+                     (int)(eq - p), p, example);
+    if (seen[axis]++)
+      return rf_fail(RF_ERR_USAGE, "%s layout '%s': axis '%s' given twice", what, text,
+                     names[axis]);
+    char *stop = NULL;
+    errno = 0;
+    long v = strtol(eq + 1, &stop, 10);
+    if (stop != end || eq + 1 == end || errno || v < 1 || v > 65536)
+      return rf_fail(RF_ERR_USAGE,
+                     "%s layout '%s': %s must be an integer from 1 to 65536, not '%.*s'", what,
+                     text, names[axis], (int)(end - eq - 1), eq + 1);
+    values[axis] = (int)v;
+    p = *end ? end + 1 : end;
+    if (*end && !*p)
+      return rf_fail(RF_ERR_USAGE, "%s layout '%s' ends with ','", what, text);
+  }
+  return RF_OK;
+}
+
+rf_status rf_trainer_layout_parse(const char *text, rf_trainer_layout *out) {
+  static const char *const names[] = {"fsdp", "tp", "dp"};
+  int v[3];
+  RF_TRY(parse_axes("trainer", text, names, v, 3, "fsdp=4,tp=2 or fsdp=2,tp=2,dp=2"));
+  out->fsdp = v[0];
+  out->tp = v[1];
+  out->dp = v[2];
+  return RF_OK;
+}
+
+rf_status rf_rollout_layout_parse(const char *text, rf_rollout_layout *out) {
+  static const char *const names[] = {"tp", "dp"};
+  int v[2];
+  RF_TRY(parse_axes("rollout", text, names, v, 2, "tp=4 or tp=2,dp=2"));
+  out->tp = v[0];
+  out->dp = v[1];
+  return RF_OK;
+}
+
+void rf_trainer_layout_format(const rf_trainer_layout *t, char *buf, int len) {
+  if (t->dp > 1)
+    snprintf(buf, (size_t)len, "fsdp=%d,tp=%d,dp=%d", t->fsdp, t->tp, t->dp);
+  else
+    snprintf(buf, (size_t)len, "fsdp=%d,tp=%d", t->fsdp, t->tp);
+}
+
+void rf_rollout_layout_format(const rf_rollout_layout *r, char *buf, int len) {
+  if (r->dp > 1)
+    snprintf(buf, (size_t)len, "tp=%d,dp=%d", r->tp, r->dp);
+  else
+    snprintf(buf, (size_t)len, "tp=%d", r->tp);
+}

@@ -1,0 +1,175 @@
+/* The p2p plan and what both plan kinds share: the piece list, source choice, totals and the
+ * digest that the handshake compares. */
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "plan_internal.h"
+
+const char *rf_plan_kind_name(rf_plan_kind kind) { return kind == RF_PLAN_STAR ? "star" : "p2p"; }
+
+rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, int dst,
+                         const rf_box *box) {
+  rf_plan *plan = b->plan;
+  if (plan->piece_count == b->cap) {
+    int cap = b->cap ? 2 * b->cap : 1024;
+    rf_piece *p = rf_realloc(plan->pieces, (size_t)cap * sizeof *p, "plan pieces");
+    if (!p)
+      return RF_ERR_NOMEM;
+    plan->pieces = p;
+    b->cap = cap;
+  }
+  rf_piece *pc = &plan->pieces[plan->piece_count++];
+  memset(pc, 0, sizeof *pc);
+  pc->tensor = tensor;
+  pc->stage = stage;
+  pc->src = src;
+  pc->dst = dst;
+  pc->box = *box;
+  pc->bytes = rf_box_numel(box) * rf_dtype_size(plan->layout->model->dtype);
+  return RF_OK;
+}
+
+static int default_distance(const rf_layout *lay, int src_world, int dst_world) {
+  return src_world == dst_world ? 0 : 1;
+}
+
+rf_status plan_cover_from_trainers(plan_builder *b, int tensor, rf_stage stage, int dst,
+                                   int dst_world, const rf_box *target, int64_t *load) {
+  const rf_layout *lay = b->plan->layout;
+  int n = lay->trainer_ranks;
+  /* Trainer boxes of one tensor are either identical (replicas, unused mesh axes) or
+   * disjoint, so grouping ranks by their intersection with target partitions target. */
+  rf_box *region = rf_malloc((size_t)n * sizeof *region, "plan regions");
+  int *best = rf_malloc((size_t)n * sizeof *best, "plan sources");
+  int *best_dist = rf_malloc((size_t)n * sizeof *best_dist, "plan distances");
+  if (!region || !best || !best_dist) {
+    free(region), free(best), free(best_dist);
+    return RF_ERR_NOMEM;
+  }
+  int groups = 0;
+  for (int src = 0; src < n; src++) {
+    rf_box held = rf_layout_trainer_box(lay, tensor, src), x;
+    if (!rf_box_intersect(&held, target, &x))
+      continue;
+    int g = 0;
+    while (g < groups && !rf_box_equal(&region[g], &x))
+      g++;
+    int src_world = rf_layout_trainer_world_rank(lay, src);
+    int dist = b->options && b->options->distance
+                   ? b->options->distance(b->options->distance_ctx, src_world, dst_world)
+                   : default_distance(lay, src_world, dst_world);
+    if (g == groups) {
+      region[groups] = x;
+      best[groups] = src;
+      best_dist[groups++] = dist;
+    } else if (dist < best_dist[g] || (dist == best_dist[g] && load[src] < load[best[g]])) {
+      best[g] = src;
+      best_dist[g] = dist;
+    }
+  }
+  /* Load counts what crosses a link: a local copy does not make a source busier. */
+  rf_status st = RF_OK;
+  for (int g = 0; g < groups && st == RF_OK; g++) {
+    st = plan_add_piece(b, tensor, stage, best[g], dst, &region[g]);
+    if (st == RF_OK && rf_layout_trainer_world_rank(lay, best[g]) != dst_world)
+      load[best[g]] += b->plan->pieces[b->plan->piece_count - 1].bytes;
+  }
+  free(region), free(best), free(best_dist);
+  return st;
+}
+
+/* p2p: every element a rollout rank holds comes straight from one trainer rank that holds it. */
+static rf_status build_p2p(plan_builder *b) {
+  const rf_layout *lay = b->plan->layout;
+  int64_t *load = rf_calloc((size_t)lay->trainer_ranks, sizeof *load, "plan load");
+  if (!load)
+    return RF_ERR_NOMEM;
+  rf_status st = RF_OK;
+  for (int t = 0; t < lay->model->tensor_count && st == RF_OK; t++)
+    for (int r = 0; r < lay->rollout_ranks && st == RF_OK; r++) {
+      rf_box want = rf_layout_rollout_box(lay, t, r);
+      if (!rf_box_is_empty(&want))
+        st = plan_cover_from_trainers(b, t, RF_STAGE_TRANSFER, r,
+                                      rf_layout_rollout_world_rank(lay, r), &want, load);
+    }
+  free(load);
+  return st;
+}
+
+int rf_piece_src_world(const rf_plan *plan, const rf_piece *piece) {
+  return rf_layout_trainer_world_rank(plan->layout, piece->src);
+}
+
+int rf_piece_dst_world(const rf_plan *plan, const rf_piece *piece) {
+  return piece->stage == RF_STAGE_RESHAPE ? rf_layout_trainer_world_rank(plan->layout, piece->dst)
+                                          : rf_layout_rollout_world_rank(plan->layout, piece->dst);
+}
+
+int rf_piece_is_local(const rf_plan *plan, const rf_piece *piece) {
+  return rf_piece_src_world(plan, piece) == rf_piece_dst_world(plan, piece);
+}
+
+static rf_status compute_totals(rf_plan *plan) {
+  const rf_layout *lay = plan->layout;
+  plan->send_bytes = rf_calloc((size_t)lay->trainer_ranks, sizeof(int64_t), "plan totals");
+  plan->reshape_send_bytes = rf_calloc((size_t)lay->trainer_ranks, sizeof(int64_t), "totals");
+  plan->recv_bytes = rf_calloc((size_t)lay->rollout_ranks, sizeof(int64_t), "plan totals");
+  if (!plan->send_bytes || !plan->reshape_send_bytes || !plan->recv_bytes)
+    return RF_ERR_NOMEM;
+  int esize = rf_dtype_size(lay->model->dtype);
+  for (int i = 0; i < plan->piece_count; i++) {
+    const rf_piece *p = &plan->pieces[i];
+    int local = rf_piece_is_local(plan, p);
+    if (local)
+      plan->local_bytes += p->bytes;
+    if (p->stage == RF_STAGE_RESHAPE) {
+      plan->reshape_count++;
+      if (!local) {
+        plan->reshape_bytes += p->bytes;
+        plan->reshape_send_bytes[p->src] += p->bytes;
+      }
+      continue;
+    }
+    plan->send_bytes[p->src] += p->bytes;
+    plan->recv_bytes[p->dst] += p->bytes;
+    plan->transfer_bytes += p->bytes;
+    rf_box held = rf_layout_rollout_box(lay, p->tensor, p->dst), kept;
+    rf_box_intersect(&p->box, &held, &kept);
+    plan->extra_bytes += p->bytes - rf_box_numel(&kept) * esize;
+  }
+  XXH3_state_t *h = XXH3_createState();
+  if (!h)
+    return RF_ERR_NOMEM;
+  XXH3_64bits_reset(h);
+  int32_t head[8] = {plan->kind,        lay->trainer.fsdp, lay->trainer.tp,  lay->trainer.dp,
+                     lay->trainer.style, lay->rollout.tp,  lay->rollout.dp, lay->placement};
+  XXH3_64bits_update(h, head, sizeof head);
+  XXH3_64bits_update(h, plan->pieces, (size_t)plan->piece_count * sizeof *plan->pieces);
+  plan->digest = XXH3_64bits_digest(h);
+  XXH3_freeState(h);
+  return RF_OK;
+}
+
+rf_status rf_plan_build(rf_plan *plan, const rf_layout *lay, rf_plan_kind kind,
+                        const rf_plan_options *options) {
+  memset(plan, 0, sizeof *plan);
+  plan->kind = kind;
+  plan->layout = lay;
+  plan_builder b = {plan, 0, options};
+  rf_status st = kind == RF_PLAN_STAR ? plan_build_star(&b) : build_p2p(&b);
+  if (st == RF_OK)
+    st = compute_totals(plan);
+  if (st != RF_OK)
+    rf_plan_free(plan);
+  return st;
+}
+
+void rf_plan_free(rf_plan *plan) {
+  free(plan->pieces);
+  free(plan->coupling);
+  free(plan->send_bytes);
+  free(plan->recv_bytes);
+  free(plan->reshape_send_bytes);
+  memset(plan, 0, sizeof *plan);
+}

@@ -1,0 +1,80 @@
+/* plan: the resharding plan, a pure function of model, layouts and plan kind, computed
+ * identically on every rank without communication (design.md §2).
+ *
+ * A plan is an ordered list of pieces. Each piece moves one box of one logical tensor from a
+ * source rank to a destination rank. The destination writes box ∩ (the box it holds), so a
+ * star plan that sends embeddings whole to every rollout rank says so with a box larger than
+ * what the destination keeps. */
+#ifndef RF_PLAN_H
+#define RF_PLAN_H
+
+#include <stdint.h>
+
+#include "../layout/layout.h"
+
+typedef enum { RF_PLAN_P2P = 0, RF_PLAN_STAR } rf_plan_kind;
+const char *rf_plan_kind_name(rf_plan_kind kind);
+
+typedef enum {
+  RF_STAGE_RESHAPE = 0, /* star only: trainer rank -> trainer rank, into the coupling layout */
+  RF_STAGE_TRANSFER = 1 /* trainer rank -> rollout rank */
+} rf_stage;
+
+/* Plain integers only, with no padding, so that a plan's digest is the hash of its bytes. */
+typedef struct {
+  int32_t tensor;
+  int32_t stage; /* rf_stage */
+  int32_t src;   /* trainer rank */
+  int32_t dst;   /* trainer rank (reshape) or rollout rank (transfer) */
+  rf_box box;    /* the region sent, in the tensor's logical coordinates */
+  int64_t bytes; /* bytes of box */
+} rf_piece;
+
+/* Distance between a source trainer rank and a destination rank, for choosing among sources
+ * that hold the same elements: smaller is nearer. NULL means "same process is nearest, all
+ * other pairs are equal" (the topology module supplies a better one). */
+typedef int (*rf_distance_fn)(void *ctx, int src_world_rank, int dst_world_rank);
+
+typedef struct {
+  rf_distance_fn distance;
+  void *distance_ctx;
+} rf_plan_options;
+
+typedef struct {
+  rf_plan_kind kind;
+  const rf_layout *layout;
+
+  int piece_count;
+  rf_piece *pieces;  /* reshape pieces first (star), then transfer pieces, each by tensor id */
+  int reshape_count; /* pieces[0 .. reshape_count) are the reshape stage */
+
+  /* Star topology (kind == RF_PLAN_STAR). */
+  int fan_in;        /* 1: T >= R, rollout ranks are the centres; 0: trainer ranks are */
+  int star_arms;     /* k */
+  int star_count;    /* min(T, R) */
+  rf_box *coupling;  /* [tensor * trainer_ranks + trainer_rank]: box held after reshape */
+
+  /* Totals. Local pieces (same process, colocated or reshape-to-self) are copies. */
+  int64_t *send_bytes;         /* [trainer rank] transfer-stage bytes sent */
+  int64_t *recv_bytes;         /* [rollout rank] transfer-stage bytes received */
+  int64_t *reshape_send_bytes; /* [trainer rank] reshape bytes sent to other ranks */
+  int64_t transfer_bytes;      /* all transfer-stage bytes */
+  int64_t reshape_bytes;       /* reshape bytes between different ranks */
+  int64_t local_bytes;         /* bytes moved by local copies (either stage) */
+  int64_t extra_bytes;         /* transferred but not kept (star's whole embeddings/norms) */
+  uint64_t digest;             /* xxh3-64 of kind, layouts and pieces */
+} rf_plan;
+
+/* Builds the plan. Star rejects trainer or rollout sizes that are not powers of two, and
+ * boxes that do not split evenly over a star's arms, with one line and RF_ERR_LAYOUT. */
+rf_status rf_plan_build(rf_plan *plan, const rf_layout *lay, rf_plan_kind kind,
+                        const rf_plan_options *options);
+void rf_plan_free(rf_plan *plan);
+
+/* Whether a piece stays inside one process (a copy rather than a message). */
+int rf_piece_is_local(const rf_plan *plan, const rf_piece *piece);
+/* The world ranks of a piece's ends. */
+int rf_piece_src_world(const rf_plan *plan, const rf_piece *piece);
+int rf_piece_dst_world(const rf_plan *plan, const rf_piece *piece);
+
+#endif
