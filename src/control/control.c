@@ -1,0 +1,404 @@
+/* control: the MPI control plane. Communicators for the trainer and rollout groups, the job
+ * handshake, and status agreement, every wait bounded by the job's timeout.
+ *
+ * Collectives that can wait on another rank are nonblocking and finished by rf_control_wait,
+ * so a dead or stalled peer turns into RF_ERR_TIMEOUT instead of a hang. Their buffers live
+ * on the heap and are deliberately leaked after a timeout: MPI may still write into them
+ * until the job is aborted. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "control.h"
+
+/* The point-to-point tag of the leaders' job exchange, on the private world duplicate. */
+#define RF_TAG_HANDSHAKE 0x5246
+
+/* How long rf_control_wait sleeps between polls: short enough to add no visible latency to a
+ * handshake, long enough not to burn a core that an oversubscribed peer needs. */
+#define RF_POLL_NS 100000L
+
+static const char *placement_name(rf_placement p) {
+  return p == RF_PLACEMENT_COLOCATED ? "colocated" : "disaggregated";
+}
+
+static void comm_free(MPI_Comm *comm) {
+  if (*comm != MPI_COMM_NULL)
+    MPI_Comm_free(comm);
+  *comm = MPI_COMM_NULL;
+}
+
+static rf_status comm_split(rf_control *ctl, int member, int key, MPI_Comm *out) {
+  RF_MPI(MPI_Comm_split(ctl->world, member ? 0 : MPI_UNDEFINED, key, out));
+  if (*out != MPI_COMM_NULL)
+    RF_MPI(MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN));
+  return RF_OK;
+}
+
+/* Checks that a group communicator numbers its ranks as the layout does (the split is keyed
+ * by the layout's rank, so anything else is a bug, not a user error). */
+static rf_status check_group(MPI_Comm comm, int want_rank, int want_size, const char *what) {
+  if (comm == MPI_COMM_NULL)
+    return RF_OK;
+  int rank = -1, size = 0;
+  RF_MPI(MPI_Comm_rank(comm, &rank));
+  RF_MPI(MPI_Comm_size(comm, &size));
+  if (rank != want_rank || size != want_size)
+    return rf_fail(RF_ERR_INTERNAL, "%s communicator has rank %d of %d, layout says %d of %d",
+                   what, rank, size, want_rank, want_size);
+  return RF_OK;
+}
+
+static rf_status create_comms(rf_control *ctl, const rf_layout *lay) {
+  /* Every split below is a blocking collective; a bounded nonblocking duplicate first proves
+   * that every rank has arrived, so the splits cannot wait on a rank that never comes. */
+  MPI_Request req = MPI_REQUEST_NULL;
+  RF_MPI(MPI_Comm_idup(MPI_COMM_WORLD, &ctl->world, &req));
+  RF_TRY(rf_control_wait(ctl, &req, "all ranks to start (MPI_Comm_idup)"));
+  RF_MPI(MPI_Comm_set_errhandler(ctl->world, MPI_ERRORS_RETURN));
+
+  rf_layout_roles(lay, ctl->world_rank, &ctl->trainer_rank, &ctl->rollout_rank);
+  RF_TRY(comm_split(ctl, ctl->trainer_rank >= 0, ctl->trainer_rank, &ctl->trainer));
+  RF_TRY(comm_split(ctl, ctl->rollout_rank >= 0, ctl->rollout_rank, &ctl->rollout));
+  RF_TRY(check_group(ctl->trainer, ctl->trainer_rank, lay->trainer_ranks, "trainer"));
+  RF_TRY(check_group(ctl->rollout, ctl->rollout_rank, lay->rollout_ranks, "rollout"));
+
+  RF_MPI(MPI_Comm_split_type(ctl->world, MPI_COMM_TYPE_SHARED, ctl->world_rank, MPI_INFO_NULL,
+                             &ctl->node));
+  RF_MPI(MPI_Comm_set_errhandler(ctl->node, MPI_ERRORS_RETURN));
+  RF_MPI(MPI_Comm_rank(ctl->node, &ctl->node_rank));
+  RF_MPI(MPI_Comm_size(ctl->node, &ctl->node_size));
+  return RF_OK;
+}
+
+rf_status rf_control_init(rf_control *ctl, const rf_layout *lay, double timeout) {
+  memset(ctl, 0, sizeof *ctl);
+  ctl->world = ctl->trainer = ctl->rollout = ctl->node = MPI_COMM_NULL;
+  ctl->trainer_rank = ctl->rollout_rank = -1;
+  ctl->timeout = timeout;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized)
+    return rf_fail(RF_ERR_INTERNAL, "the control plane needs MPI; call MPI_Init first");
+  if (!(timeout > 0))
+    return rf_fail(RF_ERR_CONFIG, "timeout must be positive, not %g s", timeout);
+  RF_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &ctl->world_rank));
+  RF_MPI(MPI_Comm_size(MPI_COMM_WORLD, &ctl->world_size));
+
+  /* Every rank sees the same sizes and so reaches the same verdict without talking; one line
+   * from rank 0 is enough. */
+  if (ctl->world_size != lay->world_size) {
+    if (ctl->world_rank == 0) {
+      char t[64], r[64];
+      rf_trainer_layout_format(&lay->trainer, t, sizeof t);
+      rf_rollout_layout_format(&lay->rollout, r, sizeof r);
+      RF_ERROR("world size is %d but trainer %s and rollout %s (%s) need %d ranks; "
+               "run mpirun -np %d",
+               ctl->world_size, t, r, placement_name(lay->placement), lay->world_size,
+               lay->world_size);
+    }
+    return RF_ERR_WORLD;
+  }
+
+  rf_status st = create_comms(ctl, lay);
+  if (st != RF_OK)
+    rf_control_free(ctl);
+  return st;
+}
+
+void rf_control_free(rf_control *ctl) {
+  /* After a timeout a collective may still be pending on these communicators; freeing them
+   * could block, and the job is about to be aborted anyway. */
+  if (!ctl->timed_out) {
+    comm_free(&ctl->node);
+    comm_free(&ctl->rollout);
+    comm_free(&ctl->trainer);
+    comm_free(&ctl->world);
+  }
+  ctl->world = ctl->trainer = ctl->rollout = ctl->node = MPI_COMM_NULL;
+}
+
+static rf_status wait_bounded(rf_control *ctl, MPI_Request *req, const char *what,
+                              double seconds) {
+  /* Once one wait has expired the peers are gone or MPI is wedged: waiting again would only
+   * add another full timeout before the abort. */
+  if (ctl->timed_out)
+    return RF_ERR_TIMEOUT;
+  double deadline = rf_now() + seconds;
+  const struct timespec nap = {0, RF_POLL_NS};
+  for (;;) {
+    int done = 0;
+    RF_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    if (done)
+      return RF_OK;
+    if (rf_now() > deadline)
+      break;
+    nanosleep(&nap, NULL);
+  }
+  ctl->timed_out = 1;
+  return rf_fail(RF_ERR_TIMEOUT,
+                 "timed out after %.1f s waiting for %s; a peer rank is dead or stalled "
+                 "(raise --timeout if the job is just slow)",
+                 seconds, what);
+}
+
+rf_status rf_control_wait(rf_control *ctl, MPI_Request *req, const char *what) {
+  return wait_bounded(ctl, req, what, ctl->timeout);
+}
+
+/* ---- status agreement --------------------------------------------------------------------
+ * Each rank contributes three ints, combined with MPI_MAX:
+ *   [0] key(status) = rank of its severity * 256 + status: the maximum is the worst status
+ *       by rf_status_worse (ties between equally severe statuses go to the higher enum value,
+ *       which every rank computes the same way);
+ *   [1] -key(status) on failing ranks, INT_MIN on others: the maximum is minus the mildest
+ *       failure, so [0] == -[1] says every failing rank failed the same way;
+ *   [2] -world rank on failing ranks, INT_MIN on others: minus the lowest failing rank.
+ * Every rank then returns the worst status, so all of them exit with the same code. */
+
+/* The number of statuses strictly less severe than st: a severity rank that follows
+ * rf_status_worse without copying its table. */
+static int severity_rank(rf_status st) {
+  int below = 0;
+  for (int s = 0; s < RF_STATUS_COUNT; s++)
+    if ((rf_status)s != st && rf_status_worse((rf_status)s, st) == st)
+      below++;
+  return below;
+}
+
+static int status_key(rf_status st) { return severity_rank(st) * 256 + (int)st; }
+
+rf_status rf_control_agree(rf_control *ctl, rf_status local) {
+  if (ctl->timed_out)
+    return RF_ERR_TIMEOUT;
+  int *buf = rf_malloc(6 * sizeof *buf, "status agreement");
+  if (!buf)
+    return RF_ERR_NOMEM;
+  int failed = local != RF_OK;
+  buf[0] = status_key(local);
+  buf[1] = failed ? -buf[0] : INT_MIN;
+  buf[2] = failed ? -ctl->world_rank : INT_MIN;
+  MPI_Request req = MPI_REQUEST_NULL;
+  rf_status st = RF_OK;
+  RF_MPI_GOTO(MPI_Iallreduce(buf, buf + 3, 3, MPI_INT, MPI_MAX, ctl->world, &req), done);
+  /* The agreement outlasts any data wait (one timeout, plus cancelling), so that a rank whose
+   * transfer timed out still joins it and every rank learns the same verdict. */
+  st = wait_bounded(ctl, &req, "the other ranks' status", 2 * ctl->timeout + 2.0);
+  if (st != RF_OK)
+    return st; /* buf is leaked on purpose: the reduction may still write into it */
+  rf_status worst = (rf_status)(buf[3] % 256);
+  if (worst != RF_OK && worst != local)
+    rf_log(rf_status_exit_code(worst) == 3 ? RF_LOG_ERROR : RF_LOG_INFO,
+           "stopping: rank %d failed (%s)%s", -buf[5], rf_status_text(worst),
+           buf[3] == -buf[4] ? "" : ", and other ranks failed differently");
+  st = worst;
+done:
+  free(buf);
+  return st;
+}
+
+/* ---- handshake --------------------------------------------------------------------------- */
+
+static void hash_str(XXH3_state_t *h, const char *s, size_t cap) {
+  size_t n = strnlen(s, cap);
+  XXH3_64bits_update(h, s, n);
+  XXH3_64bits_update(h, "", 1); /* a separator, so "ab"+"c" and "a"+"bc" differ */
+}
+
+static void hash_u64(XXH3_state_t *h, uint64_t v) {
+  unsigned char b[8];
+  for (int i = 0; i < 8; i++)
+    b[i] = (unsigned char)(v >> (8 * i));
+  XXH3_64bits_update(h, b, sizeof b);
+}
+
+/* Hashes the fields, never the struct's bytes: padding and the bytes after a string's
+ * terminator are not part of the job. */
+static uint64_t job_digest(const rf_job_desc *d) {
+  XXH3_state_t *h = XXH3_createState();
+  if (!h)
+    return 0;
+  XXH3_64bits_reset(h);
+  hash_str(h, d->model, sizeof d->model);
+  hash_u64(h, d->model_digest);
+  hash_str(h, d->trainer, sizeof d->trainer);
+  hash_str(h, d->rollout, sizeof d->rollout);
+  hash_str(h, d->placement, sizeof d->placement);
+  hash_str(h, d->plan, sizeof d->plan);
+  hash_u64(h, d->plan_digest);
+  uint64_t v = XXH3_64bits_digest(h);
+  XXH3_freeState(h);
+  return v;
+}
+
+static void terminate_strings(rf_job_desc *d) {
+  d->model[sizeof d->model - 1] = '\0';
+  d->trainer[sizeof d->trainer - 1] = '\0';
+  d->rollout[sizeof d->rollout - 1] = '\0';
+  d->placement[sizeof d->placement - 1] = '\0';
+  d->plan[sizeof d->plan - 1] = '\0';
+}
+
+/* Compares the trainer leader's description with the rollout leader's; returns 1 and writes
+ * one line naming the first field that differs, or 0 when they are equal. */
+static int describe_difference(const rf_job_desc *t, const rf_job_desc *r, char *msg, size_t len) {
+  if (strcmp(t->model, r->model) != 0)
+    snprintf(msg, len, "trainer ranks run model '%s' but rollout ranks run '%s'; start every "
+             "rank with the same --model", t->model, r->model);
+  else if (t->model_digest != r->model_digest)
+    snprintf(msg, len, "trainer and rollout ranks both run model '%s' but the model files "
+             "differ (digest %016llx vs %016llx); give every rank the same model files",
+             t->model, (unsigned long long)t->model_digest,
+             (unsigned long long)r->model_digest);
+  else if (strcmp(t->trainer, r->trainer) != 0)
+    snprintf(msg, len, "trainer ranks use trainer layout '%s' but rollout ranks use '%s'; "
+             "start every rank with the same --trainer", t->trainer, r->trainer);
+  else if (strcmp(t->rollout, r->rollout) != 0)
+    snprintf(msg, len, "trainer ranks use rollout layout '%s' but rollout ranks use '%s'; "
+             "start every rank with the same --rollout", t->rollout, r->rollout);
+  else if (strcmp(t->placement, r->placement) != 0)
+    snprintf(msg, len, "trainer ranks use placement '%s' but rollout ranks use '%s'; start "
+             "every rank with the same --placement", t->placement, r->placement);
+  else if (strcmp(t->plan, r->plan) != 0)
+    snprintf(msg, len, "trainer ranks use plan '%s' but rollout ranks use '%s'; start every "
+             "rank with the same --plan", t->plan, r->plan);
+  else if (t->plan_digest != r->plan_digest)
+    snprintf(msg, len, "trainer and rollout ranks computed different %s plans (digest %016llx "
+             "vs %016llx); start every rank with the same options and the same refit build",
+             t->plan, (unsigned long long)t->plan_digest, (unsigned long long)r->plan_digest);
+  else
+    return 0;
+  return 1;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The lowest rank whose digest differs from the most common one (ties go to the digest of
+ * `self`, the logging rank, so that a 1:1 split names the other rank). */
+static int odd_rank_out(const uint64_t *digests, int n, int self) {
+  uint64_t *sorted = rf_malloc((size_t)n * sizeof *sorted, "digests");
+  if (!sorted)
+    return -1;
+  memcpy(sorted, digests, (size_t)n * sizeof *sorted);
+  qsort(sorted, (size_t)n, sizeof *sorted, cmp_u64);
+  uint64_t mode = digests[self];
+  int best = 0;
+  for (int i = 0; i < n; i++)
+    if (sorted[i] == digests[self])
+      best++;
+  for (int i = 0; i < n;) {
+    int j = i;
+    while (j < n && sorted[j] == sorted[i])
+      j++;
+    if (j - i > best) {
+      best = j - i;
+      mode = sorted[i];
+    }
+    i = j;
+  }
+  free(sorted);
+  for (int i = 0; i < n; i++)
+    if (digests[i] != mode)
+      return i;
+  return -1;
+}
+
+/* What the handshake keeps on the heap (see the note at the top of the file). */
+typedef struct {
+  uint64_t sum_in[4], sum_out[4];
+  rf_job_desc mine, theirs;
+  uint64_t digest;
+  uint64_t *digests; /* [world_size], on the trainer leader */
+} handshake_bufs;
+
+/* The slow path, taken only when the digests differ: the leaders exchange descriptions and
+ * the trainer leader gathers every digest, so that it can say what differs in one line.
+ * Returns the local status to agree on: RF_ERR_MISMATCH unless a wait failed. */
+static rf_status explain_mismatch(rf_control *ctl, handshake_bufs *b, int tl, int rl) {
+  int me = ctl->world_rank;
+  if (me == tl) {
+    b->digests = rf_calloc((size_t)ctl->world_size, sizeof *b->digests, "digests");
+    if (!b->digests)
+      return RF_ERR_NOMEM; /* the gather below would now hang the others until the timeout */
+  }
+  MPI_Request gather = MPI_REQUEST_NULL, xfer[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  RF_MPI(MPI_Igather(&b->digest, 1, MPI_UINT64_T, b->digests, 1, MPI_UINT64_T, tl, ctl->world,
+                     &gather));
+  int exchange = tl != rl && (me == tl || me == rl);
+  if (exchange) {
+    int peer = me == tl ? rl : tl;
+    RF_MPI(MPI_Irecv(&b->theirs, (int)sizeof b->theirs, MPI_BYTE, peer, RF_TAG_HANDSHAKE,
+                     ctl->world, &xfer[0]));
+    RF_MPI(MPI_Isend(&b->mine, (int)sizeof b->mine, MPI_BYTE, peer, RF_TAG_HANDSHAKE,
+                     ctl->world, &xfer[1]));
+    RF_TRY(rf_control_wait(ctl, &xfer[0], "the other leader's job description"));
+    RF_TRY(rf_control_wait(ctl, &xfer[1], "the other leader to take this job description"));
+    terminate_strings(&b->theirs);
+  }
+  RF_TRY(rf_control_wait(ctl, &gather, "every rank's job digest"));
+
+  char msg[1024];
+  if (exchange && me == tl && describe_difference(&b->mine, &b->theirs, msg, sizeof msg))
+    RF_ERROR("handshake: %s", msg);
+  else if (exchange && me == rl && describe_difference(&b->theirs, &b->mine, msg, sizeof msg))
+    RF_INFO("handshake: %s", msg); /* the trainer leader says it as an error */
+  else if (me == tl)
+    RF_ERROR("handshake: ranks disagree on the job (rank %d differs); start every rank with "
+             "the same options", odd_rank_out(b->digests, ctl->world_size, me));
+  return RF_ERR_MISMATCH;
+}
+
+rf_status rf_control_handshake(rf_control *ctl, const rf_job_desc *mine) {
+  if (ctl->timed_out)
+    return RF_ERR_TIMEOUT;
+  handshake_bufs *b = rf_calloc(1, sizeof *b, "handshake buffers");
+  if (!b)
+    return RF_ERR_NOMEM;
+  b->mine = *mine;
+  terminate_strings(&b->mine);
+  b->digest = job_digest(&b->mine);
+
+  /* One reduction answers two questions: max(d) == ~max(~d) exactly when every digest is
+   * equal, and the leaders' world ranks (+1, so that 0 means "not me") come along. */
+  b->sum_in[0] = b->digest;
+  b->sum_in[1] = ~b->digest;
+  b->sum_in[2] = ctl->trainer_rank == 0 ? (uint64_t)ctl->world_rank + 1 : 0;
+  b->sum_in[3] = ctl->rollout_rank == 0 ? (uint64_t)ctl->world_rank + 1 : 0;
+  MPI_Request req = MPI_REQUEST_NULL;
+  rf_status st = RF_OK;
+  RF_MPI_GOTO(MPI_Iallreduce(b->sum_in, b->sum_out, 4, MPI_UINT64_T, MPI_MAX, ctl->world, &req),
+              done);
+  st = rf_control_wait(ctl, &req, "every rank's job digest");
+  if (st != RF_OK)
+    return st; /* b is leaked on purpose */
+
+  if (b->sum_out[0] == ~b->sum_out[1]) {
+    st = RF_OK; /* every rank computed the same, so every rank returns the same */
+    goto done;
+  }
+  int tl = (int)b->sum_out[2] - 1, rl = (int)b->sum_out[3] - 1;
+  if (tl < 0 || rl < 0) {
+    /* Only possible when no rank has a leader's role; every rank sees the same sums. */
+    if (ctl->world_rank == 0)
+      RF_ERROR("handshake: ranks disagree on the job and no rank is the %s leader; start "
+               "every rank with the same options", tl < 0 ? "trainer" : "rollout");
+    st = RF_ERR_MISMATCH;
+    goto done;
+  }
+  st = explain_mismatch(ctl, b, tl, rl);
+  /* Any other outcome may have left a request posted on b: keep it (see the top note). */
+  int posted = st != RF_ERR_MISMATCH;
+  st = rf_control_agree(ctl, st);
+  if (posted)
+    return st;
+done:
+  free(b->digests);
+  free(b);
+  return st;
+}

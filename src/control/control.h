@@ -1,0 +1,64 @@
+/* control: the MPI control plane. It splits the world into trainer and rollout groups, runs
+ * the handshake in which both groups agree on model, layouts and plan, and agrees on a status
+ * so that an error on any rank ends every rank without a hang.
+ *
+ * Every communicator it creates uses MPI_ERRORS_RETURN, and every wait it makes is bounded by
+ * the timeout given at init: a dead or silent peer gives RF_ERR_TIMEOUT, never a hang. After
+ * a timeout, collectives may still be pending; the caller (main) must then abort the job
+ * instead of finalising. */
+#ifndef RF_CONTROL_H
+#define RF_CONTROL_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "../layout/layout.h"
+
+typedef struct {
+  MPI_Comm world;   /* duplicate of MPI_COMM_WORLD */
+  MPI_Comm trainer; /* trainer ranks, MPI_COMM_NULL on ranks without a trainer role */
+  MPI_Comm rollout; /* rollout ranks, MPI_COMM_NULL on ranks without a rollout role */
+  MPI_Comm node;    /* ranks sharing this node (MPI_COMM_TYPE_SHARED) */
+  int world_rank, world_size;
+  int node_rank, node_size;
+  int trainer_rank, rollout_rank; /* -1 where the rank has no such role */
+  double timeout;                 /* seconds, for every wait */
+  int timed_out;                  /* set once a wait expired: MPI state is unusable */
+} rf_control;
+
+/* What each rank believes the job is; the handshake compares these. */
+typedef struct {
+  char model[128];
+  uint64_t model_digest; /* names and shapes of the logical tensors */
+  char trainer[64];      /* formatted trainer layout */
+  char rollout[64];      /* formatted rollout layout */
+  char placement[32];
+  char plan[16];
+  uint64_t plan_digest;
+} rf_job_desc;
+
+/* Checks the world size against the layouts (every rank decides the same; rank 0 prints the
+ * error) and creates the communicators. `timeout` bounds every later wait. */
+rf_status rf_control_init(rf_control *ctl, const rf_layout *lay, double timeout);
+void rf_control_free(rf_control *ctl);
+
+/* The handshake: the trainer and rollout leaders exchange their job descriptions and name the
+ * first field that differs; every rank also checks that its description's digest equals
+ * everyone else's. Returns RF_OK on every rank, or the same error on every rank. */
+rf_status rf_control_handshake(rf_control *ctl, const rf_job_desc *mine);
+
+/* Status agreement: every rank contributes its local status and gets the worst one. A rank
+ * whose peer failed gets that failure's status (RF_ERR_PEER when the causes differ). Bounded
+ * by the timeout. */
+rf_status rf_control_agree(rf_control *ctl, rf_status local);
+
+/* Waits for a request with the control plane's timeout; on expiry sets ctl->timed_out and
+ * returns RF_ERR_TIMEOUT after logging which operation (`what`) was waiting. */
+rf_status rf_control_wait(rf_control *ctl, MPI_Request *req, const char *what);
+
+/* Creates an NCCL unique ID on `root` of `comm` and broadcasts it (128 bytes) to all ranks
+ * of comm. Built only with NCCL; elsewhere returns RF_ERR_UNSUPPORTED. */
+rf_status rf_control_nccl_unique_id(rf_control *ctl, MPI_Comm comm, int root, void *id_out,
+                                    int id_len);
+
+#endif
