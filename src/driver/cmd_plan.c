@@ -1,0 +1,142 @@
+/* `refit plan`: what a transfer will move, without moving it and without MPI. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "driver.h"
+
+static void min_max(const int64_t *v, int n, int64_t *lo, int64_t *hi) {
+  *lo = n ? v[0] : 0;
+  *hi = n ? v[0] : 0;
+  for (int i = 1; i < n; i++) {
+    *lo = RF_MIN(*lo, v[i]);
+    *hi = RF_MAX(*hi, v[i]);
+  }
+}
+
+static int count_local(const rf_plan *plan) {
+  int n = 0;
+  for (int i = 0; i < plan->piece_count; i++)
+    n += rf_piece_is_local(plan, &plan->pieces[i]);
+  return n;
+}
+
+static json_t *int_array(const int64_t *v, int n) {
+  json_t *a = json_array();
+  for (int i = 0; i < n; i++)
+    json_array_append_new(a, json_integer(v[i]));
+  return a;
+}
+
+static rf_status print_json(const rf_job *job) {
+  const rf_plan *plan = &job->plan;
+  const rf_layout *lay = &job->layout;
+  const rf_model *m = &job->model;
+  char trainer[64], rollout[64], digest[32];
+  rf_trainer_layout_format(&job->trainer, trainer, sizeof trainer);
+  rf_rollout_layout_format(&job->rollout, rollout, sizeof rollout);
+  snprintf(digest, sizeof digest, "%016" PRIx64, plan->digest);
+  json_t *o = json_object();
+  json_object_set_new(o, "model", json_string(m->name));
+  json_object_set_new(o, "model_type", json_string(m->model_type));
+  json_object_set_new(o, "dtype", json_string(rf_dtype_name(m->dtype)));
+  json_object_set_new(o, "total_params", json_integer(m->total_params));
+  json_object_set_new(o, "total_bytes", json_integer(m->total_bytes));
+  json_object_set_new(o, "tensors", json_integer(m->tensor_count));
+  json_object_set_new(o, "rollout_tensors", json_integer(lay->rollout_tensor_count));
+  json_object_set_new(o, "trainer", json_string(trainer));
+  json_object_set_new(o, "trainer_style",
+                      json_string(job->trainer.style == RF_STYLE_FSDP2 ? "fsdp2" : "tunix"));
+  json_object_set_new(o, "trainer_ranks", json_integer(lay->trainer_ranks));
+  json_object_set_new(o, "rollout", json_string(rollout));
+  json_object_set_new(o, "rollout_ranks", json_integer(lay->rollout_ranks));
+  json_object_set_new(o, "placement", json_string(job->placement == RF_PLACEMENT_COLOCATED
+                                                      ? "colocated" : "disaggregated"));
+  json_object_set_new(o, "world_size", json_integer(lay->world_size));
+  json_object_set_new(o, "plan", json_string(rf_plan_kind_name(plan->kind)));
+  if (plan->kind == RF_PLAN_STAR) {
+    json_object_set_new(o, "star_mode", json_string(plan->fan_in ? "fan-in" : "fan-out"));
+    json_object_set_new(o, "star_count", json_integer(plan->star_count));
+    json_object_set_new(o, "star_arms", json_integer(plan->star_arms));
+  }
+  json_object_set_new(o, "pieces", json_integer(plan->piece_count));
+  json_object_set_new(o, "reshape_pieces", json_integer(plan->reshape_count));
+  json_object_set_new(o, "local_pieces", json_integer(count_local(plan)));
+  json_object_set_new(o, "transfer_bytes", json_integer(plan->transfer_bytes));
+  json_object_set_new(o, "reshape_bytes", json_integer(plan->reshape_bytes));
+  json_object_set_new(o, "local_bytes", json_integer(plan->local_bytes));
+  json_object_set_new(o, "extra_bytes", json_integer(plan->extra_bytes));
+  json_object_set_new(o, "send_bytes", int_array(plan->send_bytes, lay->trainer_ranks));
+  json_object_set_new(o, "recv_bytes", int_array(plan->recv_bytes, lay->rollout_ranks));
+  json_object_set_new(o, "reshape_send_bytes",
+                      int_array(plan->reshape_send_bytes, lay->trainer_ranks));
+  json_object_set_new(o, "digest", json_string(digest));
+  char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(o);
+  if (!text)
+    return rf_fail(RF_ERR_NOMEM, "out of memory formatting the plan as JSON");
+  printf("%s\n", text);
+  free(text);
+  return RF_OK;
+}
+
+static void print_range(const char *label, const int64_t *v, int n, const char *per) {
+  int64_t lo, hi;
+  char a[32], b[32];
+  min_max(v, n, &lo, &hi);
+  printf("%-16s min %" PRId64 " (%s)  max %" PRId64 " (%s)  %s\n", label, lo,
+         rf_format_bytes(lo, a, sizeof a), hi, rf_format_bytes(hi, b, sizeof b), per);
+}
+
+static void print_text(const rf_job *job) {
+  const rf_plan *plan = &job->plan;
+  const rf_layout *lay = &job->layout;
+  const rf_model *m = &job->model;
+  char trainer[64], rollout[64], size[32];
+  rf_trainer_layout_format(&job->trainer, trainer, sizeof trainer);
+  rf_rollout_layout_format(&job->rollout, rollout, sizeof rollout);
+  printf("%-16s %s (%s, %s)\n", "model", m->name, m->model_type, rf_dtype_name(m->dtype));
+  printf("%-16s %" PRId64 "\n", "parameters", m->total_params);
+  printf("%-16s %" PRId64 " (%s)\n", "bytes", m->total_bytes,
+         rf_format_bytes(m->total_bytes, size, sizeof size));
+  printf("%-16s %d logical, %d per rollout rank (fused)\n", "tensors", m->tensor_count,
+         lay->rollout_tensor_count);
+  printf("%-16s %s (%s), %d ranks\n", "trainer", trainer,
+         job->trainer.style == RF_STYLE_FSDP2 ? "fsdp2" : "tunix", lay->trainer_ranks);
+  printf("%-16s %s, %d ranks\n", "rollout", rollout, lay->rollout_ranks);
+  printf("%-16s %s, world size %d\n", "placement",
+         job->placement == RF_PLACEMENT_COLOCATED ? "colocated" : "disaggregated",
+         lay->world_size);
+  if (plan->kind == RF_PLAN_STAR)
+    printf("%-16s star, %s: %d stars of %d arms\n", "plan", plan->fan_in ? "fan-in" : "fan-out",
+           plan->star_count, plan->star_arms);
+  else
+    printf("%-16s p2p\n", "plan");
+  printf("%-16s %d (%d reshape, %d local copies)\n", "pieces", plan->piece_count,
+         plan->reshape_count, count_local(plan));
+  printf("%-16s %" PRId64 " (%s)\n", "transfer bytes", plan->transfer_bytes,
+         rf_format_bytes(plan->transfer_bytes, size, sizeof size));
+  if (plan->kind == RF_PLAN_STAR) {
+    printf("%-16s %" PRId64 " (%s) between trainer ranks\n", "reshape bytes", plan->reshape_bytes,
+           rf_format_bytes(plan->reshape_bytes, size, sizeof size));
+    printf("%-16s %" PRId64 " (%s) sent whole but not kept\n", "extra bytes", plan->extra_bytes,
+           rf_format_bytes(plan->extra_bytes, size, sizeof size));
+  }
+  print_range("send bytes", plan->send_bytes, lay->trainer_ranks, "per trainer rank");
+  print_range("recv bytes", plan->recv_bytes, lay->rollout_ranks, "per rollout rank");
+  printf("%-16s %016" PRIx64 "\n", "digest", plan->digest);
+}
+
+rf_status rf_cmd_plan(const rf_config *cfg) {
+  rf_job job;
+  rf_status st = rf_job_build(cfg, &job);
+  if (st == RF_OK) {
+    if (cfg->json)
+      st = print_json(&job);
+    else
+      print_text(&job);
+  }
+  rf_job_free(&job);
+  return st;
+}

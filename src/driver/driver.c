@@ -1,0 +1,79 @@
+/* Command dispatch and the job every command starts from. */
+#include <stdio.h>
+#include <string.h>
+
+#include "driver.h"
+
+static rf_status parse_enum(const char *what, const char *text, const char *const *names,
+                            int count, int *out) {
+  for (int i = 0; i < count; i++)
+    if (strcmp(text, names[i]) == 0) {
+      *out = i;
+      return RF_OK;
+    }
+  return rf_fail(RF_ERR_USAGE, "option --%s: '%s' is not a valid choice", what, text);
+}
+
+rf_status rf_job_build(const rf_config *cfg, rf_job *job) {
+  static const char *const styles[] = {"tunix", "fsdp2"};
+  static const char *const orders[] = {"hf", "jax"};
+  static const char *const placements[] = {"disaggregated", "colocated"};
+  static const char *const plans[] = {"p2p", "star"};
+  int style = 0, order = 0, placement = 0, kind = 0;
+  memset(job, 0, sizeof *job);
+  RF_TRY(parse_enum("trainer-style", cfg->trainer_style, styles, 2, &style));
+  RF_TRY(parse_enum("trainer-order", cfg->trainer_order, orders, 2, &order));
+  RF_TRY(parse_enum("placement", cfg->placement, placements, 2, &placement));
+  RF_TRY(parse_enum("plan", cfg->plan, plans, 2, &kind));
+  RF_TRY(rf_trainer_layout_parse(cfg->trainer, &job->trainer));
+  RF_TRY(rf_rollout_layout_parse(cfg->rollout, &job->rollout));
+  job->trainer.style = (rf_trainer_style)style;
+  job->trainer.order = (rf_trainer_order)order;
+  job->placement = (rf_placement)placement;
+
+  RF_TRY(rf_model_load(cfg->model, &job->model));
+  job->have_model = 1;
+  if (strcmp(cfg->dtype, "model") != 0) {
+    rf_dtype dt;
+    if (rf_dtype_parse(cfg->dtype, &dt) != RF_OK)
+      return rf_fail(RF_ERR_USAGE, "option --dtype: '%s' is not one of model|bf16|fp16|fp32",
+                     cfg->dtype);
+    rf_model_set_dtype(&job->model, dt);
+  }
+  RF_TRY(rf_layout_init(&job->layout, &job->model, &job->trainer, &job->rollout,
+                        job->placement));
+  job->have_layout = 1;
+  RF_TRY(rf_plan_build(&job->plan, &job->layout, (rf_plan_kind)kind, NULL));
+  job->have_plan = 1;
+  return RF_OK;
+}
+
+void rf_job_free(rf_job *job) {
+  if (job->have_plan)
+    rf_plan_free(&job->plan);
+  if (job->have_layout)
+    rf_layout_free(&job->layout);
+  if (job->have_model)
+    rf_model_free(&job->model);
+  memset(job, 0, sizeof *job);
+}
+
+int rf_driver_main(int argc, char **argv) {
+  rf_log_init_from_env();
+  rf_config cfg;
+  rf_status st = rf_cli_parse(argc, argv, &cfg);
+  if (st != RF_OK || cfg.help)
+    return rf_status_exit_code(st);
+  switch (cfg.command) {
+  case RF_CMD_PLAN:
+    st = rf_cmd_plan(&cfg);
+    break;
+  case RF_CMD_RUN:
+    st = rf_cmd_run(&cfg, &argc, &argv);
+    break;
+  default:
+    st = rf_fail(RF_ERR_USAGE, "no command given; see refit --help");
+    break;
+  }
+  return rf_status_exit_code(st);
+}

@@ -1,0 +1,35 @@
+/* driver: the commands. It turns a parsed configuration into a job (model, layouts, plan),
+ * runs the command, and maps the outcome to the process exit code. The driver and main() are
+ * the only places allowed to end the process or abort the MPI job. */
+#ifndef RF_DRIVER_H
+#define RF_DRIVER_H
+
+#include "cli/cli.h"
+#include "plan/plan.h"
+
+/* Everything a command needs to know about the transfer it describes. */
+typedef struct {
+  rf_model model;
+  rf_trainer_layout trainer;
+  rf_rollout_layout rollout;
+  rf_placement placement;
+  rf_layout layout;
+  rf_plan plan;
+  int have_model, have_layout, have_plan;
+} rf_job;
+
+/* Loads the model (with any --dtype override), parses and checks the layouts and builds the
+ * plan. Errors are one line each; the caller frees the job whatever happens. */
+rf_status rf_job_build(const rf_config *cfg, rf_job *job);
+void rf_job_free(rf_job *job);
+
+/* `refit plan`: prints the plan's totals, as text or one JSON object. No MPI. */
+rf_status rf_cmd_plan(const rf_config *cfg);
+
+/* `refit run`: the MPI-launched transfer. Initialises and finalises MPI itself. */
+rf_status rf_cmd_run(const rf_config *cfg, int *argc, char ***argv);
+
+/* The whole program: parses argv, runs the command and returns the exit code. */
+int rf_driver_main(int argc, char **argv);
+
+#endif

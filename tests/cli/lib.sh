@@ -1,0 +1,84 @@
+# Helpers for the CLI tests: run refit the way a user does and compare exit codes and output
+# exactly. Sourced by every tests/cli/*.sh; $REFIT points at the binary (set by CTest).
+set -u
+: "${REFIT:?REFIT must point at the refit binary}"
+: "${REFIT_SOURCE_DIR:?}"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+# expect_exit CODE CMD...: runs CMD, keeps stdout/stderr in $TMP/out and $TMP/err.
+expect_exit() {
+  local want=$1
+  shift
+  "$@" >"$TMP/out" 2>"$TMP/err"
+  local got=$?
+  if [ "$got" -ne "$want" ]; then
+    fail "'$*' exited $got, expected $want; stderr: $(head -c 600 "$TMP/err")"
+  fi
+}
+
+# expect_error CODE "exact stderr line" CMD...: the command fails with exactly one line.
+expect_error() {
+  local want=$1 line=$2
+  shift 2
+  expect_exit "$want" "$@"
+  local lines
+  lines=$(wc -l <"$TMP/err")
+  if [ "$lines" -ne 1 ] || [ "$(cat "$TMP/err")" != "$line" ]; then
+    fail "'$*' stderr was:
+$(cat "$TMP/err")
+expected exactly:
+$line"
+  fi
+}
+
+# expect_grep PATTERN FILE: FILE has a line matching the fixed string PATTERN.
+expect_grep() {
+  grep -qF -- "$1" "$2" || fail "'$2' lacks '$1'; it holds: $(head -c 800 "$2")"
+}
+
+finish() {
+  if [ "$failures" -ne 0 ]; then
+    echo "$failures check(s) failed" >&2
+    exit 1
+  fi
+  echo "all checks passed"
+  exit 0
+}
+
+# mpirun with the options every test needs (oversubscribed, as root in CI).
+MPIRUN=("${MPIEXEC:-mpirun}" --oversubscribe)
+
+# expect_rows N: the last command printed N result rows, each with #wrong 0 and checksums ok
+# (or "-" where that verification did not run), and the footer "# PASS".
+expect_rows() {
+  local want=$1 rows
+  rows=$(grep -v '^#' "$TMP/out" | grep -c .)
+  [ "$rows" -eq "$want" ] || fail "expected $want result rows, got $rows: $(cat "$TMP/out")"
+  grep -v '^#' "$TMP/out" | awk -v f="$TMP/badrows" '
+    NF != 16 || ($14 != "0" && $14 != "-") || ($15 != "ok" && $15 != "-") { print > f }'
+  [ -s "$TMP/badrows" ] && fail "rows failed verification: $(cat "$TMP/badrows")"
+  rm -f "$TMP/badrows"
+  [ "$(tail -n 1 "$TMP/out")" = "# PASS" ] || fail "footer is not '# PASS': $(tail -n 1 "$TMP/out")"
+}
+
+# expect_error_mpi CODE "exact line" CMD...: like expect_error for jobs under mpirun, whose
+# launcher adds its own banner: exactly one line from refit, equal to the given one.
+expect_error_mpi() {
+  local want=$1 line=$2
+  shift 2
+  expect_exit "$want" "$@"
+  grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' >"$TMP/refit_err"
+  if [ "$(wc -l <"$TMP/refit_err")" -ne 1 ] || [ "$(cat "$TMP/refit_err")" != "$line" ]; then
+    fail "'$*' printed:
+$(cat "$TMP/refit_err")
+expected exactly one line:
+$line"
+  fi
+}

@@ -1,0 +1,61 @@
+# `refit plan`: exact totals for the shipped models, the golden JSON for Llama-3.1-8B and the
+# one-line errors for bad layouts, unknown models and bad options.
+. "$(dirname "$0")/lib.sh"
+
+# Published parameter counts of every shipped model.
+for pair in llama-3.2-1b:1235814400 llama-3.1-8b:8030261248 llama-3.1-70b:70553706496 \
+  llama-3.1-405b:405853388800 gemma-2b:2506172416 gemma-7b:8537680896 \
+  gemma-2-9b:9241705984 gemma-3-1b:999885952 tiny:139584; do
+  model=${pair%%:*} params=${pair#*:}
+  expect_exit 0 "$REFIT" plan --model "$model" --trainer fsdp=1 --rollout tp=1 --json
+  expect_grep "\"total_params\": $params," "$TMP/out"
+done
+
+# The golden plan of the issue, byte for byte.
+golden="$REFIT_SOURCE_DIR/tests/data/plan-llama-3.1-8b-fsdp4tp2-tp4.json"
+expect_exit 0 "$REFIT" plan --model llama-3.1-8b --trainer fsdp=4,tp=2 --rollout tp=4 --json
+cmp -s "$TMP/out" "$golden" || fail "plan JSON differs from $golden: $(diff "$TMP/out" "$golden" | head)"
+# Hand-derived figures inside it (see tests/test_plan.c).
+expect_grep '"total_bytes": 16060522496,' "$TMP/out"
+expect_grep '"pieces": 3368,' "$TMP/out"
+tr -d ' \n' <"$TMP/out" >"$TMP/flat"
+expect_grep '"recv_bytes":[4015529984,4015529984,4015529984,4015529984]' "$TMP/flat"
+expect_grep '"send_bytes":[2007764992,2007764992,2007764992,2007764992,2007764992,2007764992,2007764992,2007764992]' "$TMP/flat"
+
+# Text output names the model and the totals.
+expect_exit 0 "$REFIT" plan --model llama-3.1-8b --trainer fsdp=4,tp=2 --rollout tp=4
+expect_grep "parameters       8030261248" "$TMP/out"
+expect_grep "pieces           3368 (0 reshape, 0 local copies)" "$TMP/out"
+expect_exit 0 "$REFIT" plan --model llama-3.1-8b --trainer fsdp=4,tp=2 --rollout tp=4 --plan star
+expect_grep "plan             star, fan-in: 4 stars of 2 arms" "$TMP/out"
+
+# Any HF config.json works with --model PATH.
+mkdir -p "$TMP/Qwen2-0.5B"
+cat >"$TMP/Qwen2-0.5B/config.json" <<'JSON'
+{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936,
+ "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+ "num_attention_heads": 14, "num_key_value_heads": 2, "tie_word_embeddings": true,
+ "torch_dtype": "bfloat16"}
+JSON
+expect_exit 0 "$REFIT" plan --model "$TMP/Qwen2-0.5B/config.json" --trainer fsdp=2 --rollout tp=2 --json
+expect_grep '"total_params": 494032768,' "$TMP/out"
+expect_grep '"model": "Qwen2-0.5B",' "$TMP/out"
+
+# Layouts that do not divide: one line naming tensor, dimension and axis; exit 2.
+expect_error 2 "refit: error: layout: model.layers.0.self_attn.q_proj.weight dim 0 has 32 heads, which do not divide over trainer fsdp=3; choose a trainer fsdp that divides 32" \
+  "$REFIT" plan --model llama-3.1-8b --trainer fsdp=3 --rollout tp=2
+expect_error 2 "refit: error: layout: model.layers.0.self_attn.q_proj.weight dim 0 has 14 heads, which do not divide over rollout tp=4; choose a rollout tp that divides 14" \
+  "$REFIT" plan --model "$TMP/Qwen2-0.5B/config.json" --trainer fsdp=1 --rollout tp=4
+expect_error 2 "refit: error: layout: model.layers.0.self_attn.k_proj.weight dim 0 has 2 kv heads, which neither divide over nor replicate evenly across rollout tp=7; choose a rollout tp that divides or is a multiple of 2" \
+  "$REFIT" plan --model "$TMP/Qwen2-0.5B/config.json" --trainer fsdp=1 --rollout tp=7
+expect_error 2 "refit: error: plan star: 3 trainer ranks and rollout tp=2 must both be powers of two (the reference bridge's stars); use --plan p2p" \
+  "$REFIT" plan --model tiny --trainer fsdp=1,tp=1,dp=3 --rollout tp=2 --plan star
+expect_error 2 "refit: error: trainer layout 'fsdp=two': fsdp must be an integer from 1 to 65536, not 'two'" \
+  "$REFIT" plan --model tiny --trainer fsdp=two
+
+# Unknown model: one line listing what exists; exit 2.
+expect_exit 2 "$REFIT" plan --model llama-9
+expect_grep "unknown model 'llama-9'" "$TMP/err"
+[ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "unknown model printed more than one line"
+
+finish
