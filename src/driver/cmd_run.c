@@ -1,0 +1,313 @@
+/* `refit run`: the MPI-launched job. MPI carries the control plane (split, handshake, status
+ * agreement, gathering results); the engine moves the plan's pieces over the transport. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "control/control.h"
+#include "driver.h"
+#include "report/report.h"
+#include "transport/engine.h"
+
+#define RF_MAX_MODES 8
+
+/* Everything `refit run` decided from its options, on every rank alike. */
+typedef struct {
+  rf_job job;
+  rf_mode modes[RF_MAX_MODES];
+  int mode_count;
+  const rf_transport_ops *transport;
+  rf_inject inject;
+  int verify_full, verify_checksum;
+} run_setup;
+
+static rf_status parse_modes(const char *text, run_setup *rs) {
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", text);
+  rs->mode_count = 0;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    if (rs->mode_count == RF_MAX_MODES)
+      return rf_fail(RF_ERR_USAGE, "option --mode: at most %d modes", RF_MAX_MODES);
+    RF_TRY(rf_mode_parse(tok, &rs->modes[rs->mode_count++]));
+  }
+  if (rs->mode_count == 0)
+    return rf_fail(RF_ERR_USAGE, "option --mode: give unfused, grouped, fused or a list of them");
+  return RF_OK;
+}
+
+static rf_status build_setup(const rf_config *cfg, run_setup *rs) {
+  RF_TRY(parse_modes(cfg->mode, rs));
+  if (cfg->bucket_size != 0 && cfg->bucket_size < 4096)
+    return rf_fail(RF_ERR_USAGE, "option --bucket-size: %lld bytes is below the minimum of 4096 "
+                   "(or 0 for the whole model in one bucket)", (long long)cfg->bucket_size);
+  RF_TRY(rf_transport_find(cfg->transport, &rs->transport));
+  rs->inject = strcmp(cfg->inject, "corrupt") == 0 ? RF_INJECT_CORRUPT
+               : strcmp(cfg->inject, "stall") == 0 ? RF_INJECT_STALL
+                                                    : RF_INJECT_NONE;
+  rs->verify_full = strcmp(cfg->verify, "full") == 0;
+  rs->verify_checksum = strcmp(cfg->verify, "none") != 0;
+  return rf_job_build(cfg, &rs->job);
+}
+
+static void describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d) {
+  memset(d, 0, sizeof *d);
+  snprintf(d->model, sizeof d->model, "%s", job->model.name);
+  d->model_digest = rf_model_digest(&job->model);
+  rf_trainer_layout_format(&job->trainer, d->trainer, sizeof d->trainer);
+  rf_rollout_layout_format(&job->rollout, d->rollout, sizeof d->rollout);
+  snprintf(d->placement, sizeof d->placement, "%s", cfg->placement);
+  snprintf(d->plan, sizeof d->plan, "%s", cfg->plan);
+  d->plan_digest = job->plan.digest;
+}
+
+/* Rank 0 prints the header: versions, command line, the job and one line per rank. */
+static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_job *job) {
+  rf_rank_info mine = {.rank = ctl->world_rank, .pid = (long)getpid(),
+                       .trainer_rank = ctl->trainer_rank, .rollout_rank = ctl->rollout_rank};
+  snprintf(mine.host, sizeof mine.host, "%s", rf_hostname());
+  rf_rank_info *all = ctl->world_rank == 0 ? rf_calloc((size_t)ctl->world_size, sizeof *all,
+                                                       "rank table") : NULL;
+  MPI_Request req;
+  RF_MPI(MPI_Igather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0,
+                     ctl->world, &req));
+  rf_status st = rf_control_wait(ctl, &req, "the rank table");
+  if (st == RF_OK && all) {
+    const rf_model *m = &job->model;
+    char job_line[512];
+    snprintf(job_line, sizeof job_line,
+             "%s (%s, %lld bytes, %d tensors); trainer %s (%s, %s order); rollout %s; %s; "
+             "transport %s; verify %s; warmup %lld, iters %lld; seed %lld",
+             m->name, rf_dtype_name(m->dtype), (long long)m->total_bytes, m->tensor_count,
+             cfg->trainer, cfg->trainer_style, cfg->trainer_order, cfg->rollout, cfg->placement,
+             cfg->transport, cfg->verify, (long long)cfg->warmup, (long long)cfg->iters,
+             (long long)cfg->seed);
+    rf_report_header(stdout, cfg->command_line, job_line, all, ctl->world_size);
+  }
+  free(all);
+  return st;
+}
+
+/* Waits for every rank at the start of an iteration, so ranks start their clocks together. */
+static rf_status barrier(rf_control *ctl) {
+  MPI_Request req;
+  RF_MPI(MPI_Ibarrier(ctl->world, &req));
+  return rf_control_wait(ctl, &req, "the iteration barrier");
+}
+
+static rf_status reduce(rf_control *ctl, void *in, void *out, int count, MPI_Datatype type,
+                        MPI_Op op, const char *what) {
+  MPI_Request req;
+  RF_MPI(MPI_Ireduce(in, out, count, type, op, 0, ctl->world, &req));
+  return rf_control_wait(ctl, &req, what);
+}
+
+/* Verification after the last iteration: the full element check and the checksums, reduced
+ * to rank 0, which names the tensors whose checksums differ. */
+static rf_status verify_run(rf_control *ctl, const run_setup *rs, rf_engine *e,
+                            rf_run_result *res) {
+  const rf_model *m = &rs->job.model;
+  int nt = m->tensor_count, replicas = rs->job.rollout.dp;
+  res->wrong = -1;
+  res->checksum_bad = -1;
+  if (rs->verify_full) {
+    int64_t wrong = rf_engine_check(e), total = 0;
+    RF_TRY(reduce(ctl, &wrong, &total, 1, MPI_INT64_T, MPI_SUM, "the element check"));
+    res->wrong = total;
+  }
+  if (!rs->verify_checksum)
+    return RF_OK;
+  size_t n = (size_t)nt * (size_t)(1 + replicas);
+  uint64_t *local = rf_calloc(n, sizeof *local, "checksums");
+  uint64_t *sum = rf_calloc(n, sizeof *sum, "checksums");
+  rf_status st = local && sum ? RF_OK : RF_ERR_NOMEM;
+  if (st == RF_OK) {
+    rf_engine_checksums(e, local, local + nt);
+    st = reduce(ctl, local, sum, (int)n, MPI_UINT64_T, MPI_SUM, "the checksums");
+  }
+  if (st == RF_OK && ctl->world_rank == 0) {
+    res->checksum_bad = 0;
+    for (int t = 0; t < nt; t++)
+      for (int p = 0; p < replicas; p++)
+        if (sum[nt + (size_t)p * nt + t] != sum[t] && res->checksum_bad++ < 4)
+          RF_ERROR("verify: checksum of %s differs: trainer %016llx, rollout replica %d %016llx",
+                   m->tensors[t].name, (unsigned long long)sum[t], p,
+                   (unsigned long long)sum[nt + (size_t)p * nt + t]);
+  }
+  free(local);
+  free(sum);
+  return st;
+}
+
+/* One run: one mode over the whole job. Returns the agreed status of every rank. */
+static rf_status run_mode(rf_control *ctl, const rf_config *cfg, const run_setup *rs,
+                          rf_transport *tp, rf_buffers *data, rf_mode mode, rf_run_result *res) {
+  const rf_plan *plan = &rs->job.plan;
+  int iters = (int)cfg->iters, warmup = (int)cfg->warmup, ranks = ctl->world_size;
+  double *mine = rf_calloc((size_t)iters * RF_PHASE_COUNT, sizeof *mine, "timings");
+  double *all = ctl->world_rank == 0
+                    ? rf_calloc((size_t)iters * ranks * RF_PHASE_COUNT, sizeof *all, "timings")
+                    : NULL;
+  rf_engine e;
+  memset(&e, 0, sizeof e);
+  res->wrong = -1; /* nothing verified until verify_run says otherwise */
+  res->checksum_bad = -1;
+  rf_mem_reset_peak();
+  double t0 = rf_now();
+  rf_status st = mine ? rf_engine_init(&e, data, tp, mode, cfg->bucket_size, (uint64_t)cfg->seed,
+                                       rs->inject, ctl->world_rank)
+                      : RF_ERR_NOMEM;
+  double setup = rf_now() - t0;
+  st = rf_control_agree(ctl, st);
+  int stall = rs->inject == RF_INJECT_STALL && ctl->trainer_rank == 0;
+  if (stall && st == RF_OK)
+    RF_WARN("inject stall: trainer rank 0 will not post its messages");
+  double scratch[RF_PHASE_COUNT];
+  for (int it = 0; it < warmup + iters && st == RF_OK; it++) {
+    if (it == warmup + iters - 1)
+      rf_engine_poison(&e); /* the last iteration must write every element again */
+    double *times = it < warmup ? scratch : mine + (size_t)(it - warmup) * RF_PHASE_COUNT;
+    st = barrier(ctl);
+    if (st == RF_OK)
+      st = rf_engine_iterate(&e, times, stall);
+    times[RF_PHASE_SETUP] = setup;
+    st = rf_control_agree(ctl, st);
+  }
+  if (st == RF_OK && rs->inject == RF_INJECT_CORRUPT)
+    rf_engine_corrupt(&e);
+  if (st == RF_OK) {
+    double v0 = rf_now();
+    st = rf_control_agree(ctl, verify_run(ctl, rs, &e, res));
+    for (int it = 0; it < iters; it++)
+      mine[(size_t)it * RF_PHASE_COUNT + RF_PHASE_VERIFY] = rf_now() - v0;
+  }
+  if (st == RF_OK) {
+    MPI_Request req;
+    int count = iters * RF_PHASE_COUNT;
+    int rc = MPI_Igather(mine, count, MPI_DOUBLE, all, count, MPI_DOUBLE, 0, ctl->world, &req);
+    st = rc == MPI_SUCCESS ? rf_control_wait(ctl, &req, "the timings")
+                           : rf_mpi_failed(rc, "MPI_Igather", __FILE__, __LINE__);
+  }
+  int slots = mode == RF_MODE_FUSED ? 2 : 1;
+  int64_t staging = (int64_t)(e.staging_bytes[0] + e.staging_bytes[1]) * slots;
+  int64_t peaks[3] = {staging, rf_mem_peak_rss(), e.messages};
+  int64_t maxes[3] = {0, 0, 0}, messages = 0;
+  if (st == RF_OK)
+    st = reduce(ctl, peaks, maxes, 2, MPI_INT64_T, MPI_MAX, "the memory peaks");
+  if (st == RF_OK)
+    st = reduce(ctl, &peaks[2], &messages, 1, MPI_INT64_T, MPI_SUM, "the message count");
+  if (ctl->world_rank == 0) {
+    snprintf(res->mode, sizeof res->mode, "%s", rf_mode_name(mode));
+    snprintf(res->plan, sizeof res->plan, "%s", rf_plan_kind_name(plan->kind));
+    snprintf(res->transport, sizeof res->transport, "%s", rs->transport->name);
+    snprintf(res->verify, sizeof res->verify, "%s", cfg->verify);
+    res->model_bytes = rs->job.model.total_bytes;
+    res->replica_bytes = plan->transfer_bytes / rs->job.rollout.dp;
+    res->transfer_bytes = plan->transfer_bytes + plan->reshape_bytes;
+    res->pieces = plan->piece_count;
+    res->messages = messages;
+    res->bucket_size = cfg->bucket_size;
+    res->iterations = iters;
+    res->ranks = ranks;
+    res->timings = all;
+    res->peak_staging = maxes[0];
+    res->peak_rss = maxes[1];
+    res->status = st;
+    if (st == RF_OK && (res->wrong > 0 || res->checksum_bad > 0))
+      res->status = RF_ERR_VERIFY;
+    rf_run_result_summarise(res);
+  } else {
+    free(all);
+  }
+  free(mine);
+  rf_engine_free(&e);
+  /* A verification failure is known on rank 0 only; share it so every rank exits 1. */
+  if (st == RF_OK)
+    st = rf_control_agree(ctl, ctl->world_rank == 0 ? res->status : RF_OK);
+  return st;
+}
+
+/* Runs on every rank between MPI_Init and MPI_Finalize; returns the status all ranks agreed. */
+static rf_status run_job(const rf_config *cfg, rf_control *ctl, int *ctl_open) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  /* Building the job is deterministic: every rank would print the same error, so only rank 0
+   * speaks. Ranks started with different options are caught by the handshake. */
+  rf_log_set_quiet(rank != 0);
+  run_setup rs;
+  memset(&rs, 0, sizeof rs);
+  rf_status st = build_setup(cfg, &rs);
+  if (st == RF_OK)
+    st = rf_control_init(ctl, &rs.job.layout, cfg->timeout);
+  rf_log_set_quiet(0);
+  if (st != RF_OK) {
+    rf_job_free(&rs.job);
+    return st;
+  }
+  *ctl_open = 1;
+  rf_job_desc desc;
+  describe_job(cfg, &rs.job, &desc);
+  st = rf_control_handshake(ctl, &desc);
+  if (st == RF_OK)
+    st = rf_control_agree(ctl, print_header(ctl, cfg, &rs.job));
+  rf_transport tp;
+  memset(&tp, 0, sizeof tp);
+  if (st == RF_OK)
+    st = rf_control_agree(ctl, rf_transport_open(rs.transport, ctl, &tp));
+  /* The weights are generated once; every mode moves the same data. */
+  rf_buffers data;
+  memset(&data, 0, sizeof data);
+  if (st == RF_OK)
+    st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.transport->memory,
+                                               (uint64_t)cfg->seed, ctl->world_rank));
+  const char *failed_mode = NULL;
+  for (int i = 0; i < rs.mode_count && st == RF_OK; i++) {
+    rf_run_result res;
+    memset(&res, 0, sizeof res);
+    st = run_mode(ctl, cfg, &rs, &tp, &data, rs.modes[i], &res);
+    if (rank == 0 && res.timings) {
+      rf_report_row(stdout, &res);
+      fflush(stdout);
+    }
+    if (st != RF_OK)
+      failed_mode = rf_mode_name(rs.modes[i]);
+    free(res.timings);
+  }
+  rf_buffers_free(&data);
+  if (tp.ops)
+    rf_transport_close(&tp);
+  if (rank == 0 && *ctl_open) {
+    char reason[256];
+    snprintf(reason, sizeof reason, "%s%s%s", rf_status_text(st), failed_mode ? " in mode " : "",
+             failed_mode ? failed_mode : "");
+    rf_report_footer(stdout, st, st == RF_OK ? NULL : reason);
+  }
+  rf_job_free(&rs.job);
+  return st;
+}
+
+rf_status rf_cmd_run(const rf_config *cfg, int *argc, char ***argv) {
+  int provided = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    return rf_fail(RF_ERR_MPI, "MPI_Init failed; start refit run under mpirun");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  rf_log_set_rank(rank, size);
+
+  rf_control ctl;
+  memset(&ctl, 0, sizeof ctl);
+  int ctl_open = 0;
+  rf_status st = run_job(cfg, &ctl, &ctl_open);
+  if (ctl.timed_out) {
+    /* A request is still pending on a dead or silent peer: finalising would hang. */
+    fflush(stdout);
+    MPI_Abort(MPI_COMM_WORLD, rf_status_exit_code(st));
+  }
+  if (ctl_open)
+    rf_control_free(&ctl);
+  MPI_Finalize();
+  return st;
+}

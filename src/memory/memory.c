@@ -1,0 +1,275 @@
+/* memory: the allocator with its byte counters, and box copies between regions.
+ *
+ * Every buffer a transfer uses goes through rf_mem_alloc, so the report can say how much
+ * staging memory a plan needed. The kinds of memory are a table of allocate/free pairs; the
+ * GPU kinds come from memory_gpu.h, implemented by memory_cuda.c or memory_gpu_none.c. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include "memory/memory.h"
+#include "memory/memory_gpu.h"
+
+/* ---- allocation ------------------------------------------------------------------------- */
+
+/* Buffers of a few MiB and more are aligned to 2 MiB and offered transparent huge pages: a
+ * transposing copy touches a new 4 KiB page every few elements, and with huge pages those
+ * accesses stop missing the TLB. Where the kernel declines, the buffer works as before. */
+#define RF_HUGE_PAGE ((size_t)2 << 20)
+
+static rf_status host_alloc(size_t bytes, const char *what, void **out) {
+  int huge = bytes >= 2 * RF_HUGE_PAGE;
+  /* posix_memalign may return NULL for 0 bytes, which callers would take for a failure. */
+  void *p = NULL;
+  if (posix_memalign(&p, huge ? RF_HUGE_PAGE : 64, bytes ? bytes : 64) != 0) {
+    char buf[32];
+    *out = NULL;
+    return rf_fail(RF_ERR_NOMEM, "out of memory allocating %s of host memory for %s",
+                   rf_format_bytes((int64_t)bytes, buf, sizeof buf), what);
+  }
+#ifdef MADV_HUGEPAGE
+  if (huge)
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+  *out = p;
+  return RF_OK;
+}
+
+static void host_free(void *ptr) { free(ptr); }
+
+static const struct {
+  const char *name;
+  rf_status (*alloc)(size_t bytes, const char *what, void **out);
+  void (*release)(void *ptr);
+} mem_kinds[] = {
+    [RF_MEM_HOST] = {"host", host_alloc, host_free},
+    [RF_MEM_PINNED] = {"pinned", rf_mem_pinned_alloc, rf_mem_pinned_free},
+    [RF_MEM_DEVICE] = {"device", rf_mem_device_alloc, rf_mem_device_free},
+};
+
+static int kind_valid(rf_mem_kind kind) {
+  return (int)kind >= 0 && (int)kind < (int)RF_ARRAY_LEN(mem_kinds);
+}
+
+/* The counters are per process and not atomic: a rank allocates from one thread. */
+static rf_mem_stats mem_stats;
+
+const char *rf_mem_kind_name(rf_mem_kind kind) {
+  return kind_valid(kind) ? mem_kinds[kind].name : "unknown";
+}
+
+rf_status rf_mem_alloc(rf_mem_kind kind, size_t bytes, const char *what, void **out) {
+  *out = NULL;
+  if (!kind_valid(kind))
+    return rf_fail(RF_ERR_INTERNAL, "unknown memory kind %d for %s", (int)kind, what);
+  RF_TRY(mem_kinds[kind].alloc(bytes, what, out));
+  mem_stats.current_bytes += (int64_t)bytes;
+  if (mem_stats.current_bytes > mem_stats.peak_bytes)
+    mem_stats.peak_bytes = mem_stats.current_bytes;
+  return RF_OK;
+}
+
+void rf_mem_free(rf_mem_kind kind, void *ptr, size_t bytes) {
+  if (!ptr || !kind_valid(kind))
+    return;
+  mem_kinds[kind].release(ptr);
+  mem_stats.current_bytes -= (int64_t)bytes;
+}
+
+rf_mem_stats rf_mem_get_stats(void) { return mem_stats; }
+
+void rf_mem_reset_peak(void) { mem_stats.peak_bytes = mem_stats.current_bytes; }
+
+int64_t rf_mem_peak_rss(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0)
+    return 0;
+  return (int64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
+}
+
+/* ---- regions ---------------------------------------------------------------------------- */
+
+rf_region rf_region_row_major(void *base, const rf_box *box, int esize) {
+  rf_region r = {base, *box, {box->hi[1] - box->lo[1], 1}, esize};
+  return r;
+}
+
+rf_region rf_region_transposed(void *base, const rf_box *box, int esize) {
+  rf_region r = {base, *box, {1, box->hi[0] - box->lo[0]}, esize};
+  return r;
+}
+
+rf_region rf_region_in_fused(void *fused, int64_t ld, int64_t row, int64_t col, const rf_box *held,
+                             int esize) {
+  rf_region r = {(char *)fused + (row * ld + col) * esize, *held, {ld, 1}, esize};
+  return r;
+}
+
+/* Walking an h x w box row by row visits consecutive elements exactly when each step within a
+ * row moves by one element (or there is no such step, w == 1) and the step from the end of a
+ * row to the start of the next moves by one too: stride[0] == (w - 1) * stride[1] + 1, which
+ * is w in both cases. So a single column of a transposed region is contiguous, a single row
+ * of it is not. */
+int rf_region_contiguous(const rf_region *r, const rf_box *box) {
+  int64_t h = box->hi[0] - box->lo[0], w = box->hi[1] - box->lo[1];
+  if (h <= 0 || w <= 0)
+    return 1;
+  return (w == 1 || r->stride[1] == 1) && (h == 1 || r->stride[0] == w);
+}
+
+/* ---- box copies ------------------------------------------------------------------------- */
+
+/* A box copy as n_out lines of n_in elements, after choosing which box dimension to walk
+ * innermost; strides are in elements, per side. */
+typedef struct {
+  int64_t n_out, n_in;
+  int64_t d_out, d_in, s_out, s_in;
+} copy_walk;
+
+/* Tiles of 32 x 32 elements: when one side is transposed, the strided side touches one cache
+ * line per inner step, and a tile reuses those lines for the next 31 outer steps instead of
+ * streaming a whole column of lines out of cache and back. */
+#define RF_COPY_TILE 32
+
+/* With a constant esize the compiler turns each memcpy into one load and one store; the
+ * callers below instantiate it for the sizes that occur. */
+static inline __attribute__((always_inline)) void copy_tiled(char *dst, const char *src,
+                                                             const copy_walk *w, int es) {
+  for (int64_t o0 = 0; o0 < w->n_out; o0 += RF_COPY_TILE) {
+    int64_t o1 = RF_MIN(o0 + RF_COPY_TILE, w->n_out);
+    for (int64_t i0 = 0; i0 < w->n_in; i0 += RF_COPY_TILE) {
+      int64_t i1 = RF_MIN(i0 + RF_COPY_TILE, w->n_in);
+      for (int64_t o = o0; o < o1; o++) {
+        char *d = dst + o * w->d_out * es;
+        const char *s = src + o * w->s_out * es;
+        for (int64_t i = i0; i < i1; i++)
+          memcpy(d + i * w->d_in * es, s + i * w->s_in * es, (size_t)es);
+      }
+    }
+  }
+}
+
+static void copy_tiled_es(char *d, const char *s, const copy_walk *w, int es) {
+  switch (es) {
+  case 2:
+    copy_tiled(d, s, w, 2);
+    break;
+  case 4:
+    copy_tiled(d, s, w, 4);
+    break;
+  case 8:
+    copy_tiled(d, s, w, 8);
+    break;
+  default: /* any other size, element by element */
+    for (int64_t o = 0; o < w->n_out; o++)
+      for (int64_t i = 0; i < w->n_in; i++)
+        memcpy(d + (o * w->d_out + i * w->d_in) * es, s + (o * w->s_out + i * w->s_in) * es,
+               (size_t)es);
+    break;
+  }
+}
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+
+/* A true transpose (dst dense along lines, src dense across them) moves 8 x 8 blocks of
+ * 16-bit or 4 x 4 blocks of 32-bit elements through SSE2 registers: whole vectors are loaded
+ * from src lines and stored to dst lines, instead of one element at a time. This is what
+ * packing a --trainer-order jax shard costs, so it is worth the 40 lines. */
+static inline void transpose_8x8_16(char *d, int64_t ds, const char *s, int64_t ss) {
+  __m128i r[8], a[8], b[8];
+  for (int k = 0; k < 8; k++)
+    r[k] = _mm_loadu_si128((const __m128i *)(s + k * ss));
+  for (int k = 0; k < 4; k++) {
+    a[2 * k] = _mm_unpacklo_epi16(r[2 * k], r[2 * k + 1]);
+    a[2 * k + 1] = _mm_unpackhi_epi16(r[2 * k], r[2 * k + 1]);
+  }
+  for (int k = 0; k < 2; k++) {
+    b[4 * k] = _mm_unpacklo_epi32(a[4 * k], a[4 * k + 2]);
+    b[4 * k + 1] = _mm_unpackhi_epi32(a[4 * k], a[4 * k + 2]);
+    b[4 * k + 2] = _mm_unpacklo_epi32(a[4 * k + 1], a[4 * k + 3]);
+    b[4 * k + 3] = _mm_unpackhi_epi32(a[4 * k + 1], a[4 * k + 3]);
+  }
+  for (int k = 0; k < 4; k++) {
+    _mm_storeu_si128((__m128i *)(d + (2 * k) * ds), _mm_unpacklo_epi64(b[k], b[k + 4]));
+    _mm_storeu_si128((__m128i *)(d + (2 * k + 1) * ds), _mm_unpackhi_epi64(b[k], b[k + 4]));
+  }
+}
+
+static inline void transpose_4x4_32(char *d, int64_t ds, const char *s, int64_t ss) {
+  __m128i r0 = _mm_loadu_si128((const __m128i *)s);
+  __m128i r1 = _mm_loadu_si128((const __m128i *)(s + ss));
+  __m128i r2 = _mm_loadu_si128((const __m128i *)(s + 2 * ss));
+  __m128i r3 = _mm_loadu_si128((const __m128i *)(s + 3 * ss));
+  __m128i a0 = _mm_unpacklo_epi32(r0, r1), a1 = _mm_unpackhi_epi32(r0, r1);
+  __m128i a2 = _mm_unpacklo_epi32(r2, r3), a3 = _mm_unpackhi_epi32(r2, r3);
+  _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi64(a0, a2));
+  _mm_storeu_si128((__m128i *)(d + ds), _mm_unpackhi_epi64(a0, a2));
+  _mm_storeu_si128((__m128i *)(d + 2 * ds), _mm_unpacklo_epi64(a1, a3));
+  _mm_storeu_si128((__m128i *)(d + 3 * ds), _mm_unpackhi_epi64(a1, a3));
+}
+
+/* Blocks of b x b within 32 x 32 tiles; the ragged edges go through copy_tiled_es. Requires
+ * w->d_in == 1 and w->s_out == 1. */
+static void copy_transpose(char *dst, const char *src, const copy_walk *w, int es) {
+  int b = es == 2 ? 8 : 4;
+  int64_t no = w->n_out / b * b, ni = w->n_in / b * b;
+  int64_t ds = w->d_out * es, ss = w->s_in * es; /* byte strides of dst and src lines */
+  for (int64_t o0 = 0; o0 < no; o0 += RF_COPY_TILE)
+    for (int64_t i0 = 0; i0 < ni; i0 += RF_COPY_TILE)
+      for (int64_t i = i0; i < RF_MIN(i0 + RF_COPY_TILE, ni); i += b)
+        for (int64_t o = o0; o < RF_MIN(o0 + RF_COPY_TILE, no); o += b) {
+          char *d = dst + o * ds + i * es;
+          const char *s = src + i * ss + o * es;
+          if (es == 2)
+            transpose_8x8_16(d, ds, s, ss);
+          else
+            transpose_4x4_32(d, ds, s, ss);
+        }
+  copy_walk right = *w, bottom = *w; /* the last n_in - ni columns, then the last rows */
+  right.n_out = no, right.n_in = w->n_in - ni;
+  copy_tiled_es(dst + ni * es, src + ni * ss, &right, es);
+  bottom.n_out = w->n_out - no;
+  copy_tiled_es(dst + no * ds, src + no * es, &bottom, es);
+}
+#endif
+
+void rf_region_copy(const rf_region *dst, const rf_region *src, const rf_box *box) {
+  int64_t h = box->hi[0] - box->lo[0], w = box->hi[1] - box->lo[1];
+  if (h <= 0 || w <= 0)
+    return;
+  int es = src->esize;
+  char *d = rf_region_at(dst, box->lo[0], box->lo[1]);
+  const char *s = rf_region_at(src, box->lo[0], box->lo[1]);
+
+  /* Walk innermost the dimension in which the destination is dense, so that writes stream;
+   * a box one element thick in a dimension is walked along the other. */
+  int inner = 1;
+  if (w == 1 || (h > 1 && dst->stride[0] < dst->stride[1]))
+    inner = 0;
+  int outer = 1 - inner;
+  copy_walk cw;
+  cw.n_out = inner ? h : w, cw.n_in = inner ? w : h;
+  cw.d_out = dst->stride[outer], cw.d_in = dst->stride[inner];
+  cw.s_out = src->stride[outer], cw.s_in = src->stride[inner];
+
+  if (cw.d_in == 1 && cw.s_in == 1) {
+    size_t line = (size_t)(cw.n_in * es);
+    /* Both sides dense over the whole box: one memcpy. */
+    if (cw.n_out == 1 || (cw.d_out == cw.n_in && cw.s_out == cw.n_in)) {
+      memcpy(d, s, line * (size_t)cw.n_out);
+      return;
+    }
+    for (int64_t o = 0; o < cw.n_out; o++)
+      memcpy(d + o * cw.d_out * es, s + o * cw.s_out * es, line);
+    return;
+  }
+#if defined(__SSE2__)
+  if (cw.d_in == 1 && cw.s_out == 1 && (es == 2 || es == 4)) {
+    copy_transpose(d, s, &cw, es);
+    return;
+  }
+#endif
+  copy_tiled_es(d, s, &cw, es);
+}

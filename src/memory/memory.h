@@ -1,0 +1,66 @@
+/* memory: where buffers live and how boxes move between them.
+ *
+ * A region is a buffer that holds one box of one logical tensor, with element strides per
+ * logical dimension: a trainer shard in HF order has strides {cols, 1}, one stored the JAX way
+ * (transposed) {1, rows}, a slot inside a fused rollout tensor {ld, 1} with ld the fused
+ * tensor's width. Packing and unpacking are box copies between regions; a staging buffer is a
+ * region whose box is the piece's, in row-major order. */
+#ifndef RF_MEMORY_H
+#define RF_MEMORY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "layout/layout.h"
+
+typedef enum {
+  RF_MEM_HOST = 0,   /* pageable host memory */
+  RF_MEM_PINNED,     /* page-locked host memory (GPU builds) */
+  RF_MEM_DEVICE      /* GPU memory (GPU builds) */
+} rf_mem_kind;
+const char *rf_mem_kind_name(rf_mem_kind kind);
+
+/* Allocates `bytes` of the given kind, 64-byte aligned, and counts them towards this rank's
+ * staging or data total (see rf_mem_stats). `what` names the buffer in error messages. */
+rf_status rf_mem_alloc(rf_mem_kind kind, size_t bytes, const char *what, void **out);
+void rf_mem_free(rf_mem_kind kind, void *ptr, size_t bytes);
+
+typedef struct {
+  int64_t current_bytes; /* allocated through rf_mem_alloc and not yet freed */
+  int64_t peak_bytes;
+} rf_mem_stats;
+rf_mem_stats rf_mem_get_stats(void);
+void rf_mem_reset_peak(void);
+/* Peak resident set size of this process in bytes (getrusage). */
+int64_t rf_mem_peak_rss(void);
+
+typedef struct {
+  char *base;        /* address of element box.lo */
+  rf_box box;        /* the logical box this buffer holds */
+  int64_t stride[2]; /* element strides of logical dims 0 and 1 */
+  int esize;         /* bytes per element */
+} rf_region;
+
+/* Regions of the usual shapes. */
+rf_region rf_region_row_major(void *base, const rf_box *box, int esize);
+rf_region rf_region_transposed(void *base, const rf_box *box, int esize);
+/* The slot of a logical tensor inside a fused rollout tensor of width `ld` elements:
+ * `held` lands at (row, col) of the fused tensor that starts at `fused`. */
+rf_region rf_region_in_fused(void *fused, int64_t ld, int64_t row, int64_t col,
+                             const rf_box *held, int esize);
+
+/* The address of logical element (i, j); the caller guarantees it is inside region->box. */
+static inline char *rf_region_at(const rf_region *r, int64_t i, int64_t j) {
+  return r->base + ((i - r->box.lo[0]) * r->stride[0] + (j - r->box.lo[1]) * r->stride[1]) *
+                       (int64_t)r->esize;
+}
+
+/* Whether `box` (inside region) is one contiguous run of bytes in row-major order, so that it
+ * can be sent or received in place without packing. */
+int rf_region_contiguous(const rf_region *r, const rf_box *box);
+
+/* Copies `box` (inside both regions) from src to dst, host memory. Rows that are contiguous
+ * on both sides move with memcpy; anything else element by element. */
+void rf_region_copy(const rf_region *dst, const rf_region *src, const rf_box *box);
+
+#endif

@@ -1,0 +1,20 @@
+/* Shared between the engine's files: the regions a chunk reads and writes. */
+#ifndef RF_ENGINE_INTERNAL_H
+#define RF_ENGINE_INTERNAL_H
+
+#include "engine.h"
+
+/* The region a piece is read from: a trainer shard, or star's coupling buffer. */
+rf_region engine_source(const rf_engine *e, const rf_piece *p);
+/* The region a piece lands in, and the part of `box` the destination keeps. */
+rf_region engine_destination(const rf_engine *e, const rf_piece *p, const rf_box *box,
+                             rf_box *kept);
+
+/* Runs one stage of the plan; adds pack/transfer/unpack seconds into times. */
+rf_status engine_run_stage(rf_engine *e, const rf_schedule *s, double *times);
+
+/* Bytes of staging one bucket needs on this rank, for sending and for receiving. */
+void engine_bucket_staging(const rf_engine *e, const rf_schedule *s, int bucket,
+                           int64_t *send, int64_t *recv);
+
+#endif

@@ -1,0 +1,306 @@
+/* The three transfer modes over one stage of the plan (design.md §3). Every rank walks the
+ * same schedule in the same order, so the messages between any two ranks are posted in the
+ * same order on both sides and match without tags. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+typedef struct {
+  rf_engine *e;
+  const rf_schedule *s;
+  rf_channel channel;
+  int me;           /* my rank on the channel */
+  int my_src_rank;  /* the rank numbers pieces use for me: trainer rank */
+  int my_dst_rank;  /* trainer rank (reshape) or rollout rank (transfer) */
+  double pack, unpack;
+} stage_ctx;
+
+static const rf_piece *piece_of(const stage_ctx *c, const rf_chunk *k) {
+  return &c->e->plan->pieces[k->piece];
+}
+
+static int sends(const stage_ctx *c, const rf_piece *p) { return p->src == c->my_src_rank; }
+static int receives(const stage_ctx *c, const rf_piece *p) { return p->dst == c->my_dst_rank; }
+
+/* The channel rank of a piece's other end. */
+static int peer_of(const stage_ctx *c, const rf_piece *p, int sending) {
+  if (c->channel == RF_CHANNEL_TRAINER)
+    return sending ? p->dst : p->src;
+  return sending ? rf_piece_dst_world(c->e->plan, p) : rf_piece_src_world(c->e->plan, p);
+}
+
+static int is_local(const stage_ctx *c, const rf_piece *p) { return sends(c, p) && receives(c, p); }
+
+/* Whether a chunk can be sent from, or received into, its own buffer without staging. */
+static int send_in_place(const stage_ctx *c, const rf_chunk *k) {
+  rf_region src = engine_source(c->e, piece_of(c, k));
+  return c->e->mode != RF_MODE_FUSED && rf_region_contiguous(&src, &k->box);
+}
+
+static int recv_in_place(const stage_ctx *c, const rf_chunk *k) {
+  rf_box kept;
+  rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
+  return c->e->mode != RF_MODE_FUSED && rf_box_equal(&kept, &k->box) &&
+         rf_region_contiguous(&dst, &k->box);
+}
+
+static void init_ctx(stage_ctx *c, rf_engine *e, const rf_schedule *s) {
+  memset(c, 0, sizeof *c);
+  c->e = e;
+  c->s = s;
+  c->channel = s->stage == RF_STAGE_RESHAPE ? RF_CHANNEL_TRAINER : RF_CHANNEL_WORLD;
+  c->my_src_rank = e->trainer_rank;
+  c->my_dst_rank = s->stage == RF_STAGE_RESHAPE ? e->trainer_rank : e->rollout_rank;
+}
+
+void engine_bucket_staging(const rf_engine *e, const rf_schedule *s, int bucket, int64_t *send,
+                           int64_t *recv) {
+  stage_ctx c;
+  init_ctx(&c, (rf_engine *)e, s);
+  *send = *recv = 0;
+  const rf_bucket *b = &s->buckets[bucket];
+  for (int i = b->first; i < b->first + b->count; i++) {
+    const rf_chunk *k = &s->chunks[i];
+    const rf_piece *p = piece_of(&c, k);
+    if (is_local(&c, p))
+      continue;
+    if (sends(&c, p) && !send_in_place(&c, k))
+      *send += k->bytes;
+    if (receives(&c, p) && !recv_in_place(&c, k))
+      *recv += k->bytes;
+  }
+}
+
+static void pack(stage_ctx *c, const rf_chunk *k, char *to) {
+  double t0 = rf_now();
+  rf_region src = engine_source(c->e, piece_of(c, k));
+  rf_region staging = rf_region_row_major(to, &k->box, c->e->esize);
+  rf_region_copy(&staging, &src, &k->box);
+  c->pack += rf_now() - t0;
+}
+
+static void unpack(stage_ctx *c, const rf_chunk *k, char *from) {
+  double t0 = rf_now();
+  rf_box kept;
+  rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
+  rf_region staging = rf_region_row_major(from, &k->box, c->e->esize);
+  if (!rf_box_is_empty(&kept))
+    rf_region_copy(&dst, &staging, &kept);
+  c->unpack += rf_now() - t0;
+}
+
+static void copy_local(stage_ctx *c, const rf_chunk *k) {
+  rf_box kept;
+  rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
+  rf_region src = engine_source(c->e, piece_of(c, k));
+  if (!rf_box_is_empty(&kept))
+    rf_region_copy(&dst, &src, &kept);
+}
+
+/* Receives that landed in staging, to unpack once their wait completes. */
+typedef struct {
+  int *chunk;
+  char **at;
+  int count;
+} pending_unpacks;
+
+static rf_status post_chunk(stage_ctx *c, const rf_chunk *k, int index, int64_t *send_off,
+                            int64_t *recv_off, pending_unpacks *pu, long *ticket) {
+  rf_transport *tp = c->e->transport;
+  const rf_piece *p = piece_of(c, k);
+  if (is_local(c, p)) {
+    copy_local(c, k);
+    return RF_OK;
+  }
+  if (sends(c, p)) {
+    char *buf;
+    if (send_in_place(c, k)) {
+      rf_region src = engine_source(c->e, p);
+      buf = rf_region_at(&src, k->box.lo[0], k->box.lo[1]);
+    } else {
+      buf = (char *)c->e->staging[0][0] + *send_off;
+      *send_off += k->bytes;
+      pack(c, k, buf);
+    }
+    RF_TRY(tp->ops->post_send(tp, c->channel, peer_of(c, p, 1), buf, (size_t)k->bytes, ticket));
+    c->e->messages++;
+  }
+  if (receives(c, p)) {
+    char *buf;
+    if (recv_in_place(c, k)) {
+      rf_box kept;
+      rf_region dst = engine_destination(c->e, p, &k->box, &kept);
+      buf = rf_region_at(&dst, k->box.lo[0], k->box.lo[1]);
+    } else {
+      buf = (char *)c->e->staging[1][0] + *recv_off;
+      *recv_off += k->bytes;
+      pu->chunk[pu->count] = index;
+      pu->at[pu->count++] = buf;
+    }
+    RF_TRY(tp->ops->post_recv(tp, c->channel, peer_of(c, p, 0), buf, (size_t)k->bytes, ticket));
+  }
+  return RF_OK;
+}
+
+static rf_status complete(stage_ctx *c, long ticket, pending_unpacks *pu, const char *what) {
+  rf_transport *tp = c->e->transport;
+  RF_TRY(tp->ops->wait(tp, ticket + 1, what));
+  for (int i = 0; i < pu->count; i++)
+    unpack(c, &c->s->chunks[pu->chunk[i]], pu->at[i]);
+  pu->count = 0;
+  return RF_OK;
+}
+
+/* unfused and grouped: one message per chunk. unfused waits after every tensor, grouped after
+ * every bucket. */
+static rf_status run_per_chunk(stage_ctx *c) {
+  const rf_schedule *s = c->s;
+  rf_transport *tp = c->e->transport;
+  int grouped = c->e->mode == RF_MODE_GROUPED;
+  pending_unpacks pu = {rf_malloc((size_t)s->chunk_count * sizeof(int) + 1, "unpack list"),
+                        rf_malloc((size_t)s->chunk_count * sizeof(char *) + 1, "unpack list"),
+                        0};
+  rf_status st = pu.chunk && pu.at ? RF_OK : RF_ERR_NOMEM;
+  long ticket = -1;
+  for (int b = 0; b < s->bucket_count && st == RF_OK; b++) {
+    const rf_bucket *bk = &s->buckets[b];
+    int64_t send_off = 0, recv_off = 0;
+    if (grouped)
+      st = tp->ops->group_start(tp);
+    for (int i = bk->first; i < bk->first + bk->count && st == RF_OK; i++) {
+      const rf_chunk *k = &s->chunks[i];
+      st = post_chunk(c, k, i, &send_off, &recv_off, &pu, &ticket);
+      int last_of_tensor = i + 1 == bk->first + bk->count ||
+                           piece_of(c, &s->chunks[i + 1])->tensor != piece_of(c, k)->tensor;
+      if (st == RF_OK && !grouped && last_of_tensor)
+        st = complete(c, ticket, &pu, "the pieces of a tensor");
+    }
+    if (grouped && st == RF_OK)
+      st = tp->ops->group_end(tp);
+    if (grouped && st == RF_OK)
+      st = complete(c, ticket, &pu, "a bucket's group of messages");
+  }
+  free(pu.chunk);
+  free(pu.at);
+  return st;
+}
+
+/* fused: per bucket, one message per peer and direction, through double-buffered staging. */
+typedef struct {
+  int64_t *send_bytes, *recv_bytes, *send_at, *recv_at; /* per channel rank */
+} peer_tables;
+
+static void bucket_layout(stage_ctx *c, const rf_bucket *bk, peer_tables *pt, int ranks) {
+  memset(pt->send_bytes, 0, (size_t)ranks * sizeof(int64_t));
+  memset(pt->recv_bytes, 0, (size_t)ranks * sizeof(int64_t));
+  for (int i = bk->first; i < bk->first + bk->count; i++) {
+    const rf_piece *p = piece_of(c, &c->s->chunks[i]);
+    if (is_local(c, p))
+      continue;
+    if (sends(c, p))
+      pt->send_bytes[peer_of(c, p, 1)] += c->s->chunks[i].bytes;
+    if (receives(c, p))
+      pt->recv_bytes[peer_of(c, p, 0)] += c->s->chunks[i].bytes;
+  }
+  int64_t s = 0, r = 0;
+  for (int q = 0; q < ranks; q++) {
+    pt->send_at[q] = s, s += pt->send_bytes[q];
+    pt->recv_at[q] = r, r += pt->recv_bytes[q];
+  }
+}
+
+/* Unpacks bucket b from recv staging slot b % 2, in the order the sender packed it. */
+static void unpack_bucket(stage_ctx *c, int b, peer_tables *pt, int ranks) {
+  const rf_bucket *bk = &c->s->buckets[b];
+  bucket_layout(c, bk, pt, ranks);
+  char *base = c->e->staging[1][b % 2];
+  for (int i = bk->first; i < bk->first + bk->count; i++) {
+    const rf_chunk *k = &c->s->chunks[i];
+    const rf_piece *p = piece_of(c, k);
+    if (is_local(c, p) || !receives(c, p))
+      continue;
+    int q = peer_of(c, p, 0);
+    unpack(c, k, base + pt->recv_at[q]);
+    pt->recv_at[q] += k->bytes;
+  }
+}
+
+static rf_status post_bucket(stage_ctx *c, int b, peer_tables *pt, int ranks, long *ticket) {
+  rf_transport *tp = c->e->transport;
+  const rf_bucket *bk = &c->s->buckets[b];
+  bucket_layout(c, bk, pt, ranks);
+  char *send_base = c->e->staging[0][b % 2], *recv_base = c->e->staging[1][b % 2];
+  for (int i = bk->first; i < bk->first + bk->count; i++) {
+    const rf_chunk *k = &c->s->chunks[i];
+    const rf_piece *p = piece_of(c, k);
+    if (is_local(c, p)) {
+      copy_local(c, k);
+    } else if (sends(c, p)) {
+      int q = peer_of(c, p, 1);
+      pack(c, k, send_base + pt->send_at[q]);
+      pt->send_at[q] += k->bytes;
+    }
+  }
+  RF_TRY(tp->ops->group_start(tp));
+  for (int q = 0; q < ranks; q++) {
+    if (pt->recv_bytes[q])
+      RF_TRY(tp->ops->post_recv(tp, c->channel, q, recv_base + pt->recv_at[q],
+                                (size_t)pt->recv_bytes[q], ticket));
+    if (pt->send_bytes[q]) { /* send_at[q] has moved past the packed bytes */
+      RF_TRY(tp->ops->post_send(tp, c->channel, q, send_base + pt->send_at[q] - pt->send_bytes[q],
+                                (size_t)pt->send_bytes[q], ticket));
+      c->e->messages++;
+    }
+  }
+  return tp->ops->group_end(tp);
+}
+
+static rf_status run_fused(stage_ctx *c) {
+  rf_transport *tp = c->e->transport;
+  int ranks = c->channel == RF_CHANNEL_TRAINER ? c->e->plan->layout->trainer_ranks
+                                               : c->e->plan->layout->world_size;
+  peer_tables pt;
+  int64_t *mem = rf_calloc((size_t)ranks * 4, sizeof(int64_t), "fused peer tables");
+  long *done_at = rf_calloc((size_t)c->s->bucket_count + 1, sizeof(long), "fused tickets");
+  if (!mem || !done_at) {
+    free(mem), free(done_at);
+    return RF_ERR_NOMEM;
+  }
+  pt.send_bytes = mem, pt.recv_bytes = mem + ranks;
+  pt.send_at = mem + 2 * ranks, pt.recv_at = mem + 3 * ranks;
+  rf_status st = RF_OK;
+  long ticket = -1;
+  /* Bucket b is packed and posted while bucket b-1 is still in flight; then b-1 completes
+   * and is unpacked. Slot b % 2 is free again because bucket b-2 completed last round. */
+  for (int b = 0; b < c->s->bucket_count && st == RF_OK; b++) {
+    st = post_bucket(c, b, &pt, ranks, &ticket);
+    done_at[b] = ticket + 1;
+    if (st == RF_OK && b > 0) {
+      st = tp->ops->wait(tp, done_at[b - 1], "a fused bucket");
+      if (st == RF_OK)
+        unpack_bucket(c, b - 1, &pt, ranks);
+    }
+  }
+  int last = c->s->bucket_count - 1;
+  if (st == RF_OK && last >= 0) {
+    st = tp->ops->wait(tp, done_at[last], "the last fused bucket");
+    if (st == RF_OK)
+      unpack_bucket(c, last, &pt, ranks);
+  }
+  free(mem);
+  free(done_at);
+  return st;
+}
+
+rf_status engine_run_stage(rf_engine *e, const rf_schedule *s, double *times) {
+  stage_ctx c;
+  init_ctx(&c, e, s);
+  double start = rf_now();
+  rf_status st = e->mode == RF_MODE_FUSED ? run_fused(&c) : run_per_chunk(&c);
+  double wall = rf_now() - start;
+  times[RF_PHASE_PACK] += c.pack;
+  times[RF_PHASE_UNPACK] += c.unpack;
+  times[RF_PHASE_TRANSFER] += wall - c.pack - c.unpack;
+  return st;
+}

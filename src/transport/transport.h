@@ -1,0 +1,61 @@
+/* transport: the data plane's one interface, a table of function pointers, and the registry
+ * of the transports this build has (`refit run --help` lists them).
+ *
+ * A transport moves contiguous byte ranges between ranks. Everything else (which bytes, when,
+ * packed how) belongs to the engine (engine.h), which drives any transport the same way.
+ * Requests are tickets: post_* returns one; wait completes every ticket below a bound, within
+ * a timeout. */
+#ifndef RF_TRANSPORT_H
+#define RF_TRANSPORT_H
+
+#include <stddef.h>
+
+#include "control/control.h"
+#include "memory/memory.h"
+
+/* Which communicator a message travels on: the whole job, or the trainer group (star's
+ * reshape). Peers are ranks of that communicator. */
+typedef enum { RF_CHANNEL_WORLD = 0, RF_CHANNEL_TRAINER } rf_channel;
+
+typedef struct rf_transport rf_transport;
+
+typedef struct {
+  const char *name;
+  const char *description;
+  rf_mem_kind memory; /* where the buffers it moves must live */
+  rf_status (*init)(rf_transport *tp);
+  void (*finalize)(rf_transport *tp);
+  /* Optional: tells the transport a buffer will be used repeatedly (NULL when unneeded). */
+  rf_status (*register_buffer)(rf_transport *tp, void *ptr, size_t bytes);
+  /* Brackets a batch of posts that the transport may issue as one group. */
+  rf_status (*group_start)(rf_transport *tp);
+  rf_status (*group_end)(rf_transport *tp);
+  rf_status (*post_send)(rf_transport *tp, rf_channel ch, int peer, const void *buf,
+                         size_t bytes, long *ticket);
+  rf_status (*post_recv)(rf_transport *tp, rf_channel ch, int peer, void *buf, size_t bytes,
+                         long *ticket);
+  /* Completes every request whose ticket is < upto; `what` names the wait in a timeout error. */
+  rf_status (*wait)(rf_transport *tp, long upto, const char *what);
+} rf_transport_ops;
+
+struct rf_transport {
+  const rf_transport_ops *ops;
+  rf_control *ctl;
+  void *state; /* the implementation's own */
+};
+
+/* The registry: every transport compiled into this build, in a fixed order. */
+int rf_transport_count(void);
+const rf_transport_ops *rf_transport_at(int index);
+/* Finds a transport by name; an unknown name logs one line listing the available ones. */
+rf_status rf_transport_find(const char *name, const rf_transport_ops **out);
+/* "mpi, nccl, ipc": the names, for --help. */
+void rf_transport_names(char *buf, size_t len);
+
+rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, rf_transport *tp);
+void rf_transport_close(rf_transport *tp);
+
+/* The transports, each in its own file. */
+extern const rf_transport_ops rf_transport_mpi;
+
+#endif

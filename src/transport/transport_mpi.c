@@ -1,0 +1,140 @@
+/* The mpi transport: host buffers, MPI_Isend/MPI_Irecv, completion within the timeout. It runs
+ * anywhere MPI does and is the baseline the other transports are compared with. */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "transport.h"
+
+typedef struct {
+  MPI_Request *requests; /* outstanding, in ticket order */
+  long first_ticket;     /* ticket of requests[0] */
+  int count, cap;
+} mpi_state;
+
+/* MPI counts are ints, so a message over 1 GiB travels as several; both sides cut it the
+ * same way because they post the same sizes. */
+#define SLICE ((size_t)1 << 30)
+
+static rf_status mpi_init(rf_transport *tp) {
+  mpi_state *s = rf_calloc(1, sizeof *s, "mpi transport");
+  if (!s)
+    return RF_ERR_NOMEM;
+  tp->state = s;
+  return RF_OK;
+}
+
+static void mpi_finalize(rf_transport *tp) {
+  mpi_state *s = tp->state;
+  if (s)
+    free(s->requests);
+  free(s);
+  tp->state = NULL;
+}
+
+static rf_status noop(rf_transport *tp) { return RF_OK; }
+
+static MPI_Comm channel_comm(rf_transport *tp, rf_channel ch) {
+  return ch == RF_CHANNEL_TRAINER ? tp->ctl->trainer : tp->ctl->world;
+}
+
+static rf_status push(mpi_state *s, MPI_Request **slot, long *ticket) {
+  if (s->count == s->cap) {
+    int cap = s->cap ? 2 * s->cap : 256;
+    MPI_Request *r = rf_realloc(s->requests, (size_t)cap * sizeof *r, "MPI requests");
+    if (!r)
+      return RF_ERR_NOMEM;
+    s->requests = r;
+    s->cap = cap;
+  }
+  *ticket = s->first_ticket + s->count;
+  *slot = &s->requests[s->count++];
+  return RF_OK;
+}
+
+static rf_status mpi_post(rf_transport *tp, int send, rf_channel ch, int peer, char *buf,
+                          size_t bytes, long *ticket) {
+  size_t off = 0;
+  do {
+    int n = (int)RF_MIN(SLICE, bytes - off);
+    MPI_Request *req;
+    RF_TRY(push(tp->state, &req, ticket));
+    if (send)
+      RF_MPI(MPI_Isend(buf + off, n, MPI_BYTE, peer, 0, channel_comm(tp, ch), req));
+    else
+      RF_MPI(MPI_Irecv(buf + off, n, MPI_BYTE, peer, 0, channel_comm(tp, ch), req));
+    off += (size_t)n;
+  } while (off < bytes);
+  return RF_OK;
+}
+
+static rf_status mpi_post_send(rf_transport *tp, rf_channel ch, int peer, const void *buf,
+                               size_t bytes, long *ticket) {
+  return mpi_post(tp, 1, ch, peer, (char *)buf, bytes, ticket);
+}
+
+static rf_status mpi_post_recv(rf_transport *tp, rf_channel ch, int peer, void *buf,
+                               size_t bytes, long *ticket) {
+  return mpi_post(tp, 0, ch, peer, buf, bytes, ticket);
+}
+
+/* On a timeout the pending requests are cancelled so that MPI can still finalise; a request
+ * that cannot be cancelled (a send already matched) leaves the control plane marked as timed
+ * out, and main() then aborts the job instead. */
+static void cancel_pending(rf_transport *tp, mpi_state *s, int n) {
+  for (int i = 0; i < n; i++)
+    if (s->requests[i] != MPI_REQUEST_NULL)
+      MPI_Cancel(&s->requests[i]);
+  double deadline = rf_now() + 1.0;
+  int done = 0;
+  while (!done && rf_now() < deadline)
+    MPI_Testall(n, s->requests, &done, MPI_STATUSES_IGNORE);
+  if (!done)
+    tp->ctl->timed_out = 1;
+}
+
+static rf_status mpi_wait(rf_transport *tp, long upto, const char *what) {
+  mpi_state *s = tp->state;
+  int n = (int)RF_MIN((long)s->count, upto - s->first_ticket);
+  if (n <= 0)
+    return RF_OK;
+  double deadline = rf_now() + tp->ctl->timeout;
+  int done = 0;
+  struct timespec pause = {0, 20000};
+  for (long spins = 0;; spins++) {
+    int rc = MPI_Testall(n, s->requests, &done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS)
+      return rf_mpi_failed(rc, "MPI_Testall", __FILE__, __LINE__);
+    if (done)
+      break;
+    if (rf_now() > deadline) {
+      cancel_pending(tp, s, n);
+      return rf_fail(RF_ERR_TIMEOUT,
+                     "timed out after %.1f s waiting for %s; a peer rank is dead or stalled "
+                     "(raise --timeout if the job is just slow)",
+                     tp->ctl->timeout, what);
+    }
+    /* Spin first (latency), then yield the core to the other ranks sharing it. */
+    if (spins > 1000)
+      nanosleep(&pause, NULL);
+  }
+  memmove(s->requests, s->requests + n, (size_t)(s->count - n) * sizeof *s->requests);
+  s->count -= n;
+  s->first_ticket += n;
+  return RF_OK;
+}
+
+const rf_transport_ops rf_transport_mpi = {
+    .name = "mpi",
+    .description = "host buffers, MPI_Isend/MPI_Irecv (runs anywhere; the CPU baseline)",
+    .memory = RF_MEM_HOST,
+    .init = mpi_init,
+    .finalize = mpi_finalize,
+    .register_buffer = NULL,
+    .group_start = noop,
+    .group_end = noop,
+    .post_send = mpi_post_send,
+    .post_recv = mpi_post_recv,
+    .wait = mpi_wait,
+};

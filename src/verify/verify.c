@@ -1,0 +1,251 @@
+/* verify: the synthetic weight generator, the layout-invariant checksum and the element check.
+ *
+ * The generator must never change silently: stored results and the GPU kernels depend on the
+ * exact bit patterns, and test_verify pins a few of them. */
+#include "verify/verify.h"
+
+#define RF_GOLDEN 0x9e3779b97f4a7c15ULL
+
+/* The generator, in two steps so that the per-element cost is one mixer:
+ *   key = mix64(seed ^ mix64(tensor_id + GOLDEN))      once per tensor
+ *   h   = mix64(key + index * GOLDEN)                   per element
+ * Element i of a tensor is thus the i-th output of splitmix64 seeded with the tensor's key: a
+ * well-studied stream, and tensors and seeds get unrelated keys.
+ *
+ * The fields of h are used without overlap: bit 63 is the sign, bits 24..55 pick the exponent
+ * (a multiply-high maps them onto the range without a division), bits 0..22 are the mantissa
+ * (the low 7 or 10 of them for bf16 and fp16). The exponents keep every value a normal number
+ * between 2^-7 and 2^8 in magnitude (2^-5 .. 2^6 for fp16), far from overflow and subnormals,
+ * so no conversion on any device can round or flush them. */
+static inline uint64_t value_key(uint64_t seed, int32_t tensor_id) {
+  return rf_mix64(seed ^ rf_mix64((uint64_t)(uint32_t)tensor_id + RF_GOLDEN));
+}
+
+static inline uint32_t value_of(uint64_t key, int64_t index, rf_dtype dtype) {
+  uint64_t h = rf_mix64(key + (uint64_t)index * RF_GOLDEN);
+  uint32_t sign = (uint32_t)(h >> 63);
+  uint64_t pick = (h >> 24) & 0xffffffffULL;
+  switch (dtype) {
+  case RF_DTYPE_BF16: /* exponent 120..134 of bias 127 */
+    return sign << 15 | (uint32_t)(120 + ((pick * 15) >> 32)) << 7 | (uint32_t)(h & 0x7f);
+  case RF_DTYPE_FP16: /* exponent 10..20 of bias 15 */
+    return sign << 15 | (uint32_t)(10 + ((pick * 11) >> 32)) << 10 | (uint32_t)(h & 0x3ff);
+  default: /* fp32: exponent 120..134 of bias 127 */
+    return sign << 31 | (uint32_t)(120 + ((pick * 15) >> 32)) << 23 | (uint32_t)(h & 0x7fffff);
+  }
+}
+
+uint32_t rf_value_bits(uint64_t seed, int32_t tensor_id, int64_t index, rf_dtype dtype) {
+  return value_of(value_key(seed, tensor_id), index, dtype);
+}
+
+/* ---- walking a box ---------------------------------------------------------------------- */
+
+/* A box as lines of elements in the region's memory order: rows of a row-major or fused
+ * region, columns of a transposed one. Fill and checksum do not care about the order, and
+ * walking the dense dimension innermost keeps a transposed trainer shard as fast as a
+ * row-major one. `step` is the element stride along a line, `dg` the global index step. */
+typedef struct {
+  int64_t n_out, n_in;
+  int64_t out_lo, in_lo;
+  int inner; /* the box dimension walked along a line */
+  int64_t step, dg;
+} box_walk;
+
+static box_walk walk_of(const rf_region *r, const rf_box *box, const rf_tensor *t) {
+  int64_t h = box->hi[0] - box->lo[0], w = box->hi[1] - box->lo[1];
+  box_walk bw;
+  bw.inner = (w == 1 || (h > 1 && r->stride[0] < r->stride[1])) ? 0 : 1;
+  bw.n_out = bw.inner ? h : w;
+  bw.n_in = bw.inner ? w : h;
+  bw.out_lo = box->lo[1 - bw.inner];
+  bw.in_lo = box->lo[bw.inner];
+  bw.step = r->stride[bw.inner];
+  bw.dg = bw.inner ? 1 : t->shape[1];
+  if (h <= 0 || w <= 0)
+    bw.n_out = bw.n_in = 0;
+  return bw;
+}
+
+/* The start of line o: its address and the global index of its first element. */
+static char *line_start(const rf_region *r, const box_walk *bw, const rf_tensor *t, int64_t o,
+                        int64_t *g) {
+  int64_t i = bw->inner ? bw->out_lo + o : bw->in_lo;
+  int64_t j = bw->inner ? bw->in_lo : bw->out_lo + o;
+  *g = i * t->shape[1] + j;
+  return rf_region_at(r, i, j);
+}
+
+/* ---- the line loops ----------------------------------------------------------------------
+ * Lines are processed in chunks of RF_CHUNK elements: a loop over a chunk has a fixed trip
+ * count, which GCC vectorizes even at -O2, and unit stride in the common case (a line is
+ * dense in every region kind the harness builds). On x86-64 the public walks are also
+ * compiled for AVX-512, which has the 64-bit multiply that the mixer needs, and the loader
+ * picks that copy where the CPU has it: on one core of an H200 host fill, check and checksum
+ * run two to four times faster. Elsewhere the same code runs as scalar loops.
+ * The dtype is a constant in every inlined copy, so value_of has no switch per element. */
+#define RF_CHUNK 16
+#define RF_FORCE_INLINE static inline __attribute__((always_inline))
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__)
+#define RF_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define RF_SIMD_CLONES
+#endif
+
+/* Element k of a line, as 16 or 32 bits. */
+RF_FORCE_INLINE uint32_t load_one(const char *p, int64_t k, int64_t step, rf_dtype dtype) {
+  return dtype == RF_DTYPE_FP32 ? ((const uint32_t *)p)[k * step] : ((const uint16_t *)p)[k * step];
+}
+
+RF_FORCE_INLINE void store_one(char *p, int64_t k, int64_t step, uint32_t v, rf_dtype dtype) {
+  if (dtype == RF_DTYPE_FP32)
+    ((uint32_t *)p)[k * step] = v;
+  else
+    ((uint16_t *)p)[k * step] = (uint16_t)v;
+}
+
+RF_FORCE_INLINE void fill_line(char *p, const box_walk *bw, int64_t g, uint64_t key,
+                               rf_dtype dtype) {
+  int64_t k = 0;
+  for (; k + RF_CHUNK <= bw->n_in; k += RF_CHUNK) {
+    uint32_t v[RF_CHUNK];
+    for (int u = 0; u < RF_CHUNK; u++)
+      v[u] = value_of(key, g + (k + u) * bw->dg, dtype);
+    if (bw->step == 1)
+      for (int u = 0; u < RF_CHUNK; u++)
+        store_one(p, k + u, 1, v[u], dtype);
+    else
+      for (int u = 0; u < RF_CHUNK; u++)
+        store_one(p, k + u, bw->step, v[u], dtype);
+  }
+  for (; k < bw->n_in; k++)
+    store_one(p, k, bw->step, value_of(key, g + k * bw->dg, dtype), dtype);
+}
+
+RF_FORCE_INLINE uint64_t checksum_line(const char *p, const box_walk *bw, int64_t g, int32_t id,
+                                       rf_dtype dtype) {
+  uint64_t sum = 0;
+  int64_t k = 0;
+  for (; k + RF_CHUNK <= bw->n_in; k += RF_CHUNK) {
+    if (bw->step == 1)
+      for (int u = 0; u < RF_CHUNK; u++)
+        sum += rf_checksum_term(id, g + (k + u) * bw->dg, load_one(p, k + u, 1, dtype));
+    else
+      for (int u = 0; u < RF_CHUNK; u++)
+        sum += rf_checksum_term(id, g + (k + u) * bw->dg, load_one(p, k + u, bw->step, dtype));
+  }
+  for (; k < bw->n_in; k++)
+    sum += rf_checksum_term(id, g + k * bw->dg, load_one(p, k, bw->step, dtype));
+  return sum;
+}
+
+/* Counts the wrong elements of one line and records the first ones, up to max_report in all.
+ * A clean chunk costs one comparison; only a chunk with a difference is walked again. */
+RF_FORCE_INLINE int64_t check_line(const char *p, const box_walk *bw, int64_t g, const rf_tensor *t,
+                                   uint64_t key, rf_dtype dtype, rf_mismatch *out, int max_report,
+                                   int *nrep) {
+  int64_t wrong = 0;
+  for (int64_t k0 = 0; k0 < bw->n_in; k0 += RF_CHUNK) {
+    int64_t k1 = k0 + RF_CHUNK;
+    if (k1 <= bw->n_in) {
+      uint32_t diff = 0;
+      if (bw->step == 1)
+        for (int u = 0; u < RF_CHUNK; u++) {
+          uint32_t want = value_of(key, g + (k0 + u) * bw->dg, dtype);
+          diff |= want ^ load_one(p, k0 + u, 1, dtype);
+        }
+      else
+        for (int u = 0; u < RF_CHUNK; u++) {
+          uint32_t want = value_of(key, g + (k0 + u) * bw->dg, dtype);
+          diff |= want ^ load_one(p, k0 + u, bw->step, dtype);
+        }
+      if (!diff)
+        continue;
+    } else {
+      k1 = bw->n_in;
+    }
+    for (int64_t k = k0; k < k1; k++) {
+      uint32_t want = value_of(key, g + k * bw->dg, dtype);
+      uint32_t got = load_one(p, k, bw->step, dtype);
+      if (want == got)
+        continue;
+      wrong++;
+      if (out && *nrep < max_report) {
+        rf_mismatch m = {t->id, g + k * bw->dg, want, got};
+        out[(*nrep)++] = m;
+      }
+    }
+  }
+  return wrong;
+}
+
+/* ---- the public walks --------------------------------------------------------------------- */
+
+RF_SIMD_CLONES
+void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
+                    rf_dtype dtype) {
+  box_walk bw = walk_of(r, box, t);
+  uint64_t key = value_key(seed, t->id);
+  for (int64_t o = 0; o < bw.n_out; o++) {
+    int64_t g;
+    char *p = line_start(r, &bw, t, o, &g);
+    switch (dtype) {
+    case RF_DTYPE_BF16:
+      fill_line(p, &bw, g, key, RF_DTYPE_BF16);
+      break;
+    case RF_DTYPE_FP16:
+      fill_line(p, &bw, g, key, RF_DTYPE_FP16);
+      break;
+    case RF_DTYPE_FP32:
+      fill_line(p, &bw, g, key, RF_DTYPE_FP32);
+      break;
+    }
+  }
+}
+
+/* The checksum sees only bit patterns, so bf16 and fp16 share one instance. */
+RF_SIMD_CLONES
+uint64_t rf_checksum_region(const rf_region *r, const rf_box *box, const rf_tensor *t,
+                            rf_dtype dtype) {
+  box_walk bw = walk_of(r, box, t);
+  uint64_t sum = 0;
+  for (int64_t o = 0; o < bw.n_out; o++) {
+    int64_t g;
+    const char *p = line_start(r, &bw, t, o, &g);
+    if (dtype == RF_DTYPE_FP32)
+      sum += checksum_line(p, &bw, g, t->id, RF_DTYPE_FP32);
+    else
+      sum += checksum_line(p, &bw, g, t->id, RF_DTYPE_BF16);
+  }
+  return sum;
+}
+
+/* Mismatches are found in the region's memory order (see box_walk), which is row-major order
+ * for everything but a transposed region. */
+RF_SIMD_CLONES
+int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
+                        rf_dtype dtype, rf_mismatch *out, int max_report, int *reported) {
+  box_walk bw = walk_of(r, box, t);
+  uint64_t key = value_key(seed, t->id);
+  int64_t wrong = 0;
+  int nrep = 0;
+  for (int64_t o = 0; o < bw.n_out; o++) {
+    int64_t g;
+    const char *p = line_start(r, &bw, t, o, &g);
+    switch (dtype) {
+    case RF_DTYPE_BF16:
+      wrong += check_line(p, &bw, g, t, key, RF_DTYPE_BF16, out, max_report, &nrep);
+      break;
+    case RF_DTYPE_FP16:
+      wrong += check_line(p, &bw, g, t, key, RF_DTYPE_FP16, out, max_report, &nrep);
+      break;
+    case RF_DTYPE_FP32:
+      wrong += check_line(p, &bw, g, t, key, RF_DTYPE_FP32, out, max_report, &nrep);
+      break;
+    }
+  }
+  if (reported)
+    *reported = nrep;
+  return wrong;
+}

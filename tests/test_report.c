@@ -1,0 +1,318 @@
+/* The report module: order statistics on known samples, the per-iteration slowest-rank
+ * summary, and the printed table's shape (comment lines, column and units lines, one field
+ * per column in a row, exact footers). Runs without mpirun: the header's
+ * MPI_Get_library_version is allowed before MPI_Init. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "report/report.h"
+#include "test.h"
+
+#define ASSERT_NEAR(a, b)                                                                  \
+  do {                                                                                     \
+    double rf_na_ = (a), rf_nb_ = (b);                                                     \
+    if (!(fabs(rf_na_ - rf_nb_) <= 1e-12 * (1.0 + fabs(rf_nb_)))) {                        \
+      fprintf(stderr, "%s:%d: assertion failed: %s ~= %s (%.17g vs %.17g)\n", __FILE__,    \
+              __LINE__, #a, #b, rf_na_, rf_nb_);                                           \
+      abort();                                                                             \
+    }                                                                                      \
+  } while (0)
+
+static void test_phase_names(void) {
+  ASSERT_STR_EQ(rf_phase_name(RF_PHASE_SETUP), "setup");
+  ASSERT_STR_EQ(rf_phase_name(RF_PHASE_TRANSFER), "transfer");
+  ASSERT_STR_EQ(rf_phase_name(RF_PHASE_TOTAL), "total");
+  ASSERT_STR_EQ(rf_phase_name(RF_PHASE_VERIFY), "verify");
+  ASSERT_STR_EQ(rf_phase_name(RF_PHASE_COUNT), "unknown");
+}
+
+static void test_stats(void) {
+  rf_stats s = rf_stats_of(NULL, 0);
+  ASSERT_NEAR(s.min, 0);
+  ASSERT_NEAR(s.median, 0);
+  ASSERT_NEAR(s.p99, 0);
+  ASSERT_NEAR(s.max, 0);
+  ASSERT_NEAR(s.mean, 0);
+
+  double one[] = {4.5};
+  s = rf_stats_of(one, 1);
+  ASSERT_NEAR(s.min, 4.5);
+  ASSERT_NEAR(s.median, 4.5);
+  ASSERT_NEAR(s.p99, 4.5);
+  ASSERT_NEAR(s.max, 4.5);
+  ASSERT_NEAR(s.mean, 4.5);
+
+  /* Unsorted on purpose, and the input must be left as it was. */
+  double odd[] = {5, 1, 4, 2, 3};
+  s = rf_stats_of(odd, 5);
+  ASSERT_NEAR(s.min, 1);
+  ASSERT_NEAR(s.median, 3);
+  ASSERT_NEAR(s.p99, 5);
+  ASSERT_NEAR(s.max, 5);
+  ASSERT_NEAR(s.mean, 3);
+  ASSERT_NEAR(odd[0], 5);
+  ASSERT_NEAR(odd[4], 3);
+
+  double even[] = {8, 2, 6, 4};
+  s = rf_stats_of(even, 4);
+  ASSERT_NEAR(s.median, 5);
+  ASSERT_NEAR(s.mean, 5);
+  ASSERT_NEAR(s.p99, 8);
+
+  double hundred[100], ten[10];
+  for (int i = 0; i < 100; i++)
+    hundred[99 - i] = i + 1;
+  for (int i = 0; i < 10; i++)
+    ten[i] = i + 1;
+  s = rf_stats_of(hundred, 100);
+  ASSERT_NEAR(s.p99, 99);
+  ASSERT_NEAR(s.median, 50.5);
+  ASSERT_NEAR(s.mean, 50.5);
+  ASSERT_NEAR(s.min, 1);
+  ASSERT_NEAR(s.max, 100);
+  s = rf_stats_of(ten, 10);
+  ASSERT_NEAR(s.p99, 10);
+  ASSERT_NEAR(s.median, 5.5);
+
+  /* Nearest rank at sizes where 0.99 * n is not a whole number, and at 200 where it is. */
+  double many[201];
+  for (int i = 0; i < 201; i++)
+    many[i] = i + 1;
+  ASSERT_NEAR(rf_stats_of(many, 200).p99, 198);
+  ASSERT_NEAR(rf_stats_of(many, 201).p99, 199);
+  ASSERT_NEAR(rf_stats_of(many, 101).p99, 100);
+}
+
+static void set_total(double *timings, int ranks, int it, int rank, double seconds) {
+  timings[((size_t)it * ranks + rank) * RF_PHASE_COUNT + RF_PHASE_TOTAL] = seconds;
+}
+
+static void test_summarise(void) {
+  enum { ITERS = 2, RANKS = 3 };
+  double timings[ITERS * RANKS * RF_PHASE_COUNT];
+  /* Every other phase holds a larger number than any total, so reading the wrong phase
+   * shows up as a wrong median. */
+  for (size_t i = 0; i < RF_ARRAY_LEN(timings); i++)
+    timings[i] = 100.0;
+  set_total(timings, RANKS, 0, 0, 0.010);
+  set_total(timings, RANKS, 0, 1, 0.030); /* slowest of iteration 0 */
+  set_total(timings, RANKS, 0, 2, 0.020);
+  set_total(timings, RANKS, 1, 0, 0.050); /* slowest of iteration 1 */
+  set_total(timings, RANKS, 1, 1, 0.040);
+  set_total(timings, RANKS, 1, 2, 0.001);
+
+  rf_run_result r = {0};
+  r.replica_bytes = 4000000000;   /* 4 GB */
+  r.transfer_bytes = 12000000000; /* 12 GB */
+  r.iterations = ITERS;
+  r.ranks = RANKS;
+  r.timings = timings;
+  rf_run_result_summarise(&r);
+  ASSERT_NEAR(r.total.min, 0.030);
+  ASSERT_NEAR(r.total.max, 0.050);
+  ASSERT_NEAR(r.total.median, 0.040);
+  ASSERT_NEAR(r.total.mean, 0.040);
+  ASSERT_NEAR(r.total.p99, 0.050);
+  ASSERT_NEAR(r.algbw, 4e9 / 0.040 / 1e9);
+  ASSERT_NEAR(r.algbw, 100.0);
+  ASSERT_NEAR(r.aggbw, 300.0);
+
+  /* Zero times (or no iterations) must not divide by zero. */
+  double zeros[RANKS * RF_PHASE_COUNT] = {0};
+  r.timings = zeros;
+  r.iterations = 1;
+  rf_run_result_summarise(&r);
+  ASSERT_NEAR(r.total.median, 0);
+  ASSERT_NEAR(r.algbw, 0);
+  ASSERT_NEAR(r.aggbw, 0);
+  r.iterations = 0;
+  r.algbw = 7;
+  rf_run_result_summarise(&r);
+  ASSERT_NEAR(r.algbw, 0);
+}
+
+/* Reads everything written to f so far into a NUL-terminated heap string. */
+static char *slurp(FILE *f) {
+  fflush(f);
+  long len = ftell(f);
+  ASSERT_GE(len, 0);
+  rewind(f);
+  char *text = malloc((size_t)len + 1);
+  ASSERT_TRUE(text);
+  ASSERT_EQ((int64_t)fread(text, 1, (size_t)len, f), len);
+  text[len] = '\0';
+  return text;
+}
+
+static int count_fields(const char *line) {
+  int n = 0;
+  const char *p = line;
+  while (*p) {
+    while (*p == ' ' || *p == '\t')
+      p++;
+    if (!*p)
+      break;
+    n++;
+    while (*p && *p != ' ' && *p != '\t')
+      p++;
+  }
+  return n;
+}
+
+/* The n-th (0-based) whitespace-separated field of a line, copied into buf. */
+static const char *field(const char *line, int n, char *buf, size_t len) {
+  const char *p = line;
+  for (int i = 0;; i++) {
+    while (*p == ' ')
+      p++;
+    const char *start = p;
+    while (*p && *p != ' ')
+      p++;
+    if (i == n) {
+      size_t w = RF_MIN((size_t)(p - start), len - 1);
+      memcpy(buf, start, w);
+      buf[w] = '\0';
+      return buf;
+    }
+    if (!*p)
+      return "";
+  }
+}
+
+static rf_run_result sample_row(void) {
+  rf_run_result r = {0};
+  snprintf(r.mode, sizeof r.mode, "fused");
+  snprintf(r.plan, sizeof r.plan, "p2p");
+  snprintf(r.transport, sizeof r.transport, "nccl");
+  snprintf(r.verify, sizeof r.verify, "full");
+  r.model_bytes = 810219192320; /* Llama-3.1-405B in bf16 */
+  r.replica_bytes = 810219192320;
+  r.transfer_bytes = 1620438384640;
+  r.pieces = 123456;
+  r.messages = 4096;
+  r.bucket_size = 0;
+  r.iterations = 20;
+  r.ranks = 16;
+  r.total = (rf_stats){.min = 1.2, .median = 1.5, .p99 = 2.25, .max = 2.5, .mean = 1.6};
+  r.algbw = 540.15;
+  r.aggbw = 1080.29;
+  r.wrong = 0;
+  r.checksum_bad = 0;
+  r.peak_staging = 8589934592;
+  return r;
+}
+
+static void test_table(void) {
+  FILE *f = tmpfile();
+  ASSERT_TRUE(f);
+  rf_rank_info ranks[3] = {
+      {.rank = 0, .host = "node1", .pid = 12345, .trainer_rank = 0, .rollout_rank = -1},
+      {.rank = 1, .host = "node1", .pid = 12346, .trainer_rank = 1, .rollout_rank = -1},
+      {.rank = 2, .host = "gpu-node-long", .pid = 7, .trainer_rank = -1, .rollout_rank = 0},
+  };
+  rf_report_header(f, "refit run --model llama-3.1-405b", "trainer tp8 -> rollout tp4",
+                   ranks, 3);
+
+  rf_run_result r = sample_row();
+  rf_report_row(f, &r);
+  /* Not checked, bucketed, with bad checksums and no timed iterations. */
+  rf_run_result r2 = sample_row();
+  snprintf(r2.verify, sizeof r2.verify, "checksum");
+  r2.bucket_size = 67108864;
+  r2.wrong = -1;
+  r2.checksum_bad = 3;
+  r2.iterations = 0;
+  r2.total = (rf_stats){0};
+  rf_report_row(f, &r2);
+  rf_run_result r3 = sample_row();
+  r3.mode[0] = '\0';
+  r3.checksum_bad = -1;
+  rf_report_row(f, &r3);
+  rf_report_footer(f, RF_ERR_VERIFY, NULL);
+  rf_report_footer(f, RF_ERR_VERIFY, "run 2: 17 elements wrong");
+  rf_report_footer(f, RF_OK, "ignored");
+
+  char *text = slurp(f);
+  fclose(f);
+  fputs(text, stdout);
+
+  const char *columns = NULL, *units = NULL;
+  const char *rows[3] = {NULL};
+  const char *footers[3] = {NULL};
+  int row_count = 0, footer_count = 0, rank_lines = 0, saw_mpi = 0, saw_version = 0;
+  size_t rank_len = 0;
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    if (line[0] != '#') {
+      ASSERT_LT(row_count, 3);
+      rows[row_count++] = line;
+      continue;
+    }
+    if (strncmp(line, "#  rank ", 8) == 0) {
+      /* Padded to one width, so the fields of every rank line line up. */
+      if (rank_lines++ == 0)
+        rank_len = strlen(line);
+      ASSERT_EQ((int64_t)strlen(line), (int64_t)rank_len);
+    }
+    else if (strncmp(line, "# MPI: ", 7) == 0)
+      saw_mpi = strlen(line) > 7;
+    else if (strncmp(line, "# refit ", 8) == 0 && strstr(line, " (git "))
+      saw_version = 1;
+    else if (strncmp(line, "# PASS", 6) == 0 || strncmp(line, "# FAIL", 6) == 0)
+      footers[footer_count++] = line;
+    else if (strstr(line, " mode ") && strstr(line, " #wrong "))
+      columns = line;
+    else if (strstr(line, "(GB/s)"))
+      units = line;
+  }
+  ASSERT_TRUE(saw_version);
+  ASSERT_TRUE(saw_mpi);
+  ASSERT_EQ(rank_lines, 3);
+  ASSERT_TRUE(columns);
+  ASSERT_TRUE(units);
+  ASSERT_EQ(row_count, 3);
+
+  /* The column line's names, without its leading '#'; every row has exactly that many. */
+  int names = count_fields(columns + 1);
+  ASSERT_EQ(names, 16);
+  for (int i = 0; i < row_count; i++)
+    ASSERT_EQ(count_fields(rows[i]), names);
+  /* Cells sit under their names: each row is as long as the column line. */
+  for (int i = 0; i < row_count; i++)
+    ASSERT_EQ((int64_t)strlen(rows[i]), (int64_t)strlen(columns));
+  ASSERT_TRUE(strstr(units, "(ms)"));
+  ASSERT_TRUE(strstr(units, "(B)"));
+
+  char buf[64];
+  ASSERT_STR_EQ(field(columns + 1, 6, buf, sizeof buf), "bucket");
+  ASSERT_STR_EQ(field(rows[0], 6, buf, sizeof buf), "model");
+  ASSERT_STR_EQ(field(rows[1], 6, buf, sizeof buf), "67108864");
+  ASSERT_STR_EQ(field(rows[0], 3, buf, sizeof buf), "810219192320");
+  ASSERT_STR_EQ(field(rows[0], 8, buf, sizeof buf), "1500.000");
+  ASSERT_STR_EQ(field(rows[0], 9, buf, sizeof buf), "2250.000");
+  ASSERT_STR_EQ(field(rows[0], 10, buf, sizeof buf), "540.15");
+  ASSERT_STR_EQ(field(rows[0], 13, buf, sizeof buf), "0");
+  ASSERT_STR_EQ(field(rows[0], 14, buf, sizeof buf), "ok");
+  ASSERT_STR_EQ(field(rows[0], 15, buf, sizeof buf), "8589934592");
+  ASSERT_STR_EQ(field(rows[1], 8, buf, sizeof buf), "-");
+  ASSERT_STR_EQ(field(rows[1], 11, buf, sizeof buf), "-");
+  ASSERT_STR_EQ(field(rows[1], 13, buf, sizeof buf), "-");
+  ASSERT_STR_EQ(field(rows[1], 14, buf, sizeof buf), "3bad");
+  ASSERT_STR_EQ(field(rows[2], 0, buf, sizeof buf), "-");
+  ASSERT_STR_EQ(field(rows[2], 14, buf, sizeof buf), "-");
+
+  ASSERT_EQ(footer_count, 3);
+  ASSERT_STR_EQ(footers[0], "# FAIL: verification failed");
+  ASSERT_STR_EQ(footers[1], "# FAIL: run 2: 17 elements wrong");
+  ASSERT_STR_EQ(footers[2], "# PASS");
+  free(text);
+}
+
+int main(void) {
+  test_phase_names();
+  test_stats();
+  test_summarise();
+  test_table();
+  printf("test_report: ok\n");
+  return 0;
+}
