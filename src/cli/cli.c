@@ -90,6 +90,18 @@ static void print_option(FILE *out, const char *head, const char *text, int col)
   print_wrapped(out, text, col);
 }
 
+/* Notes that other modules contribute to a command's --help (the transports of this build). */
+static const char *help_notes[8];
+
+static int command_bit(rf_command cmd) {
+  int bit = 0;
+  while (bit < 7 && (1u << bit) != (unsigned)cmd)
+    bit++;
+  return bit;
+}
+
+void rf_cli_set_help_note(rf_command cmd, const char *note) { help_notes[command_bit(cmd)] = note; }
+
 void rf_cli_usage(FILE *out, rf_command cmd) {
   if (cmd == RF_CMD_NONE) {
     fprintf(out, "usage: refit COMMAND [options]\n\ncommands:\n");
@@ -125,6 +137,8 @@ void rf_cli_usage(FILE *out, rf_command cmd) {
   print_option(out, "-h, --help", "print this help and exit", col);
   fprintf(out, "\n--config FILE holds a JSON object with the same names as keys ('_' or '-'); "
                "options\ngiven on the command line win over the file.\n");
+  if (help_notes[command_bit(cmd)])
+    fprintf(out, "%s\n", help_notes[command_bit(cmd)]);
 }
 
 /* ---- the command line ------------------------------------------------------------------- */

@@ -61,6 +61,10 @@ void rf_cli_defaults(rf_config *cfg);
  * its default and unit. */
 void rf_cli_usage(FILE *out, rf_command cmd);
 
+/* Adds a paragraph to a command's --help, for facts the option table cannot know (the
+ * transports compiled into this build). `note` must outlive the parse. */
+void rf_cli_set_help_note(rf_command cmd, const char *note);
+
 /* The effective configuration of a command: one "prefix key = value" line per option that
  * applies to cfg->command, and as a JSON object (caller frees). */
 void rf_cli_print_config(const rf_config *cfg, FILE *out, const char *prefix);

@@ -1,8 +1,11 @@
 /* Command dispatch and the job every command starts from. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "driver.h"
+#include "transport/transport.h"
+#include "transport/transport.h"
 
 static rf_status parse_enum(const char *what, const char *text, const char *const *names,
                             int count, int *out) {
@@ -58,10 +61,30 @@ void rf_job_free(rf_job *job) {
   memset(job, 0, sizeof *job);
 }
 
+/* Under mpirun every rank parses the same command line before MPI is up; the launcher's
+ * environment says which rank this is, so that a bad option is reported once, by rank 0. */
+static int launched_as_nonzero_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                                     "SLURM_PROCID"};
+  for (size_t i = 0; i < RF_ARRAY_LEN(vars); i++) {
+    const char *v = getenv(vars[i]);
+    if (v)
+      return strcmp(v, "0") != 0;
+  }
+  return 0;
+}
+
 int rf_driver_main(int argc, char **argv) {
   rf_log_init_from_env();
   rf_config cfg;
+  static char transports[512];
+  char names[256];
+  rf_transport_names(names, sizeof names);
+  snprintf(transports, sizeof transports, "transports in this build (--transport): %s", names);
+  rf_cli_set_help_note(RF_CMD_RUN, transports);
+  rf_log_set_quiet(launched_as_nonzero_rank());
   rf_status st = rf_cli_parse(argc, argv, &cfg);
+  rf_log_set_quiet(0);
   if (st != RF_OK || cfg.help)
     return rf_status_exit_code(st);
   switch (cfg.command) {

@@ -27,6 +27,11 @@ done
 run 3 p2p --model tiny --trainer fsdp=1,tp=1,dp=2 --rollout tp=1               # trainer replicas
 run 4 p2p --model tiny --trainer fsdp=2 --rollout tp=2 --trainer-style fsdp2 --dtype fp16
 
+# One real-sized model: Llama-3.2-1B (2.47 GB), every element checked.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model llama-3.2-1b --trainer fsdp=2 --rollout tp=2 \
+  --mode fused --warmup 0 --iters 1
+expect_rows 1
+
 # A bucket smaller than most pieces, and the whole model in one bucket.
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
   --mode unfused,grouped,fused --bucket-size 4KiB --iters 1
