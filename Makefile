@@ -25,7 +25,8 @@ deps:
 # arguments differ from last time; otherwise `cmake --build` reruns CMake itself as needed.
 define configure
 	@args='-DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(2) $(CMAKE_ARGS)'; \
-	if [ ! -f $(1)/CMakeCache.txt ] || [ "$$(cat $(1)/.refit-cmake-args 2>/dev/null)" != "$$args" ]; then \
+	if [ ! -f $(1)/CMakeCache.txt ] || \
+	   [ "$$(cat $(1)/.refit-cmake-args 2>/dev/null)" != "$$args" ]; then \
 	  cmake -S . -B $(1) $$args && echo "$$args" > $(1)/.refit-cmake-args; \
 	fi
 endef
@@ -38,7 +39,7 @@ build:
 # The demo: Llama-3.2-1B from trainer fsdp=2 to rollout tp=2 over MPI, all three modes, on
 # 4 ranks (oversubscribed: it runs on a 2-core machine in about a minute).
 DEMO := --model llama-3.2-1b --trainer fsdp=2 --rollout tp=2 --transport mpi \
-        --mode unfused,grouped,fused --warmup 1 --iters 3
+        --mode unfused,grouped,fused --warmup 1 --iters 3 --output results/demo.h5
 
 run: deps
 	@$(MAKE) --no-print-directory build
@@ -51,12 +52,14 @@ test: deps
 	$(CTEST) --test-dir build
 
 # Open MPI keeps allocations until exit on purpose; the suppressions name its libraries, and
-# LeakSanitizer needs full unwinding to see them in the stacks of its dlopen'ed components.
+# LeakSanitizer needs full unwinding to see them in the stacks of its dlopen'ed components
+# (about twice as slow as the default).
+LSAN := suppressions=$(CURDIR)/scripts/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0
+
 asan: deps
 	$(call configure,build-asan,-DREFIT_ASAN=ON)
 	cmake --build build-asan -j$(NPROC)
-	LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0 \
-	  $(CTEST) --test-dir build-asan
+	LSAN_OPTIONS=$(LSAN) $(CTEST) --test-dir build-asan
 
 ubsan: deps
 	$(call configure,build-ubsan,-DREFIT_UBSAN=ON)

@@ -242,9 +242,7 @@ static void expect_mismatch(const job *j, int odd, void (*change)(rf_job_desc *)
 }
 
 static void change_plan_digest(rf_job_desc *d) { d->plan_digest = 0xdeadbeefull; }
-static void change_model(rf_job_desc *d) {
-  snprintf(d->model, sizeof d->model, "llama-3.2-1b");
-}
+static void change_model(rf_job_desc *d) { snprintf(d->model, sizeof d->model, "llama-3.2-1b"); }
 
 static void test_mismatch(const job *j) {
   rf_layout lay;
@@ -258,22 +256,28 @@ static void test_mismatch(const job *j) {
    * rollout leader; otherwise rank 0 names the odd rank out. */
   int last = size - 1;
   if (last == rl)
-    snprintf(want, sizeof want, "handshake: trainer and rollout ranks computed different p2p "
+    snprintf(want, sizeof want,
+             "handshake: trainer and rollout ranks computed different p2p "
              "plans (digest 000000001234abcd vs 00000000deadbeef); start every rank with the "
              "same options and the same refit build");
   else
-    snprintf(want, sizeof want, "handshake: ranks disagree on the job (rank %d differs); start "
-             "every rank with the same options", last);
+    snprintf(want, sizeof want,
+             "handshake: ranks disagree on the job (rank %d differs); start "
+             "every rank with the same options",
+             last);
   expect_mismatch(j, last, change_plan_digest, want);
 
   /* The rollout leader runs another model. Colocated, it is rank 0 itself: on 2 ranks the
    * tie goes to rank 0's view, on more the majority names rank 0. */
   if (rl != 0)
-    snprintf(want, sizeof want, "handshake: trainer ranks run model 'tiny' but rollout ranks "
+    snprintf(want, sizeof want,
+             "handshake: trainer ranks run model 'tiny' but rollout ranks "
              "run 'llama-3.2-1b'; start every rank with the same --model");
   else
-    snprintf(want, sizeof want, "handshake: ranks disagree on the job (rank %d differs); start "
-             "every rank with the same options", size == 2 ? 1 : 0);
+    snprintf(want, sizeof want,
+             "handshake: ranks disagree on the job (rank %d differs); start "
+             "every rank with the same options",
+             size == 2 ? 1 : 0);
   expect_mismatch(j, rl, change_model, want);
 }
 
@@ -288,11 +292,13 @@ static void test_agree(const job *j) {
   ASSERT_OK(rf_control_agree(&ctl, RF_OK));
   ASSERT_STATUS(rf_control_agree(&ctl, rank == last ? RF_ERR_IO : RF_OK), RF_ERR_IO);
   /* A usage error beats the runtime error it probably caused, wherever each happened. */
-  ASSERT_STATUS(rf_control_agree(&ctl, rank == 0 ? RF_ERR_TIMEOUT
-                                       : rank == last ? RF_ERR_USAGE : RF_OK),
+  ASSERT_STATUS(rf_control_agree(&ctl, rank == 0      ? RF_ERR_TIMEOUT
+                                       : rank == last ? RF_ERR_USAGE
+                                                      : RF_OK),
                 RF_ERR_USAGE);
-  ASSERT_STATUS(rf_control_agree(&ctl, rank == 0 ? RF_ERR_PEER
-                                       : rank == last ? RF_ERR_IO : RF_OK),
+  ASSERT_STATUS(rf_control_agree(&ctl, rank == 0      ? RF_ERR_PEER
+                                       : rank == last ? RF_ERR_IO
+                                                      : RF_OK),
                 RF_ERR_IO);
   ASSERT_STATUS(rf_control_agree(&ctl, rank == last ? RF_ERR_PEER : RF_OK), RF_ERR_PEER);
   ASSERT_STATUS(rf_control_agree(&ctl, RF_ERR_VERIFY), RF_ERR_VERIFY);

@@ -47,8 +47,8 @@ static rf_status check_group(MPI_Comm comm, int want_rank, int want_size, const 
   RF_MPI(MPI_Comm_rank(comm, &rank));
   RF_MPI(MPI_Comm_size(comm, &size));
   if (rank != want_rank || size != want_size)
-    return rf_fail(RF_ERR_INTERNAL, "%s communicator has rank %d of %d, layout says %d of %d",
-                   what, rank, size, want_rank, want_size);
+    return rf_fail(RF_ERR_INTERNAL, "%s communicator has rank %d of %d, layout says %d of %d", what,
+                   rank, size, want_rank, want_size);
   return RF_OK;
 }
 
@@ -121,8 +121,7 @@ void rf_control_free(rf_control *ctl) {
   ctl->world = ctl->trainer = ctl->rollout = ctl->node = MPI_COMM_NULL;
 }
 
-static rf_status wait_bounded(rf_control *ctl, MPI_Request *req, const char *what,
-                              double seconds) {
+static rf_status wait_bounded(rf_control *ctl, MPI_Request *req, const char *what, double seconds) {
   /* Once one wait has expired the peers are gone or MPI is wedged: waiting again would only
    * add another full timeout before the abort. */
   if (ctl->timed_out)
@@ -246,27 +245,38 @@ static void terminate_strings(rf_job_desc *d) {
  * one line naming the first field that differs, or 0 when they are equal. */
 static int describe_difference(const rf_job_desc *t, const rf_job_desc *r, char *msg, size_t len) {
   if (strcmp(t->model, r->model) != 0)
-    snprintf(msg, len, "trainer ranks run model '%s' but rollout ranks run '%s'; start every "
-             "rank with the same --model", t->model, r->model);
+    snprintf(msg, len,
+             "trainer ranks run model '%s' but rollout ranks run '%s'; start every "
+             "rank with the same --model",
+             t->model, r->model);
   else if (t->model_digest != r->model_digest)
-    snprintf(msg, len, "trainer and rollout ranks both run model '%s' but the model files "
+    snprintf(msg, len,
+             "trainer and rollout ranks both run model '%s' but the model files "
              "differ (digest %016llx vs %016llx); give every rank the same model files",
-             t->model, (unsigned long long)t->model_digest,
-             (unsigned long long)r->model_digest);
+             t->model, (unsigned long long)t->model_digest, (unsigned long long)r->model_digest);
   else if (strcmp(t->trainer, r->trainer) != 0)
-    snprintf(msg, len, "trainer ranks use trainer layout '%s' but rollout ranks use '%s'; "
-             "start every rank with the same --trainer", t->trainer, r->trainer);
+    snprintf(msg, len,
+             "trainer ranks use trainer layout '%s' but rollout ranks use '%s'; "
+             "start every rank with the same --trainer",
+             t->trainer, r->trainer);
   else if (strcmp(t->rollout, r->rollout) != 0)
-    snprintf(msg, len, "trainer ranks use rollout layout '%s' but rollout ranks use '%s'; "
-             "start every rank with the same --rollout", t->rollout, r->rollout);
+    snprintf(msg, len,
+             "trainer ranks use rollout layout '%s' but rollout ranks use '%s'; "
+             "start every rank with the same --rollout",
+             t->rollout, r->rollout);
   else if (strcmp(t->placement, r->placement) != 0)
-    snprintf(msg, len, "trainer ranks use placement '%s' but rollout ranks use '%s'; start "
-             "every rank with the same --placement", t->placement, r->placement);
+    snprintf(msg, len,
+             "trainer ranks use placement '%s' but rollout ranks use '%s'; start "
+             "every rank with the same --placement",
+             t->placement, r->placement);
   else if (strcmp(t->plan, r->plan) != 0)
-    snprintf(msg, len, "trainer ranks use plan '%s' but rollout ranks use '%s'; start every "
-             "rank with the same --plan", t->plan, r->plan);
+    snprintf(msg, len,
+             "trainer ranks use plan '%s' but rollout ranks use '%s'; start every "
+             "rank with the same --plan",
+             t->plan, r->plan);
   else if (t->plan_digest != r->plan_digest)
-    snprintf(msg, len, "trainer and rollout ranks computed different %s plans (digest %016llx "
+    snprintf(msg, len,
+             "trainer and rollout ranks computed different %s plans (digest %016llx "
              "vs %016llx); start every rank with the same options and the same refit build",
              t->plan, (unsigned long long)t->plan_digest, (unsigned long long)r->plan_digest);
   else
@@ -335,8 +345,8 @@ static rf_status explain_mismatch(rf_control *ctl, handshake_bufs *b, int tl, in
     int peer = me == tl ? rl : tl;
     RF_MPI(MPI_Irecv(&b->theirs, (int)sizeof b->theirs, MPI_BYTE, peer, RF_TAG_HANDSHAKE,
                      ctl->world, &xfer[0]));
-    RF_MPI(MPI_Isend(&b->mine, (int)sizeof b->mine, MPI_BYTE, peer, RF_TAG_HANDSHAKE,
-                     ctl->world, &xfer[1]));
+    RF_MPI(MPI_Isend(&b->mine, (int)sizeof b->mine, MPI_BYTE, peer, RF_TAG_HANDSHAKE, ctl->world,
+                     &xfer[1]));
     RF_TRY(rf_control_wait(ctl, &xfer[0], "the other leader's job description"));
     RF_TRY(rf_control_wait(ctl, &xfer[1], "the other leader to take this job description"));
     terminate_strings(&b->theirs);
@@ -350,7 +360,8 @@ static rf_status explain_mismatch(rf_control *ctl, handshake_bufs *b, int tl, in
     RF_INFO("handshake: %s", msg); /* the trainer leader says it as an error */
   else if (me == tl)
     RF_ERROR("handshake: ranks disagree on the job (rank %d differs); start every rank with "
-             "the same options", odd_rank_out(b->digests, ctl->world_size, me));
+             "the same options",
+             odd_rank_out(b->digests, ctl->world_size, me));
   return RF_ERR_MISMATCH;
 }
 
@@ -387,7 +398,8 @@ rf_status rf_control_handshake(rf_control *ctl, const rf_job_desc *mine) {
     /* Only possible when no rank has a leader's role; every rank sees the same sums. */
     if (ctl->world_rank == 0)
       RF_ERROR("handshake: ranks disagree on the job and no rank is the %s leader; start "
-               "every rank with the same options", tl < 0 ? "trainer" : "rollout");
+               "every rank with the same options",
+               tl < 0 ? "trainer" : "rollout");
     st = RF_ERR_MISMATCH;
     goto done;
   }

@@ -47,9 +47,9 @@ void rf_control_free(rf_control *ctl);
  * everyone else's. Returns RF_OK on every rank, or the same error on every rank. */
 rf_status rf_control_handshake(rf_control *ctl, const rf_job_desc *mine);
 
-/* Status agreement: every rank contributes its local status and gets the worst one. A rank
- * whose peer failed gets that failure's status (RF_ERR_PEER when the causes differ). Bounded
- * by the timeout. */
+/* Status agreement: every rank contributes its local status and every rank gets the worst
+ * one (rf_status_worse), so all ranks exit with the same code. The wait is bounded by twice
+ * the timeout plus a grace, so that a rank whose data wait just timed out still joins. */
 rf_status rf_control_agree(rf_control *ctl, rf_status local);
 
 /* Waits for a request with the control plane's timeout; on expiry sets ctl->timed_out and

@@ -49,8 +49,8 @@ rf_status rf_control_nccl_unique_id(rf_control *ctl, MPI_Comm comm, int root, vo
   if (rank == root) {
     ncclResult_t rc = ncclGetUniqueId(&msg->id);
     if (rc != ncclSuccess)
-      local = rf_nccl_failed((int)rc, ncclGetErrorString(rc), "ncclGetUniqueId(&msg->id)",
-                             __FILE__, __LINE__);
+      local = rf_nccl_failed((int)rc, ncclGetErrorString(rc), "ncclGetUniqueId(&msg->id)", __FILE__,
+                             __LINE__);
     msg->status = (int)local;
   }
   MPI_Request req = MPI_REQUEST_NULL;
