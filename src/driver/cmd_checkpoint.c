@@ -1,0 +1,37 @@
+/* `refit checkpoint`: writes the synthetic weights of a model as a real checkpoint, so that
+ * users without weights, and the tests, have files to give `refit run --checkpoint`. No MPI
+ * and no layouts: only the model spec and its dtype. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "driver.h"
+#include "io/io.h"
+
+rf_status rf_cmd_checkpoint(const rf_config *cfg) {
+  if (!cfg->checkpoint[0])
+    return rf_fail(RF_ERR_USAGE, "refit checkpoint needs --checkpoint PATH (where to write)");
+  rf_model model;
+  RF_TRY(rf_model_load(cfg->model, &model));
+  if (strcmp(cfg->dtype, "model") != 0) {
+    rf_dtype dt;
+    if (rf_dtype_parse(cfg->dtype, &dt) != RF_OK) {
+      rf_model_free(&model);
+      return rf_fail(RF_ERR_USAGE, "option --dtype: '%s' is not one of model|bf16|fp16|fp32",
+                     cfg->dtype);
+    }
+    rf_model_set_dtype(&model, dt);
+  }
+  rf_status st = rf_checkpoint_write(cfg->checkpoint, &model, (uint64_t)cfg->seed, cfg->format,
+                                     cfg->shard_size);
+  if (st == RF_OK) {
+    printf("wrote %s: %s, %d tensors, %" PRId64 " bytes, %s", cfg->checkpoint, model.name,
+           model.tensor_count, model.total_bytes, cfg->format);
+    if (strcmp(cfg->format, "safetensors") == 0 && cfg->shard_size > 0)
+      printf(", %d shards", rf_checkpoint_shard_count(&model, cfg->format, cfg->shard_size));
+    printf("\n");
+    fflush(stdout);
+  }
+  rf_model_free(&model);
+  return st;
+}

@@ -1,0 +1,359 @@
+/* Checkpoints: opening one in whichever format the path holds, reading boxes of tensors into
+ * regions of any strides, checksums of whole tensors, and the synthetic writer's dispatch.
+ * The formats live in checkpoint_safetensors.c and checkpoint_hdf5.c; the helpers here phrase
+ * their errors alike and stream the generator's values for both writers. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/checkpoint_internal.h"
+#include "verify/verify.h"
+
+/* Every format stores little-endian elements, and the readers hand the bytes on unchanged. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "refit's checkpoint code assumes a little-endian host"
+#endif
+
+/* ---- checks and their messages ------------------------------------------------------------ */
+
+static const char *const dtype_tags[] = {[RF_DTYPE_BF16] = "BF16", [RF_DTYPE_FP16] = "F16",
+                                         [RF_DTYPE_FP32] = "F32"};
+
+const char *ck_dtype_tag(rf_dtype dt) {
+  return (int)dt >= 0 && (int)dt < (int)RF_ARRAY_LEN(dtype_tags) ? dtype_tags[dt] : "?";
+}
+
+int ck_dtype_from_tag(const char *tag, rf_dtype *out) {
+  for (int i = 0; i < (int)RF_ARRAY_LEN(dtype_tags); i++)
+    if (strcmp(tag, dtype_tags[i]) == 0) {
+      *out = (rf_dtype)i;
+      return 1;
+    }
+  return 0;
+}
+
+int ck_shape_matches(const rf_tensor *t, int ndim, const int64_t *shape) {
+  if (ndim != t->ndim)
+    return 0;
+  for (int d = 0; d < ndim; d++)
+    if (shape[d] != t->shape[d])
+      return 0;
+  return 1;
+}
+
+static void format_shape(char *buf, size_t len, int ndim, const int64_t *shape) {
+  size_t n = (size_t)snprintf(buf, len, "[");
+  for (int d = 0; d < ndim && n < len; d++)
+    n += (size_t)snprintf(buf + n, len - n, "%s%" PRId64, d ? ", " : "", shape[d]);
+  if (n < len)
+    snprintf(buf + n, len - n, "]");
+}
+
+rf_status ck_fail_shape(const char *file, const rf_tensor *t, int ndim, const int64_t *shape) {
+  char got[128], want[64];
+  format_shape(got, sizeof got, RF_MIN(ndim, 8), shape);
+  format_shape(want, sizeof want, t->ndim, t->shape);
+  return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s has shape %s, the model needs %s",
+                 file, t->name, got, want);
+}
+
+rf_status ck_fail_dtype(const char *file, const rf_tensor *t, const char *got, int readable,
+                        rf_dtype want) {
+  rf_dtype dt;
+  if (readable && ck_dtype_from_tag(got, &dt))
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s is %s, the model needs %s (use --dtype %s or "
+                   "another checkpoint)", file, t->name, got, ck_dtype_tag(want),
+                   rf_dtype_name(dt));
+  return rf_fail(RF_ERR_CHECKPOINT,
+                 "checkpoint '%s': tensor %s is %s, which refit does not read; the model needs "
+                 "%s", file, t->name, got, ck_dtype_tag(want));
+}
+
+int64_t ck_batch_rows(const rf_tensor *t, int64_t width, int esize) {
+  int64_t row_bytes = RF_MAX(width, 1) * esize;
+  return RF_MAX(CK_BATCH_BYTES / row_bytes, 1);
+}
+
+/* ---- plain file input and output ---------------------------------------------------------- */
+
+rf_status ck_pread(int fd, void *buf, size_t n, int64_t offset, const char *file,
+                   const rf_tensor *t) {
+  char *p = buf;
+  while (n > 0) {
+    ssize_t got = pread(fd, p, n, (off_t)offset);
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got < 0)
+      return rf_fail(RF_ERR_IO, "checkpoint '%s': reading tensor %s at byte %" PRId64
+                     " failed: %s", file, t->name, offset, strerror(errno));
+    if (got == 0) /* it passed the size checks at open, so it shrank since */
+      return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s: the file ends at byte %"
+                     PRId64 " (truncated while in use)", file, t->name, offset);
+    p += got, n -= (size_t)got, offset += got;
+  }
+  return RF_OK;
+}
+
+rf_status ck_write_all(int fd, const void *buf, size_t n, const char *file) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t put = write(fd, p, n);
+    if (put < 0 && errno == EINTR)
+      continue;
+    if (put < 0)
+      return rf_fail(RF_ERR_IO, "checkpoint '%s': writing failed: %s", file, strerror(errno));
+    p += put, n -= (size_t)put;
+  }
+  return RF_OK;
+}
+
+void ck_partial_name(const char *path, char *buf, size_t len) {
+  snprintf(buf, len, "%s.partial", path);
+}
+
+rf_status ck_create(const char *path, int *fd) {
+  char tmp[CK_PATH_MAX + 16];
+  ck_partial_name(path, tmp, sizeof tmp);
+  *fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (*fd < 0)
+    return rf_fail(RF_ERR_IO, "checkpoint '%s': cannot create the file: %s", path,
+                   strerror(errno));
+  return RF_OK;
+}
+
+rf_status ck_commit(const char *path) {
+  char tmp[CK_PATH_MAX + 16];
+  ck_partial_name(path, tmp, sizeof tmp);
+  if (rename(tmp, path) != 0) {
+    rf_status st = rf_fail(RF_ERR_IO, "checkpoint '%s': cannot rename '%s' into place: %s",
+                           path, tmp, strerror(errno));
+    unlink(tmp);
+    return st;
+  }
+  return RF_OK;
+}
+
+void ck_abandon(const char *path) {
+  char tmp[CK_PATH_MAX + 16];
+  ck_partial_name(path, tmp, sizeof tmp);
+  unlink(tmp);
+}
+
+rf_status ck_generate(const rf_tensor *t, uint64_t seed, rf_dtype dtype, ck_emit_fn emit,
+                      void *ctx) {
+  int es = rf_dtype_size(dtype);
+  int64_t rows = RF_MIN(ck_batch_rows(t, t->shape[1], es), t->shape[0]);
+  size_t cap = (size_t)(rows * t->shape[1] * es);
+  char *buf = rf_malloc(cap ? cap : 1, "a batch of checkpoint rows");
+  if (!buf)
+    return RF_ERR_NOMEM;
+  rf_status st = RF_OK;
+  for (int64_t r0 = 0; r0 < t->shape[0] && st == RF_OK; r0 += rows) {
+    int64_t r1 = RF_MIN(r0 + rows, t->shape[0]);
+    rf_box b = {{r0, 0}, {r1, t->shape[1]}};
+    rf_region reg = rf_region_row_major(buf, &b, es);
+    rf_fill_region(&reg, &b, t, seed, dtype);
+    st = emit(ctx, t, r0, r1, buf, (size_t)((r1 - r0) * t->shape[1] * es));
+  }
+  free(buf);
+  return st;
+}
+
+int ck_shard_plan(const rf_model *model, int64_t shard_size, int *shard_of) {
+  int shard = 0;
+  int64_t used = 0;
+  for (int i = 0; i < model->tensor_count; i++) {
+    int64_t b = model->tensors[i].bytes;
+    if (used > 0 && used + b > shard_size)
+      shard++, used = 0;
+    shard_of[i] = shard;
+    used += b;
+  }
+  return model->tensor_count ? shard + 1 : 0;
+}
+
+int rf_checkpoint_shard_count(const rf_model *model, const char *format, int64_t shard_size) {
+  if (strcmp(format, "safetensors") != 0 || shard_size <= 0)
+    return 1;
+  int *shard_of = rf_calloc((size_t)RF_MAX(model->tensor_count, 1), sizeof *shard_of,
+                            "the shard plan");
+  if (!shard_of)
+    return 0;
+  int n = ck_shard_plan(model, shard_size, shard_of);
+  free(shard_of);
+  return n;
+}
+
+/* ---- opening ------------------------------------------------------------------------------ */
+
+/* HDF5 by its extension or its signature at byte 0 (where every file refit or h5py writes
+ * has it); anything else is taken for safetensors, whose parser then says what is wrong. */
+static int looks_like_hdf5(const char *path) {
+  size_t n = strlen(path);
+  if ((n > 3 && strcmp(path + n - 3, ".h5") == 0) || (n > 5 && strcmp(path + n - 5, ".hdf5") == 0))
+    return 1;
+  static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  unsigned char head[8];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  int is = pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head &&
+           memcmp(head, sig, sizeof sig) == 0;
+  close(fd);
+  return is;
+}
+
+rf_status rf_checkpoint_open(const char *path, const rf_model *model, rf_checkpoint **out) {
+  *out = NULL;
+  struct stat sb;
+  if (!path || !*path)
+    return rf_fail(RF_ERR_USAGE, "no checkpoint path given");
+  if (stat(path, &sb) != 0) {
+    if (errno == ENOENT)
+      return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': no such file or directory", path);
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': %s", path, strerror(errno));
+  }
+  rf_checkpoint *c = rf_calloc(1, sizeof *c, "the checkpoint");
+  if (!c)
+    return RF_ERR_NOMEM;
+  c->path = rf_strdup(path);
+  c->model = model;
+  c->dtype = model->dtype;
+  c->esize = rf_dtype_size(model->dtype);
+  c->h5_file = -1;
+  if (!c->path) {
+    free(c);
+    return RF_ERR_NOMEM;
+  }
+  /* "dir/" and "dir" name the same files; messages read better without the slash. */
+  for (size_t n = strlen(c->path); n > 1 && c->path[n - 1] == '/'; n--)
+    c->path[n - 1] = '\0';
+  rf_status st;
+  if (S_ISDIR(sb.st_mode)) {
+    st = ck_st_open_dir(c, c->path);
+  } else if (looks_like_hdf5(c->path)) {
+    c->hdf5 = 1;
+    st = ck_h5_open(c, c->path);
+  } else {
+    st = ck_st_open_file(c, c->path);
+  }
+  if (st != RF_OK) {
+    rf_checkpoint_close(c);
+    return st;
+  }
+  RF_DEBUG("checkpoint %s: %d tensors of %s checked (%s)", c->path, model->tensor_count,
+           model->name, c->hdf5 ? "HDF5" : "safetensors");
+  *out = c;
+  return RF_OK;
+}
+
+void rf_checkpoint_close(rf_checkpoint *c) {
+  if (!c)
+    return;
+  if (c->hdf5)
+    ck_h5_close(c);
+  else
+    ck_st_close(c);
+  free(c->scratch);
+  free(c->path);
+  free(c);
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+static rf_status read_rows(rf_checkpoint *c, int tensor, const rf_box *b, void *out) {
+  return c->hdf5 ? ck_h5_read_rows(c, tensor, b, out) : ck_st_read_rows(c, tensor, b, out);
+}
+
+/* The box is read in batches of whole box rows. A batch that is one contiguous run of dst
+ * (a row-major destination as wide as the box) is read in place; any other goes through the
+ * scratch buffer and is placed by rf_region_copy, which transposes in tiles. */
+rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box,
+                             const rf_region *dst) {
+  if (tensor < 0 || tensor >= c->model->tensor_count)
+    return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': no tensor %d in the model", c->path,
+                   tensor);
+  const rf_tensor *t = &c->model->tensors[tensor];
+  if (rf_box_is_empty(box))
+    return RF_OK;
+  if (box->lo[0] < 0 || box->lo[1] < 0 || box->hi[0] > t->shape[0] || box->hi[1] > t->shape[1])
+    return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': box [%" PRId64 ", %" PRId64 ") x [%" PRId64
+                   ", %" PRId64 ") is outside tensor %s", c->path, box->lo[0], box->hi[0],
+                   box->lo[1], box->hi[1], t->name);
+  int64_t w = box->hi[1] - box->lo[1];
+  int64_t rows = ck_batch_rows(t, w, c->esize);
+  for (int64_t r0 = box->lo[0]; r0 < box->hi[0]; r0 += rows) {
+    rf_box b = {{r0, box->lo[1]}, {RF_MIN(r0 + rows, box->hi[0]), box->hi[1]}};
+    if (rf_region_contiguous(dst, &b)) {
+      RF_TRY(read_rows(c, tensor, &b, rf_region_at(dst, b.lo[0], b.lo[1])));
+      continue;
+    }
+    size_t need = (size_t)(rf_box_numel(&b) * c->esize);
+    if (need > c->scratch_cap) {
+      void *p = rf_realloc(c->scratch, need, "the checkpoint read buffer");
+      if (!p)
+        return RF_ERR_NOMEM;
+      c->scratch = p, c->scratch_cap = need;
+    }
+    RF_TRY(read_rows(c, tensor, &b, c->scratch));
+    rf_region src = rf_region_row_major(c->scratch, &b, c->esize);
+    rf_region_copy(dst, &src, &b);
+  }
+  return RF_OK;
+}
+
+rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out) {
+  *out = 0;
+  if (tensor < 0 || tensor >= c->model->tensor_count)
+    return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': no tensor %d in the model", c->path,
+                   tensor);
+  const rf_tensor *t = &c->model->tensors[tensor];
+  int64_t rows = RF_MIN(ck_batch_rows(t, t->shape[1], c->esize), t->shape[0]);
+  size_t cap = (size_t)(rows * t->shape[1] * c->esize);
+  char *buf = rf_malloc(cap ? cap : 1, "a batch of checkpoint rows");
+  if (!buf)
+    return RF_ERR_NOMEM;
+  rf_status st = RF_OK;
+  uint64_t sum = 0;
+  for (int64_t r0 = 0; r0 < t->shape[0]; r0 += rows) {
+    rf_box b = {{r0, 0}, {RF_MIN(r0 + rows, t->shape[0]), t->shape[1]}};
+    rf_region reg = rf_region_row_major(buf, &b, c->esize);
+    st = rf_checkpoint_read(c, tensor, &b, &reg);
+    if (st != RF_OK)
+      break;
+    sum += rf_checksum_region(&reg, &b, t, c->dtype);
+  }
+  free(buf);
+  if (st == RF_OK)
+    *out = sum;
+  return st;
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+rf_status rf_checkpoint_write(const char *path, const rf_model *model, uint64_t seed,
+                              const char *format, int64_t shard_size) {
+  if (!path || !*path)
+    return rf_fail(RF_ERR_USAGE, "no checkpoint path given");
+  if (strlen(path) + 64 >= CK_PATH_MAX)
+    return rf_fail(RF_ERR_USAGE, "checkpoint '%s': the path is too long", path);
+  if (shard_size < 0)
+    return rf_fail(RF_ERR_USAGE, "checkpoint '%s': shard size %" PRId64 " is negative", path,
+                   shard_size);
+  if (strcmp(format, "safetensors") == 0)
+    return ck_st_write(path, model, seed, shard_size);
+  if (strcmp(format, "hdf5") == 0) {
+    if (shard_size > 0)
+      return rf_fail(RF_ERR_USAGE, "checkpoint '%s': --shard-size needs --format safetensors "
+                     "(an HDF5 checkpoint is one file)", path);
+    return ck_h5_write(path, model, seed);
+  }
+  return rf_fail(RF_ERR_USAGE, "checkpoint '%s': format '%s' is not one of safetensors|hdf5",
+                 path, format);
+}

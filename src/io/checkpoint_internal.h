@@ -1,0 +1,112 @@
+/* Shared between the checkpoint formats: the open checkpoint, the helpers that phrase the
+ * one-line errors the same way for safetensors and HDF5, and the pieces of the streaming
+ * writer. Nothing here is public; io.h is the interface. */
+#ifndef RF_CHECKPOINT_INTERNAL_H
+#define RF_CHECKPOINT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/io.h"
+
+/* Reads, checksums and writes move at most this many bytes of rows at a time, so a rank
+ * never holds more than one such batch of a tensor beyond its own shard. */
+#define CK_BATCH_BYTES ((int64_t)64 << 20)
+
+/* Paths, with room for a shard's name or ".partial" after a directory. */
+#define CK_PATH_MAX 4096
+
+/* One open safetensors file: the header is parsed at open and only offsets are kept. */
+typedef struct {
+  char *path;
+  int fd;
+  int64_t size;       /* bytes, at open */
+  int64_t data_start; /* 8 + header length: where data_offsets count from */
+} ck_file;
+
+struct rf_checkpoint {
+  char *path;           /* as given, without trailing slashes */
+  const rf_model *model; /* borrowed: it must outlive the checkpoint */
+  rf_dtype dtype;
+  int esize;
+  int hdf5;
+
+  /* safetensors: every file opened once, and where each model tensor starts. */
+  int file_count;
+  ck_file *files;
+  int *tensor_file;       /* [tensor] index into files */
+  int64_t *tensor_offset; /* [tensor] absolute byte offset of element 0 */
+
+  /* HDF5: the file, and each tensor's dataset and its file type (hid_t values; the type is
+   * also the memory type of every read, so HDF5 copies the bits without converting). */
+  int64_t h5_file;
+  int64_t *h5_dset, *h5_type; /* [tensor] */
+
+  /* Rows read for a strided destination land here before they are placed. */
+  void *scratch;
+  size_t scratch_cap;
+};
+
+/* ---- the formats --------------------------------------------------------------------------
+ * open fills c (whose path, model, dtype and esize are set) and logs one line on failure;
+ * close releases what open acquired, also after a failed open. read_rows reads `box` of a
+ * tensor into `out` in row-major order. */
+rf_status ck_st_open_file(rf_checkpoint *c, const char *path);
+rf_status ck_st_open_dir(rf_checkpoint *c, const char *dir);
+rf_status ck_st_read_rows(rf_checkpoint *c, int tensor, const rf_box *box, void *out);
+void ck_st_close(rf_checkpoint *c);
+/* in checkpoint_safetensors_write.c */
+rf_status ck_st_write(const char *path, const rf_model *model, uint64_t seed,
+                      int64_t shard_size);
+
+rf_status ck_h5_open(rf_checkpoint *c, const char *path);
+rf_status ck_h5_read_rows(rf_checkpoint *c, int tensor, const rf_box *box, void *out);
+void ck_h5_close(rf_checkpoint *c);
+rf_status ck_h5_write(const char *path, const rf_model *model, uint64_t seed);
+
+/* ---- checks and their messages ------------------------------------------------------------ */
+
+/* The safetensors dtype names ("BF16", "F16", "F32"), also used for HDF5 in messages. */
+const char *ck_dtype_tag(rf_dtype dt);
+/* Parses a safetensors dtype name; returns 0 for names refit does not read. */
+int ck_dtype_from_tag(const char *tag, rf_dtype *out);
+
+/* Whether a shape read from a file is the tensor's ([n] for 1-D tensors). */
+int ck_shape_matches(const rf_tensor *t, int ndim, const int64_t *shape);
+
+/* "checkpoint 'F': tensor X has shape [a, b], the model needs [c, d]" */
+rf_status ck_fail_shape(const char *file, const rf_tensor *t, int ndim, const int64_t *shape);
+/* "checkpoint 'F': tensor X is F32, the model needs BF16 (use --dtype fp32 or another
+ * checkpoint)"; `got` names what the file holds, `readable` whether refit reads that type. */
+rf_status ck_fail_dtype(const char *file, const rf_tensor *t, const char *got, int readable,
+                        rf_dtype want);
+
+/* The number of rows of a tensor that one batch of `width` columns holds. */
+int64_t ck_batch_rows(const rf_tensor *t, int64_t width, int esize);
+
+/* ---- plain file input and output ---------------------------------------------------------- */
+
+/* pread of exactly n bytes; a file that ends early is a truncated checkpoint. */
+rf_status ck_pread(int fd, void *buf, size_t n, int64_t offset, const char *file,
+                   const rf_tensor *t);
+rf_status ck_write_all(int fd, const void *buf, size_t n, const char *file);
+
+/* Files are written under "<path>.partial" and renamed into place when complete, so an
+ * interrupted write never leaves a file that looks like a whole checkpoint. */
+rf_status ck_create(const char *path, int *fd);
+rf_status ck_commit(const char *path);
+void ck_abandon(const char *path);
+void ck_partial_name(const char *path, char *buf, size_t len);
+
+/* Streams a tensor's generator values, row batch by row batch, through `emit`. */
+typedef rf_status (*ck_emit_fn)(void *ctx, const rf_tensor *t, int64_t row0, int64_t row1,
+                                const void *data, size_t bytes);
+rf_status ck_generate(const rf_tensor *t, uint64_t seed, rf_dtype dtype, ck_emit_fn emit,
+                      void *ctx);
+
+/* Greedy packing of tensors, in order, into shards of at most shard_size bytes (a larger
+ * tensor gets a shard of its own). Fills shard_of[tensor] and returns the shard count. */
+int ck_shard_plan(const rf_model *model, int64_t shard_size, int *shard_of);
+
+
+#endif

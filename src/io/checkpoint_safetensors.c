@@ -1,0 +1,293 @@
+/* safetensors: an 8-byte little-endian header length N, N bytes of JSON mapping each tensor
+ * name to {"dtype", "shape", "data_offsets": [begin, end)} (offsets counted from the byte
+ * after the header, optional "__metadata__" of strings), then the data. A directory holds
+ * model.safetensors.index.json, whose "weight_map" names each tensor's shard, or a lone
+ * model.safetensors.
+ *
+ * Opening parses every header once and checks everything a read could trip over later, so a
+ * rank that opened a checkpoint only ever fails to read it if the file changes underneath. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/checkpoint_internal.h"
+
+/* The safetensors library refuses headers above 100 MB; so does refit, rather than
+ * allocating whatever eight random bytes ask for. */
+#define ST_HEADER_MAX ((int64_t)100000000)
+/* Offsets above this cannot be real and would overflow the sums below. */
+#define ST_OFFSET_MAX ((int64_t)1 << 60)
+#define ST_INDEX "model.safetensors.index.json"
+
+/* ---- opening ------------------------------------------------------------------------------ */
+
+/* Opens one file, checks its header length against the file and parses the header. */
+static rf_status load_file(rf_checkpoint *c, const char *path, int *index, json_t **header) {
+  ck_file *files = rf_realloc(c->files, (size_t)(c->file_count + 1) * sizeof *files,
+                              "the checkpoint file list");
+  if (!files)
+    return RF_ERR_NOMEM;
+  c->files = files;
+  ck_file *f = &files[c->file_count];
+  memset(f, 0, sizeof *f);
+  f->fd = -1;
+  f->path = rf_strdup(path);
+  if (!f->path)
+    return RF_ERR_NOMEM;
+  *index = c->file_count++;
+
+  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat sb;
+  if (f->fd < 0 && errno == ENOENT)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': no such file or directory", path);
+  if (f->fd < 0 || fstat(f->fd, &sb) != 0)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': cannot open: %s", path, strerror(errno));
+  f->size = (int64_t)sb.st_size;
+  if (f->size < 8)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': the file's %" PRId64 " bytes are too "
+                   "few for a safetensors header (truncated or not safetensors)", path, f->size);
+  unsigned char len8[8];
+  static const rf_tensor no_tensor = {.name = "(header)"};
+  RF_TRY(ck_pread(f->fd, len8, 8, 0, path, &no_tensor));
+  uint64_t n = 0;
+  for (int k = 7; k >= 0; k--)
+    n = n << 8 | len8[k];
+  if (n > (uint64_t)(f->size - 8))
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': header length %" PRIu64 " is beyond the "
+                   "file's %" PRId64 " bytes (truncated or not safetensors)", path, n, f->size);
+  if ((int64_t)n > ST_HEADER_MAX)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': header length %" PRIu64 " is above the "
+                   "safetensors limit of %" PRId64 " bytes (not safetensors)", path, n,
+                   ST_HEADER_MAX);
+  f->data_start = 8 + (int64_t)n;
+  char *text = rf_malloc(n ? n : 1, "the safetensors header");
+  if (!text)
+    return RF_ERR_NOMEM;
+  rf_status st = ck_pread(f->fd, text, n, 8, path, &no_tensor);
+  json_error_t err;
+  *header = st == RF_OK ? json_loadb(text, n, JSON_REJECT_DUPLICATES, &err) : NULL;
+  free(text);
+  RF_TRY(st);
+  if (!*header)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': the header is not valid JSON: %s", path,
+                   err.text);
+  if (!json_is_object(*header))
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': the header is not a JSON object", path);
+  const char *key;
+  json_t *value;
+  json_object_foreach(*header, key, value) {
+    if (strcmp(key, "__metadata__") != 0 && !json_is_object(value))
+      return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': the header entry '%s' is not an "
+                     "object", path, key);
+  }
+  return RF_OK;
+}
+
+static int get_int(json_t *a, size_t i, int64_t *out) {
+  json_t *v = json_array_get(a, i);
+  if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > ST_OFFSET_MAX)
+    return 0;
+  *out = (int64_t)json_integer_value(v);
+  return 1;
+}
+
+/* Checks tensor t's entry in file fi's header and records where its data starts. */
+static rf_status check_tensor(rf_checkpoint *c, int fi, json_t *header, const rf_tensor *t) {
+  const ck_file *f = &c->files[fi];
+  json_t *e = json_object_get(header, t->name);
+  if (!e)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s is missing", f->path, t->name);
+  json_t *dtype = json_object_get(e, "dtype"), *shape = json_object_get(e, "shape"),
+         *offsets = json_object_get(e, "data_offsets");
+  int64_t dims[8], begin, end;
+  int ndim = json_is_array(shape) ? (int)json_array_size(shape) : -1;
+  int ok = json_is_string(dtype) && ndim >= 0 && json_is_array(offsets) &&
+           json_array_size(offsets) == 2 && get_int(offsets, 0, &begin) &&
+           get_int(offsets, 1, &end) && begin <= end;
+  for (int d = 0; ok && d < RF_MIN(ndim, 8); d++)
+    ok = get_int(shape, (size_t)d, &dims[d]);
+  if (!ok)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s: the header entry needs a "
+                   "dtype string, a shape of sizes and data_offsets [begin, end]", f->path,
+                   t->name);
+  rf_dtype dt;
+  int readable = ck_dtype_from_tag(json_string_value(dtype), &dt);
+  if (!readable || dt != c->dtype)
+    return ck_fail_dtype(f->path, t, json_string_value(dtype), readable, c->dtype);
+  if (!ck_shape_matches(t, ndim, dims))
+    return ck_fail_shape(f->path, t, ndim, dims);
+  int64_t a = f->data_start + begin, b = f->data_start + end;
+  if (end - begin != t->numel * c->esize)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64
+                   ") holds %" PRId64 " bytes, its shape and dtype need %" PRId64, f->path,
+                   t->name, a, b, end - begin, t->numel * c->esize);
+  if (b > f->size)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64
+                   ") ends beyond the file's %" PRId64 " bytes (truncated)", f->path, t->name,
+                   a, b, f->size);
+  c->tensor_file[t->id] = fi;
+  c->tensor_offset[t->id] = a;
+  return RF_OK;
+}
+
+typedef struct {
+  int64_t begin, end;
+  int tensor;
+} span;
+
+static int span_cmp(const void *pa, const void *pb) {
+  const span *a = pa, *b = pb;
+  if (a->begin != b->begin)
+    return a->begin < b->begin ? -1 : 1;
+  return (a->tensor > b->tensor) - (a->tensor < b->tensor);
+}
+
+/* No two model tensors of file fi share a byte: sorted by start, each must start at or after
+ * the furthest end so far. */
+static rf_status check_overlaps(rf_checkpoint *c, int fi) {
+  const rf_model *m = c->model;
+  span *s = rf_malloc((size_t)RF_MAX(m->tensor_count, 1) * sizeof *s, "the tensor ranges");
+  if (!s)
+    return RF_ERR_NOMEM;
+  int n = 0;
+  for (int i = 0; i < m->tensor_count; i++)
+    if (c->tensor_file[i] == fi && m->tensors[i].numel > 0)
+      s[n++] = (span){c->tensor_offset[i], c->tensor_offset[i] + m->tensors[i].bytes, i};
+  qsort(s, (size_t)n, sizeof *s, span_cmp);
+  rf_status st = RF_OK;
+  for (int k = 1, far = 0; k < n && st == RF_OK; k++) {
+    if (s[k].begin < s[far].end)
+      st = rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensors %s and %s overlap in the file",
+                   c->files[fi].path, m->tensors[s[far].tensor].name,
+                   m->tensors[s[k].tensor].name);
+    if (s[k].end > s[far].end)
+      far = k;
+  }
+  free(s);
+  return st;
+}
+
+static rf_status alloc_maps(rf_checkpoint *c) {
+  size_t n = (size_t)RF_MAX(c->model->tensor_count, 1);
+  c->tensor_file = rf_malloc(n * sizeof *c->tensor_file, "the checkpoint tensor map");
+  c->tensor_offset = rf_calloc(n, sizeof *c->tensor_offset, "the checkpoint tensor map");
+  if (!c->tensor_file || !c->tensor_offset)
+    return RF_ERR_NOMEM;
+  for (int i = 0; i < c->model->tensor_count; i++)
+    c->tensor_file[i] = -1;
+  return RF_OK;
+}
+
+rf_status ck_st_open_file(rf_checkpoint *c, const char *path) {
+  RF_TRY(alloc_maps(c));
+  int fi;
+  json_t *header = NULL;
+  rf_status st = load_file(c, path, &fi, &header);
+  for (int i = 0; st == RF_OK && i < c->model->tensor_count; i++)
+    st = check_tensor(c, fi, header, &c->model->tensors[i]);
+  json_decref(header);
+  return st == RF_OK ? check_overlaps(c, fi) : st;
+}
+
+/* A sharded checkpoint: each tensor's shard comes from the index; every shard is opened and
+ * parsed once, the first time a tensor needs it, so the first error is the first tensor's. */
+static rf_status open_sharded(rf_checkpoint *c, const char *dir, const char *index_path) {
+  json_error_t err;
+  json_t *index = json_load_file(index_path, JSON_REJECT_DUPLICATES, &err);
+  if (!index)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': not valid JSON: %s (line %d)",
+                   index_path, err.text, err.line);
+  json_t *map = json_object_get(index, "weight_map");
+  if (!json_is_object(map)) {
+    json_decref(index);
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': there is no \"weight_map\" object",
+                   index_path);
+  }
+  json_t **headers = NULL;
+  rf_status st = alloc_maps(c);
+  for (int i = 0; st == RF_OK && i < c->model->tensor_count; i++) {
+    const rf_tensor *t = &c->model->tensors[i];
+    json_t *file = json_object_get(map, t->name);
+    if (!file) {
+      st = rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s is missing", index_path,
+                   t->name);
+      break;
+    }
+    if (!json_is_string(file)) {
+      st = rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': the weight_map entry of tensor %s is "
+                   "not a file name", index_path, t->name);
+      break;
+    }
+    char path[CK_PATH_MAX * 2];
+    snprintf(path, sizeof path, "%s/%s", dir, json_string_value(file));
+    int fi = 0;
+    while (fi < c->file_count && strcmp(c->files[fi].path, path) != 0)
+      fi++;
+    if (fi == c->file_count) {
+      json_t **h = rf_realloc(headers, (size_t)(fi + 1) * sizeof *h, "the shard headers");
+      if (!h) {
+        st = RF_ERR_NOMEM;
+        break;
+      }
+      headers = h;
+      headers[fi] = NULL;
+      st = load_file(c, path, &fi, &headers[fi]);
+    }
+    if (st == RF_OK)
+      st = check_tensor(c, fi, headers[fi], t);
+  }
+  for (int fi = 0; fi < c->file_count; fi++) {
+    if (st == RF_OK)
+      st = check_overlaps(c, fi);
+    if (headers)
+      json_decref(headers[fi]);
+  }
+  free(headers);
+  json_decref(index);
+  return st;
+}
+
+rf_status ck_st_open_dir(rf_checkpoint *c, const char *dir) {
+  char path[CK_PATH_MAX + 64];
+  snprintf(path, sizeof path, "%s/%s", dir, ST_INDEX);
+  if (access(path, F_OK) == 0)
+    return open_sharded(c, dir, path);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  if (access(path, F_OK) == 0)
+    return ck_st_open_file(c, path);
+  return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': the directory holds neither %s nor "
+                 "model.safetensors", dir, ST_INDEX);
+}
+
+void ck_st_close(rf_checkpoint *c) {
+  for (int i = 0; i < c->file_count; i++) {
+    if (c->files[i].fd >= 0)
+      close(c->files[i].fd);
+    free(c->files[i].path);
+  }
+  free(c->files);
+  free(c->tensor_file);
+  free(c->tensor_offset);
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+/* Whole rows are one run of the file; a column range is one pread per row. */
+rf_status ck_st_read_rows(rf_checkpoint *c, int tensor, const rf_box *box, void *out) {
+  const rf_tensor *t = &c->model->tensors[tensor];
+  const ck_file *f = &c->files[c->tensor_file[tensor]];
+  int64_t cols = t->shape[1], w = box->hi[1] - box->lo[1], es = c->esize;
+  int64_t at = c->tensor_offset[tensor] + (box->lo[0] * cols + box->lo[1]) * es;
+  if (w == cols)
+    return ck_pread(f->fd, out, (size_t)((box->hi[0] - box->lo[0]) * cols * es), at, f->path, t);
+  char *p = out;
+  for (int64_t i = box->lo[0]; i < box->hi[0]; i++, p += w * es, at += cols * es)
+    RF_TRY(ck_pread(f->fd, p, (size_t)(w * es), at, f->path, t));
+  return RF_OK;
+}
