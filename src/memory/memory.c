@@ -10,6 +10,7 @@
 
 #include "memory/memory.h"
 #include "memory/memory_gpu.h"
+#include "memory/region_walk.h"
 
 /* ---- allocation ------------------------------------------------------------------------- */
 
@@ -120,12 +121,8 @@ int rf_region_contiguous(const rf_region *r, const rf_box *box) {
 
 /* ---- box copies ------------------------------------------------------------------------- */
 
-/* A box copy as n_out lines of n_in elements, after choosing which box dimension to walk
- * innermost; strides are in elements, per side. */
-typedef struct {
-  int64_t n_out, n_in;
-  int64_t d_out, d_in, s_out, s_in;
-} copy_walk;
+/* A box copy as n_out lines of n_in elements (region_walk.h). */
+typedef rf_copy_walk copy_walk;
 
 /* Tiles of 32 x 32 elements: when one side is transposed, the strided side touches one cache
  * line per inner step, and a tile reuses those lines for the next 31 outer steps instead of
@@ -236,23 +233,12 @@ static void copy_transpose(char *dst, const char *src, const copy_walk *w, int e
 #endif
 
 void rf_region_copy(const rf_region *dst, const rf_region *src, const rf_box *box) {
-  int64_t h = box->hi[0] - box->lo[0], w = box->hi[1] - box->lo[1];
-  if (h <= 0 || w <= 0)
+  copy_walk cw = rf_copy_walk_of(dst, src, box);
+  if (cw.n_out == 0)
     return;
   int es = src->esize;
-  char *d = rf_region_at(dst, box->lo[0], box->lo[1]);
-  const char *s = rf_region_at(src, box->lo[0], box->lo[1]);
-
-  /* Walk innermost the dimension in which the destination is dense, so that writes stream;
-   * a box one element thick in a dimension is walked along the other. */
-  int inner = 1;
-  if (w == 1 || (h > 1 && dst->stride[0] < dst->stride[1]))
-    inner = 0;
-  int outer = 1 - inner;
-  copy_walk cw;
-  cw.n_out = inner ? h : w, cw.n_in = inner ? w : h;
-  cw.d_out = dst->stride[outer], cw.d_in = dst->stride[inner];
-  cw.s_out = src->stride[outer], cw.s_in = src->stride[inner];
+  char *d = cw.dst;
+  const char *s = cw.src;
 
   if (cw.d_in == 1 && cw.s_in == 1) {
     size_t line = (size_t)(cw.n_in * es);
@@ -272,4 +258,51 @@ void rf_region_copy(const rf_region *dst, const rf_region *src, const rf_box *bo
   }
 #endif
   copy_tiled_es(d, s, &cw, es);
+}
+
+/* ---- one interface over every kind -------------------------------------------------------
+ * Host and pinned memory are both ordinary CPU memory to this code; device memory goes to
+ * memory_gpu.h, which a build without CUDA implements as one-line failures. */
+
+static int kind_is_host(rf_mem_kind kind) { return kind == RF_MEM_HOST || kind == RF_MEM_PINNED; }
+
+rf_status rf_copy_boxes(rf_mem_kind kind, const rf_box_copy *copies, int count) {
+  if (!kind_valid(kind))
+    return rf_fail(RF_ERR_INTERNAL, "unknown memory kind %d for a box copy", (int)kind);
+  if (kind == RF_MEM_DEVICE)
+    return rf_gpu_copy_boxes(copies, count);
+  for (int i = 0; i < count; i++)
+    rf_region_copy(&copies[i].dst, &copies[i].src, &copies[i].box);
+  return RF_OK;
+}
+
+rf_status rf_mem_zero(rf_mem_kind kind, void *ptr, size_t bytes) {
+  if (!kind_valid(kind))
+    return rf_fail(RF_ERR_INTERNAL, "unknown memory kind %d to zero", (int)kind);
+  if (bytes == 0)
+    return RF_OK;
+  if (kind == RF_MEM_DEVICE)
+    return rf_gpu_zero(ptr, bytes);
+  memset(ptr, 0, bytes);
+  return RF_OK;
+}
+
+rf_status rf_mem_transfer(void *dst, rf_mem_kind dst_kind, const void *src, rf_mem_kind src_kind,
+                          size_t bytes) {
+  if (!kind_valid(dst_kind) || !kind_valid(src_kind))
+    return rf_fail(RF_ERR_INTERNAL, "unknown memory kind %d or %d for a transfer", (int)dst_kind,
+                   (int)src_kind);
+  if (bytes == 0)
+    return RF_OK;
+  if (kind_is_host(dst_kind) && kind_is_host(src_kind)) {
+    memcpy(dst, src, bytes);
+    return RF_OK;
+  }
+  return rf_gpu_transfer(dst, src, bytes);
+}
+
+rf_status rf_mem_sync(rf_mem_kind kind) {
+  if (!kind_valid(kind))
+    return rf_fail(RF_ERR_INTERNAL, "unknown memory kind %d to wait for", (int)kind);
+  return kind == RF_MEM_DEVICE ? rf_gpu_sync() : RF_OK;
 }

@@ -63,4 +63,46 @@ int rf_region_contiguous(const rf_region *r, const rf_box *box);
  * on both sides move with memcpy; anything else element by element. */
 void rf_region_copy(const rf_region *dst, const rf_region *src, const rf_box *box);
 
+/* ---- one interface over every kind ------------------------------------------------------
+ * The engine moves boxes the same way whatever memory holds them. Host and pinned memory run
+ * the CPU code above; device memory runs CUDA kernels on refit's stream, asynchronously
+ * (rf_mem_sync waits for them). */
+
+typedef struct {
+  rf_region dst, src;
+  rf_box box; /* inside both regions */
+} rf_box_copy;
+
+/* Runs `count` box copies between regions that both live in `kind` memory: on the host one
+ * after the other; on the device as one kernel launch for the whole batch (16-byte accesses
+ * where alignment allows), so packing a bucket costs one launch, not one per piece. */
+rf_status rf_copy_boxes(rf_mem_kind kind, const rf_box_copy *copies, int count);
+
+/* Sets `bytes` of `kind` memory to zero. */
+rf_status rf_mem_zero(rf_mem_kind kind, void *ptr, size_t bytes);
+
+/* Copies bytes between any two kinds (host<->device, device<->device), waiting for the copy. */
+rf_status rf_mem_transfer(void *dst, rf_mem_kind dst_kind, const void *src, rf_mem_kind src_kind,
+                          size_t bytes);
+
+/* Waits until the work queued on `kind` memory is done (a no-op on the host). */
+rf_status rf_mem_sync(rf_mem_kind kind);
+
+/* The GPU this rank uses. */
+typedef struct {
+  int count;        /* GPUs visible to this process */
+  int device;       /* the CUDA device index chosen */
+  char bus_id[32];  /* PCI bus id, e.g. "0000:1b:00.0" */
+  char name[96];
+} rf_gpu_info;
+
+/* Chooses this rank's GPU: `device_override` when >= 0, else node_rank % count, and makes it
+ * current (before any other CUDA call creates a context). No GPU, or an override out of
+ * range, gives one line and RF_ERR_UNSUPPORTED / RF_ERR_USAGE. Host-only builds always fail
+ * with "this build has no CUDA". */
+rf_status rf_gpu_select(int node_rank, int device_override, rf_gpu_info *out);
+
+/* Whether this build was compiled with CUDA (the GPU tests skip when it was not). */
+int rf_gpu_built(void);
+
 #endif

@@ -1,10 +1,12 @@
-/* memory_gpu: the two GPU kinds of memory (pinned host and device), kept out of memory.c so
- * that the host build needs no CUDA headers.
+/* memory_gpu: the GPU side of the memory module (pinned host and device buffers, device box
+ * copies, refit's CUDA stream), kept out of memory.c so that the host build needs no CUDA
+ * headers.
  *
- * memory.c dispatches RF_MEM_PINNED and RF_MEM_DEVICE here. A CUDA build links
- * memory_cuda.c (cudaHostAlloc / cudaMalloc); every other build links memory_gpu_none.c,
- * whose allocators fail with RF_ERR_UNSUPPORTED. The allocators log their own failure and
- * leave the byte counters to memory.c. */
+ * memory.c dispatches RF_MEM_PINNED allocations and everything on RF_MEM_DEVICE here. A CUDA
+ * build links memory_cuda.c (allocation, the stream, device selection) and region_cuda.cu (the
+ * box copy kernel); every other build links memory_gpu_none.c, whose functions fail with one
+ * line and RF_ERR_UNSUPPORTED. The allocators log their own failure and leave the byte
+ * counters to memory.c. */
 #ifndef RF_MEMORY_GPU_H
 #define RF_MEMORY_GPU_H
 
@@ -16,5 +18,23 @@ rf_status rf_mem_pinned_alloc(size_t bytes, const char *what, void **out);
 void rf_mem_pinned_free(void *ptr);
 rf_status rf_mem_device_alloc(size_t bytes, const char *what, void **out);
 void rf_mem_device_free(void *ptr);
+
+/* The device halves of rf_copy_boxes, rf_mem_zero, rf_mem_transfer and rf_mem_sync. Work is
+ * queued on refit's stream; zero and transfer wait for it, the box copies do not. */
+rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count);
+rf_status rf_gpu_zero(void *ptr, size_t bytes);
+rf_status rf_gpu_transfer(void *dst, const void *src, size_t bytes);
+rf_status rf_gpu_sync(void);
+
+/* refit's one CUDA stream (a cudaStream_t), created on first use, so only after
+ * rf_gpu_select has made this rank's GPU current. Every kernel and copy of the memory and
+ * verify modules runs on it, and the transports queue their work on it too, so that stream
+ * order alone keeps a pack before its send and a receive before its unpack. If the stream
+ * cannot be created, the failure is logged once and the legacy default stream (NULL) is
+ * used: slower to overlap, equally correct. */
+void *rf_gpu_stream(void);
+
+/* Multiprocessors of the current GPU, for sizing grids (1 if it cannot be read). */
+int rf_gpu_sm_count(void);
 
 #endif

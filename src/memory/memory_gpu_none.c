@@ -1,17 +1,41 @@
-/* The GPU kinds of memory in a build without CUDA: asking for them is a usage error that names
- * the kind, so a --memory device run on a host-only build says what to rebuild. */
+/* The GPU side of memory in a build without CUDA: every request for pinned or device memory,
+ * or for a GPU, fails with one line that says what to rebuild (RF_ERR_UNSUPPORTED, exit 2),
+ * so a --transport nccl run on a host-only build explains itself instead of crashing. */
 #include "memory/memory_gpu.h"
+
+#define RF_NO_CUDA "this build has no CUDA; rebuild with the CUDA toolkit and NCCL installed"
+
+static rf_status no_cuda(void) { return rf_fail(RF_ERR_UNSUPPORTED, RF_NO_CUDA); }
 
 rf_status rf_mem_pinned_alloc(size_t bytes, const char *what, void **out) {
   *out = NULL;
-  return rf_fail(RF_ERR_UNSUPPORTED, "memory kind 'pinned' needs a GPU build (for %s)", what);
+  return rf_fail(RF_ERR_UNSUPPORTED, "memory kind 'pinned' (for %s): " RF_NO_CUDA, what);
 }
 
 void rf_mem_pinned_free(void *ptr) { (void)ptr; }
 
 rf_status rf_mem_device_alloc(size_t bytes, const char *what, void **out) {
   *out = NULL;
-  return rf_fail(RF_ERR_UNSUPPORTED, "memory kind 'device' needs a GPU build (for %s)", what);
+  return rf_fail(RF_ERR_UNSUPPORTED, "memory kind 'device' (for %s): " RF_NO_CUDA, what);
 }
 
 void rf_mem_device_free(void *ptr) { (void)ptr; }
+
+rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count) { return no_cuda(); }
+rf_status rf_gpu_zero(void *ptr, size_t bytes) { return no_cuda(); }
+rf_status rf_gpu_transfer(void *dst, const void *src, size_t bytes) { return no_cuda(); }
+rf_status rf_gpu_sync(void) { return no_cuda(); }
+void *rf_gpu_stream(void) { return NULL; }
+int rf_gpu_sm_count(void) { return 1; }
+
+rf_status rf_gpu_select(int node_rank, int device_override, rf_gpu_info *out) {
+  (void)node_rank, (void)device_override;
+  if (out) {
+    out->count = 0;
+    out->device = -1;
+    out->bus_id[0] = out->name[0] = '\0';
+  }
+  return no_cuda();
+}
+
+int rf_gpu_built(void) { return 0; }

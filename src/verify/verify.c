@@ -1,42 +1,18 @@
-/* verify: the synthetic weight generator, the layout-invariant checksum and the element check.
+/* verify: the walks over a region that fill it with the generator's values, checksum it and
+ * check it element by element, on the CPU; and the dispatch that sends device regions to the
+ * CUDA kernels (verify_gpu.h) along the same walk.
  *
  * The generator must never change silently: stored results and the GPU kernels depend on the
  * exact bit patterns, and test_verify pins a few of them. */
+#include <string.h>
+
 #include "verify/verify.h"
+#include "verify/verify_gpu.h"
 
-#define RF_GOLDEN 0x9e3779b97f4a7c15ULL
-
-/* The generator, in two steps so that the per-element cost is one mixer:
- *   key = mix64(seed ^ mix64(tensor_id + GOLDEN))      once per tensor
- *   h   = mix64(key + index * GOLDEN)                   per element
- * Element i of a tensor is thus the i-th output of splitmix64 seeded with the tensor's key: a
- * well-studied stream, and tensors and seeds get unrelated keys.
- *
- * The fields of h are used without overlap: bit 63 is the sign, bits 24..55 pick the exponent
- * (a multiply-high maps them onto the range without a division), bits 0..22 are the mantissa
- * (the low 7 or 10 of them for bf16 and fp16). The exponents keep every value a normal number
- * between 2^-7 and 2^8 in magnitude (2^-5 .. 2^6 for fp16), far from overflow and subnormals,
- * so no conversion on any device can round or flush them. */
-static inline uint64_t value_key(uint64_t seed, int32_t tensor_id) {
-  return rf_mix64(seed ^ rf_mix64((uint64_t)(uint32_t)tensor_id + RF_GOLDEN));
-}
-
-static inline uint32_t value_of(uint64_t key, int64_t index, rf_dtype dtype) {
-  uint64_t h = rf_mix64(key + (uint64_t)index * RF_GOLDEN);
-  uint32_t sign = (uint32_t)(h >> 63);
-  uint64_t pick = (h >> 24) & 0xffffffffULL;
-  switch (dtype) {
-  case RF_DTYPE_BF16: /* exponent 120..134 of bias 127 */
-    return sign << 15 | (uint32_t)(120 + ((pick * 15) >> 32)) << 7 | (uint32_t)(h & 0x7f);
-  case RF_DTYPE_FP16: /* exponent 10..20 of bias 15 */
-    return sign << 15 | (uint32_t)(10 + ((pick * 11) >> 32)) << 10 | (uint32_t)(h & 0x3ff);
-  default: /* fp32: exponent 120..134 of bias 127 */
-    return sign << 31 | (uint32_t)(120 + ((pick * 15) >> 32)) << 23 | (uint32_t)(h & 0x7fffff);
-  }
-}
+/* The generator and the checksum term live in values.h, compiled for CPU and GPU alike. */
 
 uint32_t rf_value_bits(uint64_t seed, int32_t tensor_id, int64_t index, rf_dtype dtype) {
-  return value_of(value_key(seed, tensor_id), index, dtype);
+  return rf_value_of(rf_value_key(seed, tensor_id), index, dtype);
 }
 
 /* ---- walking a box ---------------------------------------------------------------------- */
@@ -83,7 +59,7 @@ static char *line_start(const rf_region *r, const box_walk *bw, const rf_tensor 
  * compiled for AVX-512, which has the 64-bit multiply that the mixer needs, and the loader
  * picks that copy where the CPU has it: on one core of an H200 host fill, check and checksum
  * run two to four times faster. Elsewhere the same code runs as scalar loops.
- * The dtype is a constant in every inlined copy, so value_of has no switch per element. */
+ * The dtype is a constant in every inlined copy, so rf_value_of has no switch per element. */
 #define RF_CHUNK 16
 #define RF_FORCE_INLINE static inline __attribute__((always_inline))
 
@@ -111,7 +87,7 @@ RF_FORCE_INLINE void fill_line(char *p, const box_walk *bw, int64_t g, uint64_t 
   for (; k + RF_CHUNK <= bw->n_in; k += RF_CHUNK) {
     uint32_t v[RF_CHUNK];
     for (int u = 0; u < RF_CHUNK; u++)
-      v[u] = value_of(key, g + (k + u) * bw->dg, dtype);
+      v[u] = rf_value_of(key, g + (k + u) * bw->dg, dtype);
     if (bw->step == 1)
       for (int u = 0; u < RF_CHUNK; u++)
         store_one(p, k + u, 1, v[u], dtype);
@@ -120,7 +96,7 @@ RF_FORCE_INLINE void fill_line(char *p, const box_walk *bw, int64_t g, uint64_t 
         store_one(p, k + u, bw->step, v[u], dtype);
   }
   for (; k < bw->n_in; k++)
-    store_one(p, k, bw->step, value_of(key, g + k * bw->dg, dtype), dtype);
+    store_one(p, k, bw->step, rf_value_of(key, g + k * bw->dg, dtype), dtype);
 }
 
 RF_FORCE_INLINE uint64_t checksum_line(const char *p, const box_walk *bw, int64_t g, int32_t id,
@@ -152,12 +128,12 @@ RF_FORCE_INLINE int64_t check_line(const char *p, const box_walk *bw, int64_t g,
       uint32_t diff = 0;
       if (bw->step == 1)
         for (int u = 0; u < RF_CHUNK; u++) {
-          uint32_t want = value_of(key, g + (k0 + u) * bw->dg, dtype);
+          uint32_t want = rf_value_of(key, g + (k0 + u) * bw->dg, dtype);
           diff |= want ^ load_one(p, k0 + u, 1, dtype);
         }
       else
         for (int u = 0; u < RF_CHUNK; u++) {
-          uint32_t want = value_of(key, g + (k0 + u) * bw->dg, dtype);
+          uint32_t want = rf_value_of(key, g + (k0 + u) * bw->dg, dtype);
           diff |= want ^ load_one(p, k0 + u, bw->step, dtype);
         }
       if (!diff)
@@ -166,7 +142,7 @@ RF_FORCE_INLINE int64_t check_line(const char *p, const box_walk *bw, int64_t g,
       k1 = bw->n_in;
     }
     for (int64_t k = k0; k < k1; k++) {
-      uint32_t want = value_of(key, g + k * bw->dg, dtype);
+      uint32_t want = rf_value_of(key, g + k * bw->dg, dtype);
       uint32_t got = load_one(p, k, bw->step, dtype);
       if (want == got)
         continue;
@@ -186,7 +162,7 @@ RF_SIMD_CLONES
 void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
                     rf_dtype dtype) {
   box_walk bw = walk_of(r, box, t);
-  uint64_t key = value_key(seed, t->id);
+  uint64_t key = rf_value_key(seed, t->id);
   for (int64_t o = 0; o < bw.n_out; o++) {
     int64_t g;
     char *p = line_start(r, &bw, t, o, &g);
@@ -227,7 +203,7 @@ RF_SIMD_CLONES
 int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
                         rf_dtype dtype, rf_mismatch *out, int max_report, int *reported) {
   box_walk bw = walk_of(r, box, t);
-  uint64_t key = value_key(seed, t->id);
+  uint64_t key = rf_value_key(seed, t->id);
   int64_t wrong = 0;
   int nrep = 0;
   for (int64_t o = 0; o < bw.n_out; o++) {
@@ -248,4 +224,65 @@ int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *
   if (reported)
     *reported = nrep;
   return wrong;
+}
+
+/* ---- any kind of memory --------------------------------------------------------------------
+ * Host and pinned regions run the walks above. A device region is described to the kernels
+ * as the same lines (walk_of, line_start), so the GPU visits every element in the same order
+ * and reports the same first mismatches. */
+
+static rf_gpu_walk gpu_walk_of(const rf_region *r, const rf_box *box, const rf_tensor *t) {
+  box_walk bw = walk_of(r, box, t);
+  rf_gpu_walk w;
+  memset(&w, 0, sizeof w);
+  w.n_out = bw.n_out, w.n_in = bw.n_in;
+  if (bw.n_out == 0)
+    return w;
+  w.base = line_start(r, &bw, t, 0, &w.g0);
+  w.pitch = r->stride[1 - bw.inner];
+  w.step = bw.step;
+  w.dg_out = bw.inner ? t->shape[1] : 1;
+  w.dg_in = bw.dg;
+  return w;
+}
+
+static rf_status kind_check(rf_mem_kind kind) {
+  if (kind == RF_MEM_HOST || kind == RF_MEM_PINNED || kind == RF_MEM_DEVICE)
+    return RF_OK;
+  return rf_fail(RF_ERR_INTERNAL, "unknown memory kind %d", (int)kind);
+}
+
+rf_status rf_fill_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
+                            const rf_tensor *t, uint64_t seed, rf_dtype dtype) {
+  RF_TRY(kind_check(kind));
+  if (kind == RF_MEM_DEVICE) {
+    rf_gpu_walk w = gpu_walk_of(r, box, t);
+    return rf_gpu_fill(&w, rf_value_key(seed, t->id), dtype);
+  }
+  rf_fill_region(r, box, t, seed, dtype);
+  return RF_OK;
+}
+
+rf_status rf_checksum_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
+                                const rf_tensor *t, rf_dtype dtype, uint64_t *sum) {
+  RF_TRY(kind_check(kind));
+  if (kind == RF_MEM_DEVICE) {
+    rf_gpu_walk w = gpu_walk_of(r, box, t);
+    return rf_gpu_checksum(&w, t->id, dtype, sum);
+  }
+  *sum = rf_checksum_region(r, box, t, dtype);
+  return RF_OK;
+}
+
+rf_status rf_check_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
+                             const rf_tensor *t, uint64_t seed, rf_dtype dtype,
+                             rf_mismatch *out, int max_report, int *reported, int64_t *wrong) {
+  RF_TRY(kind_check(kind));
+  if (kind == RF_MEM_DEVICE) {
+    rf_gpu_walk w = gpu_walk_of(r, box, t);
+    return rf_gpu_check(&w, rf_value_key(seed, t->id), t->id, dtype, out, max_report, reported,
+                        wrong);
+  }
+  *wrong = rf_check_region(r, box, t, seed, dtype, out, max_report, reported);
+  return RF_OK;
 }

@@ -11,26 +11,12 @@
 #include <stdint.h>
 
 #include "memory/memory.h"
-
-/* The splitmix64 finaliser: the one 64-bit mixer used on CPU and GPU. */
-static inline uint64_t rf_mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
+/* rf_mix64 and rf_checksum_term, usable in CUDA kernels too, live with the generator. */
+#include "verify/values.h"
 
 /* The bit pattern of element `index` of tensor `tensor_id`: a finite, normal number of the
  * given type (16 bits used for bf16/fp16, 32 for fp32). */
 uint32_t rf_value_bits(uint64_t seed, int32_t tensor_id, int64_t index, rf_dtype dtype);
-
-/* One element's contribution to the checksum. */
-static inline uint64_t rf_checksum_term(int32_t tensor_id, int64_t index, uint32_t bits) {
-  return rf_mix64(rf_mix64(((uint64_t)(uint32_t)tensor_id << 32) ^ (uint64_t)bits) ^
-                  (uint64_t)index * 0x9e3779b97f4a7c15ULL);
-}
 
 /* Fills `box` of region r (a box of tensor t) with the generator's values. */
 void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
@@ -51,5 +37,18 @@ typedef struct {
  * and records the first `max_report` of them in `out` (which may be NULL). */
 int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
                         rf_dtype dtype, rf_mismatch *out, int max_report, int *reported);
+
+/* The same three operations on a region of any memory kind: host and pinned memory run the
+ * functions above; device memory runs CUDA kernels that give bit-identical results (the
+ * checksum is reduced on the device; the count and the mismatch list are rf_check_region's:
+ * the first ones in the region's memory order). They wait for their kernels before returning;
+ * a build without CUDA fails on device memory with one line. */
+rf_status rf_fill_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
+                            const rf_tensor *t, uint64_t seed, rf_dtype dtype);
+rf_status rf_checksum_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
+                                const rf_tensor *t, rf_dtype dtype, uint64_t *sum);
+rf_status rf_check_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
+                             const rf_tensor *t, uint64_t seed, rf_dtype dtype,
+                             rf_mismatch *out, int max_report, int *reported, int64_t *wrong);
 
 #endif

@@ -1,0 +1,365 @@
+/* region_cuda: rf_copy_boxes on device memory, a whole batch of box copies in one launch.
+ *
+ * The host turns each copy into a piece (the walk of region_walk.h, the same one the CPU copy
+ * takes) and numbers the pieces' work units consecutively; one upload of the piece table and
+ * one launch follow. Each block takes units in a grid-stride loop and finds a unit's piece by
+ * binary search over the pieces' first units. Three kinds of piece:
+ *
+ *   lines  both sides dense along the walk's lines (row-major to row-major or fused slot, the
+ *          common pack and unpack): rows of bytes with a pitch on each side, moved in the
+ *          widest access (16, 8, 4, 2 or 1 bytes) that every address and pitch allows; a
+ *          fully dense box is one line. A unit is 4096 accesses: each thread has 8 loads in
+ *          flight, twice, so a block moves 64 KiB per unit at 16 bytes.
+ *   tiles  anything else with 1-, 2- or 4-byte elements, chiefly a transposed (--trainer-order
+ *          jax) source: 64 x 64 element tiles through shared memory, read along whichever
+ *          tile dimension the source is denser in and written along the destination's, so both
+ *          sides are coalesced. Rows of the tile are padded to an odd number of words, so
+ *          reading a tile column hits 32 different banks. A unit is four tiles.
+ *   elems  strided copies of other element sizes: element by element, byte by byte. Correct,
+ *          not fast; refit's dtypes never take it.
+ *
+ * The piece table lives in a ring of pinned host buffers and matching device buffers, grown
+ * only when a batch is larger than any before. An event per slot says when the kernel that
+ * read it is done; the host waits for it only when it comes round to the slot again, so
+ * queuing a copy never waits for earlier work on the stream. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+extern "C" {
+#include "memory/memory_gpu.h"
+#include "memory/region_walk.h"
+}
+
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int kLinesUnroll = 8, kLinesRounds = 2;
+constexpr int64_t kLinesUnit = (int64_t)kBlock * kLinesUnroll * kLinesRounds; /* accesses */
+constexpr int kTile = 64, kTilesPerUnit = 4;
+constexpr int kTileElems = kTile * kTile / kBlock; /* elements per thread per tile */
+constexpr int64_t kElemsUnit = (int64_t)kBlock * 16;
+constexpr int kRing = 4;
+
+/* The kernel instances: one per kind of piece and access width. Each launch runs the pieces
+ * of one class, so each instance holds only the registers its own loop needs (ptxas
+ * predicates the branches of a single kernel together and pays for all of them at once). A
+ * batch costs one launch per class present: one for an ordinary pack or unpack. */
+enum {
+  CLS_LINES16, CLS_LINES8, CLS_LINES4, CLS_LINES2, CLS_LINES1,
+  CLS_TILES4, CLS_TILES2, CLS_TILES1, CLS_ELEMS, CLS_COUNT
+};
+
+struct piece {
+  char *dst;
+  const char *src;
+  int64_t n_out, n_in;  /* lines: lines and accesses per line; others: elements */
+  int64_t d_out, s_out; /* lines: byte pitches; others: element strides between lines */
+  int64_t d_in, s_in;   /* tiles and elems: element strides along a line */
+  int64_t unit_begin;   /* this piece's first unit among the pieces of its class */
+  int64_t tiles_in;     /* tiles: tiles across a line */
+  int32_t cls, width;   /* width: bytes per access (lines) or per element */
+  int32_t src_along_o, dst_along_o; /* tiles: warps run along the outer dimension */
+};
+
+/* ---- device side ------------------------------------------------------------------------ */
+
+/* Splits a unit-relative access number into line and offset. The unit's own start is divided
+ * once per unit; per access only a 32-bit division remains, or none for a single line. */
+__device__ __forceinline__ void locate(int64_t n_out, int64_t n_in, int64_t line0, int64_t rem0,
+                                       uint32_t local, int64_t *line, int64_t *off) {
+  uint64_t pos = (uint64_t)rem0 + local;
+  if (n_out == 1) {
+    *line = 0, *off = (int64_t)pos;
+  } else if (n_in <= INT32_MAX) {
+    uint32_t q = (uint32_t)pos / (uint32_t)n_in;
+    *line = line0 + q, *off = (int64_t)(pos - (uint64_t)q * (uint64_t)n_in);
+  } else {
+    *line = line0 + (int64_t)(pos / (uint64_t)n_in), *off = (int64_t)(pos % (uint64_t)n_in);
+  }
+}
+
+template <typename V>
+__device__ __forceinline__ void copy_lines(const piece &pc, int64_t unit) {
+  const int64_t total = pc.n_out * pc.n_in;
+  const int64_t v0 = unit * kLinesUnit;
+  int64_t line0 = 0, rem0 = v0;
+  if (pc.n_out > 1)
+    line0 = v0 / pc.n_in, rem0 = v0 - line0 * pc.n_in;
+#pragma unroll
+  for (int r = 0; r < kLinesRounds; r++) {
+    V buf[kLinesUnroll];
+    int64_t doff[kLinesUnroll];
+    unsigned live = 0;
+#pragma unroll
+    for (int j = 0; j < kLinesUnroll; j++) {
+      uint32_t local = (uint32_t)((r * kLinesUnroll + j) * kBlock) + threadIdx.x;
+      if (v0 + (int64_t)local < total) {
+        int64_t line, off;
+        locate(pc.n_out, pc.n_in, line0, rem0, local, &line, &off);
+        buf[j] = __ldg((const V *)(pc.src + line * pc.s_out) + off);
+        doff[j] = line * pc.d_out + off * (int64_t)sizeof(V);
+        live |= 1u << j;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kLinesUnroll; j++)
+      if (live & (1u << j))
+        *(V *)(pc.dst + doff[j]) = buf[j];
+  }
+}
+
+/* Tile rows padded to an odd number of 4-byte words (see the file comment). */
+template <typename T> struct tile_pitch;
+template <> struct tile_pitch<uint8_t> { static constexpr int value = 68; };
+template <> struct tile_pitch<uint16_t> { static constexpr int value = 66; };
+template <> struct tile_pitch<uint32_t> { static constexpr int value = 65; };
+
+/* Which elements of a 64 x 64 tile a thread moves: its k-th (k < kTileElems) is at
+ * (o + k * do_, i + k * di). Consecutive threads take consecutive positions along o (along_o)
+ * or along i, and k steps the other way by kBlock / 64 = 4, so that every address is the
+ * previous one plus a constant. */
+struct tile_walk {
+  int o, i, do_, di;
+};
+
+__device__ __forceinline__ tile_walk tile_walk_of(int along_o) {
+  constexpr int rows = kBlock / kTile;
+  int a = (int)threadIdx.x % kTile, b = (int)threadIdx.x / kTile;
+  return along_o ? tile_walk{a, b, 0, rows} : tile_walk{b, a, rows, 0};
+}
+
+template <typename T>
+__device__ __forceinline__ void copy_tiles(const piece &pc, int64_t unit, T *tile) {
+  constexpr int P = tile_pitch<T>::value;
+  const int64_t i0 = (unit % pc.tiles_in) * kTile;
+  const int64_t group = unit / pc.tiles_in;
+  const int ni = (int)min((int64_t)kTile, pc.n_in - i0);
+  const tile_walk rd = tile_walk_of(pc.src_along_o), wr = tile_walk_of(pc.dst_along_o);
+  const int64_t rd_step = rd.do_ * pc.s_out + rd.di * pc.s_in;
+  const int64_t wr_step = wr.do_ * pc.d_out + wr.di * pc.d_in;
+  for (int t = 0; t < kTilesPerUnit; t++) {
+    const int64_t o0 = (group * kTilesPerUnit + t) * kTile;
+    if (o0 >= pc.n_out)
+      break; /* the same for the whole block */
+    const int no = (int)min((int64_t)kTile, pc.n_out - o0);
+    const T *s = (const T *)pc.src + (o0 + rd.o) * pc.s_out + (i0 + rd.i) * pc.s_in;
+    T v[kTileElems];
+#pragma unroll
+    for (int k = 0; k < kTileElems; k++)
+      v[k] = rd.o + k * rd.do_ < no && rd.i + k * rd.di < ni ? __ldg(s + k * rd_step) : T(0);
+    __syncthreads(); /* the previous tile's readers are done with shared memory */
+#pragma unroll
+    for (int k = 0; k < kTileElems; k++)
+      tile[(rd.i + k * rd.di) * P + rd.o + k * rd.do_] = v[k];
+    __syncthreads();
+    T *d = (T *)pc.dst + (o0 + wr.o) * pc.d_out + (i0 + wr.i) * pc.d_in;
+#pragma unroll
+    for (int k = 0; k < kTileElems; k++)
+      if (wr.o + k * wr.do_ < no && wr.i + k * wr.di < ni)
+        d[k * wr_step] = tile[(wr.i + k * wr.di) * P + wr.o + k * wr.do_];
+  }
+}
+
+__device__ void copy_elems(const piece &pc, int64_t unit) {
+  const int64_t total = pc.n_out * pc.n_in, es = pc.width;
+  for (int k = 0; k < 16; k++) {
+    int64_t e = unit * kElemsUnit + k * kBlock + threadIdx.x;
+    if (e >= total)
+      break;
+    int64_t o = e / pc.n_in, i = e % pc.n_in;
+    const char *s = pc.src + (o * pc.s_out + i * pc.s_in) * es;
+    char *d = pc.dst + (o * pc.d_out + i * pc.d_in) * es;
+    for (int64_t b = 0; b < es; b++)
+      d[b] = s[b];
+  }
+}
+
+__host__ __device__ constexpr int smem_bytes(int cls) {
+  return cls == CLS_TILES4   ? kTile * tile_pitch<uint32_t>::value * 4
+         : cls == CLS_TILES2 ? kTile * tile_pitch<uint16_t>::value * 2
+         : cls == CLS_TILES1 ? kTile * tile_pitch<uint8_t>::value
+                             : 16;
+}
+
+template <int CLS>
+__global__ void __launch_bounds__(kBlock) copy_kernel(const piece *__restrict__ pieces, int count,
+                                                      int64_t units) {
+  __shared__ __align__(16) unsigned char smem[smem_bytes(CLS)];
+  int p = 0;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    /* The last piece whose first unit is <= u; units only grow, so search from the last one. */
+    int lo = p, hi = count - 1;
+    while (lo < hi) {
+      int mid = (lo + hi + 1) / 2;
+      if (pieces[mid].unit_begin <= u)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    p = lo;
+    const piece pc = pieces[p];
+    const int64_t unit = u - pc.unit_begin;
+    if constexpr (CLS == CLS_LINES16) copy_lines<uint4>(pc, unit);
+    if constexpr (CLS == CLS_LINES8) copy_lines<uint2>(pc, unit);
+    if constexpr (CLS == CLS_LINES4) copy_lines<unsigned int>(pc, unit);
+    if constexpr (CLS == CLS_LINES2) copy_lines<unsigned short>(pc, unit);
+    if constexpr (CLS == CLS_LINES1) copy_lines<unsigned char>(pc, unit);
+    if constexpr (CLS == CLS_TILES4) copy_tiles<uint32_t>(pc, unit, (uint32_t *)smem);
+    if constexpr (CLS == CLS_TILES2) copy_tiles<uint16_t>(pc, unit, (uint16_t *)smem);
+    if constexpr (CLS == CLS_TILES1) copy_tiles<uint8_t>(pc, unit, (uint8_t *)smem);
+    if constexpr (CLS == CLS_ELEMS) copy_elems(pc, unit);
+  }
+}
+
+/* ---- host side: planning ---------------------------------------------------------------- */
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t abs64(int64_t a) { return a < 0 ? -a : a; }
+
+/* Fills *pc for one copy and returns its number of units (0 for an empty box). */
+int64_t plan_piece(const rf_box_copy *c, piece *pc) {
+  rf_copy_walk cw = rf_copy_walk_of(&c->dst, &c->src, &c->box);
+  if (cw.n_out == 0)
+    return 0;
+  const int64_t es = c->src.esize;
+  memset(pc, 0, sizeof *pc);
+  pc->dst = cw.dst, pc->src = cw.src;
+  if (cw.d_in == 1 && cw.s_in == 1) {
+    int64_t lines = cw.n_out, bytes = cw.n_in * es, dp = cw.d_out * es, sp = cw.s_out * es;
+    if (lines == 1 || (cw.d_out == cw.n_in && cw.s_out == cw.n_in))
+      bytes *= lines, lines = 1, dp = sp = bytes;
+    uint64_t bits = (uint64_t)(uintptr_t)cw.dst | (uint64_t)(uintptr_t)cw.src | (uint64_t)bytes;
+    if (lines > 1)
+      bits |= (uint64_t)dp | (uint64_t)sp;
+    int width = 16;
+    while (width > 1 && bits % (uint64_t)width != 0)
+      width /= 2;
+    pc->cls = width == 16 ? CLS_LINES16 : width == 8 ? CLS_LINES8 : width == 4 ? CLS_LINES4
+              : width == 2 ? CLS_LINES2 : CLS_LINES1;
+    pc->width = width;
+    pc->n_out = lines, pc->n_in = bytes / width, pc->d_out = dp, pc->s_out = sp;
+    return ceil_div(lines * pc->n_in, kLinesUnit);
+  }
+  pc->n_out = cw.n_out, pc->n_in = cw.n_in;
+  pc->d_out = cw.d_out, pc->d_in = cw.d_in, pc->s_out = cw.s_out, pc->s_in = cw.s_in;
+  pc->width = (int32_t)es;
+  if (es == 1 || es == 2 || es == 4) {
+    pc->cls = es == 4 ? CLS_TILES4 : es == 2 ? CLS_TILES2 : CLS_TILES1;
+    pc->tiles_in = ceil_div(cw.n_in, kTile);
+    pc->src_along_o = abs64(cw.s_out) < abs64(cw.s_in);
+    pc->dst_along_o = abs64(cw.d_out) < abs64(cw.d_in);
+    return pc->tiles_in * ceil_div(cw.n_out, (int64_t)kTile * kTilesPerUnit);
+  }
+  pc->cls = CLS_ELEMS;
+  return ceil_div(cw.n_out * cw.n_in, kElemsUnit);
+}
+
+struct slot {
+  piece *host, *dev;
+  int cap;
+  cudaEvent_t done;
+  int pending;
+};
+slot ring[kRing];
+int ring_next;
+
+rf_status slot_reserve(slot *sl, int count) {
+  if (sl->pending) {
+    RF_CUDA(cudaEventSynchronize(sl->done));
+    sl->pending = 0;
+  }
+  if (!sl->done)
+    RF_CUDA(cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming));
+  if (sl->cap >= count)
+    return RF_OK;
+  int cap = count > 2 * sl->cap ? count : 2 * sl->cap;
+  if (cap < 64)
+    cap = 64;
+  if (sl->host)
+    RF_CUDA(cudaFreeHost(sl->host));
+  if (sl->dev)
+    RF_CUDA(cudaFree(sl->dev));
+  sl->host = NULL, sl->dev = NULL, sl->cap = 0;
+  RF_CUDA(cudaHostAlloc((void **)&sl->host, (size_t)cap * sizeof(piece), cudaHostAllocDefault));
+  RF_CUDA(cudaMalloc((void **)&sl->dev, (size_t)cap * sizeof(piece)));
+  sl->cap = cap;
+  return RF_OK;
+}
+
+/* Resident blocks of each kernel instance on the whole GPU, asked once. */
+int grid_blocks[CLS_COUNT];
+
+template <int CLS>
+rf_status launch(const piece *pieces, int count, int64_t units, cudaStream_t stream) {
+  if (grid_blocks[CLS] == 0) {
+    int per_sm = 0;
+    RF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, copy_kernel<CLS>, kBlock, 0));
+    grid_blocks[CLS] = (per_sm > 0 ? per_sm : 1) * rf_gpu_sm_count();
+  }
+  int blocks = units < grid_blocks[CLS] ? (int)units : grid_blocks[CLS];
+  copy_kernel<CLS><<<blocks, kBlock, 0, stream>>>(pieces, count, units);
+  RF_CUDA(cudaGetLastError());
+  return RF_OK;
+}
+
+rf_status launch_class(int cls, const piece *pieces, int count, int64_t units,
+                       cudaStream_t stream) {
+  switch (cls) {
+  case CLS_LINES16: return launch<CLS_LINES16>(pieces, count, units, stream);
+  case CLS_LINES8: return launch<CLS_LINES8>(pieces, count, units, stream);
+  case CLS_LINES4: return launch<CLS_LINES4>(pieces, count, units, stream);
+  case CLS_LINES2: return launch<CLS_LINES2>(pieces, count, units, stream);
+  case CLS_LINES1: return launch<CLS_LINES1>(pieces, count, units, stream);
+  case CLS_TILES4: return launch<CLS_TILES4>(pieces, count, units, stream);
+  case CLS_TILES2: return launch<CLS_TILES2>(pieces, count, units, stream);
+  case CLS_TILES1: return launch<CLS_TILES1>(pieces, count, units, stream);
+  default: return launch<CLS_ELEMS>(pieces, count, units, stream);
+  }
+}
+
+} // namespace
+
+/* The pieces are planned twice: once to count each class, once more straight into their
+ * places in the table, grouped by class, so that each launch reads a contiguous range. */
+extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count) {
+  if (count <= 0)
+    return RF_OK;
+  int n_cls[CLS_COUNT] = {0}, at[CLS_COUNT];
+  int64_t units[CLS_COUNT] = {0};
+  for (int i = 0; i < count; i++) {
+    if (copies[i].dst.esize != copies[i].src.esize)
+      return rf_fail(RF_ERR_INTERNAL, "box copy %d of %d: element sizes differ (%d and %d bytes)",
+                     i, count, copies[i].dst.esize, copies[i].src.esize);
+    piece pc;
+    if (plan_piece(&copies[i], &pc) > 0)
+      n_cls[pc.cls]++;
+  }
+  int n = 0;
+  for (int c = 0; c < CLS_COUNT; c++)
+    at[c] = n, n += n_cls[c];
+  if (n == 0)
+    return RF_OK;
+
+  cudaStream_t stream = (cudaStream_t)rf_gpu_stream();
+  slot *sl = &ring[ring_next];
+  ring_next = (ring_next + 1) % kRing;
+  RF_TRY(slot_reserve(sl, n));
+  for (int i = 0; i < count; i++) {
+    piece pc;
+    int64_t k = plan_piece(&copies[i], &pc);
+    if (k == 0)
+      continue;
+    pc.unit_begin = units[pc.cls];
+    units[pc.cls] += k;
+    sl->host[at[pc.cls]++] = pc;
+  }
+  RF_CUDA(cudaMemcpyAsync(sl->dev, sl->host, (size_t)n * sizeof(piece), cudaMemcpyHostToDevice,
+                          stream));
+  for (int c = 0, first = 0; c < CLS_COUNT; first += n_cls[c], c++)
+    if (n_cls[c])
+      RF_TRY(launch_class(c, sl->dev + first, n_cls[c], units[c], stream));
+  RF_CUDA(cudaEventRecord(sl->done, stream));
+  sl->pending = 1;
+  return RF_OK;
+}

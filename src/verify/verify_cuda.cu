@@ -1,0 +1,457 @@
+/* verify_cuda: fill, checksum and check of a device region, bit-identical to verify.c.
+ *
+ * verify.c hands over the walk its CPU loops take (verify_gpu.h): n_out lines of n_in
+ * elements. Lines that are dense and 16-byte aligned are read and written 16 bytes at a time
+ * (8 bf16/fp16 or 4 fp32 elements); anything else one element at a time. Lines that follow
+ * each other in memory and in global index are merged into one, which spares the division
+ * that maps an access to its line. Work comes in units of 256 threads x 8 accesses that
+ * blocks take in a grid-stride loop; every value and checksum term is computed by the
+ * functions of values.h that the CPU runs, with the index's multiplication by GOLDEN stepped
+ * along the access (exact: both are arithmetic mod 2^64).
+ *
+ * Checksum: per-thread 64-bit sums, a warp-shuffle and shared-memory reduction per block and
+ * one atomicAdd per block. Addition mod 2^64 is associative and commutative, so the order of
+ * the additions cannot change the sum: it is the CPU's to the bit.
+ *
+ * Check: threads count their wrong elements (one atomicAdd each at the end) and also per unit
+ * (one atomicAdd per unit that has any). Mismatches are recorded in a device buffer, first
+ * come first served, up to a capacity of max_report + 4096. When all of them fit, the host
+ * sorts them by walk position and keeps the first max_report: exactly rf_check_region's list.
+ * When more were wrong, the per-unit counts say which leading units hold the first
+ * max_report, and a second pass over those units alone records all of theirs; sorted, their
+ * first max_report are again exactly the CPU's. Units are in walk order, so this is exact
+ * however the blocks were scheduled. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <type_traits>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "memory/memory_gpu.h"
+#include "verify/verify_gpu.h"
+}
+
+namespace {
+
+constexpr int kBlock = 256, kPerThread = 8;
+constexpr int64_t kUnit = (int64_t)kBlock * kPerThread; /* accesses per unit */
+constexpr int kSlack = 4096;                            /* extra mismatch records, pass 1 */
+
+enum { OP_FILL, OP_SUM, OP_CHECK };
+
+/* The walk as the kernels use it: n_acc accesses per line, each `vec` elements. */
+struct gwalk {
+  char *base;
+  int64_t n_out, n_in, n_acc;
+  int64_t pitch_b, step_b; /* bytes between lines, between scalar accesses */
+  int64_t g0, dg_out, dg_in;
+};
+
+struct record {
+  uint64_t pos;
+  uint32_t expected, got;
+};
+
+/* Where the check kernel reports; pointers may be null for what a pass does not collect. */
+struct check_sink {
+  unsigned long long *wrong;
+  unsigned int *unit_counts;
+  record *rec;
+  unsigned int *rec_n;
+  unsigned int rec_cap;
+};
+
+/* A vector access holds 16 bytes of elements; a scalar one a single element. Loads keep the
+ * raw bits (4 registers for 16 bytes) until the arithmetic unpacks them. */
+template <rf_dtype D, bool VEC> struct access {
+  static constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
+  static constexpr int n = VEC ? 16 / es : 1;
+  using raw = typename std::conditional<VEC, uint4, uint32_t>::type;
+
+  static __device__ __forceinline__ raw load(const char *p) {
+    if constexpr (VEC)
+      return *(const uint4 *)p;
+    else if constexpr (es == 4)
+      return *(const uint32_t *)p;
+    else
+      return *(const uint16_t *)p;
+  }
+
+  static __device__ __forceinline__ void unpack(raw r, uint32_t *v) {
+    if constexpr (VEC) {
+      uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+      for (int m = 0; m < 4; m++) {
+        if constexpr (es == 4) {
+          v[m] = w[m];
+        } else {
+          v[2 * m] = w[m] & 0xffffu; /* little-endian: the lower address is the low half */
+          v[2 * m + 1] = w[m] >> 16;
+        }
+      }
+    } else {
+      v[0] = r;
+    }
+  }
+
+  static __device__ __forceinline__ void store(char *p, const uint32_t *v) {
+    if constexpr (VEC) {
+      uint32_t w[4];
+#pragma unroll
+      for (int m = 0; m < 4; m++)
+        w[m] = es == 4 ? v[m] : (v[2 * m] | v[2 * m + 1] << 16);
+      *(uint4 *)p = make_uint4(w[0], w[1], w[2], w[3]);
+    } else if constexpr (es == 4) {
+      *(uint32_t *)p = v[0];
+    } else {
+      *(uint16_t *)p = (uint16_t)v[0];
+    }
+  }
+};
+
+/* As in region_cuda.cu: one 64-bit division per unit, a 32-bit one (or none) per access. */
+__device__ __forceinline__ void locate(const gwalk &w, int64_t line0, int64_t rem0, uint32_t local,
+                                       int64_t *line, int64_t *acc) {
+  uint64_t pos = (uint64_t)rem0 + local;
+  if (w.n_out == 1) {
+    *line = 0, *acc = (int64_t)pos;
+  } else if (w.n_acc <= INT32_MAX) {
+    uint32_t q = (uint32_t)pos / (uint32_t)w.n_acc;
+    *line = line0 + q, *acc = (int64_t)(pos - (uint64_t)q * (uint64_t)w.n_acc);
+  } else {
+    *line = line0 + (int64_t)(pos / (uint64_t)w.n_acc), *acc = (int64_t)(pos % (uint64_t)w.n_acc);
+  }
+}
+
+template <int OP, rf_dtype D, bool VEC>
+__global__ void __launch_bounds__(kBlock)
+    verify_kernel(gwalk w, uint64_t key, int32_t id, int64_t units, uint64_t *sum_out,
+                  check_sink sink) {
+  using A = access<D, VEC>;
+  const int64_t total = w.n_out * w.n_acc;
+  const uint64_t dx = (uint64_t)w.dg_in * RF_GOLDEN; /* mixer input step along a line */
+  uint64_t sum = 0, wrong = 0;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t v0 = u * kUnit;
+    int64_t line0 = 0, rem0 = v0;
+    if (w.n_out > 1)
+      line0 = v0 / w.n_acc, rem0 = v0 - line0 * w.n_acc;
+    /* All of this thread's loads are issued before any arithmetic, so that they are in flight
+     * together. x is the mixer input of an access's first element: index * GOLDEN, plus the
+     * key for the generator's values. */
+    typename A::raw raw[kPerThread];
+    uint64_t x[kPerThread];
+    unsigned live = 0;
+#pragma unroll
+    for (int j = 0; j < kPerThread; j++) {
+      uint32_t local = (uint32_t)(j * kBlock) + threadIdx.x;
+      if (v0 + (int64_t)local >= total)
+        continue;
+      int64_t line, acc;
+      locate(w, line0, rem0, local, &line, &acc);
+      char *p = w.base + line * w.pitch_b + acc * (VEC ? 16 : w.step_b);
+      x[j] = (uint64_t)(w.g0 + line * w.dg_out + acc * A::n * w.dg_in) * RF_GOLDEN +
+             (OP == OP_SUM ? 0 : key);
+      live |= 1u << j;
+      if constexpr (OP == OP_FILL) {
+        uint32_t v[A::n];
+#pragma unroll
+        for (int e = 0; e < A::n; e++)
+          v[e] = rf_value_from(x[j] + e * dx, D);
+        A::store(p, v);
+      } else {
+        raw[j] = A::load(p);
+      }
+    }
+    if constexpr (OP == OP_FILL)
+      continue;
+    uint64_t unit_wrong = 0;
+#pragma unroll
+    for (int j = 0; j < kPerThread; j++) {
+      if (!(live & (1u << j)))
+        continue;
+      uint32_t v[A::n];
+      A::unpack(raw[j], v);
+      if constexpr (OP == OP_SUM) {
+#pragma unroll
+        for (int e = 0; e < A::n; e++)
+          sum += rf_checksum_term_from(id, x[j] + e * dx, v[e]);
+      } else {
+        uint32_t want[A::n], diff = 0;
+#pragma unroll
+        for (int e = 0; e < A::n; e++) {
+          want[e] = rf_value_from(x[j] + e * dx, D);
+          diff |= want[e] ^ v[e];
+        }
+        if (diff == 0)
+          continue;
+        /* Rare: find the walk position again and record each wrong element. */
+        int64_t line, acc;
+        locate(w, line0, rem0, (uint32_t)(j * kBlock) + threadIdx.x, &line, &acc);
+        for (int e = 0; e < A::n; e++) {
+          if (want[e] == v[e])
+            continue;
+          unit_wrong++;
+          if (sink.rec_cap && *(volatile unsigned int *)sink.rec_n < sink.rec_cap) {
+            unsigned int slot = atomicAdd(sink.rec_n, 1u);
+            if (slot < sink.rec_cap) {
+              record r = {(uint64_t)(line * w.n_in + acc * A::n + e), want[e], v[e]};
+              sink.rec[slot] = r;
+            }
+          }
+        }
+      }
+    }
+    if constexpr (OP == OP_CHECK) {
+      if (unit_wrong && sink.unit_counts)
+        atomicAdd(&sink.unit_counts[u], (unsigned int)unit_wrong);
+      wrong += unit_wrong;
+    }
+  }
+  if constexpr (OP == OP_CHECK) {
+    if (wrong && sink.wrong)
+      atomicAdd(sink.wrong, (unsigned long long)wrong);
+  }
+  if constexpr (OP == OP_SUM) {
+    __shared__ uint64_t part[kBlock / 32];
+    for (int off = 16; off > 0; off /= 2)
+      sum += __shfl_down_sync(0xffffffffu, sum, off);
+    if (threadIdx.x % 32 == 0)
+      part[threadIdx.x / 32] = sum;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      sum = threadIdx.x < kBlock / 32 ? part[threadIdx.x] : 0;
+      for (int off = 16; off > 0; off /= 2)
+        sum += __shfl_down_sync(0xffffffffu, sum, off);
+      if (threadIdx.x == 0)
+        atomicAdd((unsigned long long *)sum_out, (unsigned long long)sum);
+    }
+  }
+}
+
+/* ---- host side -------------------------------------------------------------------------- */
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The kernel's walk: merged where lines continue each other, vector accesses where every line
+ * start is 16-byte aligned and lines are whole vectors. */
+gwalk plan_walk(const rf_gpu_walk *in, int es, bool *vec) {
+  gwalk w;
+  memset(&w, 0, sizeof w);
+  w.base = in->base;
+  w.n_out = in->n_out, w.n_in = in->n_in;
+  w.pitch_b = in->pitch * es, w.step_b = in->step * es;
+  w.g0 = in->g0, w.dg_out = in->dg_out, w.dg_in = in->dg_in;
+  if (w.n_out > 1 && in->step == 1 && in->pitch == in->n_in && in->dg_out == in->n_in * in->dg_in) {
+    w.n_in *= w.n_out, w.n_out = 1;
+    w.pitch_b = w.n_in * es;
+  }
+  const int per = 16 / es;
+  uint64_t bits = (uint64_t)(uintptr_t)w.base | (w.n_out > 1 ? (uint64_t)w.pitch_b : 0);
+  *vec = in->step == 1 && bits % 16 == 0 && w.n_in % per == 0;
+  w.n_acc = *vec ? w.n_in / per : w.n_in;
+  return w;
+}
+
+/* Resident blocks of one kernel instance on the whole GPU, asked once per instance. */
+template <int OP, rf_dtype D, bool VEC> int grid_of(int64_t units) {
+  static int blocks;
+  if (blocks == 0) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, verify_kernel<OP, D, VEC>, kBlock,
+                                                      0) != cudaSuccess || per_sm < 1) {
+      (void)cudaGetLastError();
+      per_sm = 1;
+    }
+    blocks = per_sm * rf_gpu_sm_count();
+  }
+  return units < blocks ? (int)units : blocks;
+}
+
+template <int OP, rf_dtype D>
+void launch_dtype(const gwalk &w, bool vec, uint64_t key, int32_t id, int64_t units,
+                  uint64_t *sum, check_sink sink, cudaStream_t s) {
+  if (vec)
+    verify_kernel<OP, D, true><<<grid_of<OP, D, true>(units), kBlock, 0, s>>>(w, key, id, units,
+                                                                               sum, sink);
+  else
+    verify_kernel<OP, D, false><<<grid_of<OP, D, false>(units), kBlock, 0, s>>>(w, key, id, units,
+                                                                                 sum, sink);
+}
+
+/* The checksum sees only bit patterns, so fp16 shares bf16's instances there. */
+template <int OP>
+rf_status launch(const gwalk &w, bool vec, rf_dtype dtype, uint64_t key, int32_t id,
+                 int64_t units, uint64_t *sum, check_sink sink) {
+  cudaStream_t s = (cudaStream_t)rf_gpu_stream();
+  switch (dtype) {
+  case RF_DTYPE_BF16:
+    launch_dtype<OP, RF_DTYPE_BF16>(w, vec, key, id, units, sum, sink, s);
+    break;
+  case RF_DTYPE_FP16:
+    if (OP == OP_SUM)
+      launch_dtype<OP, RF_DTYPE_BF16>(w, vec, key, id, units, sum, sink, s);
+    else
+      launch_dtype<OP, RF_DTYPE_FP16>(w, vec, key, id, units, sum, sink, s);
+    break;
+  default:
+    launch_dtype<OP, RF_DTYPE_FP32>(w, vec, key, id, units, sum, sink, s);
+    break;
+  }
+  RF_CUDA(cudaGetLastError());
+  return RF_OK;
+}
+
+/* Device scratch, grown only: two scalars (a sum or count, the record count), per-unit
+ * counts and mismatch records. Not counted by rf_mem_stats: it is not a transfer buffer. */
+struct scratch_buf {
+  void *ptr;
+  size_t cap;
+};
+scratch_buf scalars, counts, records;
+
+rf_status scratch(scratch_buf *b, size_t bytes) {
+  if (b->cap >= bytes)
+    return RF_OK;
+  if (b->ptr)
+    RF_CUDA(cudaFree(b->ptr));
+  b->ptr = NULL, b->cap = 0;
+  size_t cap = bytes < 4096 ? 4096 : bytes + bytes / 2;
+  RF_CUDA(cudaMalloc(&b->ptr, cap));
+  b->cap = cap;
+  return RF_OK;
+}
+
+int by_pos(const void *a, const void *b) {
+  uint64_t x = ((const record *)a)->pos, y = ((const record *)b)->pos;
+  return x < y ? -1 : x > y;
+}
+
+/* Sorts n records and turns the first max_report into rf_mismatch entries. */
+int report(record *rec, int64_t n, const gwalk &w, int32_t id, rf_mismatch *out, int max_report) {
+  qsort(rec, (size_t)n, sizeof *rec, by_pos);
+  int k = 0;
+  for (; k < max_report && k < n; k++) {
+    int64_t line = (int64_t)(rec[k].pos / (uint64_t)w.n_in), e = (int64_t)(rec[k].pos % (uint64_t)w.n_in);
+    out[k].tensor = id;
+    out[k].index = w.g0 + line * w.dg_out + e * w.dg_in;
+    out[k].expected = rec[k].expected;
+    out[k].got = rec[k].got;
+  }
+  return k;
+}
+
+/* Copies n records back and reports them. */
+rf_status fetch_report(int64_t n, const gwalk &w, int32_t id, rf_mismatch *out, int max_report,
+                       int *reported) {
+  cudaStream_t s = (cudaStream_t)rf_gpu_stream();
+  record *host = (record *)rf_malloc((size_t)n * sizeof(record), "mismatch records");
+  if (!host)
+    return RF_ERR_NOMEM;
+  cudaError_t rc = cudaMemcpyAsync(host, records.ptr, (size_t)n * sizeof(record),
+                                   cudaMemcpyDeviceToHost, s);
+  if (rc == cudaSuccess)
+    rc = cudaStreamSynchronize(s);
+  if (rc != cudaSuccess) {
+    free(host);
+    RF_CUDA(rc);
+  }
+  int k = report(host, n, w, id, out, max_report);
+  free(host);
+  if (reported)
+    *reported = k;
+  return RF_OK;
+}
+
+} // namespace
+
+extern "C" rf_status rf_gpu_fill(const rf_gpu_walk *in, uint64_t key, rf_dtype dtype) {
+  bool vec;
+  gwalk w = plan_walk(in, rf_dtype_size(dtype), &vec);
+  int64_t units = ceil_div(w.n_out * w.n_acc, kUnit);
+  if (units == 0)
+    return RF_OK;
+  check_sink none = {};
+  RF_TRY(launch<OP_FILL>(w, vec, dtype, key, 0, units, NULL, none));
+  RF_CUDA(cudaStreamSynchronize((cudaStream_t)rf_gpu_stream()));
+  return RF_OK;
+}
+
+extern "C" rf_status rf_gpu_checksum(const rf_gpu_walk *in, int32_t tensor_id, rf_dtype dtype,
+                                     uint64_t *sum) {
+  *sum = 0;
+  bool vec;
+  gwalk w = plan_walk(in, rf_dtype_size(dtype), &vec);
+  int64_t units = ceil_div(w.n_out * w.n_acc, kUnit);
+  if (units == 0)
+    return RF_OK;
+  cudaStream_t s = (cudaStream_t)rf_gpu_stream();
+  RF_TRY(scratch(&scalars, 16));
+  RF_CUDA(cudaMemsetAsync(scalars.ptr, 0, 8, s));
+  check_sink none = {};
+  RF_TRY(launch<OP_SUM>(w, vec, dtype, 0, tensor_id, units, (uint64_t *)scalars.ptr, none));
+  RF_CUDA(cudaMemcpyAsync(sum, scalars.ptr, 8, cudaMemcpyDeviceToHost, s));
+  RF_CUDA(cudaStreamSynchronize(s));
+  return RF_OK;
+}
+
+extern "C" rf_status rf_gpu_check(const rf_gpu_walk *in, uint64_t key, int32_t tensor_id,
+                                  rf_dtype dtype, rf_mismatch *out, int max_report, int *reported,
+                                  int64_t *wrong) {
+  *wrong = 0;
+  if (reported)
+    *reported = 0;
+  bool vec;
+  gwalk w = plan_walk(in, rf_dtype_size(dtype), &vec);
+  int64_t units = ceil_div(w.n_out * w.n_acc, kUnit);
+  if (units == 0)
+    return RF_OK;
+  cudaStream_t s = (cudaStream_t)rf_gpu_stream();
+  const int want = out && max_report > 0 ? max_report : 0;
+
+  /* Pass 1: the count, the per-unit counts and the first mismatches that arrive. */
+  RF_TRY(scratch(&scalars, 16));
+  RF_CUDA(cudaMemsetAsync(scalars.ptr, 0, 16, s));
+  unsigned long long *count = (unsigned long long *)scalars.ptr;
+  unsigned int *rec_n = (unsigned int *)((char *)scalars.ptr + 8);
+  check_sink sink = {count, NULL, NULL, rec_n, 0};
+  if (want) {
+    RF_TRY(scratch(&counts, (size_t)units * sizeof(unsigned int)));
+    RF_TRY(scratch(&records, (size_t)(want + kSlack) * sizeof(record)));
+    RF_CUDA(cudaMemsetAsync(counts.ptr, 0, (size_t)units * sizeof(unsigned int), s));
+    sink.unit_counts = (unsigned int *)counts.ptr;
+    sink.rec = (record *)records.ptr;
+    sink.rec_cap = (unsigned int)(want + kSlack);
+  }
+  RF_TRY(launch<OP_CHECK>(w, vec, dtype, key, tensor_id, units, NULL, sink));
+  unsigned long long n_wrong = 0;
+  RF_CUDA(cudaMemcpyAsync(&n_wrong, count, 8, cudaMemcpyDeviceToHost, s));
+  RF_CUDA(cudaStreamSynchronize(s));
+  *wrong = (int64_t)n_wrong;
+  if (!want || n_wrong == 0)
+    return RF_OK;
+  if (n_wrong <= (unsigned long long)sink.rec_cap)
+    return fetch_report((int64_t)n_wrong, w, tensor_id, out, max_report, reported);
+
+  /* Pass 2: more were wrong than recorded. The leading units that hold the first `want`
+   * mismatches are checked again, recording all of theirs. */
+  unsigned int *host_counts = (unsigned int *)rf_malloc((size_t)units * sizeof(unsigned int),
+                                                        "per-unit mismatch counts");
+  if (!host_counts)
+    return RF_ERR_NOMEM;
+  cudaError_t rc = cudaMemcpyAsync(host_counts, counts.ptr, (size_t)units * sizeof(unsigned int),
+                                   cudaMemcpyDeviceToHost, s);
+  if (rc == cudaSuccess)
+    rc = cudaStreamSynchronize(s);
+  int64_t lead = 0, held = 0;
+  while (rc == cudaSuccess && lead < units && held < want)
+    held += host_counts[lead++];
+  free(host_counts);
+  RF_CUDA(rc);
+  RF_TRY(scratch(&records, (size_t)held * sizeof(record)));
+  RF_CUDA(cudaMemsetAsync(rec_n, 0, 4, s));
+  check_sink again = {NULL, NULL, (record *)records.ptr, rec_n, (unsigned int)held};
+  RF_TRY(launch<OP_CHECK>(w, vec, dtype, key, tensor_id, lead, NULL, again));
+  return fetch_report(held, w, tensor_id, out, max_report, reported);
+}

@@ -1,0 +1,23 @@
+/* The device half of verify in a build without CUDA: a device region cannot exist here, so
+ * asking for one is the user's build, not the data, and the answer says what to rebuild. */
+#include "verify/verify_gpu.h"
+
+static rf_status no_cuda(void) {
+  return rf_fail(RF_ERR_UNSUPPORTED,
+                 "this build has no CUDA; rebuild with the CUDA toolkit and NCCL installed");
+}
+
+rf_status rf_gpu_fill(const rf_gpu_walk *w, uint64_t key, rf_dtype dtype) { return no_cuda(); }
+
+rf_status rf_gpu_checksum(const rf_gpu_walk *w, int32_t tensor_id, rf_dtype dtype, uint64_t *sum) {
+  *sum = 0;
+  return no_cuda();
+}
+
+rf_status rf_gpu_check(const rf_gpu_walk *w, uint64_t key, int32_t tensor_id, rf_dtype dtype,
+                       rf_mismatch *out, int max_report, int *reported, int64_t *wrong) {
+  if (reported)
+    *reported = 0;
+  *wrong = 0;
+  return no_cuda();
+}
