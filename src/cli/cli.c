@@ -13,11 +13,25 @@ static const struct {
   rf_command cmd;
   const char *name;
   const char *about;
+  int inputs;       /* how many positional arguments (file names) the command takes */
+  const char *args; /* how usage shows them */
 } commands[] = {
     {RF_CMD_RUN, "run", "move the weights from trainer to rollout ranks, time and verify it "
-                        "(under mpirun)"},
-    {RF_CMD_PLAN, "plan", "print the transfer plan: totals, bytes per link and pieces (no MPI)"},
+                        "(under mpirun)", 0, ""},
+    {RF_CMD_PLAN, "plan", "print the transfer plan: totals, bytes per link and pieces (no MPI)",
+     0, ""},
+    {RF_CMD_CHECKPOINT, "checkpoint", "write a deterministic synthetic checkpoint of a model",
+     0, ""},
+    {RF_CMD_VERIFY, "verify", "compare a results file with a reference results file or a "
+                              "checkpoint", 1, " RESULTS.h5"},
 };
+
+static int command_row(rf_command cmd) {
+  for (size_t i = 0; i < RF_ARRAY_LEN(commands); i++)
+    if (commands[i].cmd == cmd)
+      return (int)i;
+  return 0;
+}
 
 #define LINE_WIDTH 100
 #define HELP_COLUMN_MAX 32
@@ -121,7 +135,8 @@ void rf_cli_usage(FILE *out, rf_command cmd) {
   col = RF_MIN(col, HELP_COLUMN_MAX);
   for (size_t i = 0; i < RF_ARRAY_LEN(commands); i++)
     if (commands[i].cmd == cmd)
-      fprintf(out, "usage: refit %s [options]\n%s\n\noptions:\n", name, commands[i].about);
+      fprintf(out, "usage: refit %s%s [options]\n%s\n\noptions:\n", name, commands[i].args,
+              commands[i].about);
   rf_strbuf text = {0};
   for (size_t i = 0; i < rf_cli_option_count; i++) {
     const rf_cli_option *o = &rf_cli_options[i];
@@ -276,7 +291,19 @@ static rf_status scan_options(int argc, char **argv, rf_config *cfg, int apply) 
   opterr = 0;
   int help = 0;
   char error[1024] = "", why[512];
-  for (int c; (c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1;) {
+  int max_inputs = commands[command_row(cfg->command)].inputs;
+  cfg->input_count = 0;
+  for (int c;;) {
+    c = getopt_long(argc, argv, shortopts, longopts, NULL);
+    if (c == -1) {
+      /* '+' stops at the first word that is not an option: take it as a file name when the
+       * command wants one, and go on with the options after it. */
+      if (optind >= argc || strcmp(argv[optind - 1], "--") == 0 ||
+          cfg->input_count >= max_inputs)
+        break;
+      snprintf(cfg->inputs[cfg->input_count++], RF_PATH_MAX, "%s", argv[optind++]);
+      continue;
+    }
     if (c == 'h') {
       help = 1;
       continue;
@@ -316,6 +343,9 @@ static rf_status scan_options(int argc, char **argv, rf_config *cfg, int apply) 
   if (optind < argc)
     return rf_fail(RF_ERR_USAGE, "unexpected argument '%s' for 'refit %s'; see refit %s --help",
                    argv[optind], argv[0], argv[0]);
+  if (cfg->input_count < max_inputs)
+    return rf_fail(RF_ERR_USAGE, "refit %s needs%s; see refit %s --help", argv[0],
+                   commands[command_row(cfg->command)].args, argv[0]);
   return RF_OK;
 }
 

@@ -16,9 +16,12 @@ typedef enum {
   RF_CMD_NONE = 0,
   RF_CMD_RUN = 1 << 0,
   RF_CMD_PLAN = 1 << 1,
+  RF_CMD_CHECKPOINT = 1 << 2,
+  RF_CMD_VERIFY = 1 << 3,
 } rf_command;
 
 #define RF_PATH_MAX 1024
+#define RF_MAX_INPUTS 8
 
 /* The effective configuration: every field is the target of exactly one table entry. */
 typedef struct {
@@ -36,6 +39,7 @@ typedef struct {
   char mode[64];                /* --mode unfused|grouped|fused, or a comma-separated list */
   int64_t bucket_size;          /* --bucket-size, bytes; 0 = whole model in one bucket */
   char transport[16];           /* --transport NAME */
+  int64_t device;               /* --device N: the CUDA device; -1 = by node-local rank */
   int64_t seed;                 /* --seed */
   int64_t warmup;               /* --warmup */
   int64_t iters;                /* --iters */
@@ -44,6 +48,15 @@ typedef struct {
   double timeout;               /* --timeout, seconds */
   char output[RF_PATH_MAX];     /* --output FILE.h5 ("" = none) */
   int json;                     /* --json */
+  char checkpoint[RF_PATH_MAX]; /* --checkpoint PATH: read (run, verify) or written */
+  char format[16];              /* --format safetensors|hdf5 (checkpoint) */
+  int64_t shard_size;           /* --shard-size, bytes; 0 = one file (checkpoint) */
+  char reference[RF_PATH_MAX];  /* --reference RESULTS.h5 (verify) */
+  int64_t run;                  /* --run N (verify); -1 = the latest */
+
+  /* File names given as arguments (verify RESULTS.h5). */
+  char inputs[RF_MAX_INPUTS][RF_PATH_MAX];
+  int input_count;
 
   /* The command line as given, for headers and results files. */
   char command_line[4096];

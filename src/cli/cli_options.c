@@ -8,6 +8,8 @@
 
 #define RUN RF_CMD_RUN
 #define PLAN RF_CMD_PLAN
+#define CKPT RF_CMD_CHECKPOINT
+#define VERIFY RF_CMD_VERIFY
 #define FIELD(f) .offset = offsetof(rf_config, f), .size = sizeof(((rf_config *)0)->f)
 
 const rf_cli_option rf_cli_options[] = {
@@ -15,10 +17,10 @@ const rf_cli_option rf_cli_options[] = {
      .metavar = "FILE", .commands = RF_CLI_ALL_COMMANDS,
      .help = "JSON file whose keys are long option names"},
     {.name = "model", .type = RF_OPT_STRING, FIELD(model), .def = "llama-3.2-1b", .unit = "",
-     .metavar = "NAME|PATH", .commands = RUN | PLAN,
+     .metavar = "NAME|PATH", .commands = RUN | PLAN | CKPT,
      .help = "shipped model name or path to a HF config.json"},
     {.name = "dtype", .type = RF_OPT_ENUM, .choices = "model|bf16|fp16|fp32", FIELD(dtype),
-     .def = "model", .unit = "", .commands = RUN | PLAN,
+     .def = "model", .unit = "", .commands = RUN | PLAN | CKPT,
      .help = "element type of the weights; model keeps the model's own"},
     {.name = "trainer", .type = RF_OPT_STRING, FIELD(trainer), .def = "fsdp=2", .unit = "",
      .metavar = "MESH", .commands = RUN | PLAN, .help = "trainer mesh: fsdp=F,tp=T[,dp=D]"},
@@ -45,8 +47,11 @@ const rf_cli_option rf_cli_options[] = {
      .help = "bytes moved per bucket; 0 = the whole model in one bucket"},
     {.name = "transport", .type = RF_OPT_STRING, FIELD(transport), .def = "mpi", .unit = "",
      .metavar = "NAME", .commands = RUN, .help = "what moves the bytes: mpi, nccl or ipc"},
+    {.name = "device", .type = RF_OPT_INT, .imin = -1, .imax = 1023, FIELD(device), .def = "-1",
+     .unit = "", .metavar = "N", .commands = RUN,
+     .help = "CUDA device of every rank of this node; -1 = the node-local rank's"},
     {.name = "seed", .type = RF_OPT_INT, .imin = 0, .imax = INT64_MAX, FIELD(seed),
-     .def = "1", .unit = "", .metavar = "N", .commands = RUN,
+     .def = "1", .unit = "", .metavar = "N", .commands = RUN | CKPT,
      .help = "seed of the synthetic weights"},
     {.name = "warmup", .type = RF_OPT_INT, .imin = 0, .imax = 1000000, FIELD(warmup),
      .def = "1", .unit = "iterations", .metavar = "N", .commands = RUN,
@@ -66,6 +71,21 @@ const rf_cli_option rf_cli_options[] = {
      .metavar = "FILE", .commands = RUN, .help = "HDF5 results file (appended)"},
     {.name = "json", .type = RF_OPT_FLAG, FIELD(json), .def = "false", .unit = "",
      .commands = PLAN, .help = "print one JSON object"},
+    {.name = "checkpoint", .type = RF_OPT_STRING, FIELD(checkpoint), .def = "", .unit = "",
+     .metavar = "PATH", .commands = RUN | VERIFY | CKPT,
+     .help = "checkpoint (safetensors file or directory, or .h5): the trainer's weights for "
+             "run, the reference for verify, the file written by checkpoint"},
+    {.name = "format", .type = RF_OPT_ENUM, .choices = "safetensors|hdf5", FIELD(format),
+     .def = "safetensors", .unit = "", .commands = CKPT, .help = "checkpoint file format"},
+    {.name = "shard-size", .type = RF_OPT_SIZE, .imin = 0, .imax = INT64_MAX, FIELD(shard_size),
+     .def = "0", .unit = "bytes", .metavar = "SIZE", .commands = CKPT,
+     .help = "largest safetensors shard, with model.safetensors.index.json; 0 = one file"},
+    {.name = "reference", .type = RF_OPT_STRING, FIELD(reference), .def = "", .unit = "",
+     .metavar = "FILE", .commands = VERIFY,
+     .help = "reference results file whose checksums the results must equal"},
+    {.name = "run", .type = RF_OPT_INT, .imin = -1, .imax = 9999, FIELD(run), .def = "-1",
+     .unit = "", .metavar = "N", .commands = VERIFY,
+     .help = "run number in the results file; -1 = the latest"},
 };
 
 const size_t rf_cli_option_count = RF_ARRAY_LEN(rf_cli_options);

@@ -23,6 +23,8 @@
   X(RF_ERR_WORLD, 2, "wrong number of ranks")                              \
   X(RF_ERR_MISMATCH, 2, "ranks disagree on the job")                       \
   X(RF_ERR_UNSUPPORTED, 2, "not supported by this build or machine")       \
+  X(RF_ERR_CHECKPOINT, 2, "checkpoint does not match the model")           \
+  X(RF_ERR_RESULTS, 2, "results file cannot be used")                      \
   X(RF_ERR_VERIFY, 1, "verification failed")                               \
   X(RF_ERR_IO, 3, "input/output error")                                    \
   X(RF_ERR_NOMEM, 3, "out of memory")                                      \

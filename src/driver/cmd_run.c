@@ -9,6 +9,7 @@
 #include "control/control.h"
 #include "driver.h"
 #include "report/report.h"
+#include "run_record.h"
 #include "transport/engine.h"
 
 #define RF_MAX_MODES 8
@@ -21,6 +22,8 @@ typedef struct {
   const rf_transport_ops *transport;
   rf_inject inject;
   int verify_full, verify_checksum;
+  rf_checkpoint *checkpoint; /* the trainer's weights, when --checkpoint is given */
+  run_record record;         /* what rank 0 writes to --output */
 } run_setup;
 
 static rf_status parse_modes(const char *text, run_setup *rs) {
@@ -63,7 +66,8 @@ static void describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d
 }
 
 /* Rank 0 prints the header: versions, command line, the job and one line per rank. */
-static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_job *job) {
+static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_job *job,
+                              run_record *rec) {
   rf_rank_info mine = {.rank = ctl->world_rank, .pid = (long)getpid(),
                        .trainer_rank = ctl->trainer_rank, .rollout_rank = ctl->rollout_rank};
   snprintf(mine.host, sizeof mine.host, "%s", rf_hostname());
@@ -85,7 +89,7 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
              (long long)cfg->seed);
     rf_report_header(stdout, cfg->command_line, job_line, all, ctl->world_size);
   }
-  free(all);
+  rec->placement = all; /* rank 0 keeps the table for the results file */
   return st;
 }
 
@@ -103,16 +107,38 @@ static rf_status reduce(rf_control *ctl, void *in, void *out, int count, MPI_Dat
   return rf_control_wait(ctl, &req, what);
 }
 
+/* Every rank opens the checkpoint (rank 0 reports what is wrong with it: the others would
+ * print the same line) and the ranks share the work of its reference checksums. */
+static rf_status open_checkpoint(rf_control *ctl, const rf_config *cfg, run_setup *rs) {
+  rf_log_set_quiet(ctl->world_rank != 0);
+  rf_status st = rf_checkpoint_open(cfg->checkpoint, &rs->job.model, &rs->checkpoint);
+  rf_log_set_quiet(0);
+  RF_TRY(rf_control_agree(ctl, st));
+  int nt = rs->job.model.tensor_count;
+  uint64_t *mine = rf_calloc((size_t)nt, sizeof *mine, "checkpoint checksums");
+  uint64_t *all = ctl->world_rank == 0 ? rf_calloc((size_t)nt, sizeof *all, "checksums") : NULL;
+  st = mine ? RF_OK : RF_ERR_NOMEM;
+  for (int t = ctl->world_rank; t < nt && st == RF_OK; t += ctl->world_size)
+    st = rf_checkpoint_checksum(rs->checkpoint, t, &mine[t]);
+  st = rf_control_agree(ctl, st);
+  if (st == RF_OK)
+    st = reduce(ctl, mine, all, nt, MPI_UINT64_T, MPI_SUM, "the checkpoint's checksums");
+  free(mine);
+  rs->record.reference = all;
+  return st;
+}
+
 /* Verification after the last iteration: the full element check and the checksums, reduced
  * to rank 0, which names the tensors whose checksums differ. */
-static rf_status verify_run(rf_control *ctl, const run_setup *rs, rf_engine *e,
-                            rf_run_result *res) {
+static rf_status verify_run(rf_control *ctl, run_setup *rs, rf_engine *e, rf_run_result *res) {
   const rf_model *m = &rs->job.model;
   int nt = m->tensor_count, replicas = rs->job.rollout.dp;
   res->wrong = -1;
   res->checksum_bad = -1;
   if (rs->verify_full) {
-    int64_t wrong = rf_engine_check(e), total = 0;
+    int64_t wrong = rf_engine_check(e, rs->checkpoint), total = 0;
+    rf_status st = wrong < 0 ? RF_ERR_IO : RF_OK;
+    RF_TRY(rf_control_agree(ctl, st));
     RF_TRY(reduce(ctl, &wrong, &total, 1, MPI_INT64_T, MPI_SUM, "the element check"));
     res->wrong = total;
   }
@@ -123,25 +149,35 @@ static rf_status verify_run(rf_control *ctl, const run_setup *rs, rf_engine *e,
   uint64_t *sum = rf_calloc(n, sizeof *sum, "checksums");
   rf_status st = local && sum ? RF_OK : RF_ERR_NOMEM;
   if (st == RF_OK) {
-    rf_engine_checksums(e, local, local + nt);
+    st = rf_control_agree(ctl, rf_engine_checksums(e, local, local + nt));
+  }
+  if (st == RF_OK) {
     st = reduce(ctl, local, sum, (int)n, MPI_UINT64_T, MPI_SUM, "the checksums");
   }
+  const uint64_t *ref = rs->record.reference;
   if (st == RF_OK && ctl->world_rank == 0) {
     res->checksum_bad = 0;
-    for (int t = 0; t < nt; t++)
+    for (int t = 0; t < nt; t++) {
+      int bad = ref && ref[t] != sum[t];
       for (int p = 0; p < replicas; p++)
-        if (sum[nt + (size_t)p * nt + t] != sum[t] && res->checksum_bad++ < 4)
-          RF_ERROR("verify: checksum of %s differs: trainer %016llx, rollout replica %d %016llx",
-                   m->tensors[t].name, (unsigned long long)sum[t], p,
-                   (unsigned long long)sum[nt + (size_t)p * nt + t]);
+        bad |= sum[nt + (size_t)p * nt + t] != sum[t];
+      if (bad && res->checksum_bad++ < 4)
+        RF_ERROR("verify: checksum of %s differs: trainer %016llx, rollout %016llx%s%016llx",
+                 m->tensors[t].name, (unsigned long long)sum[t],
+                 (unsigned long long)sum[nt + t], ref ? ", checkpoint " : "",
+                 ref ? (unsigned long long)ref[t] : 0ULL);
+    }
   }
   free(local);
-  free(sum);
+  free(rs->record.checksums);
+  rs->record.checksums = ctl->world_rank == 0 ? sum : NULL; /* kept for the results file */
+  if (ctl->world_rank != 0)
+    free(sum);
   return st;
 }
 
 /* One run: one mode over the whole job. Returns the agreed status of every rank. */
-static rf_status run_mode(rf_control *ctl, const rf_config *cfg, const run_setup *rs,
+static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs,
                           rf_transport *tp, rf_buffers *data, rf_mode mode, rf_run_result *res) {
   const rf_plan *plan = &rs->job.plan;
   int iters = (int)cfg->iters, warmup = (int)cfg->warmup, ranks = ctl->world_size;
@@ -166,16 +202,17 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, const run_setup
   double scratch[RF_PHASE_COUNT];
   for (int it = 0; it < warmup + iters && st == RF_OK; it++) {
     if (it == warmup + iters - 1)
-      rf_engine_poison(&e); /* the last iteration must write every element again */
+      st = rf_engine_poison(&e); /* the last iteration must write every element again */
     double *times = it < warmup ? scratch : mine + (size_t)(it - warmup) * RF_PHASE_COUNT;
-    st = barrier(ctl);
+    if (st == RF_OK)
+      st = barrier(ctl);
     if (st == RF_OK)
       st = rf_engine_iterate(&e, times, stall);
     times[RF_PHASE_SETUP] = setup;
     st = rf_control_agree(ctl, st);
   }
   if (st == RF_OK && rs->inject == RF_INJECT_CORRUPT)
-    rf_engine_corrupt(&e);
+    st = rf_engine_corrupt(&e);
   if (st == RF_OK) {
     double v0 = rf_now();
     st = rf_control_agree(ctl, verify_run(ctl, rs, &e, res));
@@ -221,6 +258,8 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, const run_setup
     free(all);
   }
   free(mine);
+  if (st == RF_OK)
+    st = rf_control_agree(ctl, rf_record_run(&rs->record, ctl, cfg, &rs->job, &e, mode, res));
   rf_engine_free(&e);
   /* A verification failure is known on rank 0 only; share it so every rank exits 1. */
   if (st == RF_OK)
@@ -250,17 +289,33 @@ static rf_status run_job(const rf_config *cfg, rf_control *ctl, int *ctl_open) {
   describe_job(cfg, &rs.job, &desc);
   st = rf_control_handshake(ctl, &desc);
   if (st == RF_OK)
-    st = rf_control_agree(ctl, print_header(ctl, cfg, &rs.job));
+    st = rf_control_agree(ctl, print_header(ctl, cfg, &rs.job, &rs.record));
+  /* Rank 0 refuses a results file that is not refit's before anything moves. */
+  if (st == RF_OK)
+    st = rf_control_agree(ctl, rf_record_open(&rs.record, ctl, cfg));
+  if (st == RF_OK && cfg->checkpoint[0])
+    st = open_checkpoint(ctl, cfg, &rs);
   rf_transport tp;
   memset(&tp, 0, sizeof tp);
+  /* GPU transports: each rank picks its GPU before anything creates a CUDA context. */
+  if (st == RF_OK && rs.transport->memory == RF_MEM_DEVICE) {
+    rf_gpu_info gpu;
+    rf_log_set_quiet(rank != 0 && ctl->node_rank != 0);
+    st = rf_gpu_select(ctl->node_rank, (int)cfg->device, &gpu);
+    rf_log_set_quiet(0);
+    st = rf_control_agree(ctl, st);
+    if (st == RF_OK)
+      RF_INFO("rank %d uses GPU %d (%s, %s)", rank, gpu.device, gpu.name, gpu.bus_id);
+  }
   if (st == RF_OK)
-    st = rf_control_agree(ctl, rf_transport_open(rs.transport, ctl, &tp));
+    st = rf_control_agree(ctl, rf_transport_open(rs.transport, ctl, &rs.job.plan, &tp));
   /* The weights are generated once; every mode moves the same data. */
   rf_buffers data;
   memset(&data, 0, sizeof data);
   if (st == RF_OK)
     st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.transport->memory,
-                                               (uint64_t)cfg->seed, ctl->world_rank));
+                                               (uint64_t)cfg->seed, rs.checkpoint,
+                                               ctl->world_rank));
   const char *failed_mode = NULL;
   for (int i = 0; i < rs.mode_count && st == RF_OK; i++) {
     rf_run_result res;
@@ -283,6 +338,9 @@ static rf_status run_job(const rf_config *cfg, rf_control *ctl, int *ctl_open) {
              failed_mode ? failed_mode : "");
     rf_report_footer(stdout, st, st == RF_OK ? NULL : reason);
   }
+  rf_record_free(&rs.record);
+  if (rs.checkpoint)
+    rf_checkpoint_close(rs.checkpoint);
   rf_job_free(&rs.job);
   return st;
 }

@@ -94,6 +94,12 @@ int rf_driver_main(int argc, char **argv) {
   case RF_CMD_RUN:
     st = rf_cmd_run(&cfg, &argc, &argv);
     break;
+  case RF_CMD_CHECKPOINT:
+    st = rf_cmd_checkpoint(&cfg);
+    break;
+  case RF_CMD_VERIFY:
+    st = rf_cmd_verify(&cfg);
+    break;
   default:
     st = rf_fail(RF_ERR_USAGE, "no command given; see refit --help");
     break;

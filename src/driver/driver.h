@@ -29,6 +29,12 @@ rf_status rf_cmd_plan(const rf_config *cfg);
 /* `refit run`: the MPI-launched transfer. Initialises and finalises MPI itself. */
 rf_status rf_cmd_run(const rf_config *cfg, int *argc, char ***argv);
 
+/* `refit checkpoint`: writes a synthetic checkpoint of --model to --checkpoint. */
+rf_status rf_cmd_checkpoint(const rf_config *cfg);
+
+/* `refit verify RESULTS.h5`: compares checksums with --reference or --checkpoint. */
+rf_status rf_cmd_verify(const rf_config *cfg);
+
 /* The whole program: parses argv, runs the command and returns the exit code. */
 int rf_driver_main(int argc, char **argv);
 

@@ -11,6 +11,7 @@
 #ifndef RF_ENGINE_H
 #define RF_ENGINE_H
 
+#include "io/io.h"
 #include "plan/schedule.h"
 #include "report/report.h"
 #include "transport.h"
@@ -23,21 +24,35 @@ const char *rf_mode_name(rf_mode mode);
 typedef enum { RF_INJECT_NONE = 0, RF_INJECT_CORRUPT, RF_INJECT_STALL } rf_inject;
 
 /* This rank's data, allocated and generated once per job and shared by the runs of every
- * mode: trainer shards (filled with the generator), star coupling buffers and the fused
- * rollout tensors. Arrays are indexed by logical tensor (shards, coupling) or by rollout
- * tensor (rollout); entries are NULL where this rank holds nothing. */
+ * mode (buffers.c): trainer shards (filled with the generator or read from a checkpoint),
+ * star coupling buffers and the fused rollout tensors. Each family lives in one arena;
+ * `shards`, `coupling` and `rollout` point into them (NULL arrays where this rank has no
+ * such role). */
+typedef enum { RF_FAMILY_SHARDS = 0, RF_FAMILY_COUPLING, RF_FAMILY_ROLLOUT, RF_FAMILY_COUNT } rf_buffer_family;
+
 typedef struct {
   const rf_plan *plan;
   rf_mem_kind memory;
   int trainer_rank, rollout_rank;
-  void **shards, **coupling, **rollout;
-  size_t *shard_bytes, *coupling_bytes, *rollout_bytes;
-  double fill_seconds; /* generating the trainer's weights */
+  void *arena[RF_FAMILY_COUNT];
+  size_t arena_bytes[RF_FAMILY_COUNT];
+  void **ptr[RF_FAMILY_COUNT];
+  void **shards, **coupling, **rollout; /* = ptr[family], indexed by tensor / rollout tensor */
+  double fill_seconds;                  /* generating or reading the trainer's weights */
 } rf_buffers;
 
+/* The trainer shards are read from `checkpoint` when given, else generated from `seed`. */
 rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory, uint64_t seed,
-                          int world_rank);
+                          rf_checkpoint *checkpoint, int world_rank);
 void rf_buffers_free(rf_buffers *b);
+
+/* Where each tensor sits in the arena of `family` on `rank` (a trainer rank for shards and
+ * coupling, ignored for rollout): byte offsets, 256-byte aligned. Returns the arena size. */
+int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int rank,
+                           int64_t *offsets);
+
+/* A trainer rank's shard of `tensor` stored at `base`, in its storage order. */
+rf_region rf_shard_region(const rf_plan *plan, int trainer_rank, int tensor, void *base);
 
 typedef struct {
   const rf_plan *plan;
@@ -65,7 +80,7 @@ void rf_engine_free(rf_engine *e);
 
 /* Overwrites every destination buffer with a pattern the generator never produces, so an
  * element the next iteration fails to write cannot pass verification. */
-void rf_engine_poison(rf_engine *e);
+rf_status rf_engine_poison(rf_engine *e);
 
 /* One transfer; phase seconds go to times[RF_PHASE_COUNT]. `stall` makes this rank skip its
  * part (the stall injection). */
@@ -75,10 +90,14 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall);
  * (returns the count of wrong elements; logs the first few), and the layout-invariant
  * checksums this rank contributes: trainer[tensor] and rollout[replica * tensors + tensor],
  * counting each element once per group (the lowest rank holding a replicated box). */
-int64_t rf_engine_check(rf_engine *e);
-void rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout);
+int64_t rf_engine_check(rf_engine *e, rf_checkpoint *checkpoint);
+rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout);
+
+/* xxh3-64 of every shard this rank holds: trainer shards as stored, rollout parts in
+ * row-major order. Returns the count; the caller frees *out. */
+int rf_engine_digests(rf_engine *e, rf_shard_digest **out);
 
 /* Applies --inject corrupt: flips one received byte on the last rollout rank. */
-void rf_engine_corrupt(rf_engine *e);
+rf_status rf_engine_corrupt(rf_engine *e);
 
 #endif

@@ -4,6 +4,11 @@
 
 #include "engine.h"
 
+/* This rank's trainer shard of a tensor, and its part of a tensor in the fused rollout
+ * tensor (held is set to the box it holds). */
+rf_region engine_shard_region(const rf_engine *e, int tensor);
+rf_region engine_rollout_region(const rf_engine *e, int tensor, rf_box *held);
+
 /* The region a piece is read from: a trainer shard, or star's coupling buffer. */
 rf_region engine_source(const rf_engine *e, const rf_piece *p);
 /* The region a piece lands in, and the part of `box` the destination keeps. */

@@ -72,30 +72,38 @@ void engine_bucket_staging(const rf_engine *e, const rf_schedule *s, int bucket,
   }
 }
 
-static void pack(stage_ctx *c, const rf_chunk *k, char *to) {
+/* Box copies go through the memory module, which runs them on the CPU or, for device
+ * memory, as kernels on refit's stream (ordered before the transport's next operation). */
+static rf_status copy_box(stage_ctx *c, const rf_region *dst, const rf_region *src,
+                          const rf_box *box) {
+  rf_box_copy copy = {*dst, *src, *box};
+  return rf_box_is_empty(box) ? RF_OK : rf_copy_boxes(c->e->memory, &copy, 1);
+}
+
+static rf_status pack(stage_ctx *c, const rf_chunk *k, char *to) {
   double t0 = rf_now();
   rf_region src = engine_source(c->e, piece_of(c, k));
   rf_region staging = rf_region_row_major(to, &k->box, c->e->esize);
-  rf_region_copy(&staging, &src, &k->box);
+  rf_status st = copy_box(c, &staging, &src, &k->box);
   c->pack += rf_now() - t0;
+  return st;
 }
 
-static void unpack(stage_ctx *c, const rf_chunk *k, char *from) {
+static rf_status unpack(stage_ctx *c, const rf_chunk *k, char *from) {
   double t0 = rf_now();
   rf_box kept;
   rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
   rf_region staging = rf_region_row_major(from, &k->box, c->e->esize);
-  if (!rf_box_is_empty(&kept))
-    rf_region_copy(&dst, &staging, &kept);
+  rf_status st = copy_box(c, &dst, &staging, &kept);
   c->unpack += rf_now() - t0;
+  return st;
 }
 
-static void copy_local(stage_ctx *c, const rf_chunk *k) {
+static rf_status copy_local(stage_ctx *c, const rf_chunk *k) {
   rf_box kept;
   rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
   rf_region src = engine_source(c->e, piece_of(c, k));
-  if (!rf_box_is_empty(&kept))
-    rf_region_copy(&dst, &src, &kept);
+  return copy_box(c, &dst, &src, &kept);
 }
 
 /* Receives that landed in staging, to unpack once their wait completes. */
@@ -109,10 +117,8 @@ static rf_status post_chunk(stage_ctx *c, const rf_chunk *k, int index, int64_t 
                             int64_t *recv_off, pending_unpacks *pu, long *ticket) {
   rf_transport *tp = c->e->transport;
   const rf_piece *p = piece_of(c, k);
-  if (is_local(c, p)) {
-    copy_local(c, k);
-    return RF_OK;
-  }
+  if (is_local(c, p))
+    return copy_local(c, k);
   if (sends(c, p)) {
     char *buf;
     if (send_in_place(c, k)) {
@@ -121,7 +127,7 @@ static rf_status post_chunk(stage_ctx *c, const rf_chunk *k, int index, int64_t 
     } else {
       buf = (char *)c->e->staging[0][0] + *send_off;
       *send_off += k->bytes;
-      pack(c, k, buf);
+      RF_TRY(pack(c, k, buf));
     }
     RF_TRY(tp->ops->post_send(tp, c->channel, peer_of(c, p, 1), buf, (size_t)k->bytes, ticket));
     c->e->messages++;
@@ -147,7 +153,7 @@ static rf_status complete(stage_ctx *c, long ticket, pending_unpacks *pu, const 
   rf_transport *tp = c->e->transport;
   RF_TRY(tp->ops->wait(tp, ticket + 1, what));
   for (int i = 0; i < pu->count; i++)
-    unpack(c, &c->s->chunks[pu->chunk[i]], pu->at[i]);
+    RF_TRY(unpack(c, &c->s->chunks[pu->chunk[i]], pu->at[i]));
   pu->count = 0;
   return RF_OK;
 }
@@ -211,7 +217,7 @@ static void bucket_layout(stage_ctx *c, const rf_bucket *bk, peer_tables *pt, in
 }
 
 /* Unpacks bucket b from recv staging slot b % 2, in the order the sender packed it. */
-static void unpack_bucket(stage_ctx *c, int b, peer_tables *pt, int ranks) {
+static rf_status unpack_bucket(stage_ctx *c, int b, peer_tables *pt, int ranks) {
   const rf_bucket *bk = &c->s->buckets[b];
   bucket_layout(c, bk, pt, ranks);
   char *base = c->e->staging[1][b % 2];
@@ -221,9 +227,10 @@ static void unpack_bucket(stage_ctx *c, int b, peer_tables *pt, int ranks) {
     if (is_local(c, p) || !receives(c, p))
       continue;
     int q = peer_of(c, p, 0);
-    unpack(c, k, base + pt->recv_at[q]);
+    RF_TRY(unpack(c, k, base + pt->recv_at[q]));
     pt->recv_at[q] += k->bytes;
   }
+  return RF_OK;
 }
 
 static rf_status post_bucket(stage_ctx *c, int b, peer_tables *pt, int ranks, long *ticket) {
@@ -235,10 +242,10 @@ static rf_status post_bucket(stage_ctx *c, int b, peer_tables *pt, int ranks, lo
     const rf_chunk *k = &c->s->chunks[i];
     const rf_piece *p = piece_of(c, k);
     if (is_local(c, p)) {
-      copy_local(c, k);
+      RF_TRY(copy_local(c, k));
     } else if (sends(c, p)) {
       int q = peer_of(c, p, 1);
-      pack(c, k, send_base + pt->send_at[q]);
+      RF_TRY(pack(c, k, send_base + pt->send_at[q]));
       pt->send_at[q] += k->bytes;
     }
   }
@@ -279,14 +286,14 @@ static rf_status run_fused(stage_ctx *c) {
     if (st == RF_OK && b > 0) {
       st = tp->ops->wait(tp, done_at[b - 1], "a fused bucket");
       if (st == RF_OK)
-        unpack_bucket(c, b - 1, &pt, ranks);
+        st = unpack_bucket(c, b - 1, &pt, ranks);
     }
   }
   int last = c->s->bucket_count - 1;
   if (st == RF_OK && last >= 0) {
     st = tp->ops->wait(tp, done_at[last], "the last fused bucket");
     if (st == RF_OK)
-      unpack_bucket(c, last, &pt, ranks);
+      st = unpack_bucket(c, last, &pt, ranks);
   }
   free(mem);
   free(done_at);
@@ -298,6 +305,8 @@ rf_status engine_run_stage(rf_engine *e, const rf_schedule *s, double *times) {
   init_ctx(&c, e, s);
   double start = rf_now();
   rf_status st = e->mode == RF_MODE_FUSED ? run_fused(&c) : run_per_chunk(&c);
+  if (st == RF_OK)
+    st = rf_mem_sync(e->memory); /* the stage ends when its last copy has landed */
   double wall = rf_now() - start;
   times[RF_PHASE_PACK] += c.pack;
   times[RF_PHASE_UNPACK] += c.unpack;

@@ -7,6 +7,9 @@
 
 static const rf_transport_ops *const registry[] = {
     &rf_transport_mpi,
+#ifdef REFIT_HAVE_NCCL
+    &rf_transport_nccl,
+#endif
 };
 
 int rf_transport_count(void) { return (int)RF_ARRAY_LEN(registry); }
@@ -34,10 +37,12 @@ rf_status rf_transport_find(const char *name, const rf_transport_ops **out) {
                  name, names);
 }
 
-rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, rf_transport *tp) {
+rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, const rf_plan *plan,
+                            rf_transport *tp) {
   memset(tp, 0, sizeof *tp);
   tp->ops = ops;
   tp->ctl = ctl;
+  tp->plan = plan;
   return ops->init(tp);
 }
 

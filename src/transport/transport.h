@@ -12,6 +12,7 @@
 
 #include "control/control.h"
 #include "memory/memory.h"
+#include "plan/plan.h"
 
 /* Which communicator a message travels on: the whole job, or the trainer group (star's
  * reshape). Peers are ranks of that communicator. */
@@ -41,7 +42,8 @@ typedef struct {
 struct rf_transport {
   const rf_transport_ops *ops;
   rf_control *ctl;
-  void *state; /* the implementation's own */
+  const rf_plan *plan; /* which ranks talk (NCCL builds one communicator per star) */
+  void *state;         /* the implementation's own */
 };
 
 /* The registry: every transport compiled into this build, in a fixed order. */
@@ -52,10 +54,12 @@ rf_status rf_transport_find(const char *name, const rf_transport_ops **out);
 /* "mpi, nccl, ipc": the names, for --help. */
 void rf_transport_names(char *buf, size_t len);
 
-rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, rf_transport *tp);
+rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, const rf_plan *plan,
+                            rf_transport *tp);
 void rf_transport_close(rf_transport *tp);
 
-/* The transports, each in its own file. */
+/* The transports, each in its own file (nccl only in builds with CUDA and NCCL). */
 extern const rf_transport_ops rf_transport_mpi;
+extern const rf_transport_ops rf_transport_nccl;
 
 #endif

@@ -35,8 +35,17 @@ expect_grep "# FAIL: timed out waiting for a peer" "$TMP/out"
 expect_error_mpi 2 "refit: error: option --bucket-size: 100 bytes is below the minimum of 4096 (or 0 for the whole model in one bucket)" \
   "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 --bucket-size 100
 expect_exit 2 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 --bucket-size -1
-expect_error_mpi 2 "refit: error: option --transport: 'ucx' is not in this build; available: mpi" \
+# The transports of this build, as `refit run --help` lists them (nccl only with CUDA and NCCL).
+available=$("$REFIT" run --help | sed -n 's/^transports in this build (--transport): //p')
+expect_error_mpi 2 "refit: error: option --transport: 'ucx' is not in this build; available: $available" \
   "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 --transport ucx
 expect_error_mpi 2 "refit: error: world size is 3 but trainer fsdp=2,tp=1 and rollout tp=2 (disaggregated) need 4 ranks; run mpirun -np 4" \
   "${MPIRUN[@]}" -np 3 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2
+# A GPU transport on a machine without a GPU: one line saying so, exit 2, never a crash.
+if [ "$available" != "${available%nccl*}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
+  expect_exit 2 "${MPIRUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
+    --transport nccl
+  [ "$(grep -c '^refit' "$TMP/err")" -eq 1 ] || fail "no-GPU run printed: $(grep '^refit' "$TMP/err")"
+  expect_grep "no GPU is visible to this process" "$TMP/err"
+fi
 finish

@@ -1,0 +1,146 @@
+/* `refit verify`: compares the per-tensor checksums of a run in a results file with a
+ * reference results file, or with the checksums computed from a checkpoint. Exit 0 when every
+ * tensor agrees, 1 when some differ (each named), 2 when the files cannot be compared. */
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+#include "io/io.h"
+
+typedef struct {
+  int run, count;
+  char (*names)[RF_NAME_MAX];
+  uint64_t *trainer, *rollout;
+} run_sums;
+
+static void sums_free(run_sums *s) {
+  free(s->names);
+  free(s->trainer);
+  free(s->rollout);
+  memset(s, 0, sizeof *s);
+}
+
+static rf_status read_sums(const char *path, int run, run_sums *s) {
+  memset(s, 0, sizeof *s);
+  return rf_results_read_checksums(path, run, &s->run, &s->count, &s->names, &s->trainer,
+                                   &s->rollout);
+}
+
+/* A string attribute of /runs/NNNN (fixed or variable length). */
+static rf_status run_attribute(const char *path, int run, const char *name, char *out,
+                               size_t len) {
+  char group[32];
+  snprintf(group, sizeof group, "/runs/%04d", run);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  rf_status st = RF_OK;
+  hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), attr = -1, type = -1, mem = -1;
+  if (file < 0 || (attr = H5Aopen_by_name(file, group, name, H5P_DEFAULT, H5P_DEFAULT)) < 0) {
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s': run %04d has no attribute '%s'", path, run,
+                 name);
+    goto done;
+  }
+  type = H5Aget_type(attr);
+  if (H5Tis_variable_str(type) > 0) {
+    char *value = NULL;
+    mem = H5Tcopy(H5T_C_S1);
+    H5Tset_size(mem, H5T_VARIABLE);
+    RF_H5_GOTO(H5Aread(attr, mem, &value), done);
+    snprintf(out, len, "%s", value ? value : "");
+    H5free_memory(value);
+  } else {
+    size_t size = H5Tget_size(type);
+    char *value = rf_calloc(size + 1, 1, "an attribute");
+    mem = H5Tcopy(H5T_C_S1);
+    H5Tset_size(mem, size + 1);
+    if (value && H5Aread(attr, mem, value) >= 0)
+      snprintf(out, len, "%s", value);
+    free(value);
+  }
+done:
+  if (mem >= 0)
+    H5Tclose(mem);
+  if (type >= 0)
+    H5Tclose(type);
+  if (attr >= 0)
+    H5Aclose(attr);
+  if (file >= 0)
+    H5Fclose(file);
+  return st;
+}
+
+/* The reference checksums of the run's tensors from a checkpoint, for the run's model. */
+static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, uint64_t **out) {
+  char model_name[RF_PATH_MAX] = "", dtype[16] = "";
+  RF_TRY(run_attribute(cfg->inputs[0], mine->run, "model", model_name, sizeof model_name));
+  RF_TRY(run_attribute(cfg->inputs[0], mine->run, "dtype", dtype, sizeof dtype));
+  rf_model model;
+  RF_TRY(rf_model_load(model_name, &model));
+  rf_dtype dt;
+  if (rf_dtype_parse(dtype, &dt) == RF_OK)
+    rf_model_set_dtype(&model, dt);
+  rf_checkpoint *ckpt = NULL;
+  rf_status st = rf_checkpoint_open(cfg->checkpoint, &model, &ckpt);
+  *out = rf_calloc((size_t)mine->count + 1, sizeof **out, "reference checksums");
+  for (int i = 0; i < mine->count && st == RF_OK; i++) {
+    int t = rf_model_find(&model, mine->names[i]);
+    if (t < 0)
+      st = rf_fail(RF_ERR_CHECKPOINT, "model %s has no tensor %s of the results file", model.name,
+                   mine->names[i]);
+    else
+      st = rf_checkpoint_checksum(ckpt, t, &(*out)[i]);
+  }
+  if (ckpt)
+    rf_checkpoint_close(ckpt);
+  rf_model_free(&model);
+  return st;
+}
+
+rf_status rf_cmd_verify(const rf_config *cfg) {
+  if (!cfg->reference[0] == !cfg->checkpoint[0])
+    return rf_fail(RF_ERR_USAGE, "refit verify needs exactly one of --reference RESULTS.h5 or "
+                                 "--checkpoint PATH");
+  run_sums mine, ref;
+  memset(&ref, 0, sizeof ref);
+  RF_TRY(read_sums(cfg->inputs[0], (int)cfg->run, &mine));
+  uint64_t *expected = NULL;
+  rf_status st = RF_OK;
+  const char *against = cfg->reference[0] ? cfg->reference : cfg->checkpoint;
+  if (cfg->reference[0]) {
+    st = read_sums(cfg->reference, -1, &ref);
+    if (st == RF_OK && ref.count != mine.count)
+      st = rf_fail(RF_ERR_RESULTS, "'%s' has %d tensors but the reference '%s' has %d; compare "
+                   "runs of the same model", cfg->inputs[0], mine.count, cfg->reference,
+                   ref.count);
+    expected = ref.trainer;
+  } else {
+    st = checkpoint_sums(cfg, &mine, &expected);
+  }
+  int differ = 0;
+  for (int i = 0; i < mine.count && st == RF_OK; i++) {
+    if (ref.names && strcmp(ref.names[i], mine.names[i]) != 0) {
+      st = rf_fail(RF_ERR_RESULTS, "tensor %d is %s in '%s' but %s in the reference; compare "
+                   "runs of the same model", i, mine.names[i], cfg->inputs[0], ref.names[i]);
+      break;
+    }
+    uint64_t want = expected[i];
+    if (mine.trainer[i] == want && mine.rollout[i] == want)
+      continue;
+    differ++;
+    printf("differs: %s  trainer %016llx  rollout %016llx  %s %016llx\n", mine.names[i],
+           (unsigned long long)mine.trainer[i], (unsigned long long)mine.rollout[i],
+           cfg->reference[0] ? "reference" : "checkpoint", (unsigned long long)want);
+  }
+  if (st == RF_OK) {
+    printf("# %s run %04d against %s: %d of %d tensors differ\n", cfg->inputs[0], mine.run,
+           against, differ, mine.count);
+    printf(differ ? "# FAIL: %d tensors differ\n" : "# PASS\n", differ);
+    st = differ ? RF_ERR_VERIFY : RF_OK;
+  }
+  if (!cfg->reference[0])
+    free(expected);
+  sums_free(&mine);
+  sums_free(&ref);
+  return st;
+}

@@ -1,0 +1,141 @@
+/* Gathering a run's record to rank 0 and appending it to the HDF5 results file. */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run_record.h"
+
+extern char **environ;
+
+rf_status rf_record_open(run_record *rec, rf_control *ctl, const rf_config *cfg) {
+  if (ctl->world_rank != 0 || !cfg->output[0])
+    return RF_OK;
+  /* The hosts in rank order, each once. */
+  rf_strbuf hosts = {0};
+  for (int r = 0; rec->placement && r < ctl->world_size; r++) {
+    int seen = 0;
+    for (int q = 0; q < r && !seen; q++)
+      seen = strcmp(rec->placement[q].host, rec->placement[r].host) == 0;
+    if (!seen)
+      rf_strbuf_printf(&hosts, "%s%s", hosts.len ? "," : "", rec->placement[r].host);
+  }
+  rf_results_file_info info = {cfg->command_line, hosts.data ? hosts.data : "", ""};
+  rf_status st = rf_results_open(cfg->output, &info, &rec->results);
+  rf_strbuf_free(&hosts);
+  return st;
+}
+
+/* The environment variables that change how MPI, NCCL, UCX and hwloc behave. */
+static char *tuning_environment(void) {
+  static const char *const prefixes[] = {"NCCL_", "OMPI_", "UCX_", "HWLOC_"};
+  rf_strbuf env = {0};
+  for (char **e = environ; e && *e; e++)
+    for (size_t p = 0; p < RF_ARRAY_LEN(prefixes); p++)
+      if (strncmp(*e, prefixes[p], strlen(prefixes[p])) == 0)
+        rf_strbuf_printf(&env, "%s\n", *e);
+  return env.data ? env.data : rf_strdup("");
+}
+
+/* Gathers every rank's shard digests to rank 0 (counts first, then the records). */
+static rf_status gather_digests(rf_control *ctl, rf_engine *e, rf_shard_digest **all,
+                                int *total) {
+  rf_shard_digest *mine = NULL;
+  int n = rf_engine_digests(e, &mine), *counts = NULL, *displs = NULL;
+  int rank0 = ctl->world_rank == 0;
+  if (rank0) {
+    counts = rf_calloc((size_t)ctl->world_size, sizeof *counts, "digest counts");
+    displs = rf_calloc((size_t)ctl->world_size, sizeof *displs, "digest counts");
+  }
+  MPI_Request req;
+  rf_status st = RF_OK;
+  RF_MPI_GOTO(MPI_Igather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, ctl->world, &req), done);
+  RF_TRY_GOTO(rf_control_wait(ctl, &req, "the shard digest counts"), done);
+  *total = 0;
+  for (int r = 0; rank0 && r < ctl->world_size; r++) {
+    displs[r] = *total * (int)sizeof **all;
+    *total += counts[r];
+    counts[r] *= (int)sizeof **all;
+  }
+  if (rank0)
+    *all = rf_calloc((size_t)*total + 1, sizeof **all, "shard digests");
+  RF_MPI_GOTO(MPI_Igatherv(mine, n * (int)sizeof *mine, MPI_BYTE, rank0 ? *all : NULL, counts,
+                           displs, MPI_BYTE, 0, ctl->world, &req),
+              done);
+  st = rf_control_wait(ctl, &req, "the shard digests");
+done:
+  free(mine);
+  free(counts);
+  free(displs);
+  return st;
+}
+
+rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg,
+                        const rf_job *job, rf_engine *e, rf_mode mode,
+                        const rf_run_result *res) {
+  if (!cfg->output[0])
+    return RF_OK;
+  rf_shard_digest *digests = NULL;
+  int count = 0;
+  RF_TRY(gather_digests(ctl, e, &digests, &count));
+  if (ctl->world_rank != 0)
+    return RF_OK;
+  char trainer[64], rollout[64];
+  rf_trainer_layout_format(&job->trainer, trainer, sizeof trainer);
+  rf_rollout_layout_format(&job->rollout, rollout, sizeof rollout);
+  char *config = rf_cli_config_json(cfg), *env = tuning_environment();
+  const rf_plan *plan = &job->plan;
+  int nt = job->model.tensor_count;
+  rf_results_run run = {
+      .config_json = config ? config : "{}",
+      .model = job->model.name,
+      .model_type = job->model.model_type,
+      .dtype = rf_dtype_name(job->model.dtype),
+      .trainer = trainer,
+      .trainer_style = cfg->trainer_style,
+      .trainer_order = cfg->trainer_order,
+      .rollout = rollout,
+      .placement = cfg->placement,
+      .plan = rf_plan_kind_name(plan->kind),
+      .mode = rf_mode_name(mode),
+      .transport = cfg->transport,
+      .verify = cfg->verify,
+      .bucket_size = cfg->bucket_size,
+      .seed = cfg->seed,
+      .result = res,
+      .model_spec = &job->model,
+      .replicas = job->rollout.dp,
+      .trainer_checksum = rec->checksums,
+      .rollout_checksum = rec->checksums ? rec->checksums + nt : NULL,
+      .reference_checksum = rec->reference,
+      .shards = digests,
+      .shard_count = count,
+      .pieces = plan->piece_count,
+      .messages = res->messages,
+      .transfer_bytes = plan->transfer_bytes,
+      .reshape_bytes = plan->reshape_bytes,
+      .send_bytes = plan->send_bytes,
+      .trainer_ranks = job->layout.trainer_ranks,
+      .recv_bytes = plan->recv_bytes,
+      .rollout_ranks = job->layout.rollout_ranks,
+      .rank_table = rec->placement,
+      .ranks = ctl->world_size,
+      .env = env,
+  };
+  int number = 0;
+  rf_status st = rf_results_add_run(rec->results, &run, &number);
+  if (st == RF_OK)
+    RF_INFO("results: run %04d appended to %s", number, cfg->output);
+  free(config);
+  free(env);
+  free(digests);
+  return st;
+}
+
+void rf_record_free(run_record *rec) {
+  if (rec->results)
+    rf_results_close(rec->results);
+  free(rec->placement);
+  free(rec->reference);
+  free(rec->checksums);
+  memset(rec, 0, sizeof *rec);
+}

@@ -1,0 +1,112 @@
+/* io: files. Results go to HDF5 (design.md §6), written by one rank after the others' data
+ * was gathered over MPI, so serial HDF5 is enough; checkpoints come from safetensors (one
+ * file, or shards with model.safetensors.index.json) or HDF5 (one dataset per HF name), each
+ * trainer rank reading only its own rows and columns. */
+#ifndef RF_IO_H
+#define RF_IO_H
+
+#include <stdint.h>
+
+#include "memory/memory.h"
+#include "report/report.h"
+
+/* ---- results ------------------------------------------------------------------------------ */
+
+/* Written once, as attributes of the file's root, when the file is created. */
+typedef struct {
+  const char *command_line;
+  const char *hosts;        /* comma-separated, in rank order, duplicates removed */
+  const char *gpu_versions; /* "CUDA 13.0, NCCL 2.28.3" or "" (the GPU build fills it) */
+} rf_results_file_info;
+
+/* One shard's bytes, for bit-exact regression against a reference run with the same layout:
+ * a trainer shard as stored, or a rollout rank's part of a tensor in row-major order. */
+typedef struct {
+  int32_t rank;   /* world rank */
+  int32_t tensor; /* logical tensor id */
+  int32_t role;   /* 0 trainer shard, 1 rollout shard */
+  uint64_t xxh3;
+} rf_shard_digest;
+
+/* Everything /runs/NNNN holds. Pointers are borrowed for the call. */
+typedef struct {
+  const char *config_json; /* the whole effective configuration */
+  const char *model, *model_type, *dtype, *trainer, *trainer_style, *trainer_order, *rollout,
+      *placement, *plan, *mode, *transport, *verify;
+  int64_t bucket_size, seed;
+
+  const rf_run_result *result; /* timings [iteration][rank][phase] and the summary */
+
+  /* tensors: names and shapes from the model; checksums per tensor. */
+  const rf_model *model_spec;
+  int replicas;                      /* rollout replicas */
+  const uint64_t *trainer_checksum;  /* [tensor], or NULL when not computed */
+  const uint64_t *rollout_checksum;  /* [replica * tensors + tensor], or NULL */
+  const uint64_t *reference_checksum;/* [tensor] from a checkpoint, or NULL */
+
+  const rf_shard_digest *shards;
+  int shard_count;
+
+  /* plan summary */
+  int64_t pieces, messages, transfer_bytes, reshape_bytes;
+  const int64_t *send_bytes; /* [trainer rank] */
+  int trainer_ranks;
+  const int64_t *recv_bytes; /* [rollout rank] */
+  int rollout_ranks;
+
+  const rf_rank_info *rank_table; /* [rank]: host, pid, roles (the placement dataset) */
+  int ranks;
+
+  const char *env; /* "NAME=value\n" lines: NCCL_*, OMPI_*, UCX_*, HWLOC_* */
+} rf_results_run;
+
+typedef struct rf_results rf_results;
+
+/* Opens `path` for appending runs, creating it (with the file attributes) when absent. A file
+ * that is not HDF5, is damaged, or is not a refit results file is refused with one line and
+ * RF_ERR_RESULTS; it is never overwritten. */
+rf_status rf_results_open(const char *path, const rf_results_file_info *info, rf_results **out);
+/* Writes the next /runs/NNNN and flushes the file, so a later crash cannot damage it. */
+rf_status rf_results_add_run(rf_results *r, const rf_results_run *run, int *run_number);
+void rf_results_close(rf_results *r);
+
+/* Reads the per-tensor checksums of run `run` (-1 = the latest) of a results file: names
+ * (RF_NAME_MAX bytes each), trainer checksums and rollout checksums of replica 0. The caller
+ * frees the three arrays. */
+rf_status rf_results_read_checksums(const char *path, int run, int *run_read, int *count,
+                                    char (**names)[RF_NAME_MAX], uint64_t **trainer,
+                                    uint64_t **rollout);
+
+/* ---- checkpoints -------------------------------------------------------------------------- */
+
+typedef struct rf_checkpoint rf_checkpoint;
+
+/* Opens a checkpoint for `model`: a .safetensors file, a directory holding
+ * model.safetensors.index.json and its shards (or one model.safetensors), or an HDF5 file
+ * (.h5/.hdf5). Checks every tensor of the model is there with its shape and the model's
+ * dtype, and that the data lies inside the files without overlapping. Each problem gives one
+ * line naming the file and the tensor, and RF_ERR_CHECKPOINT. */
+rf_status rf_checkpoint_open(const char *path, const rf_model *model, rf_checkpoint **out);
+void rf_checkpoint_close(rf_checkpoint *c);
+
+/* Reads `box` of a tensor into region `dst` (which holds that box; any strides), touching
+ * only the rows and columns of the box (pread per row on safetensors, a hyperslab on HDF5). */
+rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box,
+                             const rf_region *dst);
+
+/* The layout-invariant checksum of a whole tensor as stored in the file. */
+rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out);
+
+/* Writes the synthetic weights value(seed, tensor, index) of `model` as a checkpoint:
+ * format "safetensors" (one file at path, or with shard_size > 0 a directory of shards of at
+ * most shard_size bytes each plus model.safetensors.index.json) or "hdf5" (one file, one
+ * dataset per HF name). The safetensors header is standard JSON with dtype, shape,
+ * data_offsets and __metadata__. */
+rf_status rf_checkpoint_write(const char *path, const rf_model *model, uint64_t seed,
+                              const char *format, int64_t shard_size);
+
+/* The number of files `refit checkpoint` writes for a model and --shard-size (1 for a single
+ * file or HDF5), for its summary line. */
+int rf_checkpoint_shard_count(const rf_model *model, const char *format, int64_t shard_size);
+
+#endif

@@ -1,0 +1,122 @@
+/* This rank's data: trainer shards, star coupling buffers and fused rollout tensors, each
+ * family in one allocation (an arena). Offsets inside an arena are a pure function of the
+ * plan and the rank, so a rank that maps another rank's arena (CUDA IPC) finds every tensor
+ * in it without asking. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "verify/verify.h"
+
+/* Every tensor starts on a 256-byte boundary: wide loads and stores on any kind of memory. */
+#define ALIGN 256
+
+static int64_t align_up(int64_t v) { return (v + ALIGN - 1) / ALIGN * ALIGN; }
+
+int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int rank,
+                           int64_t *offsets) {
+  const rf_layout *lay = plan->layout;
+  int esize = rf_dtype_size(lay->model->dtype);
+  int n = family == RF_FAMILY_ROLLOUT ? lay->rollout_tensor_count : lay->model->tensor_count;
+  int64_t at = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t bytes = 0;
+    if (family == RF_FAMILY_ROLLOUT) {
+      bytes = lay->rollout_tensors[i].bytes;
+    } else if (family == RF_FAMILY_SHARDS) {
+      rf_box box = rf_layout_trainer_box(lay, i, rank);
+      bytes = rf_box_numel(&box) * esize;
+    } else if (plan->kind == RF_PLAN_STAR) {
+      bytes = rf_box_numel(&plan->coupling[(size_t)i * lay->trainer_ranks + rank]) * esize;
+    }
+    offsets[i] = at;
+    at = align_up(at + bytes);
+  }
+  return at;
+}
+
+rf_region rf_shard_region(const rf_plan *plan, int trainer_rank, int tensor, void *base) {
+  const rf_layout *lay = plan->layout;
+  rf_box box = rf_layout_trainer_box(lay, tensor, trainer_rank);
+  int esize = rf_dtype_size(lay->model->dtype);
+  return rf_layout_trainer_transposed(lay, tensor) ? rf_region_transposed(base, &box, esize)
+                                                   : rf_region_row_major(base, &box, esize);
+}
+
+/* Reads only this rank's rows and columns of a tensor from the checkpoint. Device shards are
+ * read into host memory of the same layout first, then copied over whole. */
+static rf_status read_shard(rf_buffers *b, rf_checkpoint *ckpt, int t, const rf_box *box,
+                            const rf_region *r, size_t bytes) {
+  if (b->memory != RF_MEM_DEVICE)
+    return rf_checkpoint_read(ckpt, t, box, r);
+  void *host = rf_malloc(bytes, "a shard read from the checkpoint");
+  if (!host)
+    return RF_ERR_NOMEM;
+  rf_region hr = *r;
+  hr.base = host;
+  rf_status st = rf_checkpoint_read(ckpt, t, box, &hr);
+  if (st == RF_OK)
+    st = rf_mem_transfer(r->base, RF_MEM_DEVICE, host, RF_MEM_HOST, bytes);
+  free(host);
+  return st;
+}
+
+/* Allocates one family's arena and points its tensors into it. */
+static rf_status alloc_family(rf_buffers *b, rf_buffer_family f, int rank, const char *what) {
+  const rf_layout *lay = b->plan->layout;
+  int n = f == RF_FAMILY_ROLLOUT ? lay->rollout_tensor_count : lay->model->tensor_count;
+  int64_t *off = rf_calloc((size_t)n + 1, sizeof *off, what);
+  b->ptr[f] = rf_calloc((size_t)n + 1, sizeof *b->ptr[f], what);
+  if (!off || !b->ptr[f]) {
+    free(off);
+    return RF_ERR_NOMEM;
+  }
+  b->arena_bytes[f] = (size_t)rf_buffers_offsets(b->plan, f, rank, off);
+  rf_status st = RF_OK;
+  if (b->arena_bytes[f])
+    st = rf_mem_alloc(b->memory, b->arena_bytes[f], what, &b->arena[f]);
+  for (int i = 0; i < n && st == RF_OK; i++)
+    b->ptr[f][i] = (char *)b->arena[f] + off[i];
+  free(off);
+  return st;
+}
+
+rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory, uint64_t seed,
+                          rf_checkpoint *checkpoint, int world_rank) {
+  const rf_layout *lay = plan->layout;
+  const rf_model *m = lay->model;
+  memset(b, 0, sizeof *b);
+  b->plan = plan;
+  b->memory = memory;
+  rf_layout_roles(lay, world_rank, &b->trainer_rank, &b->rollout_rank);
+  if (b->trainer_rank >= 0) {
+    RF_TRY(alloc_family(b, RF_FAMILY_SHARDS, b->trainer_rank, "the trainer shards"));
+    RF_TRY(alloc_family(b, RF_FAMILY_COUPLING, b->trainer_rank, "the coupling buffers"));
+  }
+  if (b->rollout_rank >= 0)
+    RF_TRY(alloc_family(b, RF_FAMILY_ROLLOUT, b->rollout_rank, "the rollout tensors"));
+  b->shards = b->ptr[RF_FAMILY_SHARDS];
+  b->coupling = b->ptr[RF_FAMILY_COUPLING];
+  b->rollout = b->ptr[RF_FAMILY_ROLLOUT];
+  double t0 = rf_now();
+  for (int t = 0; t < m->tensor_count && b->trainer_rank >= 0; t++) {
+    rf_box box = rf_layout_trainer_box(lay, t, b->trainer_rank);
+    rf_region r = rf_shard_region(plan, b->trainer_rank, t, b->shards[t]);
+    size_t bytes = (size_t)(rf_box_numel(&box) * r.esize);
+    if (checkpoint)
+      RF_TRY(read_shard(b, checkpoint, t, &box, &r, bytes));
+    else
+      RF_TRY(rf_fill_region_on(memory, &r, &box, &m->tensors[t], seed, m->dtype));
+  }
+  b->fill_seconds = rf_now() - t0;
+  return RF_OK;
+}
+
+void rf_buffers_free(rf_buffers *b) {
+  for (int f = 0; f < RF_FAMILY_COUNT; f++) {
+    if (b->arena[f])
+      rf_mem_free(b->memory, b->arena[f], b->arena_bytes[f]);
+    free(b->ptr[f]);
+  }
+  memset(b, 0, sizeof *b);
+}

@@ -1,0 +1,215 @@
+/* The checks that run after the last iteration: every element a rollout rank holds against
+ * the generator or the checkpoint, the layout-invariant checksums, the per-shard digests, and
+ * the fault that --inject corrupt plants. Element checks and checksums run where the data
+ * lives (CPU or GPU); comparisons with a checkpoint and digests read device data back. */
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "engine_internal.h"
+#include "verify/verify.h"
+
+/* A host-readable view of `bytes` at ptr: the pointer itself for host memory, else a copy
+ * that the caller releases with release_view. */
+static rf_status host_view(const rf_engine *e, const void *ptr, size_t bytes, void **out) {
+  if (e->memory != RF_MEM_DEVICE) {
+    *out = (void *)ptr;
+    return RF_OK;
+  }
+  *out = rf_malloc(bytes, "a host copy of device data");
+  if (!*out)
+    return RF_ERR_NOMEM;
+  return rf_mem_transfer(*out, RF_MEM_HOST, ptr, RF_MEM_DEVICE, bytes);
+}
+
+static void release_view(const rf_engine *e, void *view) {
+  if (e->memory == RF_MEM_DEVICE)
+    free(view);
+}
+
+/* The rollout region of tensor t rebased onto a host view of its fused tensor. */
+static rf_status rollout_host_region(rf_engine *e, int t, rf_region *r, rf_box *held,
+                                     void **view) {
+  const rf_layout *lay = e->plan->layout;
+  int local = lay->slots[t].local;
+  *r = engine_rollout_region(e, t, held);
+  RF_TRY(host_view(e, e->data->rollout[local], (size_t)lay->rollout_tensors[local].bytes, view));
+  r->base = (char *)*view + (r->base - (char *)e->data->rollout[local]);
+  return RF_OK;
+}
+
+static uint32_t bits_at(const rf_region *r, int64_t i, int64_t j) {
+  const char *p = rf_region_at(r, i, j);
+  if (r->esize == 4) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+  }
+  uint16_t v;
+  memcpy(&v, p, 2);
+  return v;
+}
+
+/* Compares a held box with the same box read from the checkpoint. */
+static rf_status check_against_file(rf_engine *e, rf_checkpoint *ckpt, int t, rf_mismatch *first,
+                                    int max, int *n, int64_t *wrong) {
+  const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
+  rf_region got;
+  rf_box held;
+  void *view = NULL;
+  RF_TRY(rollout_host_region(e, t, &got, &held, &view));
+  size_t bytes = (size_t)(rf_box_numel(&held) * e->esize);
+  void *buf = rf_malloc(bytes, "the checkpoint's copy of a shard");
+  rf_status st = buf ? RF_OK : RF_ERR_NOMEM;
+  rf_region want = rf_region_row_major(buf, &held, e->esize);
+  if (st == RF_OK && !rf_box_is_empty(&held))
+    st = rf_checkpoint_read(ckpt, t, &held, &want);
+  for (int64_t i = held.lo[0]; i < held.hi[0] && st == RF_OK; i++)
+    for (int64_t j = held.lo[1]; j < held.hi[1]; j++) {
+      uint32_t expected = bits_at(&want, i, j), value = bits_at(&got, i, j);
+      if (expected == value)
+        continue;
+      if (*n < max)
+        first[(*n)++] = (rf_mismatch){t, i * tensor->shape[1] + j, expected, value};
+      (*wrong)++;
+    }
+  free(buf);
+  release_view(e, view);
+  return st;
+}
+
+int64_t rf_engine_check(rf_engine *e, rf_checkpoint *checkpoint) {
+  if (e->rollout_rank < 0)
+    return 0;
+  const rf_model *m = e->plan->layout->model;
+  int64_t wrong = 0;
+  int reported = 0;
+  for (int t = 0; t < m->tensor_count; t++) {
+    rf_box held;
+    rf_region r = engine_rollout_region(e, t, &held);
+    if (rf_box_is_empty(&held))
+      continue;
+    rf_mismatch first[4];
+    int n = 0;
+    int64_t w = 0;
+    rf_status st = checkpoint ? check_against_file(e, checkpoint, t, first, 4, &n, &w)
+                              : rf_check_region_on(e->memory, &r, &held, &m->tensors[t], e->seed,
+                                                   m->dtype, first, 4, &n, &w);
+    if (st != RF_OK)
+      return -1;
+    wrong += w;
+    for (int i = 0; i < n && reported < 4; i++, reported++)
+      RF_ERROR("verify: %s on rollout rank %d: element %lld (row %lld, col %lld) is 0x%x, "
+               "expected 0x%x",
+               m->tensors[t].name, e->rollout_rank, (long long)first[i].index,
+               (long long)(first[i].index / m->tensors[t].shape[1]),
+               (long long)(first[i].index % m->tensors[t].shape[1]), first[i].got,
+               first[i].expected);
+  }
+  return wrong;
+}
+
+/* A box replicated on several ranks of a group is counted by the lowest of them only. */
+static int lowest_trainer_holder(const rf_layout *lay, int t, int rank, const rf_box *box) {
+  for (int r = 0; r < rank; r++) {
+    rf_box other = rf_layout_trainer_box(lay, t, r);
+    if (rf_box_equal(&other, box))
+      return 0;
+  }
+  return 1;
+}
+
+static int lowest_rollout_holder(const rf_layout *lay, int t, int rank, const rf_box *box) {
+  for (int r = rank - rank % lay->rollout.tp; r < rank; r++) {
+    rf_box other = rf_layout_rollout_box(lay, t, r);
+    if (rf_box_equal(&other, box))
+      return 0;
+  }
+  return 1;
+}
+
+rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout) {
+  const rf_layout *lay = e->plan->layout;
+  const rf_model *m = lay->model;
+  for (int t = 0; t < m->tensor_count; t++) {
+    uint64_t sum = 0;
+    if (e->trainer_rank >= 0) {
+      rf_box box = rf_layout_trainer_box(lay, t, e->trainer_rank);
+      rf_region r = engine_shard_region(e, t);
+      if (lowest_trainer_holder(lay, t, e->trainer_rank, &box)) {
+        RF_TRY(rf_checksum_region_on(e->memory, &r, &box, &m->tensors[t], m->dtype, &sum));
+        trainer[t] += sum;
+      }
+    }
+    if (e->rollout_rank >= 0) {
+      rf_box held;
+      rf_region r = engine_rollout_region(e, t, &held);
+      int replica = e->rollout_rank / lay->rollout.tp;
+      if (!rf_box_is_empty(&held) && lowest_rollout_holder(lay, t, e->rollout_rank, &held)) {
+        RF_TRY(rf_checksum_region_on(e->memory, &r, &held, &m->tensors[t], m->dtype, &sum));
+        rollout[(size_t)replica * m->tensor_count + t] += sum;
+      }
+    }
+  }
+  return RF_OK;
+}
+
+/* xxh3 of a region's box, row by row in row-major order of the box. */
+static uint64_t digest_region(const rf_region *r, const rf_box *box) {
+  XXH3_state_t *h = XXH3_createState();
+  XXH3_64bits_reset(h);
+  int64_t width = box->hi[1] - box->lo[1];
+  for (int64_t i = box->lo[0]; i < box->hi[0] && width > 0; i++) {
+    if (r->stride[1] == 1) {
+      XXH3_64bits_update(h, rf_region_at(r, i, box->lo[1]), (size_t)(width * r->esize));
+      continue;
+    }
+    for (int64_t j = box->lo[1]; j < box->hi[1]; j++)
+      XXH3_64bits_update(h, rf_region_at(r, i, j), (size_t)r->esize);
+  }
+  uint64_t d = XXH3_64bits_digest(h);
+  XXH3_freeState(h);
+  return d;
+}
+
+int rf_engine_digests(rf_engine *e, rf_shard_digest **out) {
+  const rf_layout *lay = e->plan->layout;
+  int nt = lay->model->tensor_count, n = 0;
+  const rf_box held0 = {{0, 0}, {0, 0}};
+  *out = rf_calloc((size_t)nt * 2, sizeof **out, "shard digests");
+  for (int t = 0; *out && t < nt; t++) {
+    void *view = NULL;
+    rf_box box = e->trainer_rank >= 0 ? rf_layout_trainer_box(lay, t, e->trainer_rank) : held0;
+    size_t bytes = (size_t)(rf_box_numel(&box) * e->esize);
+    if (e->trainer_rank >= 0 && host_view(e, e->data->shards[t], bytes, &view) == RF_OK) {
+      /* As stored: the bytes of the shard buffer, in its own (HF or JAX) order. */
+      (*out)[n++] = (rf_shard_digest){e->world_rank, t, 0, XXH3_64bits(view, bytes)};
+      release_view(e, view);
+    }
+    rf_box held;
+    rf_region r;
+    if (e->rollout_rank >= 0 && rollout_host_region(e, t, &r, &held, &view) == RF_OK) {
+      if (!rf_box_is_empty(&held))
+        (*out)[n++] = (rf_shard_digest){e->world_rank, t, 1, digest_region(&r, &held)};
+      release_view(e, view);
+    }
+  }
+  return n;
+}
+
+rf_status rf_engine_corrupt(rf_engine *e) {
+  if (e->rollout_rank != e->plan->layout->rollout_ranks - 1)
+    return RF_OK;
+  rf_box held;
+  rf_region r = engine_rollout_region(e, 0, &held);
+  if (rf_box_is_empty(&held))
+    return RF_OK;
+  char *at = rf_region_at(&r, held.lo[0], held.lo[1]), byte;
+  RF_TRY(rf_mem_transfer(&byte, RF_MEM_HOST, at, e->memory, 1));
+  byte ^= 0x5a;
+  RF_TRY(rf_mem_transfer(at, e->memory, &byte, RF_MEM_HOST, 1));
+  RF_WARN("inject corrupt: flipped bits of %s element (%lld, %lld) on rollout rank %d",
+          e->plan->layout->model->tensors[0].name, (long long)held.lo[0], (long long)held.lo[1],
+          e->rollout_rank);
+  return RF_OK;
+}

@@ -1,0 +1,293 @@
+/* The nccl transport: device buffers, ncclSend/ncclRecv on refit's stream. p2p plans use one
+ * communicator over every rank; star plans one communicator per star (centre first, then the
+ * arms), as the reference bridge does, plus one over the trainer ranks for the reshape.
+ * Communicators are non-blocking (ncclConfig_t.blocking = 0) and every wait polls
+ * ncclCommGetAsyncError under --timeout, aborting the communicators on expiry, so a dead or
+ * silent peer ends the run with an error instead of a hang. */
+#include <cuda_runtime.h>
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "memory/memory_gpu.h"
+#include "transport.h"
+
+#define MAX_COMMS 64
+
+/* One communicator and the world ranks of its members, in communicator rank order. */
+typedef struct {
+  ncclComm_t comm;
+  int size;
+  int *members;
+} nccl_group;
+
+typedef struct {
+  nccl_group world;   /* p2p: every rank */
+  nccl_group trainer; /* star reshape: the trainer ranks */
+  nccl_group stars[MAX_COMMS];
+  int star_count;
+  cudaStream_t stream;
+  cudaEvent_t done;
+  long posted;
+} nccl_state;
+
+static int member_rank(const nccl_group *g, int world_rank) {
+  for (int i = 0; i < g->size; i++)
+    if (g->members[i] == world_rank)
+      return i;
+  return -1;
+}
+
+/* Waits until every communicator has finished its pending non-blocking work, or aborts them
+ * all when the timeout passes or one reports an error. */
+static rf_status settle(rf_transport *tp, const char *what) {
+  nccl_state *s = tp->state;
+  nccl_group *all[MAX_COMMS + 2];
+  int n = 0;
+  if (s->world.comm)
+    all[n++] = &s->world;
+  if (s->trainer.comm)
+    all[n++] = &s->trainer;
+  for (int i = 0; i < s->star_count; i++)
+    all[n++] = &s->stars[i];
+  double deadline = rf_now() + tp->ctl->timeout;
+  struct timespec nap = {0, 50000};
+  for (;;) {
+    int pending = 0;
+    for (int i = 0; i < n; i++) {
+      ncclResult_t state = ncclSuccess;
+      RF_NCCL(ncclCommGetAsyncError(all[i]->comm, &state));
+      if (state == ncclInProgress)
+        pending = 1;
+      else if (state != ncclSuccess)
+        return rf_nccl_failed((int)state, ncclGetErrorString(state), what, __FILE__, __LINE__);
+    }
+    if (!pending)
+      return RF_OK;
+    if (rf_now() > deadline)
+      break;
+    nanosleep(&nap, NULL);
+  }
+  for (int i = 0; i < n; i++)
+    ncclCommAbort(all[i]->comm), all[i]->comm = NULL;
+  return rf_fail(RF_ERR_TIMEOUT, "timed out after %.1f s waiting for %s; NCCL communicators "
+                 "aborted (a peer rank is dead or stalled; raise --timeout if the job is slow)",
+                 tp->ctl->timeout, what);
+}
+
+/* Creates the communicator of `members` (world ranks) if this rank is one of them; every rank
+ * takes part in the unique ID's broadcast, which the first member creates. */
+static rf_status make_group(rf_transport *tp, nccl_group *g, const int *members, int size) {
+  ncclUniqueId id;
+  RF_TRY(rf_control_nccl_unique_id(tp->ctl, tp->ctl->world, members[0], &id, sizeof id));
+  int me = -1;
+  for (int i = 0; i < size; i++)
+    if (members[i] == tp->ctl->world_rank)
+      me = i;
+  if (me < 0)
+    return RF_OK;
+  g->members = rf_malloc((size_t)size * sizeof *g->members, "NCCL group");
+  if (!g->members)
+    return RF_ERR_NOMEM;
+  memcpy(g->members, members, (size_t)size * sizeof *members);
+  g->size = size;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  RF_NCCL(ncclCommInitRankConfig(&g->comm, size, id, me, &config));
+  return RF_OK;
+}
+
+/* The stars of design.md §2, once per rollout engine replica: fan-in puts rollout rank s at the
+ * centre of trainer ranks s*k..s*k+k-1; fan-out puts trainer rank s at the centre of rollout
+ * ranks s*k..s*k+k-1. */
+static rf_status make_stars(rf_transport *tp) {
+  nccl_state *s = tp->state;
+  const rf_plan *plan = tp->plan;
+  const rf_layout *lay = plan->layout;
+  int k = plan->star_arms, R = lay->rollout.tp, members[MAX_COMMS];
+  if (plan->star_count * lay->rollout.dp > MAX_COMMS || k + 1 > MAX_COMMS)
+    return rf_fail(RF_ERR_UNSUPPORTED, "nccl transport: %d stars of %d ranks exceed the %d "
+                   "communicators it keeps; use --plan p2p", plan->star_count * lay->rollout.dp,
+                   k + 1, MAX_COMMS);
+  for (int p = 0; p < lay->rollout.dp; p++)
+    for (int c = 0; c < plan->star_count; c++) {
+      if (plan->fan_in) {
+        members[0] = rf_layout_rollout_world_rank(lay, p * R + c);
+        for (int a = 0; a < k; a++)
+          members[1 + a] = rf_layout_trainer_world_rank(lay, c * k + a);
+      } else {
+        members[0] = rf_layout_trainer_world_rank(lay, c);
+        for (int a = 0; a < k; a++)
+          members[1 + a] = rf_layout_rollout_world_rank(lay, p * R + c * k + a);
+      }
+      nccl_group g = {0};
+      RF_TRY(make_group(tp, &g, members, k + 1));
+      if (g.comm)
+        s->stars[s->star_count++] = g;
+    }
+  return RF_OK;
+}
+
+static rf_status nccl_init(rf_transport *tp) {
+  nccl_state *s = rf_calloc(1, sizeof *s, "nccl transport");
+  if (!s)
+    return RF_ERR_NOMEM;
+  tp->state = s;
+  s->stream = (cudaStream_t)rf_gpu_stream();
+  RF_CUDA(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
+  const rf_layout *lay = tp->plan->layout;
+  int n = RF_MAX(lay->world_size, lay->trainer_ranks);
+  int *members = rf_malloc((size_t)n * sizeof *members, "NCCL members");
+  if (!members)
+    return RF_ERR_NOMEM;
+  rf_status st = RF_OK;
+  RF_NCCL(ncclGroupStart());
+  if (tp->plan->kind == RF_PLAN_STAR) {
+    for (int i = 0; i < lay->trainer_ranks; i++)
+      members[i] = rf_layout_trainer_world_rank(lay, i);
+    st = make_group(tp, &s->trainer, members, lay->trainer_ranks);
+    if (st == RF_OK)
+      st = make_stars(tp);
+  } else {
+    for (int i = 0; i < lay->world_size; i++)
+      members[i] = i;
+    st = make_group(tp, &s->world, members, lay->world_size);
+  }
+  ncclResult_t rc = ncclGroupEnd();
+  if (st == RF_OK && rc != ncclSuccess && rc != ncclInProgress)
+    st = rf_nccl_failed((int)rc, ncclGetErrorString(rc), "ncclGroupEnd (init)", __FILE__,
+                        __LINE__);
+  if (st == RF_OK)
+    st = settle(tp, "the NCCL communicators to be created");
+  free(members);
+  return st;
+}
+
+static void free_group(nccl_group *g) {
+  if (g->comm) {
+    ncclCommFinalize(g->comm);
+    ncclCommDestroy(g->comm);
+  }
+  free(g->members);
+  memset(g, 0, sizeof *g);
+}
+
+static void nccl_finalize(rf_transport *tp) {
+  nccl_state *s = tp->state;
+  if (!s)
+    return;
+  free_group(&s->world);
+  free_group(&s->trainer);
+  for (int i = 0; i < s->star_count; i++)
+    free_group(&s->stars[i]);
+  if (s->done)
+    cudaEventDestroy(s->done);
+  free(s);
+  tp->state = NULL;
+}
+
+static rf_status nccl_group_start(rf_transport *tp) {
+  RF_NCCL(ncclGroupStart());
+  return RF_OK;
+}
+
+static rf_status nccl_group_end(rf_transport *tp) {
+  RF_NCCL(ncclGroupEnd()); /* ncclInProgress is fine: the next wait settles the group */
+  return RF_OK;
+}
+
+/* The communicator and communicator rank through which this rank reaches `peer`. */
+static rf_status route(rf_transport *tp, rf_channel ch, int peer, ncclComm_t *comm, int *rank) {
+  nccl_state *s = tp->state;
+  if (ch == RF_CHANNEL_TRAINER) {
+    *comm = s->trainer.comm;
+    *rank = peer; /* trainer channel peers are trainer ranks: the group's own order */
+    return RF_OK;
+  }
+  if (s->world.comm) {
+    *comm = s->world.comm;
+    *rank = peer;
+    return RF_OK;
+  }
+  for (int i = 0; i < s->star_count; i++)
+    if ((*rank = member_rank(&s->stars[i], peer)) >= 0) {
+      *comm = s->stars[i].comm;
+      return RF_OK;
+    }
+  return rf_fail(RF_ERR_INTERNAL, "nccl transport: no star joins world ranks %d and %d",
+                 tp->ctl->world_rank, peer);
+}
+
+static rf_status nccl_post(rf_transport *tp, int send, rf_channel ch, int peer, void *buf,
+                           size_t bytes, long *ticket) {
+  nccl_state *s = tp->state;
+  ncclComm_t comm;
+  int rank;
+  RF_TRY(route(tp, ch, peer, &comm, &rank));
+  if (send)
+    RF_NCCL(ncclSend(buf, bytes, ncclUint8, rank, comm, s->stream));
+  else
+    RF_NCCL(ncclRecv(buf, bytes, ncclUint8, rank, comm, s->stream));
+  *ticket = s->posted++;
+  return RF_OK;
+}
+
+static rf_status nccl_post_send(rf_transport *tp, rf_channel ch, int peer, const void *buf,
+                                size_t bytes, long *ticket) {
+  return nccl_post(tp, 1, ch, peer, (void *)buf, bytes, ticket);
+}
+
+static rf_status nccl_post_recv(rf_transport *tp, rf_channel ch, int peer, void *buf,
+                                size_t bytes, long *ticket) {
+  return nccl_post(tp, 0, ch, peer, buf, bytes, ticket);
+}
+
+/* Operations complete in stream order, so waiting for everything posted so far covers every
+ * ticket below `upto`. */
+static rf_status nccl_wait(rf_transport *tp, long upto, const char *what) {
+  nccl_state *s = tp->state;
+  RF_TRY(settle(tp, what)); /* a non-blocking group may still be launching */
+  RF_CUDA(cudaEventRecord(s->done, s->stream));
+  double deadline = rf_now() + tp->ctl->timeout;
+  struct timespec nap = {0, 20000};
+  for (;;) {
+    cudaError_t rc = cudaEventQuery(s->done);
+    if (rc == cudaSuccess)
+      return RF_OK;
+    if (rc != cudaErrorNotReady)
+      return rf_cuda_failed((int)rc, cudaGetErrorString(rc), "cudaEventQuery", __FILE__,
+                            __LINE__);
+    RF_TRY(settle(tp, what)); /* surfaces a peer's asynchronous failure */
+    if (rf_now() > deadline)
+      break;
+    nanosleep(&nap, NULL);
+  }
+  nccl_group *groups[] = {&s->world, &s->trainer};
+  for (size_t i = 0; i < RF_ARRAY_LEN(groups); i++)
+    if (groups[i]->comm)
+      ncclCommAbort(groups[i]->comm), groups[i]->comm = NULL;
+  for (int i = 0; i < s->star_count; i++)
+    if (s->stars[i].comm)
+      ncclCommAbort(s->stars[i].comm), s->stars[i].comm = NULL;
+  return rf_fail(RF_ERR_TIMEOUT, "timed out after %.1f s waiting for %s; NCCL communicators "
+                 "aborted (a peer rank is dead or stalled; raise --timeout if the job is slow)",
+                 tp->ctl->timeout, what);
+}
+
+const rf_transport_ops rf_transport_nccl = {
+    .name = "nccl",
+    .description = "device buffers, ncclSend/ncclRecv (one GPU per rank)",
+    .memory = RF_MEM_DEVICE,
+    .init = nccl_init,
+    .finalize = nccl_finalize,
+    .register_buffer = NULL,
+    .group_start = nccl_group_start,
+    .group_end = nccl_group_end,
+    .post_send = nccl_post_send,
+    .post_recv = nccl_post_recv,
+    .wait = nccl_wait,
+};
