@@ -1,0 +1,259 @@
+/* report: order statistics of the timings, the per-run summary and the nccl-tests-style text
+ * table that rank 0 prints (design.md §6).
+ *
+ * The table is for people and for awk: every line that is not a data row starts with '#', the
+ * column line is followed by a units line, and every cell of a row is one whitespace-free
+ * token (empty or absent values print as "-"), so `grep -v '^#' | awk '{print $10}'` always
+ * picks the same column. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "report/report.h"
+
+static const char *const phase_names[] = {
+#define RF_X_PHASE(id, name) name,
+    RF_PHASE_LIST(RF_X_PHASE)
+#undef RF_X_PHASE
+};
+
+const char *rf_phase_name(rf_phase phase) {
+  if ((int)phase < 0 || (int)phase >= RF_PHASE_COUNT)
+    return "unknown";
+  return phase_names[phase];
+}
+
+/* ---- statistics ------------------------------------------------------------------------- */
+
+/* Three-way compare without subtraction, so huge or tiny values cannot overflow the sign. */
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+rf_stats rf_stats_of(const double *values, int count) {
+  rf_stats s = {0};
+  if (count <= 0 || !values)
+    return s;
+  double *sorted = rf_malloc((size_t)count * sizeof *sorted, "sorted timings");
+  if (!sorted)
+    return s;
+  memcpy(sorted, values, (size_t)count * sizeof *sorted);
+  qsort(sorted, (size_t)count, sizeof *sorted, compare_doubles);
+
+  double sum = 0.0;
+  for (int i = 0; i < count; i++)
+    sum += sorted[i];
+  s.min = sorted[0];
+  s.max = sorted[count - 1];
+  s.mean = sum / count;
+  s.median = count % 2 ? sorted[count / 2]
+                       : 0.5 * (sorted[count / 2 - 1] + sorted[count / 2]);
+  /* Nearest rank, ceil(0.99 n) - 1, in integers: 0.99 * n in floating point can land just
+   * above a whole number and push the index one too far. */
+  int64_t rank = (99 * (int64_t)count + 99) / 100;
+  s.p99 = sorted[rank - 1];
+  free(sorted);
+  return s;
+}
+
+void rf_run_result_summarise(rf_run_result *r) {
+  r->total = (rf_stats){0};
+  r->algbw = r->aggbw = 0.0;
+  if (!r->timings || r->iterations <= 0 || r->ranks <= 0)
+    return;
+  double *slowest = rf_malloc((size_t)r->iterations * sizeof *slowest, "per-iteration times");
+  if (!slowest)
+    return;
+  /* An iteration is over only when its slowest rank is done, so that rank's total is the
+   * iteration's time. */
+  for (int it = 0; it < r->iterations; it++) {
+    double worst = 0.0;
+    for (int rank = 0; rank < r->ranks; rank++) {
+      size_t at = ((size_t)it * (size_t)r->ranks + (size_t)rank) * RF_PHASE_COUNT +
+                  RF_PHASE_TOTAL;
+      if (rank == 0 || r->timings[at] > worst)
+        worst = r->timings[at];
+    }
+    slowest[it] = worst;
+  }
+  r->total = rf_stats_of(slowest, r->iterations);
+  free(slowest);
+  if (r->total.median > 0.0) {
+    r->algbw = (double)r->replica_bytes / r->total.median / 1e9;
+    r->aggbw = (double)r->transfer_bytes / r->total.median / 1e9;
+  }
+}
+
+/* ---- the table -------------------------------------------------------------------------- */
+
+/* One column: its name, its unit ("" when it has none) and its right-aligned width. The widths
+ * hold 405B-sized byte counts (810 GB of bf16 is 12 digits) with room to spare. */
+typedef struct {
+  const char *name, *unit;
+  int width;
+} column;
+
+static const column columns[] = {
+    {"mode", "", 8},        {"plan", "", 9},        {"transport", "", 9},
+    {"bytes", "(B)", 14},   {"pieces", "", 9},      {"messages", "", 9},
+    {"bucket", "(B)", 11},  {"iters", "", 5},       {"median", "(ms)", 10},
+    {"p99", "(ms)", 10},    {"algbw", "(GB/s)", 8}, {"aggbw", "(GB/s)", 8},
+    {"verify", "", 8},      {"#wrong", "", 12},     {"checksums", "", 9},
+    {"staging", "(B)", 13},
+};
+enum { COLUMN_COUNT = (int)RF_ARRAY_LEN(columns) };
+
+/* A row starts with a space where the header lines have their '#', so the cells of both line
+ * up under each other. */
+static void print_cells(FILE *out, char lead, const char *const *cells) {
+  fputc(lead, out);
+  for (int c = 0; c < COLUMN_COUNT; c++)
+    fprintf(out, " %*s", columns[c].width, cells[c]);
+  fputc('\n', out);
+}
+
+static const char *or_dash(const char *s) {
+  return s && s[0] ? s : "-";
+}
+
+/* The first line of the MPI library's self-description; Open MPI's is one line already, MPICH
+ * spreads its configuration over many. MPI-3 allows this call before MPI_Init. */
+static void mpi_library_line(char *buf, size_t len) {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int n = 0;
+  if (MPI_Get_library_version(version, &n) != MPI_SUCCESS || n <= 0) {
+    snprintf(buf, len, "unknown");
+    return;
+  }
+  version[RF_MIN(n, MPI_MAX_LIBRARY_VERSION_STRING - 1)] = '\0';
+  version[strcspn(version, "\r\n")] = '\0';
+  size_t end = strlen(version);
+  while (end > 0 && (version[end - 1] == ' ' || version[end - 1] == ',' ||
+                     version[end - 1] == '\t'))
+    version[--end] = '\0';
+  snprintf(buf, len, "%s", version[0] ? version : "unknown");
+}
+
+static int digits_of(long v) {
+  int d = v < 0 ? 2 : 1;
+  while (v <= -10 || v >= 10) {
+    v /= 10;
+    d++;
+  }
+  return d;
+}
+
+/* Trainer and rollout ranks are "-" on ranks that play no part on that side; "-" is one
+ * character wide, whatever digits_of says about -1. */
+static int role_width(int role_rank) {
+  return role_rank < 0 ? 1 : digits_of(role_rank);
+}
+
+static void format_role(char *buf, size_t len, int role_rank) {
+  if (role_rank < 0)
+    snprintf(buf, len, "-");
+  else
+    snprintf(buf, len, "%d", role_rank);
+}
+
+static void print_rank_lines(FILE *out, const rf_rank_info *ranks, int rank_count) {
+  /* Widths come from the data so a 4-rank job and a 1024-rank job both print straight
+   * columns; 3 digits at least keeps small jobs from looking cramped. */
+  int rank_w = 3, host_w = 1, pid_w = 1, trainer_w = 1, rollout_w = 1;
+  for (int i = 0; i < rank_count; i++) {
+    rank_w = RF_MAX(rank_w, digits_of(ranks[i].rank));
+    host_w = RF_MAX(host_w, (int)strlen(or_dash(ranks[i].host)));
+    pid_w = RF_MAX(pid_w, digits_of(ranks[i].pid));
+    trainer_w = RF_MAX(trainer_w, role_width(ranks[i].trainer_rank));
+    rollout_w = RF_MAX(rollout_w, role_width(ranks[i].rollout_rank));
+  }
+  for (int i = 0; i < rank_count; i++) {
+    const rf_rank_info *ri = &ranks[i];
+    char trainer[16], rollout[16];
+    format_role(trainer, sizeof trainer, ri->trainer_rank);
+    format_role(rollout, sizeof rollout, ri->rollout_rank);
+    fprintf(out, "#  rank %*d host %-*s pid %*ld trainer %*s rollout %*s\n", rank_w, ri->rank,
+            host_w, or_dash(ri->host), pid_w, ri->pid, trainer_w, trainer, rollout_w, rollout);
+  }
+}
+
+void rf_report_header(FILE *out, const char *command_line, const char *job_line,
+                      const rf_rank_info *ranks, int rank_count) {
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
+  mpi_library_line(mpi, sizeof mpi);
+  fprintf(out, "# refit %s (git %s)\n", rf_version, rf_git_commit);
+  fprintf(out, "# MPI: %s\n", mpi);
+  fprintf(out, "# command: %s\n", or_dash(command_line));
+  fprintf(out, "# job: %s\n", or_dash(job_line));
+  fprintf(out, "# units: sizes in bytes, times in ms, GB/s = 1e9 bytes/s; "
+               "algbw = bytes received by one rollout replica / median time; "
+               "aggbw = bytes over all links / median time\n");
+  if (ranks)
+    print_rank_lines(out, ranks, rank_count);
+
+  const char *names[COLUMN_COUNT], *units[COLUMN_COUNT];
+  for (int c = 0; c < COLUMN_COUNT; c++) {
+    names[c] = columns[c].name;
+    units[c] = columns[c].unit;
+  }
+  print_cells(out, '#', names);
+  print_cells(out, '#', units);
+  fflush(out);
+}
+
+void rf_report_row(FILE *out, const rf_run_result *r) {
+  char bytes[24], pieces[24], messages[24], bucket[24], iters[16], median[32], p99[32];
+  char algbw[32], aggbw[32], wrong[24], checksums[24], staging[24];
+  snprintf(bytes, sizeof bytes, "%" PRId64, r->model_bytes);
+  snprintf(pieces, sizeof pieces, "%" PRId64, r->pieces);
+  snprintf(messages, sizeof messages, "%" PRId64, r->messages);
+  if (r->bucket_size == 0)
+    snprintf(bucket, sizeof bucket, "model");
+  else
+    snprintf(bucket, sizeof bucket, "%" PRId64, r->bucket_size);
+  snprintf(iters, sizeof iters, "%d", r->iterations);
+  /* A run that failed before its timed loop has no times; zeros would read as infinitely
+   * fast, so its time and bandwidth cells say "-". */
+  if (r->iterations > 0 && r->total.median > 0.0) {
+    snprintf(median, sizeof median, "%.3f", r->total.median * 1e3);
+    snprintf(p99, sizeof p99, "%.3f", r->total.p99 * 1e3);
+    snprintf(algbw, sizeof algbw, "%.2f", r->algbw);
+    snprintf(aggbw, sizeof aggbw, "%.2f", r->aggbw);
+  } else {
+    snprintf(median, sizeof median, "-");
+    snprintf(p99, sizeof p99, "-");
+    snprintf(algbw, sizeof algbw, "-");
+    snprintf(aggbw, sizeof aggbw, "-");
+  }
+  if (r->wrong < 0)
+    snprintf(wrong, sizeof wrong, "-");
+  else
+    snprintf(wrong, sizeof wrong, "%" PRId64, r->wrong);
+  /* "<n>bad" stays one token, so a failing row has as many fields as a passing one. */
+  if (r->checksum_bad < 0)
+    snprintf(checksums, sizeof checksums, "-");
+  else if (r->checksum_bad == 0)
+    snprintf(checksums, sizeof checksums, "ok");
+  else
+    snprintf(checksums, sizeof checksums, "%dbad", r->checksum_bad);
+  snprintf(staging, sizeof staging, "%" PRId64, r->peak_staging);
+
+  const char *cells[COLUMN_COUNT] = {
+      or_dash(r->mode), or_dash(r->plan), or_dash(r->transport), bytes, pieces, messages,
+      bucket, iters, median, p99, algbw, aggbw, or_dash(r->verify), wrong, checksums, staging,
+  };
+  print_cells(out, ' ', cells);
+  fflush(out);
+}
+
+void rf_report_footer(FILE *out, rf_status status, const char *reason) {
+  if (status == RF_OK)
+    fprintf(out, "# PASS\n");
+  else
+    fprintf(out, "# FAIL: %s\n", reason && reason[0] ? reason : rf_status_text(status));
+  fflush(out);
+}
