@@ -1,0 +1,370 @@
+/* results: the HDF5 results file of design.md §6 and results/README.md. This file decides which
+ * files are refit's, creates a new one with its file attributes, and holds the small writers
+ * the rest shares; results_write.c appends runs and results_read.c reads checksums back.
+ *
+ * The file is open only inside one call: rf_results_open checks or creates it and closes it
+ * again, and each run is appended by opening, writing, flushing and closing. A job killed in
+ * the middle of a transfer therefore never holds the file open, and every earlier run stays
+ * readable. */
+#include <errno.h>
+#include <hwloc.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "results_internal.h"
+
+#define NOT_HDF5 "results file '%s' is not an HDF5 file or is damaged; choose another --output " \
+                 "or move it away"
+#define FOREIGN "results file '%s' is an HDF5 file but not refit's results; choose another --output"
+
+/* ---- small writers ------------------------------------------------------------------------ */
+
+hid_t rf_results_vlen_string(void) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  if (t >= 0 && (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)) {
+    H5Tclose(t);
+    return H5I_INVALID_HID;
+  }
+  return t;
+}
+
+hid_t rf_results_fixed_string(size_t size) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  if (t >= 0 && (H5Tset_size(t, size) < 0 || H5Tset_strpad(t, H5T_STR_NULLTERM) < 0)) {
+    H5Tclose(t);
+    return H5I_INVALID_HID;
+  }
+  return t;
+}
+
+static rf_status write_attr(hid_t loc, const char *obj, const char *name, hid_t type,
+                            const void *value) {
+  rf_status st = RF_OK;
+  hid_t space = H5I_INVALID_HID, attr = H5I_INVALID_HID;
+  RF_H5_GOTO(space = H5Screate(H5S_SCALAR), done);
+  RF_H5_GOTO(attr = H5Acreate_by_name(loc, obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT,
+                                      H5P_DEFAULT),
+             done);
+  RF_H5_GOTO(H5Awrite(attr, type, value), done);
+done:
+  if (attr >= 0)
+    H5Aclose(attr);
+  if (space >= 0)
+    H5Sclose(space);
+  return st;
+}
+
+rf_status rf_results_attr_str(hid_t loc, const char *obj, const char *name, const char *value) {
+  const char *v = value ? value : "";
+  hid_t type = rf_results_vlen_string();
+  RF_H5(type);
+  rf_status st = write_attr(loc, obj, name, type, &v);
+  H5Tclose(type);
+  return st;
+}
+
+rf_status rf_results_attr_i64(hid_t loc, const char *obj, const char *name, int64_t value) {
+  return write_attr(loc, obj, name, H5T_NATIVE_INT64, &value);
+}
+
+rf_status rf_results_attr_f64(hid_t loc, const char *obj, const char *name, double value) {
+  return write_attr(loc, obj, name, H5T_NATIVE_DOUBLE, &value);
+}
+
+rf_status rf_results_dataset(hid_t loc, const char *name, hid_t type, int rank,
+                             const hsize_t *dims, const void *data) {
+  rf_status st = RF_OK;
+  hid_t space = H5I_INVALID_HID, dset = H5I_INVALID_HID;
+  hsize_t elements = 1;
+  for (int d = 0; d < rank; d++)
+    elements *= dims[d];
+  RF_H5_GOTO(space = H5Screate_simple(rank, dims, NULL), done);
+  RF_H5_GOTO(dset = H5Dcreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+             done);
+  if (elements > 0)
+    RF_H5_GOTO(H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), done);
+done:
+  if (dset >= 0)
+    H5Dclose(dset);
+  if (space >= 0)
+    H5Sclose(space);
+  return st;
+}
+
+void rf_results_utc_now(char *buf, size_t len) {
+  time_t now = time(NULL);
+  struct tm tm;
+  if (!gmtime_r(&now, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+    snprintf(buf, len, "unknown");
+}
+
+/* ---- which files are refit's --------------------------------------------------------------- */
+
+/* HDF5 prints its whole error stack on every failure by default; refit says one line instead
+ * and shows the stack only at REFIT_LOG=debug (rf_hdf5_failed). */
+static void quiet_hdf5(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+/* Strong close, so that H5Fclose really closes the file even if an object id leaked; and
+ * locking that steps aside on file systems without it (NFS, Lustre) instead of failing. */
+static hid_t file_access(void) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl >= 0 && H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
+    H5Pclose(fapl);
+    return H5I_INVALID_HID;
+  }
+#if H5_VERSION_GE(1, 10, 7)
+  if (fapl >= 0)
+    H5Pset_file_locking(fapl, 1, 1);
+#endif
+  return fapl;
+}
+
+/* Reads a scalar string attribute, fixed or variable length, into buf. Returns 0 on success
+ * and -1 without logging, since a missing or odd mark only means the file is not refit's. */
+static int read_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
+  int ok = -1;
+  hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
+  hid_t type = attr >= 0 ? H5Aget_type(attr) : H5I_INVALID_HID;
+  hid_t space = attr >= 0 ? H5Aget_space(attr) : H5I_INVALID_HID;
+  hid_t mem = H5I_INVALID_HID;
+  if (type < 0 || space < 0 || H5Tget_class(type) != H5T_STRING ||
+      H5Sget_simple_extent_npoints(space) != 1)
+    goto done;
+  if (H5Tis_variable_str(type) > 0) {
+    char *s = NULL;
+    if ((mem = rf_results_vlen_string()) >= 0 && H5Aread(attr, mem, &s) >= 0 && s) {
+      snprintf(buf, len, "%s", s);
+      ok = 0;
+    }
+    H5free_memory(s);
+  } else {
+    size_t size = H5Tget_size(type);
+    char *s = calloc(size + 1, 1);
+    if (s && (mem = rf_results_fixed_string(size + 1)) >= 0 && H5Aread(attr, mem, s) >= 0) {
+      snprintf(buf, len, "%s", s);
+      ok = 0;
+    }
+    free(s);
+  }
+done:
+  if (mem >= 0)
+    H5Tclose(mem);
+  if (space >= 0)
+    H5Sclose(space);
+  if (type >= 0)
+    H5Tclose(type);
+  if (attr >= 0)
+    H5Aclose(attr);
+  return ok;
+}
+
+rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file) {
+  quiet_hdf5();
+  *file = H5I_INVALID_HID;
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be read: %s", path, strerror(errno));
+  if (!S_ISREG(sb.st_mode))
+    return rf_fail(RF_ERR_RESULTS, "results file '%s' is not a regular file; choose another "
+                   "--output", path);
+  if (H5Fis_hdf5(path) <= 0)
+    return rf_fail(RF_ERR_RESULTS, NOT_HDF5, path);
+
+  /* Everything is checked read-only first: a file that turns out not to be refit's must not be
+   * touched, and opening HDF5 for writing may rewrite its superblock. */
+  hid_t fapl = file_access();
+  RF_H5(fapl);
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+  rf_status st = RF_OK;
+  char format[64];
+  if (f < 0) {
+    st = rf_fail(RF_ERR_RESULTS, NOT_HDF5, path);
+  } else if (H5Aexists(f, "refit_format") <= 0 ||
+             read_attr_str(f, "refit_format", format, sizeof format) != 0) {
+    st = rf_fail(RF_ERR_RESULTS, FOREIGN, path);
+  } else if (strcmp(format, RF_RESULTS_FORMAT) != 0) {
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s' has format '%s' but refit %s writes '%s'; "
+                 "choose another --output", path, format, rf_version, RF_RESULTS_FORMAT);
+  } else {
+    hid_t runs = H5Lexists(f, "runs", H5P_DEFAULT) > 0 ? H5Gopen2(f, "runs", H5P_DEFAULT)
+                                                       : H5I_INVALID_HID;
+    if (runs < 0)
+      st = rf_fail(RF_ERR_RESULTS, "results file '%s' is damaged: it has no /runs group; choose "
+                   "another --output or move it away", path);
+    else
+      H5Gclose(runs);
+  }
+  if (st == RF_OK && flags != H5F_ACC_RDONLY) {
+    H5Fclose(f);
+    f = H5Fopen(path, flags, fapl);
+    if (f < 0)
+      st = rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be opened for writing (no "
+                   "permission, or another process has it open); choose another --output", path);
+  }
+  H5Pclose(fapl);
+  if (st != RF_OK) {
+    if (f >= 0)
+      H5Fclose(f);
+    return st;
+  }
+  *file = f;
+  return RF_OK;
+}
+
+/* Run groups are named by their number, four digits and more once past 9999. */
+static herr_t note_run(hid_t group, const char *name, const H5L_info_t *info, void *data) {
+  (void)group;
+  (void)info;
+  int *last = data;
+  long value = 0;
+  for (const char *c = name; *c; c++) {
+    if (*c < '0' || *c > '9' || value > 100000000)
+      return 0; /* not a run: ignore it */
+    value = value * 10 + (*c - '0');
+  }
+  if (name[0] && value > *last)
+    *last = (int)value;
+  return 0;
+}
+
+rf_status rf_results_last_run(hid_t runs, int *last) {
+  *last = -1;
+  RF_H5(H5Literate(runs, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, note_run, last));
+  return RF_OK;
+}
+
+/* ---- creating a file ------------------------------------------------------------------------ */
+
+static rf_status write_file_attributes(hid_t f, const rf_results_file_info *info) {
+  char created[32], hdf5[32], hwloc[32], mpi[MPI_MAX_LIBRARY_VERSION_STRING];
+  rf_results_utc_now(created, sizeof created);
+  unsigned maj = 0, min = 0, rel = 0;
+  H5get_libversion(&maj, &min, &rel);
+  snprintf(hdf5, sizeof hdf5, "%u.%u.%u", maj, min, rel);
+  unsigned hv = hwloc_get_api_version();
+  snprintf(hwloc, sizeof hwloc, "%u.%u.%u", hv >> 16, (hv >> 8) & 0xff, hv & 0xff);
+  /* Allowed before MPI_Init, so `refit` commands without MPI can create files too. */
+  int len = 0;
+  if (MPI_Get_library_version(mpi, &len) != MPI_SUCCESS)
+    snprintf(mpi, sizeof mpi, "unknown");
+  mpi[strcspn(mpi, "\n")] = '\0';
+
+  RF_TRY(rf_results_attr_str(f, ".", "refit_format", RF_RESULTS_FORMAT));
+  RF_TRY(rf_results_attr_str(f, ".", "refit_version", rf_version));
+  RF_TRY(rf_results_attr_str(f, ".", "git_commit", rf_git_commit));
+  RF_TRY(rf_results_attr_str(f, ".", "created", created));
+  RF_TRY(rf_results_attr_str(f, ".", "command_line", info ? info->command_line : ""));
+  RF_TRY(rf_results_attr_str(f, ".", "hosts", info ? info->hosts : ""));
+  RF_TRY(rf_results_attr_str(f, ".", "mpi_version", mpi));
+  RF_TRY(rf_results_attr_str(f, ".", "hdf5_version", hdf5));
+  RF_TRY(rf_results_attr_str(f, ".", "hwloc_version", hwloc));
+  if (info && info->gpu_versions && info->gpu_versions[0])
+    RF_TRY(rf_results_attr_str(f, ".", "gpu_versions", info->gpu_versions));
+  return RF_OK;
+}
+
+static rf_status create_file(const char *path, const rf_results_file_info *info) {
+  /* Say why a file cannot be made in words, before HDF5 would say it in an error stack. */
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else
+    slash[slash == dir ? 1 : 0] = '\0';
+  if (access(dir, W_OK | X_OK) != 0)
+    return rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be created in '%s': %s; choose "
+                   "another --output", path, dir, strerror(errno));
+
+  /* The file is made whole under a name of this process's own and then linked into place,
+   * so a job killed while creating it leaves a stray temporary file, never a half-made
+   * results file that every later run would refuse. */
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+  hid_t fapl = file_access();
+  RF_H5(fapl);
+  hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  if (f < 0)
+    return rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be created; choose another --output",
+                   path);
+  rf_status st = write_file_attributes(f, info);
+  hid_t runs = H5I_INVALID_HID;
+  if (st == RF_OK) {
+    RF_H5_GOTO(runs = H5Gcreate2(f, "runs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), done);
+    RF_H5_GOTO(H5Fflush(f, H5F_SCOPE_GLOBAL), done);
+  }
+done:
+  if (runs >= 0)
+    H5Gclose(runs);
+  if (H5Fclose(f) < 0 && st == RF_OK)
+    st = rf_hdf5_failed("H5Fclose", __FILE__, __LINE__);
+  if (st != RF_OK) {
+    unlink(tmp);
+    return st;
+  }
+  /* link() refuses to replace a file another job created meanwhile; file systems without
+   * hard links get rename(). */
+  if (link(tmp, path) == 0) {
+    unlink(tmp);
+    return RF_OK;
+  }
+  if (errno == EEXIST) {
+    unlink(tmp);
+    RF_TRY(rf_results_open_checked(path, H5F_ACC_RDWR, &f));
+    H5Fclose(f);
+    return RF_OK;
+  }
+  if (rename(tmp, path) != 0) {
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be created: %s; choose another "
+                 "--output", path, strerror(errno));
+    unlink(tmp);
+  }
+  return st;
+}
+
+/* ---- the handle ------------------------------------------------------------------------------ */
+
+rf_status rf_results_open(const char *path, const rf_results_file_info *info, rf_results **out) {
+  *out = NULL;
+  quiet_hdf5();
+  struct stat sb;
+  if (stat(path, &sb) == 0) {
+    hid_t f;
+    RF_TRY(rf_results_open_checked(path, H5F_ACC_RDWR, &f));
+    H5Fclose(f);
+  } else if (errno == ENOENT) {
+    RF_TRY(create_file(path, info));
+  } else {
+    return rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be used: %s; choose another --output",
+                   path, strerror(errno));
+  }
+  rf_results *r = rf_calloc(1, sizeof *r, "the results handle");
+  if (!r)
+    return RF_ERR_NOMEM;
+  r->path = rf_strdup(path);
+  r->command_line = rf_strdup(info && info->command_line ? info->command_line : "");
+  r->hosts = rf_strdup(info && info->hosts ? info->hosts : "");
+  r->gpu_versions = rf_strdup(info && info->gpu_versions ? info->gpu_versions : "");
+  if (!r->path || !r->command_line || !r->hosts || !r->gpu_versions) {
+    rf_results_close(r);
+    return RF_ERR_NOMEM;
+  }
+  *out = r;
+  return RF_OK;
+}
+
+void rf_results_close(rf_results *r) {
+  if (!r)
+    return;
+  free(r->path);
+  free(r->command_line);
+  free(r->hosts);
+  free(r->gpu_versions);
+  free(r);
+}

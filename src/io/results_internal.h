@@ -1,0 +1,48 @@
+/* What the two halves of the results code share: the handle, the checks that decide whether a
+ * file is refit's, and small attribute and dataset writers. Private to src/io/results*.c. */
+#ifndef RF_RESULTS_INTERNAL_H
+#define RF_RESULTS_INTERNAL_H
+
+#include <hdf5.h>
+
+#include "io/io.h"
+
+/* The mark every results file carries as the root attribute refit_format; a file with another
+ * value was written by a refit whose schema this one does not know. */
+#define RF_RESULTS_FORMAT "refit-results/1"
+
+/* The handle holds only names: the file itself stays closed between runs, so a process that
+ * dies during a transfer never has it open and cannot leave it damaged. */
+struct rf_results {
+  char *path;
+  char *command_line, *hosts, *gpu_versions; /* of this invocation, repeated in each run */
+};
+
+/* Opens `path` with `flags` (H5F_ACC_RDONLY or H5F_ACC_RDWR) after checking that it is an
+ * intact refit results file with a /runs group; anything else is refused with one line and
+ * RF_ERR_RESULTS. The caller closes *file. */
+rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file);
+
+/* The highest run number under `runs`, or -1 when there is none. */
+rf_status rf_results_last_run(hid_t runs, int *last);
+
+/* A variable-length UTF-8 string type (h5py reads it as str); the caller closes it. */
+hid_t rf_results_vlen_string(void);
+/* A fixed-size, NUL-terminated string type of `size` bytes; the caller closes it. */
+hid_t rf_results_fixed_string(size_t size);
+
+/* Scalar attributes of object `obj` below `loc` ("." for loc itself). A NULL string is
+ * written as "". */
+rf_status rf_results_attr_str(hid_t loc, const char *obj, const char *name, const char *value);
+rf_status rf_results_attr_i64(hid_t loc, const char *obj, const char *name, int64_t value);
+rf_status rf_results_attr_f64(hid_t loc, const char *obj, const char *name, double value);
+
+/* Creates dataset `name` of `type` and shape dims[rank] under loc and writes `data` (skipped
+ * when the shape holds no element). */
+rf_status rf_results_dataset(hid_t loc, const char *name, hid_t type, int rank,
+                             const hsize_t *dims, const void *data);
+
+/* The current time as UTC ISO-8601, "2025-12-02T09:04:00Z". */
+void rf_results_utc_now(char *buf, size_t len);
+
+#endif

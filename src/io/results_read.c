@@ -1,0 +1,143 @@
+/* Reading a results file back: the per-tensor checksums of one run, so a later run can be
+ * compared bit for bit with a reference run of the same layout. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "results_internal.h"
+
+/* What is read of a tensors row; the rollout checksums of every replica follow it. */
+typedef struct {
+  char name[RF_NAME_MAX];
+  uint64_t trainer_checksum;
+} read_row;
+
+/* Picks the run group: `run` itself, or the highest number for -1. */
+static rf_status open_run(const char *path, hid_t f, int run, hid_t *group, int *number) {
+  hid_t runs = H5Gopen2(f, "runs", H5P_DEFAULT);
+  RF_H5(runs);
+  int last = -1;
+  rf_status st = rf_results_last_run(runs, &last);
+  char name[16];
+  if (st == RF_OK && last < 0)
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s' holds no runs yet", path);
+  if (st == RF_OK) {
+    *number = run < 0 ? last : run;
+    snprintf(name, sizeof name, "%04d", *number);
+    if (H5Lexists(runs, name, H5P_DEFAULT) <= 0)
+      st = rf_fail(RF_ERR_RESULTS, "results file '%s' has no run %04d; its latest is %04d",
+                   path, run, last);
+  }
+  if (st == RF_OK && (*group = H5Gopen2(runs, name, H5P_DEFAULT)) < 0)
+    st = rf_hdf5_failed("H5Gopen2(runs, name)", __FILE__, __LINE__);
+  H5Gclose(runs);
+  return st;
+}
+
+/* How many replicas the rollout_checksum array member of the file's tensors type holds. */
+static rf_status replicas_of(hid_t dset, hsize_t *replicas) {
+  rf_status st = RF_OK;
+  hid_t ftype = H5I_INVALID_HID, member = H5I_INVALID_HID;
+  RF_H5_GOTO(ftype = H5Dget_type(dset), done);
+  int index = H5Tget_member_index(ftype, "rollout_checksum");
+  RF_H5_GOTO(index, done);
+  RF_H5_GOTO(member = H5Tget_member_type(ftype, (unsigned)index), done);
+  if (H5Tget_class(member) != H5T_ARRAY || H5Tget_array_ndims(member) != 1) {
+    st = rf_hdf5_failed("H5Tget_array_ndims(rollout_checksum) == 1", __FILE__, __LINE__);
+    goto done;
+  }
+  RF_H5_GOTO(H5Tget_array_dims2(member, replicas), done);
+done:
+  if (member >= 0)
+    H5Tclose(member);
+  if (ftype >= 0)
+    H5Tclose(ftype);
+  return st;
+}
+
+static rf_status read_tensors(hid_t dset, int *count, char (**names)[RF_NAME_MAX],
+                              uint64_t **trainer, uint64_t **rollout) {
+  hsize_t replicas = 0;
+  RF_TRY(replicas_of(dset, &replicas));
+  rf_status st = RF_OK;
+  hid_t space = H5I_INVALID_HID, name = H5I_INVALID_HID, array = H5I_INVALID_HID;
+  hid_t type = H5I_INVALID_HID;
+  char *buf = NULL;
+  RF_H5_GOTO(space = H5Dget_space(dset), done);
+  hssize_t n = H5Sget_simple_extent_npoints(space);
+  RF_H5_GOTO(n, done);
+  size_t row = sizeof(read_row) + (size_t)replicas * sizeof(uint64_t);
+  buf = rf_calloc((size_t)n + 1, row, "the tensors table");
+  *names = rf_calloc((size_t)n + 1, sizeof **names, "tensor names");
+  *trainer = rf_calloc((size_t)n + 1, sizeof **trainer, "trainer checksums");
+  *rollout = rf_calloc((size_t)n + 1, sizeof **rollout, "rollout checksums");
+  if (!buf || !*names || !*trainer || !*rollout) {
+    st = RF_ERR_NOMEM;
+    goto done;
+  }
+  /* Members are matched by name, so the memory type lists only what is read. */
+  RF_H5_GOTO(name = rf_results_fixed_string(RF_NAME_MAX), done);
+  RF_H5_GOTO(array = H5Tarray_create2(H5T_NATIVE_UINT64, 1, &replicas), done);
+  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, row), done);
+  RF_H5_GOTO(H5Tinsert(type, "name", HOFFSET(read_row, name), name), done);
+  RF_H5_GOTO(H5Tinsert(type, "trainer_checksum", HOFFSET(read_row, trainer_checksum),
+                       H5T_NATIVE_UINT64),
+             done);
+  RF_H5_GOTO(H5Tinsert(type, "rollout_checksum", sizeof(read_row), array), done);
+  if (n > 0)
+    RF_H5_GOTO(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), done);
+  for (hssize_t t = 0; t < n; t++) {
+    const read_row *r = (const read_row *)(buf + (size_t)t * row);
+    memcpy((*names)[t], r->name, RF_NAME_MAX);
+    (*names)[t][RF_NAME_MAX - 1] = '\0';
+    (*trainer)[t] = r->trainer_checksum;
+    memcpy(&(*rollout)[t], buf + (size_t)t * row + sizeof(read_row), sizeof(uint64_t));
+  }
+  *count = (int)n;
+done:;
+  hid_t ids[] = {type, array, name};
+  for (size_t i = 0; i < RF_ARRAY_LEN(ids); i++)
+    if (ids[i] >= 0)
+      H5Tclose(ids[i]);
+  if (space >= 0)
+    H5Sclose(space);
+  free(buf);
+  return st;
+}
+
+rf_status rf_results_read_checksums(const char *path, int run, int *run_read, int *count,
+                                    char (**names)[RF_NAME_MAX], uint64_t **trainer,
+                                    uint64_t **rollout) {
+  *count = 0;
+  *names = NULL;
+  *trainer = *rollout = NULL;
+  if (run_read)
+    *run_read = -1;
+  hid_t f, group = H5I_INVALID_HID, dset = H5I_INVALID_HID;
+  RF_TRY(rf_results_open_checked(path, H5F_ACC_RDONLY, &f));
+  int number = -1;
+  rf_status st = open_run(path, f, run, &group, &number);
+  if (st == RF_OK && H5Lexists(group, "tensors", H5P_DEFAULT) <= 0)
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s' run %04d has no tensors dataset", path,
+                 number);
+  if (st == RF_OK && (dset = H5Dopen2(group, "tensors", H5P_DEFAULT)) < 0)
+    st = rf_hdf5_failed("H5Dopen2(group, \"tensors\")", __FILE__, __LINE__);
+  if (st == RF_OK)
+    st = read_tensors(dset, count, names, trainer, rollout);
+  if (dset >= 0)
+    H5Dclose(dset);
+  if (group >= 0)
+    H5Gclose(group);
+  H5Fclose(f);
+  if (st != RF_OK) {
+    free(*names);
+    free(*trainer);
+    free(*rollout);
+    *names = NULL;
+    *trainer = *rollout = NULL;
+    *count = 0;
+    return st;
+  }
+  if (run_read)
+    *run_read = number;
+  return RF_OK;
+}

@@ -1,0 +1,434 @@
+/* Appending one run to a results file: the group /runs/NNNN with the run's configuration and
+ * headline numbers as attributes, and the datasets timings, summary, tensors, shards, plan,
+ * placement and env. results/README.md is the schema; keep the two in step. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "results_internal.h"
+
+#define FORMULA_ALGBW "replica_bytes / median(total) / 1e9"
+#define FORMULA_AGGBW "transfer_bytes / median(total) / 1e9"
+
+/* Units of the run group's numeric attributes, as JSON so a script can look them up. */
+static const char run_units[] =
+    "{\"bucket_size\": \"bytes (0 = the whole model in one bucket)\", "
+    "\"model_bytes\": \"bytes\", \"replica_bytes\": \"bytes\", \"transfer_bytes\": \"bytes\", "
+    "\"peak_staging_bytes\": \"bytes\", \"peak_rss_bytes\": \"bytes\", \"time_median_s\": \"s\", "
+    "\"time_p99_s\": \"s\", \"algbw_GBps\": \"GB/s (1e9 bytes/s)\", "
+    "\"aggbw_GBps\": \"GB/s (1e9 bytes/s)\"}";
+
+static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_results_run *run) {
+  const rf_run_result *res = run->result;
+  char written[32];
+  rf_results_utc_now(written, sizeof written);
+  const struct {
+    const char *name, *value;
+  } strings[] = {
+      {"model", run->model}, {"model_type", run->model_type}, {"dtype", run->dtype},
+      {"trainer", run->trainer}, {"trainer_style", run->trainer_style},
+      {"trainer_order", run->trainer_order}, {"rollout", run->rollout},
+      {"placement", run->placement}, {"plan", run->plan}, {"mode", run->mode},
+      {"transport", run->transport}, {"verify", run->verify},
+      {"config_json", run->config_json}, {"command_line", r->command_line},
+      {"hosts", r->hosts}, {"gpu_versions", r->gpu_versions}, {"written", written},
+      {"status", rf_status_name(res->status)}, {"formula_algbw", FORMULA_ALGBW},
+      {"formula_aggbw", FORMULA_AGGBW}, {"units", run_units},
+  };
+  for (size_t i = 0; i < RF_ARRAY_LEN(strings); i++)
+    RF_TRY(rf_results_attr_str(g, ".", strings[i].name, strings[i].value));
+  const struct {
+    const char *name;
+    int64_t value;
+  } ints[] = {
+      {"bucket_size", run->bucket_size}, {"seed", run->seed},
+      {"exit_code", rf_status_exit_code(res->status)}, {"iterations", res->iterations},
+      {"ranks", res->ranks}, {"replicas", run->replicas}, {"model_bytes", res->model_bytes},
+      {"replica_bytes", res->replica_bytes}, {"transfer_bytes", res->transfer_bytes},
+      {"pieces", res->pieces}, {"messages", res->messages}, {"wrong", res->wrong},
+      {"checksum_bad", res->checksum_bad}, {"peak_staging_bytes", res->peak_staging},
+      {"peak_rss_bytes", res->peak_rss},
+  };
+  for (size_t i = 0; i < RF_ARRAY_LEN(ints); i++)
+    RF_TRY(rf_results_attr_i64(g, ".", ints[i].name, ints[i].value));
+  RF_TRY(rf_results_attr_f64(g, ".", "time_median_s", res->total.median));
+  RF_TRY(rf_results_attr_f64(g, ".", "time_p99_s", res->total.p99));
+  RF_TRY(rf_results_attr_f64(g, ".", "algbw_GBps", res->algbw));
+  RF_TRY(rf_results_attr_f64(g, ".", "aggbw_GBps", res->aggbw));
+  return RF_OK;
+}
+
+/* The phase names, in the order of the last axis of timings and the rows of summary. */
+static rf_status write_phase_names(hid_t g, const char *obj) {
+  const char *names[RF_PHASE_COUNT];
+  for (int p = 0; p < RF_PHASE_COUNT; p++)
+    names[p] = rf_phase_name((rf_phase)p);
+  rf_status st = RF_OK;
+  hsize_t dims[1] = {RF_PHASE_COUNT};
+  hid_t type = H5I_INVALID_HID, space = H5I_INVALID_HID, attr = H5I_INVALID_HID;
+  RF_H5_GOTO(type = rf_results_vlen_string(), done);
+  RF_H5_GOTO(space = H5Screate_simple(1, dims, NULL), done);
+  RF_H5_GOTO(attr = H5Acreate_by_name(g, obj, "phases", type, space, H5P_DEFAULT, H5P_DEFAULT,
+                                      H5P_DEFAULT),
+             done);
+  RF_H5_GOTO(H5Awrite(attr, type, names), done);
+done:
+  if (attr >= 0)
+    H5Aclose(attr);
+  if (space >= 0)
+    H5Sclose(space);
+  if (type >= 0)
+    H5Tclose(type);
+  return st;
+}
+
+static rf_status write_timings(hid_t g, const rf_run_result *res) {
+  int iterations = res->timings && res->iterations > 0 ? res->iterations : 0;
+  hsize_t dims[3] = {(hsize_t)iterations, (hsize_t)RF_MAX(res->ranks, 0), RF_PHASE_COUNT};
+  RF_TRY(rf_results_dataset(g, "timings", H5T_NATIVE_DOUBLE, 3, dims, res->timings));
+  RF_TRY(write_phase_names(g, "timings"));
+  RF_TRY(rf_results_attr_str(g, "timings", "units", "s"));
+  return rf_results_attr_str(g, "timings", "description",
+                             "wall-clock seconds of each timed iteration [iteration, rank, "
+                             "phase]; total is the whole iteration; setup (once, cold) and "
+                             "verify (after the last iteration) are outside total and their "
+                             "one value is repeated in every iteration");
+}
+
+typedef struct {
+  char phase[16];
+  double min, median, p99, max, mean;
+} summary_row;
+
+static rf_status write_summary(hid_t g, const rf_run_result *res) {
+  int iterations = res->timings && res->iterations > 0 ? res->iterations : 0, ranks = res->ranks;
+  summary_row rows[RF_PHASE_COUNT];
+  double *slowest = rf_calloc((size_t)iterations + 1, sizeof *slowest, "per-iteration times");
+  if (!slowest)
+    return RF_ERR_NOMEM;
+  /* An iteration's phase is over when its slowest rank is done with it. */
+  for (int p = 0; p < RF_PHASE_COUNT; p++) {
+    for (int it = 0; it < iterations; it++) {
+      const double *row = res->timings + (size_t)it * (size_t)ranks * RF_PHASE_COUNT;
+      slowest[it] = 0.0;
+      for (int rank = 0; rank < ranks; rank++)
+        if (rank == 0 || row[(size_t)rank * RF_PHASE_COUNT + p] > slowest[it])
+          slowest[it] = row[(size_t)rank * RF_PHASE_COUNT + p];
+    }
+    rf_stats s = rf_stats_of(slowest, iterations);
+    memset(&rows[p], 0, sizeof rows[p]);
+    snprintf(rows[p].phase, sizeof rows[p].phase, "%s", rf_phase_name((rf_phase)p));
+    rows[p].min = s.min;
+    rows[p].median = s.median;
+    rows[p].p99 = s.p99;
+    rows[p].max = s.max;
+    rows[p].mean = s.mean;
+  }
+  free(slowest);
+
+  rf_status st = RF_OK;
+  hid_t name = H5I_INVALID_HID, type = H5I_INVALID_HID;
+  hsize_t dims[1] = {RF_PHASE_COUNT};
+  RF_H5_GOTO(name = rf_results_fixed_string(sizeof rows[0].phase), done);
+  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, sizeof(summary_row)), done);
+  RF_H5_GOTO(H5Tinsert(type, "phase", HOFFSET(summary_row, phase), name), done);
+  RF_H5_GOTO(H5Tinsert(type, "min", HOFFSET(summary_row, min), H5T_NATIVE_DOUBLE), done);
+  RF_H5_GOTO(H5Tinsert(type, "median", HOFFSET(summary_row, median), H5T_NATIVE_DOUBLE), done);
+  RF_H5_GOTO(H5Tinsert(type, "p99", HOFFSET(summary_row, p99), H5T_NATIVE_DOUBLE), done);
+  RF_H5_GOTO(H5Tinsert(type, "max", HOFFSET(summary_row, max), H5T_NATIVE_DOUBLE), done);
+  RF_H5_GOTO(H5Tinsert(type, "mean", HOFFSET(summary_row, mean), H5T_NATIVE_DOUBLE), done);
+  RF_TRY_GOTO(rf_results_dataset(g, "summary", type, 1, dims, rows), done);
+  RF_TRY_GOTO(rf_results_attr_str(g, "summary", "units", "s"), done);
+  RF_TRY_GOTO(rf_results_attr_str(g, "summary", "description",
+                                  "per phase: in each timed iteration the slowest rank's time, "
+                                  "then min, median, p99 (nearest rank), max and mean of that "
+                                  "over the iterations"),
+              done);
+  RF_TRY_GOTO(rf_results_attr_str(g, "summary", "formula_algbw", FORMULA_ALGBW), done);
+  RF_TRY_GOTO(rf_results_attr_str(g, "summary", "formula_aggbw", FORMULA_AGGBW), done);
+  RF_TRY_GOTO(rf_results_attr_str(g, "summary", "units_bandwidth", "GB/s = 1e9 bytes/s"), done);
+done:
+  if (type >= 0)
+    H5Tclose(type);
+  if (name >= 0)
+    H5Tclose(name);
+  return st;
+}
+
+/* One row of tensors; the rollout checksums of every replica follow it as an array member,
+ * so a row is sizeof(tensor_row) + 8 * replicas bytes (the struct ends 8-byte aligned). */
+typedef struct {
+  char name[RF_NAME_MAX];
+  char dtype[8];
+  int32_t ndim;
+  int64_t shape[2];
+  int64_t bytes;
+  uint64_t trainer_checksum;
+  uint64_t reference_checksum;
+  int8_t ok;
+} tensor_row;
+
+/* 1 when every rollout replica (and the reference, when there is one) matches the trainer,
+ * 0 when one differs, -1 when there is nothing to compare. */
+static int8_t tensor_ok(const rf_results_run *run, int t, int n) {
+  const uint64_t *tr = run->trainer_checksum, *ro = run->rollout_checksum;
+  const uint64_t *ref = run->reference_checksum;
+  if (!tr || (!ro && !ref))
+    return -1;
+  int ok = !ref || ref[t] == tr[t];
+  for (int rep = 0; ro && rep < run->replicas; rep++)
+    ok = ok && ro[(size_t)rep * (size_t)n + (size_t)t] == tr[t];
+  return (int8_t)ok;
+}
+
+static rf_status write_tensors(hid_t g, const rf_results_run *run) {
+  const rf_model *m = run->model_spec;
+  int n = m->tensor_count, replicas = RF_MAX(run->replicas, 1);
+  size_t row = sizeof(tensor_row) + (size_t)replicas * sizeof(uint64_t);
+  char *buf = rf_calloc((size_t)n + 1, row, "the tensors table");
+  if (!buf)
+    return RF_ERR_NOMEM;
+  for (int t = 0; t < n; t++) {
+    tensor_row *tr = (tensor_row *)(buf + (size_t)t * row);
+    snprintf(tr->name, sizeof tr->name, "%s", m->tensors[t].name);
+    snprintf(tr->dtype, sizeof tr->dtype, "%s", rf_dtype_name(m->dtype));
+    tr->ndim = m->tensors[t].ndim;
+    tr->shape[0] = m->tensors[t].shape[0];
+    tr->shape[1] = m->tensors[t].shape[1];
+    tr->bytes = m->tensors[t].bytes;
+    tr->trainer_checksum = run->trainer_checksum ? run->trainer_checksum[t] : 0;
+    tr->reference_checksum = run->reference_checksum ? run->reference_checksum[t] : 0;
+    tr->ok = tensor_ok(run, t, n);
+    uint64_t *rollout = (uint64_t *)(buf + (size_t)t * row + sizeof(tensor_row));
+    for (int rep = 0; run->rollout_checksum && rep < run->replicas; rep++)
+      rollout[rep] = run->rollout_checksum[(size_t)rep * (size_t)n + (size_t)t];
+  }
+
+  rf_status st = RF_OK;
+  hid_t name = H5I_INVALID_HID, dtype = H5I_INVALID_HID, shape = H5I_INVALID_HID;
+  hid_t rollout = H5I_INVALID_HID, type = H5I_INVALID_HID;
+  hsize_t two = 2, reps = (hsize_t)replicas, dims[1] = {(hsize_t)n};
+  RF_H5_GOTO(name = rf_results_fixed_string(RF_NAME_MAX), done);
+  RF_H5_GOTO(dtype = rf_results_fixed_string(8), done);
+  RF_H5_GOTO(shape = H5Tarray_create2(H5T_NATIVE_INT64, 1, &two), done);
+  RF_H5_GOTO(rollout = H5Tarray_create2(H5T_NATIVE_UINT64, 1, &reps), done);
+  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, row), done);
+  RF_H5_GOTO(H5Tinsert(type, "name", HOFFSET(tensor_row, name), name), done);
+  RF_H5_GOTO(H5Tinsert(type, "dtype", HOFFSET(tensor_row, dtype), dtype), done);
+  RF_H5_GOTO(H5Tinsert(type, "ndim", HOFFSET(tensor_row, ndim), H5T_NATIVE_INT32), done);
+  RF_H5_GOTO(H5Tinsert(type, "shape", HOFFSET(tensor_row, shape), shape), done);
+  RF_H5_GOTO(H5Tinsert(type, "bytes", HOFFSET(tensor_row, bytes), H5T_NATIVE_INT64), done);
+  RF_H5_GOTO(H5Tinsert(type, "trainer_checksum", HOFFSET(tensor_row, trainer_checksum),
+                       H5T_NATIVE_UINT64),
+             done);
+  RF_H5_GOTO(H5Tinsert(type, "reference_checksum", HOFFSET(tensor_row, reference_checksum),
+                       H5T_NATIVE_UINT64),
+             done);
+  RF_H5_GOTO(H5Tinsert(type, "ok", HOFFSET(tensor_row, ok), H5T_NATIVE_INT8), done);
+  RF_H5_GOTO(H5Tinsert(type, "rollout_checksum", sizeof(tensor_row), rollout), done);
+  RF_TRY_GOTO(rf_results_dataset(g, "tensors", type, 1, dims, buf), done);
+  RF_TRY_GOTO(rf_results_attr_i64(g, "tensors", "replicas", replicas), done);
+  RF_TRY_GOTO(rf_results_attr_i64(g, "tensors", "has_trainer_checksum",
+                                  run->trainer_checksum != NULL),
+              done);
+  RF_TRY_GOTO(rf_results_attr_i64(g, "tensors", "has_rollout_checksum",
+                                  run->rollout_checksum != NULL),
+              done);
+  RF_TRY_GOTO(rf_results_attr_i64(g, "tensors", "has_reference",
+                                  run->reference_checksum != NULL),
+              done);
+  RF_TRY_GOTO(rf_results_attr_str(g, "tensors", "units_bytes", "bytes"), done);
+  RF_TRY_GOTO(rf_results_attr_str(g, "tensors", "checksum",
+                                  "layout-invariant: sum over global row-major indices i of "
+                                  "mix64(tensor id, i, bits of element i) mod 2^64; 0 where "
+                                  "the matching has_* attribute is 0"),
+              done);
+  RF_TRY_GOTO(rf_results_attr_str(g, "tensors", "ok_values",
+                                  "1: every rollout replica and the reference (if any) match "
+                                  "the trainer; 0: one differs; -1: not checked"),
+              done);
+done:;
+  hid_t types[] = {type, rollout, shape, dtype, name};
+  for (size_t i = 0; i < RF_ARRAY_LEN(types); i++)
+    if (types[i] >= 0)
+      H5Tclose(types[i]);
+  free(buf);
+  return st;
+}
+
+static rf_status write_shards(hid_t g, const rf_results_run *run) {
+  rf_status st = RF_OK;
+  hid_t type = H5I_INVALID_HID;
+  hsize_t dims[1] = {(hsize_t)(run->shards ? RF_MAX(run->shard_count, 0) : 0)};
+  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, sizeof(rf_shard_digest)), done);
+  RF_H5_GOTO(H5Tinsert(type, "rank", HOFFSET(rf_shard_digest, rank), H5T_NATIVE_INT32), done);
+  RF_H5_GOTO(H5Tinsert(type, "tensor", HOFFSET(rf_shard_digest, tensor), H5T_NATIVE_INT32),
+             done);
+  RF_H5_GOTO(H5Tinsert(type, "role", HOFFSET(rf_shard_digest, role), H5T_NATIVE_INT32), done);
+  RF_H5_GOTO(H5Tinsert(type, "xxh3", HOFFSET(rf_shard_digest, xxh3), H5T_NATIVE_UINT64), done);
+  RF_TRY_GOTO(rf_results_dataset(g, "shards", type, 1, dims, run->shards), done);
+  RF_TRY_GOTO(rf_results_attr_str(g, "shards", "description",
+                                  "xxh3 is XXH3-64 of the shard's bytes; rank is the world "
+                                  "rank, tensor the index into tensors"),
+              done);
+  RF_TRY_GOTO(rf_results_attr_str(g, "shards", "role_values",
+                                  "0: a trainer shard as stored; 1: a rollout rank's part of "
+                                  "the tensor in row-major order"),
+              done);
+done:
+  if (type >= 0)
+    H5Tclose(type);
+  return st;
+}
+
+static rf_status write_bytes_per_rank(hid_t plan, const char *name, const int64_t *bytes,
+                                      int count, const char *description) {
+  hsize_t dims[1] = {(hsize_t)(bytes ? RF_MAX(count, 0) : 0)};
+  RF_TRY(rf_results_dataset(plan, name, H5T_NATIVE_INT64, 1, dims, bytes));
+  RF_TRY(rf_results_attr_str(plan, name, "units", "bytes"));
+  return rf_results_attr_str(plan, name, "description", description);
+}
+
+static rf_status write_plan(hid_t g, const rf_results_run *run) {
+  rf_status st = RF_OK;
+  hid_t plan = H5I_INVALID_HID;
+  RF_H5_GOTO(plan = H5Gcreate2(g, "plan", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), done);
+  RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "pieces", run->pieces), done);
+  RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "messages", run->messages), done);
+  RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "transfer_bytes", run->transfer_bytes), done);
+  RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "reshape_bytes", run->reshape_bytes), done);
+  RF_TRY_GOTO(rf_results_attr_str(plan, ".", "units",
+                                  "{\"pieces\": \"count\", \"messages\": \"count per iteration, "
+                                  "all ranks\", \"transfer_bytes\": \"bytes\", "
+                                  "\"reshape_bytes\": \"bytes\"}"),
+              done);
+  RF_TRY_GOTO(write_bytes_per_rank(plan, "send_bytes", run->send_bytes, run->trainer_ranks,
+                                   "bytes each trainer rank sends per iteration"),
+              done);
+  RF_TRY_GOTO(write_bytes_per_rank(plan, "recv_bytes", run->recv_bytes, run->rollout_ranks,
+                                   "bytes each rollout rank receives per iteration"),
+              done);
+done:
+  if (plan >= 0)
+    H5Gclose(plan);
+  return st;
+}
+
+typedef struct {
+  char host[64];
+  int64_t pid;
+  int32_t rank, trainer_rank, rollout_rank;
+} placement_row;
+
+static rf_status write_placement(hid_t g, const rf_results_run *run) {
+  int n = run->rank_table ? RF_MAX(run->ranks, 0) : 0;
+  placement_row *rows = rf_calloc((size_t)n + 1, sizeof *rows, "the placement table");
+  if (!rows)
+    return RF_ERR_NOMEM;
+  for (int i = 0; i < n; i++) {
+    const rf_rank_info *p = &run->rank_table[i];
+    rows[i] = (placement_row){.pid = p->pid, .rank = p->rank, .trainer_rank = p->trainer_rank,
+                              .rollout_rank = p->rollout_rank};
+    snprintf(rows[i].host, sizeof rows[i].host, "%s", p->host);
+  }
+  rf_status st = RF_OK;
+  hid_t host = H5I_INVALID_HID, type = H5I_INVALID_HID;
+  hsize_t dims[1] = {(hsize_t)n};
+  RF_H5_GOTO(host = rf_results_fixed_string(sizeof rows[0].host), done);
+  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, sizeof(placement_row)), done);
+  RF_H5_GOTO(H5Tinsert(type, "rank", HOFFSET(placement_row, rank), H5T_NATIVE_INT32), done);
+  RF_H5_GOTO(H5Tinsert(type, "host", HOFFSET(placement_row, host), host), done);
+  RF_H5_GOTO(H5Tinsert(type, "pid", HOFFSET(placement_row, pid), H5T_NATIVE_INT64), done);
+  RF_H5_GOTO(H5Tinsert(type, "trainer_rank", HOFFSET(placement_row, trainer_rank),
+                       H5T_NATIVE_INT32),
+             done);
+  RF_H5_GOTO(H5Tinsert(type, "rollout_rank", HOFFSET(placement_row, rollout_rank),
+                       H5T_NATIVE_INT32),
+             done);
+  RF_TRY_GOTO(rf_results_dataset(g, "placement", type, 1, dims, rows), done);
+  RF_TRY_GOTO(rf_results_attr_str(g, "placement", "description",
+                                  "one row per world rank; trainer_rank and rollout_rank are "
+                                  "-1 where the rank has no such role"),
+              done);
+done:
+  if (type >= 0)
+    H5Tclose(type);
+  if (host >= 0)
+    H5Tclose(host);
+  free(rows);
+  return st;
+}
+
+/* env arrives as "NAME=value\n" lines; each non-empty line becomes one string. */
+static rf_status write_env(hid_t g, const char *env) {
+  char *copy = rf_strdup(env ? env : "");
+  const char **lines = copy ? rf_calloc(strlen(copy) + 1, sizeof *lines, "env lines") : NULL;
+  if (!lines) {
+    free(copy);
+    return RF_ERR_NOMEM;
+  }
+  size_t n = 0;
+  for (char *save = NULL, *line = strtok_r(copy, "\n", &save); line;
+       line = strtok_r(NULL, "\n", &save))
+    lines[n++] = line;
+  rf_status st = RF_OK;
+  hid_t type = H5I_INVALID_HID;
+  hsize_t dims[1] = {n};
+  RF_H5_GOTO(type = rf_results_vlen_string(), done);
+  RF_TRY_GOTO(rf_results_dataset(g, "env", type, 1, dims, lines), done);
+  RF_TRY_GOTO(rf_results_attr_str(g, "env", "description",
+                                  "NAME=value of every NCCL_*, OMPI_*, UCX_* and HWLOC_* "
+                                  "variable of rank 0's environment"),
+              done);
+done:
+  if (type >= 0)
+    H5Tclose(type);
+  free(lines);
+  free(copy);
+  return st;
+}
+
+static rf_status write_run(hid_t g, const rf_results *r, const rf_results_run *run) {
+  RF_TRY(write_run_attributes(g, r, run));
+  RF_TRY(write_timings(g, run->result));
+  RF_TRY(write_summary(g, run->result));
+  RF_TRY(write_tensors(g, run));
+  RF_TRY(write_shards(g, run));
+  RF_TRY(write_plan(g, run));
+  RF_TRY(write_placement(g, run));
+  return write_env(g, run->env);
+}
+
+rf_status rf_results_add_run(rf_results *r, const rf_results_run *run, int *run_number) {
+  if (run_number)
+    *run_number = -1;
+  if (!r || !run || !run->result || !run->model_spec)
+    return rf_fail(RF_ERR_INTERNAL, "results: a run needs its result and its model");
+  /* Checked again: another job may have replaced the file since rf_results_open. */
+  hid_t f, runs = H5I_INVALID_HID, g = H5I_INVALID_HID;
+  RF_TRY(rf_results_open_checked(r->path, H5F_ACC_RDWR, &f));
+  rf_status st = RF_OK;
+  int last = -1;
+  char name[16];
+  RF_H5_GOTO(runs = H5Gopen2(f, "runs", H5P_DEFAULT), done);
+  RF_TRY_GOTO(rf_results_last_run(runs, &last), done);
+  snprintf(name, sizeof name, "%04d", last + 1);
+  /* The run is written as an anonymous group and flushed before a link names it, so a job
+   * killed while writing leaves at worst unreachable bytes, never a link to half a run. Only
+   * the last step, linking and flushing, touches what earlier runs depend on. */
+  RF_H5_GOTO(g = H5Gcreate_anon(runs, H5P_DEFAULT, H5P_DEFAULT), done);
+  RF_TRY_GOTO(write_run(g, r, run), done);
+  RF_H5_GOTO(H5Fflush(f, H5F_SCOPE_GLOBAL), done);
+  RF_H5_GOTO(H5Olink(g, runs, name, H5P_DEFAULT, H5P_DEFAULT), done);
+  RF_H5_GOTO(H5Fflush(f, H5F_SCOPE_GLOBAL), done);
+done:
+  if (g >= 0)
+    H5Gclose(g);
+  if (runs >= 0)
+    H5Gclose(runs);
+  if (H5Fclose(f) < 0 && st == RF_OK)
+    st = rf_hdf5_failed("H5Fclose", __FILE__, __LINE__);
+  if (st == RF_OK && run_number)
+    *run_number = last + 1;
+  return st;
+}
