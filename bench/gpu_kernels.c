@@ -107,7 +107,8 @@ static void layout_fused(bench *b, int transposed, int unpack) {
       int64_t row = 0;
       for (int j = first; j < k; j++)
         row += tensor_rows[j];
-      rf_region slot = rf_region_in_fused(b->dst + tensor_offset(l, first), HIDDEN, row, 0, &box, 2);
+      char *fused = b->dst + tensor_offset(l, first);
+      rf_region slot = rf_region_in_fused(fused, HIDDEN, row, 0, &box, 2);
       c->box = box;
       c->src = unpack ? slot : separate;
       c->dst = unpack ? separate : slot;

@@ -2,7 +2,9 @@
  *
  * Every buffer a transfer uses goes through rf_mem_alloc, so the report can say how much
  * staging memory a plan needed. The kinds of memory are a table of allocate/free pairs; the
- * GPU kinds come from memory_gpu.h, implemented by memory_cuda.c or memory_gpu_none.c. */
+ * GPU kinds come from memory_gpu.h, implemented by memory_cuda.c or memory_gpu_none.c. Box
+ * copies, zeroing and transfers on device memory go there too (region_cuda.cu has the copy
+ * kernel); on host and pinned memory they run here. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>

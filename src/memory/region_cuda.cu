@@ -1,26 +1,35 @@
-/* region_cuda: rf_copy_boxes on device memory, a whole batch of box copies in one launch.
+/* region_cuda: rf_copy_boxes on device memory, a whole batch of box copies per launch.
  *
  * The host turns each copy into a piece (the walk of region_walk.h, the same one the CPU copy
- * takes) and numbers the pieces' work units consecutively; one upload of the piece table and
- * one launch follow. Each block takes units in a grid-stride loop and finds a unit's piece by
- * binary search over the pieces' first units. Three kinds of piece:
+ * takes), sorts the pieces into classes (below) and numbers each class's work units
+ * consecutively; one upload of the piece table follows, then one launch per class present
+ * (one for an ordinary pack or unpack). A block takes one unit and finds its piece by binary
+ * search over the pieces' first units. The kinds of piece:
  *
- *   lines  both sides dense along the walk's lines (row-major to row-major or fused slot, the
- *          common pack and unpack): rows of bytes with a pitch on each side, moved in the
- *          widest access (16, 8, 4, 2 or 1 bytes) that every address and pitch allows; a
- *          fully dense box is one line. A unit is 4096 accesses: each thread has 8 loads in
- *          flight, twice, so a block moves 64 KiB per unit at 16 bytes.
- *   tiles  anything else with 1-, 2- or 4-byte elements, chiefly a transposed (--trainer-order
- *          jax) source: 64 x 64 element tiles through shared memory, read along whichever
- *          tile dimension the source is denser in and written along the destination's, so both
- *          sides are coalesced. Rows of the tile are padded to an odd number of words, so
- *          reading a tile column hits 32 different banks. A unit is four tiles.
+ *   run    a fully dense box on both sides, 16-byte aligned (q, k, v into a fused qkv slot at
+ *          tp=1, or back): one run of 16-byte accesses, no line arithmetic at all.
+ *   lines  both sides dense along the walk's lines (row-major to row-major or fused slot):
+ *          rows of bytes with a pitch on each side, moved in the widest access (16, 8, 4, 2 or
+ *          1 bytes) that every address and pitch allows.
+ *          For both, a unit is 8192 accesses (128 KiB at 16 bytes): each thread keeps 8 loads
+ *          in flight, four times over.
+ *   pairs  the bf16 transpose (a --trainer-order jax source, dense along the walk's outer
+ *          dimension, into a destination dense along its inner one), when every word is
+ *          aligned: 64 x 128 tiles through shared memory, element pairs moved as 4-byte words
+ *          on both sides.
+ *   tiles  anything else with 1-, 2- or 4-byte elements: 64 x 64 element tiles through shared
+ *          memory, read along whichever tile dimension the source is denser in and written
+ *          along the destination's, so both sides are coalesced. Tile rows are padded to an
+ *          odd number of words, so reading a tile column hits 32 different banks.
  *   elems  strided copies of other element sizes: element by element, byte by byte. Correct,
  *          not fast; refit's dtypes never take it.
+ * Measured on an H200 (bench/gpu_kernels.c, 4 GiB of Llama-3.1-8B q/k/v/gate/up in bf16):
+ * pack into fused slots, unpack, the JAX transpose and half-width rows all run at 0.93-0.95
+ * of a device-to-device cudaMemcpyAsync of the same bytes.
  *
  * The piece table lives in a ring of pinned host buffers and matching device buffers, grown
- * only when a batch is larger than any before. An event per slot says when the kernel that
- * read it is done; the host waits for it only when it comes round to the slot again, so
+ * only when a batch is larger than any before. An event per slot says when the kernels that
+ * read it are done; the host waits for it only when it comes round to the slot again, so
  * queuing a copy never waits for earlier work on the stream. */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -34,9 +43,10 @@ extern "C" {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr int kLinesUnroll = 8, kLinesRounds = 2;
+constexpr int kLinesUnroll = 8, kLinesRounds = 4;
 constexpr int64_t kLinesUnit = (int64_t)kBlock * kLinesUnroll * kLinesRounds; /* accesses */
 constexpr int kTile = 64, kTilesPerUnit = 4;
+constexpr int kPairsO = 128; /* copy_pairs' tile extent along o: 64 or 128 */
 constexpr int kTileElems = kTile * kTile / kBlock; /* elements per thread per tile */
 constexpr int64_t kElemsUnit = (int64_t)kBlock * 16;
 constexpr int kRing = 4;
@@ -46,8 +56,8 @@ constexpr int kRing = 4;
  * predicates the branches of a single kernel together and pays for all of them at once). A
  * batch costs one launch per class present: one for an ordinary pack or unpack. */
 enum {
-  CLS_LINES16, CLS_LINES8, CLS_LINES4, CLS_LINES2, CLS_LINES1,
-  CLS_TILES4, CLS_TILES2, CLS_TILES1, CLS_ELEMS, CLS_COUNT
+  CLS_RUN16, CLS_LINES16, CLS_LINES8, CLS_LINES4, CLS_LINES2, CLS_LINES1,
+  CLS_PAIRS2, CLS_TILES4, CLS_TILES2, CLS_TILES1, CLS_ELEMS, CLS_COUNT
 };
 
 struct piece {
@@ -76,6 +86,34 @@ __device__ __forceinline__ void locate(int64_t n_out, int64_t n_in, int64_t line
     *line = line0 + q, *off = (int64_t)(pos - (uint64_t)q * (uint64_t)n_in);
   } else {
     *line = line0 + (int64_t)(pos / (uint64_t)n_in), *off = (int64_t)(pos % (uint64_t)n_in);
+  }
+}
+
+/* A piece that is one dense run of 16-byte accesses (n_out == 1), the common pack and unpack:
+ * no line arithmetic at all, so fewer registers per thread and more blocks, hence more loads,
+ * in flight per multiprocessor. Its own class: in one kernel with copy_lines, ptxas would give
+ * it copy_lines' registers. */
+template <typename V>
+__device__ __forceinline__ void copy_run(const piece &pc, int64_t unit) {
+  const int64_t v0 = unit * kLinesUnit + threadIdx.x;
+  const V *src = (const V *)pc.src + v0;
+  V *dst = (V *)pc.dst + v0;
+  const int64_t left = pc.n_in - v0;
+#pragma unroll
+  for (int r = 0; r < kLinesRounds; r++) {
+    V buf[kLinesUnroll];
+#pragma unroll
+    for (int j = 0; j < kLinesUnroll; j++) {
+      const int k = (r * kLinesUnroll + j) * kBlock;
+      if (k < left)
+        buf[j] = __ldg(src + k);
+    }
+#pragma unroll
+    for (int j = 0; j < kLinesUnroll; j++) {
+      const int k = (r * kLinesUnroll + j) * kBlock;
+      if (k < left)
+        dst[k] = buf[j];
+    }
   }
 }
 
@@ -161,6 +199,53 @@ __device__ __forceinline__ void copy_tiles(const piece &pc, int64_t unit, T *til
   }
 }
 
+/* The transpose of 2-byte elements (a bf16 JAX shard: source dense along o, destination along
+ * i) with 4-byte accesses on both sides: a lane reads elements (o, o + 1) of a source column
+ * as one word and writes (i, i + 1) of a destination row as one word, so a warp moves 128
+ * bytes per instruction instead of 64. The planner picks it only where every such word is
+ * aligned and the box has even extents. Rows of an odd number of halves keep both the stores and
+ * the column-wise loads of a warp on 32 different banks. */
+__device__ __forceinline__ void copy_pairs(const piece &pc, int64_t unit, uint16_t *tile) {
+  constexpr int TO = kPairsO, P = TO + 1, rows = kBlock / 32, steps = kTile / rows;
+  constexpr int halves = TO / 64; /* a warp reads 64 elements of a source column at a time */
+  const int lane = (int)threadIdx.x % 32, row = (int)threadIdx.x / 32;
+  const int64_t i0 = (unit % pc.tiles_in) * kTile;
+  const int64_t group = unit / pc.tiles_in;
+  const int ni = (int)min((int64_t)kTile, pc.n_in - i0);
+  for (int t = 0; t < kTilesPerUnit * 64 / TO; t++) {
+    const int64_t o0 = (group * kTilesPerUnit * 64 / TO + t) * TO;
+    if (o0 >= pc.n_out)
+      break; /* the same for the whole block */
+    const int no = (int)min((int64_t)TO, pc.n_out - o0);
+    const uint16_t *s = (const uint16_t *)pc.src + o0 + 2 * lane + (i0 + row) * pc.s_in;
+    uint32_t v[steps][halves];
+#pragma unroll
+    for (int k = 0; k < steps; k++)
+#pragma unroll
+      for (int h = 0; h < halves; h++)
+        v[k][h] = 64 * h + 2 * lane < no && row + k * rows < ni
+                      ? __ldg((const unsigned int *)(s + 64 * h + k * rows * pc.s_in))
+                      : 0u;
+    __syncthreads(); /* the previous tile's readers are done with shared memory */
+#pragma unroll
+    for (int k = 0; k < steps; k++)
+#pragma unroll
+      for (int h = 0; h < halves; h++) {
+        uint16_t *at = tile + (row + k * rows) * P + 64 * h + 2 * lane;
+        at[0] = (uint16_t)v[k][h], at[1] = (uint16_t)(v[k][h] >> 16);
+      }
+    __syncthreads();
+    uint16_t *d = (uint16_t *)pc.dst + (o0 + row) * pc.d_out + i0 + 2 * lane;
+#pragma unroll
+    for (int k = 0; k < TO / rows; k++) {
+      const int o = row + k * rows;
+      if (o < no && 2 * lane < ni)
+        *(uint32_t *)(d + k * rows * pc.d_out) =
+            tile[2 * lane * P + o] | (uint32_t)tile[(2 * lane + 1) * P + o] << 16;
+    }
+  }
+}
+
 __device__ void copy_elems(const piece &pc, int64_t unit) {
   const int64_t total = pc.n_out * pc.n_in, es = pc.width;
   for (int k = 0; k < 16; k++) {
@@ -178,6 +263,7 @@ __device__ void copy_elems(const piece &pc, int64_t unit) {
 __host__ __device__ constexpr int smem_bytes(int cls) {
   return cls == CLS_TILES4   ? kTile * tile_pitch<uint32_t>::value * 4
          : cls == CLS_TILES2 ? kTile * tile_pitch<uint16_t>::value * 2
+         : cls == CLS_PAIRS2 ? kTile * (kPairsO + 1) * 2
          : cls == CLS_TILES1 ? kTile * tile_pitch<uint8_t>::value
                              : 16;
 }
@@ -200,11 +286,13 @@ __global__ void __launch_bounds__(kBlock) copy_kernel(const piece *__restrict__ 
     p = lo;
     const piece pc = pieces[p];
     const int64_t unit = u - pc.unit_begin;
+    if constexpr (CLS == CLS_RUN16) copy_run<uint4>(pc, unit);
     if constexpr (CLS == CLS_LINES16) copy_lines<uint4>(pc, unit);
     if constexpr (CLS == CLS_LINES8) copy_lines<uint2>(pc, unit);
     if constexpr (CLS == CLS_LINES4) copy_lines<unsigned int>(pc, unit);
     if constexpr (CLS == CLS_LINES2) copy_lines<unsigned short>(pc, unit);
     if constexpr (CLS == CLS_LINES1) copy_lines<unsigned char>(pc, unit);
+    if constexpr (CLS == CLS_PAIRS2) copy_pairs(pc, unit, (uint16_t *)smem);
     if constexpr (CLS == CLS_TILES4) copy_tiles<uint32_t>(pc, unit, (uint32_t *)smem);
     if constexpr (CLS == CLS_TILES2) copy_tiles<uint16_t>(pc, unit, (uint16_t *)smem);
     if constexpr (CLS == CLS_TILES1) copy_tiles<uint8_t>(pc, unit, (uint8_t *)smem);
@@ -235,7 +323,8 @@ int64_t plan_piece(const rf_box_copy *c, piece *pc) {
     int width = 16;
     while (width > 1 && bits % (uint64_t)width != 0)
       width /= 2;
-    pc->cls = width == 16 ? CLS_LINES16 : width == 8 ? CLS_LINES8 : width == 4 ? CLS_LINES4
+    pc->cls = width == 16 ? (lines == 1 ? CLS_RUN16 : CLS_LINES16)
+              : width == 8 ? CLS_LINES8 : width == 4 ? CLS_LINES4
               : width == 2 ? CLS_LINES2 : CLS_LINES1;
     pc->width = width;
     pc->n_out = lines, pc->n_in = bytes / width, pc->d_out = dp, pc->s_out = sp;
@@ -249,6 +338,11 @@ int64_t plan_piece(const rf_box_copy *c, piece *pc) {
     pc->tiles_in = ceil_div(cw.n_in, kTile);
     pc->src_along_o = abs64(cw.s_out) < abs64(cw.s_in);
     pc->dst_along_o = abs64(cw.d_out) < abs64(cw.d_in);
+    uint64_t words = (uint64_t)(uintptr_t)cw.src | (uint64_t)(uintptr_t)cw.dst |
+                     (uint64_t)(cw.s_in * es) | (uint64_t)(cw.d_out * es);
+    if (es == 2 && cw.s_out == 1 && cw.d_in == 1 && words % 4 == 0 && cw.n_out % 2 == 0 &&
+        cw.n_in % 2 == 0)
+      pc->cls = CLS_PAIRS2;
     return pc->tiles_in * ceil_div(cw.n_out, (int64_t)kTile * kTilesPerUnit);
   }
   pc->cls = CLS_ELEMS;
@@ -287,17 +381,12 @@ rf_status slot_reserve(slot *sl, int count) {
   return RF_OK;
 }
 
-/* Resident blocks of each kernel instance on the whole GPU, asked once. */
-int grid_blocks[CLS_COUNT];
-
+/* One block per unit: measured on an H200, this beats a persistent grid of resident blocks
+ * (0.93-0.95 of a device copy against 0.90), whose every unit starts with a search and a
+ * round trip to memory that nothing else on the block hides. */
 template <int CLS>
 rf_status launch(const piece *pieces, int count, int64_t units, cudaStream_t stream) {
-  if (grid_blocks[CLS] == 0) {
-    int per_sm = 0;
-    RF_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, copy_kernel<CLS>, kBlock, 0));
-    grid_blocks[CLS] = (per_sm > 0 ? per_sm : 1) * rf_gpu_sm_count();
-  }
-  int blocks = units < grid_blocks[CLS] ? (int)units : grid_blocks[CLS];
+  int blocks = units < INT32_MAX ? (int)units : INT32_MAX;
   copy_kernel<CLS><<<blocks, kBlock, 0, stream>>>(pieces, count, units);
   RF_CUDA(cudaGetLastError());
   return RF_OK;
@@ -306,11 +395,13 @@ rf_status launch(const piece *pieces, int count, int64_t units, cudaStream_t str
 rf_status launch_class(int cls, const piece *pieces, int count, int64_t units,
                        cudaStream_t stream) {
   switch (cls) {
+  case CLS_RUN16: return launch<CLS_RUN16>(pieces, count, units, stream);
   case CLS_LINES16: return launch<CLS_LINES16>(pieces, count, units, stream);
   case CLS_LINES8: return launch<CLS_LINES8>(pieces, count, units, stream);
   case CLS_LINES4: return launch<CLS_LINES4>(pieces, count, units, stream);
   case CLS_LINES2: return launch<CLS_LINES2>(pieces, count, units, stream);
   case CLS_LINES1: return launch<CLS_LINES1>(pieces, count, units, stream);
+  case CLS_PAIRS2: return launch<CLS_PAIRS2>(pieces, count, units, stream);
   case CLS_TILES4: return launch<CLS_TILES4>(pieces, count, units, stream);
   case CLS_TILES2: return launch<CLS_TILES2>(pieces, count, units, stream);
   case CLS_TILES1: return launch<CLS_TILES1>(pieces, count, units, stream);

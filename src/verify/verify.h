@@ -41,8 +41,9 @@ int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *
 /* The same three operations on a region of any memory kind: host and pinned memory run the
  * functions above; device memory runs CUDA kernels that give bit-identical results (the
  * checksum is reduced on the device; the count and the mismatch list are rf_check_region's:
- * the first ones in the region's memory order). They wait for their kernels before returning;
- * a build without CUDA fails on device memory with one line. */
+ * the first ones in the region's memory order). *sum and *wrong are set, not added to. They
+ * wait for their kernels before returning; a build without CUDA fails on device memory with
+ * one line. */
 rf_status rf_fill_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
                             const rf_tensor *t, uint64_t seed, rf_dtype dtype);
 rf_status rf_checksum_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,

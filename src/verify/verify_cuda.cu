@@ -4,10 +4,15 @@
  * elements. Lines that are dense and 16-byte aligned are read and written 16 bytes at a time
  * (8 bf16/fp16 or 4 fp32 elements); anything else one element at a time. Lines that follow
  * each other in memory and in global index are merged into one, which spares the division
- * that maps an access to its line. Work comes in units of 256 threads x 8 accesses that
- * blocks take in a grid-stride loop; every value and checksum term is computed by the
- * functions of values.h that the CPU runs, with the index's multiplication by GOLDEN stepped
- * along the access (exact: both are arithmetic mod 2^64).
+ * that maps an access to its line. Work comes in units of 256 threads x 8 accesses, one block
+ * per unit (a grid-stride loop takes over only past 2^31 units); every value and checksum term
+ * is computed by the functions of values.h that the CPU runs, with the index's multiplication
+ * by GOLDEN stepped along the access (exact: both are arithmetic mod 2^64).
+ *
+ * These kernels are bound by integer arithmetic, not memory: a checksum term is two mix64
+ * (four 64-bit multiplies and six 64-bit shift-xors, about 40 integer instructions) per 2-byte
+ * element, a value one mix64. On an H200, over 4 GiB of bf16: checksum 4.1 ms, check 3.6 ms,
+ * fill 3.3 ms, against 2.0 ms for a device copy of the same bytes (bench/gpu_kernels.c).
  *
  * Checksum: per-thread 64-bit sums, a warp-shuffle and shared-memory reduction per block and
  * one atomicAdd per block. Addition mod 2^64 is associative and commutative, so the order of
@@ -23,9 +28,10 @@
  * however the blocks were scheduled. */
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include <type_traits>
 #include <stdlib.h>
 #include <string.h>
+
+#include <type_traits>
 
 extern "C" {
 #include "memory/memory_gpu.h"
@@ -254,30 +260,17 @@ gwalk plan_walk(const rf_gpu_walk *in, int es, bool *vec) {
   return w;
 }
 
-/* Resident blocks of one kernel instance on the whole GPU, asked once per instance. */
-template <int OP, rf_dtype D, bool VEC> int grid_of(int64_t units) {
-  static int blocks;
-  if (blocks == 0) {
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, verify_kernel<OP, D, VEC>, kBlock,
-                                                      0) != cudaSuccess || per_sm < 1) {
-      (void)cudaGetLastError();
-      per_sm = 1;
-    }
-    blocks = per_sm * rf_gpu_sm_count();
-  }
-  return units < blocks ? (int)units : blocks;
-}
+/* One block per unit: on an H200 this beats a persistent grid by 7-10% (the checksum of
+ * 4 GiB of bf16 in 4.14 ms against 4.47). */
+int grid_of(int64_t units) { return units < INT32_MAX ? (int)units : INT32_MAX; }
 
 template <int OP, rf_dtype D>
 void launch_dtype(const gwalk &w, bool vec, uint64_t key, int32_t id, int64_t units,
                   uint64_t *sum, check_sink sink, cudaStream_t s) {
   if (vec)
-    verify_kernel<OP, D, true><<<grid_of<OP, D, true>(units), kBlock, 0, s>>>(w, key, id, units,
-                                                                               sum, sink);
+    verify_kernel<OP, D, true><<<grid_of(units), kBlock, 0, s>>>(w, key, id, units, sum, sink);
   else
-    verify_kernel<OP, D, false><<<grid_of<OP, D, false>(units), kBlock, 0, s>>>(w, key, id, units,
-                                                                                 sum, sink);
+    verify_kernel<OP, D, false><<<grid_of(units), kBlock, 0, s>>>(w, key, id, units, sum, sink);
 }
 
 /* The checksum sees only bit patterns, so fp16 shares bf16's instances there. */
@@ -304,12 +297,14 @@ rf_status launch(const gwalk &w, bool vec, rf_dtype dtype, uint64_t key, int32_t
 }
 
 /* Device scratch, grown only: two scalars (a sum or count, the record count), per-unit
- * counts and mismatch records. Not counted by rf_mem_stats: it is not a transfer buffer. */
+ * counts and mismatch records. Not counted by rf_mem_stats: it is not a transfer buffer. The
+ * scalars come back through pinned memory, which a small copy reaches without staging. */
 struct scratch_buf {
   void *ptr;
   size_t cap;
 };
 scratch_buf scalars, counts, records;
+uint64_t *host_scalars;
 
 rf_status scratch(scratch_buf *b, size_t bytes) {
   if (b->cap >= bytes)
@@ -323,6 +318,22 @@ rf_status scratch(scratch_buf *b, size_t bytes) {
   return RF_OK;
 }
 
+/* The two scalars, device and pinned host, zeroed on the device. */
+rf_status scalars_ready(cudaStream_t s) {
+  RF_TRY(scratch(&scalars, 16));
+  if (!host_scalars)
+    RF_CUDA(cudaHostAlloc((void **)&host_scalars, 16, cudaHostAllocDefault));
+  RF_CUDA(cudaMemsetAsync(scalars.ptr, 0, 16, s));
+  return RF_OK;
+}
+
+/* Copies the two scalars back and waits for everything before them. */
+rf_status scalars_fetch(cudaStream_t s) {
+  RF_CUDA(cudaMemcpyAsync(host_scalars, scalars.ptr, 16, cudaMemcpyDeviceToHost, s));
+  RF_CUDA(cudaStreamSynchronize(s));
+  return RF_OK;
+}
+
 int by_pos(const void *a, const void *b) {
   uint64_t x = ((const record *)a)->pos, y = ((const record *)b)->pos;
   return x < y ? -1 : x > y;
@@ -333,7 +344,8 @@ int report(record *rec, int64_t n, const gwalk &w, int32_t id, rf_mismatch *out,
   qsort(rec, (size_t)n, sizeof *rec, by_pos);
   int k = 0;
   for (; k < max_report && k < n; k++) {
-    int64_t line = (int64_t)(rec[k].pos / (uint64_t)w.n_in), e = (int64_t)(rec[k].pos % (uint64_t)w.n_in);
+    const uint64_t n_in = (uint64_t)w.n_in;
+    int64_t line = (int64_t)(rec[k].pos / n_in), e = (int64_t)(rec[k].pos % n_in);
     out[k].tensor = id;
     out[k].index = w.g0 + line * w.dg_out + e * w.dg_in;
     out[k].expected = rec[k].expected;
@@ -387,12 +399,11 @@ extern "C" rf_status rf_gpu_checksum(const rf_gpu_walk *in, int32_t tensor_id, r
   if (units == 0)
     return RF_OK;
   cudaStream_t s = (cudaStream_t)rf_gpu_stream();
-  RF_TRY(scratch(&scalars, 16));
-  RF_CUDA(cudaMemsetAsync(scalars.ptr, 0, 8, s));
+  RF_TRY(scalars_ready(s));
   check_sink none = {};
   RF_TRY(launch<OP_SUM>(w, vec, dtype, 0, tensor_id, units, (uint64_t *)scalars.ptr, none));
-  RF_CUDA(cudaMemcpyAsync(sum, scalars.ptr, 8, cudaMemcpyDeviceToHost, s));
-  RF_CUDA(cudaStreamSynchronize(s));
+  RF_TRY(scalars_fetch(s));
+  *sum = host_scalars[0];
   return RF_OK;
 }
 
@@ -411,8 +422,7 @@ extern "C" rf_status rf_gpu_check(const rf_gpu_walk *in, uint64_t key, int32_t t
   const int want = out && max_report > 0 ? max_report : 0;
 
   /* Pass 1: the count, the per-unit counts and the first mismatches that arrive. */
-  RF_TRY(scratch(&scalars, 16));
-  RF_CUDA(cudaMemsetAsync(scalars.ptr, 0, 16, s));
+  RF_TRY(scalars_ready(s));
   unsigned long long *count = (unsigned long long *)scalars.ptr;
   unsigned int *rec_n = (unsigned int *)((char *)scalars.ptr + 8);
   check_sink sink = {count, NULL, NULL, rec_n, 0};
@@ -425,9 +435,8 @@ extern "C" rf_status rf_gpu_check(const rf_gpu_walk *in, uint64_t key, int32_t t
     sink.rec_cap = (unsigned int)(want + kSlack);
   }
   RF_TRY(launch<OP_CHECK>(w, vec, dtype, key, tensor_id, units, NULL, sink));
-  unsigned long long n_wrong = 0;
-  RF_CUDA(cudaMemcpyAsync(&n_wrong, count, 8, cudaMemcpyDeviceToHost, s));
-  RF_CUDA(cudaStreamSynchronize(s));
+  RF_TRY(scalars_fetch(s));
+  unsigned long long n_wrong = host_scalars[0];
   *wrong = (int64_t)n_wrong;
   if (!want || n_wrong == 0)
     return RF_OK;
