@@ -14,6 +14,10 @@ typedef struct {
   int my_src_rank;  /* the rank numbers pieces use for me: trainer rank */
   int my_dst_rank;  /* trainer rank (reshape) or rollout rank (transfer) */
   double pack, unpack;
+  /* Local pieces (source and destination in this process) are collected and copied in one
+   * batch: on a GPU that is one kernel launch instead of one per piece. */
+  rf_box_copy *local;
+  int local_count, local_cap;
 } stage_ctx;
 
 static const rf_piece *piece_of(const stage_ctx *c, const rf_chunk *k) {
@@ -103,7 +107,24 @@ static rf_status copy_local(stage_ctx *c, const rf_chunk *k) {
   rf_box kept;
   rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
   rf_region src = engine_source(c->e, piece_of(c, k));
-  return copy_box(c, &dst, &src, &kept);
+  if (rf_box_is_empty(&kept))
+    return RF_OK;
+  if (c->local_count == c->local_cap) {
+    int cap = c->local_cap ? 2 * c->local_cap : 256;
+    rf_box_copy *more = rf_realloc(c->local, (size_t)cap * sizeof *more, "local copies");
+    if (!more)
+      return RF_ERR_NOMEM;
+    c->local = more;
+    c->local_cap = cap;
+  }
+  c->local[c->local_count++] = (rf_box_copy){dst, src, kept};
+  return RF_OK;
+}
+
+static rf_status flush_local(stage_ctx *c) {
+  rf_status st = c->local_count ? rf_copy_boxes(c->e->memory, c->local, c->local_count) : RF_OK;
+  c->local_count = 0;
+  return st;
 }
 
 /* Receives that landed in staging, to unpack once their wait completes. */
@@ -151,6 +172,7 @@ static rf_status post_chunk(stage_ctx *c, const rf_chunk *k, int index, int64_t 
 
 static rf_status complete(stage_ctx *c, long ticket, pending_unpacks *pu, const char *what) {
   rf_transport *tp = c->e->transport;
+  RF_TRY(flush_local(c));
   RF_TRY(tp->ops->wait(tp, ticket + 1, what));
   for (int i = 0; i < pu->count; i++)
     RF_TRY(unpack(c, &c->s->chunks[pu->chunk[i]], pu->at[i]));
@@ -249,6 +271,7 @@ static rf_status post_bucket(stage_ctx *c, int b, peer_tables *pt, int ranks, lo
       pt->send_at[q] += k->bytes;
     }
   }
+  RF_TRY(flush_local(c));
   RF_TRY(tp->ops->group_start(tp));
   for (int q = 0; q < ranks; q++) {
     if (pt->recv_bytes[q])
@@ -306,7 +329,10 @@ rf_status engine_run_stage(rf_engine *e, const rf_schedule *s, double *times) {
   double start = rf_now();
   rf_status st = e->mode == RF_MODE_FUSED ? run_fused(&c) : run_per_chunk(&c);
   if (st == RF_OK)
+    st = flush_local(&c);
+  if (st == RF_OK)
     st = rf_mem_sync(e->memory); /* the stage ends when its last copy has landed */
+  free(c.local);
   double wall = rf_now() - start;
   times[RF_PHASE_PACK] += c.pack;
   times[RF_PHASE_UNPACK] += c.unpack;
