@@ -1,7 +1,6 @@
 /* `refit verify`: compares the per-tensor checksums of a run in a results file with a
  * reference results file, or with the checksums computed from a checkpoint. Exit 0 when every
  * tensor agrees, 1 when some differ (each named), 2 when the files cannot be compared. */
-#include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,53 +27,12 @@ static rf_status read_sums(const char *path, int run, run_sums *s) {
                                    &s->rollout);
 }
 
-/* A string attribute of /runs/NNNN (fixed or variable length). */
-static rf_status run_attribute(const char *path, int run, const char *name, char *out,
-                               size_t len) {
-  char group[32];
-  snprintf(group, sizeof group, "/runs/%04d", run);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  rf_status st = RF_OK;
-  hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), attr = -1, type = -1, mem = -1;
-  if (file < 0 || (attr = H5Aopen_by_name(file, group, name, H5P_DEFAULT, H5P_DEFAULT)) < 0) {
-    st = rf_fail(RF_ERR_RESULTS, "results file '%s': run %04d has no attribute '%s'", path, run,
-                 name);
-    goto done;
-  }
-  type = H5Aget_type(attr);
-  if (H5Tis_variable_str(type) > 0) {
-    char *value = NULL;
-    mem = H5Tcopy(H5T_C_S1);
-    H5Tset_size(mem, H5T_VARIABLE);
-    RF_H5_GOTO(H5Aread(attr, mem, &value), done);
-    snprintf(out, len, "%s", value ? value : "");
-    H5free_memory(value);
-  } else {
-    size_t size = H5Tget_size(type);
-    char *value = rf_calloc(size + 1, 1, "an attribute");
-    mem = H5Tcopy(H5T_C_S1);
-    H5Tset_size(mem, size + 1);
-    if (value && H5Aread(attr, mem, value) >= 0)
-      snprintf(out, len, "%s", value);
-    free(value);
-  }
-done:
-  if (mem >= 0)
-    H5Tclose(mem);
-  if (type >= 0)
-    H5Tclose(type);
-  if (attr >= 0)
-    H5Aclose(attr);
-  if (file >= 0)
-    H5Fclose(file);
-  return st;
-}
-
 /* The reference checksums of the run's tensors from a checkpoint, for the run's model. */
 static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, uint64_t **out) {
   char model_name[RF_PATH_MAX] = "", dtype[16] = "";
-  RF_TRY(run_attribute(cfg->inputs[0], mine->run, "model", model_name, sizeof model_name));
-  RF_TRY(run_attribute(cfg->inputs[0], mine->run, "dtype", dtype, sizeof dtype));
+  RF_TRY(rf_results_run_attribute(cfg->inputs[0], mine->run, "model", model_name,
+                                  sizeof model_name));
+  RF_TRY(rf_results_run_attribute(cfg->inputs[0], mine->run, "dtype", dtype, sizeof dtype));
   rf_model model;
   RF_TRY(rf_model_load(model_name, &model));
   rf_dtype dt;

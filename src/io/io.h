@@ -77,6 +77,10 @@ rf_status rf_results_read_checksums(const char *path, int run, int *run_read, in
                                     char (**names)[RF_NAME_MAX], uint64_t **trainer,
                                     uint64_t **rollout);
 
+/* A string attribute of run `run` (-1 = the latest) of a results file ("model", "dtype"...). */
+rf_status rf_results_run_attribute(const char *path, int run, const char *name, char *out,
+                                   size_t len);
+
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
 typedef struct rf_checkpoint rf_checkpoint;

@@ -124,9 +124,7 @@ static hid_t file_access(void) {
   return fapl;
 }
 
-/* Reads a scalar string attribute, fixed or variable length, into buf. Returns 0 on success
- * and -1 without logging, since a missing or odd mark only means the file is not refit's. */
-static int read_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
+int rf_results_read_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
   int ok = -1;
   hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
   hid_t type = attr >= 0 ? H5Aget_type(attr) : H5I_INVALID_HID;
@@ -185,7 +183,7 @@ rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file)
   if (f < 0) {
     st = rf_fail(RF_ERR_RESULTS, NOT_HDF5, path);
   } else if (H5Aexists(f, "refit_format") <= 0 ||
-             read_attr_str(f, "refit_format", format, sizeof format) != 0) {
+             rf_results_read_attr_str(f, "refit_format", format, sizeof format) != 0) {
     st = rf_fail(RF_ERR_RESULTS, FOREIGN, path);
   } else if (strcmp(format, RF_RESULTS_FORMAT) != 0) {
     st = rf_fail(RF_ERR_RESULTS, "results file '%s' has format '%s' but refit %s writes '%s'; "

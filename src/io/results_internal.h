@@ -23,6 +23,10 @@ struct rf_results {
  * RF_ERR_RESULTS. The caller closes *file. */
 rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file);
 
+/* Reads a scalar string attribute, fixed or variable length, into buf. Returns 0 on success
+ * and -1 without logging, since a missing or odd mark only means the file is not refit's. */
+int rf_results_read_attr_str(hid_t obj, const char *name, char *buf, size_t len);
+
 /* The highest run number under `runs`, or -1 when there is none. */
 rf_status rf_results_last_run(hid_t runs, int *last);
 

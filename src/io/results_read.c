@@ -141,3 +141,18 @@ rf_status rf_results_read_checksums(const char *path, int run, int *run_read, in
     *run_read = number;
   return RF_OK;
 }
+
+rf_status rf_results_run_attribute(const char *path, int run, const char *name, char *out,
+                                   size_t len) {
+  hid_t f = H5I_INVALID_HID, group = H5I_INVALID_HID;
+  int number = -1;
+  RF_TRY(rf_results_open_checked(path, H5F_ACC_RDONLY, &f));
+  rf_status st = open_run(path, f, run, &group, &number);
+  if (st == RF_OK && rf_results_read_attr_str(group, name, out, len) != 0)
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s': run %04d has no string attribute '%s'",
+                 path, number, name);
+  if (group >= 0)
+    H5Gclose(group);
+  H5Fclose(f);
+  return st;
+}

@@ -169,11 +169,21 @@ done 3<"$TMP/cases"
 
 # ---- good checkpoints -------------------------------------------------------------------------
 
-# Each format feeds a run whose weights then verify bit-exact.
-for ck in t.safetensors sharded t.h5; do
+# Each format feeds a run whose weights then verify bit-exact in every mode, element by element
+# against the file and by checksum against the file's. The checkpoint's seed (7) differs from
+# the run's (1): the weights can only have come from the file.
+expect_exit 0 "$REFIT" checkpoint --model tiny --checkpoint "$TMP/s7.safetensors" --seed 7
+expect_exit 0 "$REFIT" checkpoint --model tiny --checkpoint "$TMP/s7" --seed 7 --shard-size 40000
+expect_exit 0 "$REFIT" checkpoint --model tiny --checkpoint "$TMP/s7.h5" --seed 7 --format hdf5
+for ck in s7.safetensors s7 s7.h5; do
   expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
-    --iters 1 --checkpoint "$TMP/$ck"
+    --iters 1 --seed 1 --mode unfused,grouped,fused --checkpoint "$TMP/$ck"
+  expect_rows 3
 done
+expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model tiny --trainer fsdp=2,tp=2 --rollout tp=2 \
+  --iters 1 --plan star --mode fused --trainer-order jax --checkpoint "$TMP/s7.h5"
+expect_rows 1
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
   --iters 1 --dtype fp16 --checkpoint "$TMP/f16.h5"
+expect_rows 1
 finish
