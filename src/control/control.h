@@ -61,4 +61,7 @@ rf_status rf_control_wait(rf_control *ctl, MPI_Request *req, const char *what);
 rf_status rf_control_nccl_unique_id(rf_control *ctl, MPI_Comm comm, int root, void *id_out,
                                     int id_len);
 
+/* "NCCL 2.28.3" in builds with NCCL, "" otherwise (for the results file's versions). */
+void rf_control_nccl_version(char *buf, size_t len);
+
 #endif

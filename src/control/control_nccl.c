@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wstrict-prototypes"
 #include <nccl.h>
 #pragma GCC diagnostic pop
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,4 +73,14 @@ rf_status rf_control_nccl_unique_id(rf_control *ctl, MPI_Comm comm, int root, vo
     memcpy(id_out, &msg->id, sizeof msg->id);
   free(msg);
   return st;
+}
+
+void rf_control_nccl_version(char *buf, size_t len) {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess || v <= 0) {
+    snprintf(buf, len, "NCCL unknown");
+    return;
+  }
+  /* NCCL_VERSION_CODE is major*10000 + minor*100 + patch since 2.9. */
+  snprintf(buf, len, "NCCL %d.%d.%d", v / 10000, v / 100 % 100, v % 100);
 }

@@ -6,3 +6,8 @@ rf_status rf_control_nccl_unique_id(rf_control *ctl, MPI_Comm comm, int root, vo
                                     int id_len) {
   return rf_fail(RF_ERR_UNSUPPORTED, "this build has no NCCL; rebuild with NCCL_HOME set");
 }
+
+void rf_control_nccl_version(char *buf, size_t len) {
+  if (len)
+    buf[0] = '\0';
+}

@@ -102,6 +102,10 @@ typedef struct {
  * with "this build has no CUDA". */
 rf_status rf_gpu_select(int node_rank, int device_override, rf_gpu_info *out);
 
+/* "CUDA runtime 13.0, driver 13.0" in CUDA builds (asking the driver creates no context),
+ * "" otherwise. */
+void rf_gpu_versions(char *buf, size_t len);
+
 /* Whether this build was compiled with CUDA (the GPU tests skip when it was not). */
 int rf_gpu_built(void);
 

@@ -156,3 +156,11 @@ rf_status rf_gpu_sync(void) {
   RF_CUDA(cudaStreamSynchronize((cudaStream_t)rf_gpu_stream()));
   return RF_OK;
 }
+
+void rf_gpu_versions(char *buf, size_t len) {
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  snprintf(buf, len, "CUDA runtime %d.%d, driver %d.%d", runtime / 1000, runtime % 1000 / 10,
+           driver / 1000, driver % 1000 / 10);
+}
