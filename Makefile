@@ -36,14 +36,12 @@ build:
 	@ln -sfn build/compile_commands.json compile_commands.json
 	cmake --build build -j$(NPROC)
 
-# The demo: Llama-3.2-1B from trainer fsdp=2 to rollout tp=2 over MPI, all three modes, on
-# 4 ranks (oversubscribed: it runs on a 2-core machine in about a minute).
-DEMO := --model llama-3.2-1b --trainer fsdp=2 --rollout tp=2 --transport mpi \
-        --mode unfused,grouped,fused --warmup 1 --iters 3 --output results/demo.h5
-
+# The demo (configs/demo.json): Llama-3.2-1B from trainer fsdp=2 to rollout tp=2 over MPI, all
+# three modes, on 4 ranks (oversubscribed: it runs on a 2-core machine), appended to
+# results/demo.h5.
 run: deps
 	@$(MAKE) --no-print-directory build
-	mpirun --oversubscribe -np 4 build/refit run $(DEMO)
+	mpirun --oversubscribe -np 4 build/refit run --config configs/demo.json
 
 # Sequential: the MPI tests already oversubscribe small machines, and timeouts are part of
 # what they check.

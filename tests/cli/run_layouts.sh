@@ -32,6 +32,13 @@ expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model llama-3.2-1b --trainer f
   --mode fused --warmup 0 --iters 1
 expect_rows 1
 
+# The shipped job configs parse and run (the demo's on the tiny model).
+expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --config "$REFIT_SOURCE_DIR/configs/star-fan-in.json"
+expect_rows 1
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$REFIT_SOURCE_DIR/configs/demo.json" \
+  --model tiny --output "$TMP/demo.h5"
+expect_rows 3
+
 # A bucket smaller than most pieces, and the whole model in one bucket.
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
   --mode unfused,grouped,fused --bucket-size 4KiB --iters 1
