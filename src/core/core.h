@@ -173,6 +173,10 @@ void *rf_calloc(size_t count, size_t size, const char *what);
 void *rf_realloc(void *ptr, size_t bytes, const char *what);
 char *rf_strdup(const char *s);
 
+/* Makes room for one more element in a growable array (*items holding *count of *cap), by
+ * doubling; returns RF_ERR_NOMEM (logged, naming `what`) when it cannot. */
+rf_status rf_grow(void **items, int count, int *cap, size_t size, const char *what);
+
 /* Monotonic clock in seconds. */
 double rf_now(void);
 

@@ -37,6 +37,18 @@ char *rf_strdup(const char *s) {
   return d;
 }
 
+rf_status rf_grow(void **items, int count, int *cap, size_t size, const char *what) {
+  if (count < *cap)
+    return RF_OK;
+  int more = *cap ? 2 * *cap : 256;
+  void *p = rf_realloc(*items, (size_t)more * size, what);
+  if (!p)
+    return RF_ERR_NOMEM;
+  *items = p;
+  *cap = more;
+  return RF_OK;
+}
+
 double rf_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -11,14 +11,8 @@ const char *rf_plan_kind_name(rf_plan_kind kind) { return kind == RF_PLAN_STAR ?
 rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, int dst,
                          const rf_box *box) {
   rf_plan *plan = b->plan;
-  if (plan->piece_count == b->cap) {
-    int cap = b->cap ? 2 * b->cap : 1024;
-    rf_piece *p = rf_realloc(plan->pieces, (size_t)cap * sizeof *p, "plan pieces");
-    if (!p)
-      return RF_ERR_NOMEM;
-    plan->pieces = p;
-    b->cap = cap;
-  }
+  RF_TRY(rf_grow((void **)&plan->pieces, plan->piece_count, &b->cap, sizeof *plan->pieces,
+                 "plan pieces"));
   rf_piece *pc = &plan->pieces[plan->piece_count++];
   memset(pc, 0, sizeof *pc);
   pc->tensor = tensor;

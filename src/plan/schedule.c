@@ -15,13 +15,8 @@ static rf_status open_bucket(builder *b) {
   rf_schedule *s = b->s;
   if (s->bucket_count && s->buckets[s->bucket_count - 1].count == 0)
     return RF_OK; /* the current bucket is still empty */
-  if (s->bucket_count == b->bucket_cap) {
-    b->bucket_cap = b->bucket_cap ? 2 * b->bucket_cap : 64;
-    rf_bucket *nb = rf_realloc(s->buckets, (size_t)b->bucket_cap * sizeof *nb, "buckets");
-    if (!nb)
-      return RF_ERR_NOMEM;
-    s->buckets = nb;
-  }
+  RF_TRY(rf_grow((void **)&s->buckets, s->bucket_count, &b->bucket_cap, sizeof *s->buckets,
+                 "buckets"));
   s->buckets[s->bucket_count].first = s->chunk_count;
   s->buckets[s->bucket_count++].count = 0;
   memset(b->sent, 0, (size_t)b->world * sizeof *b->sent);
@@ -32,13 +27,8 @@ static rf_status open_bucket(builder *b) {
 static rf_status add_chunk(builder *b, int piece, const rf_box *box, int64_t bytes, int src,
                            int dst) {
   rf_schedule *s = b->s;
-  if (s->chunk_count == b->chunk_cap) {
-    b->chunk_cap = b->chunk_cap ? 2 * b->chunk_cap : 1024;
-    rf_chunk *nc = rf_realloc(s->chunks, (size_t)b->chunk_cap * sizeof *nc, "chunks");
-    if (!nc)
-      return RF_ERR_NOMEM;
-    s->chunks = nc;
-  }
+  RF_TRY(rf_grow((void **)&s->chunks, s->chunk_count, &b->chunk_cap, sizeof *s->chunks,
+                 "chunks"));
   rf_chunk *c = &s->chunks[s->chunk_count++];
   c->piece = piece;
   c->bucket = s->bucket_count - 1;

@@ -109,14 +109,8 @@ static rf_status copy_local(stage_ctx *c, const rf_chunk *k) {
   rf_region src = engine_source(c->e, piece_of(c, k));
   if (rf_box_is_empty(&kept))
     return RF_OK;
-  if (c->local_count == c->local_cap) {
-    int cap = c->local_cap ? 2 * c->local_cap : 256;
-    rf_box_copy *more = rf_realloc(c->local, (size_t)cap * sizeof *more, "local copies");
-    if (!more)
-      return RF_ERR_NOMEM;
-    c->local = more;
-    c->local_cap = cap;
-  }
+  RF_TRY(rf_grow((void **)&c->local, c->local_count, &c->local_cap, sizeof *c->local,
+                 "local copies"));
   c->local[c->local_count++] = (rf_box_copy){dst, src, kept};
   return RF_OK;
 }

@@ -40,14 +40,8 @@ static MPI_Comm channel_comm(rf_transport *tp, rf_channel ch) {
 }
 
 static rf_status push(mpi_state *s, MPI_Request **slot, long *ticket) {
-  if (s->count == s->cap) {
-    int cap = s->cap ? 2 * s->cap : 256;
-    MPI_Request *r = rf_realloc(s->requests, (size_t)cap * sizeof *r, "MPI requests");
-    if (!r)
-      return RF_ERR_NOMEM;
-    s->requests = r;
-    s->cap = cap;
-  }
+  RF_TRY(rf_grow((void **)&s->requests, s->count, &s->cap, sizeof *s->requests,
+                 "MPI requests"));
   *ticket = s->first_ticket + s->count;
   *slot = &s->requests[s->count++];
   return RF_OK;
