@@ -24,6 +24,8 @@ static const struct {
      0, ""},
     {RF_CMD_VERIFY, "verify", "compare a results file with a reference results file or a "
                               "checkpoint", 1, " RESULTS.h5"},
+    {RF_CMD_TOPO, "topo", "print where every rank would run: GPU, cores, NUMA node, NIC, link "
+                          "distances (no MPI)", 0, ""},
 };
 
 static int command_row(rf_command cmd) {

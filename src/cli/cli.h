@@ -18,6 +18,7 @@ typedef enum {
   RF_CMD_PLAN = 1 << 1,
   RF_CMD_CHECKPOINT = 1 << 2,
   RF_CMD_VERIFY = 1 << 3,
+  RF_CMD_TOPO = 1 << 4,
 } rf_command;
 
 #define RF_PATH_MAX 1024
@@ -57,6 +58,11 @@ typedef struct {
   /* File names given as arguments (verify RESULTS.h5). */
   char inputs[RF_MAX_INPUTS][RF_PATH_MAX];
   int input_count;
+
+  char topology_xml[RF_PATH_MAX]; /* --topology-xml FILE ("" = HWLOC_XMLFILE or this machine) */
+  int64_t ranks_per_node;         /* --ranks-per-node (topo); 0 = the whole world on one node */
+  char bind[16];                  /* --bind auto|none|cores|numa */
+  char nic[16];                   /* --nic none|auto: export NCCL_IB_HCA with auto */
 
   /* The command line as given, for headers and results files. */
   char command_line[4096];

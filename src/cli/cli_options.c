@@ -10,6 +10,7 @@
 #define PLAN RF_CMD_PLAN
 #define CKPT RF_CMD_CHECKPOINT
 #define VERIFY RF_CMD_VERIFY
+#define TOPO RF_CMD_TOPO
 #define FIELD(f) .offset = offsetof(rf_config, f), .size = sizeof(((rf_config *)0)->f)
 
 const rf_cli_option rf_cli_options[] = {
@@ -17,26 +18,26 @@ const rf_cli_option rf_cli_options[] = {
      .metavar = "FILE", .commands = RF_CLI_ALL_COMMANDS,
      .help = "JSON file whose keys are long option names"},
     {.name = "model", .type = RF_OPT_STRING, FIELD(model), .def = "llama-3.2-1b", .unit = "",
-     .metavar = "NAME|PATH", .commands = RUN | PLAN | CKPT,
+     .metavar = "NAME|PATH", .commands = RUN | PLAN | CKPT | TOPO,
      .help = "shipped model name or path to a HF config.json"},
     {.name = "dtype", .type = RF_OPT_ENUM, .choices = "model|bf16|fp16|fp32", FIELD(dtype),
      .def = "model", .unit = "", .commands = RUN | PLAN | CKPT,
      .help = "element type of the weights; model keeps the model's own"},
     {.name = "trainer", .type = RF_OPT_STRING, FIELD(trainer), .def = "fsdp=2", .unit = "",
-     .metavar = "MESH", .commands = RUN | PLAN, .help = "trainer mesh: fsdp=F,tp=T[,dp=D]"},
+     .metavar = "MESH", .commands = RUN | PLAN | TOPO, .help = "trainer mesh: fsdp=F,tp=T[,dp=D]"},
     {.name = "trainer-style", .type = RF_OPT_ENUM, .choices = "tunix|fsdp2",
-     FIELD(trainer_style), .def = "tunix", .unit = "", .commands = RUN | PLAN,
+     FIELD(trainer_style), .def = "tunix", .unit = "", .commands = RUN | PLAN | TOPO,
      .help = "how the trainer shards each tensor: JAX tunix or PyTorch FSDP2 with TP"},
     {.name = "trainer-order", .type = RF_OPT_ENUM, .choices = "hf|jax", FIELD(trainer_order),
      .def = "hf", .unit = "", .commands = RUN,
      .help = "trainer storage order; jax stores some tensors transposed, as JAX does"},
     {.name = "rollout", .type = RF_OPT_STRING, FIELD(rollout), .def = "tp=2", .unit = "",
-     .metavar = "MESH", .commands = RUN | PLAN, .help = "rollout engine: tp=R[,dp=P]"},
+     .metavar = "MESH", .commands = RUN | PLAN | TOPO, .help = "rollout engine: tp=R[,dp=P]"},
     {.name = "placement", .type = RF_OPT_ENUM, .choices = "disaggregated|colocated",
-     FIELD(placement), .def = "disaggregated", .unit = "", .commands = RUN | PLAN,
+     FIELD(placement), .def = "disaggregated", .unit = "", .commands = RUN | PLAN | TOPO,
      .help = "trainer and rollout in separate processes, or sharing each GPU"},
     {.name = "plan", .type = RF_OPT_ENUM, .choices = "p2p|star", FIELD(plan), .def = "p2p",
-     .unit = "", .commands = RUN | PLAN,
+     .unit = "", .commands = RUN | PLAN | TOPO,
      .help = "direct shard-to-shard pieces, or the reference bridge's stars"},
     {.name = "mode", .type = RF_OPT_ENUM, .choices = "unfused|grouped|fused", .list = 1,
      FIELD(mode), .def = "grouped", .unit = "", .commands = RUN,
@@ -46,9 +47,9 @@ const rf_cli_option rf_cli_options[] = {
      FIELD(bucket_size), .def = "256MiB", .unit = "bytes", .metavar = "SIZE", .commands = RUN,
      .help = "bytes moved per bucket; 0 = the whole model in one bucket"},
     {.name = "transport", .type = RF_OPT_STRING, FIELD(transport), .def = "mpi", .unit = "",
-     .metavar = "NAME", .commands = RUN, .help = "what moves the bytes: mpi, nccl or ipc"},
+     .metavar = "NAME", .commands = RUN | TOPO, .help = "what moves the bytes: mpi, nccl or ipc"},
     {.name = "device", .type = RF_OPT_INT, .imin = -1, .imax = 1023, FIELD(device), .def = "-1",
-     .unit = "", .metavar = "N", .commands = RUN,
+     .unit = "", .metavar = "N", .commands = RUN | TOPO,
      .help = "CUDA device of every rank of this node; -1 = the node-local rank's"},
     {.name = "seed", .type = RF_OPT_INT, .imin = 0, .imax = INT64_MAX, FIELD(seed),
      .def = "1", .unit = "", .metavar = "N", .commands = RUN | CKPT,
@@ -70,7 +71,7 @@ const rf_cli_option rf_cli_options[] = {
     {.name = "output", .type = RF_OPT_STRING, FIELD(output), .def = "", .unit = "",
      .metavar = "FILE", .commands = RUN, .help = "HDF5 results file (appended)"},
     {.name = "json", .type = RF_OPT_FLAG, FIELD(json), .def = "false", .unit = "",
-     .commands = PLAN, .help = "print one JSON object"},
+     .commands = PLAN | TOPO, .help = "print one JSON object"},
     {.name = "checkpoint", .type = RF_OPT_STRING, FIELD(checkpoint), .def = "", .unit = "",
      .metavar = "PATH", .commands = RUN | VERIFY | CKPT,
      .help = "checkpoint (safetensors file or directory, or .h5): the trainer's weights for "
@@ -86,6 +87,19 @@ const rf_cli_option rf_cli_options[] = {
     {.name = "run", .type = RF_OPT_INT, .imin = -1, .imax = 9999, FIELD(run), .def = "-1",
      .unit = "", .metavar = "N", .commands = VERIFY,
      .help = "run number in the results file; -1 = the latest"},
+    {.name = "topology-xml", .type = RF_OPT_STRING, FIELD(topology_xml), .def = "", .unit = "",
+     .metavar = "FILE", .commands = TOPO | RUN,
+     .help = "hwloc XML file to use instead of this machine (also honoured: HWLOC_XMLFILE)"},
+    {.name = "ranks-per-node", .type = RF_OPT_INT, .imin = 0, .imax = 4096,
+     FIELD(ranks_per_node), .def = "0", .unit = "", .metavar = "N", .commands = TOPO,
+     .help = "ranks on each node; 0 = the whole world on one node"},
+    {.name = "bind", .type = RF_OPT_ENUM, .choices = "auto|none|cores|numa", FIELD(bind),
+     .def = "auto", .unit = "", .commands = TOPO,
+     .help = "bind each rank to cores near its GPU, not at all, to cores only, or to its NUMA "
+             "node"},
+    {.name = "nic", .type = RF_OPT_ENUM, .choices = "none|auto", FIELD(nic), .def = "none",
+     .unit = "", .commands = RUN | TOPO,
+     .help = "auto exports NCCL_IB_HCA as the network adapter nearest each rank's GPU"},
 };
 
 const size_t rf_cli_option_count = RF_ARRAY_LEN(rf_cli_options);

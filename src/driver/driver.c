@@ -100,6 +100,9 @@ int rf_driver_main(int argc, char **argv) {
   case RF_CMD_VERIFY:
     st = rf_cmd_verify(&cfg);
     break;
+  case RF_CMD_TOPO:
+    st = rf_cmd_topo(&cfg);
+    break;
   default:
     st = rf_fail(RF_ERR_USAGE, "no command given; see refit --help");
     break;

@@ -35,6 +35,10 @@ rf_status rf_cmd_checkpoint(const rf_config *cfg);
 /* `refit verify RESULTS.h5`: compares checksums with --reference or --checkpoint. */
 rf_status rf_cmd_verify(const rf_config *cfg);
 
+/* `refit topo`: where every rank would run (GPU, cores, NUMA node, NIC) and the distance of
+ * every planned trainer→rollout link, from --topology-xml or this machine. No MPI. */
+rf_status rf_cmd_topo(const rf_config *cfg);
+
 /* The whole program: parses argv, runs the command and returns the exit code. */
 int rf_driver_main(int argc, char **argv);
 

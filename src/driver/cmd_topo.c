@@ -1,0 +1,158 @@
+/* `refit topo`: where every rank of a job would run and how far apart the ends of each planned
+ * trainer→rollout link are, from a topology file or this machine, without MPI. Every node is
+ * assumed to look like the topology given. */
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+#include "topo/topo.h"
+
+/* One planned trainer→rollout link between different processes: bytes summed over pieces. */
+typedef struct {
+  int src, dst; /* world ranks */
+  int64_t bytes;
+} link_t;
+
+static rf_status collect_links(const rf_plan *plan, int world, link_t **out, int *count) {
+  int64_t *bytes = rf_calloc((size_t)world * (size_t)world, sizeof *bytes, "link table");
+  if (!bytes)
+    return RF_ERR_NOMEM;
+  int n = 0;
+  for (int i = plan->reshape_count; i < plan->piece_count; i++) {
+    const rf_piece *p = &plan->pieces[i];
+    int64_t *b = &bytes[(size_t)rf_piece_src_world(plan, p) * (size_t)world +
+                        (size_t)rf_piece_dst_world(plan, p)];
+    n += *b == 0;
+    *b += p->bytes;
+  }
+  link_t *links = rf_calloc((size_t)n + 1, sizeof *links, "link list");
+  if (!links) {
+    free(bytes);
+    return RF_ERR_NOMEM;
+  }
+  int k = 0;
+  for (int s = 0; s < world; s++)
+    for (int d = 0; d < world; d++)
+      if (bytes[(size_t)s * (size_t)world + (size_t)d])
+        links[k++] = (link_t){s, d, bytes[(size_t)s * (size_t)world + (size_t)d]};
+  free(bytes);
+  *out = links;
+  *count = k;
+  return RF_OK;
+}
+
+static void print_text(const rf_job *job, const rf_topo_distance_ctx *ctx, const link_t *links,
+                       int nlinks) {
+  const rf_layout *lay = &job->layout;
+  int rpn = ctx->ranks_per_node;
+  for (int w = 0; w < lay->world_size; w++) {
+    const rf_topo_place *p = &ctx->place[w % rpn];
+    int t, r;
+    char ts[16] = "-", rs[16] = "-", gpu[16] = "-", numa[16] = "-";
+    rf_layout_roles(lay, w, &t, &r);
+    if (t >= 0)
+      snprintf(ts, sizeof ts, "%d", t);
+    if (r >= 0)
+      snprintf(rs, sizeof rs, "%d", r);
+    if (p->gpu >= 0)
+      snprintf(gpu, sizeof gpu, "%d", p->gpu);
+    if (p->numa >= 0)
+      snprintf(numa, sizeof numa, "%d", p->numa);
+    printf("rank %d node %d trainer %s rollout %s gpu %s bus %s cores %s numa %s nic %s\n", w,
+           w / rpn, ts, rs, gpu, p->bus_id, p->cpus, numa, p->nic);
+  }
+  for (int i = 0; i < nlinks; i++)
+    printf("link %d -> %d bytes %" PRId64 " distance %s\n", links[i].src, links[i].dst,
+           links[i].bytes,
+           rf_topo_distance_name(rf_topo_distance((void *)ctx, links[i].src, links[i].dst)));
+}
+
+static rf_status print_json(const rf_job *job, const rf_topo_distance_ctx *ctx, const link_t *links,
+                            int nlinks) {
+  const rf_layout *lay = &job->layout;
+  int rpn = ctx->ranks_per_node;
+  json_t *o = json_object(), *ranks = json_array(), *ls = json_array();
+  json_object_set_new(o, "world_size", json_integer(lay->world_size));
+  json_object_set_new(o, "ranks_per_node", json_integer(rpn));
+  json_object_set_new(o, "nodes", json_integer((lay->world_size + rpn - 1) / rpn));
+  for (int w = 0; w < lay->world_size; w++) {
+    const rf_topo_place *p = &ctx->place[w % rpn];
+    int t, r;
+    rf_layout_roles(lay, w, &t, &r);
+    json_t *e = json_object();
+    json_object_set_new(e, "rank", json_integer(w));
+    json_object_set_new(e, "node", json_integer(w / rpn));
+    json_object_set_new(e, "local_rank", json_integer(w % rpn));
+    json_object_set_new(e, "trainer", t >= 0 ? json_integer(t) : json_null());
+    json_object_set_new(e, "rollout", r >= 0 ? json_integer(r) : json_null());
+    json_object_set_new(e, "gpu", p->gpu >= 0 ? json_integer(p->gpu) : json_null());
+    json_object_set_new(e, "bus_id", p->gpu >= 0 ? json_string(p->bus_id) : json_null());
+    json_object_set_new(e, "cores", strcmp(p->cpus, "-") ? json_string(p->cpus) : json_null());
+    json_object_set_new(e, "numa", p->numa >= 0 ? json_integer(p->numa) : json_null());
+    json_object_set_new(e, "nic", strcmp(p->nic, "-") ? json_string(p->nic) : json_null());
+    json_array_append_new(ranks, e);
+  }
+  for (int i = 0; i < nlinks; i++) {
+    json_t *e = json_object();
+    int d = rf_topo_distance((void *)ctx, links[i].src, links[i].dst);
+    json_object_set_new(e, "src", json_integer(links[i].src));
+    json_object_set_new(e, "dst", json_integer(links[i].dst));
+    json_object_set_new(e, "bytes", json_integer(links[i].bytes));
+    json_object_set_new(e, "distance", json_string(rf_topo_distance_name(d)));
+    json_array_append_new(ls, e);
+  }
+  json_object_set_new(o, "ranks", ranks);
+  json_object_set_new(o, "links", ls);
+  char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(o);
+  if (!text)
+    return rf_fail(RF_ERR_NOMEM, "out of memory formatting the placement as JSON");
+  printf("%s\n", text);
+  free(text);
+  return RF_OK;
+}
+
+rf_status rf_cmd_topo(const rf_config *cfg) {
+  rf_job job;
+  rf_topo *topo = NULL;
+  rf_topo_place *place = NULL;
+  link_t *links = NULL;
+  int nlinks = 0;
+  rf_topo_place_options o = {.device = (int)cfg->device,
+                             .need_gpu = strcmp(cfg->transport, "mpi") != 0};
+  rf_status st = rf_bind_parse(cfg->bind, &o.bind);
+  if (st != RF_OK)
+    return st;
+  RF_TRY_GOTO(rf_job_build(cfg, &job), out);
+  int world = job.layout.world_size;
+  o.ranks_per_node = cfg->ranks_per_node > 0 ? (int)RF_MIN(cfg->ranks_per_node, world) : world;
+  RF_TRY_GOTO(rf_topo_load(&topo, cfg->topology_xml), out);
+  place = rf_calloc((size_t)o.ranks_per_node, sizeof *place, "placement");
+  if (!place) {
+    st = RF_ERR_NOMEM;
+    goto out;
+  }
+  RF_TRY_GOTO(rf_topo_place_node(topo, &o, place), out);
+  /* The job's plan did not know the machine; show the one that prefers near sources. */
+  rf_topo_distance_ctx ctx = {topo, o.ranks_per_node, place};
+  rf_plan_options popt = {rf_topo_distance, &ctx};
+  rf_plan_kind kind = job.plan.kind;
+  rf_plan_free(&job.plan);
+  job.have_plan = 0;
+  RF_TRY_GOTO(rf_plan_build(&job.plan, &job.layout, kind, &popt), out);
+  job.have_plan = 1;
+  RF_TRY_GOTO(collect_links(&job.plan, world, &links, &nlinks), out);
+  if (cfg->json)
+    st = print_json(&job, &ctx, links, nlinks);
+  else
+    print_text(&job, &ctx, links, nlinks);
+out:
+  free(links);
+  free(place);
+  rf_topo_free(topo);
+  rf_job_free(&job);
+  return st;
+}
