@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <xxhash.h>
 
 #include "control.h"
@@ -19,7 +18,6 @@
 
 /* How long rf_control_wait sleeps between polls: short enough to add no visible latency to a
  * handshake, long enough not to burn a core that an oversubscribed peer needs. */
-#define RF_POLL_NS 100000L
 
 static const char *placement_name(rf_placement p) {
   return p == RF_PLACEMENT_COLOCATED ? "colocated" : "disaggregated";
@@ -121,27 +119,22 @@ void rf_control_free(rf_control *ctl) {
   ctl->world = ctl->trainer = ctl->rollout = ctl->node = MPI_COMM_NULL;
 }
 
-static rf_status wait_bounded(rf_control *ctl, MPI_Request *req, const char *what, double seconds) {
+static rf_status request_done(void *req, int *done) {
+  RF_MPI(MPI_Test(req, done, MPI_STATUS_IGNORE));
+  return RF_OK;
+}
+
+static rf_status wait_bounded(rf_control *ctl, MPI_Request *req, const char *what,
+                              double seconds) {
   /* Once one wait has expired the peers are gone or MPI is wedged: waiting again would only
    * add another full timeout before the abort. */
   if (ctl->timed_out)
     return RF_ERR_TIMEOUT;
-  double deadline = rf_now() + seconds;
-  const struct timespec nap = {0, RF_POLL_NS};
-  for (;;) {
-    int done = 0;
-    RF_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
-    if (done)
-      return RF_OK;
-    if (rf_now() > deadline)
-      break;
-    nanosleep(&nap, NULL);
-  }
+  rf_status st = rf_poll(request_done, req, seconds);
+  if (st != RF_ERR_TIMEOUT)
+    return st;
   ctl->timed_out = 1;
-  return rf_fail(RF_ERR_TIMEOUT,
-                 "timed out after %.1f s waiting for %s; a peer rank is dead or stalled "
-                 "(raise --timeout if the job is just slow)",
-                 seconds, what);
+  return rf_timeout_error(seconds, what, NULL);
 }
 
 rf_status rf_control_wait(rf_control *ctl, MPI_Request *req, const char *what) {

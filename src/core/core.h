@@ -180,6 +180,17 @@ rf_status rf_grow(void **items, int count, int *cap, size_t size, const char *wh
 /* Monotonic clock in seconds. */
 double rf_now(void);
 
+/* Every bounded wait in refit is one of these. `poll` checks once whether what is awaited has
+ * happened (setting *done) and returns an error to end the wait early. rf_poll calls it until
+ * done, an error, or `seconds` have passed; it spins briefly, then sleeps between checks so
+ * ranks sharing a core still progress. A timeout returns RF_ERR_TIMEOUT without logging: the
+ * caller cleans up (cancels, aborts) and then reports with rf_timeout_error. */
+typedef rf_status (*rf_poll_fn)(void *ctx, int *done);
+rf_status rf_poll(rf_poll_fn poll, void *ctx, double seconds);
+/* Logs "timed out after S s waiting for WHAT; <consequence> (a peer rank is dead or stalled;
+ * raise --timeout if the job is just slow)" and returns RF_ERR_TIMEOUT. */
+rf_status rf_timeout_error(double seconds, const char *what, const char *consequence);
+
 /* Formats a byte count with binary units ("1.50 GiB") into buf. */
 const char *rf_format_bytes(int64_t bytes, char *buf, size_t len);
 

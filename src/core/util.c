@@ -55,6 +55,28 @@ double rf_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+rf_status rf_poll(rf_poll_fn poll, void *ctx, double seconds) {
+  double deadline = rf_now() + seconds;
+  const struct timespec nap = {0, 20000};
+  for (long spins = 0;; spins++) {
+    int done = 0;
+    RF_TRY(poll(ctx, &done));
+    if (done)
+      return RF_OK;
+    if (rf_now() > deadline)
+      return RF_ERR_TIMEOUT;
+    if (spins > 1000)
+      nanosleep(&nap, NULL);
+  }
+}
+
+rf_status rf_timeout_error(double seconds, const char *what, const char *consequence) {
+  return rf_fail(RF_ERR_TIMEOUT,
+                 "timed out after %.1f s waiting for %s; %s%sa peer rank is dead or stalled "
+                 "(raise --timeout if the job is just slow)",
+                 seconds, what, consequence ? consequence : "", consequence ? "; " : "");
+}
+
 const char *rf_format_bytes(int64_t bytes, char *buf, size_t len) {
   static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = (double)bytes;

@@ -189,7 +189,6 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs,
   memset(&e, 0, sizeof e);
   res->wrong = -1; /* nothing verified until verify_run says otherwise */
   res->checksum_bad = -1;
-  rf_mem_reset_peak();
   double t0 = rf_now();
   rf_status st = mine ? rf_engine_init(&e, data, tp, mode, cfg->bucket_size, (uint64_t)cfg->seed,
                                        rs->inject, ctl->world_rank)

@@ -175,16 +175,17 @@ static uint64_t digest_region(const rf_region *r, const rf_box *box) {
 int rf_engine_digests(rf_engine *e, rf_shard_digest **out) {
   const rf_layout *lay = e->plan->layout;
   int nt = lay->model->tensor_count, n = 0;
-  const rf_box held0 = {{0, 0}, {0, 0}};
   *out = rf_calloc((size_t)nt * 2, sizeof **out, "shard digests");
   for (int t = 0; *out && t < nt; t++) {
     void *view = NULL;
-    rf_box box = e->trainer_rank >= 0 ? rf_layout_trainer_box(lay, t, e->trainer_rank) : held0;
-    size_t bytes = (size_t)(rf_box_numel(&box) * e->esize);
-    if (e->trainer_rank >= 0 && host_view(e, e->data->shards[t], bytes, &view) == RF_OK) {
+    if (e->trainer_rank >= 0) {
+      rf_box box = rf_layout_trainer_box(lay, t, e->trainer_rank);
+      size_t bytes = (size_t)(rf_box_numel(&box) * e->esize);
       /* As stored: the bytes of the shard buffer, in its own (HF or JAX) order. */
-      (*out)[n++] = (rf_shard_digest){e->world_rank, t, 0, XXH3_64bits(view, bytes)};
-      release_view(e, view);
+      if (host_view(e, e->data->shards[t], bytes, &view) == RF_OK) {
+        (*out)[n++] = (rf_shard_digest){e->world_rank, t, 0, XXH3_64bits(view, bytes)};
+        release_view(e, view);
+      }
     }
     rf_box held;
     rf_region r;

@@ -3,7 +3,6 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "transport.h"
 
@@ -88,34 +87,31 @@ static void cancel_pending(rf_transport *tp, mpi_state *s, int n) {
     tp->ctl->timed_out = 1;
 }
 
+typedef struct {
+  mpi_state *s;
+  int n;
+} pending;
+
+static rf_status all_done(void *ctx, int *done) {
+  pending *p = ctx;
+  int rc = MPI_Testall(p->n, p->s->requests, done, MPI_STATUSES_IGNORE);
+  return rc == MPI_SUCCESS ? RF_OK : rf_mpi_failed(rc, "MPI_Testall", __FILE__, __LINE__);
+}
+
 static rf_status mpi_wait(rf_transport *tp, long upto, const char *what) {
   mpi_state *s = tp->state;
-  int n = (int)RF_MIN((long)s->count, upto - s->first_ticket);
-  if (n <= 0)
+  pending p = {s, (int)RF_MIN((long)s->count, upto - s->first_ticket)};
+  if (p.n <= 0)
     return RF_OK;
-  double deadline = rf_now() + tp->ctl->timeout;
-  int done = 0;
-  struct timespec pause = {0, 20000};
-  for (long spins = 0;; spins++) {
-    int rc = MPI_Testall(n, s->requests, &done, MPI_STATUSES_IGNORE);
-    if (rc != MPI_SUCCESS)
-      return rf_mpi_failed(rc, "MPI_Testall", __FILE__, __LINE__);
-    if (done)
-      break;
-    if (rf_now() > deadline) {
-      cancel_pending(tp, s, n);
-      return rf_fail(RF_ERR_TIMEOUT,
-                     "timed out after %.1f s waiting for %s; a peer rank is dead or stalled "
-                     "(raise --timeout if the job is just slow)",
-                     tp->ctl->timeout, what);
-    }
-    /* Spin first (latency), then yield the core to the other ranks sharing it. */
-    if (spins > 1000)
-      nanosleep(&pause, NULL);
+  rf_status st = rf_poll(all_done, &p, tp->ctl->timeout);
+  if (st == RF_ERR_TIMEOUT) {
+    cancel_pending(tp, s, p.n);
+    return rf_timeout_error(tp->ctl->timeout, what, NULL);
   }
-  memmove(s->requests, s->requests + n, (size_t)(s->count - n) * sizeof *s->requests);
-  s->count -= n;
-  s->first_ticket += n;
+  RF_TRY(st);
+  memmove(s->requests, s->requests + p.n, (size_t)(s->count - p.n) * sizeof *s->requests);
+  s->count -= p.n;
+  s->first_ticket += p.n;
   return RF_OK;
 }
 

@@ -11,7 +11,6 @@
 #pragma GCC diagnostic pop
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "memory/memory_gpu.h"
 #include "transport.h"
@@ -42,41 +41,52 @@ static int member_rank(const nccl_group *g, int world_rank) {
   return -1;
 }
 
-/* Waits until every communicator has finished its pending non-blocking work, or aborts them
- * all when the timeout passes or one reports an error. */
-static rf_status settle(rf_transport *tp, const char *what) {
-  nccl_state *s = tp->state;
-  nccl_group *all[MAX_COMMS + 2];
+/* Every communicator this rank holds, for polling and aborting them together. */
+static int all_groups(nccl_state *s, nccl_group **all) {
   int n = 0;
   if (s->world.comm)
     all[n++] = &s->world;
   if (s->trainer.comm)
     all[n++] = &s->trainer;
   for (int i = 0; i < s->star_count; i++)
-    all[n++] = &s->stars[i];
-  double deadline = rf_now() + tp->ctl->timeout;
-  struct timespec nap = {0, 50000};
-  for (;;) {
-    int pending = 0;
-    for (int i = 0; i < n; i++) {
-      ncclResult_t state = ncclSuccess;
-      RF_NCCL(ncclCommGetAsyncError(all[i]->comm, &state));
-      if (state == ncclInProgress)
-        pending = 1;
-      else if (state != ncclSuccess)
-        return rf_nccl_failed((int)state, ncclGetErrorString(state), what, __FILE__, __LINE__);
-    }
-    if (!pending)
-      return RF_OK;
-    if (rf_now() > deadline)
-      break;
-    nanosleep(&nap, NULL);
+    if (s->stars[i].comm)
+      all[n++] = &s->stars[i];
+  return n;
+}
+
+/* One look at every communicator: done when none has non-blocking work pending; an
+ * asynchronous error (a peer's failure included) ends the wait. */
+static rf_status groups_settled(void *ctx, int *done) {
+  nccl_group *all[MAX_COMMS + 2];
+  int n = all_groups(ctx, all);
+  *done = 1;
+  for (int i = 0; i < n; i++) {
+    ncclResult_t state = ncclSuccess;
+    RF_NCCL(ncclCommGetAsyncError(all[i]->comm, &state));
+    if (state == ncclInProgress)
+      *done = 0;
+    else if (state != ncclSuccess)
+      return rf_nccl_failed((int)state, ncclGetErrorString(state), "ncclCommGetAsyncError",
+                            __FILE__, __LINE__);
   }
-  for (int i = 0; i < n; i++)
-    ncclCommAbort(all[i]->comm), all[i]->comm = NULL;
-  return rf_fail(RF_ERR_TIMEOUT, "timed out after %.1f s waiting for %s; NCCL communicators "
-                 "aborted (a peer rank is dead or stalled; raise --timeout if the job is slow)",
-                 tp->ctl->timeout, what);
+  return RF_OK;
+}
+
+/* After a timeout: abort every communicator so no rank stays blocked in NCCL. */
+static rf_status abort_all(rf_transport *tp, const char *what) {
+  nccl_group *all[MAX_COMMS + 2];
+  int n = all_groups(tp->state, all);
+  for (int i = 0; i < n; i++) {
+    ncclCommAbort(all[i]->comm);
+    all[i]->comm = NULL;
+  }
+  return rf_timeout_error(tp->ctl->timeout, what, "NCCL communicators aborted");
+}
+
+/* Waits until every communicator has finished its pending non-blocking work. */
+static rf_status settle(rf_transport *tp, const char *what) {
+  rf_status st = rf_poll(groups_settled, tp->state, tp->ctl->timeout);
+  return st == RF_ERR_TIMEOUT ? abort_all(tp, what) : st;
 }
 
 /* Creates the communicator of `members` (world ranks) if this rank is one of them; every rank
@@ -246,36 +256,26 @@ static rf_status nccl_post_recv(rf_transport *tp, rf_channel ch, int peer, void 
   return nccl_post(tp, 0, ch, peer, buf, bytes, ticket);
 }
 
+/* One look at the stream: done when the event after the last operation has passed; while
+ * not, the communicators are checked so that a peer's failure ends the wait at once. */
+static rf_status stream_done(void *ctx, int *done) {
+  nccl_state *s = ctx;
+  cudaError_t rc = cudaEventQuery(s->done);
+  *done = rc == cudaSuccess;
+  if (rc != cudaSuccess && rc != cudaErrorNotReady)
+    return rf_cuda_failed((int)rc, cudaGetErrorString(rc), "cudaEventQuery", __FILE__, __LINE__);
+  int settled = 0;
+  return *done ? RF_OK : groups_settled(s, &settled);
+}
+
 /* Operations complete in stream order, so waiting for everything posted so far covers every
  * ticket below `upto`. */
 static rf_status nccl_wait(rf_transport *tp, long upto, const char *what) {
   nccl_state *s = tp->state;
   RF_TRY(settle(tp, what)); /* a non-blocking group may still be launching */
   RF_CUDA(cudaEventRecord(s->done, s->stream));
-  double deadline = rf_now() + tp->ctl->timeout;
-  struct timespec nap = {0, 20000};
-  for (;;) {
-    cudaError_t rc = cudaEventQuery(s->done);
-    if (rc == cudaSuccess)
-      return RF_OK;
-    if (rc != cudaErrorNotReady)
-      return rf_cuda_failed((int)rc, cudaGetErrorString(rc), "cudaEventQuery", __FILE__,
-                            __LINE__);
-    RF_TRY(settle(tp, what)); /* surfaces a peer's asynchronous failure */
-    if (rf_now() > deadline)
-      break;
-    nanosleep(&nap, NULL);
-  }
-  nccl_group *groups[] = {&s->world, &s->trainer};
-  for (size_t i = 0; i < RF_ARRAY_LEN(groups); i++)
-    if (groups[i]->comm)
-      ncclCommAbort(groups[i]->comm), groups[i]->comm = NULL;
-  for (int i = 0; i < s->star_count; i++)
-    if (s->stars[i].comm)
-      ncclCommAbort(s->stars[i].comm), s->stars[i].comm = NULL;
-  return rf_fail(RF_ERR_TIMEOUT, "timed out after %.1f s waiting for %s; NCCL communicators "
-                 "aborted (a peer rank is dead or stalled; raise --timeout if the job is slow)",
-                 tp->ctl->timeout, what);
+  rf_status st = rf_poll(stream_done, s, tp->ctl->timeout);
+  return st == RF_ERR_TIMEOUT ? abort_all(tp, what) : st;
 }
 
 const rf_transport_ops rf_transport_nccl = {
