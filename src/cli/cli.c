@@ -13,19 +13,23 @@ static const struct {
   rf_command cmd;
   const char *name;
   const char *about;
-  int inputs;       /* how many positional arguments (file names) the command takes */
+  int min_inputs;   /* how many positional arguments (file names) the command needs */
+  int max_inputs;   /* and takes at most */
   const char *args; /* how usage shows them */
 } commands[] = {
     {RF_CMD_RUN, "run", "move the weights from trainer to rollout ranks, time and verify it "
-                        "(under mpirun)", 0, ""},
+                        "(under mpirun)", 0, 0, ""},
     {RF_CMD_PLAN, "plan", "print the transfer plan: totals, bytes per link and pieces (no MPI)",
-     0, ""},
+     0, 0, ""},
     {RF_CMD_CHECKPOINT, "checkpoint", "write a deterministic synthetic checkpoint of a model",
-     0, ""},
+     0, 0, ""},
     {RF_CMD_VERIFY, "verify", "compare a results file with a reference results file or a "
-                              "checkpoint", 1, " RESULTS.h5"},
+                              "checkpoint", 1, 1, " RESULTS.h5"},
     {RF_CMD_TOPO, "topo", "print where every rank would run: GPU, cores, NUMA node, NIC, link "
-                          "distances (no MPI)", 0, ""},
+                          "distances (no MPI)", 0, 0, ""},
+    {RF_CMD_REPORT, "report", "write an HTML, Markdown and CSV report of results files (a "
+                              "second file is compared with the first)", 1, RF_MAX_INPUTS,
+     " RESULTS.h5..."},
 };
 
 static int command_row(rf_command cmd) {
@@ -293,7 +297,8 @@ static rf_status scan_options(int argc, char **argv, rf_config *cfg, int apply) 
   opterr = 0;
   int help = 0;
   char error[1024] = "", why[512];
-  int max_inputs = commands[command_row(cfg->command)].inputs;
+  int max_inputs = commands[command_row(cfg->command)].max_inputs;
+  int min_inputs = commands[command_row(cfg->command)].min_inputs;
   cfg->input_count = 0;
   for (int c;;) {
     c = getopt_long(argc, argv, shortopts, longopts, NULL);
@@ -345,7 +350,7 @@ static rf_status scan_options(int argc, char **argv, rf_config *cfg, int apply) 
   if (optind < argc)
     return rf_fail(RF_ERR_USAGE, "unexpected argument '%s' for 'refit %s'; see refit %s --help",
                    argv[optind], argv[0], argv[0]);
-  if (cfg->input_count < max_inputs)
+  if (cfg->input_count < min_inputs)
     return rf_fail(RF_ERR_USAGE, "refit %s needs%s; see refit %s --help", argv[0],
                    commands[command_row(cfg->command)].args, argv[0]);
   return RF_OK;

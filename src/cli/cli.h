@@ -19,6 +19,7 @@ typedef enum {
   RF_CMD_CHECKPOINT = 1 << 2,
   RF_CMD_VERIFY = 1 << 3,
   RF_CMD_TOPO = 1 << 4,
+  RF_CMD_REPORT = 1 << 5,
 } rf_command;
 
 #define RF_PATH_MAX 1024
@@ -63,6 +64,10 @@ typedef struct {
   int64_t ranks_per_node;         /* --ranks-per-node (topo); 0 = the whole world on one node */
   char bind[16];                  /* --bind auto|none|cores|numa */
   char nic[16];                   /* --nic none|auto: export NCCL_IB_HCA with auto */
+  char memory[16];                /* --memory auto|host|device: where the weights live */
+  int dry_run;                    /* --dry-run: list a sweep's runs and skips, move nothing */
+  int calibrate;                  /* --calibrate: measure the limits beside every run */
+  char output_dir[RF_PATH_MAX];   /* --output-dir, -o DIR (report) */
 
   /* The command line as given, for headers and results files. */
   char command_line[4096];

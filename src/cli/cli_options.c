@@ -11,6 +11,7 @@
 #define CKPT RF_CMD_CHECKPOINT
 #define VERIFY RF_CMD_VERIFY
 #define TOPO RF_CMD_TOPO
+#define REPORT RF_CMD_REPORT
 #define FIELD(f) .offset = offsetof(rf_config, f), .size = sizeof(((rf_config *)0)->f)
 
 const rf_cli_option rf_cli_options[] = {
@@ -94,12 +95,25 @@ const rf_cli_option rf_cli_options[] = {
      FIELD(ranks_per_node), .def = "0", .unit = "", .metavar = "N", .commands = TOPO,
      .help = "ranks on each node; 0 = the whole world on one node"},
     {.name = "bind", .type = RF_OPT_ENUM, .choices = "auto|none|cores|numa", FIELD(bind),
-     .def = "auto", .unit = "", .commands = TOPO,
+     .def = "auto", .unit = "", .commands = RUN | TOPO,
      .help = "bind each rank to cores near its GPU, not at all, to cores only, or to its NUMA "
              "node"},
     {.name = "nic", .type = RF_OPT_ENUM, .choices = "none|auto", FIELD(nic), .def = "none",
      .unit = "", .commands = RUN | TOPO,
      .help = "auto exports NCCL_IB_HCA as the network adapter nearest each rank's GPU"},
+    {.name = "memory", .type = RF_OPT_ENUM, .choices = "auto|host|device", FIELD(memory),
+     .def = "auto", .unit = "", .commands = RUN,
+     .help = "where the weights live; auto = on the GPU when the transport or the machine has "
+             "one (mpi then stages through pinned host memory), else in host memory"},
+    {.name = "dry-run", .type = RF_OPT_FLAG, FIELD(dry_run), .def = "false", .unit = "",
+     .commands = RUN, .help = "list the runs of a sweep and the combinations it skips, and "
+                              "move nothing"},
+    {.name = "calibrate", .type = RF_OPT_FLAG, FIELD(calibrate), .def = "false", .unit = "",
+     .commands = RUN, .help = "measure the limits (memcpy, device copy, plain MPI and NCCL "
+                              "transfers of the same bytes) beside every run"},
+    {.name = "output-dir", .letter = 'o', .type = RF_OPT_STRING, FIELD(output_dir),
+     .def = "report", .unit = "", .metavar = "DIR", .commands = REPORT,
+     .help = "directory for report.html, report.md and the CSV tables"},
 };
 
 const size_t rf_cli_option_count = RF_ARRAY_LEN(rf_cli_options);

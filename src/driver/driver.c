@@ -5,7 +5,6 @@
 
 #include "driver.h"
 #include "transport/transport.h"
-#include "transport/transport.h"
 
 static rf_status parse_enum(const char *what, const char *text, const char *const *names,
                             int count, int *out) {
@@ -102,6 +101,9 @@ int rf_driver_main(int argc, char **argv) {
     break;
   case RF_CMD_TOPO:
     st = rf_cmd_topo(&cfg);
+    break;
+  case RF_CMD_REPORT:
+    st = rf_cmd_report(&cfg);
     break;
   default:
     st = rf_fail(RF_ERR_USAGE, "no command given; see refit --help");

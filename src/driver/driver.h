@@ -39,6 +39,9 @@ rf_status rf_cmd_verify(const rf_config *cfg);
  * every planned trainer→rollout link, from --topology-xml or this machine. No MPI. */
 rf_status rf_cmd_topo(const rf_config *cfg);
 
+/* `refit report FILE.h5... -o DIR`: HTML, Markdown and CSV report of results files. */
+rf_status rf_cmd_report(const rf_config *cfg);
+
 /* The whole program: parses argv, runs the command and returns the exit code. */
 int rf_driver_main(int argc, char **argv);
 
