@@ -32,7 +32,7 @@ grep "refit: CUDA" "$OUT/build.txt" | tee -a "$OUT/summary.txt"
 
 log "tests (gpu, unit)"
 ctest --test-dir build-gpu -L "gpu|unit" --output-on-failure >"$OUT/ctest.txt" 2>&1
-tail -5 "$OUT/ctest.txt" | tee -a "$OUT/summary.txt"
+grep -E "Test +#|tests passed" "$OUT/ctest.txt" | tee -a "$OUT/summary.txt"
 
 log "kernels vs device-to-device copy"
 build-gpu/refit-gpu-bench >"$OUT/kernels.txt" 2>&1
@@ -40,16 +40,31 @@ tee -a "$OUT/summary.txt" <"$OUT/kernels.txt"
 
 R=build-gpu/refit
 MODEL=${MODEL:-llama-3.1-8b}
-log "refit run: nccl (single-rank communicator), $MODEL"
-$R run --model "$MODEL" --trainer fsdp=1 --rollout tp=1 --placement colocated --transport nccl \
-  --mode grouped,fused --iters 5 --output "$OUT/h200.h5" >"$OUT/nccl.txt" 2>&1
-tee -a "$OUT/summary.txt" <"$OUT/nccl.txt"
+H5="$OUT/h200.h5"
+# One refit job: its output to a file and the summary, its exit code beside it.
+job() {
+  local name=$1
+  shift
+  log "$name: $*"
+  timeout 300 "$@" >"$OUT/$name.txt" 2>&1
+  echo "exit $?" >>"$OUT/$name.txt"
+  grep -v '^refit\[' "$OUT/$name.txt" | tail -12 | tee -a "$OUT/summary.txt"
+}
+MPI=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE=0)
+ONE=(--model "$MODEL" --trainer fsdp=1 --rollout tp=1 --iters 10 --output "$H5")
 
-log "refit run: nccl watchdog (--inject stall on a 2-process job is refused by NCCL on 1 GPU)"
-mpirun -np 2 $R run --model tiny --trainer fsdp=1 --rollout tp=1 --transport nccl --inject stall \
-  --timeout 5 --iters 1 >"$OUT/stall.txt" 2>&1
-echo "exit $?" >>"$OUT/stall.txt"
-tail -8 "$OUT/stall.txt" | tee -a "$OUT/summary.txt"
+job placement $R topo --transport ipc
+job ipc "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode grouped,fused --calibrate
+job ipc-jax "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode grouped,fused \
+  --trainer-order jax
+job ipc-unfused "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode unfused
+job ipc-bucket0 "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode grouped --bucket-size 0
+job nccl "${MPI[@]}" -np 1 $R run "${ONE[@]}" --placement colocated --transport nccl \
+  --mode grouped,fused
+job mpi-pinned "${MPI[@]}" -np 2 $R run --model "$MODEL" --trainer fsdp=1 --rollout tp=1 \
+  --iters 3 --output "$H5" --transport mpi --memory device --mode grouped,fused
+job ipc-stall "${MPI[@]}" -np 2 $R run --model tiny --trainer fsdp=1 --rollout tp=1 \
+  --transport ipc --inject stall --timeout 5 --iters 1
 
 if [ -f carry/peer/torch_colocated_refit.py ]; then
   log "peer: PyTorch colocated refit (two processes, one GPU)"

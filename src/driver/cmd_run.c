@@ -20,6 +20,7 @@ typedef struct {
   rf_mode modes[RF_MAX_MODES];
   int mode_count;
   const rf_transport_ops *transport;
+  rf_mem_kind memory; /* where the weights live (--memory) */
   rf_inject inject;
   int verify_full, verify_checksum;
   rf_checkpoint *checkpoint; /* the trainer's weights, when --checkpoint is given */
@@ -40,12 +41,31 @@ static rf_status parse_modes(const char *text, run_setup *rs) {
   return RF_OK;
 }
 
+/* --memory: GPU transports need the weights on the GPU; mpi takes them from wherever they
+ * are, staging device weights through pinned host memory (the baseline GPU users compare
+ * the GPU transports with). auto puts them on a GPU when this process sees one. */
+static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
+  int gpu_transport = rs->transport->memory == RF_MEM_DEVICE;
+  if (strcmp(cfg->memory, "host") == 0) {
+    if (gpu_transport)
+      return rf_fail(RF_ERR_USAGE, "option --memory host: the %s transport moves GPU memory; "
+                     "use --memory device or --transport mpi", rs->transport->name);
+    rs->memory = RF_MEM_HOST;
+  } else if (strcmp(cfg->memory, "device") == 0 || gpu_transport) {
+    rs->memory = RF_MEM_DEVICE;
+  } else {
+    rs->memory = rf_gpu_count() > 0 ? RF_MEM_DEVICE : RF_MEM_HOST;
+  }
+  return RF_OK;
+}
+
 static rf_status build_setup(const rf_config *cfg, run_setup *rs) {
   RF_TRY(parse_modes(cfg->mode, rs));
   if (cfg->bucket_size != 0 && cfg->bucket_size < 4096)
     return rf_fail(RF_ERR_USAGE, "option --bucket-size: %lld bytes is below the minimum of 4096 "
                    "(or 0 for the whole model in one bucket)", (long long)cfg->bucket_size);
   RF_TRY(rf_transport_find(cfg->transport, &rs->transport));
+  RF_TRY(choose_memory(cfg, rs));
   rs->inject = strcmp(cfg->inject, "corrupt") == 0 ? RF_INJECT_CORRUPT
                : strcmp(cfg->inject, "stall") == 0 ? RF_INJECT_STALL
                                                     : RF_INJECT_NONE;
@@ -67,6 +87,7 @@ static void describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d
 
 /* Rank 0 prints the header: versions, command line, the job and one line per rank. */
 static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_job *job,
+                              rf_mem_kind rs_memory,
                               run_record *rec) {
   rf_rank_info mine = {.rank = ctl->world_rank, .pid = (long)getpid(),
                        .trainer_rank = ctl->trainer_rank, .rollout_rank = ctl->rollout_rank};
@@ -82,10 +103,11 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
     char job_line[512];
     snprintf(job_line, sizeof job_line,
              "%s (%s, %lld bytes, %d tensors); trainer %s (%s, %s order); rollout %s; %s; "
-             "transport %s; verify %s; warmup %lld, iters %lld; seed %lld",
+             "transport %s (weights in %s memory); verify %s; warmup %lld, iters %lld; "
+             "seed %lld",
              m->name, rf_dtype_name(m->dtype), (long long)m->total_bytes, m->tensor_count,
              cfg->trainer, cfg->trainer_style, cfg->trainer_order, cfg->rollout, cfg->placement,
-             cfg->transport, cfg->verify, (long long)cfg->warmup, (long long)cfg->iters,
+             cfg->transport, rf_mem_kind_name(rs_memory), cfg->verify, (long long)cfg->warmup, (long long)cfg->iters,
              (long long)cfg->seed);
     rf_report_header(stdout, cfg->command_line, job_line, all, ctl->world_size);
   }
@@ -288,7 +310,7 @@ static rf_status run_job(const rf_config *cfg, rf_control *ctl, int *ctl_open) {
   describe_job(cfg, &rs.job, &desc);
   st = rf_control_handshake(ctl, &desc);
   if (st == RF_OK)
-    st = rf_control_agree(ctl, print_header(ctl, cfg, &rs.job, &rs.record));
+    st = rf_control_agree(ctl, print_header(ctl, cfg, &rs.job, rs.memory, &rs.record));
   /* Rank 0 refuses a results file that is not refit's before anything moves. */
   if (st == RF_OK)
     st = rf_control_agree(ctl, rf_record_open(&rs.record, ctl, cfg));
@@ -297,7 +319,7 @@ static rf_status run_job(const rf_config *cfg, rf_control *ctl, int *ctl_open) {
   rf_transport tp;
   memset(&tp, 0, sizeof tp);
   /* GPU transports: each rank picks its GPU before anything creates a CUDA context. */
-  if (st == RF_OK && rs.transport->memory == RF_MEM_DEVICE) {
+  if (st == RF_OK && rs.memory == RF_MEM_DEVICE) {
     rf_gpu_info gpu;
     rf_log_set_quiet(rank != 0 && ctl->node_rank != 0);
     st = rf_gpu_select(ctl->node_rank, (int)cfg->device, &gpu);
@@ -312,7 +334,7 @@ static rf_status run_job(const rf_config *cfg, rf_control *ctl, int *ctl_open) {
   rf_buffers data;
   memset(&data, 0, sizeof data);
   if (st == RF_OK)
-    st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.transport->memory,
+    st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.memory,
                                                (uint64_t)cfg->seed, rs.checkpoint,
                                                ctl->world_rank));
   const char *failed_mode = NULL;

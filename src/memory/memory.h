@@ -109,4 +109,8 @@ void rf_gpu_versions(char *buf, size_t len);
 /* Whether this build was compiled with CUDA (the GPU tests skip when it was not). */
 int rf_gpu_built(void);
 
+/* GPUs visible to this process (0 without CUDA, a driver or a device). Counting creates no
+ * context, so it may come before rf_gpu_select. */
+int rf_gpu_count(void);
+
 #endif

@@ -85,6 +85,15 @@ rf_status rf_gpu_select(int node_rank, int device_override, rf_gpu_info *out) {
 
 int rf_gpu_built(void) { return 1; }
 
+int rf_gpu_count(void) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
 /* ---- allocation ------------------------------------------------------------------------- */
 
 /* An allocation that fails for lack of memory is RF_ERR_NOMEM, one for lack of a GPU is the

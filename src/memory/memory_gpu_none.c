@@ -40,6 +40,8 @@ rf_status rf_gpu_select(int node_rank, int device_override, rf_gpu_info *out) {
 
 int rf_gpu_built(void) { return 0; }
 
+int rf_gpu_count(void) { return 0; }
+
 void rf_gpu_versions(char *buf, size_t len) {
   if (len)
     buf[0] = '\0';

@@ -69,7 +69,7 @@ static rf_status alloc_staging(rf_engine *e) {
   for (int dir = 0; dir < 2; dir++) {
     e->staging_bytes[dir] = (size_t)need[dir];
     for (int k = 0; k < slots && need[dir] > 0; k++)
-      RF_TRY(rf_mem_alloc(e->memory, (size_t)need[dir], "a staging buffer", &e->staging[dir][k]));
+      RF_TRY(rf_mem_alloc(e->wire, (size_t)need[dir], "a staging buffer", &e->staging[dir][k]));
   }
   return RF_OK;
 }
@@ -86,11 +86,18 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
   e->seed = seed;
   e->inject = inject;
   e->world_rank = world_rank;
-  e->memory = tp->ops->memory;
+  e->memory = data->memory;
+  e->wire = e->memory == RF_MEM_DEVICE && tp->ops->memory != RF_MEM_DEVICE ? RF_MEM_PINNED
+                                                                          : e->memory;
+  if (tp->ops->memory == RF_MEM_DEVICE && e->memory != RF_MEM_DEVICE)
+    return rf_fail(RF_ERR_USAGE, "the %s transport moves GPU memory, but the weights are in %s "
+                   "memory; drop --memory host", tp->ops->name, rf_mem_kind_name(e->memory));
   e->esize = rf_dtype_size(plan->layout->model->dtype);
   rf_layout_roles(plan->layout, world_rank, &e->trainer_rank, &e->rollout_rank);
   RF_TRY(rf_schedule_build(plan, RF_STAGE_RESHAPE, bucket_size, &e->reshape));
   RF_TRY(rf_schedule_build(plan, RF_STAGE_TRANSFER, bucket_size, &e->transfer));
+  if (tp->ops->peer_buffer)
+    return engine_pull_init(e); /* destinations read their sources: no staging */
   RF_TRY(alloc_staging(e));
   return RF_OK;
 }
@@ -101,7 +108,10 @@ void rf_engine_free(rf_engine *e) {
   for (int dir = 0; dir < 2; dir++)
     for (int k = 0; k < 2; k++)
       if (e->staging[dir][k])
-        rf_mem_free(e->memory, e->staging[dir][k], e->staging_bytes[dir]);
+        rf_mem_free(e->wire, e->staging[dir][k], e->staging_bytes[dir]);
+  free(e->source_offsets[0]);
+  free(e->source_offsets[1]);
+  free(e->notes);
   rf_schedule_free(&e->reshape);
   rf_schedule_free(&e->transfer);
   memset(e, 0, sizeof *e);
@@ -126,10 +136,12 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   double start = rf_now();
   if (e->reshape.chunk_count) {
     double scratch[RF_PHASE_COUNT] = {0};
-    RF_TRY(engine_run_stage(e, &e->reshape, scratch));
+    RF_TRY(e->pull ? engine_run_stage_pull(e, &e->reshape, scratch)
+                   : engine_run_stage(e, &e->reshape, scratch));
     times[RF_PHASE_RESHAPE] = rf_now() - start;
   }
-  RF_TRY(engine_run_stage(e, &e->transfer, times));
+  RF_TRY(e->pull ? engine_run_stage_pull(e, &e->transfer, times)
+                 : engine_run_stage(e, &e->transfer, times));
   times[RF_PHASE_TOTAL] = rf_now() - start;
   return RF_OK;
 }

@@ -7,7 +7,12 @@
  *   fused    per peer and bucket, the chunks packed into one staging buffer and sent as one
  *            message, unpacked at the destination; two staging buffers per peer direction so
  *            that packing bucket k+1 overlaps the flight of bucket k.
- * Chunks that are contiguous at both ends move in place; the others go through staging. */
+ * Chunks that are contiguous at both ends move in place; the others go through staging.
+ *
+ * Over a mapping transport (ipc) there are no messages to fuse: each destination copies its
+ * pieces straight out of its sources' memory (engine_pull.c) and the modes differ in how
+ * often it launches and waits: unfused one copy launch and wait per tensor, grouped one per
+ * bucket, fused one launch per bucket and a single wait at the end of the stage. */
 #ifndef RF_ENGINE_H
 #define RF_ENGINE_H
 
@@ -39,6 +44,7 @@ typedef struct {
   void **ptr[RF_FAMILY_COUNT];
   void **shards, **coupling, **rollout; /* = ptr[family], indexed by tensor / rollout tensor */
   double fill_seconds;                  /* generating or reading the trainer's weights */
+  int exposed;                          /* offered to a mapping transport (ipc) already */
 } rf_buffers;
 
 /* The trainer shards are read from `checkpoint` when given, else generated from `seed`. */
@@ -64,8 +70,14 @@ typedef struct {
   rf_inject inject;
 
   int world_rank, trainer_rank, rollout_rank; /* -1 where this rank has no such role */
-  rf_mem_kind memory;
+  rf_mem_kind memory; /* where the weights live, and so where box copies run */
+  rf_mem_kind wire;   /* where staging lives: pinned host memory when device weights travel
+                         over a host transport (mpi on a GPU), else the weights' kind */
   int esize;
+  /* Mapping transports (ipc): each destination copies out of its sources' arenas. */
+  int pull;
+  int64_t *source_offsets[2]; /* [family][trainer rank * tensors + tensor], shards, coupling */
+  char *notes;                /* one byte per world rank and direction for the pull notes */
 
   rf_schedule reshape, transfer;
   void *staging[2][2]; /* [send/recv][double buffer] */

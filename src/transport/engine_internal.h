@@ -18,6 +18,11 @@ rf_region engine_destination(const rf_engine *e, const rf_piece *p, const rf_box
 /* Runs one stage of the plan; adds pack/transfer/unpack seconds into times. */
 rf_status engine_run_stage(rf_engine *e, const rf_schedule *s, double *times);
 
+/* The same over a mapping transport: destinations copy out of their sources' memory. */
+rf_status engine_run_stage_pull(rf_engine *e, const rf_schedule *s, double *times);
+/* Maps the arenas this rank's pieces are read from (ipc setup, once per mode). */
+rf_status engine_pull_init(rf_engine *e);
+
 /* Bytes of staging one bucket needs on this rank, for sending and for receiving. */
 void engine_bucket_staging(const rf_engine *e, const rf_schedule *s, int bucket,
                            int64_t *send, int64_t *recv);

@@ -39,14 +39,21 @@ static int is_local(const stage_ctx *c, const rf_piece *p) { return sends(c, p) 
 /* Whether a chunk can be sent from, or received into, its own buffer without staging. */
 static int send_in_place(const stage_ctx *c, const rf_chunk *k) {
   rf_region src = engine_source(c->e, piece_of(c, k));
-  return c->e->mode != RF_MODE_FUSED && rf_region_contiguous(&src, &k->box);
+  return c->e->mode != RF_MODE_FUSED && c->e->wire == c->e->memory &&
+         rf_region_contiguous(&src, &k->box);
 }
 
 static int recv_in_place(const stage_ctx *c, const rf_chunk *k) {
   rf_box kept;
   rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
-  return c->e->mode != RF_MODE_FUSED && rf_box_equal(&kept, &k->box) &&
-         rf_region_contiguous(&dst, &k->box);
+  return c->e->mode != RF_MODE_FUSED && c->e->wire == c->e->memory &&
+         rf_box_equal(&kept, &k->box) && rf_region_contiguous(&dst, &k->box);
+}
+
+/* Device weights over a host transport (mpi on a GPU): the pack kernels write pinned staging
+ * asynchronously, and MPI reads it from the CPU, so the kernels must have finished first. */
+static rf_status wire_ready(stage_ctx *c) {
+  return c->e->memory != c->e->wire ? rf_mem_sync(c->e->memory) : RF_OK;
 }
 
 static void init_ctx(stage_ctx *c, rf_engine *e, const rf_schedule *s) {
@@ -143,6 +150,7 @@ static rf_status post_chunk(stage_ctx *c, const rf_chunk *k, int index, int64_t 
       buf = (char *)c->e->staging[0][0] + *send_off;
       *send_off += k->bytes;
       RF_TRY(pack(c, k, buf));
+      RF_TRY(wire_ready(c));
     }
     RF_TRY(tp->ops->post_send(tp, c->channel, peer_of(c, p, 1), buf, (size_t)k->bytes, ticket));
     c->e->messages++;
@@ -171,7 +179,7 @@ static rf_status complete(stage_ctx *c, long ticket, pending_unpacks *pu, const 
   for (int i = 0; i < pu->count; i++)
     RF_TRY(unpack(c, &c->s->chunks[pu->chunk[i]], pu->at[i]));
   pu->count = 0;
-  return RF_OK;
+  return wire_ready(c); /* the staging is received into again once the unpacks are done */
 }
 
 /* unfused and grouped: one message per chunk. unfused waits after every tensor, grouped after
@@ -266,6 +274,7 @@ static rf_status post_bucket(stage_ctx *c, int b, peer_tables *pt, int ranks, lo
     }
   }
   RF_TRY(flush_local(c));
+  RF_TRY(wire_ready(c));
   RF_TRY(tp->ops->group_start(tp));
   for (int q = 0; q < ranks; q++) {
     if (pt->recv_bytes[q])
@@ -304,6 +313,8 @@ static rf_status run_fused(stage_ctx *c) {
       st = tp->ops->wait(tp, done_at[b - 1], "a fused bucket");
       if (st == RF_OK)
         st = unpack_bucket(c, b - 1, &pt, ranks);
+      if (st == RF_OK)
+        st = wire_ready(c);
     }
   }
   int last = c->s->bucket_count - 1;

@@ -9,6 +9,7 @@ static const rf_transport_ops *const registry[] = {
     &rf_transport_mpi,
 #ifdef REFIT_HAVE_NCCL
     &rf_transport_nccl,
+    &rf_transport_ipc,
 #endif
 };
 

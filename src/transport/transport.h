@@ -37,6 +37,17 @@ typedef struct {
                          long *ticket);
   /* Completes every request whose ticket is < upto; `what` names the wait in a timeout error. */
   rf_status (*wait)(rf_transport *tp, long upto, const char *what);
+
+  /* Transports that map other processes' memory (CUDA IPC) set these two; message transports
+   * leave them NULL. The engine then lets each destination copy straight out of its sources'
+   * buffers, and post_send/post_recv carry only the small host-memory notes that say a
+   * source is ready and a destination is done.
+   *   expose  collective over the world: every rank offers its `count` buffers (NULL where it
+   *           has none), once per job, before any peer_buffer;
+   *   peer_buffer  the address in this process of buffer `index` of world rank `peer` (mapped
+   *           on first use and kept until finalize; the caller's own buffers are its own). */
+  rf_status (*expose)(rf_transport *tp, void *const *buffers, int count);
+  rf_status (*peer_buffer)(rf_transport *tp, int peer, int index, void **out);
 } rf_transport_ops;
 
 struct rf_transport {
@@ -58,8 +69,9 @@ rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, const 
                             rf_transport *tp);
 void rf_transport_close(rf_transport *tp);
 
-/* The transports, each in its own file (nccl only in builds with CUDA and NCCL). */
+/* The transports, each in its own file (nccl and ipc only in builds with CUDA and NCCL). */
 extern const rf_transport_ops rf_transport_mpi;
 extern const rf_transport_ops rf_transport_nccl;
+extern const rf_transport_ops rf_transport_ipc;
 
 #endif

@@ -1,0 +1,71 @@
+# The GPU data plane end to end: the ipc transport (two or more processes on one GPU), mpi
+# staged through pinned host memory, and what NCCL allows on the GPUs present. Skips (77)
+# without a GPU or in a build without CUDA, so CI reports it as skipped, never as passed.
+. "$(dirname "$0")/lib.sh"
+
+if ! "$REFIT" run --help | grep -q '^transports in this build (--transport): .*ipc'; then
+  echo "skip: this build has no CUDA (no ipc transport)"
+  exit 77
+fi
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+if [ "$gpus" -eq 0 ]; then
+  echo "skip: no GPU visible (nvidia-smi -L lists none)"
+  exit 77
+fi
+RUN=("${MPIRUN[@]}" -x NCCL_NVLS_ENABLE=0)
+
+# ipc between two processes on one GPU: every mode verifies, in HF and in JAX storage order.
+expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
+  --transport ipc --mode unfused,grouped,fused --bucket-size 64KiB
+expect_rows 3
+expect_grep "transport ipc (weights in device memory)" "$TMP/out"
+expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
+  --transport ipc --mode grouped --trainer-order jax
+expect_rows 1
+
+# Four processes sharing the GPU: a 2:2 p2p plan, the star plan (its reshape stage pulls
+# between trainer ranks, its transfer from the coupling buffers) and a colocated job.
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+  --transport ipc --mode unfused,grouped,fused --bucket-size 64KiB
+expect_rows 3
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+  --transport ipc --plan star --mode grouped,fused
+expect_rows 2
+expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+  --placement colocated --transport ipc --mode grouped,fused
+expect_rows 2
+
+# A flipped byte is caught; a silent trainer ends every rank within the timeout.
+expect_exit 1 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
+  --transport ipc --inject corrupt --iters 1
+expect_grep "# FAIL: verification failed in mode grouped" "$TMP/out"
+start=$(date +%s)
+expect_exit 3 timeout 60 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 \
+  --rollout tp=1 --transport ipc --inject stall --timeout 2 --iters 1
+elapsed=$(($(date +%s) - start))
+[ "$elapsed" -lt 30 ] || fail "the stalled ipc run took ${elapsed}s to end"
+expect_grep "timed out after 2.0 s waiting for the sources' ready notes" "$TMP/err"
+
+# mpi with the weights on the GPU stages through pinned host memory, in every mode.
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+  --transport mpi --memory device --mode unfused,grouped,fused --bucket-size 64KiB
+expect_rows 3
+expect_grep "transport mpi (weights in device memory)" "$TMP/out"
+
+# NCCL: a single-rank communicator always; two ranks need two GPUs (NCCL refuses two ranks
+# on one GPU), and then a silent peer must end the job through the watchdog.
+expect_exit 0 "${RUN[@]}" -np 1 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
+  --placement colocated --transport nccl --mode unfused,grouped,fused
+expect_rows 3
+if [ "$gpus" -ge 2 ]; then
+  start=$(date +%s)
+  expect_exit 3 timeout 90 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 \
+    --rollout tp=1 --transport nccl --inject stall --timeout 3 --iters 1
+  elapsed=$(($(date +%s) - start))
+  [ "$elapsed" -lt 45 ] || fail "the stalled nccl run took ${elapsed}s to end"
+else
+  expect_exit 2 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
+    --transport nccl
+  grep -q '^refit.*error: .*GPU' "$TMP/err" || fail "two nccl ranks on one GPU: $(cat "$TMP/err")"
+fi
+finish
