@@ -308,3 +308,47 @@ rf_status rf_mem_sync(rf_mem_kind kind) {
     return rf_fail(RF_ERR_INTERNAL, "unknown memory kind %d to wait for", (int)kind);
   return kind == RF_MEM_DEVICE ? rf_gpu_sync() : RF_OK;
 }
+
+/* ---- timing box copies ------------------------------------------------------------------ */
+
+void rf_mem_timer_begin(rf_mem_timer *t) {
+  t->span_start = rf_now();
+  if (t->kind != RF_MEM_DEVICE)
+    return;
+  int had = t->capacity;
+  if (rf_grow((void **)&t->events, t->spans, &t->capacity, sizeof *t->events,
+              "copy timing events") != RF_OK)
+    return; /* the span is lost from the figure, not the copy from the transfer */
+  memset(t->events + had, 0, (size_t)(t->capacity - had) * sizeof *t->events);
+  t->events[t->spans].begin = rf_gpu_event_record(t->events[t->spans].begin);
+}
+
+void rf_mem_timer_end(rf_mem_timer *t) {
+  if (t->kind != RF_MEM_DEVICE) {
+    t->host_seconds += rf_now() - t->span_start;
+    return;
+  }
+  if (t->spans >= t->capacity)
+    return;
+  t->events[t->spans].end = rf_gpu_event_record(t->events[t->spans].end);
+  t->spans++;
+}
+
+double rf_mem_timer_take(rf_mem_timer *t) {
+  double sum = t->host_seconds;
+  for (int i = 0; i < t->spans; i++)
+    sum += rf_gpu_event_seconds(t->events[i].begin, t->events[i].end);
+  t->host_seconds = 0;
+  t->spans = 0;
+  return sum;
+}
+
+void rf_mem_timer_free(rf_mem_timer *t) {
+  for (int i = 0; i < t->capacity; i++) {
+    rf_gpu_event_free(t->events[i].begin);
+    rf_gpu_event_free(t->events[i].end);
+  }
+  free(t->events);
+  t->events = NULL;
+  t->spans = t->capacity = 0;
+}

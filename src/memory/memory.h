@@ -88,6 +88,25 @@ rf_status rf_mem_transfer(void *dst, rf_mem_kind dst_kind, const void *src, rf_m
 /* Waits until the work queued on `kind` memory is done (a no-op on the host). */
 rf_status rf_mem_sync(rf_mem_kind kind);
 
+/* Time spent in box copies, for the pack and unpack phases. On the host a span is wall-clock
+ * time; on the device copies are asynchronous, so a span is a pair of CUDA events around the
+ * kernels on refit's stream and its length is read once the work is done. The events are
+ * kept and reused by the next round. */
+typedef struct {
+  rf_mem_kind kind;
+  double host_seconds; /* host kinds: the sum of the spans so far */
+  struct rf_mem_span { void *begin, *end; } *events; /* device: CUDA events per span */
+  int spans, capacity;
+  double span_start;
+} rf_mem_timer;
+
+void rf_mem_timer_begin(rf_mem_timer *t);
+void rf_mem_timer_end(rf_mem_timer *t);
+/* The sum of the spans since the last call, then starts a new round. On the device it waits
+ * for the last span's end. */
+double rf_mem_timer_take(rf_mem_timer *t);
+void rf_mem_timer_free(rf_mem_timer *t);
+
 /* The GPU this rank uses. */
 typedef struct {
   int count;        /* GPUs visible to this process */

@@ -173,3 +173,34 @@ void rf_gpu_versions(char *buf, size_t len) {
   snprintf(buf, len, "CUDA runtime %d.%d, driver %d.%d", runtime / 1000, runtime % 1000 / 10,
            driver / 1000, driver % 1000 / 10);
 }
+
+/* ---- events for rf_mem_timer ------------------------------------------------------------ */
+
+void *rf_gpu_event_record(void *reuse) {
+  cudaEvent_t ev = (cudaEvent_t)reuse;
+  if (!ev && cudaEventCreate(&ev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  if (cudaEventRecord(ev, (cudaStream_t)rf_gpu_stream()) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaEventDestroy(ev);
+    return NULL;
+  }
+  return ev;
+}
+
+double rf_gpu_event_seconds(void *begin, void *end) {
+  float ms = 0;
+  if (!begin || !end || cudaEventSynchronize((cudaEvent_t)end) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, (cudaEvent_t)begin, (cudaEvent_t)end) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return 1e-3 * (double)ms;
+}
+
+void rf_gpu_event_free(void *event) {
+  if (event)
+    cudaEventDestroy((cudaEvent_t)event);
+}

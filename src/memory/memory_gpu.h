@@ -28,11 +28,18 @@ rf_status rf_gpu_sync(void);
 
 /* refit's one CUDA stream (a cudaStream_t), created on first use, so only after
  * rf_gpu_select has made this rank's GPU current. Every kernel and copy of the memory and
- * verify modules runs on it, and the transports queue their work on it too, so that stream
- * order alone keeps a pack before its send and a receive before its unpack. If the stream
+ * verify modules runs on it. The nccl transport sends on a stream of its own that waits for
+ * an event on this one before each operation (a pack before its send), and completes a
+ * receive before the engine queues its unpack here. If the stream
  * cannot be created, the failure is logged once and the legacy default stream (NULL) is
  * used: slower to overlap, equally correct. */
 void *rf_gpu_stream(void);
+
+/* The device half of rf_mem_timer: events recorded on refit's stream. Recording that fails
+ * leaves the event NULL, and the span then counts as zero. */
+void *rf_gpu_event_record(void *reuse);
+double rf_gpu_event_seconds(void *begin, void *end);
+void rf_gpu_event_free(void *event);
 
 /* Multiprocessors of the current GPU, for sizing grids (1 if it cannot be read). */
 int rf_gpu_sm_count(void);

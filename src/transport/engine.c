@@ -92,6 +92,7 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
   if (tp->ops->memory == RF_MEM_DEVICE && e->memory != RF_MEM_DEVICE)
     return rf_fail(RF_ERR_USAGE, "the %s transport moves GPU memory, but the weights are in %s "
                    "memory; drop --memory host", tp->ops->name, rf_mem_kind_name(e->memory));
+  e->pack_timer.kind = e->unpack_timer.kind = e->memory;
   e->esize = rf_dtype_size(plan->layout->model->dtype);
   rf_layout_roles(plan->layout, world_rank, &e->trainer_rank, &e->rollout_rank);
   RF_TRY(rf_schedule_build(plan, RF_STAGE_RESHAPE, bucket_size, &e->reshape));
@@ -109,6 +110,8 @@ void rf_engine_free(rf_engine *e) {
     for (int k = 0; k < 2; k++)
       if (e->staging[dir][k])
         rf_mem_free(e->wire, e->staging[dir][k], e->staging_bytes[dir]);
+  rf_mem_timer_free(&e->pack_timer);
+  rf_mem_timer_free(&e->unpack_timer);
   free(e->source_offsets[0]);
   free(e->source_offsets[1]);
   free(e->notes);

@@ -83,6 +83,7 @@ typedef struct {
   void *staging[2][2]; /* [send/recv][double buffer] */
   size_t staging_bytes[2];
   int64_t messages;    /* messages this rank sent in the last iteration */
+  rf_mem_timer pack_timer, unpack_timer; /* the pack and unpack phases' copies */
 } rf_engine;
 
 /* Builds the schedules of one mode over the job's buffers and allocates the staging. */

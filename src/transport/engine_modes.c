@@ -13,7 +13,6 @@ typedef struct {
   int me;           /* my rank on the channel */
   int my_src_rank;  /* the rank numbers pieces use for me: trainer rank */
   int my_dst_rank;  /* trainer rank (reshape) or rollout rank (transfer) */
-  double pack, unpack;
   /* Local pieces (source and destination in this process) are collected and copied in one
    * batch: on a GPU that is one kernel launch instead of one per piece. */
   rf_box_copy *local;
@@ -92,21 +91,21 @@ static rf_status copy_box(stage_ctx *c, const rf_region *dst, const rf_region *s
 }
 
 static rf_status pack(stage_ctx *c, const rf_chunk *k, char *to) {
-  double t0 = rf_now();
   rf_region src = engine_source(c->e, piece_of(c, k));
   rf_region staging = rf_region_row_major(to, &k->box, c->e->esize);
+  rf_mem_timer_begin(&c->e->pack_timer);
   rf_status st = copy_box(c, &staging, &src, &k->box);
-  c->pack += rf_now() - t0;
+  rf_mem_timer_end(&c->e->pack_timer);
   return st;
 }
 
 static rf_status unpack(stage_ctx *c, const rf_chunk *k, char *from) {
-  double t0 = rf_now();
   rf_box kept;
   rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
   rf_region staging = rf_region_row_major(from, &k->box, c->e->esize);
+  rf_mem_timer_begin(&c->e->unpack_timer);
   rf_status st = copy_box(c, &dst, &staging, &kept);
-  c->unpack += rf_now() - t0;
+  rf_mem_timer_end(&c->e->unpack_timer);
   return st;
 }
 
@@ -338,9 +337,14 @@ rf_status engine_run_stage(rf_engine *e, const rf_schedule *s, double *times) {
   if (st == RF_OK)
     st = rf_mem_sync(e->memory); /* the stage ends when its last copy has landed */
   free(c.local);
+  /* On a GPU the copies' own time, read from events once the stage has synchronised; fused
+   * packs overlap the flight of the previous bucket, so the transfer phase is what the wall
+   * clock leaves over. */
   double wall = rf_now() - start;
-  times[RF_PHASE_PACK] += c.pack;
-  times[RF_PHASE_UNPACK] += c.unpack;
-  times[RF_PHASE_TRANSFER] += wall - c.pack - c.unpack;
+  double packing = rf_mem_timer_take(&e->pack_timer);
+  double unpacking = rf_mem_timer_take(&e->unpack_timer);
+  times[RF_PHASE_PACK] += packing;
+  times[RF_PHASE_UNPACK] += unpacking;
+  times[RF_PHASE_TRANSFER] += RF_MAX(0.0, wall - packing - unpacking);
   return st;
 }

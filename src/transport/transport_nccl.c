@@ -1,4 +1,4 @@
-/* The nccl transport: device buffers, ncclSend/ncclRecv on refit's stream. p2p plans use one
+/* The nccl transport: device buffers, ncclSend/ncclRecv on a stream of its own. p2p plans use one
  * communicator over every rank; star plans one communicator per star (centre first, then the
  * arms), as the reference bridge does, plus one over the trainer ranks for the reshape.
  * Communicators are non-blocking (ncclConfig_t.blocking = 0) and every wait polls
@@ -29,8 +29,12 @@ typedef struct {
   nccl_group trainer; /* star reshape: the trainer ranks */
   nccl_group stars[MAX_COMMS];
   int star_count;
+  /* NCCL runs on a stream of its own, so that refit's stream can pack bucket k+1 while NCCL
+   * still moves bucket k (fused mode). Each post first waits for `packed`, an event recorded
+   * on refit's stream, so a send never starts before its pack (or a receive before the unpack
+   * that last read its staging) has run. */
   cudaStream_t stream;
-  cudaEvent_t done;
+  cudaEvent_t packed, done;
   long posted;
 } nccl_state;
 
@@ -147,7 +151,8 @@ static rf_status nccl_init(rf_transport *tp) {
   if (!s)
     return RF_ERR_NOMEM;
   tp->state = s;
-  s->stream = (cudaStream_t)rf_gpu_stream();
+  RF_CUDA(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+  RF_CUDA(cudaEventCreateWithFlags(&s->packed, cudaEventDisableTiming));
   RF_CUDA(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming));
   const rf_layout *lay = tp->plan->layout;
   int n = RF_MAX(lay->world_size, lay->trainer_ranks);
@@ -196,6 +201,10 @@ static void nccl_finalize(rf_transport *tp) {
     free_group(&s->stars[i]);
   if (s->done)
     cudaEventDestroy(s->done);
+  if (s->packed)
+    cudaEventDestroy(s->packed);
+  if (s->stream)
+    cudaStreamDestroy(s->stream);
   free(s);
   tp->state = NULL;
 }
@@ -235,9 +244,11 @@ static rf_status route(rf_transport *tp, rf_channel ch, int peer, ncclComm_t *co
 static rf_status nccl_post(rf_transport *tp, int send, rf_channel ch, int peer, void *buf,
                            size_t bytes, long *ticket) {
   nccl_state *s = tp->state;
-  ncclComm_t comm;
-  int rank;
+  ncclComm_t comm = NULL;
+  int rank = 0;
   RF_TRY(route(tp, ch, peer, &comm, &rank));
+  RF_CUDA(cudaEventRecord(s->packed, (cudaStream_t)rf_gpu_stream()));
+  RF_CUDA(cudaStreamWaitEvent(s->stream, s->packed, 0));
   if (send)
     RF_NCCL(ncclSend(buf, bytes, ncclUint8, rank, comm, s->stream));
   else
