@@ -12,7 +12,7 @@
  * Over a mapping transport (ipc) there are no messages to fuse: each destination copies its
  * pieces straight out of its sources' memory (engine_pull.c) and the modes differ in how
  * often it launches and waits: unfused one copy launch and wait per tensor, grouped one per
- * bucket, fused one launch per bucket and a single wait at the end of the stage. */
+ * bucket, fused one launch and one wait for the whole stage. */
 #ifndef RF_ENGINE_H
 #define RF_ENGINE_H
 

@@ -5,8 +5,11 @@
  *   1. ready  every source waits for its own GPU work (the weights, or the coupling buffer
  *             the reshape just wrote) and sends each of its readers a one-byte note;
  *   2. copy   each destination copies its pieces, local and remote alike, as batches of box
- *             copies: one kernel launch per tensor (unfused) or per bucket (grouped, fused),
- *             waiting after each (unfused, grouped) or once at the end (fused);
+ *             copies: one kernel launch and wait per tensor (unfused) or per bucket
+ *             (grouped), or one launch for the whole stage (fused). Buckets exist to bound
+ *             staging memory, and a pull needs none, so fused drops them: on a GPU shared
+ *             by two processes every launch costs more than in one process (measured on the
+ *             H200: results/h200/README.md);
  *   3. done   each destination tells its sources it has finished reading, so a source never
  *             overwrites memory that is still being read.
  *
@@ -148,7 +151,8 @@ static rf_status copy_stage(pull_ctx *c) {
       if (mode == RF_MODE_UNFUSED && last_of_tensor)
         RF_TRY(flush(c, 1));
     }
-    RF_TRY(flush(c, mode == RF_MODE_GROUPED));
+    if (mode != RF_MODE_FUSED)
+      RF_TRY(flush(c, 1));
   }
   return flush(c, 1);
 }
