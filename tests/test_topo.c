@@ -5,7 +5,7 @@
 
 #include "plan/plan.h"
 #include "test.h"
-#include "topo/topo.h"
+#include "topo/topo_job.h"
 
 static char xml[1024];
 
@@ -175,6 +175,88 @@ static void test_pairing(void) {
   rf_topo_free(t);
 }
 
+/* The table that `refit run` plans with gives rf_topo_distance's classes, and nodes are told
+ * apart by node_of, so ranks mapped round-robin over nodes work too. */
+static void test_distance_table(void) {
+  rf_topo *t = load_dgx8();
+  rf_topo_place p[8];
+  place(t, 4, -1, 1, RF_BIND_AUTO, p);
+  int local[16];
+  rf_topo_distance_matrix(t, p, 4, local);
+  rf_topo_distance_ctx ctx = {t, 4, p};
+  for (int a = 0; a < 4; a++)
+    for (int b = 0; b < 4; b++)
+      ASSERT_EQ(local[a * 4 + b], rf_topo_distance(&ctx, a, b));
+  ASSERT_EQ(local[0 * 4 + 1], RF_DIST_SWITCH);
+  ASSERT_EQ(local[0 * 4 + 2], RF_DIST_NUMA);
+  /* Eight ranks, round-robin over two nodes of four: even ranks on node 0. */
+  int node_of[8] = {0, 1, 0, 1, 0, 1, 0, 1}, local_of[8] = {0, 0, 1, 1, 2, 2, 3, 3};
+  rf_topo_distance_table table = {4, local, 8, node_of, local_of};
+  ASSERT_EQ(rf_topo_table_distance(&table, 5, 5), RF_DIST_PROCESS);
+  ASSERT_EQ(rf_topo_table_distance(&table, 0, 1), RF_DIST_NETWORK);
+  ASSERT_EQ(rf_topo_table_distance(&table, 0, 2), RF_DIST_SWITCH);
+  ASSERT_EQ(rf_topo_table_distance(&table, 3, 5), RF_DIST_NUMA);
+  ASSERT_EQ(rf_topo_table_distance(&table, 0, 9), RF_DIST_NETWORK); /* not a rank */
+  /* A node larger than the table's: its extra ranks are only known to share the node. */
+  table.ranks_per_node = 1;
+  ASSERT_EQ(rf_topo_table_distance(&table, 0, 2), RF_DIST_NODE);
+
+  ASSERT_TRUE(rf_topo_same_bus_id("0000:b9:00.0", "00000000:B9:00.0"));
+  ASSERT_FALSE(rf_topo_same_bus_id("0000:b9:00.0", "0000:ba:00.0"));
+  ASSERT_FALSE(rf_topo_same_bus_id("-", "0000:ba:00.0"));
+  ASSERT_FALSE(rf_topo_is_this_machine(t)); /* a file describes another machine */
+  rf_topo_free(t);
+}
+
+/* One rollout rank on GPU 2 and two trainer replicas that both hold the whole model: one on
+ * GPU 4 (the other socket), one on GPU 3 (GPU 2's PCIe switch). With the table the near
+ * replica sends everything; without it load balancing spreads the pieces over both. */
+static void test_pairing_table(void) {
+  rf_topo *t = load_dgx8();
+  rf_topo_place p8[8], p[3];
+  place(t, 8, -1, 1, RF_BIND_AUTO, p8);
+  p[0] = p8[4];
+  p[1] = p8[3];
+  p[2] = p8[2];
+  int local[9], node_of[3] = {0, 0, 0}, local_of[3] = {0, 1, 2};
+  rf_topo_distance_matrix(t, p, 3, local);
+  rf_topo_distance_table table = {3, local, 3, node_of, local_of};
+  rf_model m;
+  rf_layout lay;
+  rf_plan plan;
+  rf_trainer_layout tl = {.fsdp = 1, .tp = 1, .dp = 2};
+  rf_rollout_layout rl = {.tp = 1, .dp = 1};
+  ASSERT_OK(rf_model_load("tiny", &m));
+  ASSERT_OK(rf_layout_init(&lay, &m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED));
+  ASSERT_EQ(lay.world_size, 3);
+  ASSERT_EQ(rf_layout_rollout_world_rank(&lay, 0), 2);
+  rf_plan_options opt = {rf_topo_table_distance, &table};
+  ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, &opt));
+  ASSERT_EQ(plan.piece_count, m.tensor_count);
+  for (int i = 0; i < plan.piece_count; i++)
+    ASSERT_EQ(rf_piece_src_world(&plan, &plan.pieces[i]), 1);
+  rf_link_info *links = NULL;
+  int count = 0;
+  ASSERT_OK(rf_topo_plan_links(&plan, 3, &opt, &links, &count));
+  ASSERT_EQ(count, 1);
+  ASSERT_EQ(links[0].src, 1);
+  ASSERT_EQ(links[0].dst, 2);
+  ASSERT_EQ(links[0].bytes, m.total_bytes);
+  ASSERT_EQ(links[0].distance, RF_DIST_SWITCH);
+  ASSERT_STR_EQ(links[0].name, "switch");
+  free(links);
+  rf_plan_free(&plan);
+  ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
+  ASSERT_OK(rf_topo_plan_links(&plan, 3, NULL, &links, &count));
+  ASSERT_EQ(count, 2); /* both replicas send: nothing says which is nearer */
+  ASSERT_STR_EQ(links[0].name, "node");
+  free(links);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+  rf_topo_free(t);
+}
+
 /* A machine without GPUs or NICs (the MPI transport): cores only, spread over NUMA nodes. */
 static void test_synthetic(void) {
   rf_topo *t = NULL;
@@ -212,6 +294,8 @@ int main(void) {
   test_place_dgx8();
   test_distance();
   test_pairing();
+  test_distance_table();
+  test_pairing_table();
   test_synthetic();
   printf("test_topo: ok\n");
   return 0;

@@ -8,44 +8,10 @@
 #include <string.h>
 
 #include "driver.h"
-#include "topo/topo.h"
+#include "topo/topo_job.h"
 
-/* One planned trainer→rollout link between different processes: bytes summed over pieces. */
-typedef struct {
-  int src, dst; /* world ranks */
-  int64_t bytes;
-} link_t;
-
-static rf_status collect_links(const rf_plan *plan, int world, link_t **out, int *count) {
-  int64_t *bytes = rf_calloc((size_t)world * (size_t)world, sizeof *bytes, "link table");
-  if (!bytes)
-    return RF_ERR_NOMEM;
-  int n = 0;
-  for (int i = plan->reshape_count; i < plan->piece_count; i++) {
-    const rf_piece *p = &plan->pieces[i];
-    int64_t *b = &bytes[(size_t)rf_piece_src_world(plan, p) * (size_t)world +
-                        (size_t)rf_piece_dst_world(plan, p)];
-    n += *b == 0;
-    *b += p->bytes;
-  }
-  link_t *links = rf_calloc((size_t)n + 1, sizeof *links, "link list");
-  if (!links) {
-    free(bytes);
-    return RF_ERR_NOMEM;
-  }
-  int k = 0;
-  for (int s = 0; s < world; s++)
-    for (int d = 0; d < world; d++)
-      if (bytes[(size_t)s * (size_t)world + (size_t)d])
-        links[k++] = (link_t){s, d, bytes[(size_t)s * (size_t)world + (size_t)d]};
-  free(bytes);
-  *out = links;
-  *count = k;
-  return RF_OK;
-}
-
-static void print_text(const rf_job *job, const rf_topo_distance_ctx *ctx, const link_t *links,
-                       int nlinks) {
+static void print_text(const rf_job *job, const rf_topo_distance_ctx *ctx,
+                       const rf_link_info *links, int nlinks) {
   const rf_layout *lay = &job->layout;
   int rpn = ctx->ranks_per_node;
   for (int w = 0; w < lay->world_size; w++) {
@@ -66,12 +32,11 @@ static void print_text(const rf_job *job, const rf_topo_distance_ctx *ctx, const
   }
   for (int i = 0; i < nlinks; i++)
     printf("link %d -> %d bytes %" PRId64 " distance %s\n", links[i].src, links[i].dst,
-           links[i].bytes,
-           rf_topo_distance_name(rf_topo_distance((void *)ctx, links[i].src, links[i].dst)));
+           links[i].bytes, links[i].name);
 }
 
-static rf_status print_json(const rf_job *job, const rf_topo_distance_ctx *ctx, const link_t *links,
-                            int nlinks) {
+static rf_status print_json(const rf_job *job, const rf_topo_distance_ctx *ctx,
+                            const rf_link_info *links, int nlinks) {
   const rf_layout *lay = &job->layout;
   int rpn = ctx->ranks_per_node;
   json_t *o = json_object(), *ranks = json_array(), *ls = json_array();
@@ -97,11 +62,10 @@ static rf_status print_json(const rf_job *job, const rf_topo_distance_ctx *ctx, 
   }
   for (int i = 0; i < nlinks; i++) {
     json_t *e = json_object();
-    int d = rf_topo_distance((void *)ctx, links[i].src, links[i].dst);
     json_object_set_new(e, "src", json_integer(links[i].src));
     json_object_set_new(e, "dst", json_integer(links[i].dst));
     json_object_set_new(e, "bytes", json_integer(links[i].bytes));
-    json_object_set_new(e, "distance", json_string(rf_topo_distance_name(d)));
+    json_object_set_new(e, "distance", json_string(links[i].name));
     json_array_append_new(ls, e);
   }
   json_object_set_new(o, "ranks", ranks);
@@ -119,10 +83,11 @@ rf_status rf_cmd_topo(const rf_config *cfg) {
   rf_job job;
   rf_topo *topo = NULL;
   rf_topo_place *place = NULL;
-  link_t *links = NULL;
+  rf_link_info *links = NULL;
   int nlinks = 0;
+  /* Only NCCL refuses two ranks on one GPU; ipc and mpi share one between processes. */
   rf_topo_place_options o = {.device = (int)cfg->device,
-                             .need_gpu = strcmp(cfg->transport, "mpi") != 0};
+                             .need_gpu = strcmp(cfg->transport, "nccl") == 0};
   rf_status st = rf_bind_parse(cfg->bind, &o.bind);
   if (st != RF_OK)
     return st;
@@ -139,12 +104,8 @@ rf_status rf_cmd_topo(const rf_config *cfg) {
   /* The job's plan did not know the machine; show the one that prefers near sources. */
   rf_topo_distance_ctx ctx = {topo, o.ranks_per_node, place};
   rf_plan_options popt = {rf_topo_distance, &ctx};
-  rf_plan_kind kind = job.plan.kind;
-  rf_plan_free(&job.plan);
-  job.have_plan = 0;
-  RF_TRY_GOTO(rf_plan_build(&job.plan, &job.layout, kind, &popt), out);
-  job.have_plan = 1;
-  RF_TRY_GOTO(collect_links(&job.plan, world, &links, &nlinks), out);
+  RF_TRY_GOTO(rf_job_replan(&job, &popt), out);
+  RF_TRY_GOTO(rf_topo_plan_links(&job.plan, world, &popt, &links, &nlinks), out);
   if (cfg->json)
     st = print_json(&job, &ctx, links, nlinks);
   else

@@ -100,6 +100,14 @@ static rf_status load(rf_topo **out, const char *xml_path, const char *synthetic
   rf_status st = RF_OK;
   /* hwloc leaves PCI bridges and OS devices out by default; the PCI path is the point. */
   hwloc_topology_set_io_types_filter(topo->hw, HWLOC_TYPE_FILTER_KEEP_ALL);
+  /* The placement is decided before any CUDA call, and must not make one: hwloc's CUDA and
+   * OpenCL backends would initialise CUDA (before CUDA_DEVICE_ORDER is set) and the OpenCL one
+   * may create contexts. PCI and NVML find the GPUs without either. A backend that this
+   * hwloc does not have is no error, so the calls' results do not matter. */
+  static const char *const gpu_runtimes[] = {"cuda", "opencl", "levelzero", "rsmi", "gl"};
+  for (size_t i = 0; i < RF_ARRAY_LEN(gpu_runtimes); i++)
+    (void)hwloc_topology_set_components(topo->hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+                                        gpu_runtimes[i]);
   if (synthetic) {
     if (hwloc_topology_set_synthetic(topo->hw, synthetic) < 0) {
       st = rf_fail(RF_ERR_CONFIG, "synthetic topology '%s' is not valid", synthetic);

@@ -112,4 +112,36 @@ int rf_topo_distance(void *ctx, int src_world_rank, int dst_world_rank);
 /* "process", "gpu", "switch", "numa", "node", "network". */
 const char *rf_topo_distance_name(int distance);
 
+/* The same distances as a table that needs no topology, so that one rank can decide them and
+ * every rank can plan with them (topo_bind.c). Nodes are told apart by node_of, not by rank
+ * arithmetic, so any mapping of ranks to nodes works; nodes larger than the one the table was
+ * made on get RF_DIST_NODE for the ranks beyond it. */
+typedef struct {
+  int ranks_per_node; /* the side of `local` */
+  const int *local;   /* [a * ranks_per_node + b]: between node-local ranks a and b */
+  int world_size;
+  const int *node_of;  /* [world rank]: any id that is equal for ranks of one node */
+  const int *local_of; /* [world rank]: node-local rank */
+} rf_topo_distance_table;
+
+/* out[a * n + b] = rf_topo_distance between node-local ranks a and b of one node placed as
+ * place[0 .. n) says. */
+void rf_topo_distance_matrix(const rf_topo *topo, const rf_topo_place *place, int n, int *out);
+/* rf_distance_fn over an rf_topo_distance_table. */
+int rf_topo_table_distance(void *table, int src_world_rank, int dst_world_rank);
+
+/* Whether the topology is this machine's (not a file describing another), so that binding
+ * to its cores and numbering CUDA devices by its GPUs make sense. */
+int rf_topo_is_this_machine(const rf_topo *topo);
+
+/* Whether two PCI bus ids name the same device, whatever the case of the hex digits and the
+ * width of the domain ("0000:b9:00.0", "00000000:B9:00.0"). 0 when either does not parse. */
+int rf_topo_same_bus_id(const char *a, const char *b);
+
+/* Binds the calling process to place->cpus (all its threads) and its memory to the NUMA
+ * nodes of those cores. An unbound placement ("-") binds nothing. Writes the process's CPU
+ * affinity afterwards, as a list, to `affinity`. Failing to bind memory is a warning: some
+ * containers forbid it and the cores matter more. */
+rf_status rf_topo_bind_self(const rf_topo_place *place, char *affinity, size_t len);
+
 #endif
