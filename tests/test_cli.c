@@ -376,8 +376,20 @@ static void test_config_file(void) {
   expect_config_error("run", "{\"output\": \"\\\"xyz\\\": \", \"xyz\": 2}",
                       "1:25: unknown key 'xyz'; see refit run --help");
   expect_config_error("run", "{\"json\": true}", "1:2: key 'json' does not apply to 'refit run'");
-  expect_config_error("run", "{\n\"mode\": [\"fused\", \"grouped\"]}",
-                      "2:1: key 'mode' holds a list; sweeps come in a later version");
+  /* Sweeps: a list of modes is one job; lists of other sweepable keys become axes. */
+  ASSERT_OK(parse_config(&c, "run", "{\"mode\": [\"fused\", \"grouped\"], \"plan\": [\"star\", "
+                                    "\"p2p\"], \"bucket_size\": [65536, \"1MiB\"], \"model\": [\"tiny\"]}"));
+  ASSERT_STR_EQ(c.mode, "fused,grouped");
+  ASSERT_STR_EQ(c.plan, "star");
+  ASSERT_EQ(c.bucket_size, 65536);
+  ASSERT_EQ(c.sweep.axis_count, 2);
+  ASSERT_STR_EQ(c.sweep.axes[1].name, "bucket-size");
+  ASSERT_STR_EQ(c.sweep.axes[1].values[1], "1MiB");
+  expect_config_error("run", "{\n\"seed\": [1, 2]}",
+                      "2:1: key 'seed' holds a list; only mode, plan, transport, trainer, rollout, "
+                      "placement, bucket_size and model can be swept, by refit run");
+  expect_config_error("run", "{\"plan\": [\"p2p\", \"ring\"]}",
+                      "1:2: key 'plan', value 2: 'ring' is not one of p2p|star");
   expect_config_error("run", "{\"bucket-size\": \"12XB\"}",
                       "1:2: key 'bucket-size': '12XB' is not a size (use e.g. 64MiB, 1GiB or a "
                       "byte count)");

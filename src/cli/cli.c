@@ -329,6 +329,8 @@ static rf_status scan_options(int argc, char **argv, rf_config *cfg, int apply) 
     }
     if (apply == (strcmp(o->name, "config") == 0))
       continue; /* --config is stored by the first pass, everything else by the second */
+    if (apply)
+      rf_cli_sweep_drop(cfg, o);
     if (o->type == RF_OPT_FLAG) {
       rf_cli_store_flag(o, cfg, 1);
     } else if (rf_cli_set_text(o, optarg, cfg, why, sizeof why) != RF_OK) {

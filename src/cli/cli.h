@@ -25,6 +25,24 @@ typedef enum {
 #define RF_PATH_MAX 1024
 #define RF_MAX_INPUTS 8
 
+/* A sweep: the keys of a --config file that hold lists. Each axis is an option and the texts
+ * of its values, as they would be written on the command line; `refit run` runs the
+ * cartesian product of the axes. A list of modes is no axis: it stays one job that runs each
+ * mode in turn, like --mode a,b. */
+#define RF_SWEEP_MAX_AXES 8
+#define RF_SWEEP_MAX_VALUES 16
+#define RF_SWEEP_VALUE_MAX 256
+typedef struct {
+  char name[32]; /* the option's long name ("bucket-size") */
+  int count;     /* at least 2: a list of one value is that value */
+  char values[RF_SWEEP_MAX_VALUES][RF_SWEEP_VALUE_MAX];
+} rf_sweep_axis;
+
+typedef struct {
+  int axis_count;
+  rf_sweep_axis axes[RF_SWEEP_MAX_AXES];
+} rf_sweep;
+
 /* The effective configuration: every field is the target of exactly one table entry. */
 typedef struct {
   rf_command command;
@@ -71,12 +89,21 @@ typedef struct {
 
   /* The command line as given, for headers and results files. */
   char command_line[4096];
+
+  /* The lists of the --config file (run only; no table entry). The fields above hold each
+   * list's first value; a key given on the command line drops its list. */
+  rf_sweep sweep;
 } rf_config;
 
 /* Parses `refit <command> [options]`. On --help prints the command's usage to stdout and sets
  * cfg->help. Unknown commands/options/keys, malformed values and values out of range give
  * one line (naming the option, or file:line:column for the config file) and RF_ERR_USAGE. */
 rf_status rf_cli_parse(int argc, char **argv, rf_config *cfg);
+
+/* Sets option `name` (its long name; '_' and '-' interchangeable) from its command-line text,
+ * as a combination of a sweep does. A bad name or value gives one line naming the option and
+ * RF_ERR_USAGE. */
+rf_status rf_cli_set_option(rf_config *cfg, const char *name, const char *text);
 
 /* Fills cfg with the defaults of every option. */
 void rf_cli_defaults(rf_config *cfg);

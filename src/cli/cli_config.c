@@ -174,6 +174,95 @@ static rf_status set_json(const rf_cli_option *o, const json_t *v, rf_config *cf
   return RF_ERR_INTERNAL;
 }
 
+/* The keys whose lists make a sweep; mode's list is one job running each mode in turn. */
+static const char *const sweep_keys[] = {"mode",    "plan",      "transport",   "trainer",
+                                         "rollout", "placement", "bucket-size", "model"};
+
+static int sweepable(const rf_cli_option *o) {
+  for (size_t i = 0; i < RF_ARRAY_LEN(sweep_keys); i++)
+    if (strcmp(o->name, sweep_keys[i]) == 0)
+      return 1;
+  return 0;
+}
+
+/* A list element as the command line would give it: a string as is, an integer in base 10. */
+static rf_status element_text(const json_t *v, char *out, size_t len, char *why, size_t why_len) {
+  int n = json_is_string(v)    ? snprintf(out, len, "%s", json_string_value(v))
+          : json_is_integer(v) ? snprintf(out, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v))
+                               : 0;
+  if (n < 0 || (size_t)n >= len) {
+    snprintf(why, why_len, "the value is longer than %zu characters", len - 1);
+    return RF_ERR_USAGE;
+  }
+  return RF_OK;
+}
+
+/* A list: every element is checked as the scalar would be, the field keeps the first one and
+ * the texts become a sweep axis (or, for mode, one comma-separated list of modes). */
+static rf_status apply_list(config_file *cf, const rf_cli_option *o, const char *key,
+                            const json_t *list, const char *at) {
+  rf_config *cfg = cf->cfg;
+  size_t n = json_array_size(list);
+  char why[512];
+  if (!sweepable(o) || cfg->command != RF_CMD_RUN)
+    return rf_fail(RF_ERR_USAGE,
+                   "%s: key '%s' holds a list; only mode, plan, transport, trainer, "
+                   "rollout, placement, bucket_size and model can be swept, by refit run",
+                   at, key);
+  if (n == 0 || n > RF_SWEEP_MAX_VALUES)
+    return rf_fail(RF_ERR_USAGE, "%s: key '%s' holds %zu values; give 1 to %d", at, key, n,
+                   RF_SWEEP_MAX_VALUES);
+  int is_mode = strcmp(o->name, "mode") == 0;
+  if (!is_mode && n > 1 && cfg->sweep.axis_count == RF_SWEEP_MAX_AXES)
+    return rf_fail(RF_ERR_USAGE, "%s: key '%s': a sweep has at most %d lists", at, key,
+                   RF_SWEEP_MAX_AXES);
+  rf_sweep_axis *axis = &cfg->sweep.axes[cfg->sweep.axis_count];
+  memset(axis, 0, sizeof *axis);
+  char modes[256] = "";
+  for (size_t i = 0; i < n; i++) {
+    const json_t *v = json_array_get(list, i);
+    char *text = axis->values[i];
+    if (set_json(o, v, cfg, why, sizeof why) != RF_OK ||
+        element_text(v, text, RF_SWEEP_VALUE_MAX, why, sizeof why) != RF_OK)
+      return rf_fail(RF_ERR_USAGE, "%s: key '%s', value %zu: %s", at, key, i + 1, why);
+    size_t used = strlen(modes);
+    snprintf(modes + used, sizeof modes - used, "%s%s", i ? "," : "", text);
+  }
+  if (is_mode) {
+    if (rf_cli_set_text(o, modes, cfg, why, sizeof why) != RF_OK)
+      return rf_fail(RF_ERR_USAGE, "%s: key '%s': %s", at, key, why);
+    return RF_OK;
+  }
+  if (set_json(o, json_array_get(list, 0), cfg, why, sizeof why) != RF_OK)
+    return rf_fail(RF_ERR_USAGE, "%s: key '%s': %s", at, key, why);
+  if (n > 1) {
+    snprintf(axis->name, sizeof axis->name, "%s", o->name);
+    axis->count = (int)n;
+    cfg->sweep.axis_count++;
+  }
+  return RF_OK;
+}
+
+void rf_cli_sweep_drop(rf_config *cfg, const rf_cli_option *o) {
+  rf_sweep *sw = &cfg->sweep;
+  for (int i = 0; i < sw->axis_count; i++)
+    if (strcmp(sw->axes[i].name, o->name) == 0) {
+      memmove(&sw->axes[i], &sw->axes[i + 1], (size_t)(sw->axis_count - i - 1) * sizeof *sw->axes);
+      sw->axis_count--;
+      return;
+    }
+}
+
+rf_status rf_cli_set_option(rf_config *cfg, const char *name, const char *text) {
+  const rf_cli_option *o = rf_cli_find_option(name);
+  char why[512];
+  if (!o)
+    return rf_fail(RF_ERR_USAGE, "option --%s does not exist; see refit run --help", name);
+  if (rf_cli_set_text(o, text, cfg, why, sizeof why) != RF_OK)
+    return rf_fail(RF_ERR_USAGE, "option --%s: %s", o->name, why);
+  return RF_OK;
+}
+
 static rf_status apply_key(config_file *cf, const char *key, const json_t *value) {
   const char *cmd = rf_command_name(cf->cfg->command);
   const rf_cli_option *o = rf_cli_find_option(key);
@@ -183,13 +272,12 @@ static rf_status apply_key(config_file *cf, const char *key, const json_t *value
     return rf_fail(RF_ERR_USAGE, "%s: unknown key '%s'; see refit %s --help", at, key, cmd);
   if (!(o->commands & (unsigned)cf->cfg->command))
     return rf_fail(RF_ERR_USAGE, "%s: key '%s' does not apply to 'refit %s'", at, key, cmd);
-  if (json_is_array(value))
-    return rf_fail(RF_ERR_USAGE, "%s: key '%s' holds a list; sweeps come in a later version",
-                   at, key);
   size_t index = (size_t)(o - rf_cli_options);
   if (cf->seen[index])
     return rf_fail(RF_ERR_USAGE, "%s: key '%s' repeats '%s'", at, key, cf->seen[index]);
   cf->seen[index] = key;
+  if (json_is_array(value))
+    return apply_list(cf, o, key, value, at);
   if (strcmp(o->name, "config") == 0) {
     /* Not followed: a file does not include another. The key is allowed so that the printed
      * configuration (rf_cli_config_json) can be fed back as a config file. */

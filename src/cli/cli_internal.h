@@ -69,6 +69,9 @@ void rf_cli_store_flag(const rf_cli_option *o, rf_config *cfg, int v);
  * one line `FILE:LINE:COLUMN: ...` and returns RF_ERR_USAGE on any problem. */
 rf_status rf_cli_load_config(rf_config *cfg);
 
+/* Drops the sweep axis of option o, if any: a value on the command line replaces the list. */
+void rf_cli_sweep_drop(rf_config *cfg, const rf_cli_option *o);
+
 /* Formats a double with the fewest digits that read back to the same value. */
 const char *rf_cli_format_double(double v, char *buf, size_t len);
 

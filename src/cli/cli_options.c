@@ -107,7 +107,9 @@ const rf_cli_option rf_cli_options[] = {
              "one (mpi then stages through pinned host memory), else in host memory"},
     {.name = "dry-run", .type = RF_OPT_FLAG, FIELD(dry_run), .def = "false", .unit = "",
      .commands = RUN, .help = "list the runs of a sweep and the combinations it skips, and "
-                              "move nothing"},
+                              "move nothing; a combination must fit the world's size, except "
+                              "in a world of one rank (no mpirun), where each gets the ranks it "
+                              "needs"},
     {.name = "calibrate", .type = RF_OPT_FLAG, FIELD(calibrate), .def = "false", .unit = "",
      .commands = RUN, .help = "measure the limits (memcpy, device copy, plain MPI and NCCL "
                               "transfers of the same bytes) beside every run"},

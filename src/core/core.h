@@ -67,6 +67,11 @@ const char *rf_hostname(void);
  * are printed by one rank only; rf_log_set_quiet(1) on the others silences them. */
 void rf_log_set_quiet(int quiet);
 
+/* While buf is set, errors are written into it (the last one wins, without prefix or newline)
+ * instead of stderr: for callers that report a failure their own way, as a sweep records why
+ * it skips a combination. NULL ends the capture. */
+void rf_log_capture(char *buf, size_t len);
+
 void rf_log(rf_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void rf_log_at(rf_log_level level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

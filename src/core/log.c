@@ -42,8 +42,20 @@ void rf_log_init_from_env(void) {
       log_level = (rf_log_level)i;
 }
 
+static char *capture_buf;
+static size_t capture_len;
+
+void rf_log_capture(char *buf, size_t len) {
+  capture_buf = len ? buf : NULL;
+  capture_len = len;
+}
+
 void rf_vlog_at(rf_log_level level, const char *file, int line, const char *fmt, va_list ap) {
   static const char *labels[] = {"error", "warning", "info", "debug"};
+  if (capture_buf && level == RF_LOG_ERROR) {
+    vsnprintf(capture_buf, capture_len, fmt, ap);
+    return;
+  }
   if (level > log_level || (log_quiet && level <= RF_LOG_WARN))
     return;
   /* Build the whole line first and write it with one call, so lines of different ranks

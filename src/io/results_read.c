@@ -11,7 +11,20 @@ typedef struct {
   uint64_t trainer_checksum;
 } read_row;
 
-/* Picks the run group: `run` itself, or the highest number for -1. */
+/* Whether run group `name` is a sweep combination that was skipped (status "skipped"). */
+static int run_skipped(hid_t runs, const char *name) {
+  char status[32] = "";
+  hid_t g = H5Gopen2(runs, name, H5P_DEFAULT);
+  if (g < 0)
+    return 0;
+  int skipped = rf_results_read_attr_str(g, "status", status, sizeof status) == 0 &&
+                strcmp(status, "skipped") == 0;
+  H5Gclose(g);
+  return skipped;
+}
+
+/* Picks the run group: `run` itself, or for -1 the highest number that is not a skipped sweep
+ * combination (which holds no checksums to compare). */
 static rf_status open_run(const char *path, hid_t f, int run, hid_t *group, int *number) {
   hid_t runs = H5Gopen2(f, "runs", H5P_DEFAULT);
   RF_H5(runs);
@@ -20,12 +33,23 @@ static rf_status open_run(const char *path, hid_t f, int run, hid_t *group, int 
   char name[16];
   if (st == RF_OK && last < 0)
     st = rf_fail(RF_ERR_RESULTS, "results file '%s' holds no runs yet", path);
-  if (st == RF_OK) {
-    *number = run < 0 ? last : run;
+  if (st == RF_OK && run < 0) {
+    for (*number = last; *number >= 0; (*number)--) {
+      snprintf(name, sizeof name, "%04d", *number);
+      if (H5Lexists(runs, name, H5P_DEFAULT) > 0 && !run_skipped(runs, name))
+        break;
+    }
+    if (*number < 0)
+      st = rf_fail(RF_ERR_RESULTS, "results file '%s' holds only skipped sweep combinations", path);
+  } else if (st == RF_OK) {
+    *number = run;
     snprintf(name, sizeof name, "%04d", *number);
     if (H5Lexists(runs, name, H5P_DEFAULT) <= 0)
       st = rf_fail(RF_ERR_RESULTS, "results file '%s' has no run %04d; its latest is %04d",
                    path, run, last);
+    else if (run_skipped(runs, name))
+      st = rf_fail(RF_ERR_RESULTS, "results file '%s': run %04d is a skipped sweep combination "
+                   "and holds no results; give another --run", path, run);
   }
   if (st == RF_OK && (*group = H5Gopen2(runs, name, H5P_DEFAULT)) < 0)
     st = rf_hdf5_failed("H5Gopen2(runs, name)", __FILE__, __LINE__);

@@ -1,0 +1,183 @@
+/* The calibrated limits: the same bytes between the same ranks, moved by the plainest means
+ * there are, so that a run's time reads as a fraction of what the machine allows. */
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calibrate.h"
+#include "report/report.h"
+
+/* MPI counts are int: larger pair messages go in slices, as the mpi transport sends them. */
+#define SLICE ((int64_t)1 << 30)
+
+typedef struct {
+  int64_t *send, *recv; /* [world rank] bytes this rank sends to / receives from each rank */
+  int64_t out, in;      /* their sums */
+  char *sendbuf, *recvbuf, *copybuf;
+  MPI_Request *req;
+  int nreq;
+} exchange;
+
+static void pair_bytes(const rf_plan *plan, int me, exchange *x) {
+  for (int i = 0; i < plan->piece_count; i++) {
+    const rf_piece *p = &plan->pieces[i];
+    if (p->stage != RF_STAGE_TRANSFER)
+      continue;
+    int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
+    if (src == me)
+      x->send[dst] += p->bytes;
+    if (dst == me)
+      x->recv[src] += p->bytes;
+  }
+  for (int q = 0; q < plan->layout->world_size; q++) {
+    x->out += x->send[q];
+    x->in += x->recv[q];
+  }
+}
+
+static rf_status testall(void *ctx, int *done) {
+  exchange *x = ctx;
+  RF_MPI(MPI_Testall(x->nreq, x->req, done, MPI_STATUSES_IGNORE));
+  return RF_OK;
+}
+
+/* One round of the plain exchange: every receive and send posted at once, then one wait. */
+static rf_status exchange_once(rf_control *ctl, exchange *x) {
+  int64_t so = 0, ro = 0;
+  x->nreq = 0;
+  for (int q = 0; q < ctl->world_size; q++) {
+    for (int64_t off = 0; off < x->recv[q]; off += SLICE)
+      RF_MPI(MPI_Irecv(x->recvbuf + ro + off, (int)RF_MIN(x->recv[q] - off, SLICE), MPI_BYTE, q, 0,
+                       ctl->world, &x->req[x->nreq++]));
+    for (int64_t off = 0; off < x->send[q]; off += SLICE)
+      RF_MPI(MPI_Isend(x->sendbuf + so + off, (int)RF_MIN(x->send[q] - off, SLICE), MPI_BYTE, q, 0,
+                       ctl->world, &x->req[x->nreq++]));
+    ro += x->recv[q];
+    so += x->send[q];
+  }
+  rf_status st = rf_poll(testall, x, ctl->timeout);
+  if (st == RF_ERR_TIMEOUT) {
+    ctl->timed_out = 1; /* requests stay posted: the job must be aborted, not finalised */
+    return rf_timeout_error(ctl->timeout, "the calibration's plain MPI exchange", NULL);
+  }
+  return st;
+}
+
+/* The median of column k of times[n][3] (the report's statistics, so a limit and a run's
+ * time are the same kind of number), or -1 when a round of it was not measured. */
+static double column_median(double *times, int n, int k) {
+  double *v = times + 3 * (size_t)n; /* the spare row holds the column */
+  for (int i = 0; i < n; i++) {
+    v[i] = times[3 * (size_t)i + k];
+    if (v[i] < 0)
+      return -1.0;
+  }
+  return rf_stats_of(v, n).median;
+}
+
+/* Device buffers for the device copy, or none when this rank cannot have them. */
+static int device_buffers(int64_t bytes, void **src, void **dst) {
+  rf_log_set_quiet(1); /* a missing GPU only means the limit is not measured */
+  int ok = rf_mem_alloc(RF_MEM_DEVICE, (size_t)bytes + 1, "calibration", src) == RF_OK &&
+           rf_mem_alloc(RF_MEM_DEVICE, (size_t)bytes + 1, "calibration", dst) == RF_OK &&
+           rf_mem_zero(RF_MEM_DEVICE, *src, (size_t)bytes + 1) == RF_OK;
+  rf_log_set_quiet(0);
+  return ok;
+}
+
+/* Times every round; times[3 * it + k] holds round it's mpi, memcpy and device copy seconds,
+ * each the slowest rank's, on rank 0. */
+static rf_status time_rounds(rf_control *ctl, exchange *x, int warmup, int iters, void *dsrc,
+                             void *ddst, int device_ok, double *times) {
+  for (int it = 0; it < warmup + iters; it++) {
+    MPI_Request req;
+    RF_MPI(MPI_Ibarrier(ctl->world, &req));
+    RF_TRY(rf_control_wait(ctl, &req, "the calibration barrier"));
+    double t0 = rf_now();
+    RF_TRY(exchange_once(ctl, x));
+    double t1 = rf_now();
+    memcpy(x->copybuf, x->recvbuf, (size_t)x->in);
+    double t2 = rf_now();
+    if (device_ok && x->in > 0)
+      RF_TRY(rf_mem_transfer(ddst, RF_MEM_DEVICE, dsrc, RF_MEM_DEVICE, (size_t)x->in));
+    double mine[4] = {t1 - t0, t2 - t1, rf_now() - t2, device_ok ? 0.0 : 1.0}, all[4] = {0};
+    RF_MPI(MPI_Ireduce(mine, all, 4, MPI_DOUBLE, MPI_MAX, 0, ctl->world, &req));
+    RF_TRY(rf_control_wait(ctl, &req, "the calibration's timings"));
+    if (it >= warmup) {
+      memcpy(times + 3 * (size_t)(it - warmup), all, 3 * sizeof *all);
+      if (all[3] > 0)
+        times[3 * (size_t)(it - warmup) + 2] = -1.0; /* a rank had no device buffers */
+    }
+  }
+  return RF_OK;
+}
+
+rf_status rf_calibrate(rf_control *ctl, const rf_plan *plan, int warmup, int iters, int device,
+                       rf_calibration *out) {
+  memset(out, 0, sizeof *out);
+  int n = ctl->world_size;
+  exchange x;
+  memset(&x, 0, sizeof x);
+  x.send = rf_calloc((size_t)n, sizeof *x.send, "calibration pairs");
+  x.recv = rf_calloc((size_t)n, sizeof *x.recv, "calibration pairs");
+  double *times = rf_calloc(4 * (size_t)RF_MAX(iters, 1), sizeof *times, "calibration times");
+  rf_status st = x.send && x.recv && times ? RF_OK : RF_ERR_NOMEM;
+  if (st == RF_OK) {
+    pair_bytes(plan, ctl->world_rank, &x);
+    size_t slices = 0;
+    for (int q = 0; q < n; q++)
+      slices += (size_t)((x.send[q] + SLICE - 1) / SLICE + (x.recv[q] + SLICE - 1) / SLICE);
+    x.sendbuf = rf_malloc((size_t)x.out + 1, "calibration send buffer");
+    x.recvbuf = rf_malloc((size_t)x.in + 1, "calibration receive buffer");
+    x.copybuf = rf_malloc((size_t)x.in + 1, "calibration copy buffer");
+    x.req = rf_calloc(slices + 1, sizeof *x.req, "calibration requests");
+    st = x.sendbuf && x.recvbuf && x.copybuf && x.req ? RF_OK : RF_ERR_NOMEM;
+  }
+  void *dsrc = NULL, *ddst = NULL;
+  int device_ok = 0;
+  if (st == RF_OK) {
+    /* Touch every page first, so that no round pays for faulting them in. */
+    memset(x.sendbuf, 1, (size_t)x.out + 1);
+    memset(x.recvbuf, 0, (size_t)x.in + 1);
+    memset(x.copybuf, 0, (size_t)x.in + 1);
+    device_ok = device && device_buffers(x.in, &dsrc, &ddst);
+  }
+  st = rf_control_agree(ctl, st);
+  if (st == RF_OK)
+    st = rf_control_agree(ctl, time_rounds(ctl, &x, warmup, iters, dsrc, ddst, device_ok, times));
+  int64_t bytes[2] = {x.in, x.in}, sums[2] = {0, 0};
+  if (st == RF_OK) {
+    MPI_Request req;
+    /* The exchange moves the sum of what the ranks receive; memcpy is as slow as its largest. */
+    int rc = MPI_Ireduce(&bytes[0], &sums[0], 1, MPI_INT64_T, MPI_SUM, 0, ctl->world, &req);
+    st = rc == MPI_SUCCESS ? rf_control_wait(ctl, &req, "the calibration's bytes")
+                           : rf_mpi_failed(rc, "MPI_Ireduce", __FILE__, __LINE__);
+    rc = st == RF_OK
+             ? MPI_Ireduce(&bytes[1], &sums[1], 1, MPI_INT64_T, MPI_MAX, 0, ctl->world, &req)
+             : MPI_SUCCESS;
+    if (st == RF_OK)
+      st = rc == MPI_SUCCESS ? rf_control_wait(ctl, &req, "the calibration's bytes")
+                             : rf_mpi_failed(rc, "MPI_Ireduce", __FILE__, __LINE__);
+  }
+  if (st == RF_OK && ctl->world_rank == 0) {
+    out->limits.mpi_s = column_median(times, iters, 0);
+    out->limits.memcpy_s = column_median(times, iters, 1);
+    out->limits.device_copy_s = device ? RF_MAX(column_median(times, iters, 2), 0.0) : 0.0;
+    out->mpi_bytes = sums[0];
+    out->memcpy_bytes = sums[1];
+  }
+  if (dsrc)
+    rf_mem_free(RF_MEM_DEVICE, dsrc, (size_t)x.in + 1);
+  if (ddst)
+    rf_mem_free(RF_MEM_DEVICE, ddst, (size_t)x.in + 1);
+  if (!ctl->timed_out) { /* after a timeout MPI may still write into the buffers */
+    free(x.sendbuf);
+    free(x.recvbuf);
+    free(x.req);
+  }
+  free(x.copybuf);
+  free(x.send);
+  free(x.recv);
+  free(times);
+  return st;
+}

@@ -1,0 +1,243 @@
+/* The sweep loop of `refit run`: the cartesian product of a config file's lists, one job per
+ * combination (each with its own control plane, since the layouts differ) inside one MPI job.
+ * Every rank walks the same combinations and reaches the same verdicts without talking, so
+ * only rank 0 prints; the jobs themselves agree on their outcome. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/io.h"
+#include "sweep.h"
+#include "transport/transport.h"
+
+/* More would be a typo in a config file rather than a plan: refuse before running any. */
+#define RF_SWEEP_MAX_COMBINATIONS 4096
+
+typedef struct {
+  int skipped;
+  int runs; /* its modes, or 1 for a skipped combination */
+  char reason[512];
+} combination;
+
+static int mode_count(const char *modes) {
+  int n = 1;
+  for (const char *p = modes; *p; p++)
+    n += *p == ',';
+  return n;
+}
+
+/* The `i`th (0-based) mode of a comma-separated list. */
+static void mode_at(const char *modes, int i, char *out, size_t len) {
+  while (i-- > 0 && strchr(modes, ','))
+    modes = strchr(modes, ',') + 1;
+  snprintf(out, len, "%.*s", (int)strcspn(modes, ","), modes);
+}
+
+/* Combination c's configuration (the last axis varies fastest) and its varying keys as
+ * "key=value ...", in the file's order. */
+static rf_status combination_config(const rf_config *cfg, int c, rf_config *out, char *params,
+                                    size_t len) {
+  const rf_sweep *sw = &cfg->sweep;
+  int index[RF_SWEEP_MAX_AXES];
+  for (int a = sw->axis_count - 1; a >= 0; a--) {
+    index[a] = c % sw->axes[a].count;
+    c /= sw->axes[a].count;
+  }
+  *out = *cfg;
+  out->sweep.axis_count = 0; /* one plain configuration per run */
+  size_t used = 0;
+  params[0] = '\0';
+  for (int a = 0; a < sw->axis_count; a++) {
+    const char *value = sw->axes[a].values[index[a]];
+    RF_TRY(rf_cli_set_option(out, sw->axes[a].name, value));
+    char key[32];
+    snprintf(key, sizeof key, "%s", sw->axes[a].name);
+    for (char *k = key; *k; k++)
+      *k = *k == '-' ? '_' : *k;
+    used += (size_t)snprintf(params + used, len - RF_MIN(used, len), "%s%s=%s", a ? " " : "", key,
+                             value);
+  }
+  return RF_OK;
+}
+
+/* Whether a combination can run on `world` ranks (0: on as many as it needs): the job builds
+ * (model, layouts, plan) and the world has its ranks. The reason is the one line its job
+ * would have printed. */
+static void check_combination(const rf_config *cfg, int world, combination *cb) {
+  rf_job job;
+  memset(&job, 0, sizeof job);
+  cb->reason[0] = '\0';
+  rf_log_capture(cb->reason, sizeof cb->reason);
+  const rf_transport_ops *ops = NULL;
+  rf_status st = rf_transport_find(cfg->transport, &ops);
+  if (st == RF_OK)
+    st = rf_job_build(cfg, &job);
+  rf_log_capture(NULL, 0);
+  if (st != RF_OK && !cb->reason[0])
+    snprintf(cb->reason, sizeof cb->reason, "%s", rf_status_text(st));
+  if (st == RF_OK && world > 0 && job.layout.world_size != world) {
+    char t[64], r[64];
+    rf_trainer_layout_format(&job.trainer, t, sizeof t);
+    rf_rollout_layout_format(&job.rollout, r, sizeof r);
+    snprintf(cb->reason, sizeof cb->reason,
+             "world size is %d but trainer %s and rollout %s (%s) "
+             "need %d ranks",
+             world, t, r, cfg->placement, job.layout.world_size);
+    st = RF_ERR_WORLD;
+  }
+  cb->skipped = st != RF_OK;
+  cb->runs = cb->skipped ? 1 : mode_count(cfg->mode);
+  rf_job_free(&job);
+}
+
+static rf_status test_request(void *ctx, int *done) {
+  RF_MPI(MPI_Test(ctx, done, MPI_STATUS_IGNORE));
+  return RF_OK;
+}
+
+/* Every rank gets the worst of the ranks' statuses (rank 0 alone writes a skip's record). */
+static rf_status agree_world(rf_status mine, double timeout, int *timed_out) {
+  int size = 1, v = (int)mine;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int *all = rf_calloc((size_t)size, sizeof *all, "statuses");
+  if (!all)
+    return RF_ERR_NOMEM;
+  MPI_Request req;
+  int rc = MPI_Iallgather(&v, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD, &req);
+  rf_status st = rc == MPI_SUCCESS ? rf_poll(test_request, &req, timeout)
+                                   : rf_mpi_failed(rc, "MPI_Iallgather", __FILE__, __LINE__);
+  if (st == RF_ERR_TIMEOUT) {
+    *timed_out = 1; /* `all` stays allocated: MPI may still write into it */
+    return rf_timeout_error(timeout, "every rank after a skipped sweep combination", NULL);
+  }
+  for (int r = 0; r < size && st == RF_OK; r++)
+    st = rf_status_worse(st, (rf_status)all[r]);
+  free(all);
+  return st;
+}
+
+/* Rank 0 appends a skipped combination to --output: its configuration and the reason. */
+static rf_status record_skip(const rf_config *cfg, int index, int size, const char *reason) {
+  rf_results_file_info info = {cfg->command_line, rf_hostname(), ""};
+  rf_results *r = NULL;
+  RF_TRY(rf_results_open(cfg->output, &info, &r));
+  char *config = rf_cli_config_json(cfg);
+  rf_results_run run = {.config_json = config ? config : "{}",
+                        .model = cfg->model,
+                        .trainer = cfg->trainer,
+                        .rollout = cfg->rollout,
+                        .placement = cfg->placement,
+                        .plan = cfg->plan,
+                        .mode = cfg->mode,
+                        .transport = cfg->transport,
+                        .bucket_size = cfg->bucket_size,
+                        .sweep_index = index,
+                        .sweep_size = size,
+                        .skip_reason = reason};
+  int number = -1;
+  rf_status st = rf_results_add_run(r, &run, &number);
+  if (st == RF_OK)
+    RF_INFO("results: skipped combination appended to %s as run %04d", cfg->output, number);
+  rf_results_close(r);
+  free(config);
+  return st;
+}
+
+void rf_sweep_announce(const rf_sweep_slot *slot, int mode_index, const char *mode) {
+  if (!slot->announce || slot->world_rank != 0)
+    return;
+  int done = slot->done_before + mode_index;
+  int left = slot->runs - mode_index + slot->left_after;
+  double elapsed = rf_now() - slot->start;
+  printf("run %d/%d: %s%s%s%s", slot->first_index + mode_index, slot->size, slot->params,
+         slot->show_mode && slot->params[0] ? " " : "", slot->show_mode ? "mode=" : "",
+         slot->show_mode ? mode : "");
+  if (done > 0)
+    printf(" (elapsed %.1f s, about %.1f s left)\n", elapsed, elapsed / done * left);
+  else
+    printf(" (elapsed %.1f s)\n", elapsed);
+  fflush(stdout);
+}
+
+/* --dry-run: the lines a real sweep would print before each run, without times. */
+static void list_runs(const rf_config *cfg, const rf_sweep_slot *slot) {
+  for (int m = 0; m < slot->runs; m++) {
+    char mode[32];
+    mode_at(cfg->mode, m, mode, sizeof mode);
+    int named = slot->show_mode || !slot->params[0]; /* never an empty line */
+    printf("run %d/%d: %s%s%s%s\n", slot->first_index + m, slot->size, slot->params,
+           named && slot->params[0] ? " " : "", named ? "mode=" : "", named ? mode : "");
+  }
+}
+
+rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed_out) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const rf_sweep *sw = &cfg->sweep;
+  int64_t total = 1;
+  for (int a = 0; a < sw->axis_count; a++)
+    total = RF_MIN(total * sw->axes[a].count, RF_SWEEP_MAX_COMBINATIONS + 1);
+  if (total > RF_SWEEP_MAX_COMBINATIONS)
+    return rf_fail(RF_ERR_USAGE, "%s: the sweep has more than %d combinations; shorten its lists",
+                   cfg->config, RF_SWEEP_MAX_COMBINATIONS);
+  int n = (int)total;
+  combination *cb = rf_calloc((size_t)n, sizeof *cb, "sweep combinations");
+  rf_config *one = rf_calloc(1, sizeof *one, "a combination's configuration");
+  char params[512];
+  rf_status st = cb && one ? RF_OK : RF_ERR_NOMEM;
+  /* A dry run without mpirun (a world of one) checks each combination on the ranks it needs;
+   * a plain job is checked by its own control plane, with its usual errors. */
+  int check_world = cfg->dry_run && world == 1 ? 0 : world;
+  int size = 0, runnable = 0;
+  rf_log_set_quiet(rank != 0);
+  for (int c = 0; c < n && st == RF_OK; c++) {
+    st = combination_config(cfg, c, one, params, sizeof params);
+    if (st == RF_OK && (sw->axis_count > 0 || cfg->dry_run))
+      check_combination(one, check_world, &cb[c]);
+    else
+      cb[c].runs = mode_count(one->mode);
+    size += cb[c].runs;
+    runnable += cb[c].skipped ? 0 : cb[c].runs;
+  }
+  rf_log_set_quiet(0);
+  rf_sweep_slot slot = {.first_index = 1,
+                        .size = size,
+                        .announce = sw->axis_count > 0,
+                        .show_mode = mode_count(cfg->mode) > 1,
+                        .world_rank = rank,
+                        .start = rf_now()};
+  int verify_failed = 0;
+  for (int c = 0; c < n && st == RF_OK; c++) {
+    st = combination_config(cfg, c, one, slot.params, sizeof slot.params);
+    slot.runs = cb[c].runs;
+    if (st == RF_OK && cb[c].skipped) {
+      if (rank == 0) {
+        printf("skip %d/%d: %s%s%s\n", slot.first_index, size, slot.params,
+               slot.params[0] ? ": " : "", cb[c].reason);
+        fflush(stdout);
+      }
+      if (!cfg->dry_run && cfg->output[0])
+        st = agree_world(rank == 0 ? record_skip(one, slot.first_index, size, cb[c].reason) : RF_OK,
+                         cfg->timeout, timed_out);
+    } else if (st == RF_OK && cfg->dry_run) {
+      if (rank == 0)
+        list_runs(one, &slot);
+    } else if (st == RF_OK) {
+      slot.left_after = runnable - slot.done_before - slot.runs;
+      st = job(one, &slot, timed_out);
+      slot.done_before += slot.runs;
+      if (st == RF_ERR_VERIFY && !*timed_out) {
+        verify_failed = 1; /* recorded in the results file; the next combination goes on */
+        st = RF_OK;
+      }
+    }
+    slot.first_index += slot.runs;
+  }
+  if (rank == 0)
+    fflush(stdout);
+  free(cb);
+  free(one);
+  return st == RF_OK && verify_failed ? RF_ERR_VERIFY : st;
+}

@@ -1,0 +1,39 @@
+/* sweep: `refit run` over the cartesian product of a config file's lists (cli.h, rf_sweep),
+ * in one MPI job, every run appended to one results file. A job that is no sweep is a sweep
+ * of one combination. Private to src/driver. */
+#ifndef RF_SWEEP_H
+#define RF_SWEEP_H
+
+#include "driver.h"
+
+/* One combination's place in the sweep: what its job needs to number, announce and record its
+ * runs (one per mode). */
+typedef struct {
+  int first_index; /* 1-based sweep index of the job's first run */
+  int size;        /* runs and skips of the whole sweep */
+  int announce;    /* rank 0 prints a progress line before each run (sweeps only) */
+  int show_mode;   /* the modes vary too, so the line names each run's mode */
+  int world_rank;
+  char params[512]; /* the varying keys but mode, "plan=star bucket_size=64MiB" */
+  double start;     /* rf_now() when the sweep began */
+  int done_before;  /* runs finished before this job */
+  int left_after;   /* runs (skips excluded) after this job's */
+  int runs;         /* this job's runs: its modes */
+} rf_sweep_slot;
+
+/* Rank 0: "run i/N: plan=star mode=fused (elapsed 12.3 s, about 40 s left)" before the job's
+ * run `mode_index` (0-based); nothing outside a sweep. */
+void rf_sweep_announce(const rf_sweep_slot *slot, int mode_index, const char *mode);
+
+/* Runs one combination's job on every rank and returns the status all ranks agreed. It sets
+ * *timed_out when a wait expired: MPI then holds pending requests and the job must be aborted. */
+typedef rf_status (*rf_sweep_job_fn)(const rf_config *cfg, const rf_sweep_slot *slot,
+                                     int *timed_out);
+
+/* The sweep, on every rank between MPI_Init and MPI_Finalize. Combinations invalid for the
+ * world size or the model are skipped (announced and recorded with their reason); a
+ * verification failure is recorded and the sweep goes on, returning RF_ERR_VERIFY at the end;
+ * any other error ends it. With --dry-run it only lists the runs and skips. */
+rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed_out);
+
+#endif

@@ -1,0 +1,128 @@
+# Sweeps (`refit run --config` whose values are lists) and --calibrate: the product runs in one
+# mpirun, every run and every skipped combination lands in one results file with its place in
+# the sweep, --dry-run lists exactly what would run, and the limits are stored beside the runs.
+. "$(dirname "$0")/lib.sh"
+
+command -v h5dump >/dev/null || { echo "skipped: h5dump is not installed"; exit 77; }
+SWEEPS="$REFIT_SOURCE_DIR/configs/sweeps"
+
+# attr FILE RUN NAME: a scalar attribute of /runs/RUN, as h5dump prints it (strings unquoted).
+attr() {
+  h5dump -a "/runs/$2/$3" "$1" 2>/dev/null | awk '/\(0\):/ { sub(/.*\(0\): /, ""); gsub(/"/, "");
+    print; exit }'
+}
+
+# run_count FILE: the groups under /runs.
+run_count() { h5ls "$1/runs" | grep -c .; }
+
+# expect_same WHAT GOT WANT
+expect_same() {
+  [ "$2" = "$3" ] || fail "$1: got '$2', expected '$3'"
+}
+
+# ---- 3 modes x 3 bucket sizes x 2 plans = 18 runs in one job, one file ---------------------
+OUT="$TMP/mb.h5"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$SWEEPS/modes-buckets.json" \
+  --output "$OUT"
+expect_same "run lines" "$(grep -c '^run [0-9]*/18: ' "$TMP/out")" 18
+expect_same "footers" "$(grep -c '^# PASS$' "$TMP/out")" 6
+expect_same "runs in the file" "$(run_count "$OUT")" 18
+combos=""
+for i in $(seq 0 17); do
+  run=$(printf '%04d' "$i")
+  expect_same "run $run sweep_index" "$(attr "$OUT" "$run" sweep_index)" $((i + 1))
+  expect_same "run $run sweep_size" "$(attr "$OUT" "$run" sweep_size)" 18
+  combos+="$(attr "$OUT" "$run" mode) $(attr "$OUT" "$run" bucket_size) $(attr "$OUT" "$run" plan)"$'\n'
+done
+expect_same "distinct (mode, bucket_size, plan)" "$(printf '%s' "$combos" | sort -u | grep -c .)" 18
+expect_same "run 0004" "$(printf '%s' "$combos" | sed -n 5p)" "grouped 4096 star"
+expect_same "run 0017" "$(printf '%s' "$combos" | sed -n 18p)" "fused 0 star"
+
+# ---- skipped combinations are announced, recorded with their reason, and the sweep goes on --
+SKIP5="skip 5/8: trainer=fsdp=3 plan=p2p: layout: model.layers.0.self_attn.q_proj.weight dim 0 \
+has 4 heads, which do not divide over trainer fsdp=3; choose a trainer fsdp that divides 4"
+SKIP6="skip 6/8: trainer=fsdp=3 plan=star: layout: model.layers.0.self_attn.q_proj.weight dim 0 \
+has 4 heads, which do not divide over trainer fsdp=3; choose a trainer fsdp that divides 4"
+REASON7="world size is 4 but trainer fsdp=2,tp=2 and rollout tp=2 (disaggregated) need 6 ranks"
+OUT="$TMP/tl.h5"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$SWEEPS/trainer-layouts.json" \
+  --output "$OUT"
+grep '^skip ' "$TMP/out" >"$TMP/skips"
+expect_same "skip lines" "$(cat "$TMP/skips")" "$SKIP5
+$SKIP6
+skip 7/8: trainer=fsdp=2,tp=2 plan=p2p: $REASON7
+skip 8/8: trainer=fsdp=2,tp=2 plan=star: $REASON7"
+expect_same "footers" "$(grep -c '^# PASS$' "$TMP/out")" 4
+expect_same "runs in the file" "$(run_count "$OUT")" 8
+expect_same "0006 status" "$(attr "$OUT" 0006 status)" skipped
+expect_same "0006 exit_code" "$(attr "$OUT" 0006 exit_code)" 0
+expect_same "0006 skip_reason" "$(attr "$OUT" 0006 skip_reason)" "$REASON7"
+expect_same "0006 sweep_index" "$(attr "$OUT" 0006 sweep_index)" 7
+expect_same "0006 trainer" "$(attr "$OUT" 0006 trainer)" "fsdp=2,tp=2"
+h5ls "$OUT/runs/0006" | grep -q . && fail "skipped run 0006 holds datasets: $(h5ls "$OUT/runs/0006")"
+# verify takes the latest run that ran, and refuses a skipped one.
+expect_exit 0 "$REFIT" verify "$OUT" --reference "$OUT"
+expect_grep "# $OUT run 0003 against $OUT: 0 of 21 tensors differ" "$TMP/out"
+expect_error 2 "refit: error: results file '$OUT': run 0005 is a skipped sweep combination and \
+holds no results; give another --run" "$REFIT" verify "$OUT" --reference "$OUT" --run 5
+
+# ---- --dry-run lists exactly the runs and skips, moves nothing, writes nothing -------------
+DRY_RUNS="run 1/8: trainer=fsdp=2 plan=p2p
+run 2/8: trainer=fsdp=2 plan=star
+run 3/8: trainer=fsdp=1,tp=2 plan=p2p
+run 4/8: trainer=fsdp=1,tp=2 plan=star
+$SKIP5
+$SKIP6"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$SWEEPS/trainer-layouts.json" \
+  --dry-run --output "$TMP/dry.h5"
+expect_same "dry run under mpirun" "$(cat "$TMP/out")" "$DRY_RUNS
+skip 7/8: trainer=fsdp=2,tp=2 plan=p2p: $REASON7
+skip 8/8: trainer=fsdp=2,tp=2 plan=star: $REASON7"
+[ -e "$TMP/dry.h5" ] && fail "--dry-run wrote $TMP/dry.h5"
+# Without mpirun every combination gets the ranks it needs.
+expect_exit 0 "$REFIT" run --config "$SWEEPS/trainer-layouts.json" --dry-run
+expect_same "dry run without mpirun" "$(cat "$TMP/out")" "$DRY_RUNS
+run 7/8: trainer=fsdp=2,tp=2 plan=p2p
+run 8/8: trainer=fsdp=2,tp=2 plan=star"
+# A value on the command line replaces its list; a list of modes stays one job of three runs.
+expect_exit 0 "$REFIT" run --config "$SWEEPS/modes-buckets.json" --dry-run --plan star \
+  --bucket-size 4KiB
+expect_same "command line over lists" "$(cat "$TMP/out")" "run 1/3: mode=unfused
+run 2/3: mode=grouped
+run 3/3: mode=fused"
+
+# ---- lists where they are not allowed ------------------------------------------------------
+printf '{\n  "model": "tiny",\n  "seed": [1, 2]\n}\n' >"$TMP/seed.json"
+expect_error 2 "refit: error: $TMP/seed.json:3:3: key 'seed' holds a list; only mode, plan, \
+transport, trainer, rollout, placement, bucket_size and model can be swept, by refit run" \
+  "$REFIT" run --config "$TMP/seed.json" --dry-run
+printf '{"plan": ["p2p", "ring"]}' >"$TMP/ring.json"
+expect_error 2 "refit: error: $TMP/ring.json:1:2: key 'plan', value 2: 'ring' is not one of \
+p2p|star" "$REFIT" run --config "$TMP/ring.json" --dry-run
+printf '{"plan": ["p2p", "star"]}' >"$TMP/plan.json"
+expect_error 2 "refit: error: $TMP/plan.json:1:2: key 'plan' holds a list; only mode, plan, \
+transport, trainer, rollout, placement, bucket_size and model can be swept, by refit run" \
+  "$REFIT" plan --config "$TMP/plan.json"
+
+# ---- a verification failure is recorded and the sweep goes on, exiting 1 at the end --------
+printf '{"model": "tiny", "trainer": "fsdp=2", "rollout": "tp=2", "plan": ["p2p", "star"],
+  "warmup": 0, "iters": 2, "inject": "corrupt"}' >"$TMP/corrupt.json"
+expect_exit 1 "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$TMP/corrupt.json" --output "$TMP/c.h5"
+expect_same "failed footers" "$(grep -c '^# FAIL' "$TMP/out")" 2
+expect_same "runs in the file" "$(run_count "$TMP/c.h5")" 2
+expect_same "0001 status" "$(attr "$TMP/c.h5" 0001 status)" RF_ERR_VERIFY
+
+# ---- --calibrate: the limits beside every run ----------------------------------------------
+OUT="$TMP/cal.h5"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$SWEEPS/modes-buckets.json" \
+  --mode grouped --bucket-size 16KiB --calibrate --output "$OUT"
+expect_same "limits lines" "$(grep -c '^limits: memcpy .* s, mpi .* s; grouped at .* of mpi$' \
+  "$TMP/out")" 2
+for run in 0000 0001; do
+  for name in limit_memcpy_s limit_mpi_s limit_memcpy_ratio limit_mpi_ratio; do
+    v=$(attr "$OUT" $run $name)
+    awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }' || fail "run $run $name is '$v', expected > 0"
+  done
+  expect_same "run $run limit_nccl_s" "$(attr "$OUT" $run limit_nccl_s)" ""
+done
+finish
