@@ -1,0 +1,320 @@
+/* Reading a whole results file back for `refit report`: every run's configuration, verdict,
+ * headline numbers, calibrated limits, summary and timings. Attributes that later schema
+ * additions bring (limits, sweeps, Slurm) are read when present and never required, so files
+ * of every refit-results/1 writer load. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "results_internal.h"
+
+#define WHAT_TO_DO "give a results file written by 'refit run --output'"
+
+static const char *const limit_names[RF_LIMIT_COUNT] = {"memcpy", "device_copy", "mpi", "nccl"};
+
+const char *rf_limit_name(int limit) {
+  return limit >= 0 && limit < RF_LIMIT_COUNT ? limit_names[limit] : "?";
+}
+
+/* A scalar numeric attribute converted to `mem_type`; absent or odd ones leave *out alone,
+ * since every numeric attribute the report reads has a meaningful default. */
+static void read_attr_num(hid_t obj, const char *name, hid_t mem_type, void *out) {
+  if (H5Aexists(obj, name) <= 0)
+    return;
+  hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
+  if (attr < 0)
+    return;
+  hid_t space = H5Aget_space(attr);
+  hid_t type = H5Aget_type(attr);
+  H5T_class_t cls = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
+  if (space >= 0 && H5Sget_simple_extent_npoints(space) == 1 &&
+      (cls == H5T_INTEGER || cls == H5T_FLOAT))
+    H5Aread(attr, mem_type, out);
+  if (type >= 0)
+    H5Tclose(type);
+  if (space >= 0)
+    H5Sclose(space);
+  H5Aclose(attr);
+}
+
+static void read_attr_text(hid_t obj, const char *name, char *buf, size_t len) {
+  if (H5Aexists(obj, name) > 0 && rf_results_read_attr_str(obj, name, buf, len) == 0)
+    return;
+  buf[0] = '\0';
+}
+
+static int phase_index(const char *name) {
+  for (int p = 0; p < RF_PHASE_COUNT; p++)
+    if (strcmp(name, rf_phase_name((rf_phase)p)) == 0)
+      return p;
+  return -1;
+}
+
+typedef struct {
+  char phase[16];
+  double median, p99;
+} summary_row;
+
+static rf_status read_summary(hid_t g, rf_loaded_run *run) {
+  rf_status st = RF_OK;
+  hid_t dset = H5I_INVALID_HID, space = H5I_INVALID_HID, name = H5I_INVALID_HID;
+  hid_t type = H5I_INVALID_HID;
+  summary_row *rows = NULL;
+  RF_H5_GOTO(dset = H5Dopen2(g, "summary", H5P_DEFAULT), done);
+  RF_H5_GOTO(space = H5Dget_space(dset), done);
+  hssize_t n = H5Sget_simple_extent_npoints(space);
+  RF_H5_GOTO(n, done);
+  if (!(rows = rf_calloc((size_t)n + 1, sizeof *rows, "the summary table"))) {
+    st = RF_ERR_NOMEM;
+    goto done;
+  }
+  /* Members are matched by name, so the memory type lists only what the report shows. */
+  RF_H5_GOTO(name = rf_results_fixed_string(sizeof rows->phase), done);
+  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, sizeof *rows), done);
+  RF_H5_GOTO(H5Tinsert(type, "phase", HOFFSET(summary_row, phase), name), done);
+  RF_H5_GOTO(H5Tinsert(type, "median", HOFFSET(summary_row, median), H5T_NATIVE_DOUBLE), done);
+  RF_H5_GOTO(H5Tinsert(type, "p99", HOFFSET(summary_row, p99), H5T_NATIVE_DOUBLE), done);
+  if (n > 0)
+    RF_H5_GOTO(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows), done);
+  for (hssize_t i = 0; i < n; i++) {
+    rows[i].phase[sizeof rows->phase - 1] = '\0';
+    int p = phase_index(rows[i].phase);
+    if (p >= 0) {
+      run->phase_median[p] = rows[i].median;
+      run->phase_p99[p] = rows[i].p99;
+    }
+  }
+  run->has_summary = 1;
+done:
+  if (type >= 0)
+    H5Tclose(type);
+  if (name >= 0)
+    H5Tclose(name);
+  if (space >= 0)
+    H5Sclose(space);
+  if (dset >= 0)
+    H5Dclose(dset);
+  free(rows);
+  return st;
+}
+
+/* The phases attribute of timings: which phase each entry of the last axis is. */
+static rf_status read_phase_map(hid_t dset, int count, int *map) {
+  rf_status st = RF_OK;
+  hid_t attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
+  char **names = rf_calloc((size_t)count, sizeof *names, "phase names");
+  if (!names)
+    return RF_ERR_NOMEM;
+  RF_H5_GOTO(attr = H5Aopen(dset, "phases", H5P_DEFAULT), done);
+  RF_H5_GOTO(type = rf_results_vlen_string(), done);
+  RF_H5_GOTO(H5Aread(attr, type, names), done);
+  for (int i = 0; i < count; i++)
+    map[i] = names[i] ? phase_index(names[i]) : -1;
+  for (int i = 0; i < count; i++)
+    H5free_memory(names[i]);
+done:
+  if (type >= 0)
+    H5Tclose(type);
+  if (attr >= 0)
+    H5Aclose(attr);
+  free(names);
+  return st;
+}
+
+static rf_status read_timings(hid_t g, rf_loaded_run *run) {
+  rf_status st = RF_OK;
+  hid_t dset = H5I_INVALID_HID, space = H5I_INVALID_HID;
+  double *raw = NULL;
+  int *map = NULL;
+  hsize_t dims[3] = {0, 0, 0};
+  RF_H5_GOTO(dset = H5Dopen2(g, "timings", H5P_DEFAULT), done);
+  RF_H5_GOTO(space = H5Dget_space(dset), done);
+  if (H5Sget_simple_extent_ndims(space) != 3)
+    goto done; /* Not the documented shape: the report shows the run without its spread. */
+  RF_H5_GOTO(H5Sget_simple_extent_dims(space, dims, NULL), done);
+  size_t cells = (size_t)(dims[0] * dims[1]);
+  if (cells == 0 || dims[2] == 0)
+    goto done;
+  raw = rf_calloc(cells * dims[2], sizeof *raw, "the timings dataset");
+  map = rf_calloc(dims[2], sizeof *map, "the phase map");
+  run->timings = rf_calloc(cells * RF_PHASE_COUNT, sizeof *run->timings, "timings");
+  if (!raw || !map || !run->timings) {
+    st = RF_ERR_NOMEM;
+    goto done;
+  }
+  RF_TRY_GOTO(read_phase_map(dset, (int)dims[2], map), done);
+  RF_H5_GOTO(H5Dread(dset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw), done);
+  for (size_t c = 0; c < cells; c++)
+    for (hsize_t p = 0; p < dims[2]; p++)
+      if (map[p] >= 0)
+        run->timings[c * RF_PHASE_COUNT + (size_t)map[p]] = raw[c * dims[2] + p];
+  run->timing_iterations = (int)dims[0];
+  run->timing_ranks = (int)dims[1];
+done:
+  if (space >= 0)
+    H5Sclose(space);
+  if (dset >= 0)
+    H5Dclose(dset);
+  free(raw);
+  free(map);
+  if (run->timing_iterations == 0) {
+    free(run->timings);
+    run->timings = NULL;
+  }
+  return st;
+}
+
+static rf_status read_run(hid_t runs, const char *name, rf_loaded_run *run) {
+  hid_t g = H5Gopen2(runs, name, H5P_DEFAULT);
+  RF_H5(g);
+  run->number = atoi(name);
+  struct {
+    const char *attr;
+    char *buf;
+    size_t len;
+  } text[] = {
+      {"model", run->model, sizeof run->model},
+      {"trainer", run->trainer, sizeof run->trainer},
+      {"rollout", run->rollout, sizeof run->rollout},
+      {"placement", run->placement, sizeof run->placement},
+      {"plan", run->plan, sizeof run->plan},
+      {"mode", run->mode, sizeof run->mode},
+      {"transport", run->transport, sizeof run->transport},
+      {"status", run->status, sizeof run->status},
+      {"skip_reason", run->skip_reason, sizeof run->skip_reason},
+      {"slurm_job_id", run->slurm_job_id, sizeof run->slurm_job_id},
+      {"slurm_job", run->slurm_job, sizeof run->slurm_job},
+      {"written", run->written, sizeof run->written},
+  };
+  for (size_t i = 0; i < RF_ARRAY_LEN(text); i++)
+    read_attr_text(g, text[i].attr, text[i].buf, text[i].len);
+  run->bucket_size = run->iterations = run->ranks = run->wrong = run->checksum_bad = -1;
+  run->sweep_index = run->sweep_size = -1;
+  read_attr_num(g, "bucket_size", H5T_NATIVE_INT64, &run->bucket_size);
+  read_attr_num(g, "iterations", H5T_NATIVE_INT64, &run->iterations);
+  read_attr_num(g, "ranks", H5T_NATIVE_INT64, &run->ranks);
+  read_attr_num(g, "wrong", H5T_NATIVE_INT64, &run->wrong);
+  read_attr_num(g, "checksum_bad", H5T_NATIVE_INT64, &run->checksum_bad);
+  read_attr_num(g, "sweep_index", H5T_NATIVE_INT64, &run->sweep_index);
+  read_attr_num(g, "sweep_size", H5T_NATIVE_INT64, &run->sweep_size);
+  run->time_median_s = run->time_p99_s = run->algbw_GBps = NAN;
+  read_attr_num(g, "time_median_s", H5T_NATIVE_DOUBLE, &run->time_median_s);
+  read_attr_num(g, "time_p99_s", H5T_NATIVE_DOUBLE, &run->time_p99_s);
+  read_attr_num(g, "algbw_GBps", H5T_NATIVE_DOUBLE, &run->algbw_GBps);
+  for (int l = 0; l < RF_LIMIT_COUNT; l++) {
+    char attr[48];
+    snprintf(attr, sizeof attr, "limit_%s_s", limit_names[l]);
+    run->limit_s[l] = NAN;
+    read_attr_num(g, attr, H5T_NATIVE_DOUBLE, &run->limit_s[l]);
+  }
+  run->skipped = strcmp(run->status, "skipped") == 0;
+
+  rf_status st = RF_OK;
+  if (!run->skipped && H5Lexists(g, "summary", H5P_DEFAULT) > 0)
+    st = read_summary(g, run);
+  if (st == RF_OK && !run->skipped && H5Lexists(g, "timings", H5P_DEFAULT) > 0)
+    st = read_timings(g, run);
+  /* Files written before the headline attributes existed still have the summary's total. */
+  if (run->has_summary && isnan(run->time_median_s))
+    run->time_median_s = run->phase_median[RF_PHASE_TOTAL];
+  if (run->has_summary && isnan(run->time_p99_s))
+    run->time_p99_s = run->phase_p99[RF_PHASE_TOTAL];
+  H5Gclose(g);
+  return st;
+}
+
+typedef struct {
+  char (*names)[16];
+  int count, cap;
+} name_list;
+
+static herr_t collect_name(hid_t group, const char *name, const H5L_info_t *info, void *data) {
+  (void)group;
+  (void)info;
+  name_list *list = data;
+  if (strlen(name) >= sizeof *list->names)
+    return 0; /* Not a run number; refit never writes such a link. */
+  if (rf_grow((void **)&list->names, list->count, &list->cap, sizeof *list->names, "run names") !=
+      RF_OK)
+    return -1;
+  snprintf(list->names[list->count++], sizeof *list->names, "%s", name);
+  return 0;
+}
+
+/* The checks of rf_results_open_checked, with messages that fit a file given to `report`
+ * rather than to --output. */
+static rf_status open_for_report(const char *path, hid_t *file) {
+  struct stat sb;
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  if (stat(path, &sb) != 0)
+    return rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be read: %s; " WHAT_TO_DO, path,
+                   strerror(errno));
+  if (!S_ISREG(sb.st_mode) || H5Fis_hdf5(path) <= 0)
+    return rf_fail(RF_ERR_RESULTS,
+                   "results file '%s' is not an HDF5 file or is damaged; " WHAT_TO_DO, path);
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0)
+    return rf_fail(RF_ERR_RESULTS,
+                   "results file '%s' is not an HDF5 file or is damaged; " WHAT_TO_DO, path);
+  char format[64];
+  rf_status st = RF_OK;
+  if (H5Aexists(f, "refit_format") <= 0 ||
+      rf_results_read_attr_str(f, "refit_format", format, sizeof format) != 0)
+    st = rf_fail(RF_ERR_RESULTS,
+                 "results file '%s' is an HDF5 file but not refit's results; " WHAT_TO_DO, path);
+  else if (strcmp(format, RF_RESULTS_FORMAT) != 0)
+    st = rf_fail(RF_ERR_RESULTS,
+                 "results file '%s' has format '%s' but this refit reads '%s'; "
+                 "use the refit that wrote it",
+                 path, format, RF_RESULTS_FORMAT);
+  else if (H5Lexists(f, "runs", H5P_DEFAULT) <= 0)
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s' is damaged: it has no /runs group; " WHAT_TO_DO,
+                 path);
+  if (st != RF_OK) {
+    H5Fclose(f);
+    return st;
+  }
+  *file = f;
+  return RF_OK;
+}
+
+rf_status rf_results_load(const char *path, rf_loaded_results *out) {
+  memset(out, 0, sizeof *out);
+  snprintf(out->path, sizeof out->path, "%s", path);
+  hid_t f = H5I_INVALID_HID, runs = H5I_INVALID_HID;
+  RF_TRY(open_for_report(path, &f));
+  read_attr_text(f, "created", out->created, sizeof out->created);
+  read_attr_text(f, "refit_version", out->refit_version, sizeof out->refit_version);
+  read_attr_text(f, "hosts", out->hosts, sizeof out->hosts);
+
+  rf_status st = RF_OK;
+  name_list list = {0};
+  RF_H5_GOTO(runs = H5Gopen2(f, "runs", H5P_DEFAULT), done);
+  RF_H5_GOTO(H5Literate(runs, H5_INDEX_NAME, H5_ITER_INC, NULL, collect_name, &list), done);
+  if (list.count > 0 &&
+      !(out->runs = rf_calloc((size_t)list.count, sizeof *out->runs, "the runs"))) {
+    st = RF_ERR_NOMEM;
+    goto done;
+  }
+  for (int i = 0; i < list.count && st == RF_OK; i++) {
+    st = read_run(runs, list.names[i], &out->runs[i]);
+    out->run_count = i + 1;
+  }
+done:
+  free(list.names);
+  if (runs >= 0)
+    H5Gclose(runs);
+  H5Fclose(f);
+  return st;
+}
+
+void rf_loaded_results_free(rf_loaded_results *r) {
+  for (int i = 0; i < r->run_count; i++)
+    free(r->runs[i].timings);
+  free(r->runs);
+  r->runs = NULL;
+  r->run_count = 0;
+}
