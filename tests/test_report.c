@@ -207,12 +207,18 @@ static void test_table(void) {
   FILE *f = tmpfile();
   ASSERT_TRUE(f);
   rf_rank_info ranks[3] = {
-      {.rank = 0, .host = "node1", .pid = 12345, .trainer_rank = 0, .rollout_rank = -1},
-      {.rank = 1, .host = "node1", .pid = 12346, .trainer_rank = 1, .rollout_rank = -1},
-      {.rank = 2, .host = "gpu-node-long", .pid = 7, .trainer_rank = -1, .rollout_rank = 0},
+      {.rank = 0, .host = "node1", .pid = 12345, .trainer_rank = 0, .rollout_rank = -1,
+       .gpu = 0, .bus_id = "0000:19:00.0", .cpus = "0-3", .numa = 0, .nic = "mlx5_0"},
+      {.rank = 1, .host = "node1", .pid = 12346, .trainer_rank = 1, .rollout_rank = -1,
+       .gpu = 1, .bus_id = "0000:1a:00.0", .cpus = "4-7", .numa = 0, .nic = "mlx5_1"},
+      {.rank = 2, .host = "gpu-node-long", .pid = 7, .trainer_rank = -1, .rollout_rank = 0,
+       .gpu = -1, .bus_id = "-", .cpus = "-", .numa = -1, .nic = "-"},
   };
+  rf_link_info links[3] = {{0, 2, 3 << 20, 4, "node"},
+                           {1, 2, 1 << 20, 2, "switch"},
+                           {1, 1, 1 << 10, 0, "process"}};
   rf_report_header(f, "refit run --model llama-3.1-405b", "trainer tp8 -> rollout tp4",
-                   ranks, 3);
+                   ranks, 3, links, 3);
 
   rf_run_result r = sample_row();
   rf_report_row(f, &r);
@@ -240,7 +246,9 @@ static void test_table(void) {
   const char *columns = NULL, *units = NULL;
   const char *rows[3] = {NULL};
   const char *footers[3] = {NULL};
+  const char *rank_line[3] = {NULL}, *link_line[3] = {NULL}, *link_summary = NULL;
   int row_count = 0, footer_count = 0, rank_lines = 0, saw_mpi = 0, saw_version = 0;
+  int link_lines = 0;
   size_t rank_len = 0;
   for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
     if (line[0] != '#') {
@@ -250,10 +258,17 @@ static void test_table(void) {
     }
     if (strncmp(line, "#  rank ", 8) == 0) {
       /* Padded to one width, so the fields of every rank line line up. */
-      if (rank_lines++ == 0)
+      if (rank_lines == 0)
         rank_len = strlen(line);
       ASSERT_EQ((int64_t)strlen(line), (int64_t)rank_len);
+      rank_line[rank_lines++] = line;
     }
+    else if (strncmp(line, "#  link ", 8) == 0) {
+      ASSERT_LT(link_lines, 3);
+      link_line[link_lines++] = line;
+    }
+    else if (strncmp(line, "# links:", 8) == 0)
+      link_summary = line;
     else if (strncmp(line, "# MPI: ", 7) == 0)
       saw_mpi = strlen(line) > 7;
     else if (strncmp(line, "# refit ", 8) == 0 && strstr(line, " (git "))
@@ -268,6 +283,16 @@ static void test_table(void) {
   ASSERT_TRUE(saw_version);
   ASSERT_TRUE(saw_mpi);
   ASSERT_EQ(rank_lines, 3);
+  ASSERT_STR_EQ(rank_line[0], "#  rank   0 host node1         pid 12345 trainer 0 rollout - gpu 0 "
+                              "bus 0000:19:00.0 cores 0-3 numa 0 nic mlx5_0");
+  ASSERT_STR_EQ(rank_line[2], "#  rank   2 host gpu-node-long pid     7 trainer - rollout 0 gpu - "
+                              "bus -            cores -   numa - nic -     ");
+  ASSERT_EQ(link_lines, 3);
+  ASSERT_STR_EQ(link_line[0], "#  link 0 -> 2 bytes 3145728 distance node");
+  ASSERT_STR_EQ(link_line[2], "#  link 1 -> 1 bytes 1024 distance process");
+  ASSERT_TRUE(link_summary);
+  ASSERT_STR_EQ(link_summary,
+                "# links: 1 process (1.00 KiB), 1 switch (1.00 MiB), 1 node (3.00 MiB)");
   ASSERT_TRUE(columns);
   ASSERT_TRUE(units);
   ASSERT_EQ(row_count, 3);

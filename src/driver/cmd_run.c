@@ -10,6 +10,8 @@
 #include "driver.h"
 #include "report/report.h"
 #include "run_record.h"
+#include "sweep.h"
+#include "topo/topo_job.h"
 #include "transport/engine.h"
 
 #define RF_MAX_MODES 8
@@ -85,6 +87,27 @@ static void describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d
   d->plan_digest = job->plan.digest;
 }
 
+/* Where every rank runs (GPU, cores, NUMA node, NIC), decided per node and applied before
+ * anything touches CUDA; then the plan again with the machine's distances, the same on every
+ * rank because every rank has world rank 0's table. Rank 0 keeps the links for the header. */
+static rf_status place_job(rf_control *ctl, const rf_config *cfg, run_setup *rs,
+                           rf_topo_job *placement) {
+  memset(placement, 0, sizeof *placement); /* run_job frees it whatever happens */
+  rf_topo_job_options o = {.topology_xml = cfg->topology_xml,
+                           .device = (int)cfg->device,
+                           .need_gpu = strcmp(cfg->transport, "nccl") == 0,
+                           .nic_auto = strcmp(cfg->nic, "auto") == 0};
+  RF_TRY(rf_bind_parse(cfg->bind, &o.bind));
+  RF_TRY(rf_topo_job_place(ctl, &o, placement));
+  rs->record.place = placement->mine;
+  rf_plan_options popt = rf_topo_job_plan_options(placement);
+  rf_status st = rf_job_replan(&rs->job, &popt);
+  if (st == RF_OK && ctl->world_rank == 0)
+    st = rf_topo_plan_links(&rs->job.plan, ctl->world_size, &popt, &rs->record.links,
+                            &rs->record.link_count);
+  return rf_control_agree(ctl, st);
+}
+
 /* Rank 0 prints the header: versions, command line, the job and one line per rank. */
 static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_job *job,
                               rf_mem_kind rs_memory,
@@ -92,6 +115,11 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
   rf_rank_info mine = {.rank = ctl->world_rank, .pid = (long)getpid(),
                        .trainer_rank = ctl->trainer_rank, .rollout_rank = ctl->rollout_rank};
   snprintf(mine.host, sizeof mine.host, "%s", rf_hostname());
+  mine.gpu = rec->place.gpu;
+  mine.numa = rec->place.numa;
+  snprintf(mine.bus_id, sizeof mine.bus_id, "%s", rec->place.bus_id);
+  snprintf(mine.cpus, sizeof mine.cpus, "%s", rec->place.cpus);
+  snprintf(mine.nic, sizeof mine.nic, "%s", rec->place.nic);
   rf_rank_info *all = ctl->world_rank == 0 ? rf_calloc((size_t)ctl->world_size, sizeof *all,
                                                        "rank table") : NULL;
   MPI_Request req;
@@ -109,7 +137,8 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
              cfg->trainer, cfg->trainer_style, cfg->trainer_order, cfg->rollout, cfg->placement,
              cfg->transport, rf_mem_kind_name(rs_memory), cfg->verify, (long long)cfg->warmup, (long long)cfg->iters,
              (long long)cfg->seed);
-    rf_report_header(stdout, cfg->command_line, job_line, all, ctl->world_size);
+    rf_report_header(stdout, cfg->command_line, job_line, all, ctl->world_size, rec->links,
+                     rec->link_count);
   }
   rec->placement = all; /* rank 0 keeps the table for the results file */
   return st;
@@ -288,8 +317,10 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs,
   return st;
 }
 
-/* Runs on every rank between MPI_Init and MPI_Finalize; returns the status all ranks agreed. */
-static rf_status run_job(const rf_config *cfg, rf_control *ctl, int *ctl_open) {
+/* One job (a sweep's combination, or the whole of a plain run): runs on every rank between
+ * MPI_Init and MPI_Finalize; returns the status all ranks agreed. */
+static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_control *ctl,
+                         int *ctl_open) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   /* Building the job is deterministic: every rank would print the same error, so only rank 0
@@ -297,6 +328,7 @@ static rf_status run_job(const rf_config *cfg, rf_control *ctl, int *ctl_open) {
   rf_log_set_quiet(rank != 0);
   run_setup rs;
   memset(&rs, 0, sizeof rs);
+  rs.record.slot = slot;
   rf_status st = build_setup(cfg, &rs);
   if (st == RF_OK)
     st = rf_control_init(ctl, &rs.job.layout, cfg->timeout);
@@ -306,9 +338,12 @@ static rf_status run_job(const rf_config *cfg, rf_control *ctl, int *ctl_open) {
     return st;
   }
   *ctl_open = 1;
+  rf_topo_job placement;
+  st = place_job(ctl, cfg, &rs, &placement);
   rf_job_desc desc;
   describe_job(cfg, &rs.job, &desc);
-  st = rf_control_handshake(ctl, &desc);
+  if (st == RF_OK)
+    st = rf_control_handshake(ctl, &desc);
   if (st == RF_OK)
     st = rf_control_agree(ctl, print_header(ctl, cfg, &rs.job, rs.memory, &rs.record));
   /* Rank 0 refuses a results file that is not refit's before anything moves. */
@@ -322,11 +357,20 @@ static rf_status run_job(const rf_config *cfg, rf_control *ctl, int *ctl_open) {
   if (st == RF_OK && rs.memory == RF_MEM_DEVICE) {
     rf_gpu_info gpu;
     rf_log_set_quiet(rank != 0 && ctl->node_rank != 0);
-    st = rf_gpu_select(ctl->node_rank, (int)cfg->device, &gpu);
+    /* The placement's GPU when it is this machine's (PCI order, as CUDA numbers them under
+     * CUDA_DEVICE_ORDER=PCI_BUS_ID); a topology file's GPUs are not this machine's. */
+    int device =
+        placement.this_machine && placement.mine.gpu >= 0 ? placement.mine.gpu : (int)cfg->device;
+    st = rf_gpu_select(ctl->node_rank, device, &gpu);
     rf_log_set_quiet(0);
     st = rf_control_agree(ctl, st);
     if (st == RF_OK)
       RF_INFO("rank %d uses GPU %d (%s, %s)", rank, gpu.device, gpu.name, gpu.bus_id);
+    if (st == RF_OK && placement.this_machine && placement.mine.gpu >= 0 &&
+        !rf_topo_same_bus_id(gpu.bus_id, placement.mine.bus_id))
+      RF_WARN("CUDA device %d is %s but the placement chose %s (cores %s); CUDA numbers GPUs "
+              "differently: unset CUDA_VISIBLE_DEVICES and set CUDA_DEVICE_ORDER=PCI_BUS_ID",
+              gpu.device, gpu.bus_id, placement.mine.bus_id, placement.mine.cpus);
   }
   if (st == RF_OK)
     st = rf_control_agree(ctl, rf_transport_open(rs.transport, ctl, &rs.job.plan, &tp));
@@ -341,9 +385,11 @@ static rf_status run_job(const rf_config *cfg, rf_control *ctl, int *ctl_open) {
   for (int i = 0; i < rs.mode_count && st == RF_OK; i++) {
     rf_run_result res;
     memset(&res, 0, sizeof res);
+    rf_sweep_announce(slot, i, rf_mode_name(rs.modes[i]));
     st = run_mode(ctl, cfg, &rs, &tp, &data, rs.modes[i], &res);
     if (rank == 0 && res.timings) {
       rf_report_row(stdout, &res);
+      rf_record_print_limits(&rs.record, &res);
       fflush(stdout);
     }
     if (st != RF_OK)
@@ -360,13 +406,31 @@ static rf_status run_job(const rf_config *cfg, rf_control *ctl, int *ctl_open) {
     rf_report_footer(stdout, st, st == RF_OK ? NULL : reason);
   }
   rf_record_free(&rs.record);
+  rf_topo_job_free(&placement);
   if (rs.checkpoint)
     rf_checkpoint_close(rs.checkpoint);
   rf_job_free(&rs.job);
   return st;
 }
 
+/* A sweep's job with a control plane of its own, freed here unless a wait timed out. */
+static rf_status run_one(const rf_config *cfg, const rf_sweep_slot *slot, int *timed_out) {
+  rf_control ctl;
+  memset(&ctl, 0, sizeof ctl);
+  int ctl_open = 0;
+  rf_status st = run_job(cfg, slot, &ctl, &ctl_open);
+  *timed_out = ctl.timed_out;
+  if (ctl_open && !ctl.timed_out)
+    rf_control_free(&ctl);
+  return st;
+}
+
 rf_status rf_cmd_run(const rf_config *cfg, int *argc, char ***argv) {
+  /* The placement numbers GPUs in PCI bus order, as hwloc lists them; CUDA must number them
+   * the same way. It reads the variable once, when it starts, which MPI_Init or the GPU count
+   * of --memory auto may already do, so it is set first (a user's own choice stays, and then
+   * run_job warns where the placement and CUDA disagree). */
+  setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0);
   int provided = 0;
   if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
     return rf_fail(RF_ERR_MPI, "MPI_Init failed; start refit run under mpirun");
@@ -376,17 +440,13 @@ rf_status rf_cmd_run(const rf_config *cfg, int *argc, char ***argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   rf_log_set_rank(rank, size);
 
-  rf_control ctl;
-  memset(&ctl, 0, sizeof ctl);
-  int ctl_open = 0;
-  rf_status st = run_job(cfg, &ctl, &ctl_open);
-  if (ctl.timed_out) {
+  int timed_out = 0;
+  rf_status st = rf_sweep_execute(cfg, run_one, &timed_out);
+  if (timed_out) {
     /* A request is still pending on a dead or silent peer: finalising would hang. */
     fflush(stdout);
     MPI_Abort(MPI_COMM_WORLD, rf_status_exit_code(st));
   }
-  if (ctl_open)
-    rf_control_free(&ctl);
   MPI_Finalize();
   return st;
 }

@@ -50,6 +50,16 @@ rf_status rf_job_build(const rf_config *cfg, rf_job *job) {
   return RF_OK;
 }
 
+rf_status rf_job_replan(rf_job *job, const rf_plan_options *options) {
+  rf_plan_kind kind = job->plan.kind;
+  if (job->have_plan)
+    rf_plan_free(&job->plan);
+  job->have_plan = 0;
+  RF_TRY(rf_plan_build(&job->plan, &job->layout, kind, options));
+  job->have_plan = 1;
+  return RF_OK;
+}
+
 void rf_job_free(rf_job *job) {
   if (job->have_plan)
     rf_plan_free(&job->plan);

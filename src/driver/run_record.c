@@ -1,8 +1,10 @@
 /* Gathering a run's record to rank 0 and appending it to the HDF5 results file. */
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "calibrate.h"
 #include "run_record.h"
 
 extern char **environ;
@@ -76,6 +78,17 @@ done:
 rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg,
                         const rf_job *job, rf_engine *e, rf_mode mode,
                         const rf_run_result *res) {
+  int64_t sweep_index = rec->slot ? rec->slot->first_index + rec->runs : 0;
+  rec->runs++;
+  rec->calibrated = 0;
+  if (cfg->calibrate) {
+    /* Right after the run's own iterations, between the same ranks, for the same bytes. */
+    rf_calibration cal;
+    RF_TRY(rf_calibrate(ctl, &job->plan, (int)cfg->warmup, (int)cfg->iters,
+                        e->memory == RF_MEM_DEVICE, &cal));
+    rec->limits = cal.limits;
+    rec->calibrated = 1;
+  }
   if (!cfg->output[0])
     return RF_OK;
   rf_shard_digest *digests = NULL;
@@ -123,7 +136,12 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg,
       .rollout_ranks = job->layout.rollout_ranks,
       .rank_table = rec->placement,
       .ranks = ctl->world_size,
+      .links = rec->links,
+      .link_count = rec->link_count,
       .env = env,
+      .sweep_index = sweep_index,
+      .sweep_size = rec->slot ? rec->slot->size : 0,
+      .limits = rec->calibrated ? &rec->limits : NULL,
   };
   int number = 0;
   rf_status st = rf_results_add_run(rec->results, &run, &number);
@@ -135,10 +153,47 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg,
   return st;
 }
 
+/* Seconds with millisecond digits, or three significant ones for the times a tiny model
+ * gives. */
+static void print_seconds(const char *name, double s) {
+  printf(s >= 0.1 ? "%s %.3f s" : "%s %.3g s", name, s);
+}
+
+void rf_record_print_limits(run_record *rec, const rf_run_result *res) {
+  if (!rec->calibrated)
+    return;
+  rec->calibrated = 0;
+  const rf_results_limits *l = &rec->limits;
+  const struct {
+    const char *name;
+    double s;
+  } limits[] = {{"memcpy", l->memcpy_s}, {"device copy", l->device_copy_s},
+                {"mpi", l->mpi_s}, {"nccl", l->nccl_s}};
+  /* The run is compared with the plain transfer its transport stands for. */
+  int ref = 2;
+  if (strcmp(res->transport, "nccl") == 0 && l->nccl_s > 0)
+    ref = 3;
+  else if (strcmp(res->transport, "ipc") == 0 && l->device_copy_s > 0)
+    ref = 1;
+  printf("limits:");
+  const char *sep = " ";
+  for (size_t i = 0; i < RF_ARRAY_LEN(limits); i++)
+    if (limits[i].s > 0) {
+      printf("%s", sep);
+      print_seconds(limits[i].name, limits[i].s);
+      sep = ", ";
+    }
+  if (res->total.median > 0)
+    printf("; %s at %.2f of %s", res->mode, limits[ref].s / res->total.median, limits[ref].name);
+  printf("\n");
+  fflush(stdout);
+}
+
 void rf_record_free(run_record *rec) {
   if (rec->results)
     rf_results_close(rec->results);
   free(rec->placement);
+  free(rec->links);
   free(rec->reference);
   free(rec->checksums);
   memset(rec, 0, sizeof *rec);

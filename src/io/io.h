@@ -28,6 +28,16 @@ typedef struct {
   uint64_t xxh3;
 } rf_shard_digest;
 
+/* The limits `refit run --calibrate` measures beside a run, in seconds per transfer of the
+ * same bytes between the same ranks (median over --iters of the slowest rank); 0 where not
+ * measured. */
+typedef struct {
+  double memcpy_s;      /* host memcpy of the bytes each rank receives */
+  double device_copy_s; /* device-to-device copy of those bytes (weights on a GPU) */
+  double mpi_s;         /* every pair's bytes in one MPI_Isend/MPI_Irecv, host memory */
+  double nccl_s;        /* the same over NCCL send/recv (not measured yet) */
+} rf_results_limits;
+
 /* Everything /runs/NNNN holds. Pointers are borrowed for the call. */
 typedef struct {
   const char *config_json; /* the whole effective configuration */
@@ -54,10 +64,23 @@ typedef struct {
   const int64_t *recv_bytes; /* [rollout rank] */
   int rollout_ranks;
 
-  const rf_rank_info *rank_table; /* [rank]: host, pid, roles (the placement dataset) */
+  const rf_rank_info *rank_table; /* [rank]: host, pid, roles, GPU, cores (placement) */
   int ranks;
 
+  const rf_link_info *links; /* [link_count]: trainer->rollout links and their distance */
+  int link_count;
+
   const char *env; /* "NAME=value\n" lines: NCCL_*, OMPI_*, UCX_*, HWLOC_* */
+
+  /* Sweeps: the run's place in the sweep (1-based; 0 writes neither attribute). */
+  int64_t sweep_index, sweep_size;
+  /* A skipped combination: when set, only the configuration strings (model, trainer, rollout,
+   * placement, plan, mode, transport, config_json), bucket_size, the sweep attributes and this
+   * reason are written, with status "skipped"; result and model_spec may be NULL. */
+  const char *skip_reason;
+  /* Calibrated limits in seconds (limit_<name>_s and limit_<name>_ratio); NULL or a value
+   * <= 0 means not measured, and the attributes are left out. */
+  const rf_results_limits *limits;
 } rf_results_run;
 
 typedef struct rf_results rf_results;
@@ -112,5 +135,42 @@ rf_status rf_checkpoint_write(const char *path, const rf_model *model, uint64_t 
 /* The number of files `refit checkpoint` writes for a model and --shard-size (1 for a single
  * file or HDF5), for its summary line. */
 int rf_checkpoint_shard_count(const rf_model *model, const char *format, int64_t shard_size);
+
+/* ---- reading results back for `refit report` ---------------------------------------------- */
+
+/* The calibrated limits a run may carry (attributes limit_<name>_s), in report order. */
+#define RF_LIMIT_COUNT 4
+const char *rf_limit_name(int limit); /* "memcpy", "device_copy", "mpi", "nccl" */
+
+/* One /runs/NNNN as the report needs it. A skipped sweep combination has only its
+ * configuration, status "skipped" and skip_reason; it has no summary and no timings. */
+typedef struct {
+  int number;
+  char model[128], trainer[64], rollout[64], placement[32], plan[16], mode[16], transport[16];
+  char status[32], skip_reason[256], slurm_job_id[64], slurm_job[128], written[32];
+  int64_t bucket_size, iterations, ranks, wrong, checksum_bad; /* -1 where absent */
+  int64_t sweep_index, sweep_size;                            /* -1 where absent */
+  double time_median_s, time_p99_s, algbw_GBps;               /* NAN where absent */
+  double limit_s[RF_LIMIT_COUNT];                             /* NAN where not calibrated */
+  int skipped;
+  int has_summary;
+  double phase_median[RF_PHASE_COUNT], phase_p99[RF_PHASE_COUNT]; /* summary, seconds */
+  int timing_iterations, timing_ranks;
+  double *timings; /* [iteration][rank][RF_PHASE_COUNT] seconds, or NULL */
+} rf_loaded_run;
+
+struct rf_loaded_results {
+  char path[1024];
+  char created[64], refit_version[64], hosts[512];
+  rf_loaded_run *runs; /* in run-number order */
+  int run_count;
+};
+typedef struct rf_loaded_results rf_loaded_results;
+
+/* Reads every run of a results file. A missing file, a file that is not HDF5 and an HDF5 file
+ * that is not refit's are refused with one line naming the file and RF_ERR_RESULTS. The
+ * caller frees *out with rf_loaded_results_free whatever happens. */
+rf_status rf_results_load(const char *path, rf_loaded_results *out);
+void rf_loaded_results_free(rf_loaded_results *r);
 
 #endif

@@ -49,4 +49,14 @@ rf_status rf_results_dataset(hid_t loc, const char *name, hid_t type, int rank,
 /* The current time as UTC ISO-8601, "2025-12-02T09:04:00Z". */
 void rf_results_utc_now(char *buf, size_t len);
 
+/* The run's `placement` (one row per world rank) and `links` (one row per planned link)
+ * datasets under the run group g (results_placement.c). */
+rf_status rf_results_write_placement(hid_t g, const rf_results_run *run);
+rf_status rf_results_write_links(hid_t g, const rf_results_run *run);
+
+/* Under Slurm (SLURM_JOB_ID set), adds the str attributes slurm_job_id, slurm_array_task_id
+ * (in an array job) and slurm_job (`scontrol show job`, "" when that fails) to the run group g.
+ * Outside Slurm it writes nothing. Fails only when HDF5 does. */
+rf_status rf_results_slurm_attrs(hid_t g);
+
 #endif

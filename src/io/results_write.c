@@ -18,6 +18,54 @@ static const char run_units[] =
     "\"time_p99_s\": \"s\", \"algbw_GBps\": \"GB/s (1e9 bytes/s)\", "
     "\"aggbw_GBps\": \"GB/s (1e9 bytes/s)\"}";
 
+/* sweep_index and sweep_size, and each measured limit with its ratio to the run's median. */
+static rf_status write_sweep_and_limits(hid_t g, const rf_results_run *run, double median) {
+  if (run->sweep_index > 0) {
+    RF_TRY(rf_results_attr_i64(g, ".", "sweep_index", run->sweep_index));
+    RF_TRY(rf_results_attr_i64(g, ".", "sweep_size", run->sweep_size));
+  }
+  const rf_results_limits *l = run->limits;
+  if (!l)
+    return RF_OK;
+  const struct {
+    const char *s, *ratio;
+    double value;
+  } limits[] = {
+      {"limit_memcpy_s", "limit_memcpy_ratio", l->memcpy_s},
+      {"limit_device_copy_s", "limit_device_copy_ratio", l->device_copy_s},
+      {"limit_mpi_s", "limit_mpi_ratio", l->mpi_s},
+      {"limit_nccl_s", "limit_nccl_ratio", l->nccl_s},
+  };
+  for (size_t i = 0; i < RF_ARRAY_LEN(limits); i++) {
+    if (!(limits[i].value > 0))
+      continue;
+    RF_TRY(rf_results_attr_f64(g, ".", limits[i].s, limits[i].value));
+    if (median > 0)
+      RF_TRY(rf_results_attr_f64(g, ".", limits[i].ratio, limits[i].value / median));
+  }
+  return RF_OK;
+}
+
+/* A sweep combination that could not run: its configuration and the reason, nothing else. */
+static rf_status write_skipped(hid_t g, const rf_results *r, const rf_results_run *run) {
+  char written[32];
+  rf_results_utc_now(written, sizeof written);
+  const struct {
+    const char *name, *value;
+  } strings[] = {
+      {"model", run->model}, {"trainer", run->trainer}, {"rollout", run->rollout},
+      {"placement", run->placement}, {"plan", run->plan}, {"mode", run->mode},
+      {"transport", run->transport}, {"config_json", run->config_json},
+      {"command_line", r->command_line}, {"written", written}, {"status", "skipped"},
+      {"skip_reason", run->skip_reason},
+  };
+  for (size_t i = 0; i < RF_ARRAY_LEN(strings); i++)
+    RF_TRY(rf_results_attr_str(g, ".", strings[i].name, strings[i].value));
+  RF_TRY(rf_results_attr_i64(g, ".", "bucket_size", run->bucket_size));
+  RF_TRY(rf_results_attr_i64(g, ".", "exit_code", 0));
+  return write_sweep_and_limits(g, run, 0.0);
+}
+
 static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_results_run *run) {
   const rf_run_result *res = run->result;
   char written[32];
@@ -55,6 +103,8 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
   RF_TRY(rf_results_attr_f64(g, ".", "time_p99_s", res->total.p99));
   RF_TRY(rf_results_attr_f64(g, ".", "algbw_GBps", res->algbw));
   RF_TRY(rf_results_attr_f64(g, ".", "aggbw_GBps", res->aggbw));
+  RF_TRY(write_sweep_and_limits(g, run, res->total.median));
+  RF_TRY(rf_results_slurm_attrs(g));
   return RF_OK;
 }
 
@@ -314,51 +364,6 @@ done:
   return st;
 }
 
-typedef struct {
-  char host[64];
-  int64_t pid;
-  int32_t rank, trainer_rank, rollout_rank;
-} placement_row;
-
-static rf_status write_placement(hid_t g, const rf_results_run *run) {
-  int n = run->rank_table ? RF_MAX(run->ranks, 0) : 0;
-  placement_row *rows = rf_calloc((size_t)n + 1, sizeof *rows, "the placement table");
-  if (!rows)
-    return RF_ERR_NOMEM;
-  for (int i = 0; i < n; i++) {
-    const rf_rank_info *p = &run->rank_table[i];
-    rows[i] = (placement_row){.pid = p->pid, .rank = p->rank, .trainer_rank = p->trainer_rank,
-                              .rollout_rank = p->rollout_rank};
-    snprintf(rows[i].host, sizeof rows[i].host, "%s", p->host);
-  }
-  rf_status st = RF_OK;
-  hid_t host = H5I_INVALID_HID, type = H5I_INVALID_HID;
-  hsize_t dims[1] = {(hsize_t)n};
-  RF_H5_GOTO(host = rf_results_fixed_string(sizeof rows[0].host), done);
-  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, sizeof(placement_row)), done);
-  RF_H5_GOTO(H5Tinsert(type, "rank", HOFFSET(placement_row, rank), H5T_NATIVE_INT32), done);
-  RF_H5_GOTO(H5Tinsert(type, "host", HOFFSET(placement_row, host), host), done);
-  RF_H5_GOTO(H5Tinsert(type, "pid", HOFFSET(placement_row, pid), H5T_NATIVE_INT64), done);
-  RF_H5_GOTO(H5Tinsert(type, "trainer_rank", HOFFSET(placement_row, trainer_rank),
-                       H5T_NATIVE_INT32),
-             done);
-  RF_H5_GOTO(H5Tinsert(type, "rollout_rank", HOFFSET(placement_row, rollout_rank),
-                       H5T_NATIVE_INT32),
-             done);
-  RF_TRY_GOTO(rf_results_dataset(g, "placement", type, 1, dims, rows), done);
-  RF_TRY_GOTO(rf_results_attr_str(g, "placement", "description",
-                                  "one row per world rank; trainer_rank and rollout_rank are "
-                                  "-1 where the rank has no such role"),
-              done);
-done:
-  if (type >= 0)
-    H5Tclose(type);
-  if (host >= 0)
-    H5Tclose(host);
-  free(rows);
-  return st;
-}
-
 /* env arrives as "NAME=value\n" lines; each non-empty line becomes one string. */
 static rf_status write_env(hid_t g, const char *env) {
   char *copy = rf_strdup(env ? env : "");
@@ -389,20 +394,23 @@ done:
 }
 
 static rf_status write_run(hid_t g, const rf_results *r, const rf_results_run *run) {
+  if (run->skip_reason)
+    return write_skipped(g, r, run);
   RF_TRY(write_run_attributes(g, r, run));
   RF_TRY(write_timings(g, run->result));
   RF_TRY(write_summary(g, run->result));
   RF_TRY(write_tensors(g, run));
   RF_TRY(write_shards(g, run));
   RF_TRY(write_plan(g, run));
-  RF_TRY(write_placement(g, run));
+  RF_TRY(rf_results_write_placement(g, run));
+  RF_TRY(rf_results_write_links(g, run));
   return write_env(g, run->env);
 }
 
 rf_status rf_results_add_run(rf_results *r, const rf_results_run *run, int *run_number) {
   if (run_number)
     *run_number = -1;
-  if (!r || !run || !run->result || !run->model_spec)
+  if (!r || !run || (!run->skip_reason && (!run->result || !run->model_spec)))
     return rf_fail(RF_ERR_INTERNAL, "results: a run needs its result and its model");
   /* Checked again: another job may have replaced the file since rf_results_open. */
   hid_t f, runs = H5I_INVALID_HID, g = H5I_INVALID_HID;

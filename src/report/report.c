@@ -50,8 +50,7 @@ rf_stats rf_stats_of(const double *values, int count) {
   s.min = sorted[0];
   s.max = sorted[count - 1];
   s.mean = sum / count;
-  s.median = count % 2 ? sorted[count / 2]
-                       : 0.5 * (sorted[count / 2 - 1] + sorted[count / 2]);
+  s.median = count % 2 ? sorted[count / 2] : 0.5 * (sorted[count / 2 - 1] + sorted[count / 2]);
   /* Nearest rank, ceil(0.99 n) - 1, in integers: 0.99 * n in floating point can land just
    * above a whole number and push the index one too far. */
   int64_t rank = (99 * (int64_t)count + 99) / 100;
@@ -73,8 +72,7 @@ void rf_run_result_summarise(rf_run_result *r) {
   for (int it = 0; it < r->iterations; it++) {
     double worst = 0.0;
     for (int rank = 0; rank < r->ranks; rank++) {
-      size_t at = ((size_t)it * (size_t)r->ranks + (size_t)rank) * RF_PHASE_COUNT +
-                  RF_PHASE_TOTAL;
+      size_t at = ((size_t)it * (size_t)r->ranks + (size_t)rank) * RF_PHASE_COUNT + RF_PHASE_TOTAL;
       if (rank == 0 || r->timings[at] > worst)
         worst = r->timings[at];
     }
@@ -98,12 +96,10 @@ typedef struct {
 } column;
 
 static const column columns[] = {
-    {"mode", "", 8},        {"plan", "", 9},        {"transport", "", 9},
-    {"bytes", "(B)", 14},   {"pieces", "", 9},      {"messages", "", 9},
-    {"bucket", "(B)", 11},  {"iters", "", 5},       {"median", "(ms)", 10},
-    {"p99", "(ms)", 10},    {"algbw", "(GB/s)", 8}, {"aggbw", "(GB/s)", 8},
-    {"verify", "", 8},      {"#wrong", "", 12},     {"checksums", "", 9},
-    {"staging", "(B)", 13},
+    {"mode", "", 8},        {"plan", "", 9},     {"transport", "", 9},   {"bytes", "(B)", 14},
+    {"pieces", "", 9},      {"messages", "", 9}, {"bucket", "(B)", 11},  {"iters", "", 5},
+    {"median", "(ms)", 10}, {"p99", "(ms)", 10}, {"algbw", "(GB/s)", 8}, {"aggbw", "(GB/s)", 8},
+    {"verify", "", 8},      {"#wrong", "", 12},  {"checksums", "", 9},   {"staging", "(B)", 13},
 };
 enum { COLUMN_COUNT = (int)RF_ARRAY_LEN(columns) };
 
@@ -116,9 +112,7 @@ static void print_cells(FILE *out, char lead, const char *const *cells) {
   fputc('\n', out);
 }
 
-static const char *or_dash(const char *s) {
-  return s && s[0] ? s : "-";
-}
+static const char *or_dash(const char *s) { return s && s[0] ? s : "-"; }
 
 /* The first line of the MPI library's self-description; Open MPI's is one line already, MPICH
  * spreads its configuration over many. MPI-3 allows this call before MPI_Init. */
@@ -132,8 +126,8 @@ static void mpi_library_line(char *buf, size_t len) {
   version[RF_MIN(n, MPI_MAX_LIBRARY_VERSION_STRING - 1)] = '\0';
   version[strcspn(version, "\r\n")] = '\0';
   size_t end = strlen(version);
-  while (end > 0 && (version[end - 1] == ' ' || version[end - 1] == ',' ||
-                     version[end - 1] == '\t'))
+  while (end > 0 &&
+         (version[end - 1] == ' ' || version[end - 1] == ',' || version[end - 1] == '\t'))
     version[--end] = '\0';
   snprintf(buf, len, "%s", version[0] ? version : "unknown");
 }
@@ -149,9 +143,7 @@ static int digits_of(long v) {
 
 /* Trainer and rollout ranks are "-" on ranks that play no part on that side; "-" is one
  * character wide, whatever digits_of says about -1. */
-static int role_width(int role_rank) {
-  return role_rank < 0 ? 1 : digits_of(role_rank);
-}
+static int role_width(int role_rank) { return role_rank < 0 ? 1 : digits_of(role_rank); }
 
 static void format_role(char *buf, size_t len, int role_rank) {
   if (role_rank < 0)
@@ -160,29 +152,86 @@ static void format_role(char *buf, size_t len, int role_rank) {
     snprintf(buf, len, "%d", role_rank);
 }
 
+static void format_index(char *buf, size_t len, int index) {
+  format_role(buf, len, index); /* the same rule: a number, or "-" when negative */
+}
+
+/* The rank's identity, then where it runs: GPU and bus id, cores, NUMA node and network
+ * adapter, the same facts `nvidia-smi topo -m` shows for the GPU. */
 static void print_rank_lines(FILE *out, const rf_rank_info *ranks, int rank_count) {
   /* Widths come from the data so a 4-rank job and a 1024-rank job both print straight
    * columns; 3 digits at least keeps small jobs from looking cramped. */
   int rank_w = 3, host_w = 1, pid_w = 1, trainer_w = 1, rollout_w = 1;
+  int gpu_w = 1, bus_w = 1, cpus_w = 1, numa_w = 1, nic_w = 1;
   for (int i = 0; i < rank_count; i++) {
-    rank_w = RF_MAX(rank_w, digits_of(ranks[i].rank));
-    host_w = RF_MAX(host_w, (int)strlen(or_dash(ranks[i].host)));
-    pid_w = RF_MAX(pid_w, digits_of(ranks[i].pid));
-    trainer_w = RF_MAX(trainer_w, role_width(ranks[i].trainer_rank));
-    rollout_w = RF_MAX(rollout_w, role_width(ranks[i].rollout_rank));
+    const rf_rank_info *ri = &ranks[i];
+    rank_w = RF_MAX(rank_w, digits_of(ri->rank));
+    host_w = RF_MAX(host_w, (int)strlen(or_dash(ri->host)));
+    pid_w = RF_MAX(pid_w, digits_of(ri->pid));
+    trainer_w = RF_MAX(trainer_w, role_width(ri->trainer_rank));
+    rollout_w = RF_MAX(rollout_w, role_width(ri->rollout_rank));
+    gpu_w = RF_MAX(gpu_w, role_width(ri->gpu));
+    bus_w = RF_MAX(bus_w, (int)strlen(or_dash(ri->bus_id)));
+    cpus_w = RF_MAX(cpus_w, (int)strlen(or_dash(ri->cpus)));
+    numa_w = RF_MAX(numa_w, role_width(ri->numa));
+    nic_w = RF_MAX(nic_w, (int)strlen(or_dash(ri->nic)));
   }
   for (int i = 0; i < rank_count; i++) {
     const rf_rank_info *ri = &ranks[i];
-    char trainer[16], rollout[16];
+    char trainer[16], rollout[16], gpu[16], numa[16];
     format_role(trainer, sizeof trainer, ri->trainer_rank);
     format_role(rollout, sizeof rollout, ri->rollout_rank);
-    fprintf(out, "#  rank %*d host %-*s pid %*ld trainer %*s rollout %*s\n", rank_w, ri->rank,
-            host_w, or_dash(ri->host), pid_w, ri->pid, trainer_w, trainer, rollout_w, rollout);
+    format_index(gpu, sizeof gpu, ri->gpu);
+    format_index(numa, sizeof numa, ri->numa);
+    fprintf(out,
+            "#  rank %*d host %-*s pid %*ld trainer %*s rollout %*s gpu %*s bus %-*s cores %-*s "
+            "numa %*s nic %-*s\n",
+            rank_w, ri->rank, host_w, or_dash(ri->host), pid_w, ri->pid, trainer_w, trainer,
+            rollout_w, rollout, gpu_w, gpu, bus_w, or_dash(ri->bus_id), cpus_w, or_dash(ri->cpus),
+            numa_w, numa, nic_w, or_dash(ri->nic));
   }
 }
 
+/* Links up to this many are listed one by one; beyond it only the per-class totals help. */
+enum { LINKS_LISTED_MAX = 16 };
+
+void rf_report_links(FILE *out, const rf_link_info *links, int link_count) {
+  if (link_count <= LINKS_LISTED_MAX)
+    for (int i = 0; i < link_count; i++)
+      fprintf(out, "#  link %d -> %d bytes %" PRId64 " distance %s\n", links[i].src, links[i].dst,
+              links[i].bytes, links[i].name);
+  /* Classes are few (topo.h has six) and small integers, so a scan per class is enough. */
+  int lo = 0, hi = -1;
+  for (int i = 0; i < link_count; i++) {
+    lo = i == 0 ? links[i].distance : RF_MIN(lo, links[i].distance);
+    hi = RF_MAX(hi, links[i].distance);
+  }
+  fprintf(out, "# links:");
+  if (link_count == 0)
+    fprintf(out, " none");
+  for (int d = lo, first = 1; d <= hi; d++) {
+    int count = 0;
+    int64_t bytes = 0;
+    const char *name = NULL;
+    for (int i = 0; i < link_count; i++)
+      if (links[i].distance == d) {
+        count++;
+        bytes += links[i].bytes;
+        name = links[i].name;
+      }
+    if (!count)
+      continue;
+    char size[32];
+    fprintf(out, "%s %d %s (%s)", first ? "" : ",", count, name,
+            rf_format_bytes(bytes, size, sizeof size));
+    first = 0;
+  }
+  fputc('\n', out);
+}
+
 void rf_report_header(FILE *out, const char *command_line, const char *job_line,
-                      const rf_rank_info *ranks, int rank_count) {
+                      const rf_rank_info *ranks, int rank_count, const rf_link_info *links,
+                      int link_count) {
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
   mpi_library_line(mpi, sizeof mpi);
   fprintf(out, "# refit %s (git %s)\n", rf_version, rf_git_commit);
@@ -194,6 +243,8 @@ void rf_report_header(FILE *out, const char *command_line, const char *job_line,
                "aggbw = bytes over all links / median time\n");
   if (ranks)
     print_rank_lines(out, ranks, rank_count);
+  if (links)
+    rf_report_links(out, links, link_count);
 
   const char *names[COLUMN_COUNT], *units[COLUMN_COUNT];
   for (int c = 0; c < COLUMN_COUNT; c++) {
@@ -243,8 +294,22 @@ void rf_report_row(FILE *out, const rf_run_result *r) {
   snprintf(staging, sizeof staging, "%" PRId64, r->peak_staging);
 
   const char *cells[COLUMN_COUNT] = {
-      or_dash(r->mode), or_dash(r->plan), or_dash(r->transport), bytes, pieces, messages,
-      bucket, iters, median, p99, algbw, aggbw, or_dash(r->verify), wrong, checksums, staging,
+      or_dash(r->mode),
+      or_dash(r->plan),
+      or_dash(r->transport),
+      bytes,
+      pieces,
+      messages,
+      bucket,
+      iters,
+      median,
+      p99,
+      algbw,
+      aggbw,
+      or_dash(r->verify),
+      wrong,
+      checksums,
+      staging,
   };
   print_cells(out, ' ', cells);
   fflush(out);

@@ -60,20 +60,49 @@ typedef struct {
 /* Fills total, algbw and aggbw from timings. */
 void rf_run_result_summarise(rf_run_result *r);
 
-/* Per-rank identity for the header lines. */
+/* Per-rank identity and placement for the header lines. The string sizes are topo.h's
+ * (RF_TOPO_BUSID_MAX, RF_TOPO_CPUS_MAX, RF_TOPO_NAME_MAX); "-" means none. */
 typedef struct {
   int rank;
   char host[64];
   long pid;
   int trainer_rank, rollout_rank; /* -1 where absent */
+  int gpu;                        /* the GPU's index on its node, in PCI order; -1 = none */
+  char bus_id[16];                /* the GPU's PCI bus id, "0000:19:00.0" */
+  char cpus[256];                 /* the cores it is placed on, "0-3,16-19" */
+  int numa;                       /* the NUMA node its memory is bound to; -1 = none */
+  char nic[32];                   /* the network adapter nearest its GPU */
 } rf_rank_info;
 
+/* A planned trainer->rollout link between two processes, with its distance class. */
+typedef struct {
+  int32_t src, dst; /* world ranks */
+  int64_t bytes;    /* per iteration, summed over the link's pieces */
+  int32_t distance; /* RF_DIST_* of topo.h: smaller is nearer */
+  char name[16];    /* the class's name: "process", "gpu", ..., "network" */
+} rf_link_info;
+
+/* The links as header text: one line per link for jobs of at most 16 links, then one line per
+ * distance class, nearest first: "# links: 4 process (1.00 GiB), 12 switch (3.00 GiB)". */
+void rf_report_links(FILE *out, const rf_link_info *links, int link_count);
+
 /* The table, in three parts so rows can be printed as runs finish. The header carries refit
- * version and commit, the MPI library, the command line, the job and one line per rank. */
+ * version and commit, the MPI library, the command line, the job, one line per rank and the
+ * links (when `links` is not NULL). */
 void rf_report_header(FILE *out, const char *command_line, const char *job_line,
-                      const rf_rank_info *ranks, int rank_count);
+                      const rf_rank_info *ranks, int rank_count, const rf_link_info *links,
+                      int link_count);
 void rf_report_row(FILE *out, const rf_run_result *r);
 /* "# PASS" or "# FAIL: <reason>"; the reason names the first failing run. */
 void rf_report_footer(FILE *out, rf_status status, const char *reason);
+
+/* ---- refit report: a page, Markdown and CSV from results files ---------------------------- */
+
+struct rf_loaded_results; /* io.h: one results file read back */
+
+/* Writes report.html (one self-contained page with inline SVG charts), report.md and one CSV
+ * per table into `dir`, creating it when missing. The first file is the reference that the
+ * others are compared with. */
+rf_status rf_report_write(const struct rf_loaded_results *files, int count, const char *dir);
 
 #endif

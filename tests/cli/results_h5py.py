@@ -160,9 +160,43 @@ def check_tensors(g, where, replicas, want_ok):
     return None, t.shape[0]
 
 
+SKIPPED_STRINGS = ["model", "trainer", "rollout", "placement", "plan", "mode", "transport",
+                   "config_json", "command_line", "written", "status", "skip_reason"]
+LIMITS = ["memcpy", "device_copy", "mpi", "nccl"]
+
+
+def check_sweep_and_limits(g, where):
+    a = g.attrs
+    if ("sweep_index" in a) != ("sweep_size" in a):
+        fail(where, "sweep_index and sweep_size come together")
+    elif "sweep_index" in a:
+        want_attrs(g, where, ["sweep_index", "sweep_size"], "int")
+        if not 1 <= int(a["sweep_index"]) <= int(a["sweep_size"]):
+            fail(where, f"sweep_index {a['sweep_index']} is not in 1..{a['sweep_size']}")
+    for limit in LIMITS:
+        if f"limit_{limit}_s" in a:
+            want_attrs(g, where, [f"limit_{limit}_s", f"limit_{limit}_ratio"], "float")
+            if not a[f"limit_{limit}_s"] > 0:
+                fail(where, f"limit_{limit}_s is not positive")
+
+
+def check_skipped(g, where):
+    """A skipped sweep combination: its configuration and reason, no datasets."""
+    want_attrs(g, where, SKIPPED_STRINGS, "str")
+    want_attrs(g, where, ["bucket_size", "exit_code"], "int")
+    if g.attrs.get("exit_code") != 0 or not g.attrs.get("skip_reason"):
+        fail(where, "a skipped run needs exit_code 0 and a skip_reason")
+    for member in ["timings", "summary", "tensors"]:
+        if member in g:
+            fail(where, f"a skipped run holds {member}")
+
+
 def check_run(f, name, want_ok):
     where = f"/runs/{name}"
     g = f["runs"][name]
+    check_sweep_and_limits(g, where)
+    if g.attrs.get("status") == "skipped":
+        return check_skipped(g, where)
     want_attrs(g, where, RUN_STRINGS, "str")
     want_attrs(g, where, RUN_INTS, "int")
     want_attrs(g, where, RUN_FLOATS, "float")
@@ -209,11 +243,37 @@ def check_run(f, name, want_ok):
         fail(where, "dataset placement is missing")
     else:
         want_fields(pl, where + "/placement", ["rank", "host", "pid", "trainer_rank",
-                                               "rollout_rank"])
+                                               "rollout_rank", "gpu", "bus_id", "cpus", "numa",
+                                               "nic"])
         if pl.shape != (ranks,):
             fail(where, f"placement shape is {pl.shape}, expected ({ranks},)")
         elif list(pl[()]["rank"]) != list(range(ranks)):
             fail(where, "placement ranks are not 0 .. ranks-1")
+        elif set(pl.dtype.names or ()) >= {"gpu", "bus_id", "cpus", "numa", "nic"}:
+            for row in pl[()]:
+                if (row["gpu"] < 0) != (row["bus_id"] == b"-") or row["numa"] < -1:
+                    fail(where, f"placement of rank {row['rank']}: gpu {row['gpu']}, bus_id "
+                         f"{row['bus_id']!r}, numa {row['numa']} disagree")
+                if not re.fullmatch(rb"-|\d+(-\d+)?(,\d+(-\d+)?)*", row["cpus"]):
+                    fail(where, f"placement cpus {row['cpus']!r} is not a CPU list or '-'")
+                if not row["nic"]:
+                    fail(where, f"placement of rank {row['rank']} has an empty nic")
+
+    ln = g.get("links")
+    if not isinstance(ln, h5py.Dataset) or len(ln.shape) != 1:
+        fail(where, "dataset links is missing or not 1-D")
+    else:
+        want_fields(ln, where + "/links", ["src", "dst", "bytes", "distance"])
+        want_attrs(ln, where + "/links", ["units", "description"], "str")
+        classes = {b"process", b"gpu", b"switch", b"numa", b"node", b"network"}
+        for row in (ln[()] if set(ln.dtype.names or ()) >= {"src", "dst", "bytes", "distance"}
+                    else []):
+            if not (0 <= row["src"] < ranks and 0 <= row["dst"] < ranks and row["bytes"] > 0
+                    and row["distance"] in classes):
+                fail(where, f"link {row['src']} -> {row['dst']} ({row['bytes']} bytes, "
+                     f"{row['distance']!r}) is out of range")
+            if (row["src"] == row["dst"]) != (row["distance"] == b"process"):
+                fail(where, f"link {row['src']} -> {row['dst']} is {row['distance']!r}")
 
     e = g.get("env")
     if not isinstance(e, h5py.Dataset) or len(e.shape) != 1:
