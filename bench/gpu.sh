@@ -23,8 +23,17 @@ if [ -d carry/deps/usr/include ]; then
 fi
 
 log "machine"
-{ nvidia-smi --query-gpu=name,pci.bus_id,memory.total --format=csv; nvidia-smi topo -m; nproc; } \
-  >"$OUT/machine.txt" 2>&1
+# What `refit run`'s placement lines are checked against: the driver's view of the GPU (bus
+# id, CPU and NUMA affinity) and the kernel's (sysfs local_cpulist and numa_node).
+{
+  nvidia-smi --query-gpu=name,pci.bus_id,memory.total --format=csv
+  nvidia-smi topo -m
+  nproc
+  for bus in $(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader); do
+    dev=/sys/bus/pci/devices/$(echo "${bus#0000}" | tr 'A-F' 'a-f')
+    echo "sysfs $dev: local_cpulist $(cat "$dev/local_cpulist") numa_node $(cat "$dev/numa_node")"
+  done
+} >"$OUT/machine.txt" 2>&1
 log "build"
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/build.txt" 2>&1 &&
   cmake --build build-gpu -j"$(nproc)" >>"$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
@@ -53,8 +62,10 @@ job() {
 MPI=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE=0)
 ONE=(--model "$MODEL" --trainer fsdp=1 --rollout tp=1 --iters 10 --output "$H5")
 
-job placement $R topo --transport ipc
-job ipc "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode grouped,fused --calibrate
+job placement $R topo --trainer fsdp=1 --rollout tp=1 --transport ipc
+job ipc "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode grouped,fused
+job ipc-limits "${MPI[@]}" -np 2 $R run --model "$MODEL" --trainer fsdp=1 --rollout tp=1 \
+  --iters 3 --output "$H5" --transport ipc --mode fused --calibrate
 job ipc-jax "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode grouped,fused \
   --trainer-order jax
 job ipc-unfused "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode unfused

@@ -128,9 +128,9 @@ rf_status rf_topo_place_node(const rf_topo *topo, const rf_topo_place_options *o
                    gpus);
   if (o->need_gpu && o->device < 0 && rpn > gpus)
     return rf_fail(RF_ERR_USAGE,
-                   "node has %d GPUs but %d ranks per node; use at most %d ranks "
-                   "per node or --transport mpi",
-                   gpus, rpn, gpus);
+                   "nccl needs a GPU per rank, but the node has %d GPU%s for %d ranks; use at "
+                   "most %d ranks per node, or --transport ipc (ranks may share a GPU)",
+                   gpus, gpus == 1 ? "" : "s", rpn, gpus);
   int *gpu_nic = rf_calloc((size_t)gpus + 1, sizeof(int), "NIC assignment");
   int *nic_load = rf_calloc((size_t)topo->nic_count + 1, sizeof(int), "NIC assignment");
   if (!gpu_nic || !nic_load) {

@@ -66,6 +66,6 @@ if [ "$gpus" -ge 2 ]; then
 else
   expect_exit 2 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
     --transport nccl
-  grep -q '^refit.*error: .*GPU' "$TMP/err" || fail "two nccl ranks on one GPU: $(cat "$TMP/err")"
+  expect_grep "error: nccl needs a GPU per rank, but the node has $gpus GPU for 2 ranks" "$TMP/err"
 fi
 finish

@@ -144,7 +144,7 @@ same "$TMP/want" "$TMP/got" "colocated links"
 # Errors: one line, exit 2, before any transport starts.
 available=$("$REFIT" run --help | sed -n 's/^transports in this build (--transport): //p')
 if [ "$available" != "${available%nccl*}" ]; then
-  expect_error_mpi 2 "$E node has 8 GPUs but 10 ranks per node; use at most 8 ranks per node or --transport mpi" \
+  expect_error_mpi 2 "$E nccl needs a GPU per rank, but the node has 8 GPUs for 10 ranks; use at most 8 ranks per node, or --transport ipc (ranks may share a GPU)" \
     "${MPIRUN[@]}" -np 10 "$REFIT" run --model tiny --trainer fsdp=2,dp=4 --rollout tp=2 \
     --transport nccl --topology-xml "$XML"
 fi

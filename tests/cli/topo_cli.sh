@@ -59,7 +59,7 @@ expect_error 2 "$E topology file '$TMP/none.xml' cannot be read: No such file or
 echo '<topology><garbage' >"$TMP/bad.xml"
 expect_error 2 "refit: error: topology file '$TMP/bad.xml' does not load as hwloc XML" \
   "$REFIT" topo --topology-xml "$TMP/bad.xml"
-MSG="node has 8 GPUs but 16 ranks per node; use at most 8 ranks per node or --transport mpi"
+MSG="nccl needs a GPU per rank, but the node has 8 GPUs for 16 ranks; use at most 8 ranks per node, or --transport ipc (ranks may share a GPU)"
 expect_error 2 "$E $MSG" \
   "$REFIT" topo --topology-xml "$XML" --trainer fsdp=8 --rollout tp=8 --transport nccl
 expect_error 2 "refit: error: --device 8 is out of range: the node has 8 GPUs" \
