@@ -111,8 +111,9 @@ const rf_cli_option rf_cli_options[] = {
                               "in a world of one rank (no mpirun), where each gets the ranks it "
                               "needs"},
     {.name = "calibrate", .type = RF_OPT_FLAG, FIELD(calibrate), .def = "false", .unit = "",
-     .commands = RUN, .help = "measure the limits (memcpy, device copy, plain MPI and NCCL "
-                              "transfers of the same bytes) beside every run"},
+     .commands = RUN, .help = "measure the limits (memcpy, a device copy when the weights are "
+                              "on a GPU, a plain MPI exchange of the same bytes) after every "
+                              "run"},
     {.name = "output-dir", .letter = 'o', .type = RF_OPT_STRING, FIELD(output_dir),
      .def = "report", .unit = "", .metavar = "DIR", .commands = REPORT,
      .help = "directory for report.html, report.md and the CSV tables"},
