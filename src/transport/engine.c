@@ -112,8 +112,8 @@ void rf_engine_free(rf_engine *e) {
         rf_mem_free(e->wire, e->staging[dir][k], e->staging_bytes[dir]);
   rf_mem_timer_free(&e->pack_timer);
   rf_mem_timer_free(&e->unpack_timer);
-  free(e->source_offsets[0]);
-  free(e->source_offsets[1]);
+  for (int f = 0; f < RF_FAMILY_COUNT; f++)
+    free(e->peer_offsets[f]);
   free(e->notes);
   rf_schedule_free(&e->reshape);
   rf_schedule_free(&e->transfer);

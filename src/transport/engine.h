@@ -75,8 +75,8 @@ typedef struct {
                          over a host transport (mpi on a GPU), else the weights' kind */
   int esize;
   /* Mapping transports (ipc): each destination copies out of its sources' arenas. */
-  int pull;
-  int64_t *source_offsets[2]; /* [family][trainer rank * tensors + tensor], shards, coupling */
+  int pull, push;              /* a mapping transport; the source copies (push) */
+  int64_t *peer_offsets[RF_FAMILY_COUNT]; /* [family][rank * tensors + tensor]; rollout: rank 0 */
   char *notes;                /* one byte per world rank and direction for the pull notes */
 
   rf_schedule reshape, transfer;

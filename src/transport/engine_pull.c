@@ -1,21 +1,20 @@
-/* The pull protocol of mapping transports (ipc). A destination reads its pieces straight out
- * of its sources' arenas, mapped into its own address space, so nothing is packed, sent or
- * unpacked; a stage is
- *
- *   1. ready  every source waits for its own GPU work (the weights, or the coupling buffer
- *             the reshape just wrote) and sends each of its readers a one-byte note;
- *   2. copy   each destination copies its pieces, local and remote alike, as batches of box
- *             copies: one kernel launch and wait per tensor (unfused) or per bucket
- *             (grouped), or one launch for the whole stage (fused). Buckets exist to bound
- *             staging memory, and a pull needs none, so fused drops them: on a GPU shared
- *             by two processes every launch costs more than in one process (measured on the
- *             H200: results/h200/README.md);
- *   3. done   each destination tells its sources it has finished reading, so a source never
- *             overwrites memory that is still being read.
+/* Mapping transports (ipc): every rank maps the arenas of the ranks it shares pieces with,
+ * so one side of each piece copies it straight between the two processes' memory; nothing is
+ * packed, sent or unpacked. The side that copies is the direction:
+ *   pull  the destination reads its sources' memory (ready notes from the sources first,
+ *         done notes back once it has read);
+ *   push  the source writes into its destinations' memory (ready notes from the
+ *         destinations first, written notes back once the copies have landed).
+ * A stage is: 1. the first notes (each side first waits for its own GPU work, so what it
+ * offers is complete); 2. the copies, local and remote alike, as batches of box copies: one
+ * kernel launch and wait per tensor (unfused) or per bucket (grouped), or one launch for the
+ * whole stage (fused: buckets bound staging memory, and a mapping transport needs none, while
+ * on a GPU shared by two processes every launch costs more than in one, see
+ * results/h200/README.md); 3. the second notes, after which no one touches the other's memory.
  *
  * The notes ride on the transport's post_send/post_recv (MPI inside ipc) and every wait is
- * bounded by --timeout, so a stalled source ends its readers' run with an error. Offsets
- * inside a peer's arena come from rf_buffers_offsets, a pure function of the plan. */
+ * bounded by --timeout, so a stalled peer ends the run with an error. Offsets inside a peer's
+ * arenas come from rf_buffers_offsets, a pure function of the plan. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,27 +25,90 @@ static rf_buffer_family source_family(const rf_engine *e, const rf_piece *p) {
                                                                         : RF_FAMILY_SHARDS;
 }
 
-/* Where piece p is read from: in this process for a local piece, else in the mapped arena
- * of the trainer rank that holds it. */
-static rf_status pull_source(rf_engine *e, const rf_piece *p, rf_region *out) {
-  const rf_plan *plan = e->plan;
-  const rf_layout *lay = plan->layout;
-  if (p->src == e->trainer_rank) {
-    *out = engine_source(e, p);
-    return RF_OK;
-  }
-  rf_buffer_family f = source_family(e, p);
+/* The address in this process of `f`'s arena of trainer rank (shards, coupling) or rollout
+ * rank (rollout) `rank`. */
+static rf_status peer_arena(rf_engine *e, rf_buffer_family f, int rank, char **out) {
+  const rf_layout *lay = e->plan->layout;
+  int world = f == RF_FAMILY_ROLLOUT ? rf_layout_rollout_world_rank(lay, rank)
+                                     : rf_layout_trainer_world_rank(lay, rank);
   void *base;
-  rf_transport *tp = e->transport;
-  RF_TRY(tp->ops->peer_buffer(tp, rf_layout_trainer_world_rank(lay, p->src), (int)f, &base));
-  char *at = (char *)base +
-             e->source_offsets[f][(size_t)p->src * (size_t)lay->model->tensor_count + p->tensor];
+  RF_TRY(e->transport->ops->peer_buffer(e->transport, world, (int)f, &base));
+  *out = base;
+  return RF_OK;
+}
+
+static int64_t peer_offset(const rf_engine *e, rf_buffer_family f, int rank, int tensor) {
+  const rf_layout *lay = e->plan->layout;
+  size_t n =
+      f == RF_FAMILY_ROLLOUT ? (size_t)lay->rollout_tensor_count : (size_t)lay->model->tensor_count;
+  size_t row = f == RF_FAMILY_ROLLOUT ? 0 : (size_t)rank;
+  return e->peer_offsets[f][row * n + (size_t)tensor];
+}
+
+/* Where another rank holds the source of piece p: a trainer shard, or star's coupling. */
+static rf_status remote_source(rf_engine *e, const rf_piece *p, rf_region *out) {
+  const rf_plan *plan = e->plan;
+  rf_buffer_family f = source_family(e, p);
+  char *base;
+  RF_TRY(peer_arena(e, f, p->src, &base));
+  char *at = base + peer_offset(e, f, p->src, p->tensor);
   if (f == RF_FAMILY_SHARDS)
     *out = rf_shard_region(plan, p->src, p->tensor, at);
   else
-    *out = rf_region_row_major(at, &plan->coupling[(size_t)p->tensor * lay->trainer_ranks + p->src],
-                               e->esize);
+    *out = rf_region_row_major(
+        at, &plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->src], e->esize);
   return RF_OK;
+}
+
+/* Where another rank keeps piece p: its coupling buffer (star's reshape) or its part of the
+ * fused rollout tensor; `kept` is the part of `box` that rank holds. */
+static rf_status remote_destination(rf_engine *e, const rf_piece *p, const rf_box *box,
+                                    rf_region *out, rf_box *kept) {
+  const rf_plan *plan = e->plan;
+  const rf_layout *lay = plan->layout;
+  char *base;
+  if (p->stage == RF_STAGE_RESHAPE) {
+    RF_TRY(peer_arena(e, RF_FAMILY_COUPLING, p->dst, &base));
+    *kept = *box;
+    *out = rf_region_row_major(base + peer_offset(e, RF_FAMILY_COUPLING, p->dst, p->tensor),
+                               &plan->coupling[(size_t)p->tensor * lay->trainer_ranks + p->dst],
+                               e->esize);
+    return RF_OK;
+  }
+  const rf_rollout_slot *slot = &lay->slots[p->tensor];
+  rf_box held = rf_layout_rollout_box(lay, p->tensor, p->dst);
+  rf_box_intersect(box, &held, kept);
+  RF_TRY(peer_arena(e, RF_FAMILY_ROLLOUT, p->dst, &base));
+  *out = rf_region_in_fused(base + peer_offset(e, RF_FAMILY_ROLLOUT, p->dst, slot->local),
+                            lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col, &held,
+                            e->esize);
+  return RF_OK;
+}
+
+/* My ranks in a stage's pieces: trainer rank as a source; trainer rank (reshape) or rollout
+ * rank (transfer) as a destination. */
+static int my_dst(const rf_engine *e, rf_stage stage) {
+  return stage == RF_STAGE_RESHAPE ? e->trainer_rank : e->rollout_rank;
+}
+
+static int copies_here(const rf_engine *e, const rf_piece *p) {
+  return e->push ? p->src == e->trainer_rank && e->trainer_rank >= 0
+                 : p->dst == my_dst(e, p->stage) && my_dst(e, p->stage) >= 0;
+}
+
+/* The copy of chunk box `box` of piece p, made by this rank: the end that is not here is
+ * mapped from its rank. Sets copy->box to the elements that move (empty: nothing to do). */
+static rf_status chunk_copy(rf_engine *e, const rf_piece *p, const rf_box *box, rf_box_copy *copy) {
+  int src_here = p->src == e->trainer_rank, dst_here = p->dst == my_dst(e, p->stage);
+  if (dst_here)
+    copy->dst = engine_destination(e, p, box, &copy->box);
+  else
+    RF_TRY(remote_destination(e, p, box, &copy->dst, &copy->box));
+  if (src_here) {
+    copy->src = engine_source(e, p);
+    return RF_OK;
+  }
+  return remote_source(e, p, &copy->src);
 }
 
 rf_status engine_pull_init(rf_engine *e) {
@@ -55,30 +117,34 @@ rf_status engine_pull_init(rf_engine *e) {
   rf_transport *tp = e->transport;
   rf_buffers *data = e->data;
   e->pull = 1;
+  const char *direction = getenv("REFIT_IPC_DIRECTION");
+  e->push = direction && strcmp(direction, "push") == 0;
   if (!data->exposed) {
-    RF_TRY(rf_control_agree(tp->ctl, tp->ops->expose(tp, data->arena, RF_FAMILY_ROLLOUT)));
+    RF_TRY(rf_control_agree(tp->ctl, tp->ops->expose(tp, data->arena, RF_FAMILY_COUNT)));
     data->exposed = 1;
   }
-  size_t nt = (size_t)lay->model->tensor_count, ranks = (size_t)lay->trainer_ranks;
-  for (int f = 0; f < 2; f++) {
-    e->source_offsets[f] = rf_calloc(ranks * nt + 1, sizeof(int64_t), "peer arena offsets");
-    if (!e->source_offsets[f])
+  /* Offsets in every peer's arenas; the rollout arena's do not depend on the rank. */
+  for (int f = 0; f < RF_FAMILY_COUNT; f++) {
+    size_t n = f == RF_FAMILY_ROLLOUT ? (size_t)lay->rollout_tensor_count
+                                      : (size_t)lay->model->tensor_count;
+    size_t ranks = f == RF_FAMILY_ROLLOUT ? 1 : (size_t)lay->trainer_ranks;
+    e->peer_offsets[f] = rf_calloc(ranks * n + 1, sizeof(int64_t), "peer arena offsets");
+    if (!e->peer_offsets[f])
       return RF_ERR_NOMEM;
     for (size_t r = 0; r < ranks; r++)
-      rf_buffers_offsets(plan, (rf_buffer_family)f, (int)r, e->source_offsets[f] + r * nt);
+      rf_buffers_offsets(plan, (rf_buffer_family)f, (int)r, e->peer_offsets[f] + r * n);
   }
   e->notes = rf_calloc((size_t)lay->world_size * 2 + 1, 1, "pull notes");
   if (!e->notes)
     return RF_ERR_NOMEM;
-  /* Map every arena this rank reads from now, so that the setup phase pays for it. */
+  /* Map every arena this rank copies from or into now, so that the setup phase pays for it. */
   const rf_schedule *stages[2] = {&e->reshape, &e->transfer};
   for (int s = 0; s < 2; s++)
     for (int i = 0; i < stages[s]->chunk_count; i++) {
-      const rf_piece *p = &plan->pieces[stages[s]->chunks[i].piece];
-      int dst = s == 0 ? e->trainer_rank : e->rollout_rank;
-      rf_region r;
-      if (p->dst == dst && dst >= 0)
-        RF_TRY(pull_source(e, p, &r));
+      const rf_chunk *k = &stages[s]->chunks[i];
+      rf_box_copy copy;
+      if (copies_here(e, &plan->pieces[k->piece]))
+        RF_TRY(chunk_copy(e, &plan->pieces[k->piece], &k->box, &copy));
     }
   return RF_OK;
 }
@@ -87,8 +153,7 @@ typedef struct {
   rf_engine *e;
   const rf_schedule *s;
   rf_channel channel;
-  int src_rank, dst_rank; /* my ranks in the pieces' numbering for this stage */
-  int ranks;              /* ranks of the channel */
+  int ranks; /* ranks of the channel */
   rf_box_copy *batch;
   int count, cap;
 } pull_ctx;
@@ -125,15 +190,12 @@ static rf_status flush(pull_ctx *c, int wait) {
 }
 
 static rf_status add_copy(pull_ctx *c, const rf_chunk *k) {
-  const rf_piece *p = &c->e->plan->pieces[k->piece];
-  rf_box kept;
-  rf_region dst = engine_destination(c->e, p, &k->box, &kept);
-  if (rf_box_is_empty(&kept))
+  rf_box_copy copy;
+  RF_TRY(chunk_copy(c->e, &c->e->plan->pieces[k->piece], &k->box, &copy));
+  if (rf_box_is_empty(&copy.box))
     return RF_OK;
-  rf_region src;
-  RF_TRY(pull_source(c->e, p, &src));
   RF_TRY(rf_grow((void **)&c->batch, c->count, &c->cap, sizeof *c->batch, "pull copies"));
-  c->batch[c->count++] = (rf_box_copy){dst, src, kept};
+  c->batch[c->count++] = copy;
   return RF_OK;
 }
 
@@ -144,7 +206,7 @@ static rf_status copy_stage(pull_ctx *c) {
     const rf_bucket *bk = &s->buckets[b];
     for (int i = bk->first; i < bk->first + bk->count; i++) {
       const rf_piece *p = &c->e->plan->pieces[s->chunks[i].piece];
-      if (p->dst == c->dst_rank)
+      if (copies_here(c->e, p))
         RF_TRY(add_copy(c, &s->chunks[i]));
       int last_of_tensor = i + 1 == bk->first + bk->count ||
                            c->e->plan->pieces[s->chunks[i + 1].piece].tensor != p->tensor;
@@ -163,32 +225,36 @@ rf_status engine_run_stage_pull(rf_engine *e, const rf_schedule *s, double *time
   c.e = e;
   c.s = s;
   c.channel = s->stage == RF_STAGE_RESHAPE ? RF_CHANNEL_TRAINER : RF_CHANNEL_WORLD;
-  c.src_rank = e->trainer_rank;
-  c.dst_rank = s->stage == RF_STAGE_RESHAPE ? e->trainer_rank : e->rollout_rank;
   c.ranks = c.channel == RF_CHANNEL_TRAINER ? e->plan->layout->trainer_ranks
                                             : e->plan->layout->world_size;
   double start = rf_now();
-  /* Who reads from me (read_by) and whom I read from (reads_from), on this channel. */
+  /* My destinations (feeds) and my sources (fed_by) on this channel. */
   char *flags = rf_calloc((size_t)c.ranks * 2 + 1, 1, "pull peers");
   if (!flags)
     return RF_ERR_NOMEM;
-  char *read_by = flags, *reads_from = flags + c.ranks;
+  char *feeds = flags, *fed_by = flags + c.ranks;
+  int src_rank = e->trainer_rank, dst_rank = my_dst(e, s->stage);
   for (int i = 0; i < s->chunk_count; i++) {
     const rf_piece *p = &e->plan->pieces[s->chunks[i].piece];
-    int from_me = p->src == c.src_rank && c.src_rank >= 0;
-    int to_me = p->dst == c.dst_rank && c.dst_rank >= 0;
+    int from_me = p->src == src_rank && src_rank >= 0;
+    int to_me = p->dst == dst_rank && dst_rank >= 0;
     if (from_me && !to_me)
-      read_by[peer_of(&c, p, 0)] = 1;
+      feeds[peer_of(&c, p, 0)] = 1;
     if (to_me && !from_me)
-      reads_from[peer_of(&c, p, 1)] = 1;
+      fed_by[peer_of(&c, p, 1)] = 1;
   }
-  rf_status st = rf_mem_sync(e->memory); /* my sources are written before anyone reads them */
+  /* Pull: sources say ready, destinations copy and say done. Push: destinations say ready,
+   * sources copy and say written. The side that copies waits for the other's first note. */
+  char *first_to = e->push ? fed_by : feeds, *first_from = e->push ? feeds : fed_by;
+  rf_status st = rf_mem_sync(e->memory); /* what I offer is complete before anyone copies */
   if (st == RF_OK)
-    st = exchange_notes(&c, read_by, reads_from, "the sources' ready notes");
+    st = exchange_notes(&c, first_to, first_from,
+                        e->push ? "the destinations' ready notes" : "the sources' ready notes");
   if (st == RF_OK)
     st = copy_stage(&c);
   if (st == RF_OK)
-    st = exchange_notes(&c, reads_from, read_by, "the destinations' done notes");
+    st = exchange_notes(&c, first_from, first_to,
+                        e->push ? "the sources' written notes" : "the destinations' done notes");
   free(c.batch);
   free(flags);
   times[RF_PHASE_TRANSFER] += rf_now() - start;
