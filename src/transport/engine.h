@@ -75,7 +75,7 @@ typedef struct {
                          over a host transport (mpi on a GPU), else the weights' kind */
   int esize;
   /* Mapping transports (ipc): each destination copies out of its sources' arenas. */
-  int pull, push;              /* a mapping transport; the source copies (push) */
+  int pull, push;              /* a mapping transport; the source copies (JAX order) */
   int64_t *peer_offsets[RF_FAMILY_COUNT]; /* [family][rank * tensors + tensor]; rollout: rank 0 */
   char *notes;                /* one byte per world rank and direction for the pull notes */
 

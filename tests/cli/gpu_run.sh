@@ -14,13 +14,20 @@ if [ "$gpus" -eq 0 ]; then
 fi
 RUN=("${MPIRUN[@]}" -x NCCL_NVLS_ENABLE=0)
 
-# ipc between two processes on one GPU: every mode verifies, in HF and in JAX storage order.
+# ipc between two processes on one GPU: every mode verifies. HF order pulls (the rollout
+# reads the trainer's memory), JAX order pushes (the trainer writes into the rollout's).
 expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
   --transport ipc --mode unfused,grouped,fused --bucket-size 64KiB
 expect_rows 3
 expect_grep "transport ipc (weights in device memory)" "$TMP/out"
 expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
-  --transport ipc --mode grouped --trainer-order jax
+  --transport ipc --mode unfused,grouped,fused --bucket-size 64KiB --trainer-order jax
+expect_rows 3
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+  --transport ipc --plan star --mode grouped,fused --trainer-order jax
+expect_rows 2
+expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+  --placement colocated --transport ipc --mode fused --trainer-order jax
 expect_rows 1
 
 # Four processes sharing the GPU: a 2:2 p2p plan, the star plan (its reshape stage pulls
@@ -45,6 +52,9 @@ expect_exit 3 timeout 60 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer f
 elapsed=$(($(date +%s) - start))
 [ "$elapsed" -lt 30 ] || fail "the stalled ipc run took ${elapsed}s to end"
 expect_grep "timed out after 2.0 s waiting for the sources' ready notes" "$TMP/err"
+expect_exit 3 timeout 60 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 \
+  --rollout tp=1 --transport ipc --inject stall --timeout 2 --iters 1 --trainer-order jax
+expect_grep "timed out after 2.0 s waiting for the sources' written notes" "$TMP/err"
 
 # mpi with the weights on the GPU stages through pinned host memory, in every mode.
 expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
