@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
   rf_calibration cal;
   rf_status st = rf_control_init(&ctl, &job.layout, cfg.timeout);
   if (st == RF_OK)
-    st = rf_calibrate(&ctl, &job.plan, (int)cfg.warmup, (int)cfg.iters, 0, &cal);
+    st = rf_calibrate(&ctl, &job.plan, (int)cfg.warmup, (int)cfg.iters, 0, NULL, &cal);
   if (st == RF_OK && rank == 0) {
     double m = cal.limits.mpi_s, c = cal.limits.memcpy_s;
     printf("limit mpi bytes %lld median_ms %.3f GB/s %.2f\n", (long long)cal.mpi_bytes, 1e3 * m,

@@ -112,8 +112,8 @@ const rf_cli_option rf_cli_options[] = {
                               "needs"},
     {.name = "calibrate", .type = RF_OPT_FLAG, FIELD(calibrate), .def = "false", .unit = "",
      .commands = RUN, .help = "measure the limits (memcpy, a device copy when the weights are "
-                              "on a GPU, a plain MPI exchange of the same bytes) after every "
-                              "run"},
+                              "on a GPU, a plain MPI exchange and, for nccl, plain NCCL "
+                              "send/recv of the same bytes) after every run"},
     {.name = "output-dir", .letter = 'o', .type = RF_OPT_STRING, FIELD(output_dir),
      .def = "report", .unit = "", .metavar = "DIR", .commands = REPORT,
      .help = "directory for report.html, report.md and the CSV tables"},

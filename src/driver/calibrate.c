@@ -7,6 +7,9 @@
 #include "calibrate.h"
 #include "report/report.h"
 
+/* Columns of the timing table: one per limit, plus a flag for ranks that measured nothing. */
+enum { COL_MPI, COL_MEMCPY, COL_DEVICE, COL_GPU_MSG, COL_COUNT };
+
 /* MPI counts are int: larger pair messages go in slices, as the mpi transport sends them. */
 #define SLICE ((int64_t)1 << 30)
 
@@ -63,32 +66,54 @@ static rf_status exchange_once(rf_control *ctl, exchange *x) {
   return st;
 }
 
-/* The median of column k of times[n][3] (the report's statistics, so a limit and a run's
- * time are the same kind of number), or -1 when a round of it was not measured. */
+/* One round of the same exchange over the run's own GPU message transport (nccl): device
+ * buffers, every pair's bytes as one message, all posted in one group, one bounded wait. */
+static rf_status gpu_exchange_once(rf_transport *tp, const exchange *x, char *dsend, char *drecv) {
+  int64_t so = 0, ro = 0;
+  long ticket = -1;
+  RF_TRY(tp->ops->group_start(tp));
+  for (int q = 0; q < tp->ctl->world_size; q++) {
+    if (x->recv[q])
+      RF_TRY(tp->ops->post_recv(tp, RF_CHANNEL_WORLD, q, drecv + ro, (size_t)x->recv[q], &ticket));
+    if (x->send[q])
+      RF_TRY(tp->ops->post_send(tp, RF_CHANNEL_WORLD, q, dsend + so, (size_t)x->send[q], &ticket));
+    ro += x->recv[q];
+    so += x->send[q];
+  }
+  RF_TRY(tp->ops->group_end(tp));
+  return ticket >= 0 ? tp->ops->wait(tp, ticket + 1, "the calibration's plain GPU transfer")
+                     : RF_OK;
+}
+
+/* The median of column k of times[n][COL_COUNT] (the report's statistics, so a limit and a
+ * run's time are the same kind of number), or -1 when a round of it was not measured. */
 static double column_median(double *times, int n, int k) {
-  double *v = times + 3 * (size_t)n; /* the spare row holds the column */
+  double *v = times + COL_COUNT * (size_t)n; /* the spare row holds the column */
   for (int i = 0; i < n; i++) {
-    v[i] = times[3 * (size_t)i + k];
+    v[i] = times[COL_COUNT * (size_t)i + k];
     if (v[i] < 0)
       return -1.0;
   }
   return rf_stats_of(v, n).median;
 }
 
-/* Device buffers for the device copy, or none when this rank cannot have them. */
-static int device_buffers(int64_t bytes, void **src, void **dst) {
+/* Device buffers for the device copy and the GPU transfer, or none when this rank cannot have
+ * them: dev[0] and dev[1] hold the bytes received, dev[2] those sent. */
+static int device_buffers(const exchange *x, void **dev) {
+  size_t bytes[3] = {(size_t)x->in + 1, (size_t)x->in + 1, (size_t)x->out + 1};
   rf_log_set_quiet(1); /* a missing GPU only means the limit is not measured */
-  int ok = rf_mem_alloc(RF_MEM_DEVICE, (size_t)bytes + 1, "calibration", src) == RF_OK &&
-           rf_mem_alloc(RF_MEM_DEVICE, (size_t)bytes + 1, "calibration", dst) == RF_OK &&
-           rf_mem_zero(RF_MEM_DEVICE, *src, (size_t)bytes + 1) == RF_OK;
+  int ok = 1;
+  for (int i = 0; i < 3 && ok; i++)
+    ok = rf_mem_alloc(RF_MEM_DEVICE, bytes[i], "calibration", &dev[i]) == RF_OK &&
+         rf_mem_zero(RF_MEM_DEVICE, dev[i], bytes[i]) == RF_OK;
   rf_log_set_quiet(0);
   return ok;
 }
 
-/* Times every round; times[3 * it + k] holds round it's mpi, memcpy and device copy seconds,
- * each the slowest rank's, on rank 0. */
-static rf_status time_rounds(rf_control *ctl, exchange *x, int warmup, int iters, void *dsrc,
-                             void *ddst, int device_ok, double *times) {
+/* Times every round; times[COL_COUNT * it + k] holds round it's seconds for limit k, each the
+ * slowest rank's, on rank 0. */
+static rf_status time_rounds(rf_control *ctl, exchange *x, int warmup, int iters, void **dev,
+                             int device_ok, rf_transport *gpu_tp, double *times) {
   for (int it = 0; it < warmup + iters; it++) {
     MPI_Request req;
     RF_MPI(MPI_Ibarrier(ctl->world, &req));
@@ -99,28 +124,34 @@ static rf_status time_rounds(rf_control *ctl, exchange *x, int warmup, int iters
     memcpy(x->copybuf, x->recvbuf, (size_t)x->in);
     double t2 = rf_now();
     if (device_ok && x->in > 0)
-      RF_TRY(rf_mem_transfer(ddst, RF_MEM_DEVICE, dsrc, RF_MEM_DEVICE, (size_t)x->in));
-    double mine[4] = {t1 - t0, t2 - t1, rf_now() - t2, device_ok ? 0.0 : 1.0}, all[4] = {0};
-    RF_MPI(MPI_Ireduce(mine, all, 4, MPI_DOUBLE, MPI_MAX, 0, ctl->world, &req));
+      RF_TRY(rf_mem_transfer(dev[1], RF_MEM_DEVICE, dev[0], RF_MEM_DEVICE, (size_t)x->in));
+    double t3 = rf_now();
+    if (device_ok && gpu_tp)
+      RF_TRY(gpu_exchange_once(gpu_tp, x, dev[2], dev[1]));
+    double mine[COL_COUNT + 1] = {t1 - t0, t2 - t1, t3 - t2, rf_now() - t3, device_ok ? 0 : 1};
+    double all[COL_COUNT + 1] = {0};
+    RF_MPI(MPI_Ireduce(mine, all, COL_COUNT + 1, MPI_DOUBLE, MPI_MAX, 0, ctl->world, &req));
     RF_TRY(rf_control_wait(ctl, &req, "the calibration's timings"));
     if (it >= warmup) {
-      memcpy(times + 3 * (size_t)(it - warmup), all, 3 * sizeof *all);
-      if (all[3] > 0)
-        times[3 * (size_t)(it - warmup) + 2] = -1.0; /* a rank had no device buffers */
+      double *row = times + COL_COUNT * (size_t)(it - warmup);
+      memcpy(row, all, COL_COUNT * sizeof *all);
+      if (all[COL_COUNT] > 0) /* a rank had no device buffers */
+        row[COL_DEVICE] = row[COL_GPU_MSG] = -1.0;
     }
   }
   return RF_OK;
 }
 
 rf_status rf_calibrate(rf_control *ctl, const rf_plan *plan, int warmup, int iters, int device,
-                       rf_calibration *out) {
+                       rf_transport *gpu_tp, rf_calibration *out) {
   memset(out, 0, sizeof *out);
   int n = ctl->world_size;
   exchange x;
   memset(&x, 0, sizeof x);
   x.send = rf_calloc((size_t)n, sizeof *x.send, "calibration pairs");
   x.recv = rf_calloc((size_t)n, sizeof *x.recv, "calibration pairs");
-  double *times = rf_calloc(4 * (size_t)RF_MAX(iters, 1), sizeof *times, "calibration times");
+  double *times =
+      rf_calloc((COL_COUNT + 1) * (size_t)RF_MAX(iters, 1), sizeof *times, "calibration times");
   rf_status st = x.send && x.recv && times ? RF_OK : RF_ERR_NOMEM;
   if (st == RF_OK) {
     pair_bytes(plan, ctl->world_rank, &x);
@@ -133,18 +164,18 @@ rf_status rf_calibrate(rf_control *ctl, const rf_plan *plan, int warmup, int ite
     x.req = rf_calloc(slices + 1, sizeof *x.req, "calibration requests");
     st = x.sendbuf && x.recvbuf && x.copybuf && x.req ? RF_OK : RF_ERR_NOMEM;
   }
-  void *dsrc = NULL, *ddst = NULL;
+  void *dev[3] = {NULL, NULL, NULL};
   int device_ok = 0;
   if (st == RF_OK) {
     /* Touch every page first, so that no round pays for faulting them in. */
     memset(x.sendbuf, 1, (size_t)x.out + 1);
     memset(x.recvbuf, 0, (size_t)x.in + 1);
     memset(x.copybuf, 0, (size_t)x.in + 1);
-    device_ok = device && device_buffers(x.in, &dsrc, &ddst);
+    device_ok = device && device_buffers(&x, dev);
   }
   st = rf_control_agree(ctl, st);
   if (st == RF_OK)
-    st = rf_control_agree(ctl, time_rounds(ctl, &x, warmup, iters, dsrc, ddst, device_ok, times));
+    st = rf_control_agree(ctl, time_rounds(ctl, &x, warmup, iters, dev, device_ok, gpu_tp, times));
   int64_t bytes[2] = {x.in, x.in}, sums[2] = {0, 0};
   if (st == RF_OK) {
     MPI_Request req;
@@ -160,16 +191,17 @@ rf_status rf_calibrate(rf_control *ctl, const rf_plan *plan, int warmup, int ite
                              : rf_mpi_failed(rc, "MPI_Ireduce", __FILE__, __LINE__);
   }
   if (st == RF_OK && ctl->world_rank == 0) {
-    out->limits.mpi_s = column_median(times, iters, 0);
-    out->limits.memcpy_s = column_median(times, iters, 1);
-    out->limits.device_copy_s = device ? RF_MAX(column_median(times, iters, 2), 0.0) : 0.0;
+    out->limits.mpi_s = column_median(times, iters, COL_MPI);
+    out->limits.memcpy_s = column_median(times, iters, COL_MEMCPY);
+    out->limits.device_copy_s = device ? RF_MAX(column_median(times, iters, COL_DEVICE), 0.0) : 0.0;
+    out->limits.nccl_s = gpu_tp ? RF_MAX(column_median(times, iters, COL_GPU_MSG), 0.0) : 0.0;
     out->mpi_bytes = sums[0];
     out->memcpy_bytes = sums[1];
   }
-  if (dsrc)
-    rf_mem_free(RF_MEM_DEVICE, dsrc, (size_t)x.in + 1);
-  if (ddst)
-    rf_mem_free(RF_MEM_DEVICE, ddst, (size_t)x.in + 1);
+  size_t dev_bytes[3] = {(size_t)x.in + 1, (size_t)x.in + 1, (size_t)x.out + 1};
+  for (int i = 0; i < 3; i++)
+    if (dev[i])
+      rf_mem_free(RF_MEM_DEVICE, dev[i], dev_bytes[i]);
   if (!ctl->timed_out) { /* after a timeout MPI may still write into the buffers */
     free(x.sendbuf);
     free(x.recvbuf);

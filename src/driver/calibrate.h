@@ -6,6 +6,7 @@
 #include "control/control.h"
 #include "io/io.h"
 #include "plan/plan.h"
+#include "transport/transport.h"
 
 typedef struct {
   rf_results_limits limits; /* seconds on rank 0 (median over iterations of the slowest rank) */
@@ -19,9 +20,11 @@ typedef struct {
  *   - memcpy: every rank copies the bytes it receives, host buffer to host buffer;
  *   - device copy, when `device` is set (the weights live on a GPU): the same bytes copied
  *     device to device; left at 0 when a rank cannot allocate them.
- * NCCL is not measured (nccl_s stays 0). Every wait is bounded by ctl->timeout; a timeout sets
- * ctl->timed_out. Collective: every rank of ctl calls it with the same arguments. */
+ *   - nccl, when `gpu_tp` is the run's GPU message transport (nccl): the same pairs' bytes,
+ *     device to device, one message each in one group (stored as nccl_s; 0 otherwise).
+ * Every wait is bounded by ctl->timeout; a timeout sets ctl->timed_out. Collective: every rank
+ * of ctl calls it with the same arguments. */
 rf_status rf_calibrate(rf_control *ctl, const rf_plan *plan, int warmup, int iters, int device,
-                       rf_calibration *out);
+                       rf_transport *gpu_tp, rf_calibration *out);
 
 #endif

@@ -84,8 +84,11 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg,
   if (cfg->calibrate) {
     /* Right after the run's own iterations, between the same ranks, for the same bytes. */
     rf_calibration cal;
+    /* The plain GPU transfer runs over the run's own communicators, so only nccl has one. */
+    rf_transport *tp = e->transport;
+    rf_transport *gpu_tp = tp->ops->memory == RF_MEM_DEVICE && !tp->ops->peer_buffer ? tp : NULL;
     RF_TRY(rf_calibrate(ctl, &job->plan, (int)cfg->warmup, (int)cfg->iters,
-                        e->memory == RF_MEM_DEVICE, &cal));
+                        e->memory == RF_MEM_DEVICE, gpu_tp, &cal));
     rec->limits = cal.limits;
     rec->calibrated = 1;
   }

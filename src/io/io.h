@@ -35,7 +35,7 @@ typedef struct {
   double memcpy_s;      /* host memcpy of the bytes each rank receives */
   double device_copy_s; /* device-to-device copy of those bytes (weights on a GPU) */
   double mpi_s;         /* every pair's bytes in one MPI_Isend/MPI_Irecv, host memory */
-  double nccl_s;        /* the same over NCCL send/recv (not measured yet) */
+  double nccl_s;        /* the same over NCCL send/recv (nccl runs only) */
 } rf_results_limits;
 
 /* Everything /runs/NNNN holds. Pointers are borrowed for the call. */

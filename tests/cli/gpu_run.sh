@@ -67,6 +67,11 @@ expect_grep "transport mpi (weights in device memory)" "$TMP/out"
 expect_exit 0 "${RUN[@]}" -np 1 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
   --placement colocated --transport nccl --mode unfused,grouped,fused
 expect_rows 3
+# --calibrate beside an nccl run measures the plain NCCL send/recv of the same bytes too.
+expect_exit 0 "${RUN[@]}" -np 1 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
+  --placement colocated --transport nccl --mode grouped --calibrate --iters 2
+grep -q '^limits: memcpy .*, device copy .*, mpi .*, nccl .*; grouped at .* of nccl$' "$TMP/out" ||
+  fail "the nccl run's limits line: $(grep '^limits' "$TMP/out")"
 if [ "$gpus" -ge 2 ]; then
   start=$(date +%s)
   expect_exit 3 timeout 90 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 \
