@@ -194,8 +194,9 @@ static void axes(const rf_report_chart *c, rf_strbuf *out, double top) {
     rf_report_html_text(out, label);
     rf_strbuf_printf(out, "</text>\n");
   }
+  /* The axis title sits under the labels: at the bottom when tilted ones fill the margin. */
   rf_strbuf_printf(out, "<text class=\"label\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">",
-                   LEFT + plot_w / 2, HEIGHT - 6);
+                   LEFT + plot_w / 2, tilt ? HEIGHT - 6 : TOP + plot_h + 40);
   rf_report_html_text(out, c->x_label);
   rf_strbuf_printf(out,
                    "</text>\n<text class=\"label\" x=\"16\" y=\"%d\" text-anchor=\"middle\" "
