@@ -47,5 +47,15 @@ if [ "$available" != "${available%nccl*}" ] && ! nvidia-smi -L >/dev/null 2>&1; 
     --transport nccl
   [ "$(grep -c '^refit' "$TMP/err")" -eq 1 ] || fail "no-GPU run printed: $(grep '^refit' "$TMP/err")"
   expect_grep "no GPU is visible to this process" "$TMP/err"
+  expect_exit 2 "${MPIRUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
+    --transport ipc
+  [ "$(grep -c '^refit' "$TMP/err")" -eq 1 ] || fail "no-GPU ipc run printed: $(grep '^refit' "$TMP/err")"
+  expect_grep "no GPU is visible to this process" "$TMP/err"
+fi
+# The GPU transports need the weights on the GPU.
+if [ "$available" != "${available%nccl*}" ]; then
+  expect_error_mpi 2 "refit: error: option --memory host: the nccl transport moves GPU memory; use --memory device or --transport mpi" \
+    "${MPIRUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
+    --transport nccl --memory host
 fi
 finish
