@@ -57,17 +57,11 @@ rf_status rf_results_write_placement(hid_t g, const rf_results_run *run) {
                                   "bus_id, cpus and nic are \"-\" where there is none (cpus "
                                   "\"-\": not bound)"),
               done);
-done:
-  if (type >= 0)
-    H5Tclose(type);
-  if (host >= 0)
-    H5Tclose(host);
-  if (bus >= 0)
-    H5Tclose(bus);
-  if (cpus >= 0)
-    H5Tclose(cpus);
-  if (nic >= 0)
-    H5Tclose(nic);
+done:;
+  hid_t types[] = {type, host, bus, cpus, nic};
+  for (size_t i = 0; i < RF_ARRAY_LEN(types); i++)
+    if (types[i] >= 0)
+      H5Tclose(types[i]);
   free(rows);
   return st;
 }
