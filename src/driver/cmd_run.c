@@ -63,9 +63,6 @@ static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
 
 static rf_status build_setup(const rf_config *cfg, run_setup *rs) {
   RF_TRY(parse_modes(cfg->mode, rs));
-  if (cfg->bucket_size != 0 && cfg->bucket_size < 4096)
-    return rf_fail(RF_ERR_USAGE, "option --bucket-size: %lld bytes is below the minimum of 4096 "
-                   "(or 0 for the whole model in one bucket)", (long long)cfg->bucket_size);
   RF_TRY(rf_transport_find(cfg->transport, &rs->transport));
   RF_TRY(choose_memory(cfg, rs));
   rs->inject = strcmp(cfg->inject, "corrupt") == 0 ? RF_INJECT_CORRUPT

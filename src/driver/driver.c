@@ -23,6 +23,11 @@ rf_status rf_job_build(const rf_config *cfg, rf_job *job) {
   static const char *const plans[] = {"p2p", "star"};
   int style = 0, order = 0, placement = 0, kind = 0;
   memset(job, 0, sizeof *job);
+  /* Checked here rather than by the option table so that a sweep skips a bad value in a
+   * list, as it skips any other combination that cannot run. */
+  if (cfg->bucket_size != 0 && cfg->bucket_size < 4096)
+    return rf_fail(RF_ERR_USAGE, "option --bucket-size: %lld bytes is below the minimum of 4096 "
+                   "(or 0 for the whole model in one bucket)", (long long)cfg->bucket_size);
   RF_TRY(parse_enum("trainer-style", cfg->trainer_style, styles, 2, &style));
   RF_TRY(parse_enum("trainer-order", cfg->trainer_order, orders, 2, &order));
   RF_TRY(parse_enum("placement", cfg->placement, placements, 2, &placement));

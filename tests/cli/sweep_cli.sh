@@ -90,6 +90,14 @@ expect_exit 0 "$REFIT" run --config "$SWEEPS/modes-buckets.json" --dry-run --pla
 expect_same "command line over lists" "$(cat "$TMP/out")" "run 1/3: mode=unfused
 run 2/3: mode=grouped
 run 3/3: mode=fused"
+# A bucket size below the minimum is a skipped combination like any other that cannot run.
+printf '{"model": "tiny", "trainer": "fsdp=2", "rollout": "tp=2", "bucket_size": ["1KiB", "64KiB"],
+  "warmup": 0, "iters": 1}' >"$TMP/small.json"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$TMP/small.json" --output "$TMP/small.h5"
+expect_grep "skip 1/2: bucket_size=1KiB: option --bucket-size: 1024 bytes is below the minimum \
+of 4096 (or 0 for the whole model in one bucket)" "$TMP/out"
+expect_grep "run 2/2: bucket_size=64KiB" "$TMP/out"
+expect_grep "# PASS" "$TMP/out"
 
 # ---- lists where they are not allowed ------------------------------------------------------
 printf '{\n  "model": "tiny",\n  "seed": [1, 2]\n}\n' >"$TMP/seed.json"
