@@ -27,8 +27,23 @@ rf_region engine_rollout_region(const rf_engine *e, int tensor, rf_box *held) {
   const rf_layout *lay = e->plan->layout;
   const rf_rollout_slot *slot = &lay->slots[tensor];
   *held = rf_layout_rollout_box(lay, tensor, e->rollout_rank);
-  return rf_region_in_fused(e->data->rollout[slot->local], lay->rollout_tensors[slot->local].shape[1],
-                            slot->row, slot->col, held, e->esize);
+  return rf_region_in_fused(e->data->rollout[slot->local],
+                            lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col, held,
+                            e->esize);
+}
+
+rf_channel engine_channel(rf_stage stage) {
+  return stage == RF_STAGE_RESHAPE ? RF_CHANNEL_TRAINER : RF_CHANNEL_WORLD;
+}
+
+int engine_dst_rank(const rf_engine *e, rf_stage stage) {
+  return stage == RF_STAGE_RESHAPE ? e->trainer_rank : e->rollout_rank;
+}
+
+int engine_peer(const rf_engine *e, const rf_piece *p, int sending) {
+  if (engine_channel(p->stage) == RF_CHANNEL_TRAINER)
+    return sending ? p->dst : p->src;
+  return sending ? rf_piece_dst_world(e->plan, p) : rf_piece_src_world(e->plan, p);
 }
 
 rf_region engine_source(const rf_engine *e, const rf_piece *p) {
@@ -87,18 +102,20 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
   e->inject = inject;
   e->world_rank = world_rank;
   e->memory = data->memory;
-  e->wire = e->memory == RF_MEM_DEVICE && tp->ops->memory != RF_MEM_DEVICE ? RF_MEM_PINNED
-                                                                          : e->memory;
+  e->wire =
+      e->memory == RF_MEM_DEVICE && tp->ops->memory != RF_MEM_DEVICE ? RF_MEM_PINNED : e->memory;
   if (tp->ops->memory == RF_MEM_DEVICE && e->memory != RF_MEM_DEVICE)
-    return rf_fail(RF_ERR_USAGE, "the %s transport moves GPU memory, but the weights are in %s "
-                   "memory; drop --memory host", tp->ops->name, rf_mem_kind_name(e->memory));
+    return rf_fail(RF_ERR_USAGE,
+                   "the %s transport moves GPU memory, but the weights are in %s "
+                   "memory; drop --memory host",
+                   tp->ops->name, rf_mem_kind_name(e->memory));
   e->pack_timer.kind = e->unpack_timer.kind = e->memory;
   e->esize = rf_dtype_size(plan->layout->model->dtype);
   rf_layout_roles(plan->layout, world_rank, &e->trainer_rank, &e->rollout_rank);
   RF_TRY(rf_schedule_build(plan, RF_STAGE_RESHAPE, bucket_size, &e->reshape));
   RF_TRY(rf_schedule_build(plan, RF_STAGE_TRANSFER, bucket_size, &e->transfer));
   if (tp->ops->peer_buffer)
-    return engine_pull_init(e); /* destinations read their sources: no staging */
+    return engine_mapped_init(e); /* one end copies straight across: no staging */
   RF_TRY(alloc_staging(e));
   return RF_OK;
 }
@@ -125,8 +142,8 @@ rf_status rf_engine_poison(rf_engine *e) {
   const rf_buffer_family families[] = {RF_FAMILY_ROLLOUT, RF_FAMILY_COUPLING};
   for (size_t i = 0; i < RF_ARRAY_LEN(families); i++)
     if (e->data->arena[families[i]])
-      RF_TRY(rf_mem_zero(e->memory, e->data->arena[families[i]],
-                         e->data->arena_bytes[families[i]]));
+      RF_TRY(
+          rf_mem_zero(e->memory, e->data->arena[families[i]], e->data->arena_bytes[families[i]]));
   return rf_mem_sync(e->memory);
 }
 
@@ -139,13 +156,12 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   double start = rf_now();
   if (e->reshape.chunk_count) {
     double scratch[RF_PHASE_COUNT] = {0};
-    RF_TRY(e->pull ? engine_run_stage_pull(e, &e->reshape, scratch)
-                   : engine_run_stage(e, &e->reshape, scratch));
+    RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->reshape, scratch)
+                     : engine_run_stage(e, &e->reshape, scratch));
     times[RF_PHASE_RESHAPE] = rf_now() - start;
   }
-  RF_TRY(e->pull ? engine_run_stage_pull(e, &e->transfer, times)
-                 : engine_run_stage(e, &e->transfer, times));
+  RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->transfer, times)
+                   : engine_run_stage(e, &e->transfer, times));
   times[RF_PHASE_TOTAL] = rf_now() - start;
   return RF_OK;
 }
-

@@ -10,7 +10,7 @@
  * Chunks that are contiguous at both ends move in place; the others go through staging.
  *
  * Over a mapping transport (ipc) there are no messages to fuse: each destination copies its
- * pieces straight out of its sources' memory (engine_pull.c) and the modes differ in how
+ * pieces straight out of its sources' memory (engine_mapped.c) and the modes differ in how
  * often it launches and waits: unfused one copy launch and wait per tensor, grouped one per
  * bucket, fused one launch and one wait for the whole stage. */
 #ifndef RF_ENGINE_H
@@ -75,9 +75,9 @@ typedef struct {
                          over a host transport (mpi on a GPU), else the weights' kind */
   int esize;
   /* Mapping transports (ipc): each destination copies out of its sources' arenas. */
-  int pull, push;              /* a mapping transport; the source copies (JAX order) */
+  int mapped, push;            /* a mapping transport; the source copies (JAX order) */
   int64_t *peer_offsets[RF_FAMILY_COUNT]; /* [family][rank * tensors + tensor]; rollout: rank 0 */
-  char *notes;                /* one byte per world rank and direction for the pull notes */
+  char *notes;                /* one byte per world rank and direction for the notes */
 
   rf_schedule reshape, transfer;
   void *staging[2][2]; /* [send/recv][double buffer] */

@@ -9,6 +9,14 @@
 rf_region engine_shard_region(const rf_engine *e, int tensor);
 rf_region engine_rollout_region(const rf_engine *e, int tensor, rf_box *held);
 
+/* How a stage's pieces name this rank and its peers: the channel the stage travels on
+ * (the trainer group for star's reshape, else the world), this rank's number as a piece's
+ * destination (trainer rank for the reshape, rollout rank for the transfer; sources are
+ * always trainer ranks), and the channel rank of a piece's other end. */
+rf_channel engine_channel(rf_stage stage);
+int engine_dst_rank(const rf_engine *e, rf_stage stage);
+int engine_peer(const rf_engine *e, const rf_piece *p, int sending);
+
 /* The region a piece is read from: a trainer shard, or star's coupling buffer. */
 rf_region engine_source(const rf_engine *e, const rf_piece *p);
 /* The region a piece lands in, and the part of `box` the destination keeps. */
@@ -18,10 +26,11 @@ rf_region engine_destination(const rf_engine *e, const rf_piece *p, const rf_box
 /* Runs one stage of the plan; adds pack/transfer/unpack seconds into times. */
 rf_status engine_run_stage(rf_engine *e, const rf_schedule *s, double *times);
 
-/* The same over a mapping transport: destinations copy out of their sources' memory. */
-rf_status engine_run_stage_pull(rf_engine *e, const rf_schedule *s, double *times);
-/* Maps the arenas this rank's pieces are read from (ipc setup, once per mode). */
-rf_status engine_pull_init(rf_engine *e);
+/* The same over a mapping transport: one end of each piece copies it straight between the
+ * two processes' memory (engine_mapped.c). */
+rf_status engine_run_stage_mapped(rf_engine *e, const rf_schedule *s, double *times);
+/* Maps the arenas this rank copies from or into (ipc setup, once per mode). */
+rf_status engine_mapped_init(rf_engine *e);
 
 /* Bytes of staging one bucket needs on this rank, for sending and for receiving. */
 void engine_bucket_staging(const rf_engine *e, const rf_schedule *s, int bucket,

@@ -28,9 +28,7 @@ static int receives(const stage_ctx *c, const rf_piece *p) { return p->dst == c-
 
 /* The channel rank of a piece's other end. */
 static int peer_of(const stage_ctx *c, const rf_piece *p, int sending) {
-  if (c->channel == RF_CHANNEL_TRAINER)
-    return sending ? p->dst : p->src;
-  return sending ? rf_piece_dst_world(c->e->plan, p) : rf_piece_src_world(c->e->plan, p);
+  return engine_peer(c->e, p, sending);
 }
 
 static int is_local(const stage_ctx *c, const rf_piece *p) { return sends(c, p) && receives(c, p); }
@@ -59,9 +57,9 @@ static void init_ctx(stage_ctx *c, rf_engine *e, const rf_schedule *s) {
   memset(c, 0, sizeof *c);
   c->e = e;
   c->s = s;
-  c->channel = s->stage == RF_STAGE_RESHAPE ? RF_CHANNEL_TRAINER : RF_CHANNEL_WORLD;
+  c->channel = engine_channel(s->stage);
   c->my_src_rank = e->trainer_rank;
-  c->my_dst_rank = s->stage == RF_STAGE_RESHAPE ? e->trainer_rank : e->rollout_rank;
+  c->my_dst_rank = engine_dst_rank(e, s->stage);
 }
 
 void engine_bucket_staging(const rf_engine *e, const rf_schedule *s, int bucket, int64_t *send,

@@ -85,21 +85,15 @@ static rf_status remote_destination(rf_engine *e, const rf_piece *p, const rf_bo
   return RF_OK;
 }
 
-/* My ranks in a stage's pieces: trainer rank as a source; trainer rank (reshape) or rollout
- * rank (transfer) as a destination. */
-static int my_dst(const rf_engine *e, rf_stage stage) {
-  return stage == RF_STAGE_RESHAPE ? e->trainer_rank : e->rollout_rank;
-}
-
 static int copies_here(const rf_engine *e, const rf_piece *p) {
   return e->push ? p->src == e->trainer_rank && e->trainer_rank >= 0
-                 : p->dst == my_dst(e, p->stage) && my_dst(e, p->stage) >= 0;
+                 : p->dst == engine_dst_rank(e, p->stage) && engine_dst_rank(e, p->stage) >= 0;
 }
 
 /* The copy of chunk box `box` of piece p, made by this rank: the end that is not here is
  * mapped from its rank. Sets copy->box to the elements that move (empty: nothing to do). */
 static rf_status chunk_copy(rf_engine *e, const rf_piece *p, const rf_box *box, rf_box_copy *copy) {
-  int src_here = p->src == e->trainer_rank, dst_here = p->dst == my_dst(e, p->stage);
+  int src_here = p->src == e->trainer_rank, dst_here = p->dst == engine_dst_rank(e, p->stage);
   if (dst_here)
     copy->dst = engine_destination(e, p, box, &copy->box);
   else
@@ -111,12 +105,12 @@ static rf_status chunk_copy(rf_engine *e, const rf_piece *p, const rf_box *box, 
   return remote_source(e, p, &copy->src);
 }
 
-rf_status engine_pull_init(rf_engine *e) {
+rf_status engine_mapped_init(rf_engine *e) {
   const rf_plan *plan = e->plan;
   const rf_layout *lay = plan->layout;
   rf_transport *tp = e->transport;
   rf_buffers *data = e->data;
-  e->pull = 1;
+  e->mapped = 1;
   /* Across processes the side that reads the other's mapping pays for it; strided reads of
    * transposed (JAX-order) shards pay most, so then the trainer reads its own memory and
    * writes into the rollout's (H200, Llama-3.1-8B: 12.1 ms push against 14.2 ms pull; in
@@ -137,7 +131,7 @@ rf_status engine_pull_init(rf_engine *e) {
     for (size_t r = 0; r < ranks; r++)
       rf_buffers_offsets(plan, (rf_buffer_family)f, (int)r, e->peer_offsets[f] + r * n);
   }
-  e->notes = rf_calloc((size_t)lay->world_size * 2 + 1, 1, "pull notes");
+  e->notes = rf_calloc((size_t)lay->world_size * 2 + 1, 1, "copy notes");
   if (!e->notes)
     return RF_ERR_NOMEM;
   /* Map every arena this rank copies from or into now, so that the setup phase pays for it. */
@@ -159,17 +153,11 @@ typedef struct {
   int ranks; /* ranks of the channel */
   rf_box_copy *batch;
   int count, cap;
-} pull_ctx;
-
-static int peer_of(const pull_ctx *c, const rf_piece *p, int source) {
-  if (c->channel == RF_CHANNEL_TRAINER)
-    return source ? p->src : p->dst;
-  return source ? rf_piece_src_world(c->e->plan, p) : rf_piece_dst_world(c->e->plan, p);
-}
+} mapped_ctx;
 
 /* Sends a note to every rank flagged in `to` and receives one from every rank flagged in
  * `from`, then waits for all of them. */
-static rf_status exchange_notes(pull_ctx *c, const char *to, const char *from, const char *what) {
+static rf_status exchange_notes(mapped_ctx *c, const char *to, const char *from, const char *what) {
   rf_transport *tp = c->e->transport;
   char *in = c->e->notes, *out = c->e->notes + c->ranks;
   long ticket = -1;
@@ -184,7 +172,7 @@ static rf_status exchange_notes(pull_ctx *c, const char *to, const char *from, c
   return ticket >= 0 ? tp->ops->wait(tp, ticket + 1, what) : RF_OK;
 }
 
-static rf_status flush(pull_ctx *c, int wait) {
+static rf_status flush(mapped_ctx *c, int wait) {
   rf_status st = c->count ? rf_copy_boxes(c->e->memory, c->batch, c->count) : RF_OK;
   c->count = 0;
   if (st == RF_OK && wait)
@@ -192,17 +180,17 @@ static rf_status flush(pull_ctx *c, int wait) {
   return st;
 }
 
-static rf_status add_copy(pull_ctx *c, const rf_chunk *k) {
+static rf_status add_copy(mapped_ctx *c, const rf_chunk *k) {
   rf_box_copy copy;
   RF_TRY(chunk_copy(c->e, &c->e->plan->pieces[k->piece], &k->box, &copy));
   if (rf_box_is_empty(&copy.box))
     return RF_OK;
-  RF_TRY(rf_grow((void **)&c->batch, c->count, &c->cap, sizeof *c->batch, "pull copies"));
+  RF_TRY(rf_grow((void **)&c->batch, c->count, &c->cap, sizeof *c->batch, "mapped copies"));
   c->batch[c->count++] = copy;
   return RF_OK;
 }
 
-static rf_status copy_stage(pull_ctx *c) {
+static rf_status copy_stage(mapped_ctx *c) {
   const rf_schedule *s = c->s;
   rf_mode mode = c->e->mode;
   for (int b = 0; b < s->bucket_count; b++) {
@@ -222,29 +210,29 @@ static rf_status copy_stage(pull_ctx *c) {
   return flush(c, 1);
 }
 
-rf_status engine_run_stage_pull(rf_engine *e, const rf_schedule *s, double *times) {
-  pull_ctx c;
+rf_status engine_run_stage_mapped(rf_engine *e, const rf_schedule *s, double *times) {
+  mapped_ctx c;
   memset(&c, 0, sizeof c);
   c.e = e;
   c.s = s;
-  c.channel = s->stage == RF_STAGE_RESHAPE ? RF_CHANNEL_TRAINER : RF_CHANNEL_WORLD;
+  c.channel = engine_channel(s->stage);
   c.ranks = c.channel == RF_CHANNEL_TRAINER ? e->plan->layout->trainer_ranks
                                             : e->plan->layout->world_size;
   double start = rf_now();
   /* My destinations (feeds) and my sources (fed_by) on this channel. */
-  char *flags = rf_calloc((size_t)c.ranks * 2 + 1, 1, "pull peers");
+  char *flags = rf_calloc((size_t)c.ranks * 2 + 1, 1, "mapped peers");
   if (!flags)
     return RF_ERR_NOMEM;
   char *feeds = flags, *fed_by = flags + c.ranks;
-  int src_rank = e->trainer_rank, dst_rank = my_dst(e, s->stage);
+  int src_rank = e->trainer_rank, dst_rank = engine_dst_rank(e, s->stage);
   for (int i = 0; i < s->chunk_count; i++) {
     const rf_piece *p = &e->plan->pieces[s->chunks[i].piece];
     int from_me = p->src == src_rank && src_rank >= 0;
     int to_me = p->dst == dst_rank && dst_rank >= 0;
     if (from_me && !to_me)
-      feeds[peer_of(&c, p, 0)] = 1;
+      feeds[engine_peer(e, p, 1)] = 1;
     if (to_me && !from_me)
-      fed_by[peer_of(&c, p, 1)] = 1;
+      fed_by[engine_peer(e, p, 0)] = 1;
   }
   /* Pull: sources say ready, destinations copy and say done. Push: destinations say ready,
    * sources copy and say written. The side that copies waits for the other's first note. */
