@@ -14,7 +14,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 endif
 
-.PHONY: all deps build run test asan ubsan format clean
+.PHONY: all deps build run test asan ubsan format format-check clean
 
 all: build
 
@@ -64,8 +64,14 @@ ubsan: deps
 	cmake --build build-ubsan -j$(NPROC)
 	$(CTEST) --test-dir build-ubsan
 
+# The C and CUDA sources that clang-format keeps (.clang-format); format-check is what CI runs.
+FORMATTED = find src tests bench -name '*.[ch]' -o -name '*.cu'
+
 format:
-	find src tests -name '*.[ch]' -print0 | xargs -0 clang-format -i
+	$(FORMATTED) | xargs clang-format -i
+
+format-check:
+	$(FORMATTED) | xargs clang-format --dry-run -Werror
 
 clean:
 	rm -rf build build-asan build-ubsan compile_commands.json

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout/layout.h"
 #include "memory/memory.h"
 #include "memory/memory_gpu.h"
 #include "verify/verify.h"
@@ -100,8 +101,8 @@ static void layout_fused(bench *b, int transposed, int unpack) {
       rf_box box = {{0, 0}, {tensor_rows[k], HIDDEN}};
       rf_box_copy *c = &b->copies[b->count++];
       char *s = b->src + tensor_offset(l, k);
-      rf_region separate = transposed ? rf_region_transposed(s, &box, 2)
-                                      : rf_region_row_major(s, &box, 2);
+      rf_region separate =
+          transposed ? rf_region_transposed(s, &box, 2) : rf_region_row_major(s, &box, 2);
       /* qkv_proj starts at q, gate_up_proj at gate; a slot's row is its offset in those. */
       int first = k < 3 ? 0 : 3;
       int64_t row = 0;
@@ -174,8 +175,8 @@ static rf_status step_check(bench *b) {
   rf_mismatch m[8];
   int reported;
   int64_t wrong;
-  RF_TRY(rf_check_region_on(RF_MEM_DEVICE, &r, &box, &t, 42, RF_DTYPE_BF16, m, 8, &reported,
-                            &wrong));
+  RF_TRY(
+      rf_check_region_on(RF_MEM_DEVICE, &r, &box, &t, 42, RF_DTYPE_BF16, m, 8, &reported, &wrong));
   return wrong == 0 ? RF_OK : rf_fail(RF_ERR_VERIFY, "%lld elements wrong", (long long)wrong);
 }
 
@@ -217,10 +218,11 @@ int main(int argc, char **argv) {
   char size[32];
   printf("# refit-gpu-bench: %s (%s), %d SMs\n", info.name, info.bus_id, rf_gpu_sm_count());
   printf("# %s of bf16 in %d tensors: %s of %d Llama-3.1-8B layers; fused = vLLM tp=1\n",
-         rf_format_bytes((int64_t)b.bytes, size, sizeof size), b.layers * 5,
-         "q, k, v, gate, up", b.layers);
+         rf_format_bytes((int64_t)b.bytes, size, sizeof size), b.layers * 5, "q, k, v, gate, up",
+         b.layers);
   printf("# GB/s = data-set bytes / median of %d (10^9 B/s): copies count each byte once, like\n"
-         "# d2d; checksum and check the bytes read, fill the bytes written\n", REPEAT);
+         "# d2d; checksum and check the bytes read, fill the bytes written\n",
+         REPEAT);
   printf("%-16s %10s %9s %8s\n", "op", "time ms", "GB/s", "vs d2d");
 
   int bad = 0;

@@ -12,6 +12,7 @@
 
 #include "io/checkpoint_internal.h"
 #include "io/io.h"
+#include "layout/layout.h"
 #include "test.h"
 #include "verify/verify.h"
 
@@ -148,8 +149,8 @@ static void check_box(rf_checkpoint *c, const rf_model *m, int ti, const rf_box 
     ASSERT_OK(rf_checkpoint_read(c, ti, b, &regs[k]));
     for (int64_t i = b->lo[0]; i < b->hi[0]; i++)
       for (int64_t j = b->lo[1]; j < b->hi[1]; j++)
-        ASSERT_EQ(bits_at(&regs[k], i, j), rf_value_bits(seed, t->id, i * t->shape[1] + j,
-                                                         m->dtype));
+        ASSERT_EQ(bits_at(&regs[k], i, j),
+                  rf_value_bits(seed, t->id, i * t->shape[1] + j, m->dtype));
   }
   free(buf);
 }
@@ -267,12 +268,11 @@ static void flip_down_proj(json_t *h) {
                       json_pack("[i, i]", 128, 64));
 }
 static void overlap_q(json_t *h) {
-  json_object_set_new(json_object_get(h, "model.layers.0.self_attn.q_proj.weight"),
-                      "data_offsets", json_pack("[i, i]", 60000, 68192));
+  json_object_set_new(json_object_get(h, "model.layers.0.self_attn.q_proj.weight"), "data_offsets",
+                      json_pack("[i, i]", 60000, 68192));
 }
 static void int_dtype(json_t *h) {
-  json_object_set_new(json_object_get(h, "model.embed_tokens.weight"), "dtype",
-                      json_string("I64"));
+  json_object_set_new(json_object_get(h, "model.embed_tokens.weight"), "dtype", json_string("I64"));
 }
 static void short_embed(json_t *h) {
   json_object_set_new(json_object_get(h, "model.embed_tokens.weight"), "data_offsets",
@@ -283,9 +283,9 @@ static void no_offsets(json_t *h) {
   json_object_del(json_object_get(h, "model.norm.weight"), "data_offsets");
 }
 static void extra_tensor(json_t *h) {
-  json_object_set_new(h, "model.extra.weight",
-                      json_pack("{s:s, s:[i], s:[i, i]}", "dtype", "F64", "shape", 3,
-                                "data_offsets", 0, 24));
+  json_object_set_new(
+      h, "model.extra.weight",
+      json_pack("{s:s, s:[i], s:[i, i]}", "dtype", "F64", "shape", 3, "data_offsets", 0, 24));
 }
 
 static void test_bad_safetensors(rf_model *m) {
@@ -298,17 +298,22 @@ static void test_bad_safetensors(rf_model *m) {
 
   expect_open_error(at_tmp("absent.safetensors"), m,
                     (snprintf(line, sizeof line, "checkpoint '%s': no such file or directory",
-                              at_tmp("absent.safetensors")), line));
+                              at_tmp("absent.safetensors")),
+                     line));
 
   copy_file(good, at_tmp("trunc.safetensors"), len - 100);
-  snprintf(line, sizeof line, "checkpoint '%s': tensor lm_head.weight data [%" PRId64 ", %" PRId64
-           ") ends beyond the file's %zu bytes (truncated)", at_tmp("trunc.safetensors"),
-           ds + m->total_bytes - 65536, ds + m->total_bytes, len - 100);
+  snprintf(line, sizeof line,
+           "checkpoint '%s': tensor lm_head.weight data [%" PRId64 ", %" PRId64
+           ") ends beyond the file's %zu bytes (truncated)",
+           at_tmp("trunc.safetensors"), ds + m->total_bytes - 65536, ds + m->total_bytes,
+           len - 100);
   expect_open_error(at_tmp("trunc.safetensors"), m, line);
 
   copy_file(good, at_tmp("tiny.safetensors"), 5);
-  snprintf(line, sizeof line, "checkpoint '%s': the file's 5 bytes are too few for a safetensors "
-           "header (truncated or not safetensors)", at_tmp("tiny.safetensors"));
+  snprintf(line, sizeof line,
+           "checkpoint '%s': the file's 5 bytes are too few for a safetensors "
+           "header (truncated or not safetensors)",
+           at_tmp("tiny.safetensors"));
   expect_open_error(at_tmp("tiny.safetensors"), m, line);
 
   char *copy = malloc(len);
@@ -317,16 +322,18 @@ static void test_bad_safetensors(rf_model *m) {
   for (int k = 0; k < 8; k++)
     copy[k] = (char)(big >> (8 * k));
   spit(at_tmp("long.safetensors"), copy, len);
-  snprintf(line, sizeof line, "checkpoint '%s': header length 1000000 is beyond the file's %zu "
-           "bytes (truncated or not safetensors)", at_tmp("long.safetensors"), len);
+  snprintf(line, sizeof line,
+           "checkpoint '%s': header length 1000000 is beyond the file's %zu "
+           "bytes (truncated or not safetensors)",
+           at_tmp("long.safetensors"), len);
   expect_open_error(at_tmp("long.safetensors"), m, line);
 
   /* Not JSON: the message carries jansson's own reason, on the same line. */
   memcpy(copy, buf, len);
   memcpy(copy + 8, "{\"bad\" ", 7);
   spit(at_tmp("json.safetensors"), copy, len);
-  snprintf(line, sizeof line, "checkpoint '%s': the header is not valid JSON: ",
-           at_tmp("json.safetensors"));
+  snprintf(line, sizeof line,
+           "checkpoint '%s': the header is not valid JSON: ", at_tmp("json.safetensors"));
   rf_checkpoint *c;
   capture_begin();
   ASSERT_STATUS(rf_checkpoint_open(at_tmp("json.safetensors"), m, &c), RF_ERR_CHECKPOINT);
@@ -340,17 +347,21 @@ static void test_bad_safetensors(rf_model *m) {
     const char *file, *message;
   } cases[] = {
       {drop_up_proj, "missing.safetensors", "tensor model.layers.0.mlp.up_proj.weight is missing"},
-      {flip_down_proj, "shape.safetensors", "tensor model.layers.0.mlp.down_proj.weight has "
-                                            "shape [128, 64], the model needs [64, 128]"},
-      {overlap_q, "overlap.safetensors", "tensors model.embed_tokens.weight and "
-                                         "model.layers.0.self_attn.q_proj.weight overlap in the "
-                                         "file"},
-      {int_dtype, "i64.safetensors", "tensor model.embed_tokens.weight is I64, which refit does "
-                                     "not read; the model needs BF16"},
+      {flip_down_proj, "shape.safetensors",
+       "tensor model.layers.0.mlp.down_proj.weight has "
+       "shape [128, 64], the model needs [64, 128]"},
+      {overlap_q, "overlap.safetensors",
+       "tensors model.embed_tokens.weight and "
+       "model.layers.0.self_attn.q_proj.weight overlap in the "
+       "file"},
+      {int_dtype, "i64.safetensors",
+       "tensor model.embed_tokens.weight is I64, which refit does "
+       "not read; the model needs BF16"},
       {scalar_norm, "entry.safetensors", "the header entry 'model.norm.weight' is not an object"},
-      {no_offsets, "fields.safetensors", "tensor model.norm.weight: the header entry needs a "
-                                         "dtype string, a shape of sizes and data_offsets "
-                                         "[begin, end]"},
+      {no_offsets, "fields.safetensors",
+       "tensor model.norm.weight: the header entry needs a "
+       "dtype string, a shape of sizes and data_offsets "
+       "[begin, end]"},
   };
   for (size_t k = 0; k < RF_ARRAY_LEN(cases); k++) {
     rewrite_header(good, at_tmp(cases[k].file), cases[k].edit);
@@ -363,8 +374,9 @@ static void test_bad_safetensors(rf_model *m) {
   char *b2 = slurp(at_tmp("size.safetensors"), &len2);
   int64_t ds2 = 8 + (int64_t)header_len(b2);
   free(b2);
-  snprintf(line, sizeof line, "checkpoint '%s': tensor model.embed_tokens.weight data [%" PRId64
-           ", %" PRId64 ") holds 100 bytes, its shape and dtype need 65536",
+  snprintf(line, sizeof line,
+           "checkpoint '%s': tensor model.embed_tokens.weight data [%" PRId64 ", %" PRId64
+           ") holds 100 bytes, its shape and dtype need 65536",
            at_tmp("size.safetensors"), ds2, ds2 + 100);
   expect_open_error(at_tmp("size.safetensors"), m, line);
 
@@ -374,7 +386,8 @@ static void test_bad_safetensors(rf_model *m) {
   rf_checkpoint_close(c);
 
   /* A whole checkpoint of another dtype: the first tensor says so, with the way out. */
-  snprintf(line, sizeof line, "checkpoint '%s': tensor model.embed_tokens.weight is F32, the "
+  snprintf(line, sizeof line,
+           "checkpoint '%s': tensor model.embed_tokens.weight is F32, the "
            "model needs BF16 (use --dtype fp32 or another checkpoint)",
            at_tmp("ck-fp32.safetensors"));
   expect_open_error(at_tmp("ck-fp32.safetensors"), m, line);
@@ -406,8 +419,10 @@ static void test_bad_sharded(rf_model *m) {
   expect_open_error(d, m, line);
 
   ASSERT_EQ(mkdir(at_tmp("empty-dir"), 0755), 0);
-  snprintf(line, sizeof line, "checkpoint '%s': the directory holds neither "
-           "model.safetensors.index.json nor model.safetensors", at_tmp("empty-dir"));
+  snprintf(line, sizeof line,
+           "checkpoint '%s': the directory holds neither "
+           "model.safetensors.index.json nor model.safetensors",
+           at_tmp("empty-dir"));
   expect_open_error(at_tmp("empty-dir"), m, line);
 }
 
@@ -425,8 +440,10 @@ static void test_bad_hdf5(rf_model *m) {
   hid_t f = h5_copy("missing.h5");
   ASSERT_GE(H5Ldelete(f, "model.layers.0.mlp.up_proj.weight", H5P_DEFAULT), 0);
   H5Fclose(f);
-  snprintf(line, sizeof line, "checkpoint '%s': tensor model.layers.0.mlp.up_proj.weight is "
-           "missing", at_tmp("missing.h5"));
+  snprintf(line, sizeof line,
+           "checkpoint '%s': tensor model.layers.0.mlp.up_proj.weight is "
+           "missing",
+           at_tmp("missing.h5"));
   expect_open_error(at_tmp("missing.h5"), m, line);
 
   f = h5_copy("shape.h5");
@@ -442,7 +459,8 @@ static void test_bad_hdf5(rf_model *m) {
   ASSERT_GE(H5Dwrite(d, ty, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros), 0);
   free(zeros);
   H5Dclose(d), H5Sclose(sp), H5Tclose(ty), H5Fclose(f);
-  snprintf(line, sizeof line, "checkpoint '%s': tensor %s is uint16 without the attribute "
+  snprintf(line, sizeof line,
+           "checkpoint '%s': tensor %s is uint16 without the attribute "
            "dtype = \"bfloat16\", which refit does not read; the model needs BF16",
            at_tmp("shape.h5"), down);
   expect_open_error(at_tmp("shape.h5"), m, line);
@@ -453,16 +471,22 @@ static void test_bad_hdf5(rf_model *m) {
   hid_t a = H5Acreate2(d, "dtype", st, as, H5P_DEFAULT, H5P_DEFAULT);
   ASSERT_GE(H5Awrite(a, st, "bfloat16"), 0);
   H5Aclose(a), H5Sclose(as), H5Tclose(st), H5Dclose(d), H5Fclose(f);
-  snprintf(line, sizeof line, "checkpoint '%s': tensor %s has shape [128, 64], the model needs "
-           "[64, 128]", at_tmp("shape.h5"), down);
+  snprintf(line, sizeof line,
+           "checkpoint '%s': tensor %s has shape [128, 64], the model needs "
+           "[64, 128]",
+           at_tmp("shape.h5"), down);
   expect_open_error(at_tmp("shape.h5"), m, line);
 
-  snprintf(line, sizeof line, "checkpoint '%s': tensor model.embed_tokens.weight is F32, the "
-           "model needs BF16 (use --dtype fp32 or another checkpoint)", at_tmp("ck-fp32.h5"));
+  snprintf(line, sizeof line,
+           "checkpoint '%s': tensor model.embed_tokens.weight is F32, the "
+           "model needs BF16 (use --dtype fp32 or another checkpoint)",
+           at_tmp("ck-fp32.h5"));
   expect_open_error(at_tmp("ck-fp32.h5"), m, line);
   rf_model_set_dtype(m, RF_DTYPE_FP32);
-  snprintf(line, sizeof line, "checkpoint '%s': tensor model.embed_tokens.weight is F16, the "
-           "model needs F32 (use --dtype fp16 or another checkpoint)", at_tmp("ck-fp16.h5"));
+  snprintf(line, sizeof line,
+           "checkpoint '%s': tensor model.embed_tokens.weight is F16, the "
+           "model needs F32 (use --dtype fp16 or another checkpoint)",
+           at_tmp("ck-fp16.h5"));
   expect_open_error(at_tmp("ck-fp16.h5"), m, line);
   rf_model_set_dtype(m, RF_DTYPE_BF16);
 
@@ -488,8 +512,10 @@ static void test_write_errors(rf_model *m) {
   ASSERT_STATUS(s2, RF_ERR_USAGE);
   ASSERT_STATUS(s3, RF_ERR_USAGE);
   ASSERT_STATUS(s4, RF_ERR_IO);
-  snprintf(line, sizeof line, "refit: error: checkpoint '%s': cannot create the file: No such "
-           "file or directory\n", at_tmp("no/such/dir.safetensors"));
+  snprintf(line, sizeof line,
+           "refit: error: checkpoint '%s': cannot create the file: No such "
+           "file or directory\n",
+           at_tmp("no/such/dir.safetensors"));
   ASSERT_TRUE(strncmp(err, line, strlen(line)) == 0);
   ASSERT_TRUE(access(at_tmp("x.h5"), F_OK) != 0);
 }

@@ -64,11 +64,11 @@ static rf_status parse_list(rf_config *cfg, const char *const *args) {
 #define PARSE(cfg, ...) parse_list(cfg, (const char *const[]){__VA_ARGS__, NULL})
 
 /* Asserts that parsing fails with usage status and exactly one error line. */
-#define EXPECT_ERROR(line, ...)                                                            \
-  do {                                                                                     \
-    rf_config c_;                                                                          \
-    ASSERT_STATUS(PARSE(&c_, __VA_ARGS__), RF_ERR_USAGE);                                  \
-    ASSERT_STR_EQ(err, line);                                                              \
+#define EXPECT_ERROR(line, ...)                                                                    \
+  do {                                                                                             \
+    rf_config c_;                                                                                  \
+    ASSERT_STATUS(PARSE(&c_, __VA_ARGS__), RF_ERR_USAGE);                                          \
+    ASSERT_STR_EQ(err, line);                                                                      \
   } while (0)
 
 /* Writes text to a new temporary file whose name goes to path. */
@@ -162,13 +162,28 @@ static void test_sizes(void) {
     const char *text;
     int64_t bytes;
   } good[] = {
-      {"0", 0}, {"1048576", 1048576}, {"64MiB", INT64_C(67108864)},
-      {"1GiB", INT64_C(1073741824)}, {"512KiB", 524288}, {"2TiB", INT64_C(2199023255552)},
-      {"1PiB", INT64_C(1125899906842624)}, {"64MB", 64000000}, {"1GB", 1000000000},
-      {"3kB", 3000}, {"3KB", 3000}, {"2TB", INT64_C(2000000000000)}, {"4096B", 4096},
-      {"0B", 0}, {"007", 7}, {"1.5GiB", INT64_C(1610612736)}, {"0.5KiB", 512},
-      {"2.25MiB", INT64_C(2359296)}, {"1.000B", 1}, {"1.5kB", 1500},
-      {"0.000001MB", 1}, {"9223372036854775807", INT64_MAX},
+      {"0", 0},
+      {"1048576", 1048576},
+      {"64MiB", INT64_C(67108864)},
+      {"1GiB", INT64_C(1073741824)},
+      {"512KiB", 524288},
+      {"2TiB", INT64_C(2199023255552)},
+      {"1PiB", INT64_C(1125899906842624)},
+      {"64MB", 64000000},
+      {"1GB", 1000000000},
+      {"3kB", 3000},
+      {"3KB", 3000},
+      {"2TB", INT64_C(2000000000000)},
+      {"4096B", 4096},
+      {"0B", 0},
+      {"007", 7},
+      {"1.5GiB", INT64_C(1610612736)},
+      {"0.5KiB", 512},
+      {"2.25MiB", INT64_C(2359296)},
+      {"1.000B", 1},
+      {"1.5kB", 1500},
+      {"0.000001MB", 1},
+      {"9223372036854775807", INT64_MAX},
       {"8191.99951171875PiB", INT64_C(9223371487098961920)},
       {"8191.5PiB", INT64_C(9222809086901354496)},
   };
@@ -179,10 +194,31 @@ static void test_sizes(void) {
     ASSERT_EQ(v, good[i].bytes);
   }
   static const char *const bad[] = {
-      "", "-1", "64Mi", "64 MiB", " 64MiB", "64MiB ", "64mib", "MiB", "1.5B", "0.3KiB",
-      "1.", ".5GiB", "1e9", "0x10", "+5", "12XB", "64MiBB", "1..5GiB", "8EiB",
-      "9223372036854775808", "8192PiB", "99999999999999999999999", "1.0000000000000000000GiB",
-      "8191.999999999999999PiB", "8191.99999999999999911182158029987PiB",
+      "",
+      "-1",
+      "64Mi",
+      "64 MiB",
+      " 64MiB",
+      "64MiB ",
+      "64mib",
+      "MiB",
+      "1.5B",
+      "0.3KiB",
+      "1.",
+      ".5GiB",
+      "1e9",
+      "0x10",
+      "+5",
+      "12XB",
+      "64MiBB",
+      "1..5GiB",
+      "8EiB",
+      "9223372036854775808",
+      "8192PiB",
+      "99999999999999999999999",
+      "1.0000000000000000000GiB",
+      "8191.999999999999999PiB",
+      "8191.99999999999999911182158029987PiB",
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(bad); i++) {
     int64_t v = 42;
@@ -228,15 +264,14 @@ static void test_ints_and_doubles(void) {
   ASSERT_TRUE(d == 100.0);
   static const char *const not_doubles[] = {"", "inf", "nan", "0x1p3", " 1", "1s", "1e", "."};
   for (size_t k = 0; k < RF_ARRAY_LEN(not_doubles); k++)
-    ASSERT_STATUS(rf_parse_double(not_doubles[k], -1e9, 1e9, &d, why, sizeof why),
-                  RF_ERR_USAGE);
+    ASSERT_STATUS(rf_parse_double(not_doubles[k], -1e9, 1e9, &d, why, sizeof why), RF_ERR_USAGE);
   ASSERT_STATUS(rf_parse_double("1e999", -1e9, 1e9, &d, why, sizeof why), RF_ERR_USAGE);
   ASSERT_STATUS(rf_parse_double("2", 0, 1, &d, why, sizeof why), RF_ERR_USAGE);
   ASSERT_STR_EQ(why, "'2' is out of range [0, 1]");
 
   rf_config c;
-  ASSERT_OK(PARSE(&c, "run", "--timeout", "0.5", "--seed=9223372036854775807", "--iters",
-                  "1000000", "--warmup", "0", "--bucket-size", "0"));
+  ASSERT_OK(PARSE(&c, "run", "--timeout", "0.5", "--seed=9223372036854775807", "--iters", "1000000",
+                  "--warmup", "0", "--bucket-size", "0"));
   ASSERT_TRUE(c.timeout == 0.5);
   ASSERT_EQ(c.seed, INT64_MAX);
   ASSERT_EQ(c.iters, 1000000);
@@ -248,8 +283,8 @@ static void test_ints_and_doubles(void) {
                "--warmup=1000001");
   EXPECT_ERROR("refit: error: option --seed: '-1' is out of range 0..9223372036854775807", "run",
                "--seed", "-1");
-  EXPECT_ERROR("refit: error: option --timeout: '0' is out of range (0, 86400]", "run",
-               "--timeout", "0");
+  EXPECT_ERROR("refit: error: option --timeout: '0' is out of range (0, 86400]", "run", "--timeout",
+               "0");
   EXPECT_ERROR("refit: error: option --timeout: '86401' is out of range (0, 86400]", "run",
                "--timeout", "86401");
   EXPECT_ERROR("refit: error: option --timeout: '1m' is not a number", "run", "--timeout", "1m");
@@ -257,15 +292,17 @@ static void test_ints_and_doubles(void) {
 
 static void test_command_line_errors(void) {
   EXPECT_ERROR("refit: error: option --bucket-size: '12XB' is not a size (use e.g. 64MiB, 1GiB "
-               "or a byte count)", "run", "--bucket-size", "12XB");
+               "or a byte count)",
+               "run", "--bucket-size", "12XB");
   EXPECT_ERROR("refit: error: option --mode: 'fast' is not one of unfused|grouped|fused, or a "
-               "comma-separated list of them", "run", "--mode", "fast");
+               "comma-separated list of them",
+               "run", "--mode", "fast");
   EXPECT_ERROR("refit: error: option --mode: 'unfused|grouped' is not one of "
-               "unfused|grouped|fused, or a comma-separated list of them", "run",
-               "--mode=unfused|grouped");
+               "unfused|grouped|fused, or a comma-separated list of them",
+               "run", "--mode=unfused|grouped");
   EXPECT_ERROR("refit: error: option --mode: 'fused,,grouped' is not one of "
-               "unfused|grouped|fused, or a comma-separated list of them", "run",
-               "--mode=fused,,grouped");
+               "unfused|grouped|fused, or a comma-separated list of them",
+               "run", "--mode=fused,,grouped");
   EXPECT_ERROR("refit: error: option --plan: 'p2p,star' is not one of p2p|star", "run",
                "--plan=p2p,star");
   EXPECT_ERROR("refit: error: unknown option '--foo' for 'refit plan'; see refit plan --help",
@@ -275,18 +312,21 @@ static void test_command_line_errors(void) {
   EXPECT_ERROR("refit: error: unknown option '-x' for 'refit run'; see refit run --help", "run",
                "-x");
   EXPECT_ERROR("refit: error: option '--mode' does not apply to 'refit plan'; see refit plan "
-               "--help", "plan", "--mode", "fused");
+               "--help",
+               "plan", "--mode", "fused");
   EXPECT_ERROR("refit: error: option '--json' does not apply to 'refit run'; see refit run "
-               "--help", "run", "--json");
+               "--help",
+               "run", "--json");
   EXPECT_ERROR("refit: error: unknown option '--bucket_size' for 'refit run'; did you mean "
-               "--bucket-size?", "run", "--bucket_size", "1");
-  EXPECT_ERROR("refit: error: option '--buck' must be written out: --bucket-size", "run",
-               "--buck", "1");
-  EXPECT_ERROR("refit: error: option --mode needs a value; see refit run --help", "run",
-               "--mode");
+               "--bucket-size?",
+               "run", "--bucket_size", "1");
+  EXPECT_ERROR("refit: error: option '--buck' must be written out: --bucket-size", "run", "--buck",
+               "1");
+  EXPECT_ERROR("refit: error: option --mode needs a value; see refit run --help", "run", "--mode");
   EXPECT_ERROR("refit: error: option --json takes no value", "plan", "--json=true");
   EXPECT_ERROR("refit: error: unexpected argument 'extra' for 'refit plan'; see refit plan "
-               "--help", "plan", "--json", "extra");
+               "--help",
+               "plan", "--json", "extra");
   EXPECT_ERROR("refit: error: unexpected argument 'x' for 'refit plan'; see refit plan --help",
                "plan", "--", "x");
   EXPECT_ERROR("refit: error: unknown command 'fly'; see refit --help", "fly");
@@ -377,8 +417,9 @@ static void test_config_file(void) {
                       "1:25: unknown key 'xyz'; see refit run --help");
   expect_config_error("run", "{\"json\": true}", "1:2: key 'json' does not apply to 'refit run'");
   /* Sweeps: a list of modes is one job; lists of other sweepable keys become axes. */
-  ASSERT_OK(parse_config(&c, "run", "{\"mode\": [\"fused\", \"grouped\"], \"plan\": [\"star\", "
-                                    "\"p2p\"], \"bucket_size\": [65536, \"1MiB\"], \"model\": [\"tiny\"]}"));
+  ASSERT_OK(parse_config(&c, "run",
+                         "{\"mode\": [\"fused\", \"grouped\"], \"plan\": [\"star\", "
+                         "\"p2p\"], \"bucket_size\": [65536, \"1MiB\"], \"model\": [\"tiny\"]}"));
   ASSERT_STR_EQ(c.mode, "fused,grouped");
   ASSERT_STR_EQ(c.plan, "star");
   ASSERT_EQ(c.bucket_size, 65536);
@@ -411,13 +452,15 @@ static void test_config_file(void) {
                       "1:2: key 'mode': 'fast' is not one of unfused|grouped|fused, or a "
                       "comma-separated list of them");
   expect_config_error("run", "{\"mode\": null}", "1:2: key 'mode': expected a string, not null");
-  expect_config_error("plan", "{\"json\": 1}", "1:2: key 'json': expected true or false, not an "
+  expect_config_error("plan", "{\"json\": 1}",
+                      "1:2: key 'json': expected true or false, not an "
                       "integer");
   expect_config_error("run", "{\"seed\": 1, \"seed\": 2}",
                       "1:18: duplicate object key near '\"seed\"'");
   expect_config_error("run", "{\"bucket-size\": 1, \"bucket_size\": 2}",
                       "1:20: key 'bucket_size' repeats 'bucket-size'");
-  expect_config_error("run", "\n  [1, 2]", "2:3: the file must hold one object of option names, "
+  expect_config_error("run", "\n  [1, 2]",
+                      "2:3: the file must hold one object of option names, "
                       "not a list");
   /* Syntax errors carry jansson's own text after the position. */
   rf_config d;
@@ -427,15 +470,16 @@ static void test_config_file(void) {
   ASSERT_TRUE(strncmp(err, want, strlen(want)) == 0);
   ASSERT_TRUE(strchr(err, '\n') == NULL);
   EXPECT_ERROR("refit: error: /nonexistent/x.json: cannot read the config file: No such file or "
-               "directory", "run", "--config", "/nonexistent/x.json");
+               "directory",
+               "run", "--config", "/nonexistent/x.json");
 }
 
 /* Every applicable key is printed once, in both forms, and the JSON form read back as a
  * config file gives the same configuration. */
 static void test_print_config(void) {
   rf_config c;
-  ASSERT_OK(PARSE(&c, "run", "--output", "a b.h5", "--timeout", "0.1", "--bucket-size",
-                  "1.5GiB", "--model", "it's"));
+  ASSERT_OK(PARSE(&c, "run", "--output", "a b.h5", "--timeout", "0.1", "--bucket-size", "1.5GiB",
+                  "--model", "it's"));
   ASSERT_STR_EQ(c.command_line, "refit run --output 'a b.h5' --timeout 0.1 --bucket-size "
                                 "1.5GiB --model 'it'\\''s'");
   char *text = NULL;

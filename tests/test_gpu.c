@@ -14,8 +14,9 @@
  *   - zero, transfers between every pair of kinds, and device selection.
  * Exits 77 (skipped) in a build without CUDA or on a machine without a GPU. REFIT_TEST_SEED
  * replays another random sequence; the seed in use is printed first. */
-#include "test.h"
+#include "layout/layout.h"
 #include "memory/memory.h"
+#include "test.h"
 #include "verify/verify.h"
 
 static uint64_t rng_state;
@@ -91,9 +92,9 @@ typedef struct {
   int kind;
   rf_box box;
   int esize;
-  int64_t offset;        /* of the region's first byte in its buffer */
-  int64_t ld, row, col;  /* fused: width of the fused tensor, slot position */
-  int64_t bytes;         /* the region's footprint */
+  int64_t offset;       /* of the region's first byte in its buffer */
+  int64_t ld, row, col; /* fused: width of the fused tensor, slot position */
+  int64_t bytes;        /* the region's footprint */
 } placed;
 
 /* Places a region holding `box` at or after *cursor: sometimes 256-byte aligned, sometimes a
@@ -133,7 +134,8 @@ static rf_region region_in(const placed *p, char *buffer) {
 }
 
 static void print_placed(const char *what, const placed *p) {
-  fprintf(stderr, "  %s: %s box [%" PRId64 ",%" PRId64 ")x[%" PRId64 ",%" PRId64 ") esize %d "
+  fprintf(stderr,
+          "  %s: %s box [%" PRId64 ",%" PRId64 ")x[%" PRId64 ",%" PRId64 ") esize %d "
           "offset %" PRId64 " ld %" PRId64 " slot (%" PRId64 ",%" PRId64 ")\n",
           what, kind_names[p->kind], p->box.lo[0], p->box.hi[0], p->box.lo[1], p->box.hi[1],
           p->esize, p->offset, p->ld, p->row, p->col);
@@ -175,8 +177,8 @@ static void compare_checks(const rf_region *hr, const rf_region *dr, const rf_bo
   int hrep = -1, drep = -2;
   int64_t hwrong = rf_check_region(hr, box, t, seed, dt, hm, max_report, &hrep), dwrong = -1;
   covered_floods += hwrong > max_report + 4096; /* beyond the first pass's records */
-  ASSERT_OK(rf_check_region_on(RF_MEM_DEVICE, dr, box, t, seed, dt, dm, max_report, &drep,
-                               &dwrong));
+  ASSERT_OK(
+      rf_check_region_on(RF_MEM_DEVICE, dr, box, t, seed, dt, dm, max_report, &drep, &dwrong));
   ASSERT_EQ(dwrong, hwrong);
   ASSERT_EQ(drep, hrep);
   for (int k = 0; k < hrep; k++) {
@@ -196,8 +198,8 @@ static void poke(mirror *m, const placed *p, const rf_region *hr, int64_t i, int
                  uint32_t bits) {
   char *h = rf_region_at(hr, i, j);
   memcpy(h, &bits, (size_t)p->esize); /* little-endian: the low bytes */
-  ASSERT_OK(rf_mem_transfer(m->dev + (h - m->host), RF_MEM_DEVICE, h, RF_MEM_HOST,
-                            (size_t)p->esize));
+  ASSERT_OK(
+      rf_mem_transfer(m->dev + (h - m->host), RF_MEM_DEVICE, h, RF_MEM_HOST, (size_t)p->esize));
 }
 
 static void test_verify_case(int n) {
@@ -312,8 +314,8 @@ static void test_copy_batch(int count, int64_t budget) {
   if (at >= 0) {
     for (int k = 0; k < count; k++)
       if (at >= cases[k].dst.offset && at < cases[k].dst.offset + cases[k].dst.bytes) {
-        fprintf(stderr, "copy %d of %d, box [%" PRId64 ",%" PRId64 ")x[%" PRId64 ",%" PRId64
-                ")\n", k, count, cases[k].box.lo[0], cases[k].box.hi[0], cases[k].box.lo[1],
+        fprintf(stderr, "copy %d of %d, box [%" PRId64 ",%" PRId64 ")x[%" PRId64 ",%" PRId64 ")\n",
+                k, count, cases[k].box.lo[0], cases[k].box.hi[0], cases[k].box.lo[1],
                 cases[k].box.hi[1]);
         print_placed("src", &cases[k].src);
         print_placed("dst", &cases[k].dst);
@@ -434,7 +436,8 @@ int main(void) {
   for (int n = 0; n < 60; n++)
     test_verify_case(n);
   printf("test_gpu: fill, checksum and check ok (%" PRId64 " elements, %" PRId64
-         " checks past the first pass)\n", covered_elems, covered_floods);
+         " checks past the first pass)\n",
+         covered_elems, covered_floods);
   test_copy_jax_slots();
   static const int batches[] = {1, 1, 2, 3, 7, 20, 50, 120, 200, 200};
   for (int b = 0; b < (int)RF_ARRAY_LEN(batches); b++)

@@ -52,8 +52,7 @@ static void test_trainer_boxes(void) {
   int o = rf_model_find(&tiny, "model.layers.0.self_attn.o_proj.weight");
   int norm = rf_model_find(&tiny, "model.norm.weight");
   int emb = rf_model_find(&tiny, "model.embed_tokens.weight");
-  ASSERT_OK(make(&lay, &tiny, "fsdp=2,tp=2", "tp=2", RF_STYLE_TUNIX,
-                 RF_PLACEMENT_DISAGGREGATED));
+  ASSERT_OK(make(&lay, &tiny, "fsdp=2,tp=2", "tp=2", RF_STYLE_TUNIX, RF_PLACEMENT_DISAGGREGATED));
   ASSERT_EQ(lay.trainer_ranks, 4);
   ASSERT_EQ(lay.world_size, 6);
   /* Rank 3 is fsdp 1, tp 1: q rows by fsdp (2 heads of 16), columns by tp. */
@@ -65,8 +64,7 @@ static void test_trainer_boxes(void) {
   expect_box(rf_layout_trainer_box(&lay, emb, 2), 0, 256, 32, 64);
   rf_layout_free(&lay);
 
-  ASSERT_OK(make(&lay, &tiny, "fsdp=2,tp=2,dp=2", "tp=1", RF_STYLE_FSDP2,
-                 RF_PLACEMENT_COLOCATED));
+  ASSERT_OK(make(&lay, &tiny, "fsdp=2,tp=2,dp=2", "tp=1", RF_STYLE_FSDP2, RF_PLACEMENT_COLOCATED));
   ASSERT_EQ(lay.trainer_ranks, 8);
   ASSERT_EQ(lay.world_size, 8);
   /* fsdp2: tp takes heads on dim 0 first, fsdp halves the tp shard; rank 7 = replica 1, f1 t1. */
@@ -130,14 +128,12 @@ static void test_errors(void) {
                 RF_ERR_LAYOUT);
   ASSERT_STATUS(make(&lay, &m8, "fsdp=1", "tp=3", RF_STYLE_TUNIX, RF_PLACEMENT_DISAGGREGATED),
                 RF_ERR_LAYOUT);
-  ASSERT_STATUS(make(&lay, &m8, "fsdp=1,tp=3", "tp=1", RF_STYLE_FSDP2,
-                     RF_PLACEMENT_DISAGGREGATED),
+  ASSERT_STATUS(make(&lay, &m8, "fsdp=1,tp=3", "tp=1", RF_STYLE_FSDP2, RF_PLACEMENT_DISAGGREGATED),
                 RF_ERR_LAYOUT);
   /* 8 kv heads replicate over tp=16 and split over tp=4, but tp=12 does neither. */
   ASSERT_OK(make(&lay, &m8, "fsdp=1", "tp=16", RF_STYLE_TUNIX, RF_PLACEMENT_DISAGGREGATED));
   rf_layout_free(&lay);
-  ASSERT_STATUS(make(&lay, &tiny, "fsdp=1", "tp=3", RF_STYLE_TUNIX,
-                     RF_PLACEMENT_DISAGGREGATED),
+  ASSERT_STATUS(make(&lay, &tiny, "fsdp=1", "tp=3", RF_STYLE_TUNIX, RF_PLACEMENT_DISAGGREGATED),
                 RF_ERR_LAYOUT);
   rf_model_free(&m8);
 }

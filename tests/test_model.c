@@ -127,10 +127,10 @@ static void test_shipped(void) {
       {"llama-3.1-8b", 8030261248, 291, 0},
       {"llama-3.1-70b", 70553706496, 723, 0},
       {"llama-3.1-405b", 405853388800, 1137, 0},
-      {"gemma-2b", 2506172416, 164, 1},    /* 1 + 18*9 + 1: tied by gemma's default */
-      {"gemma-7b", 8537680896, 254, 1},    /* 1 + 28*9 + 1 */
-      {"gemma-2-9b", 9241705984, 464, 1},  /* 1 + 42*11 + 1 */
-      {"gemma-3-1b", 999885952, 340, 1},   /* 1 + 26*13 + 1 */
+      {"gemma-2b", 2506172416, 164, 1},   /* 1 + 18*9 + 1: tied by gemma's default */
+      {"gemma-7b", 8537680896, 254, 1},   /* 1 + 28*9 + 1 */
+      {"gemma-2-9b", 9241705984, 464, 1}, /* 1 + 42*11 + 1 */
+      {"gemma-3-1b", 999885952, 340, 1},  /* 1 + 26*13 + 1 */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     rf_model m;
@@ -172,11 +172,10 @@ static void test_llama_shapes(void) {
   ASSERT_EQ(rf_model_find(&m, "lm_head.weight"), 290);
   ASSERT_EQ(rf_model_find(&m, "model.layers.32.mlp.up_proj.weight"), -1);
   /* The per-layer order is q, k, v, o, gate, up, down, input norm, post-attention norm. */
-  static const char *order[] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                                "self_attn.v_proj.weight", "self_attn.o_proj.weight",
-                                "mlp.gate_proj.weight", "mlp.up_proj.weight",
-                                "mlp.down_proj.weight", "input_layernorm.weight",
-                                "post_attention_layernorm.weight"};
+  static const char *order[] = {
+      "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+      "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+      "mlp.down_proj.weight",    "input_layernorm.weight",  "post_attention_layernorm.weight"};
   for (int j = 0; j < 9; j++) {
     char want[RF_NAME_MAX];
     snprintf(want, sizeof want, "model.layers.1.%s", order[j]);
@@ -226,8 +225,7 @@ static void test_gemma(void) {
   expect_tensor(&m, "model.layers.25.self_attn.q_norm.weight", RF_T_HEAD_NORM, 25, 256, 0);
   expect_tensor(&m, "model.layers.25.self_attn.k_norm.weight", RF_T_HEAD_NORM, 25, 256, 0);
   expect_tensor(&m, "model.layers.25.self_attn.k_proj.weight", RF_T_K, 25, 256, 1152);
-  expect_tensor(&m, "model.layers.25.post_feedforward_layernorm.weight", RF_T_NORM, 25,
-                1152, 0);
+  expect_tensor(&m, "model.layers.25.post_feedforward_layernorm.weight", RF_T_NORM, 25, 1152, 0);
   rf_model_free(&m);
 }
 
@@ -307,7 +305,8 @@ static void test_paths(void) {
     ASSERT_U64_EQ(rf_model_digest(&again), d_tiny);
     rf_model_free(&again);
 
-    p = write_tmp("tiny.json", "{\"model_type\": \"llama\", \"vocab_size\": 512,"
+    p = write_tmp("tiny.json",
+                  "{\"model_type\": \"llama\", \"vocab_size\": 512,"
                   " \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
                   " \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
                   " \"torch_dtype\": \"float32\"}");
@@ -384,44 +383,51 @@ static void test_errors(void) {
 
   const char *p = write_tmp("bad-type.json", "{\"model_type\": \"mixtral\"}");
   expect_error(p, "model_type 'mixtral' is not supported; supported: llama, mistral, qwen2, "
-               "gemma, gemma2, gemma3_text");
+                  "gemma, gemma2, gemma3_text");
   p = write_tmp("no-type.json", "{\"hidden_size\": 8}");
   expect_error(p, "key 'model_type' is missing or not a string");
   p = write_tmp("no-hidden.json", "{\"model_type\": \"llama\", \"vocab_size\": 512,"
-                " \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
-                " \"num_attention_heads\": 4}");
+                                  " \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+                                  " \"num_attention_heads\": 4}");
   expect_error(p, "no-hidden.json: key 'hidden_size' is missing or not a positive integer");
-  p = write_tmp("zero-layers.json", "{\"model_type\": \"llama\", \"vocab_size\": 512,"
+  p = write_tmp("zero-layers.json",
+                "{\"model_type\": \"llama\", \"vocab_size\": 512,"
                 " \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 0,"
                 " \"num_attention_heads\": 4}");
   expect_error(p, "key 'num_hidden_layers' is missing or not a positive integer");
-  p = write_tmp("string-vocab.json", "{\"model_type\": \"llama\", \"vocab_size\": \"512\","
+  p = write_tmp("string-vocab.json",
+                "{\"model_type\": \"llama\", \"vocab_size\": \"512\","
                 " \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
                 " \"num_attention_heads\": 4}");
   expect_error(p, "key 'vocab_size' is missing or not a positive integer");
-  p = write_tmp("kv.json", "{\"model_type\": \"llama\", \"vocab_size\": 512,"
+  p = write_tmp("kv.json",
+                "{\"model_type\": \"llama\", \"vocab_size\": 512,"
                 " \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
                 " \"num_attention_heads\": 4, \"num_key_value_heads\": 3}");
   expect_error(p, "num_attention_heads 4 is not a multiple of num_key_value_heads 3");
-  p = write_tmp("indivisible.json", "{\"model_type\": \"llama\", \"vocab_size\": 512,"
+  p = write_tmp("indivisible.json",
+                "{\"model_type\": \"llama\", \"vocab_size\": 512,"
                 " \"hidden_size\": 60, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
                 " \"num_attention_heads\": 8}");
   expect_error(p, "add the key 'head_dim'");
-  p = write_tmp("dtype.json", "{\"model_type\": \"llama\", \"vocab_size\": 512,"
+  p = write_tmp("dtype.json",
+                "{\"model_type\": \"llama\", \"vocab_size\": 512,"
                 " \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
                 " \"num_attention_heads\": 4, \"torch_dtype\": \"int8\"}");
   expect_error(p, "key 'torch_dtype' must be one of bfloat16, float16, float32");
-  p = write_tmp("tie.json", "{\"model_type\": \"llama\", \"vocab_size\": 512,"
+  p = write_tmp("tie.json",
+                "{\"model_type\": \"llama\", \"vocab_size\": 512,"
                 " \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
                 " \"num_attention_heads\": 4, \"tie_word_embeddings\": 1}");
   expect_error(p, "key 'tie_word_embeddings' must be true or false");
-  p = write_tmp("huge.json", "{\"model_type\": \"llama\", \"vocab_size\": 512,"
+  p = write_tmp("huge.json",
+                "{\"model_type\": \"llama\", \"vocab_size\": 512,"
                 " \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
                 " \"num_attention_heads\": 4, \"head_dim\": 4294967296}");
   expect_error(p, "key 'head_dim' is 4294967296, more than refit supports");
   /* The missing comma is found at the next key, on line 3. */
   p = write_tmp("malformed.json", "{\"model_type\": \"llama\",\n \"vocab_size\": 512\n"
-                " \"hidden_size\": 64}");
+                                  " \"hidden_size\": 64}");
   expect_error(p, "malformed.json:3:");
   expect_error(p, "fix the JSON in this file");
   p = write_tmp("dup.json", "{\"model_type\": \"llama\", \"model_type\": \"gemma\"}");

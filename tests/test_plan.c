@@ -5,9 +5,9 @@
 #include "plan/plan.h"
 #include "test.h"
 
-static const char *models[] = {"tiny",      "llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b",
-                               "llama-3.1-405b", "gemma-2b", "gemma-7b",     "gemma-2-9b",
-                               "gemma-3-1b"};
+static const char *models[] = {"tiny",          "llama-3.2-1b",   "llama-3.1-8b",
+                               "llama-3.1-70b", "llama-3.1-405b", "gemma-2b",
+                               "gemma-7b",      "gemma-2-9b",     "gemma-3-1b"};
 
 static const rf_plan *sort_plan;
 
@@ -45,7 +45,8 @@ static void check_coverage(const rf_plan *plan) {
   sort_plan = plan;
   qsort(idx, (size_t)n, sizeof *idx, by_destination);
   int64_t *covered = calloc((size_t)RF_MAX(lay->trainer_ranks, lay->rollout_ranks) *
-                                (size_t)lay->model->tensor_count * 2, sizeof *covered);
+                                (size_t)lay->model->tensor_count * 2,
+                            sizeof *covered);
   for (int a = 0; a < n;) {
     int b = a;
     const rf_piece *first = &plan->pieces[idx[a]];

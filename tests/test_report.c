@@ -9,14 +9,14 @@
 #include "report/report.h"
 #include "test.h"
 
-#define ASSERT_NEAR(a, b)                                                                  \
-  do {                                                                                     \
-    double rf_na_ = (a), rf_nb_ = (b);                                                     \
-    if (!(fabs(rf_na_ - rf_nb_) <= 1e-12 * (1.0 + fabs(rf_nb_)))) {                        \
-      fprintf(stderr, "%s:%d: assertion failed: %s ~= %s (%.17g vs %.17g)\n", __FILE__,    \
-              __LINE__, #a, #b, rf_na_, rf_nb_);                                           \
-      abort();                                                                             \
-    }                                                                                      \
+#define ASSERT_NEAR(a, b)                                                                          \
+  do {                                                                                             \
+    double rf_na_ = (a), rf_nb_ = (b);                                                             \
+    if (!(fabs(rf_na_ - rf_nb_) <= 1e-12 * (1.0 + fabs(rf_nb_)))) {                                \
+      fprintf(stderr, "%s:%d: assertion failed: %s ~= %s (%.17g vs %.17g)\n", __FILE__, __LINE__,  \
+              #a, #b, rf_na_, rf_nb_);                                                             \
+      abort();                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static void test_phase_names(void) {
@@ -207,18 +207,41 @@ static void test_table(void) {
   FILE *f = tmpfile();
   ASSERT_TRUE(f);
   rf_rank_info ranks[3] = {
-      {.rank = 0, .host = "node1", .pid = 12345, .trainer_rank = 0, .rollout_rank = -1,
-       .gpu = 0, .bus_id = "0000:19:00.0", .cpus = "0-3", .numa = 0, .nic = "mlx5_0"},
-      {.rank = 1, .host = "node1", .pid = 12346, .trainer_rank = 1, .rollout_rank = -1,
-       .gpu = 1, .bus_id = "0000:1a:00.0", .cpus = "4-7", .numa = 0, .nic = "mlx5_1"},
-      {.rank = 2, .host = "gpu-node-long", .pid = 7, .trainer_rank = -1, .rollout_rank = 0,
-       .gpu = -1, .bus_id = "-", .cpus = "-", .numa = -1, .nic = "-"},
+      {.rank = 0,
+       .host = "node1",
+       .pid = 12345,
+       .trainer_rank = 0,
+       .rollout_rank = -1,
+       .gpu = 0,
+       .bus_id = "0000:19:00.0",
+       .cpus = "0-3",
+       .numa = 0,
+       .nic = "mlx5_0"},
+      {.rank = 1,
+       .host = "node1",
+       .pid = 12346,
+       .trainer_rank = 1,
+       .rollout_rank = -1,
+       .gpu = 1,
+       .bus_id = "0000:1a:00.0",
+       .cpus = "4-7",
+       .numa = 0,
+       .nic = "mlx5_1"},
+      {.rank = 2,
+       .host = "gpu-node-long",
+       .pid = 7,
+       .trainer_rank = -1,
+       .rollout_rank = 0,
+       .gpu = -1,
+       .bus_id = "-",
+       .cpus = "-",
+       .numa = -1,
+       .nic = "-"},
   };
-  rf_link_info links[3] = {{0, 2, 3 << 20, 4, "node"},
-                           {1, 2, 1 << 20, 2, "switch"},
-                           {1, 1, 1 << 10, 0, "process"}};
-  rf_report_header(f, "refit run --model llama-3.1-405b", "trainer tp8 -> rollout tp4",
-                   ranks, 3, links, 3);
+  rf_link_info links[3] = {
+      {0, 2, 3 << 20, 4, "node"}, {1, 2, 1 << 20, 2, "switch"}, {1, 1, 1 << 10, 0, "process"}};
+  rf_report_header(f, "refit run --model llama-3.1-405b", "trainer tp8 -> rollout tp4", ranks, 3,
+                   links, 3);
 
   rf_run_result r = sample_row();
   rf_report_row(f, &r);
@@ -262,12 +285,10 @@ static void test_table(void) {
         rank_len = strlen(line);
       ASSERT_EQ((int64_t)strlen(line), (int64_t)rank_len);
       rank_line[rank_lines++] = line;
-    }
-    else if (strncmp(line, "#  link ", 8) == 0) {
+    } else if (strncmp(line, "#  link ", 8) == 0) {
       ASSERT_LT(link_lines, 3);
       link_line[link_lines++] = line;
-    }
-    else if (strncmp(line, "# links:", 8) == 0)
+    } else if (strncmp(line, "# links:", 8) == 0)
       link_summary = line;
     else if (strncmp(line, "# MPI: ", 7) == 0)
       saw_mpi = strlen(line) > 7;

@@ -45,7 +45,8 @@ static void fixture_init(fixture *fx, uint64_t salt) {
     fx->timings[i] = 1e-3 * (double)(i % RF_PHASE_COUNT + 1) + 1e-6 * (double)i;
   for (int r = 0; r < RANKS; r++) {
     fx->shards[r] = (rf_shard_digest){r, r % n, r >= 2, salt + (uint64_t)r};
-    fx->placement[r] = (rf_rank_info){.rank = r, .pid = 1000 + r,
+    fx->placement[r] = (rf_rank_info){.rank = r,
+                                      .pid = 1000 + r,
                                       .trainer_rank = r < 2 ? r : -1,
                                       .rollout_rank = r >= 2 ? r - 2 : -1};
     snprintf(fx->placement[r].host, sizeof fx->placement[r].host, "node%d", r / 2);
@@ -67,17 +68,38 @@ static void fixture_init(fixture *fx, uint64_t salt) {
   res->checksum_bad = 0;
   rf_run_result_summarise(res);
 
-  fx->run = (rf_results_run){
-      .config_json = "{\"model\": \"tiny\"}", .model = "tiny", .model_type = "llama",
-      .dtype = "bf16", .trainer = "fsdp=2", .trainer_style = "fsdp2", .trainer_order = "hf",
-      .rollout = "tp=2", .placement = "disaggregated", .plan = "p2p", .mode = "fused",
-      .transport = "mpi", .verify = NULL /* written as "" */, .bucket_size = 0,
-      .seed = (int64_t)salt, .result = res, .model_spec = &fx->model, .replicas = REPLICAS,
-      .trainer_checksum = fx->trainer, .rollout_checksum = fx->rollout,
-      .shards = fx->shards, .shard_count = RANKS, .pieces = 40, .messages = 12,
-      .transfer_bytes = res->transfer_bytes, .send_bytes = fx->send, .trainer_ranks = 2,
-      .recv_bytes = fx->recv, .rollout_ranks = 2, .rank_table = fx->placement, .ranks = RANKS,
-      .env = "OMPI_MCA_btl=self,vader\nNCCL_DEBUG=WARN\n"};
+  fx->run = (rf_results_run){.config_json = "{\"model\": \"tiny\"}",
+                             .model = "tiny",
+                             .model_type = "llama",
+                             .dtype = "bf16",
+                             .trainer = "fsdp=2",
+                             .trainer_style = "fsdp2",
+                             .trainer_order = "hf",
+                             .rollout = "tp=2",
+                             .placement = "disaggregated",
+                             .plan = "p2p",
+                             .mode = "fused",
+                             .transport = "mpi",
+                             .verify = NULL /* written as "" */,
+                             .bucket_size = 0,
+                             .seed = (int64_t)salt,
+                             .result = res,
+                             .model_spec = &fx->model,
+                             .replicas = REPLICAS,
+                             .trainer_checksum = fx->trainer,
+                             .rollout_checksum = fx->rollout,
+                             .shards = fx->shards,
+                             .shard_count = RANKS,
+                             .pieces = 40,
+                             .messages = 12,
+                             .transfer_bytes = res->transfer_bytes,
+                             .send_bytes = fx->send,
+                             .trainer_ranks = 2,
+                             .recv_bytes = fx->recv,
+                             .rollout_ranks = 2,
+                             .rank_table = fx->placement,
+                             .ranks = RANKS,
+                             .env = "OMPI_MCA_btl=self,vader\nNCCL_DEBUG=WARN\n"};
 }
 
 static void fixture_free(fixture *fx) {
@@ -289,8 +311,7 @@ static void test_killed_while_writing(const char *dir) {
     int count = 0, last = -1;
     char(*names)[RF_NAME_MAX] = NULL;
     uint64_t *trainer = NULL, *rollout = NULL;
-    rf_status st = rf_results_read_checksums(path, -1, &last, &count, &names, &trainer,
-                                             &rollout);
+    rf_status st = rf_results_read_checksums(path, -1, &last, &count, &names, &trainer, &rollout);
     free(names);
     free(trainer);
     free(rollout);

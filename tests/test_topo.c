@@ -3,9 +3,9 @@
 #include <hwloc.h>
 #include <stdlib.h>
 
+#include "driver/placement.h"
 #include "plan/plan.h"
 #include "test.h"
-#include "topo/topo_job.h"
 
 static char xml[1024];
 
@@ -237,7 +237,7 @@ static void test_pairing_table(void) {
     ASSERT_EQ(rf_piece_src_world(&plan, &plan.pieces[i]), 1);
   rf_link_info *links = NULL;
   int count = 0;
-  ASSERT_OK(rf_topo_plan_links(&plan, 3, &opt, &links, &count));
+  ASSERT_OK(rf_job_plan_links(&plan, 3, &opt, &links, &count));
   ASSERT_EQ(count, 1);
   ASSERT_EQ(links[0].src, 1);
   ASSERT_EQ(links[0].dst, 2);
@@ -247,7 +247,7 @@ static void test_pairing_table(void) {
   free(links);
   rf_plan_free(&plan);
   ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
-  ASSERT_OK(rf_topo_plan_links(&plan, 3, NULL, &links, &count));
+  ASSERT_OK(rf_job_plan_links(&plan, 3, NULL, &links, &count));
   ASSERT_EQ(count, 2); /* both replicas send: nothing says which is nearer */
   ASSERT_STR_EQ(links[0].name, "node");
   free(links);

@@ -4,6 +4,7 @@
  * changing it would silently invalidate every stored result. */
 #include <math.h>
 
+#include "layout/layout.h"
 #include "test.h"
 #include "verify/verify.h"
 

@@ -17,19 +17,26 @@ static const struct {
   int max_inputs;   /* and takes at most */
   const char *args; /* how usage shows them */
 } commands[] = {
-    {RF_CMD_RUN, "run", "move the weights from trainer to rollout ranks, time and verify it "
-                        "(under mpirun)", 0, 0, ""},
-    {RF_CMD_PLAN, "plan", "print the transfer plan: totals, bytes per link and pieces (no MPI)",
+    {RF_CMD_RUN, "run",
+     "move the weights from trainer to rollout ranks, time and verify it "
+     "(under mpirun)",
      0, 0, ""},
-    {RF_CMD_CHECKPOINT, "checkpoint", "write a deterministic synthetic checkpoint of a model",
+    {RF_CMD_PLAN, "plan", "print the transfer plan: totals, bytes per link and pieces (no MPI)", 0,
+     0, ""},
+    {RF_CMD_CHECKPOINT, "checkpoint", "write a deterministic synthetic checkpoint of a model", 0, 0,
+     ""},
+    {RF_CMD_VERIFY, "verify",
+     "compare a results file with a reference results file or a "
+     "checkpoint",
+     1, 1, " RESULTS.h5"},
+    {RF_CMD_TOPO, "topo",
+     "print where every rank would run: GPU, cores, NUMA node, NIC, link "
+     "distances (no MPI)",
      0, 0, ""},
-    {RF_CMD_VERIFY, "verify", "compare a results file with a reference results file or a "
-                              "checkpoint", 1, 1, " RESULTS.h5"},
-    {RF_CMD_TOPO, "topo", "print where every rank would run: GPU, cores, NUMA node, NIC, link "
-                          "distances (no MPI)", 0, 0, ""},
-    {RF_CMD_REPORT, "report", "write an HTML, Markdown and CSV report of results files (a "
-                              "second file is compared with the first)", 1, RF_MAX_INPUTS,
-     " RESULTS.h5..."},
+    {RF_CMD_REPORT, "report",
+     "write an HTML, Markdown and CSV report of results files (a "
+     "second file is compared with the first)",
+     1, RF_MAX_INPUTS, " RESULTS.h5..."},
 };
 
 static int command_row(rf_command cmd) {
@@ -150,8 +157,8 @@ void rf_cli_usage(FILE *out, rf_command cmd) {
       continue;
     option_head(o, head, sizeof head);
     text.len = 0;
-    rf_strbuf_printf(&text, "%s (default:%c%s%s%s)", o->help, NBSP,
-                     o->def[0] ? o->def : "none", o->unit[0] ? ", unit:\x1f" : "", o->unit);
+    rf_strbuf_printf(&text, "%s (default:%c%s%s%s)", o->help, NBSP, o->def[0] ? o->def : "none",
+                     o->unit[0] ? ", unit:\x1f" : "", o->unit);
     print_option(out, head, text.data ? text.data : o->help, col);
   }
   rf_strbuf_free(&text);
@@ -237,12 +244,11 @@ static void describe_unknown(const char *word, rf_command cmd, char *error, size
   for (size_t i = 0; opt[0] && i < rf_cli_option_count; i++)
     if (applies(&rf_cli_options[i], cmd) &&
         strncmp(rf_cli_options[i].name, opt, strlen(opt)) == 0) {
-      snprintf(error, len, "option '--%s' must be written out: --%s", opt,
-               rf_cli_options[i].name);
+      snprintf(error, len, "option '--%s' must be written out: --%s", opt, rf_cli_options[i].name);
       return;
     }
-  snprintf(error, len, "unknown option '%.*s' for 'refit %s'; see refit %s --help", n, word,
-           name, name);
+  snprintf(error, len, "unknown option '%.*s' for 'refit %s'; see refit %s --help", n, word, name,
+           name);
 }
 
 /* One line for what getopt_long refused (c is '?' or ':'). */
@@ -258,8 +264,8 @@ static void getopt_error(int c, char **argv, rf_command cmd, char *error, size_t
     return;
   }
   if (optopt != 0) {
-    snprintf(error, len, "unknown option '-%c' for 'refit %s'; see refit %s --help", optopt,
-             name, name);
+    snprintf(error, len, "unknown option '-%c' for 'refit %s'; see refit %s --help", optopt, name,
+             name);
     return;
   }
   describe_unknown(argv[optind - 1], cmd, error, len);
@@ -305,8 +311,7 @@ static rf_status scan_options(int argc, char **argv, rf_config *cfg, int apply) 
     if (c == -1) {
       /* '+' stops at the first word that is not an option: take it as a file name when the
        * command wants one, and go on with the options after it. */
-      if (optind >= argc || strcmp(argv[optind - 1], "--") == 0 ||
-          cfg->input_count >= max_inputs)
+      if (optind >= argc || strcmp(argv[optind - 1], "--") == 0 || cfg->input_count >= max_inputs)
         break;
       snprintf(cfg->inputs[cfg->input_count++], RF_PATH_MAX, "%s", argv[optind++]);
       continue;

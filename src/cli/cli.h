@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../core/core.h"
+#include "core/core.h"
 
 /* The commands. Each option names the commands it applies to with a mask of these bits. */
 typedef enum {

@@ -295,15 +295,13 @@ rf_status rf_cli_load_config(rf_config *cfg) {
   config_file cf = {.path = cfg->config, .cfg = cfg};
   char *text = read_file(cf.path, &cf.len);
   if (!text)
-    return rf_fail(RF_ERR_USAGE, "%s: cannot read the config file: %s", cf.path,
-                   strerror(errno));
+    return rf_fail(RF_ERR_USAGE, "%s: cannot read the config file: %s", cf.path, strerror(errno));
   cf.text = text;
   json_error_t err;
   json_t *root = json_loadb(text, cf.len, JSON_REJECT_DUPLICATES, &err);
   rf_status st = RF_OK;
   if (!root) {
-    st = rf_fail(RF_ERR_USAGE, "%s:%d:%d: %s", cf.path, err.line, RF_MAX(err.column, 1),
-                 err.text);
+    st = rf_fail(RF_ERR_USAGE, "%s:%d:%d: %s", cf.path, err.line, RF_MAX(err.column, 1), err.text);
   } else if (!json_is_object(root)) {
     int line, col;
     position_of(text, strspn(text, " \t\r\n"), &line, &col);

@@ -26,8 +26,8 @@ typedef enum {
 } rf_opt_type;
 
 typedef struct {
-  const char *name;    /* long name, also the JSON key */
-  char letter;         /* short option letter, 0 = none */
+  const char *name; /* long name, also the JSON key */
+  char letter;      /* short option letter, 0 = none */
   rf_opt_type type;
   const char *choices; /* enums: "a|b|c" */
   int list;            /* enums: a comma-separated list of choices is accepted ("a,c") */

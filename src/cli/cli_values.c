@@ -235,8 +235,7 @@ rf_status rf_cli_set_text(const rf_cli_option *o, const char *text, rf_config *c
       return RF_ERR_USAGE;
     }
     if (strlen(text) >= o->size) {
-      snprintf(why, why_len, "'%.40s...' is too long (at most %zu characters)", text,
-               o->size - 1);
+      snprintf(why, why_len, "'%.40s...' is too long (at most %zu characters)", text, o->size - 1);
       return RF_ERR_USAGE;
     }
     memcpy((char *)cfg + o->offset, text, strlen(text) + 1);
@@ -345,8 +344,7 @@ char *rf_cli_config_json(const rf_config *cfg) {
       break;
     }
     if (!v) /* json_string refuses text that is not UTF-8, such as a Latin-1 path */
-      RF_WARN("the value of --%s is not UTF-8; it is left out of the JSON configuration",
-              o->name);
+      RF_WARN("the value of --%s is not UTF-8; it is left out of the JSON configuration", o->name);
     json_object_set_new(obj, o->name, v);
   }
   /* jansson prints reals with 17 digits, which turns a timeout of 0.1 into

@@ -124,8 +124,7 @@ static rf_status request_done(void *req, int *done) {
   return RF_OK;
 }
 
-static rf_status wait_bounded(rf_control *ctl, MPI_Request *req, const char *what,
-                              double seconds) {
+static rf_status wait_bounded(rf_control *ctl, MPI_Request *req, const char *what, double seconds) {
   /* Once one wait has expired the peers are gone or MPI is wedged: waiting again would only
    * add another full timeout before the abort. */
   if (ctl->timed_out)

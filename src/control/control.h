@@ -12,7 +12,7 @@
 #include <mpi.h>
 #include <stdint.h>
 
-#include "../layout/layout.h"
+#include "layout/layout.h"
 
 typedef struct {
   MPI_Comm world;   /* duplicate of MPI_COMM_WORLD */

@@ -14,39 +14,39 @@
 
 /* The status list: enum name, process exit code, short description. The exit codes are the
  * user-visible contract: 0 pass, 1 verification failure, 2 usage error, 3 runtime error. */
-#define RF_STATUS_LIST(X)                                                  \
-  X(RF_OK, 0, "ok")                                                        \
-  X(RF_ERR_USAGE, 2, "usage error")                                        \
-  X(RF_ERR_CONFIG, 2, "invalid configuration")                             \
-  X(RF_ERR_MODEL, 2, "invalid model specification")                        \
-  X(RF_ERR_LAYOUT, 2, "layout does not fit the model")                     \
-  X(RF_ERR_WORLD, 2, "wrong number of ranks")                              \
-  X(RF_ERR_MISMATCH, 2, "ranks disagree on the job")                       \
-  X(RF_ERR_UNSUPPORTED, 2, "not supported by this build or machine")       \
-  X(RF_ERR_CHECKPOINT, 2, "checkpoint does not match the model")           \
-  X(RF_ERR_RESULTS, 2, "results file cannot be used")                      \
-  X(RF_ERR_VERIFY, 1, "verification failed")                               \
-  X(RF_ERR_IO, 3, "input/output error")                                    \
-  X(RF_ERR_NOMEM, 3, "out of memory")                                      \
-  X(RF_ERR_TIMEOUT, 3, "timed out waiting for a peer")                     \
-  X(RF_ERR_PEER, 3, "another rank failed")                                 \
-  X(RF_ERR_MPI, 3, "MPI error")                                            \
-  X(RF_ERR_HDF5, 3, "HDF5 error")                                          \
-  X(RF_ERR_HWLOC, 3, "hwloc error")                                        \
-  X(RF_ERR_CUDA, 3, "CUDA error")                                          \
-  X(RF_ERR_NCCL, 3, "NCCL error")                                          \
+#define RF_STATUS_LIST(X)                                                                          \
+  X(RF_OK, 0, "ok")                                                                                \
+  X(RF_ERR_USAGE, 2, "usage error")                                                                \
+  X(RF_ERR_CONFIG, 2, "invalid configuration")                                                     \
+  X(RF_ERR_MODEL, 2, "invalid model specification")                                                \
+  X(RF_ERR_LAYOUT, 2, "layout does not fit the model")                                             \
+  X(RF_ERR_WORLD, 2, "wrong number of ranks")                                                      \
+  X(RF_ERR_MISMATCH, 2, "ranks disagree on the job")                                               \
+  X(RF_ERR_UNSUPPORTED, 2, "not supported by this build or machine")                               \
+  X(RF_ERR_CHECKPOINT, 2, "checkpoint does not match the model")                                   \
+  X(RF_ERR_RESULTS, 2, "results file cannot be used")                                              \
+  X(RF_ERR_VERIFY, 1, "verification failed")                                                       \
+  X(RF_ERR_IO, 3, "input/output error")                                                            \
+  X(RF_ERR_NOMEM, 3, "out of memory")                                                              \
+  X(RF_ERR_TIMEOUT, 3, "timed out waiting for a peer")                                             \
+  X(RF_ERR_PEER, 3, "another rank failed")                                                         \
+  X(RF_ERR_MPI, 3, "MPI error")                                                                    \
+  X(RF_ERR_HDF5, 3, "HDF5 error")                                                                  \
+  X(RF_ERR_HWLOC, 3, "hwloc error")                                                                \
+  X(RF_ERR_CUDA, 3, "CUDA error")                                                                  \
+  X(RF_ERR_NCCL, 3, "NCCL error")                                                                  \
   X(RF_ERR_INTERNAL, 3, "internal error")
 
 typedef enum {
 #define RF_X_ENUM(name, exit_code, text) name,
   RF_STATUS_LIST(RF_X_ENUM)
 #undef RF_X_ENUM
-  RF_STATUS_COUNT
+      RF_STATUS_COUNT
 } rf_status;
 
-const char *rf_status_name(rf_status st);  /* "RF_ERR_USAGE" */
-const char *rf_status_text(rf_status st);  /* "usage error" */
-int rf_status_exit_code(rf_status st);     /* 0, 1, 2 or 3 */
+const char *rf_status_name(rf_status st); /* "RF_ERR_USAGE" */
+const char *rf_status_text(rf_status st); /* "usage error" */
+int rf_status_exit_code(rf_status st);    /* 0, 1, 2 or 3 */
 
 /* When several ranks fail differently, the most specific verdict wins: a usage error beats a
  * runtime error that it probably caused, and both beat "another rank failed". */
@@ -91,79 +91,79 @@ rf_status rf_fail(rf_status st, const char *fmt, ...) __attribute__((format(prin
  * own message, and returns a status from the enclosing function. The *_GOTO forms set the
  * local `rf_status st` and jump to a cleanup label instead. */
 
-#define RF_TRY(expr)                    \
-  do {                                  \
-    rf_status rf_try_st_ = (expr);      \
-    if (rf_try_st_ != RF_OK)            \
-      return rf_try_st_;                \
+#define RF_TRY(expr)                                                                               \
+  do {                                                                                             \
+    rf_status rf_try_st_ = (expr);                                                                 \
+    if (rf_try_st_ != RF_OK)                                                                       \
+      return rf_try_st_;                                                                           \
   } while (0)
 
-#define RF_TRY_GOTO(expr, label)        \
-  do {                                  \
-    st = (expr);                        \
-    if (st != RF_OK)                    \
-      goto label;                       \
+#define RF_TRY_GOTO(expr, label)                                                                   \
+  do {                                                                                             \
+    st = (expr);                                                                                   \
+    if (st != RF_OK)                                                                               \
+      goto label;                                                                                  \
   } while (0)
 
 /* MPI: needs <mpi.h> where it is used. Communicators use MPI_ERRORS_RETURN, so failures reach
  * these macros instead of aborting the job. */
 rf_status rf_mpi_failed(int rc, const char *call, const char *file, int line);
-#define RF_MPI(call)                                                   \
-  do {                                                                 \
-    int rf_mpi_rc_ = (call);                                           \
-    if (rf_mpi_rc_ != 0 /* MPI_SUCCESS */)                             \
-      return rf_mpi_failed(rf_mpi_rc_, #call, __FILE__, __LINE__);     \
+#define RF_MPI(call)                                                                               \
+  do {                                                                                             \
+    int rf_mpi_rc_ = (call);                                                                       \
+    if (rf_mpi_rc_ != 0 /* MPI_SUCCESS */)                                                         \
+      return rf_mpi_failed(rf_mpi_rc_, #call, __FILE__, __LINE__);                                 \
   } while (0)
-#define RF_MPI_GOTO(call, label)                                       \
-  do {                                                                 \
-    int rf_mpi_rc_ = (call);                                           \
-    if (rf_mpi_rc_ != 0) {                                             \
-      st = rf_mpi_failed(rf_mpi_rc_, #call, __FILE__, __LINE__);       \
-      goto label;                                                      \
-    }                                                                  \
+#define RF_MPI_GOTO(call, label)                                                                   \
+  do {                                                                                             \
+    int rf_mpi_rc_ = (call);                                                                       \
+    if (rf_mpi_rc_ != 0) {                                                                         \
+      st = rf_mpi_failed(rf_mpi_rc_, #call, __FILE__, __LINE__);                                   \
+      goto label;                                                                                  \
+    }                                                                                              \
   } while (0)
 
 /* HDF5: calls return a negative herr_t/hid_t on failure. The HDF5 error stack is printed
  * below the one-line summary only at REFIT_LOG=debug. */
 rf_status rf_hdf5_failed(const char *call, const char *file, int line);
-#define RF_H5(call)                                                    \
-  do {                                                                 \
-    if ((int64_t)(call) < 0)                                           \
-      return rf_hdf5_failed(#call, __FILE__, __LINE__);                \
+#define RF_H5(call)                                                                                \
+  do {                                                                                             \
+    if ((int64_t)(call) < 0)                                                                       \
+      return rf_hdf5_failed(#call, __FILE__, __LINE__);                                            \
   } while (0)
-#define RF_H5_GOTO(call, label)                                        \
-  do {                                                                 \
-    if ((int64_t)(call) < 0) {                                         \
-      st = rf_hdf5_failed(#call, __FILE__, __LINE__);                  \
-      goto label;                                                      \
-    }                                                                  \
+#define RF_H5_GOTO(call, label)                                                                    \
+  do {                                                                                             \
+    if ((int64_t)(call) < 0) {                                                                     \
+      st = rf_hdf5_failed(#call, __FILE__, __LINE__);                                              \
+      goto label;                                                                                  \
+    }                                                                                              \
   } while (0)
 
 /* hwloc: calls return -1 (or NULL, checked by the caller) and set errno. */
 rf_status rf_hwloc_failed(const char *call, int err, const char *file, int line);
-#define RF_HWLOC(call)                                                 \
-  do {                                                                 \
-    if ((call) < 0)                                                    \
-      return rf_hwloc_failed(#call, errno, __FILE__, __LINE__);        \
+#define RF_HWLOC(call)                                                                             \
+  do {                                                                                             \
+    if ((call) < 0)                                                                                \
+      return rf_hwloc_failed(#call, errno, __FILE__, __LINE__);                                    \
   } while (0)
 
 /* CUDA and NCCL: used only in the files that implement the GPU paths; they need
  * <cuda_runtime.h> / <nccl.h> there and the helpers live in those files' translation units. */
 rf_status rf_cuda_failed(int rc, const char *msg, const char *call, const char *file, int line);
-#define RF_CUDA(call)                                                                  \
-  do {                                                                                 \
-    cudaError_t rf_cuda_rc_ = (call);                                                  \
-    if (rf_cuda_rc_ != cudaSuccess)                                                    \
-      return rf_cuda_failed((int)rf_cuda_rc_, cudaGetErrorString(rf_cuda_rc_), #call,  \
-                            __FILE__, __LINE__);                                       \
+#define RF_CUDA(call)                                                                              \
+  do {                                                                                             \
+    cudaError_t rf_cuda_rc_ = (call);                                                              \
+    if (rf_cuda_rc_ != cudaSuccess)                                                                \
+      return rf_cuda_failed((int)rf_cuda_rc_, cudaGetErrorString(rf_cuda_rc_), #call, __FILE__,    \
+                            __LINE__);                                                             \
   } while (0)
 rf_status rf_nccl_failed(int rc, const char *msg, const char *call, const char *file, int line);
-#define RF_NCCL(call)                                                                  \
-  do {                                                                                 \
-    ncclResult_t rf_nccl_rc_ = (call);                                                 \
-    if (rf_nccl_rc_ != ncclSuccess && rf_nccl_rc_ != ncclInProgress)                   \
-      return rf_nccl_failed((int)rf_nccl_rc_, ncclGetErrorString(rf_nccl_rc_), #call,  \
-                            __FILE__, __LINE__);                                       \
+#define RF_NCCL(call)                                                                              \
+  do {                                                                                             \
+    ncclResult_t rf_nccl_rc_ = (call);                                                             \
+    if (rf_nccl_rc_ != ncclSuccess && rf_nccl_rc_ != ncclInProgress)                               \
+      return rf_nccl_failed((int)rf_nccl_rc_, ncclGetErrorString(rf_nccl_rc_), #call, __FILE__,    \
+                            __LINE__);                                                             \
   } while (0)
 
 /* ---- small utilities shared by every module --------------------------------------------- */

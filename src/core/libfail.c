@@ -17,15 +17,17 @@ rf_status rf_mpi_failed(int rc, const char *call, const char *file, int line) {
 }
 
 rf_status rf_hdf5_failed(const char *call, const char *file, int line) {
-  rf_log_at(RF_LOG_ERROR, file, line, "HDF5 call %s failed (%s:%d); run with REFIT_LOG=debug "
-            "for the HDF5 error stack", call, file, line);
+  rf_log_at(RF_LOG_ERROR, file, line,
+            "HDF5 call %s failed (%s:%d); run with REFIT_LOG=debug "
+            "for the HDF5 error stack",
+            call, file, line);
   if (rf_log_level_get() >= RF_LOG_DEBUG)
     H5Eprint2(H5E_DEFAULT, stderr);
   return RF_ERR_HDF5;
 }
 
 rf_status rf_hwloc_failed(const char *call, int err, const char *file, int line) {
-  rf_log_at(RF_LOG_ERROR, file, line, "hwloc call %s failed: %s (%s:%d)", call, strerror(err),
-            file, line);
+  rf_log_at(RF_LOG_ERROR, file, line, "hwloc call %s failed: %s (%s:%d)", call, strerror(err), file,
+            line);
   return RF_ERR_HWLOC;
 }

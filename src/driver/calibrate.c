@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "calibrate.h"
-#include "report/report.h"
+#include "result/result.h"
 
 /* Columns of the timing table: one per limit, plus a flag for ranks that measured nothing. */
 enum { COL_MPI, COL_MEMCPY, COL_DEVICE, COL_GPU_MSG, COL_COUNT };

@@ -51,8 +51,9 @@ static rf_status print_json(const rf_job *job) {
   json_object_set_new(o, "trainer_ranks", json_integer(lay->trainer_ranks));
   json_object_set_new(o, "rollout", json_string(rollout));
   json_object_set_new(o, "rollout_ranks", json_integer(lay->rollout_ranks));
-  json_object_set_new(o, "placement", json_string(job->placement == RF_PLACEMENT_COLOCATED
-                                                      ? "colocated" : "disaggregated"));
+  json_object_set_new(
+      o, "placement",
+      json_string(job->placement == RF_PLACEMENT_COLOCATED ? "colocated" : "disaggregated"));
   json_object_set_new(o, "world_size", json_integer(lay->world_size));
   json_object_set_new(o, "plan", json_string(rf_plan_kind_name(plan->kind)));
   if (plan->kind == RF_PLAN_STAR) {
@@ -106,8 +107,7 @@ static void print_text(const rf_job *job) {
          job->trainer.style == RF_STYLE_FSDP2 ? "fsdp2" : "tunix", lay->trainer_ranks);
   printf("%-16s %s, %d ranks\n", "rollout", rollout, lay->rollout_ranks);
   printf("%-16s %s, world size %d\n", "placement",
-         job->placement == RF_PLACEMENT_COLOCATED ? "colocated" : "disaggregated",
-         lay->world_size);
+         job->placement == RF_PLACEMENT_COLOCATED ? "colocated" : "disaggregated", lay->world_size);
   if (plan->kind == RF_PLAN_STAR)
     printf("%-16s star, %s: %d stars of %d arms\n", "plan", plan->fan_in ? "fan-in" : "fan-out",
            plan->star_count, plan->star_arms);

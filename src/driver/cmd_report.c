@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "driver.h"
-#include "io/io.h"
+#include "report/report.h"
 
 rf_status rf_cmd_report(const rf_config *cfg) {
   if (cfg->input_count < 1)

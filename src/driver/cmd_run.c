@@ -8,11 +8,11 @@
 
 #include "control/control.h"
 #include "driver.h"
+#include "engine/engine.h"
+#include "placement.h"
 #include "report/report.h"
 #include "run_record.h"
 #include "sweep.h"
-#include "topo/topo_job.h"
-#include "transport/engine.h"
 
 #define RF_MAX_MODES 8
 
@@ -50,8 +50,10 @@ static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
   int gpu_transport = rs->transport->memory == RF_MEM_DEVICE;
   if (strcmp(cfg->memory, "host") == 0) {
     if (gpu_transport)
-      return rf_fail(RF_ERR_USAGE, "option --memory host: the %s transport moves GPU memory; "
-                     "use --memory device or --transport mpi", rs->transport->name);
+      return rf_fail(RF_ERR_USAGE,
+                     "option --memory host: the %s transport moves GPU memory; "
+                     "use --memory device or --transport mpi",
+                     rs->transport->name);
     rs->memory = RF_MEM_HOST;
   } else if (strcmp(cfg->memory, "device") == 0 || gpu_transport) {
     rs->memory = RF_MEM_DEVICE;
@@ -67,7 +69,7 @@ static rf_status build_setup(const rf_config *cfg, run_setup *rs) {
   RF_TRY(choose_memory(cfg, rs));
   rs->inject = strcmp(cfg->inject, "corrupt") == 0 ? RF_INJECT_CORRUPT
                : strcmp(cfg->inject, "stall") == 0 ? RF_INJECT_STALL
-                                                    : RF_INJECT_NONE;
+                                                   : RF_INJECT_NONE;
   rs->verify_full = strcmp(cfg->verify, "full") == 0;
   rs->verify_checksum = strcmp(cfg->verify, "none") != 0;
   return rf_job_build(cfg, &rs->job);
@@ -88,37 +90,38 @@ static void describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d
  * anything touches CUDA; then the plan again with the machine's distances, the same on every
  * rank because every rank has world rank 0's table. Rank 0 keeps the links for the header. */
 static rf_status place_job(rf_control *ctl, const rf_config *cfg, run_setup *rs,
-                           rf_topo_job *placement) {
+                           rf_job_placement *placement) {
   memset(placement, 0, sizeof *placement); /* run_job frees it whatever happens */
-  rf_topo_job_options o = {.topology_xml = cfg->topology_xml,
-                           .device = (int)cfg->device,
-                           .need_gpu = strcmp(cfg->transport, "nccl") == 0,
-                           .nic_auto = strcmp(cfg->nic, "auto") == 0};
+  rf_job_placement_options o = {.topology_xml = cfg->topology_xml,
+                                .device = (int)cfg->device,
+                                .need_gpu = strcmp(cfg->transport, "nccl") == 0,
+                                .nic_auto = strcmp(cfg->nic, "auto") == 0};
   RF_TRY(rf_bind_parse(cfg->bind, &o.bind));
-  RF_TRY(rf_topo_job_place(ctl, &o, placement));
+  RF_TRY(rf_job_place(ctl, &o, placement));
   rs->record.place = placement->mine;
-  rf_plan_options popt = rf_topo_job_plan_options(placement);
+  rf_plan_options popt = rf_job_placement_plan_options(placement);
   rf_status st = rf_job_replan(&rs->job, &popt);
   if (st == RF_OK && ctl->world_rank == 0)
-    st = rf_topo_plan_links(&rs->job.plan, ctl->world_size, &popt, &rs->record.links,
-                            &rs->record.link_count);
+    st = rf_job_plan_links(&rs->job.plan, ctl->world_size, &popt, &rs->record.links,
+                           &rs->record.link_count);
   return rf_control_agree(ctl, st);
 }
 
 /* Rank 0 prints the header: versions, command line, the job and one line per rank. */
 static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_job *job,
-                              rf_mem_kind rs_memory,
-                              run_record *rec) {
-  rf_rank_info mine = {.rank = ctl->world_rank, .pid = (long)getpid(),
-                       .trainer_rank = ctl->trainer_rank, .rollout_rank = ctl->rollout_rank};
+                              rf_mem_kind rs_memory, run_record *rec) {
+  rf_rank_info mine = {.rank = ctl->world_rank,
+                       .pid = (long)getpid(),
+                       .trainer_rank = ctl->trainer_rank,
+                       .rollout_rank = ctl->rollout_rank};
   snprintf(mine.host, sizeof mine.host, "%s", rf_hostname());
   mine.gpu = rec->place.gpu;
   mine.numa = rec->place.numa;
   snprintf(mine.bus_id, sizeof mine.bus_id, "%s", rec->place.bus_id);
   snprintf(mine.cpus, sizeof mine.cpus, "%s", rec->place.cpus);
   snprintf(mine.nic, sizeof mine.nic, "%s", rec->place.nic);
-  rf_rank_info *all = ctl->world_rank == 0 ? rf_calloc((size_t)ctl->world_size, sizeof *all,
-                                                       "rank table") : NULL;
+  rf_rank_info *all =
+      ctl->world_rank == 0 ? rf_calloc((size_t)ctl->world_size, sizeof *all, "rank table") : NULL;
   MPI_Request req;
   RF_MPI(MPI_Igather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0,
                      ctl->world, &req));
@@ -132,8 +135,8 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
              "seed %lld",
              m->name, rf_dtype_name(m->dtype), (long long)m->total_bytes, m->tensor_count,
              cfg->trainer, cfg->trainer_style, cfg->trainer_order, cfg->rollout, cfg->placement,
-             cfg->transport, rf_mem_kind_name(rs_memory), cfg->verify, (long long)cfg->warmup, (long long)cfg->iters,
-             (long long)cfg->seed);
+             cfg->transport, rf_mem_kind_name(rs_memory), cfg->verify, (long long)cfg->warmup,
+             (long long)cfg->iters, (long long)cfg->seed);
     rf_report_header(stdout, cfg->command_line, job_line, all, ctl->world_size, rec->links,
                      rec->link_count);
   }
@@ -211,9 +214,8 @@ static rf_status verify_run(rf_control *ctl, run_setup *rs, rf_engine *e, rf_run
         bad |= sum[nt + (size_t)p * nt + t] != sum[t];
       if (bad && res->checksum_bad++ < 4)
         RF_ERROR("verify: checksum of %s differs: trainer %016llx, rollout %016llx%s%016llx",
-                 m->tensors[t].name, (unsigned long long)sum[t],
-                 (unsigned long long)sum[nt + t], ref ? ", checkpoint " : "",
-                 ref ? (unsigned long long)ref[t] : 0ULL);
+                 m->tensors[t].name, (unsigned long long)sum[t], (unsigned long long)sum[nt + t],
+                 ref ? ", checkpoint " : "", ref ? (unsigned long long)ref[t] : 0ULL);
     }
   }
   free(local);
@@ -225,8 +227,8 @@ static rf_status verify_run(rf_control *ctl, run_setup *rs, rf_engine *e, rf_run
 }
 
 /* One run: one mode over the whole job. Returns the agreed status of every rank. */
-static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs,
-                          rf_transport *tp, rf_buffers *data, rf_mode mode, rf_run_result *res) {
+static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, rf_transport *tp,
+                          rf_buffers *data, rf_mode mode, rf_run_result *res) {
   const rf_plan *plan = &rs->job.plan;
   int iters = (int)cfg->iters, warmup = (int)cfg->warmup, ranks = ctl->world_size;
   double *mine = rf_calloc((size_t)iters * RF_PHASE_COUNT, sizeof *mine, "timings");
@@ -335,7 +337,7 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
     return st;
   }
   *ctl_open = 1;
-  rf_topo_job placement;
+  rf_job_placement placement;
   st = place_job(ctl, cfg, &rs, &placement);
   rf_job_desc desc;
   describe_job(cfg, &rs.job, &desc);
@@ -375,9 +377,8 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
   rf_buffers data;
   memset(&data, 0, sizeof data);
   if (st == RF_OK)
-    st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.memory,
-                                               (uint64_t)cfg->seed, rs.checkpoint,
-                                               ctl->world_rank));
+    st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.memory, (uint64_t)cfg->seed,
+                                               rs.checkpoint, ctl->world_rank));
   const char *failed_mode = NULL;
   for (int i = 0; i < rs.mode_count && st == RF_OK; i++) {
     rf_run_result res;
@@ -403,7 +404,7 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
     rf_report_footer(stdout, st, st == RF_OK ? NULL : reason);
   }
   rf_record_free(&rs.record);
-  rf_topo_job_free(&placement);
+  rf_job_placement_free(&placement);
   if (rs.checkpoint)
     rf_checkpoint_close(rs.checkpoint);
   rf_job_free(&rs.job);

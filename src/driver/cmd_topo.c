@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "driver.h"
-#include "topo/topo_job.h"
+#include "placement.h"
 
 static void print_text(const rf_job *job, const rf_topo_distance_ctx *ctx,
                        const rf_link_info *links, int nlinks) {
@@ -105,7 +105,7 @@ rf_status rf_cmd_topo(const rf_config *cfg) {
   rf_topo_distance_ctx ctx = {topo, o.ranks_per_node, place};
   rf_plan_options popt = {rf_topo_distance, &ctx};
   RF_TRY_GOTO(rf_job_replan(&job, &popt), out);
-  RF_TRY_GOTO(rf_topo_plan_links(&job.plan, world, &popt, &links, &nlinks), out);
+  RF_TRY_GOTO(rf_job_plan_links(&job.plan, world, &popt, &links, &nlinks), out);
   if (cfg->json)
     st = print_json(&job, &ctx, links, nlinks);
   else

@@ -30,8 +30,8 @@ static rf_status read_sums(const char *path, int run, run_sums *s) {
 /* The reference checksums of the run's tensors from a checkpoint, for the run's model. */
 static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, uint64_t **out) {
   char model_name[RF_PATH_MAX] = "", dtype[16] = "";
-  RF_TRY(rf_results_run_attribute(cfg->inputs[0], mine->run, "model", model_name,
-                                  sizeof model_name));
+  RF_TRY(
+      rf_results_run_attribute(cfg->inputs[0], mine->run, "model", model_name, sizeof model_name));
   RF_TRY(rf_results_run_attribute(cfg->inputs[0], mine->run, "dtype", dtype, sizeof dtype));
   rf_model model;
   RF_TRY(rf_model_load(model_name, &model));
@@ -68,9 +68,10 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
   if (cfg->reference[0]) {
     st = read_sums(cfg->reference, -1, &ref);
     if (st == RF_OK && ref.count != mine.count)
-      st = rf_fail(RF_ERR_RESULTS, "'%s' has %d tensors but the reference '%s' has %d; compare "
-                   "runs of the same model", cfg->inputs[0], mine.count, cfg->reference,
-                   ref.count);
+      st = rf_fail(RF_ERR_RESULTS,
+                   "'%s' has %d tensors but the reference '%s' has %d; compare "
+                   "runs of the same model",
+                   cfg->inputs[0], mine.count, cfg->reference, ref.count);
     expected = ref.trainer;
   } else {
     st = checkpoint_sums(cfg, &mine, &expected);
@@ -78,8 +79,10 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
   int differ = 0;
   for (int i = 0; i < mine.count && st == RF_OK; i++) {
     if (ref.names && strcmp(ref.names[i], mine.names[i]) != 0) {
-      st = rf_fail(RF_ERR_RESULTS, "tensor %d is %s in '%s' but %s in the reference; compare "
-                   "runs of the same model", i, mine.names[i], cfg->inputs[0], ref.names[i]);
+      st = rf_fail(RF_ERR_RESULTS,
+                   "tensor %d is %s in '%s' but %s in the reference; compare "
+                   "runs of the same model",
+                   i, mine.names[i], cfg->inputs[0], ref.names[i]);
       break;
     }
     uint64_t want = expected[i];
@@ -91,8 +94,8 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
            cfg->reference[0] ? "reference" : "checkpoint", (unsigned long long)want);
   }
   if (st == RF_OK) {
-    printf("# %s run %04d against %s: %d of %d tensors differ\n", cfg->inputs[0], mine.run,
-           against, differ, mine.count);
+    printf("# %s run %04d against %s: %d of %d tensors differ\n", cfg->inputs[0], mine.run, against,
+           differ, mine.count);
     printf(differ ? "# FAIL: %d tensors differ\n" : "# PASS\n", differ);
     st = differ ? RF_ERR_VERIFY : RF_OK;
   }

@@ -6,8 +6,8 @@
 #include "driver.h"
 #include "transport/transport.h"
 
-static rf_status parse_enum(const char *what, const char *text, const char *const *names,
-                            int count, int *out) {
+static rf_status parse_enum(const char *what, const char *text, const char *const *names, int count,
+                            int *out) {
   for (int i = 0; i < count; i++)
     if (strcmp(text, names[i]) == 0) {
       *out = i;
@@ -26,8 +26,10 @@ rf_status rf_job_build(const rf_config *cfg, rf_job *job) {
   /* Checked here rather than by the option table so that a sweep skips a bad value in a
    * list, as it skips any other combination that cannot run. */
   if (cfg->bucket_size != 0 && cfg->bucket_size < 4096)
-    return rf_fail(RF_ERR_USAGE, "option --bucket-size: %lld bytes is below the minimum of 4096 "
-                   "(or 0 for the whole model in one bucket)", (long long)cfg->bucket_size);
+    return rf_fail(RF_ERR_USAGE,
+                   "option --bucket-size: %lld bytes is below the minimum of 4096 "
+                   "(or 0 for the whole model in one bucket)",
+                   (long long)cfg->bucket_size);
   RF_TRY(parse_enum("trainer-style", cfg->trainer_style, styles, 2, &style));
   RF_TRY(parse_enum("trainer-order", cfg->trainer_order, orders, 2, &order));
   RF_TRY(parse_enum("placement", cfg->placement, placements, 2, &placement));
@@ -47,8 +49,7 @@ rf_status rf_job_build(const rf_config *cfg, rf_job *job) {
                      cfg->dtype);
     rf_model_set_dtype(&job->model, dt);
   }
-  RF_TRY(rf_layout_init(&job->layout, &job->model, &job->trainer, &job->rollout,
-                        job->placement));
+  RF_TRY(rf_layout_init(&job->layout, &job->model, &job->trainer, &job->rollout, job->placement));
   job->have_layout = 1;
   RF_TRY(rf_plan_build(&job->plan, &job->layout, (rf_plan_kind)kind, NULL));
   job->have_plan = 1;

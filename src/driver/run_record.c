@@ -43,8 +43,7 @@ static char *tuning_environment(void) {
 }
 
 /* Gathers every rank's shard digests to rank 0 (counts first, then the records). */
-static rf_status gather_digests(rf_control *ctl, rf_engine *e, rf_shard_digest **all,
-                                int *total) {
+static rf_status gather_digests(rf_control *ctl, rf_engine *e, rf_shard_digest **all, int *total) {
   rf_shard_digest *mine = NULL;
   int n = rf_engine_digests(e, &mine), *counts = NULL, *displs = NULL;
   int rank0 = ctl->world_rank == 0;
@@ -75,9 +74,8 @@ done:
   return st;
 }
 
-rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg,
-                        const rf_job *job, rf_engine *e, rf_mode mode,
-                        const rf_run_result *res) {
+rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, const rf_job *job,
+                        rf_engine *e, rf_mode mode, const rf_run_result *res) {
   int64_t sweep_index = rec->slot ? rec->slot->first_index + rec->runs : 0;
   rec->runs++;
   rec->calibrated = 0;
@@ -170,8 +168,10 @@ void rf_record_print_limits(run_record *rec, const rf_run_result *res) {
   const struct {
     const char *name;
     double s;
-  } limits[] = {{"memcpy", l->memcpy_s}, {"device copy", l->device_copy_s},
-                {"mpi", l->mpi_s}, {"nccl", l->nccl_s}};
+  } limits[] = {{"memcpy", l->memcpy_s},
+                {"device copy", l->device_copy_s},
+                {"mpi", l->mpi_s},
+                {"nccl", l->nccl_s}};
   /* The run is compared with the plain transfer its transport stands for. */
   int ref = 2;
   if (strcmp(res->transport, "nccl") == 0 && l->nccl_s > 0)

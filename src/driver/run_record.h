@@ -5,19 +5,19 @@
 
 #include "control/control.h"
 #include "driver.h"
+#include "engine/engine.h"
 #include "io/io.h"
-#include "topo/topo.h"
 #include "sweep.h"
-#include "transport/engine.h"
+#include "topo/topo.h"
 
 typedef struct {
   rf_results *results;     /* rank 0, when --output is given */
   rf_rank_info *placement; /* rank 0: one entry per rank */
   rf_link_info *links;     /* rank 0: the plan's links with their distance classes */
   int link_count;
-  rf_topo_place place;     /* every rank: where it runs, for the rank table */
-  uint64_t *reference;     /* rank 0: [tensor] checksums from the checkpoint, or NULL */
-  uint64_t *checksums;     /* rank 0: trainer [tensor] then rollout [replica][tensor] */
+  rf_topo_place place;       /* every rank: where it runs, for the rank table */
+  uint64_t *reference;       /* rank 0: [tensor] checksums from the checkpoint, or NULL */
+  uint64_t *checksums;       /* rank 0: trainer [tensor] then rollout [replica][tensor] */
   const rf_sweep_slot *slot; /* the job's place in its sweep (set by run_job), or NULL */
   int runs;                  /* rf_record_run calls so far: the mode's place in the job */
   rf_results_limits limits;  /* rank 0: the last run's limits, when --calibrate measured them */
@@ -29,9 +29,8 @@ rf_status rf_record_open(run_record *rec, rf_control *ctl, const rf_config *cfg)
 
 /* Gathers the shard digests and, on rank 0, appends the run to the results file. A no-op
  * without --output. */
-rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg,
-                        const rf_job *job, rf_engine *e, rf_mode mode,
-                        const rf_run_result *res);
+rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, const rf_job *job,
+                        rf_engine *e, rf_mode mode, const rf_run_result *res);
 
 /* Rank 0, after the run's table row: "limits: memcpy 0.150 s, mpi 0.190 s; grouped at 0.81
  * of mpi" when --calibrate measured the limits of this run (once); nothing otherwise. */

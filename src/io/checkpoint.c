@@ -21,8 +21,8 @@
 
 /* ---- checks and their messages ------------------------------------------------------------ */
 
-static const char *const dtype_tags[] = {[RF_DTYPE_BF16] = "BF16", [RF_DTYPE_FP16] = "F16",
-                                         [RF_DTYPE_FP32] = "F32"};
+static const char *const dtype_tags[] = {
+    [RF_DTYPE_BF16] = "BF16", [RF_DTYPE_FP16] = "F16", [RF_DTYPE_FP32] = "F32"};
 
 const char *ck_dtype_tag(rf_dtype dt) {
   return (int)dt >= 0 && (int)dt < (int)RF_ARRAY_LEN(dtype_tags) ? dtype_tags[dt] : "?";
@@ -68,11 +68,12 @@ rf_status ck_fail_dtype(const char *file, const rf_tensor *t, const char *got, i
   if (readable && ck_dtype_from_tag(got, &dt))
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s is %s, the model needs %s (use --dtype %s or "
-                   "another checkpoint)", file, t->name, got, ck_dtype_tag(want),
-                   rf_dtype_name(dt));
+                   "another checkpoint)",
+                   file, t->name, got, ck_dtype_tag(want), rf_dtype_name(dt));
   return rf_fail(RF_ERR_CHECKPOINT,
                  "checkpoint '%s': tensor %s is %s, which refit does not read; the model needs "
-                 "%s", file, t->name, got, ck_dtype_tag(want));
+                 "%s",
+                 file, t->name, got, ck_dtype_tag(want));
 }
 
 int64_t ck_batch_rows(const rf_tensor *t, int64_t width, int esize) {
@@ -90,11 +91,13 @@ rf_status ck_pread(int fd, void *buf, size_t n, int64_t offset, const char *file
     if (got < 0 && errno == EINTR)
       continue;
     if (got < 0)
-      return rf_fail(RF_ERR_IO, "checkpoint '%s': reading tensor %s at byte %" PRId64
-                     " failed: %s", file, t->name, offset, strerror(errno));
+      return rf_fail(RF_ERR_IO, "checkpoint '%s': reading tensor %s at byte %" PRId64 " failed: %s",
+                     file, t->name, offset, strerror(errno));
     if (got == 0) /* it passed the size checks at open, so it shrank since */
-      return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s: the file ends at byte %"
-                     PRId64 " (truncated while in use)", file, t->name, offset);
+      return rf_fail(RF_ERR_CHECKPOINT,
+                     "checkpoint '%s': tensor %s: the file ends at byte %" PRId64
+                     " (truncated while in use)",
+                     file, t->name, offset);
     p += got, n -= (size_t)got, offset += got;
   }
   return RF_OK;
@@ -122,8 +125,7 @@ rf_status ck_create(const char *path, int *fd) {
   ck_partial_name(path, tmp, sizeof tmp);
   *fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (*fd < 0)
-    return rf_fail(RF_ERR_IO, "checkpoint '%s': cannot create the file: %s", path,
-                   strerror(errno));
+    return rf_fail(RF_ERR_IO, "checkpoint '%s': cannot create the file: %s", path, strerror(errno));
   return RF_OK;
 }
 
@@ -131,8 +133,8 @@ rf_status ck_commit(const char *path) {
   char tmp[CK_PATH_MAX + 16];
   ck_partial_name(path, tmp, sizeof tmp);
   if (rename(tmp, path) != 0) {
-    rf_status st = rf_fail(RF_ERR_IO, "checkpoint '%s': cannot rename '%s' into place: %s",
-                           path, tmp, strerror(errno));
+    rf_status st = rf_fail(RF_ERR_IO, "checkpoint '%s': cannot rename '%s' into place: %s", path,
+                           tmp, strerror(errno));
     unlink(tmp);
     return st;
   }
@@ -181,8 +183,8 @@ int ck_shard_plan(const rf_model *model, int64_t shard_size, int *shard_of) {
 int rf_checkpoint_shard_count(const rf_model *model, const char *format, int64_t shard_size) {
   if (strcmp(format, "safetensors") != 0 || shard_size <= 0)
     return 1;
-  int *shard_of = rf_calloc((size_t)RF_MAX(model->tensor_count, 1), sizeof *shard_of,
-                            "the shard plan");
+  int *shard_of =
+      rf_calloc((size_t)RF_MAX(model->tensor_count, 1), sizeof *shard_of, "the shard plan");
   if (!shard_of)
     return 0;
   int n = ck_shard_plan(model, shard_size, shard_of);
@@ -203,8 +205,8 @@ static int looks_like_hdf5(const char *path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return 0;
-  int is = pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head &&
-           memcmp(head, sig, sizeof sig) == 0;
+  int is =
+      pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && memcmp(head, sig, sizeof sig) == 0;
   close(fd);
   return is;
 }
@@ -277,15 +279,15 @@ static rf_status read_rows(rf_checkpoint *c, int tensor, const rf_box *b, void *
 rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box,
                              const rf_region *dst) {
   if (tensor < 0 || tensor >= c->model->tensor_count)
-    return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': no tensor %d in the model", c->path,
-                   tensor);
+    return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': no tensor %d in the model", c->path, tensor);
   const rf_tensor *t = &c->model->tensors[tensor];
   if (rf_box_is_empty(box))
     return RF_OK;
   if (box->lo[0] < 0 || box->lo[1] < 0 || box->hi[0] > t->shape[0] || box->hi[1] > t->shape[1])
-    return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': box [%" PRId64 ", %" PRId64 ") x [%" PRId64
-                   ", %" PRId64 ") is outside tensor %s", c->path, box->lo[0], box->hi[0],
-                   box->lo[1], box->hi[1], t->name);
+    return rf_fail(RF_ERR_INTERNAL,
+                   "checkpoint '%s': box [%" PRId64 ", %" PRId64 ") x [%" PRId64 ", %" PRId64
+                   ") is outside tensor %s",
+                   c->path, box->lo[0], box->hi[0], box->lo[1], box->hi[1], t->name);
   int64_t w = box->hi[1] - box->lo[1];
   int64_t rows = ck_batch_rows(t, w, c->esize);
   for (int64_t r0 = box->lo[0]; r0 < box->hi[0]; r0 += rows) {
@@ -311,8 +313,7 @@ rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box,
 rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out) {
   *out = 0;
   if (tensor < 0 || tensor >= c->model->tensor_count)
-    return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': no tensor %d in the model", c->path,
-                   tensor);
+    return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': no tensor %d in the model", c->path, tensor);
   const rf_tensor *t = &c->model->tensors[tensor];
   int64_t rows = RF_MIN(ck_batch_rows(t, t->shape[1], c->esize), t->shape[0]);
   size_t cap = (size_t)(rows * t->shape[1] * c->esize);
@@ -350,10 +351,12 @@ rf_status rf_checkpoint_write(const char *path, const rf_model *model, uint64_t 
     return ck_st_write(path, model, seed, shard_size);
   if (strcmp(format, "hdf5") == 0) {
     if (shard_size > 0)
-      return rf_fail(RF_ERR_USAGE, "checkpoint '%s': --shard-size needs --format safetensors "
-                     "(an HDF5 checkpoint is one file)", path);
+      return rf_fail(RF_ERR_USAGE,
+                     "checkpoint '%s': --shard-size needs --format safetensors "
+                     "(an HDF5 checkpoint is one file)",
+                     path);
     return ck_h5_write(path, model, seed);
   }
-  return rf_fail(RF_ERR_USAGE, "checkpoint '%s': format '%s' is not one of safetensors|hdf5",
-                 path, format);
+  return rf_fail(RF_ERR_USAGE, "checkpoint '%s': format '%s' is not one of safetensors|hdf5", path,
+                 format);
 }

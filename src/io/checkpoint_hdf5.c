@@ -48,8 +48,8 @@ static int has_bf16_attr(hid_t d) {
     if (H5Tis_variable_str(at) > 0) {
       char *s = NULL;
       mt = H5Tcopy(H5T_C_S1);
-      if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 &&
-          H5Tset_cset(mt, H5Tget_cset(at)) >= 0 && H5Aread(a, mt, &s) >= 0 && s) {
+      if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 && H5Tset_cset(mt, H5Tget_cset(at)) >= 0 &&
+          H5Aread(a, mt, &s) >= 0 && s) {
         yes = strcmp(s, bf16_attr) == 0;
         H5free_memory(s);
       }
@@ -99,8 +99,9 @@ static int classify(hid_t d, hid_t ty, rf_dtype *dt, char *desc, size_t len) {
     snprintf(desc, len, "uint16 without the attribute dtype = \"%s\"", bf16_attr);
     return 0;
   }
-  static const char *names[] = {"integer", "float", "time", "string", "bitfield", "opaque",
-                                "compound", "reference", "enum", "variable-length", "array"};
+  static const char *names[] = {"integer",  "float",           "time",     "string",
+                                "bitfield", "opaque",          "compound", "reference",
+                                "enum",     "variable-length", "array"};
   snprintf(desc, len, "an HDF5 %s of %zu bytes",
            (int)cls >= 0 && (int)cls < (int)RF_ARRAY_LEN(names) ? names[cls] : "type", size);
   return 0;
@@ -140,17 +141,20 @@ static rf_status check_dataset(rf_checkpoint *c, const rf_tensor *t, int64_t fil
   H5D_space_status_t status;
   RF_H5(H5Dget_space_status(d, &status));
   if (status == H5D_SPACE_STATUS_NOT_ALLOCATED && t->numel > 0)
-    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s has no data in the file (it "
-                   "was never written)", c->path, t->name);
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s has no data in the file (it "
+                   "was never written)",
+                   c->path, t->name);
   /* HDF5 itself refuses a file shorter than it expects, but a contiguous dataset can say
    * exactly which bytes are gone. */
   haddr_t at = H5Dget_offset(d);
   if (at != HADDR_UNDEF) {
     int64_t a = (int64_t)at, b = a + (int64_t)H5Dget_storage_size(d);
     if (b > file_size)
-      return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64
-                     ") ends beyond the file's %" PRId64 " bytes (truncated)", c->path, t->name,
-                     a, b, file_size);
+      return rf_fail(RF_ERR_CHECKPOINT,
+                     "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64
+                     ") ends beyond the file's %" PRId64 " bytes (truncated)",
+                     c->path, t->name, a, b, file_size);
   }
   return RF_OK;
 }
@@ -169,8 +173,10 @@ rf_status ck_h5_open(rf_checkpoint *c, const char *path) {
     return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': not an HDF5 file", path);
   c->h5_file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (c->h5_file < 0)
-    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': HDF5 cannot open it (truncated or "
-                   "damaged)", path);
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': HDF5 cannot open it (truncated or "
+                   "damaged)",
+                   path);
   struct stat sb;
   if (stat(path, &sb) != 0)
     return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': cannot stat the file", path);
@@ -192,8 +198,7 @@ void ck_h5_close(rf_checkpoint *c) {
 /* ---- reading and writing rows ------------------------------------------------------------- */
 
 /* Selects `box` of a tensor in its dataset and makes a memory space of the box's shape. */
-static rf_status select_box(hid_t d, const rf_tensor *t, const rf_box *box, hid_t *fs,
-                            hid_t *ms) {
+static rf_status select_box(hid_t d, const rf_tensor *t, const rf_box *box, hid_t *fs, hid_t *ms) {
   hsize_t start[2] = {(hsize_t)box->lo[0], (hsize_t)box->lo[1]};
   hsize_t count[2] = {(hsize_t)(box->hi[0] - box->lo[0]), (hsize_t)(box->hi[1] - box->lo[1])};
   *ms = -1;
@@ -210,8 +215,10 @@ rf_status ck_h5_read_rows(rf_checkpoint *c, int tensor, const rf_box *box, void 
   hid_t d = (hid_t)c->h5_dset[tensor], fs = -1, ms = -1;
   rf_status st = select_box(d, t, box, &fs, &ms);
   if (st == RF_OK && H5Dread(d, (hid_t)c->h5_type[tensor], ms, fs, H5P_DEFAULT, out) < 0) {
-    st = rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': reading tensor %s failed (damaged or "
-                 "truncated; REFIT_LOG=debug shows HDF5's reason)", c->path, t->name);
+    st = rf_fail(RF_ERR_CHECKPOINT,
+                 "checkpoint '%s': reading tensor %s failed (damaged or "
+                 "truncated; REFIT_LOG=debug shows HDF5's reason)",
+                 c->path, t->name);
     if (rf_log_level_get() >= RF_LOG_DEBUG)
       H5Eprint2(H5E_DEFAULT, stderr);
   }

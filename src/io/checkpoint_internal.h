@@ -25,7 +25,7 @@ typedef struct {
 } ck_file;
 
 struct rf_checkpoint {
-  char *path;           /* as given, without trailing slashes */
+  char *path;            /* as given, without trailing slashes */
   const rf_model *model; /* borrowed: it must outlive the checkpoint */
   rf_dtype dtype;
   int esize;
@@ -56,8 +56,7 @@ rf_status ck_st_open_dir(rf_checkpoint *c, const char *dir);
 rf_status ck_st_read_rows(rf_checkpoint *c, int tensor, const rf_box *box, void *out);
 void ck_st_close(rf_checkpoint *c);
 /* in checkpoint_safetensors_write.c */
-rf_status ck_st_write(const char *path, const rf_model *model, uint64_t seed,
-                      int64_t shard_size);
+rf_status ck_st_write(const char *path, const rf_model *model, uint64_t seed, int64_t shard_size);
 
 rf_status ck_h5_open(rf_checkpoint *c, const char *path);
 rf_status ck_h5_read_rows(rf_checkpoint *c, int tensor, const rf_box *box, void *out);
@@ -107,6 +106,5 @@ rf_status ck_generate(const rf_tensor *t, uint64_t seed, rf_dtype dtype, ck_emit
 /* Greedy packing of tensors, in order, into shards of at most shard_size bytes (a larger
  * tensor gets a shard of its own). Fills shard_of[tensor] and returns the shard count. */
 int ck_shard_plan(const rf_model *model, int64_t shard_size, int *shard_of);
-
 
 #endif

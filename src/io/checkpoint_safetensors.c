@@ -29,8 +29,8 @@
 
 /* Opens one file, checks its header length against the file and parses the header. */
 static rf_status load_file(rf_checkpoint *c, const char *path, int *index, json_t **header) {
-  ck_file *files = rf_realloc(c->files, (size_t)(c->file_count + 1) * sizeof *files,
-                              "the checkpoint file list");
+  ck_file *files =
+      rf_realloc(c->files, (size_t)(c->file_count + 1) * sizeof *files, "the checkpoint file list");
   if (!files)
     return RF_ERR_NOMEM;
   c->files = files;
@@ -50,8 +50,10 @@ static rf_status load_file(rf_checkpoint *c, const char *path, int *index, json_
     return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': cannot open: %s", path, strerror(errno));
   f->size = (int64_t)sb.st_size;
   if (f->size < 8)
-    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': the file's %" PRId64 " bytes are too "
-                   "few for a safetensors header (truncated or not safetensors)", path, f->size);
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': the file's %" PRId64 " bytes are too "
+                   "few for a safetensors header (truncated or not safetensors)",
+                   path, f->size);
   unsigned char len8[8];
   static const rf_tensor no_tensor = {.name = "(header)"};
   RF_TRY(ck_pread(f->fd, len8, 8, 0, path, &no_tensor));
@@ -59,12 +61,15 @@ static rf_status load_file(rf_checkpoint *c, const char *path, int *index, json_
   for (int k = 7; k >= 0; k--)
     n = n << 8 | len8[k];
   if (n > (uint64_t)(f->size - 8))
-    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': header length %" PRIu64 " is beyond the "
-                   "file's %" PRId64 " bytes (truncated or not safetensors)", path, n, f->size);
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': header length %" PRIu64 " is beyond the "
+                   "file's %" PRId64 " bytes (truncated or not safetensors)",
+                   path, n, f->size);
   if ((int64_t)n > ST_HEADER_MAX)
-    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': header length %" PRIu64 " is above the "
-                   "safetensors limit of %" PRId64 " bytes (not safetensors)", path, n,
-                   ST_HEADER_MAX);
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': header length %" PRIu64 " is above the "
+                   "safetensors limit of %" PRId64 " bytes (not safetensors)",
+                   path, n, ST_HEADER_MAX);
   f->data_start = 8 + (int64_t)n;
   char *text = rf_malloc(n ? n : 1, "the safetensors header");
   if (!text)
@@ -83,8 +88,10 @@ static rf_status load_file(rf_checkpoint *c, const char *path, int *index, json_
   json_t *value;
   json_object_foreach(*header, key, value) {
     if (strcmp(key, "__metadata__") != 0 && !json_is_object(value))
-      return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': the header entry '%s' is not an "
-                     "object", path, key);
+      return rf_fail(RF_ERR_CHECKPOINT,
+                     "checkpoint '%s': the header entry '%s' is not an "
+                     "object",
+                     path, key);
   }
   return RF_OK;
 }
@@ -113,9 +120,10 @@ static rf_status check_tensor(rf_checkpoint *c, int fi, json_t *header, const rf
   for (int d = 0; ok && d < RF_MIN(ndim, 8); d++)
     ok = get_int(shape, (size_t)d, &dims[d]);
   if (!ok)
-    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s: the header entry needs a "
-                   "dtype string, a shape of sizes and data_offsets [begin, end]", f->path,
-                   t->name);
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s: the header entry needs a "
+                   "dtype string, a shape of sizes and data_offsets [begin, end]",
+                   f->path, t->name);
   rf_dtype dt;
   int readable = ck_dtype_from_tag(json_string_value(dtype), &dt);
   if (!readable || dt != c->dtype)
@@ -124,13 +132,15 @@ static rf_status check_tensor(rf_checkpoint *c, int fi, json_t *header, const rf
     return ck_fail_shape(f->path, t, ndim, dims);
   int64_t a = f->data_start + begin, b = f->data_start + end;
   if (end - begin != t->numel * c->esize)
-    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64
-                   ") holds %" PRId64 " bytes, its shape and dtype need %" PRId64, f->path,
-                   t->name, a, b, end - begin, t->numel * c->esize);
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64 ") holds %" PRId64
+                   " bytes, its shape and dtype need %" PRId64,
+                   f->path, t->name, a, b, end - begin, t->numel * c->esize);
   if (b > f->size)
-    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64
-                   ") ends beyond the file's %" PRId64 " bytes (truncated)", f->path, t->name,
-                   a, b, f->size);
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64
+                   ") ends beyond the file's %" PRId64 " bytes (truncated)",
+                   f->path, t->name, a, b, f->size);
   c->tensor_file[t->id] = fi;
   c->tensor_offset[t->id] = a;
   return RF_OK;
@@ -164,8 +174,7 @@ static rf_status check_overlaps(rf_checkpoint *c, int fi) {
   for (int k = 1, far = 0; k < n && st == RF_OK; k++) {
     if (s[k].begin < s[far].end)
       st = rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensors %s and %s overlap in the file",
-                   c->files[fi].path, m->tensors[s[far].tensor].name,
-                   m->tensors[s[k].tensor].name);
+                   c->files[fi].path, m->tensors[s[far].tensor].name, m->tensors[s[k].tensor].name);
     if (s[k].end > s[far].end)
       far = k;
   }
@@ -201,8 +210,8 @@ static rf_status open_sharded(rf_checkpoint *c, const char *dir, const char *ind
   json_error_t err;
   json_t *index = json_load_file(index_path, JSON_REJECT_DUPLICATES, &err);
   if (!index)
-    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': not valid JSON: %s (line %d)",
-                   index_path, err.text, err.line);
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': not valid JSON: %s (line %d)", index_path,
+                   err.text, err.line);
   json_t *map = json_object_get(index, "weight_map");
   if (!json_is_object(map)) {
     json_decref(index);
@@ -215,13 +224,14 @@ static rf_status open_sharded(rf_checkpoint *c, const char *dir, const char *ind
     const rf_tensor *t = &c->model->tensors[i];
     json_t *file = json_object_get(map, t->name);
     if (!file) {
-      st = rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s is missing", index_path,
-                   t->name);
+      st = rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s is missing", index_path, t->name);
       break;
     }
     if (!json_is_string(file)) {
-      st = rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': the weight_map entry of tensor %s is "
-                   "not a file name", index_path, t->name);
+      st = rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': the weight_map entry of tensor %s is "
+                   "not a file name",
+                   index_path, t->name);
       break;
     }
     char path[CK_PATH_MAX * 2];
@@ -261,8 +271,10 @@ rf_status ck_st_open_dir(rf_checkpoint *c, const char *dir) {
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   if (access(path, F_OK) == 0)
     return ck_st_open_file(c, path);
-  return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': the directory holds neither %s nor "
-                 "model.safetensors", dir, ST_INDEX);
+  return rf_fail(RF_ERR_CHECKPOINT,
+                 "checkpoint '%s': the directory holds neither %s nor "
+                 "model.safetensors",
+                 dir, ST_INDEX);
 }
 
 void ck_st_close(rf_checkpoint *c) {

@@ -87,13 +87,12 @@ static rf_status write_file(const char *path, const rf_model *m, uint64_t seed, 
   return st;
 }
 
-static rf_status write_index(const char *dir, const rf_model *m, const int *shard_of,
-                             int shards) {
+static rf_status write_index(const char *dir, const rf_model *m, const int *shard_of, int shards) {
   char path[CK_PATH_MAX + 64], name[64];
   snprintf(path, sizeof path, "%s/%s", dir, ST_INDEX);
   json_t *index = json_object(), *map = json_object();
-  json_object_set_new(index, "metadata", json_pack("{s:I}", "total_size",
-                                                   (json_int_t)m->total_bytes));
+  json_object_set_new(index, "metadata",
+                      json_pack("{s:I}", "total_size", (json_int_t)m->total_bytes));
   for (int i = 0; i < m->tensor_count; i++) {
     snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", shard_of[i] + 1, shards);
     json_object_set_new(map, m->tensors[i].name, json_string(name));
@@ -123,18 +122,21 @@ rf_status ck_st_write(const char *path, const rf_model *m, uint64_t seed, int64_
   int exists = stat(path, &sb) == 0;
   if (shard_size == 0) {
     if (exists && S_ISDIR(sb.st_mode))
-      return rf_fail(RF_ERR_USAGE, "checkpoint '%s' is a directory: give a file name, or "
-                     "--shard-size for a sharded checkpoint", path);
+      return rf_fail(RF_ERR_USAGE,
+                     "checkpoint '%s' is a directory: give a file name, or "
+                     "--shard-size for a sharded checkpoint",
+                     path);
     return write_file(path, m, seed, 0, m->tensor_count);
   }
   if (exists && !S_ISDIR(sb.st_mode))
-    return rf_fail(RF_ERR_USAGE, "checkpoint '%s' exists and is not a directory, which a "
-                   "sharded checkpoint (--shard-size) needs", path);
+    return rf_fail(RF_ERR_USAGE,
+                   "checkpoint '%s' exists and is not a directory, which a "
+                   "sharded checkpoint (--shard-size) needs",
+                   path);
   if (!exists && mkdir(path, 0755) != 0)
     return rf_fail(RF_ERR_IO, "checkpoint '%s': cannot create the directory: %s", path,
                    strerror(errno));
-  int *shard_of = rf_calloc((size_t)RF_MAX(m->tensor_count, 1), sizeof *shard_of,
-                            "the shard plan");
+  int *shard_of = rf_calloc((size_t)RF_MAX(m->tensor_count, 1), sizeof *shard_of, "the shard plan");
   if (!shard_of)
     return RF_ERR_NOMEM;
   int shards = ck_shard_plan(m, shard_size, shard_of);

@@ -8,7 +8,8 @@
 #include <stdint.h>
 
 #include "memory/memory.h"
-#include "report/report.h"
+#include "model/model.h"
+#include "result/result.h"
 
 /* ---- results ------------------------------------------------------------------------------ */
 
@@ -18,15 +19,6 @@ typedef struct {
   const char *hosts;        /* comma-separated, in rank order, duplicates removed */
   const char *gpu_versions; /* "CUDA 13.0, NCCL 2.28.3" or "" (the GPU build fills it) */
 } rf_results_file_info;
-
-/* One shard's bytes, for bit-exact regression against a reference run with the same layout:
- * a trainer shard as stored, or a rollout rank's part of a tensor in row-major order. */
-typedef struct {
-  int32_t rank;   /* world rank */
-  int32_t tensor; /* logical tensor id */
-  int32_t role;   /* 0 trainer shard, 1 rollout shard */
-  uint64_t xxh3;
-} rf_shard_digest;
 
 /* The limits `refit run --calibrate` measures beside a run, in seconds per transfer of the
  * same bytes between the same ranks (median over --iters of the slowest rank); 0 where not
@@ -49,10 +41,10 @@ typedef struct {
 
   /* tensors: names and shapes from the model; checksums per tensor. */
   const rf_model *model_spec;
-  int replicas;                      /* rollout replicas */
-  const uint64_t *trainer_checksum;  /* [tensor], or NULL when not computed */
-  const uint64_t *rollout_checksum;  /* [replica * tensors + tensor], or NULL */
-  const uint64_t *reference_checksum;/* [tensor] from a checkpoint, or NULL */
+  int replicas;                       /* rollout replicas */
+  const uint64_t *trainer_checksum;   /* [tensor], or NULL when not computed */
+  const uint64_t *rollout_checksum;   /* [replica * tensors + tensor], or NULL */
+  const uint64_t *reference_checksum; /* [tensor] from a checkpoint, or NULL */
 
   const rf_shard_digest *shards;
   int shard_count;
@@ -118,8 +110,7 @@ void rf_checkpoint_close(rf_checkpoint *c);
 
 /* Reads `box` of a tensor into region `dst` (which holds that box; any strides), touching
  * only the rows and columns of the box (pread per row on safetensors, a hyperslab on HDF5). */
-rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box,
-                             const rf_region *dst);
+rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box, const rf_region *dst);
 
 /* The layout-invariant checksum of a whole tensor as stored in the file. */
 rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out);
@@ -149,9 +140,9 @@ typedef struct {
   char model[128], trainer[64], rollout[64], placement[32], plan[16], mode[16], transport[16];
   char status[32], skip_reason[256], slurm_job_id[64], slurm_job[128], written[32];
   int64_t bucket_size, iterations, ranks, wrong, checksum_bad; /* -1 where absent */
-  int64_t sweep_index, sweep_size;                            /* -1 where absent */
-  double time_median_s, time_p99_s, algbw_GBps;               /* NAN where absent */
-  double limit_s[RF_LIMIT_COUNT];                             /* NAN where not calibrated */
+  int64_t sweep_index, sweep_size;                             /* -1 where absent */
+  double time_median_s, time_p99_s, algbw_GBps;                /* NAN where absent */
+  double limit_s[RF_LIMIT_COUNT];                              /* NAN where not calibrated */
   int skipped;
   int has_summary;
   double phase_median[RF_PHASE_COUNT], phase_p99[RF_PHASE_COUNT]; /* summary, seconds */

@@ -18,8 +18,9 @@
 
 #include "results_internal.h"
 
-#define NOT_HDF5 "results file '%s' is not an HDF5 file or is damaged; choose another --output " \
-                 "or move it away"
+#define NOT_HDF5                                                                                   \
+  "results file '%s' is not an HDF5 file or is damaged; choose another --output "                  \
+  "or move it away"
 #define FOREIGN "results file '%s' is an HDF5 file but not refit's results; choose another --output"
 
 /* ---- small writers ------------------------------------------------------------------------ */
@@ -47,9 +48,9 @@ static rf_status write_attr(hid_t loc, const char *obj, const char *name, hid_t 
   rf_status st = RF_OK;
   hid_t space = H5I_INVALID_HID, attr = H5I_INVALID_HID;
   RF_H5_GOTO(space = H5Screate(H5S_SCALAR), done);
-  RF_H5_GOTO(attr = H5Acreate_by_name(loc, obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT,
-                                      H5P_DEFAULT),
-             done);
+  RF_H5_GOTO(
+      attr = H5Acreate_by_name(loc, obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+      done);
   RF_H5_GOTO(H5Awrite(attr, type, value), done);
 done:
   if (attr >= 0)
@@ -76,8 +77,8 @@ rf_status rf_results_attr_f64(hid_t loc, const char *obj, const char *name, doub
   return write_attr(loc, obj, name, H5T_NATIVE_DOUBLE, &value);
 }
 
-rf_status rf_results_dataset(hid_t loc, const char *name, hid_t type, int rank,
-                             const hsize_t *dims, const void *data) {
+rf_status rf_results_dataset(hid_t loc, const char *name, hid_t type, int rank, const hsize_t *dims,
+                             const void *data) {
   rf_status st = RF_OK;
   hid_t space = H5I_INVALID_HID, dset = H5I_INVALID_HID;
   hsize_t elements = 1;
@@ -168,8 +169,10 @@ rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file)
   if (stat(path, &sb) != 0)
     return rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be read: %s", path, strerror(errno));
   if (!S_ISREG(sb.st_mode))
-    return rf_fail(RF_ERR_RESULTS, "results file '%s' is not a regular file; choose another "
-                   "--output", path);
+    return rf_fail(RF_ERR_RESULTS,
+                   "results file '%s' is not a regular file; choose another "
+                   "--output",
+                   path);
   if (H5Fis_hdf5(path) <= 0)
     return rf_fail(RF_ERR_RESULTS, NOT_HDF5, path);
 
@@ -186,14 +189,18 @@ rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file)
              rf_results_read_attr_str(f, "refit_format", format, sizeof format) != 0) {
     st = rf_fail(RF_ERR_RESULTS, FOREIGN, path);
   } else if (strcmp(format, RF_RESULTS_FORMAT) != 0) {
-    st = rf_fail(RF_ERR_RESULTS, "results file '%s' has format '%s' but refit %s writes '%s'; "
-                 "choose another --output", path, format, rf_version, RF_RESULTS_FORMAT);
+    st = rf_fail(RF_ERR_RESULTS,
+                 "results file '%s' has format '%s' but refit %s writes '%s'; "
+                 "choose another --output",
+                 path, format, rf_version, RF_RESULTS_FORMAT);
   } else {
-    hid_t runs = H5Lexists(f, "runs", H5P_DEFAULT) > 0 ? H5Gopen2(f, "runs", H5P_DEFAULT)
-                                                       : H5I_INVALID_HID;
+    hid_t runs =
+        H5Lexists(f, "runs", H5P_DEFAULT) > 0 ? H5Gopen2(f, "runs", H5P_DEFAULT) : H5I_INVALID_HID;
     if (runs < 0)
-      st = rf_fail(RF_ERR_RESULTS, "results file '%s' is damaged: it has no /runs group; choose "
-                   "another --output or move it away", path);
+      st = rf_fail(RF_ERR_RESULTS,
+                   "results file '%s' is damaged: it has no /runs group; choose "
+                   "another --output or move it away",
+                   path);
     else
       H5Gclose(runs);
   }
@@ -201,8 +208,10 @@ rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file)
     H5Fclose(f);
     f = H5Fopen(path, flags, fapl);
     if (f < 0)
-      st = rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be opened for writing (no "
-                   "permission, or another process has it open); choose another --output", path);
+      st = rf_fail(RF_ERR_RESULTS,
+                   "results file '%s' cannot be opened for writing (no "
+                   "permission, or another process has it open); choose another --output",
+                   path);
   }
   H5Pclose(fapl);
   if (st != RF_OK) {
@@ -276,8 +285,10 @@ static rf_status create_file(const char *path, const rf_results_file_info *info)
   else
     slash[slash == dir ? 1 : 0] = '\0';
   if (access(dir, W_OK | X_OK) != 0)
-    return rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be created in '%s': %s; choose "
-                   "another --output", path, dir, strerror(errno));
+    return rf_fail(RF_ERR_RESULTS,
+                   "results file '%s' cannot be created in '%s': %s; choose "
+                   "another --output",
+                   path, dir, strerror(errno));
 
   /* The file is made whole under a name of this process's own and then linked into place,
    * so a job killed while creating it leaves a stray temporary file, never a half-made
@@ -319,8 +330,10 @@ done:
     return RF_OK;
   }
   if (rename(tmp, path) != 0) {
-    st = rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be created: %s; choose another "
-                 "--output", path, strerror(errno));
+    st = rf_fail(RF_ERR_RESULTS,
+                 "results file '%s' cannot be created: %s; choose another "
+                 "--output",
+                 path, strerror(errno));
     unlink(tmp);
   }
   return st;

@@ -43,8 +43,8 @@ rf_status rf_results_attr_f64(hid_t loc, const char *obj, const char *name, doub
 
 /* Creates dataset `name` of `type` and shape dims[rank] under loc and writes `data` (skipped
  * when the shape holds no element). */
-rf_status rf_results_dataset(hid_t loc, const char *name, hid_t type, int rank,
-                             const hsize_t *dims, const void *data);
+rf_status rf_results_dataset(hid_t loc, const char *name, hid_t type, int rank, const hsize_t *dims,
+                             const void *data);
 
 /* The current time as UTC ISO-8601, "2025-12-02T09:04:00Z". */
 void rf_results_utc_now(char *buf, size_t len);

@@ -20,8 +20,12 @@ rf_status rf_results_write_placement(hid_t g, const rf_results_run *run) {
     return RF_ERR_NOMEM;
   for (int i = 0; i < n; i++) {
     const rf_rank_info *p = &run->rank_table[i];
-    rows[i] = (placement_row){.pid = p->pid, .rank = p->rank, .trainer_rank = p->trainer_rank,
-                              .rollout_rank = p->rollout_rank, .gpu = p->gpu, .numa = p->numa};
+    rows[i] = (placement_row){.pid = p->pid,
+                              .rank = p->rank,
+                              .trainer_rank = p->trainer_rank,
+                              .rollout_rank = p->rollout_rank,
+                              .gpu = p->gpu,
+                              .numa = p->numa};
     snprintf(rows[i].host, sizeof rows[i].host, "%s", p->host);
     snprintf(rows[i].bus_id, sizeof rows[i].bus_id, "%s", p->bus_id[0] ? p->bus_id : "-");
     snprintf(rows[i].cpus, sizeof rows[i].cpus, "%s", p->cpus[0] ? p->cpus : "-");
@@ -39,12 +43,12 @@ rf_status rf_results_write_placement(hid_t g, const rf_results_run *run) {
   RF_H5_GOTO(H5Tinsert(type, "rank", HOFFSET(placement_row, rank), H5T_NATIVE_INT32), done);
   RF_H5_GOTO(H5Tinsert(type, "host", HOFFSET(placement_row, host), host), done);
   RF_H5_GOTO(H5Tinsert(type, "pid", HOFFSET(placement_row, pid), H5T_NATIVE_INT64), done);
-  RF_H5_GOTO(H5Tinsert(type, "trainer_rank", HOFFSET(placement_row, trainer_rank),
-                       H5T_NATIVE_INT32),
-             done);
-  RF_H5_GOTO(H5Tinsert(type, "rollout_rank", HOFFSET(placement_row, rollout_rank),
-                       H5T_NATIVE_INT32),
-             done);
+  RF_H5_GOTO(
+      H5Tinsert(type, "trainer_rank", HOFFSET(placement_row, trainer_rank), H5T_NATIVE_INT32),
+      done);
+  RF_H5_GOTO(
+      H5Tinsert(type, "rollout_rank", HOFFSET(placement_row, rollout_rank), H5T_NATIVE_INT32),
+      done);
   RF_H5_GOTO(H5Tinsert(type, "gpu", HOFFSET(placement_row, gpu), H5T_NATIVE_INT32), done);
   RF_H5_GOTO(H5Tinsert(type, "bus_id", HOFFSET(placement_row, bus_id), bus), done);
   RF_H5_GOTO(H5Tinsert(type, "cpus", HOFFSET(placement_row, cpus), cpus), done);

@@ -45,11 +45,13 @@ static rf_status open_run(const char *path, hid_t f, int run, hid_t *group, int 
     *number = run;
     snprintf(name, sizeof name, "%04d", *number);
     if (H5Lexists(runs, name, H5P_DEFAULT) <= 0)
-      st = rf_fail(RF_ERR_RESULTS, "results file '%s' has no run %04d; its latest is %04d",
-                   path, run, last);
+      st = rf_fail(RF_ERR_RESULTS, "results file '%s' has no run %04d; its latest is %04d", path,
+                   run, last);
     else if (run_skipped(runs, name))
-      st = rf_fail(RF_ERR_RESULTS, "results file '%s': run %04d is a skipped sweep combination "
-                   "and holds no results; give another --run", path, run);
+      st = rf_fail(RF_ERR_RESULTS,
+                   "results file '%s': run %04d is a skipped sweep combination "
+                   "and holds no results; give another --run",
+                   path, run);
   }
   if (st == RF_OK && (*group = H5Gopen2(runs, name, H5P_DEFAULT)) < 0)
     st = rf_hdf5_failed("H5Gopen2(runs, name)", __FILE__, __LINE__);
@@ -103,9 +105,9 @@ static rf_status read_tensors(hid_t dset, int *count, char (**names)[RF_NAME_MAX
   RF_H5_GOTO(array = H5Tarray_create2(H5T_NATIVE_UINT64, 1, &replicas), done);
   RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, row), done);
   RF_H5_GOTO(H5Tinsert(type, "name", HOFFSET(read_row, name), name), done);
-  RF_H5_GOTO(H5Tinsert(type, "trainer_checksum", HOFFSET(read_row, trainer_checksum),
-                       H5T_NATIVE_UINT64),
-             done);
+  RF_H5_GOTO(
+      H5Tinsert(type, "trainer_checksum", HOFFSET(read_row, trainer_checksum), H5T_NATIVE_UINT64),
+      done);
   RF_H5_GOTO(H5Tinsert(type, "rollout_checksum", sizeof(read_row), array), done);
   if (n > 0)
     RF_H5_GOTO(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), done);
@@ -141,8 +143,7 @@ rf_status rf_results_read_checksums(const char *path, int run, int *run_read, in
   int number = -1;
   rf_status st = open_run(path, f, run, &group, &number);
   if (st == RF_OK && H5Lexists(group, "tensors", H5P_DEFAULT) <= 0)
-    st = rf_fail(RF_ERR_RESULTS, "results file '%s' run %04d has no tensors dataset", path,
-                 number);
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s' run %04d has no tensors dataset", path, number);
   if (st == RF_OK && (dset = H5Dopen2(group, "tensors", H5P_DEFAULT)) < 0)
     st = rf_hdf5_failed("H5Dopen2(group, \"tensors\")", __FILE__, __LINE__);
   if (st == RF_OK)
@@ -173,8 +174,8 @@ rf_status rf_results_run_attribute(const char *path, int run, const char *name, 
   RF_TRY(rf_results_open_checked(path, H5F_ACC_RDONLY, &f));
   rf_status st = open_run(path, f, run, &group, &number);
   if (st == RF_OK && rf_results_read_attr_str(group, name, out, len) != 0)
-    st = rf_fail(RF_ERR_RESULTS, "results file '%s': run %04d has no string attribute '%s'",
-                 path, number, name);
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s': run %04d has no string attribute '%s'", path,
+                 number, name);
   if (group >= 0)
     H5Gclose(group);
   H5Fclose(f);

@@ -53,10 +53,17 @@ static rf_status write_skipped(hid_t g, const rf_results *r, const rf_results_ru
   const struct {
     const char *name, *value;
   } strings[] = {
-      {"model", run->model}, {"trainer", run->trainer}, {"rollout", run->rollout},
-      {"placement", run->placement}, {"plan", run->plan}, {"mode", run->mode},
-      {"transport", run->transport}, {"config_json", run->config_json},
-      {"command_line", r->command_line}, {"written", written}, {"status", "skipped"},
+      {"model", run->model},
+      {"trainer", run->trainer},
+      {"rollout", run->rollout},
+      {"placement", run->placement},
+      {"plan", run->plan},
+      {"mode", run->mode},
+      {"transport", run->transport},
+      {"config_json", run->config_json},
+      {"command_line", r->command_line},
+      {"written", written},
+      {"status", "skipped"},
       {"skip_reason", run->skip_reason},
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(strings); i++)
@@ -73,15 +80,27 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
   const struct {
     const char *name, *value;
   } strings[] = {
-      {"model", run->model}, {"model_type", run->model_type}, {"dtype", run->dtype},
-      {"trainer", run->trainer}, {"trainer_style", run->trainer_style},
-      {"trainer_order", run->trainer_order}, {"rollout", run->rollout},
-      {"placement", run->placement}, {"plan", run->plan}, {"mode", run->mode},
-      {"transport", run->transport}, {"verify", run->verify},
-      {"config_json", run->config_json}, {"command_line", r->command_line},
-      {"hosts", r->hosts}, {"gpu_versions", r->gpu_versions}, {"written", written},
-      {"status", rf_status_name(res->status)}, {"formula_algbw", FORMULA_ALGBW},
-      {"formula_aggbw", FORMULA_AGGBW}, {"units", run_units},
+      {"model", run->model},
+      {"model_type", run->model_type},
+      {"dtype", run->dtype},
+      {"trainer", run->trainer},
+      {"trainer_style", run->trainer_style},
+      {"trainer_order", run->trainer_order},
+      {"rollout", run->rollout},
+      {"placement", run->placement},
+      {"plan", run->plan},
+      {"mode", run->mode},
+      {"transport", run->transport},
+      {"verify", run->verify},
+      {"config_json", run->config_json},
+      {"command_line", r->command_line},
+      {"hosts", r->hosts},
+      {"gpu_versions", r->gpu_versions},
+      {"written", written},
+      {"status", rf_status_name(res->status)},
+      {"formula_algbw", FORMULA_ALGBW},
+      {"formula_aggbw", FORMULA_AGGBW},
+      {"units", run_units},
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(strings); i++)
     RF_TRY(rf_results_attr_str(g, ".", strings[i].name, strings[i].value));
@@ -89,12 +108,20 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
     const char *name;
     int64_t value;
   } ints[] = {
-      {"bucket_size", run->bucket_size}, {"seed", run->seed},
-      {"exit_code", rf_status_exit_code(res->status)}, {"iterations", res->iterations},
-      {"ranks", res->ranks}, {"replicas", run->replicas}, {"model_bytes", res->model_bytes},
-      {"replica_bytes", res->replica_bytes}, {"transfer_bytes", res->transfer_bytes},
-      {"pieces", res->pieces}, {"messages", res->messages}, {"wrong", res->wrong},
-      {"checksum_bad", res->checksum_bad}, {"peak_staging_bytes", res->peak_staging},
+      {"bucket_size", run->bucket_size},
+      {"seed", run->seed},
+      {"exit_code", rf_status_exit_code(res->status)},
+      {"iterations", res->iterations},
+      {"ranks", res->ranks},
+      {"replicas", run->replicas},
+      {"model_bytes", res->model_bytes},
+      {"replica_bytes", res->replica_bytes},
+      {"transfer_bytes", res->transfer_bytes},
+      {"pieces", res->pieces},
+      {"messages", res->messages},
+      {"wrong", res->wrong},
+      {"checksum_bad", res->checksum_bad},
+      {"peak_staging_bytes", res->peak_staging},
       {"peak_rss_bytes", res->peak_rss},
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(ints); i++)
@@ -268,9 +295,9 @@ static rf_status write_tensors(hid_t g, const rf_results_run *run) {
   RF_H5_GOTO(H5Tinsert(type, "ndim", HOFFSET(tensor_row, ndim), H5T_NATIVE_INT32), done);
   RF_H5_GOTO(H5Tinsert(type, "shape", HOFFSET(tensor_row, shape), shape), done);
   RF_H5_GOTO(H5Tinsert(type, "bytes", HOFFSET(tensor_row, bytes), H5T_NATIVE_INT64), done);
-  RF_H5_GOTO(H5Tinsert(type, "trainer_checksum", HOFFSET(tensor_row, trainer_checksum),
-                       H5T_NATIVE_UINT64),
-             done);
+  RF_H5_GOTO(
+      H5Tinsert(type, "trainer_checksum", HOFFSET(tensor_row, trainer_checksum), H5T_NATIVE_UINT64),
+      done);
   RF_H5_GOTO(H5Tinsert(type, "reference_checksum", HOFFSET(tensor_row, reference_checksum),
                        H5T_NATIVE_UINT64),
              done);
@@ -278,14 +305,13 @@ static rf_status write_tensors(hid_t g, const rf_results_run *run) {
   RF_H5_GOTO(H5Tinsert(type, "rollout_checksum", sizeof(tensor_row), rollout), done);
   RF_TRY_GOTO(rf_results_dataset(g, "tensors", type, 1, dims, buf), done);
   RF_TRY_GOTO(rf_results_attr_i64(g, "tensors", "replicas", replicas), done);
-  RF_TRY_GOTO(rf_results_attr_i64(g, "tensors", "has_trainer_checksum",
-                                  run->trainer_checksum != NULL),
-              done);
-  RF_TRY_GOTO(rf_results_attr_i64(g, "tensors", "has_rollout_checksum",
-                                  run->rollout_checksum != NULL),
-              done);
-  RF_TRY_GOTO(rf_results_attr_i64(g, "tensors", "has_reference",
-                                  run->reference_checksum != NULL),
+  RF_TRY_GOTO(
+      rf_results_attr_i64(g, "tensors", "has_trainer_checksum", run->trainer_checksum != NULL),
+      done);
+  RF_TRY_GOTO(
+      rf_results_attr_i64(g, "tensors", "has_rollout_checksum", run->rollout_checksum != NULL),
+      done);
+  RF_TRY_GOTO(rf_results_attr_i64(g, "tensors", "has_reference", run->reference_checksum != NULL),
               done);
   RF_TRY_GOTO(rf_results_attr_str(g, "tensors", "units_bytes", "bytes"), done);
   RF_TRY_GOTO(rf_results_attr_str(g, "tensors", "checksum",
@@ -312,8 +338,7 @@ static rf_status write_shards(hid_t g, const rf_results_run *run) {
   hsize_t dims[1] = {(hsize_t)(run->shards ? RF_MAX(run->shard_count, 0) : 0)};
   RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, sizeof(rf_shard_digest)), done);
   RF_H5_GOTO(H5Tinsert(type, "rank", HOFFSET(rf_shard_digest, rank), H5T_NATIVE_INT32), done);
-  RF_H5_GOTO(H5Tinsert(type, "tensor", HOFFSET(rf_shard_digest, tensor), H5T_NATIVE_INT32),
-             done);
+  RF_H5_GOTO(H5Tinsert(type, "tensor", HOFFSET(rf_shard_digest, tensor), H5T_NATIVE_INT32), done);
   RF_H5_GOTO(H5Tinsert(type, "role", HOFFSET(rf_shard_digest, role), H5T_NATIVE_INT32), done);
   RF_H5_GOTO(H5Tinsert(type, "xxh3", HOFFSET(rf_shard_digest, xxh3), H5T_NATIVE_UINT64), done);
   RF_TRY_GOTO(rf_results_dataset(g, "shards", type, 1, dims, run->shards), done);
@@ -331,8 +356,8 @@ done:
   return st;
 }
 
-static rf_status write_bytes_per_rank(hid_t plan, const char *name, const int64_t *bytes,
-                                      int count, const char *description) {
+static rf_status write_bytes_per_rank(hid_t plan, const char *name, const int64_t *bytes, int count,
+                                      const char *description) {
   hsize_t dims[1] = {(hsize_t)(bytes ? RF_MAX(count, 0) : 0)};
   RF_TRY(rf_results_dataset(plan, name, H5T_NATIVE_INT64, 1, dims, bytes));
   RF_TRY(rf_results_attr_str(plan, name, "units", "bytes"));

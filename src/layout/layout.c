@@ -30,13 +30,20 @@ static void trainer_rules(rf_trainer_style style, const rf_tensor *t, int64_t he
   out[0] = out[1] = split1(RF_AXIS_NONE, 1);
   if (style == RF_STYLE_TUNIX) {
     switch (t->kind) {
-    case RF_T_EMBED: case RF_T_LM_HEAD: case RF_T_GATE: case RF_T_UP:
+    case RF_T_EMBED:
+    case RF_T_LM_HEAD:
+    case RF_T_GATE:
+    case RF_T_UP:
       out[0] = split1(T, 1), out[1] = split1(F, 1);
       break;
-    case RF_T_Q: case RF_T_K: case RF_T_V:
+    case RF_T_Q:
+    case RF_T_K:
+    case RF_T_V:
       out[0] = split1(F, head), out[1] = split1(T, 1);
       break;
-    case RF_T_Q_BIAS: case RF_T_K_BIAS: case RF_T_V_BIAS:
+    case RF_T_Q_BIAS:
+    case RF_T_K_BIAS:
+    case RF_T_V_BIAS:
       out[0] = split1(F, head);
       break;
     case RF_T_O:
@@ -45,7 +52,8 @@ static void trainer_rules(rf_trainer_style style, const rf_tensor *t, int64_t he
     case RF_T_DOWN:
       out[0] = split1(F, 1), out[1] = split1(T, 1);
       break;
-    case RF_T_NORM: case RF_T_HEAD_NORM:
+    case RF_T_NORM:
+    case RF_T_HEAD_NORM:
       out[0] = split1(T, 1);
       break;
     default:
@@ -56,10 +64,18 @@ static void trainer_rules(rf_trainer_style style, const rf_tensor *t, int64_t he
   /* fsdp2: Megatron TP first (column-parallel on dim 0, row-parallel on dim 1), then FSDP
    * shards dim 0 of whatever TP left. */
   switch (t->kind) {
-  case RF_T_EMBED: case RF_T_LM_HEAD: case RF_T_GATE: case RF_T_UP:
+  case RF_T_EMBED:
+  case RF_T_LM_HEAD:
+  case RF_T_GATE:
+  case RF_T_UP:
     out[0] = split2(T, 1, F, 1);
     break;
-  case RF_T_Q: case RF_T_K: case RF_T_V: case RF_T_Q_BIAS: case RF_T_K_BIAS: case RF_T_V_BIAS:
+  case RF_T_Q:
+  case RF_T_K:
+  case RF_T_V:
+  case RF_T_Q_BIAS:
+  case RF_T_K_BIAS:
+  case RF_T_V_BIAS:
     out[0] = split2(T, head, F, 1);
     break;
   case RF_T_O:
@@ -68,7 +84,8 @@ static void trainer_rules(rf_trainer_style style, const rf_tensor *t, int64_t he
   case RF_T_DOWN:
     out[0] = split1(F, 1), out[1] = split1(T, 1);
     break;
-  case RF_T_NORM: case RF_T_HEAD_NORM:
+  case RF_T_NORM:
+  case RF_T_HEAD_NORM:
     out[0] = split1(F, 1);
     break;
   default:
@@ -84,8 +101,7 @@ static const char *axis_name(rf_mesh_axis a) { return a == RF_AXIS_FSDP ? "fsdp"
 
 /* Checks one dimension's split; `heads` selects the head-granular splits (checked first over
  * the whole model, so that "32 heads over fsdp=3" is what the user reads) or the others. */
-static rf_status check_trainer_split(const rf_layout *lay, const rf_tensor *t, int dim,
-                                     int heads) {
+static rf_status check_trainer_split(const rf_layout *lay, const rf_tensor *t, int dim, int heads) {
   const rf_dim_split *s = &lay->trainer_split[t->id][dim];
   int64_t extent = t->shape[dim];
   for (int k = 0; k < 2; k++) {
@@ -95,8 +111,8 @@ static rf_status check_trainer_split(const rf_layout *lay, const rf_tensor *t, i
     int64_t units = extent / s->granule[k];
     if (units % parts != 0 && (s->granule[k] > 1) == heads) {
       const char *unit = s->granule[k] > 1 ? (is_kv(t->kind) ? "kv heads" : "heads")
-                         : dim == 0         ? "rows"
-                                            : "columns";
+                         : dim == 0        ? "rows"
+                                           : "columns";
       return rf_fail(RF_ERR_LAYOUT,
                      "layout: %s dim %d has %lld %s%s, which do not divide over trainer %s=%d; "
                      "choose a trainer %s that divides %lld",
@@ -133,8 +149,14 @@ int rf_layout_trainer_transposed(const rf_layout *lay, int tensor) {
   if (lay->trainer.order != RF_ORDER_JAX)
     return 0;
   switch (lay->model->tensors[tensor].kind) {
-  case RF_T_Q: case RF_T_K: case RF_T_V: case RF_T_O: case RF_T_GATE: case RF_T_UP:
-  case RF_T_DOWN: case RF_T_LM_HEAD:
+  case RF_T_Q:
+  case RF_T_K:
+  case RF_T_V:
+  case RF_T_O:
+  case RF_T_GATE:
+  case RF_T_UP:
+  case RF_T_DOWN:
+  case RF_T_LM_HEAD:
     return 1;
   default:
     return 0;
@@ -150,7 +172,9 @@ static rf_status check_rollout(const rf_layout *lay, const rf_tensor *t) {
   const rf_model *m = lay->model;
   int R = lay->rollout.tp;
   switch (t->kind) {
-  case RF_T_Q: case RF_T_Q_BIAS: case RF_T_O:
+  case RF_T_Q:
+  case RF_T_Q_BIAS:
+  case RF_T_O:
     if (m->heads % R)
       return rf_fail(RF_ERR_LAYOUT,
                      "layout: %s dim %d has %lld heads, which do not divide over rollout tp=%d; "
@@ -158,7 +182,10 @@ static rf_status check_rollout(const rf_layout *lay, const rf_tensor *t) {
                      t->name, t->kind == RF_T_O ? 1 : 0, (long long)m->heads, R,
                      (long long)m->heads);
     break;
-  case RF_T_K: case RF_T_V: case RF_T_K_BIAS: case RF_T_V_BIAS:
+  case RF_T_K:
+  case RF_T_V:
+  case RF_T_K_BIAS:
+  case RF_T_V_BIAS:
     if ((R <= m->kv_heads && m->kv_heads % R) || (R > m->kv_heads && R % m->kv_heads))
       return rf_fail(RF_ERR_LAYOUT,
                      "layout: %s dim 0 has %lld kv heads, which neither divide over nor "
@@ -166,7 +193,9 @@ static rf_status check_rollout(const rf_layout *lay, const rf_tensor *t) {
                      "or is a multiple of %lld",
                      t->name, (long long)m->kv_heads, R, (long long)m->kv_heads);
     break;
-  case RF_T_GATE: case RF_T_UP: case RF_T_DOWN:
+  case RF_T_GATE:
+  case RF_T_UP:
+  case RF_T_DOWN:
     if (m->intermediate % R)
       return rf_fail(RF_ERR_LAYOUT,
                      "layout: %s dim %d has size %lld, which does not divide over rollout "
@@ -174,7 +203,8 @@ static rf_status check_rollout(const rf_layout *lay, const rf_tensor *t) {
                      t->name, t->kind == RF_T_DOWN ? 1 : 0, (long long)m->intermediate, R,
                      (long long)m->intermediate);
     break;
-  case RF_T_EMBED: case RF_T_LM_HEAD:
+  case RF_T_EMBED:
+  case RF_T_LM_HEAD:
     if (lay->vocab_padded % R)
       return rf_fail(RF_ERR_LAYOUT,
                      "layout: %s dim 0 has %lld rows (padded to %lld), which do not divide over "
@@ -195,17 +225,22 @@ rf_box rf_layout_rollout_box(const rf_layout *lay, int tensor, int rollout_rank)
   int64_t H = m->head_dim;
   rf_box b = rf_box_whole(t);
   switch (t->kind) {
-  case RF_T_EMBED: case RF_T_LM_HEAD: {
+  case RF_T_EMBED:
+  case RF_T_LM_HEAD: {
     int64_t rows = lay->vocab_padded / R;
     b.lo[0] = RF_MIN(r * rows, m->vocab);
     b.hi[0] = RF_MIN((r + 1) * rows, m->vocab);
     break;
   }
-  case RF_T_Q: case RF_T_Q_BIAS:
+  case RF_T_Q:
+  case RF_T_Q_BIAS:
     b.lo[0] = r * (m->heads / R) * H;
     b.hi[0] = b.lo[0] + (m->heads / R) * H;
     break;
-  case RF_T_K: case RF_T_V: case RF_T_K_BIAS: case RF_T_V_BIAS: {
+  case RF_T_K:
+  case RF_T_V:
+  case RF_T_K_BIAS:
+  case RF_T_V_BIAS: {
     int64_t first = R <= m->kv_heads ? r * (m->kv_heads / R) : r / (R / m->kv_heads);
     int64_t count = R <= m->kv_heads ? m->kv_heads / R : 1;
     b.lo[0] = first * H;
@@ -216,7 +251,8 @@ rf_box rf_layout_rollout_box(const rf_layout *lay, int tensor, int rollout_rank)
     b.lo[1] = r * (m->heads / R) * H;
     b.hi[1] = b.lo[1] + (m->heads / R) * H;
     break;
-  case RF_T_GATE: case RF_T_UP:
+  case RF_T_GATE:
+  case RF_T_UP:
     b.lo[0] = r * (m->intermediate / R);
     b.hi[0] = b.lo[0] + m->intermediate / R;
     break;
@@ -269,8 +305,8 @@ static rf_status build_rollout_tensors(rf_layout *lay) {
   int R = lay->rollout.tp;
   int64_t H = m->head_dim, q_rows = m->heads / R * H;
   int64_t kv_rows = (R <= m->kv_heads ? m->kv_heads / R : 1) * H;
-  lay->rollout_tensors = rf_calloc((size_t)m->tensor_count, sizeof *lay->rollout_tensors,
-                                   "rollout tensors");
+  lay->rollout_tensors =
+      rf_calloc((size_t)m->tensor_count, sizeof *lay->rollout_tensors, "rollout tensors");
   lay->slots = rf_calloc((size_t)m->tensor_count, sizeof *lay->slots, "rollout slots");
   if (!lay->rollout_tensors || !lay->slots)
     return RF_ERR_NOMEM;
@@ -292,7 +328,7 @@ static rf_status build_rollout_tensors(rf_layout *lay) {
       rt->shape[1] = b.hi[1] - b.lo[1];
       if (t->kind == RF_T_EMBED || t->kind == RF_T_LM_HEAD)
         rt->shape[0] = lay->vocab_padded / R; /* vLLM allocates the padding rows too */
-      if (strcmp(name, t->name) != 0) /* fused: q + k + v or gate + up rows */
+      if (strcmp(name, t->name) != 0)         /* fused: q + k + v or gate + up rows */
         rt->shape[0] = (t->kind == RF_T_GATE) ? 2 * (m->intermediate / R) : q_rows + 2 * kv_rows;
     }
     rf_rollout_slot *s = &lay->slots[i];
@@ -327,8 +363,8 @@ rf_status rf_layout_init(rf_layout *lay, const rf_model *model, const rf_trainer
                         ? RF_MAX(lay->trainer_ranks, lay->rollout_ranks)
                         : lay->trainer_ranks + lay->rollout_ranks;
   lay->vocab_padded = (model->vocab + 63) / 64 * 64;
-  lay->trainer_split = rf_calloc((size_t)model->tensor_count, sizeof *lay->trainer_split,
-                                 "trainer splits");
+  lay->trainer_split =
+      rf_calloc((size_t)model->tensor_count, sizeof *lay->trainer_split, "trainer splits");
   if (!lay->trainer_split)
     return RF_ERR_NOMEM;
   rf_status st = RF_OK;

@@ -10,17 +10,10 @@
 
 #include <stdint.h>
 
-#include "../model/model.h"
+#include "core/box.h"
+#include "model/model.h"
 
-typedef struct {
-  int64_t lo[2], hi[2];
-} rf_box;
-
-int64_t rf_box_numel(const rf_box *b);
-int rf_box_is_empty(const rf_box *b);
-/* Writes a ∩ b to out; returns 1 when it is not empty. */
-int rf_box_intersect(const rf_box *a, const rf_box *b, rf_box *out);
-int rf_box_equal(const rf_box *a, const rf_box *b);
+/* The whole of a tensor as a box. */
 rf_box rf_box_whole(const rf_tensor *t);
 
 typedef enum { RF_STYLE_TUNIX = 0, RF_STYLE_FSDP2 } rf_trainer_style;

@@ -1,35 +1,10 @@
-/* Parsing and printing of layout strings ("fsdp=4,tp=2,dp=2", "tp=4") and box arithmetic. */
+/* Parsing and printing of layout strings ("fsdp=4,tp=2,dp=2", "tp=4"). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "layout.h"
-
-int64_t rf_box_numel(const rf_box *b) {
-  if (b->hi[0] <= b->lo[0] || b->hi[1] <= b->lo[1])
-    return 0;
-  return (b->hi[0] - b->lo[0]) * (b->hi[1] - b->lo[1]);
-}
-
-int rf_box_is_empty(const rf_box *b) { return rf_box_numel(b) == 0; }
-
-int rf_box_intersect(const rf_box *a, const rf_box *b, rf_box *out) {
-  rf_box r;
-  for (int d = 0; d < 2; d++) {
-    r.lo[d] = RF_MAX(a->lo[d], b->lo[d]);
-    r.hi[d] = RF_MIN(a->hi[d], b->hi[d]);
-    if (r.hi[d] < r.lo[d])
-      r.hi[d] = r.lo[d];
-  }
-  *out = r;
-  return !rf_box_is_empty(&r);
-}
-
-int rf_box_equal(const rf_box *a, const rf_box *b) {
-  return a->lo[0] == b->lo[0] && a->hi[0] == b->hi[0] && a->lo[1] == b->lo[1] &&
-         a->hi[1] == b->hi[1];
-}
 
 rf_box rf_box_whole(const rf_tensor *t) {
   rf_box b = {{0, 0}, {t->shape[0], t->shape[1]}};

@@ -11,12 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "layout/layout.h"
+#include "core/box.h"
+#include "core/core.h"
 
 typedef enum {
-  RF_MEM_HOST = 0,   /* pageable host memory */
-  RF_MEM_PINNED,     /* page-locked host memory (GPU builds) */
-  RF_MEM_DEVICE      /* GPU memory (GPU builds) */
+  RF_MEM_HOST = 0, /* pageable host memory */
+  RF_MEM_PINNED,   /* page-locked host memory (GPU builds) */
+  RF_MEM_DEVICE    /* GPU memory (GPU builds) */
 } rf_mem_kind;
 const char *rf_mem_kind_name(rf_mem_kind kind);
 
@@ -46,8 +47,8 @@ rf_region rf_region_row_major(void *base, const rf_box *box, int esize);
 rf_region rf_region_transposed(void *base, const rf_box *box, int esize);
 /* The slot of a logical tensor inside a fused rollout tensor of width `ld` elements:
  * `held` lands at (row, col) of the fused tensor that starts at `fused`. */
-rf_region rf_region_in_fused(void *fused, int64_t ld, int64_t row, int64_t col,
-                             const rf_box *held, int esize);
+rf_region rf_region_in_fused(void *fused, int64_t ld, int64_t row, int64_t col, const rf_box *held,
+                             int esize);
 
 /* The address of logical element (i, j); the caller guarantees it is inside region->box. */
 static inline char *rf_region_at(const rf_region *r, int64_t i, int64_t j) {
@@ -95,7 +96,9 @@ rf_status rf_mem_sync(rf_mem_kind kind);
 typedef struct {
   rf_mem_kind kind;
   double host_seconds; /* host kinds: the sum of the spans so far */
-  struct rf_mem_span { void *begin, *end; } *events; /* device: CUDA events per span */
+  struct rf_mem_span {
+    void *begin, *end;
+  } * events; /* device: CUDA events per span */
   int spans, capacity;
   double span_start;
 } rf_mem_timer;
@@ -109,9 +112,9 @@ void rf_mem_timer_free(rf_mem_timer *t);
 
 /* The GPU this rank uses. */
 typedef struct {
-  int count;        /* GPUs visible to this process */
-  int device;       /* the CUDA device index chosen */
-  char bus_id[32];  /* PCI bus id, e.g. "0000:1b:00.0" */
+  int count;       /* GPUs visible to this process */
+  int device;      /* the CUDA device index chosen */
+  char bus_id[32]; /* PCI bus id, e.g. "0000:1b:00.0" */
   char name[96];
 } rf_gpu_info;
 

@@ -46,7 +46,7 @@ constexpr int kBlock = 256;
 constexpr int kLinesUnroll = 8, kLinesRounds = 4;
 constexpr int64_t kLinesUnit = (int64_t)kBlock * kLinesUnroll * kLinesRounds; /* accesses */
 constexpr int kTile = 64, kTilesPerUnit = 4;
-constexpr int kPairsO = 128; /* copy_pairs' tile extent along o: 64 or 128 */
+constexpr int kPairsO = 128;                       /* copy_pairs' tile extent along o: 64 or 128 */
 constexpr int kTileElems = kTile * kTile / kBlock; /* elements per thread per tile */
 constexpr int64_t kElemsUnit = (int64_t)kBlock * 16;
 constexpr int kRing = 4;
@@ -56,19 +56,29 @@ constexpr int kRing = 4;
  * predicates the branches of a single kernel together and pays for all of them at once). A
  * batch costs one launch per class present: one for an ordinary pack or unpack. */
 enum {
-  CLS_RUN16, CLS_LINES16, CLS_LINES8, CLS_LINES4, CLS_LINES2, CLS_LINES1,
-  CLS_PAIRS2, CLS_TILES4, CLS_TILES2, CLS_TILES1, CLS_ELEMS, CLS_COUNT
+  CLS_RUN16,
+  CLS_LINES16,
+  CLS_LINES8,
+  CLS_LINES4,
+  CLS_LINES2,
+  CLS_LINES1,
+  CLS_PAIRS2,
+  CLS_TILES4,
+  CLS_TILES2,
+  CLS_TILES1,
+  CLS_ELEMS,
+  CLS_COUNT
 };
 
 struct piece {
   char *dst;
   const char *src;
-  int64_t n_out, n_in;  /* lines: lines and accesses per line; others: elements */
-  int64_t d_out, s_out; /* lines: byte pitches; others: element strides between lines */
-  int64_t d_in, s_in;   /* tiles and elems: element strides along a line */
-  int64_t unit_begin;   /* this piece's first unit among the pieces of its class */
-  int64_t tiles_in;     /* tiles: tiles across a line */
-  int32_t cls, width;   /* width: bytes per access (lines) or per element */
+  int64_t n_out, n_in;              /* lines: lines and accesses per line; others: elements */
+  int64_t d_out, s_out;             /* lines: byte pitches; others: element strides between lines */
+  int64_t d_in, s_in;               /* tiles and elems: element strides along a line */
+  int64_t unit_begin;               /* this piece's first unit among the pieces of its class */
+  int64_t tiles_in;                 /* tiles: tiles across a line */
+  int32_t cls, width;               /* width: bytes per access (lines) or per element */
   int32_t src_along_o, dst_along_o; /* tiles: warps run along the outer dimension */
 };
 
@@ -93,8 +103,7 @@ __device__ __forceinline__ void locate(int64_t n_out, int64_t n_in, int64_t line
  * no line arithmetic at all, so fewer registers per thread and more blocks, hence more loads,
  * in flight per multiprocessor. Its own class: in one kernel with copy_lines, ptxas would give
  * it copy_lines' registers. */
-template <typename V>
-__device__ __forceinline__ void copy_run(const piece &pc, int64_t unit) {
+template <typename V> __device__ __forceinline__ void copy_run(const piece &pc, int64_t unit) {
   const int64_t v0 = unit * kLinesUnit + threadIdx.x;
   const V *src = (const V *)pc.src + v0;
   V *dst = (V *)pc.dst + v0;
@@ -117,8 +126,7 @@ __device__ __forceinline__ void copy_run(const piece &pc, int64_t unit) {
   }
 }
 
-template <typename V>
-__device__ __forceinline__ void copy_lines(const piece &pc, int64_t unit) {
+template <typename V> __device__ __forceinline__ void copy_lines(const piece &pc, int64_t unit) {
   const int64_t total = pc.n_out * pc.n_in;
   const int64_t v0 = unit * kLinesUnit;
   int64_t line0 = 0, rem0 = v0;
@@ -269,8 +277,8 @@ __host__ __device__ constexpr int smem_bytes(int cls) {
 }
 
 template <int CLS>
-__global__ void __launch_bounds__(kBlock) copy_kernel(const piece *__restrict__ pieces, int count,
-                                                      int64_t units) {
+__global__ void __launch_bounds__(kBlock)
+    copy_kernel(const piece *__restrict__ pieces, int count, int64_t units) {
   __shared__ __align__(16) unsigned char smem[smem_bytes(CLS)];
   int p = 0;
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
@@ -286,17 +294,28 @@ __global__ void __launch_bounds__(kBlock) copy_kernel(const piece *__restrict__ 
     p = lo;
     const piece pc = pieces[p];
     const int64_t unit = u - pc.unit_begin;
-    if constexpr (CLS == CLS_RUN16) copy_run<uint4>(pc, unit);
-    if constexpr (CLS == CLS_LINES16) copy_lines<uint4>(pc, unit);
-    if constexpr (CLS == CLS_LINES8) copy_lines<uint2>(pc, unit);
-    if constexpr (CLS == CLS_LINES4) copy_lines<unsigned int>(pc, unit);
-    if constexpr (CLS == CLS_LINES2) copy_lines<unsigned short>(pc, unit);
-    if constexpr (CLS == CLS_LINES1) copy_lines<unsigned char>(pc, unit);
-    if constexpr (CLS == CLS_PAIRS2) copy_pairs(pc, unit, (uint16_t *)smem);
-    if constexpr (CLS == CLS_TILES4) copy_tiles<uint32_t>(pc, unit, (uint32_t *)smem);
-    if constexpr (CLS == CLS_TILES2) copy_tiles<uint16_t>(pc, unit, (uint16_t *)smem);
-    if constexpr (CLS == CLS_TILES1) copy_tiles<uint8_t>(pc, unit, (uint8_t *)smem);
-    if constexpr (CLS == CLS_ELEMS) copy_elems(pc, unit);
+    if constexpr (CLS == CLS_RUN16)
+      copy_run<uint4>(pc, unit);
+    if constexpr (CLS == CLS_LINES16)
+      copy_lines<uint4>(pc, unit);
+    if constexpr (CLS == CLS_LINES8)
+      copy_lines<uint2>(pc, unit);
+    if constexpr (CLS == CLS_LINES4)
+      copy_lines<unsigned int>(pc, unit);
+    if constexpr (CLS == CLS_LINES2)
+      copy_lines<unsigned short>(pc, unit);
+    if constexpr (CLS == CLS_LINES1)
+      copy_lines<unsigned char>(pc, unit);
+    if constexpr (CLS == CLS_PAIRS2)
+      copy_pairs(pc, unit, (uint16_t *)smem);
+    if constexpr (CLS == CLS_TILES4)
+      copy_tiles<uint32_t>(pc, unit, (uint32_t *)smem);
+    if constexpr (CLS == CLS_TILES2)
+      copy_tiles<uint16_t>(pc, unit, (uint16_t *)smem);
+    if constexpr (CLS == CLS_TILES1)
+      copy_tiles<uint8_t>(pc, unit, (uint8_t *)smem);
+    if constexpr (CLS == CLS_ELEMS)
+      copy_elems(pc, unit);
   }
 }
 
@@ -323,9 +342,11 @@ int64_t plan_piece(const rf_box_copy *c, piece *pc) {
     int width = 16;
     while (width > 1 && bits % (uint64_t)width != 0)
       width /= 2;
-    pc->cls = width == 16 ? (lines == 1 ? CLS_RUN16 : CLS_LINES16)
-              : width == 8 ? CLS_LINES8 : width == 4 ? CLS_LINES4
-              : width == 2 ? CLS_LINES2 : CLS_LINES1;
+    pc->cls = width == 16  ? (lines == 1 ? CLS_RUN16 : CLS_LINES16)
+              : width == 8 ? CLS_LINES8
+              : width == 4 ? CLS_LINES4
+              : width == 2 ? CLS_LINES2
+                           : CLS_LINES1;
     pc->width = width;
     pc->n_out = lines, pc->n_in = bytes / width, pc->d_out = dp, pc->s_out = sp;
     return ceil_div(lines * pc->n_in, kLinesUnit);
@@ -395,17 +416,28 @@ rf_status launch(const piece *pieces, int count, int64_t units, cudaStream_t str
 rf_status launch_class(int cls, const piece *pieces, int count, int64_t units,
                        cudaStream_t stream) {
   switch (cls) {
-  case CLS_RUN16: return launch<CLS_RUN16>(pieces, count, units, stream);
-  case CLS_LINES16: return launch<CLS_LINES16>(pieces, count, units, stream);
-  case CLS_LINES8: return launch<CLS_LINES8>(pieces, count, units, stream);
-  case CLS_LINES4: return launch<CLS_LINES4>(pieces, count, units, stream);
-  case CLS_LINES2: return launch<CLS_LINES2>(pieces, count, units, stream);
-  case CLS_LINES1: return launch<CLS_LINES1>(pieces, count, units, stream);
-  case CLS_PAIRS2: return launch<CLS_PAIRS2>(pieces, count, units, stream);
-  case CLS_TILES4: return launch<CLS_TILES4>(pieces, count, units, stream);
-  case CLS_TILES2: return launch<CLS_TILES2>(pieces, count, units, stream);
-  case CLS_TILES1: return launch<CLS_TILES1>(pieces, count, units, stream);
-  default: return launch<CLS_ELEMS>(pieces, count, units, stream);
+  case CLS_RUN16:
+    return launch<CLS_RUN16>(pieces, count, units, stream);
+  case CLS_LINES16:
+    return launch<CLS_LINES16>(pieces, count, units, stream);
+  case CLS_LINES8:
+    return launch<CLS_LINES8>(pieces, count, units, stream);
+  case CLS_LINES4:
+    return launch<CLS_LINES4>(pieces, count, units, stream);
+  case CLS_LINES2:
+    return launch<CLS_LINES2>(pieces, count, units, stream);
+  case CLS_LINES1:
+    return launch<CLS_LINES1>(pieces, count, units, stream);
+  case CLS_PAIRS2:
+    return launch<CLS_PAIRS2>(pieces, count, units, stream);
+  case CLS_TILES4:
+    return launch<CLS_TILES4>(pieces, count, units, stream);
+  case CLS_TILES2:
+    return launch<CLS_TILES2>(pieces, count, units, stream);
+  case CLS_TILES1:
+    return launch<CLS_TILES1>(pieces, count, units, stream);
+  default:
+    return launch<CLS_ELEMS>(pieces, count, units, stream);
   }
 }
 

@@ -36,8 +36,8 @@ rf_status rf_dtype_parse(const char *s, rf_dtype *out) {
     const char *alias;
     rf_dtype dt;
   } aliases[] = {
-      {"bf16", RF_DTYPE_BF16}, {"bfloat16", RF_DTYPE_BF16}, {"fp16", RF_DTYPE_FP16},
-      {"float16", RF_DTYPE_FP16}, {"half", RF_DTYPE_FP16}, {"fp32", RF_DTYPE_FP32},
+      {"bf16", RF_DTYPE_BF16},    {"bfloat16", RF_DTYPE_BF16}, {"fp16", RF_DTYPE_FP16},
+      {"float16", RF_DTYPE_FP16}, {"half", RF_DTYPE_FP16},     {"fp32", RF_DTYPE_FP32},
       {"float32", RF_DTYPE_FP32}, {"float", RF_DTYPE_FP32},
   };
   for (size_t i = 0; s && i < RF_ARRAY_LEN(aliases); i++)
@@ -93,8 +93,10 @@ static rf_status resolve(const char *arg, char *path, size_t len) {
     int is_dir = fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode);
     fclose(f);
     if (is_dir)
-      return rf_fail(RF_ERR_MODEL, "model '%s': cannot read: is a directory; pass the "
-                     "config.json inside it", arg);
+      return rf_fail(RF_ERR_MODEL,
+                     "model '%s': cannot read: is a directory; pass the "
+                     "config.json inside it",
+                     arg);
     if (snprintf(path, len, "%s", arg) >= (int)len)
       return rf_fail(RF_ERR_MODEL, "model '%s': the path is too long", arg);
     return RF_OK;
@@ -109,8 +111,10 @@ static rf_status resolve(const char *arg, char *path, size_t len) {
   }
   char list[512];
   rf_model_list_shipped(list, sizeof list);
-  return rf_fail(RF_ERR_MODEL, "unknown model '%s'; use one of: %s, or a path to a Hugging "
-                 "Face config.json", arg, list);
+  return rf_fail(RF_ERR_MODEL,
+                 "unknown model '%s'; use one of: %s, or a path to a Hugging "
+                 "Face config.json",
+                 arg, list);
 }
 
 /* Copies s into out, cutting it to fit; a name longer than rf_model.name is still unique
@@ -169,8 +173,8 @@ rf_status rf_model_load(const char *name_or_path, rf_model *model) {
     return st;
   }
   model_stem(path, model->name, sizeof model->name);
-  RF_DEBUG("model %s: %s from %s, %d tensors, %lld parameters", model->name,
-           model->model_type, path, model->tensor_count, (long long)model->total_params);
+  RF_DEBUG("model %s: %s from %s, %d tensors, %lld parameters", model->name, model->model_type,
+           path, model->tensor_count, (long long)model->total_params);
   return RF_OK;
 }
 
@@ -253,9 +257,9 @@ static int collect_shipped(char names[][RF_NAME_MAX]) {
 
 void rf_model_list_shipped(char *buf, int len) {
   /* Used when no directory can be read, e.g. a binary moved away from its install prefix. */
-  static const char *fallback[] = {"gemma-2-9b", "gemma-2b", "gemma-3-1b", "gemma-7b",
-                                   "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b",
-                                   "llama-3.2-1b", "tiny"};
+  static const char *fallback[] = {"gemma-2-9b",   "gemma-2b",       "gemma-3-1b",
+                                   "gemma-7b",     "llama-3.1-405b", "llama-3.1-70b",
+                                   "llama-3.1-8b", "llama-3.2-1b",   "tiny"};
   if (!buf || len <= 0)
     return;
   char names[MAX_SHIPPED][RF_NAME_MAX];

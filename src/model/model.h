@@ -7,35 +7,35 @@
 
 #include <stdint.h>
 
-#include "../core/core.h"
+#include "core/core.h"
 
 typedef enum { RF_DTYPE_BF16 = 0, RF_DTYPE_FP16, RF_DTYPE_FP32 } rf_dtype;
-const char *rf_dtype_name(rf_dtype dt);     /* "bf16", "fp16", "fp32" */
-int rf_dtype_size(rf_dtype dt);             /* bytes per element */
+const char *rf_dtype_name(rf_dtype dt);                 /* "bf16", "fp16", "fp32" */
+int rf_dtype_size(rf_dtype dt);                         /* bytes per element */
 rf_status rf_dtype_parse(const char *s, rf_dtype *out); /* accepts HF torch_dtype names too */
 
 /* What a tensor is decides how every layout splits it. */
-#define RF_TENSOR_KIND_LIST(X)                                      \
-  X(RF_T_EMBED, "embed")         /* embed_tokens [V, D] */          \
-  X(RF_T_LM_HEAD, "lm_head")     /* lm_head [V, D] */               \
-  X(RF_T_Q, "q_proj")            /* [N*H, D] */                     \
-  X(RF_T_K, "k_proj")            /* [K*H, D] */                     \
-  X(RF_T_V, "v_proj")            /* [K*H, D] */                     \
-  X(RF_T_O, "o_proj")            /* [D, N*H] */                     \
-  X(RF_T_GATE, "gate_proj")      /* [F, D] */                       \
-  X(RF_T_UP, "up_proj")          /* [F, D] */                       \
-  X(RF_T_DOWN, "down_proj")      /* [D, F] */                       \
-  X(RF_T_Q_BIAS, "q_bias")       /* [N*H] (qwen2) */                \
-  X(RF_T_K_BIAS, "k_bias")       /* [K*H] */                        \
-  X(RF_T_V_BIAS, "v_bias")       /* [K*H] */                        \
-  X(RF_T_NORM, "norm")           /* [D]: every per-layer and final norm */ \
+#define RF_TENSOR_KIND_LIST(X)                                                                     \
+  X(RF_T_EMBED, "embed")         /* embed_tokens [V, D] */                                         \
+  X(RF_T_LM_HEAD, "lm_head")     /* lm_head [V, D] */                                              \
+  X(RF_T_Q, "q_proj")            /* [N*H, D] */                                                    \
+  X(RF_T_K, "k_proj")            /* [K*H, D] */                                                    \
+  X(RF_T_V, "v_proj")            /* [K*H, D] */                                                    \
+  X(RF_T_O, "o_proj")            /* [D, N*H] */                                                    \
+  X(RF_T_GATE, "gate_proj")      /* [F, D] */                                                      \
+  X(RF_T_UP, "up_proj")          /* [F, D] */                                                      \
+  X(RF_T_DOWN, "down_proj")      /* [D, F] */                                                      \
+  X(RF_T_Q_BIAS, "q_bias")       /* [N*H] (qwen2) */                                               \
+  X(RF_T_K_BIAS, "k_bias")       /* [K*H] */                                                       \
+  X(RF_T_V_BIAS, "v_bias")       /* [K*H] */                                                       \
+  X(RF_T_NORM, "norm")           /* [D]: every per-layer and final norm */                         \
   X(RF_T_HEAD_NORM, "head_norm") /* [H]: gemma3 q_norm / k_norm */
 
 typedef enum {
 #define RF_X_KIND(id, text) id,
   RF_TENSOR_KIND_LIST(RF_X_KIND)
 #undef RF_X_KIND
-  RF_T_KIND_COUNT
+      RF_T_KIND_COUNT
 } rf_tensor_kind;
 const char *rf_tensor_kind_name(rf_tensor_kind kind);
 
@@ -45,9 +45,9 @@ typedef struct {
   int id;                 /* index in rf_model.tensors, also the checksum's tensor_id */
   char name[RF_NAME_MAX]; /* HF name, e.g. "model.layers.3.self_attn.q_proj.weight" */
   rf_tensor_kind kind;
-  int layer;              /* -1 for embeddings, lm_head and the final norm */
-  int ndim;               /* 1 or 2 */
-  int64_t shape[2];       /* shape[1] == 1 for 1-D tensors */
+  int layer;        /* -1 for embeddings, lm_head and the final norm */
+  int ndim;         /* 1 or 2 */
+  int64_t shape[2]; /* shape[1] == 1 for 1-D tensors */
   int64_t numel;
   int64_t bytes;
 } rf_tensor;
@@ -69,7 +69,7 @@ typedef struct {
   int head_norms;       /* gemma3: q_norm and k_norm */
 
   int tensor_count;
-  rf_tensor *tensors;   /* in HF checkpoint order: embed, layers..., norm, lm_head */
+  rf_tensor *tensors; /* in HF checkpoint order: embed, layers..., norm, lm_head */
   int64_t total_params;
   int64_t total_bytes;
 } rf_model;

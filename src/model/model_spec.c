@@ -19,8 +19,8 @@ typedef struct {
 /* Gemma configs often ship without tie_word_embeddings because the HF config classes for
  * gemma default it to true; the llama, mistral and qwen2 classes default it to false. */
 static const arch archs[] = {
-    {"llama", 0, 2, 0, 0},  {"mistral", 0, 2, 0, 0}, {"qwen2", 1, 2, 0, 0},
-    {"gemma", 0, 2, 0, 1},  {"gemma2", 0, 4, 0, 1},  {"gemma3_text", 0, 4, 1, 1},
+    {"llama", 0, 2, 0, 0}, {"mistral", 0, 2, 0, 0}, {"qwen2", 1, 2, 0, 0},
+    {"gemma", 0, 2, 0, 1}, {"gemma2", 0, 4, 0, 1},  {"gemma3_text", 0, 4, 1, 1},
 };
 #define SUPPORTED_TYPES "llama, mistral, qwen2, gemma, gemma2, gemma3_text"
 
@@ -37,12 +37,13 @@ static rf_status get_dim(json_t *root, const char *path, const char *key, int op
   if (optional && (!v || json_is_null(v)))
     return RF_OK;
   if (!v || !json_is_integer(v) || json_integer_value(v) <= 0)
-    return rf_fail(RF_ERR_MODEL, "model %s: key '%s' is missing or not a positive integer",
-                   path, key);
+    return rf_fail(RF_ERR_MODEL, "model %s: key '%s' is missing or not a positive integer", path,
+                   key);
   if (json_integer_value(v) > limit)
-    return rf_fail(RF_ERR_MODEL, "model %s: key '%s' is %" JSON_INTEGER_FORMAT
-                   ", more than refit supports (%lld)", path, key, json_integer_value(v),
-                   (long long)limit);
+    return rf_fail(RF_ERR_MODEL,
+                   "model %s: key '%s' is %" JSON_INTEGER_FORMAT
+                   ", more than refit supports (%lld)",
+                   path, key, json_integer_value(v), (long long)limit);
   *out = (int64_t)json_integer_value(v);
   return RF_OK;
 }
@@ -71,16 +72,17 @@ static rf_status get_tied(json_t *root, const char *path, int dflt, int *out) {
   else if (json_is_boolean(v))
     *out = json_is_true(v);
   else
-    return rf_fail(RF_ERR_MODEL, "model %s: key 'tie_word_embeddings' must be true or false",
-                   path);
+    return rf_fail(RF_ERR_MODEL, "model %s: key 'tie_word_embeddings' must be true or false", path);
   return RF_OK;
 }
 
 /* Reads every architecture field and checks that the attention shapes are consistent. */
 static rf_status read_fields(json_t *root, const char *path, rf_model *m) {
   if (!json_is_object(root))
-    return rf_fail(RF_ERR_MODEL, "model %s: the top level is not a JSON object; expected a "
-                   "Hugging Face config.json", path);
+    return rf_fail(RF_ERR_MODEL,
+                   "model %s: the top level is not a JSON object; expected a "
+                   "Hugging Face config.json",
+                   path);
 
   json_t *type = json_object_get(root, "model_type");
   if (!type || !json_is_string(type))
@@ -90,8 +92,9 @@ static rf_status read_fields(json_t *root, const char *path, rf_model *m) {
     if (strcmp(json_string_value(type), archs[i].model_type) == 0)
       a = &archs[i];
   if (!a)
-    return rf_fail(RF_ERR_MODEL, "model %s: model_type '%s' is not supported; supported: "
-                   SUPPORTED_TYPES, path, json_string_value(type));
+    return rf_fail(RF_ERR_MODEL,
+                   "model %s: model_type '%s' is not supported; supported: " SUPPORTED_TYPES, path,
+                   json_string_value(type));
   snprintf(m->model_type, sizeof m->model_type, "%s", a->model_type);
   m->qkv_bias = a->qkv_bias;
   m->norms_per_layer = a->norms_per_layer;
@@ -105,16 +108,18 @@ static rf_status read_fields(json_t *root, const char *path, rf_model *m) {
   m->kv_heads = m->heads;
   RF_TRY(get_dim(root, path, "num_key_value_heads", 1, MAX_DIM, &m->kv_heads));
   if (m->heads % m->kv_heads != 0)
-    return rf_fail(RF_ERR_MODEL, "model %s: num_attention_heads %lld is not a multiple of "
-                   "num_key_value_heads %lld", path, (long long)m->heads,
-                   (long long)m->kv_heads);
+    return rf_fail(RF_ERR_MODEL,
+                   "model %s: num_attention_heads %lld is not a multiple of "
+                   "num_key_value_heads %lld",
+                   path, (long long)m->heads, (long long)m->kv_heads);
   m->head_dim = 0;
   RF_TRY(get_dim(root, path, "head_dim", 1, MAX_DIM, &m->head_dim));
   if (m->head_dim == 0) {
     if (m->hidden % m->heads != 0)
-      return rf_fail(RF_ERR_MODEL, "model %s: hidden_size %lld is not a multiple of "
-                     "num_attention_heads %lld; add the key 'head_dim'", path,
-                     (long long)m->hidden, (long long)m->heads);
+      return rf_fail(RF_ERR_MODEL,
+                     "model %s: hidden_size %lld is not a multiple of "
+                     "num_attention_heads %lld; add the key 'head_dim'",
+                     path, (long long)m->hidden, (long long)m->heads);
     m->head_dim = m->hidden / m->heads;
   }
   RF_TRY(get_tied(root, path, a->tied_default, &m->tied_embeddings));
@@ -123,8 +128,8 @@ static rf_status read_fields(json_t *root, const char *path, rf_model *m) {
 
 /* Appends one tensor; cols == 0 makes it 1-D. The element and byte counts are checked for
  * overflow because the dims come from a file. */
-static rf_status add(rf_model *m, const char *path, rf_tensor_kind kind, int layer,
-                     int64_t rows, int64_t cols, const char *prefix, const char *suffix) {
+static rf_status add(rf_model *m, const char *path, rf_tensor_kind kind, int layer, int64_t rows,
+                     int64_t cols, const char *prefix, const char *suffix) {
   rf_tensor *t = &m->tensors[m->tensor_count];
   t->id = m->tensor_count;
   snprintf(t->name, sizeof t->name, "%s%s", prefix, suffix);
@@ -137,8 +142,10 @@ static rf_status add(rf_model *m, const char *path, rf_tensor_kind kind, int lay
       __builtin_mul_overflow(t->numel, (int64_t)rf_dtype_size(m->dtype), &t->bytes) ||
       __builtin_add_overflow(m->total_params, t->numel, &m->total_params) ||
       __builtin_add_overflow(m->total_bytes, t->bytes, &m->total_bytes))
-    return rf_fail(RF_ERR_MODEL, "model %s: tensor %s makes the model larger than a 64-bit "
-                   "byte count; check the sizes in the file", path, t->name);
+    return rf_fail(RF_ERR_MODEL,
+                   "model %s: tensor %s makes the model larger than a 64-bit "
+                   "byte count; check the sizes in the file",
+                   path, t->name);
   m->tensor_count++;
   return RF_OK;
 }
@@ -205,8 +212,8 @@ rf_status rf_model_read_config(const char *path, rf_model *model) {
     /* A negative line means jansson could not open or read the file at all. */
     if (err.line < 0)
       return rf_fail(RF_ERR_MODEL, "model %s: %s", path, err.text);
-    return rf_fail(RF_ERR_MODEL, "model %s:%d:%d: %s; fix the JSON in this file", path,
-                   err.line, err.column, err.text);
+    return rf_fail(RF_ERR_MODEL, "model %s:%d:%d: %s; fix the JSON in this file", path, err.line,
+                   err.column, err.text);
   }
   rf_status st = read_fields(root, path, model);
   json_decref(root);

@@ -136,8 +136,8 @@ static rf_status compute_totals(rf_plan *plan) {
   if (!h)
     return RF_ERR_NOMEM;
   XXH3_64bits_reset(h);
-  int32_t head[8] = {plan->kind,        lay->trainer.fsdp, lay->trainer.tp,  lay->trainer.dp,
-                     lay->trainer.style, lay->rollout.tp,  lay->rollout.dp, lay->placement};
+  int32_t head[8] = {plan->kind,         lay->trainer.fsdp, lay->trainer.tp, lay->trainer.dp,
+                     lay->trainer.style, lay->rollout.tp,   lay->rollout.dp, lay->placement};
   XXH3_64bits_update(h, head, sizeof head);
   XXH3_64bits_update(h, plan->pieces, (size_t)plan->piece_count * sizeof *plan->pieces);
   plan->digest = XXH3_64bits_digest(h);

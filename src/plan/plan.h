@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "../layout/layout.h"
+#include "layout/layout.h"
 
 typedef enum { RF_PLAN_P2P = 0, RF_PLAN_STAR } rf_plan_kind;
 const char *rf_plan_kind_name(rf_plan_kind kind);
@@ -49,10 +49,10 @@ typedef struct {
   int reshape_count; /* pieces[0 .. reshape_count) are the reshape stage */
 
   /* Star topology (kind == RF_PLAN_STAR). */
-  int fan_in;        /* 1: T >= R, rollout ranks are the centres; 0: trainer ranks are */
-  int star_arms;     /* k */
-  int star_count;    /* min(T, R) */
-  rf_box *coupling;  /* [tensor * trainer_ranks + trainer_rank]: box held after reshape */
+  int fan_in;       /* 1: T >= R, rollout ranks are the centres; 0: trainer ranks are */
+  int star_arms;    /* k */
+  int star_count;   /* min(T, R) */
+  rf_box *coupling; /* [tensor * trainer_ranks + trainer_rank]: box held after reshape */
 
   /* Totals. Local pieces (same process, colocated or reshape-to-self) are copies. */
   int64_t *send_bytes;         /* [trainer rank] transfer-stage bytes sent */
@@ -76,5 +76,38 @@ int rf_piece_is_local(const rf_plan *plan, const rf_piece *piece);
 /* The world ranks of a piece's ends. */
 int rf_piece_src_world(const rf_plan *plan, const rf_piece *piece);
 int rf_piece_dst_world(const rf_plan *plan, const rf_piece *piece);
+
+/* ---- schedule ----------------------------------------------------------------------------
+ *
+ * The schedule: how one stage of a plan is cut into buckets, a pure function of the plan, the
+ * stage and the bucket size, identical on every rank.
+ *
+ * A bucket bounds the bytes that any one rank sends, and any one rank receives, before the
+ * next bucket starts: that is what bounds staging memory. A piece larger than what is left of
+ * a bucket is split along its rows (or, for a single row, its columns) into chunks. */
+
+typedef struct {
+  int32_t piece; /* index into plan->pieces */
+  int32_t bucket;
+  rf_box box; /* the part of the piece's box this chunk moves */
+  int64_t bytes;
+} rf_chunk;
+
+typedef struct {
+  int first, count; /* chunks[first .. first+count) */
+} rf_bucket;
+
+typedef struct {
+  rf_stage stage;
+  int64_t bucket_size; /* 0 = one bucket for the whole stage */
+  int chunk_count;
+  rf_chunk *chunks; /* in plan order */
+  int bucket_count;
+  rf_bucket *buckets;
+} rf_schedule;
+
+rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
+                            rf_schedule *out);
+void rf_schedule_free(rf_schedule *s);
 
 #endif

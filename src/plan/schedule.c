@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "schedule.h"
+#include "plan.h"
 
 typedef struct {
   rf_schedule *s;
@@ -27,8 +27,7 @@ static rf_status open_bucket(builder *b) {
 static rf_status add_chunk(builder *b, int piece, const rf_box *box, int64_t bytes, int src,
                            int dst) {
   rf_schedule *s = b->s;
-  RF_TRY(rf_grow((void **)&s->chunks, s->chunk_count, &b->chunk_cap, sizeof *s->chunks,
-                 "chunks"));
+  RF_TRY(rf_grow((void **)&s->chunks, s->chunk_count, &b->chunk_cap, sizeof *s->chunks, "chunks"));
   rf_chunk *c = &s->chunks[s->chunk_count++];
   c->piece = piece;
   c->bucket = s->bucket_count - 1;

@@ -8,7 +8,7 @@
 #ifndef RF_TOPO_H
 #define RF_TOPO_H
 
-#include "../core/core.h"
+#include "core/core.h"
 
 typedef struct rf_topo rf_topo;
 

@@ -1,12 +1,11 @@
-/* topo binding and lookups: the distance table that every rank plans with, binding the calling
- * process to its placement, and the planned links with their distance classes. */
+/* topo binding and lookups: the distance table that every rank plans with, and binding the
+ * calling process to its placement. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "topo_internal.h"
-#include "topo_job.h"
 
 void rf_topo_distance_matrix(const rf_topo *topo, const rf_topo_place *place, int n, int *out) {
   /* One node of n ranks: world ranks 0 .. n-1 are its node-local ranks. */
@@ -87,46 +86,4 @@ done:
   hwloc_bitmap_free(nodes);
   hwloc_topology_destroy(t);
   return st;
-}
-
-rf_status rf_topo_plan_links(const rf_plan *plan, int world, const rf_plan_options *distance,
-                             rf_link_info **out, int *count) {
-  *out = NULL;
-  *count = 0;
-  int64_t *bytes = rf_calloc((size_t)world * (size_t)world, sizeof *bytes, "link table");
-  if (!bytes)
-    return RF_ERR_NOMEM;
-  int n = 0;
-  for (int i = plan->reshape_count; i < plan->piece_count; i++) {
-    const rf_piece *p = &plan->pieces[i];
-    int64_t *b = &bytes[(size_t)rf_piece_src_world(plan, p) * (size_t)world +
-                        (size_t)rf_piece_dst_world(plan, p)];
-    n += *b == 0;
-    *b += p->bytes;
-  }
-  rf_link_info *links = rf_calloc((size_t)n + 1, sizeof *links, "link list");
-  if (!links) {
-    free(bytes);
-    return RF_ERR_NOMEM;
-  }
-  int k = 0;
-  for (int s = 0; s < world; s++)
-    for (int d = 0; d < world; d++) {
-      int64_t b = bytes[(size_t)s * (size_t)world + (size_t)d];
-      if (!b)
-        continue;
-      rf_link_info *l = &links[k++];
-      l->src = s;
-      l->dst = d;
-      l->bytes = b;
-      /* Without a topology only "the same process" is known; other pairs are one node. */
-      l->distance = distance && distance->distance
-                        ? distance->distance(distance->distance_ctx, s, d)
-                        : (s == d ? RF_DIST_PROCESS : RF_DIST_NODE);
-      snprintf(l->name, sizeof l->name, "%s", rf_topo_distance_name(l->distance));
-    }
-  free(bytes);
-  *out = links;
-  *count = k;
-  return RF_OK;
 }

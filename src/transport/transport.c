@@ -34,8 +34,8 @@ rf_status rf_transport_find(const char *name, const rf_transport_ops **out) {
     }
   char names[256];
   rf_transport_names(names, sizeof names);
-  return rf_fail(RF_ERR_USAGE, "option --transport: '%s' is not in this build; available: %s",
-                 name, names);
+  return rf_fail(RF_ERR_USAGE, "option --transport: '%s' is not in this build; available: %s", name,
+                 names);
 }
 
 rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, const rf_plan *plan,

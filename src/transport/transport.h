@@ -31,8 +31,8 @@ typedef struct {
   /* Brackets a batch of posts that the transport may issue as one group. */
   rf_status (*group_start)(rf_transport *tp);
   rf_status (*group_end)(rf_transport *tp);
-  rf_status (*post_send)(rf_transport *tp, rf_channel ch, int peer, const void *buf,
-                         size_t bytes, long *ticket);
+  rf_status (*post_send)(rf_transport *tp, rf_channel ch, int peer, const void *buf, size_t bytes,
+                         long *ticket);
   rf_status (*post_recv)(rf_transport *tp, rf_channel ch, int peer, void *buf, size_t bytes,
                          long *ticket);
   /* Completes every request whose ticket is < upto; `what` names the wait in a timeout error. */

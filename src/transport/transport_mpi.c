@@ -39,8 +39,7 @@ static MPI_Comm channel_comm(rf_transport *tp, rf_channel ch) {
 }
 
 static rf_status push(mpi_state *s, MPI_Request **slot, long *ticket) {
-  RF_TRY(rf_grow((void **)&s->requests, s->count, &s->cap, sizeof *s->requests,
-                 "MPI requests"));
+  RF_TRY(rf_grow((void **)&s->requests, s->count, &s->cap, sizeof *s->requests, "MPI requests"));
   *ticket = s->first_ticket + s->count;
   *slot = &s->requests[s->count++];
   return RF_OK;
@@ -67,8 +66,8 @@ static rf_status mpi_post_send(rf_transport *tp, rf_channel ch, int peer, const 
   return mpi_post(tp, 1, ch, peer, (char *)buf, bytes, ticket);
 }
 
-static rf_status mpi_post_recv(rf_transport *tp, rf_channel ch, int peer, void *buf,
-                               size_t bytes, long *ticket) {
+static rf_status mpi_post_recv(rf_transport *tp, rf_channel ch, int peer, void *buf, size_t bytes,
+                               long *ticket) {
   return mpi_post(tp, 0, ch, peer, buf, bytes, ticket);
 }
 

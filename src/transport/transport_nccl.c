@@ -124,9 +124,10 @@ static rf_status make_stars(rf_transport *tp) {
   const rf_layout *lay = plan->layout;
   int k = plan->star_arms, R = lay->rollout.tp, members[MAX_COMMS];
   if (plan->star_count * lay->rollout.dp > MAX_COMMS || k + 1 > MAX_COMMS)
-    return rf_fail(RF_ERR_UNSUPPORTED, "nccl transport: %d stars of %d ranks exceed the %d "
-                   "communicators it keeps; use --plan p2p", plan->star_count * lay->rollout.dp,
-                   k + 1, MAX_COMMS);
+    return rf_fail(RF_ERR_UNSUPPORTED,
+                   "nccl transport: %d stars of %d ranks exceed the %d "
+                   "communicators it keeps; use --plan p2p",
+                   plan->star_count * lay->rollout.dp, k + 1, MAX_COMMS);
   for (int p = 0; p < lay->rollout.dp; p++)
     for (int c = 0; c < plan->star_count; c++) {
       if (plan->fan_in) {
@@ -174,8 +175,7 @@ static rf_status nccl_init(rf_transport *tp) {
   }
   ncclResult_t rc = ncclGroupEnd();
   if (st == RF_OK && rc != ncclSuccess && rc != ncclInProgress)
-    st = rf_nccl_failed((int)rc, ncclGetErrorString(rc), "ncclGroupEnd (init)", __FILE__,
-                        __LINE__);
+    st = rf_nccl_failed((int)rc, ncclGetErrorString(rc), "ncclGroupEnd (init)", __FILE__, __LINE__);
   if (st == RF_OK)
     st = settle(tp, "the NCCL communicators to be created");
   free(members);
@@ -262,8 +262,8 @@ static rf_status nccl_post_send(rf_transport *tp, rf_channel ch, int peer, const
   return nccl_post(tp, 1, ch, peer, (void *)buf, bytes, ticket);
 }
 
-static rf_status nccl_post_recv(rf_transport *tp, rf_channel ch, int peer, void *buf,
-                                size_t bytes, long *ticket) {
+static rf_status nccl_post_recv(rf_transport *tp, rf_channel ch, int peer, void *buf, size_t bytes,
+                                long *ticket) {
   return nccl_post(tp, 0, ch, peer, buf, bytes, ticket);
 }
 

@@ -275,8 +275,8 @@ rf_status rf_checksum_region_on(rf_mem_kind kind, const rf_region *r, const rf_b
 }
 
 rf_status rf_check_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
-                             const rf_tensor *t, uint64_t seed, rf_dtype dtype,
-                             rf_mismatch *out, int max_report, int *reported, int64_t *wrong) {
+                             const rf_tensor *t, uint64_t seed, rf_dtype dtype, rf_mismatch *out,
+                             int max_report, int *reported, int64_t *wrong) {
   RF_TRY(kind_check(kind));
   if (kind == RF_MEM_DEVICE) {
     rf_gpu_walk w = gpu_walk_of(r, box, t);

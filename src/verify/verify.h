@@ -49,7 +49,7 @@ rf_status rf_fill_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *
 rf_status rf_checksum_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
                                 const rf_tensor *t, rf_dtype dtype, uint64_t *sum);
 rf_status rf_check_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
-                             const rf_tensor *t, uint64_t seed, rf_dtype dtype,
-                             rf_mismatch *out, int max_report, int *reported, int64_t *wrong);
+                             const rf_tensor *t, uint64_t seed, rf_dtype dtype, rf_mismatch *out,
+                             int max_report, int *reported, int64_t *wrong);
 
 #endif

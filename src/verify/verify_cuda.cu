@@ -265,8 +265,8 @@ gwalk plan_walk(const rf_gpu_walk *in, int es, bool *vec) {
 int grid_of(int64_t units) { return units < INT32_MAX ? (int)units : INT32_MAX; }
 
 template <int OP, rf_dtype D>
-void launch_dtype(const gwalk &w, bool vec, uint64_t key, int32_t id, int64_t units,
-                  uint64_t *sum, check_sink sink, cudaStream_t s) {
+void launch_dtype(const gwalk &w, bool vec, uint64_t key, int32_t id, int64_t units, uint64_t *sum,
+                  check_sink sink, cudaStream_t s) {
   if (vec)
     verify_kernel<OP, D, true><<<grid_of(units), kBlock, 0, s>>>(w, key, id, units, sum, sink);
   else
@@ -275,8 +275,8 @@ void launch_dtype(const gwalk &w, bool vec, uint64_t key, int32_t id, int64_t un
 
 /* The checksum sees only bit patterns, so fp16 shares bf16's instances there. */
 template <int OP>
-rf_status launch(const gwalk &w, bool vec, rf_dtype dtype, uint64_t key, int32_t id,
-                 int64_t units, uint64_t *sum, check_sink sink) {
+rf_status launch(const gwalk &w, bool vec, rf_dtype dtype, uint64_t key, int32_t id, int64_t units,
+                 uint64_t *sum, check_sink sink) {
   cudaStream_t s = (cudaStream_t)rf_gpu_stream();
   switch (dtype) {
   case RF_DTYPE_BF16:
@@ -361,8 +361,8 @@ rf_status fetch_report(int64_t n, const gwalk &w, int32_t id, rf_mismatch *out, 
   record *host = (record *)rf_malloc((size_t)n * sizeof(record), "mismatch records");
   if (!host)
     return RF_ERR_NOMEM;
-  cudaError_t rc = cudaMemcpyAsync(host, records.ptr, (size_t)n * sizeof(record),
-                                   cudaMemcpyDeviceToHost, s);
+  cudaError_t rc =
+      cudaMemcpyAsync(host, records.ptr, (size_t)n * sizeof(record), cudaMemcpyDeviceToHost, s);
   if (rc == cudaSuccess)
     rc = cudaStreamSynchronize(s);
   if (rc != cudaSuccess) {
@@ -445,8 +445,8 @@ extern "C" rf_status rf_gpu_check(const rf_gpu_walk *in, uint64_t key, int32_t t
 
   /* Pass 2: more were wrong than recorded. The leading units that hold the first `want`
    * mismatches are checked again, recording all of theirs. */
-  unsigned int *host_counts = (unsigned int *)rf_malloc((size_t)units * sizeof(unsigned int),
-                                                        "per-unit mismatch counts");
+  unsigned int *host_counts =
+      (unsigned int *)rf_malloc((size_t)units * sizeof(unsigned int), "per-unit mismatch counts");
   if (!host_counts)
     return RF_ERR_NOMEM;
   cudaError_t rc = cudaMemcpyAsync(host_counts, counts.ptr, (size_t)units * sizeof(unsigned int),

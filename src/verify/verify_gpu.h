@@ -18,8 +18,8 @@
 typedef struct {
   char *base;
   int64_t n_out, n_in;
-  int64_t pitch, step;        /* element strides between lines and along a line */
-  int64_t g0, dg_out, dg_in;  /* global index of element (0, 0) and its steps */
+  int64_t pitch, step;       /* element strides between lines and along a line */
+  int64_t g0, dg_out, dg_in; /* global index of element (0, 0) and its steps */
 } rf_gpu_walk;
 
 rf_status rf_gpu_fill(const rf_gpu_walk *w, uint64_t key, rf_dtype dtype);

@@ -10,9 +10,9 @@ typedef struct {
   rf_engine *e;
   const rf_schedule *s;
   rf_channel channel;
-  int me;           /* my rank on the channel */
-  int my_src_rank;  /* the rank numbers pieces use for me: trainer rank */
-  int my_dst_rank;  /* trainer rank (reshape) or rollout rank (transfer) */
+  int me;          /* my rank on the channel */
+  int my_src_rank; /* the rank numbers pieces use for me: trainer rank */
+  int my_dst_rank; /* trainer rank (reshape) or rollout rank (transfer) */
   /* Local pieces (source and destination in this process) are collected and copied in one
    * batch: on a GPU that is one kernel launch instead of one per piece. */
   rf_box_copy *local;
@@ -113,8 +113,8 @@ static rf_status copy_local(stage_ctx *c, const rf_chunk *k) {
   rf_region src = engine_source(c->e, piece_of(c, k));
   if (rf_box_is_empty(&kept))
     return RF_OK;
-  RF_TRY(rf_grow((void **)&c->local, c->local_count, &c->local_cap, sizeof *c->local,
-                 "local copies"));
+  RF_TRY(
+      rf_grow((void **)&c->local, c->local_count, &c->local_cap, sizeof *c->local, "local copies"));
   c->local[c->local_count++] = (rf_box_copy){dst, src, kept};
   return RF_OK;
 }
@@ -186,8 +186,7 @@ static rf_status run_per_chunk(stage_ctx *c) {
   rf_transport *tp = c->e->transport;
   int grouped = c->e->mode == RF_MODE_GROUPED;
   pending_unpacks pu = {rf_malloc((size_t)s->chunk_count * sizeof(int) + 1, "unpack list"),
-                        rf_malloc((size_t)s->chunk_count * sizeof(char *) + 1, "unpack list"),
-                        0};
+                        rf_malloc((size_t)s->chunk_count * sizeof(char *) + 1, "unpack list"), 0};
   rf_status st = pu.chunk && pu.at ? RF_OK : RF_ERR_NOMEM;
   long ticket = -1;
   for (int b = 0; b < s->bucket_count && st == RF_OK; b++) {

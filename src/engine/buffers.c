@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "io/io.h"
 #include "verify/verify.h"
 
 /* Every tensor starts on a 256-byte boundary: wide loads and stores on any kind of memory. */

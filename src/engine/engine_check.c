@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include "engine_internal.h"
+#include "io/io.h"
 #include "verify/verify.h"
 
 /* A host-readable view of `bytes` at ptr: the pointer itself for host memory, else a copy
@@ -28,8 +29,7 @@ static void release_view(const rf_engine *e, void *view) {
 }
 
 /* The rollout region of tensor t rebased onto a host view of its fused tensor. */
-static rf_status rollout_host_region(rf_engine *e, int t, rf_region *r, rf_box *held,
-                                     void **view) {
+static rf_status rollout_host_region(rf_engine *e, int t, rf_region *r, rf_box *held, void **view) {
   const rf_layout *lay = e->plan->layout;
   int local = lay->slots[t].local;
   *r = engine_rollout_region(e, t, held);

@@ -1,14 +1,16 @@
-/* topo_job: placement inside `refit run`, over the control plane's communicators. */
+/* placement: where the ranks of `refit run` go, over the control plane's communicators, and the
+ * plan's links with their distance classes. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "topo_job.h"
+#include "placement.h"
 
 /* What node-local rank 0 tells the rest of its node besides the placement. */
 enum { INFO_THIS_MACHINE, INFO_NODE_ID, INFO_GPUS, INFO_COUNT };
 
 /* Node-local rank 0: loads the topology and places the node's n ranks. */
-static rf_status place_node(const rf_topo_job_options *o, int n, rf_topo **topo,
+static rf_status place_node(const rf_job_placement_options *o, int n, rf_topo **topo,
                             rf_topo_place **all, int *info) {
   RF_TRY(rf_topo_load(topo, o->topology_xml));
   info[INFO_THIS_MACHINE] = rf_topo_is_this_machine(*topo);
@@ -34,7 +36,7 @@ static rf_status bcast(rf_control *ctl, void *buf, int count, MPI_Datatype type,
 }
 
 /* Every rank learns world rank 0's distance table and which node every rank is on. */
-static rf_status share_table(rf_control *ctl, rf_topo_job *job, int node_id) {
+static rf_status share_table(rf_control *ctl, rf_job_placement *job, int node_id) {
   int n = ctl->node_size;
   RF_TRY(bcast(ctl, &n, 1, MPI_INT, ctl->world, "the placement table size"));
   if (!job->local)
@@ -63,7 +65,8 @@ done:
 }
 
 /* Binds this rank as placed, or says once why it does not. */
-static rf_status bind_rank(rf_control *ctl, const rf_topo_job_options *o, rf_topo_job *job) {
+static rf_status bind_rank(rf_control *ctl, const rf_job_placement_options *o,
+                           rf_job_placement *job) {
   const rf_topo_place *p = &job->mine;
   char affinity[RF_TOPO_CPUS_MAX];
   if (o->bind == RF_BIND_NONE) {
@@ -87,7 +90,7 @@ static rf_status bind_rank(rf_control *ctl, const rf_topo_job_options *o, rf_top
   return RF_OK;
 }
 
-rf_status rf_topo_job_place(rf_control *ctl, const rf_topo_job_options *o, rf_topo_job *job) {
+rf_status rf_job_place(rf_control *ctl, const rf_job_placement_options *o, rf_job_placement *job) {
   memset(job, 0, sizeof *job);
   int n = ctl->node_size, info[INFO_COUNT] = {0, ctl->world_rank, 0};
   rf_topo *topo = NULL;
@@ -138,13 +141,55 @@ done:
   return rf_control_agree(ctl, st);
 }
 
-rf_plan_options rf_topo_job_plan_options(rf_topo_job *job) {
+rf_plan_options rf_job_placement_plan_options(rf_job_placement *job) {
   return (rf_plan_options){rf_topo_table_distance, &job->table};
 }
 
-void rf_topo_job_free(rf_topo_job *job) {
+void rf_job_placement_free(rf_job_placement *job) {
   free(job->local);
   free(job->node_of);
   free(job->local_of);
   memset(job, 0, sizeof *job);
+}
+
+rf_status rf_job_plan_links(const rf_plan *plan, int world, const rf_plan_options *distance,
+                            rf_link_info **out, int *count) {
+  *out = NULL;
+  *count = 0;
+  int64_t *bytes = rf_calloc((size_t)world * (size_t)world, sizeof *bytes, "link table");
+  if (!bytes)
+    return RF_ERR_NOMEM;
+  int n = 0;
+  for (int i = plan->reshape_count; i < plan->piece_count; i++) {
+    const rf_piece *p = &plan->pieces[i];
+    int64_t *b = &bytes[(size_t)rf_piece_src_world(plan, p) * (size_t)world +
+                        (size_t)rf_piece_dst_world(plan, p)];
+    n += *b == 0;
+    *b += p->bytes;
+  }
+  rf_link_info *links = rf_calloc((size_t)n + 1, sizeof *links, "link list");
+  if (!links) {
+    free(bytes);
+    return RF_ERR_NOMEM;
+  }
+  int k = 0;
+  for (int s = 0; s < world; s++)
+    for (int d = 0; d < world; d++) {
+      int64_t b = bytes[(size_t)s * (size_t)world + (size_t)d];
+      if (!b)
+        continue;
+      rf_link_info *l = &links[k++];
+      l->src = s;
+      l->dst = d;
+      l->bytes = b;
+      /* Without a topology only "the same process" is known; other pairs are one node. */
+      l->distance = distance && distance->distance
+                        ? distance->distance(distance->distance_ctx, s, d)
+                        : (s == d ? RF_DIST_PROCESS : RF_DIST_NODE);
+      snprintf(l->name, sizeof l->name, "%s", rf_topo_distance_name(l->distance));
+    }
+  free(bytes);
+  *out = links;
+  *count = k;
+  return RF_OK;
 }

@@ -16,10 +16,12 @@
 #ifndef RF_ENGINE_H
 #define RF_ENGINE_H
 
-#include "io/io.h"
-#include "plan/schedule.h"
-#include "report/report.h"
-#include "transport.h"
+#include "plan/plan.h"
+#include "result/result.h"
+#include "transport/transport.h"
+
+/* A checkpoint to read the trainer shards from (io.h); the engine only passes it on. */
+typedef struct rf_checkpoint rf_checkpoint;
 
 typedef enum { RF_MODE_UNFUSED = 0, RF_MODE_GROUPED, RF_MODE_FUSED } rf_mode;
 rf_status rf_mode_parse(const char *text, rf_mode *out);
@@ -33,7 +35,12 @@ typedef enum { RF_INJECT_NONE = 0, RF_INJECT_CORRUPT, RF_INJECT_STALL } rf_injec
  * star coupling buffers and the fused rollout tensors. Each family lives in one arena;
  * `shards`, `coupling` and `rollout` point into them (NULL arrays where this rank has no
  * such role). */
-typedef enum { RF_FAMILY_SHARDS = 0, RF_FAMILY_COUPLING, RF_FAMILY_ROLLOUT, RF_FAMILY_COUNT } rf_buffer_family;
+typedef enum {
+  RF_FAMILY_SHARDS = 0,
+  RF_FAMILY_COUPLING,
+  RF_FAMILY_ROLLOUT,
+  RF_FAMILY_COUNT
+} rf_buffer_family;
 
 typedef struct {
   const rf_plan *plan;
@@ -75,14 +82,14 @@ typedef struct {
                          over a host transport (mpi on a GPU), else the weights' kind */
   int esize;
   /* Mapping transports (ipc): each destination copies out of its sources' arenas. */
-  int mapped, push;            /* a mapping transport; the source copies (JAX order) */
+  int mapped, push;                       /* a mapping transport; the source copies (JAX order) */
   int64_t *peer_offsets[RF_FAMILY_COUNT]; /* [family][rank * tensors + tensor]; rollout: rank 0 */
-  char *notes;                /* one byte per world rank and direction for the notes */
+  char *notes;                            /* one byte per world rank and direction for the notes */
 
   rf_schedule reshape, transfer;
   void *staging[2][2]; /* [send/recv][double buffer] */
   size_t staging_bytes[2];
-  int64_t messages;    /* messages this rank sent in the last iteration */
+  int64_t messages;                      /* messages this rank sent in the last iteration */
   rf_mem_timer pack_timer, unpack_timer; /* the pack and unpack phases' copies */
 } rf_engine;
 

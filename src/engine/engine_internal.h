@@ -33,7 +33,7 @@ rf_status engine_run_stage_mapped(rf_engine *e, const rf_schedule *s, double *ti
 rf_status engine_mapped_init(rf_engine *e);
 
 /* Bytes of staging one bucket needs on this rank, for sending and for receiving. */
-void engine_bucket_staging(const rf_engine *e, const rf_schedule *s, int bucket,
-                           int64_t *send, int64_t *recv);
+void engine_bucket_staging(const rf_engine *e, const rf_schedule *s, int bucket, int64_t *send,
+                           int64_t *recv);
 
 #endif

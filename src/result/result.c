@@ -1,0 +1,77 @@
+/* result: phase names, order statistics and the per-run summary. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "result/result.h"
+
+static const char *const phase_names[] = {
+#define RF_X_PHASE(id, name) name,
+    RF_PHASE_LIST(RF_X_PHASE)
+#undef RF_X_PHASE
+};
+
+const char *rf_phase_name(rf_phase phase) {
+  if ((int)phase < 0 || (int)phase >= RF_PHASE_COUNT)
+    return "unknown";
+  return phase_names[phase];
+}
+
+/* ---- statistics ------------------------------------------------------------------------- */
+
+/* Three-way compare without subtraction, so huge or tiny values cannot overflow the sign. */
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+rf_stats rf_stats_of(const double *values, int count) {
+  rf_stats s = {0};
+  if (count <= 0 || !values)
+    return s;
+  double *sorted = rf_malloc((size_t)count * sizeof *sorted, "sorted timings");
+  if (!sorted)
+    return s;
+  memcpy(sorted, values, (size_t)count * sizeof *sorted);
+  qsort(sorted, (size_t)count, sizeof *sorted, compare_doubles);
+
+  double sum = 0.0;
+  for (int i = 0; i < count; i++)
+    sum += sorted[i];
+  s.min = sorted[0];
+  s.max = sorted[count - 1];
+  s.mean = sum / count;
+  s.median = count % 2 ? sorted[count / 2] : 0.5 * (sorted[count / 2 - 1] + sorted[count / 2]);
+  /* Nearest rank, ceil(0.99 n) - 1, in integers: 0.99 * n in floating point can land just
+   * above a whole number and push the index one too far. */
+  int64_t rank = (99 * (int64_t)count + 99) / 100;
+  s.p99 = sorted[rank - 1];
+  free(sorted);
+  return s;
+}
+
+void rf_run_result_summarise(rf_run_result *r) {
+  r->total = (rf_stats){0};
+  r->algbw = r->aggbw = 0.0;
+  if (!r->timings || r->iterations <= 0 || r->ranks <= 0)
+    return;
+  double *slowest = rf_malloc((size_t)r->iterations * sizeof *slowest, "per-iteration times");
+  if (!slowest)
+    return;
+  /* An iteration is over only when its slowest rank is done, so that rank's total is the
+   * iteration's time. */
+  for (int it = 0; it < r->iterations; it++) {
+    double worst = 0.0;
+    for (int rank = 0; rank < r->ranks; rank++) {
+      size_t at = ((size_t)it * (size_t)r->ranks + (size_t)rank) * RF_PHASE_COUNT + RF_PHASE_TOTAL;
+      if (rank == 0 || r->timings[at] > worst)
+        worst = r->timings[at];
+    }
+    slowest[it] = worst;
+  }
+  r->total = rf_stats_of(slowest, r->iterations);
+  free(slowest);
+  if (r->total.median > 0.0) {
+    r->algbw = (double)r->replica_bytes / r->total.median / 1e9;
+    r->aggbw = (double)r->transfer_bytes / r->total.median / 1e9;
+  }
+}

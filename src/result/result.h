@@ -1,0 +1,96 @@
+/* result: what a run measured. Phases, order statistics, one run's result row, and the
+ * identity of every rank and link, shared by the engine that measures, io that stores and
+ * report that prints. It sits below all three and includes only core.
+ *
+ * A run's timings are [iteration][rank][phase] seconds, gathered to rank 0. The headline time
+ * of an iteration is the slowest rank's total; the table reports the median and p99 of that
+ * over the timed iterations. GB/s = 10^9 bytes/s; sizes are bytes. */
+#ifndef RF_RESULT_H
+#define RF_RESULT_H
+
+#include <stdint.h>
+
+#include "core/core.h"
+
+/* Phases per iteration per rank (docs/architecture.md, "Phases"). Verification is outside `total`.
+ */
+#define RF_PHASE_LIST(X)                                                                           \
+  X(RF_PHASE_SETUP, "setup")       /* communicators, handles, buffers: once, cold */               \
+  X(RF_PHASE_RESHAPE, "reshape")   /* star: trainer -> coupling layout */                          \
+  X(RF_PHASE_PACK, "pack")         /* boxes into staging buffers */                                \
+  X(RF_PHASE_TRANSFER, "transfer") /* messages and local copies */                                 \
+  X(RF_PHASE_UNPACK, "unpack")     /* staging buffers into rollout tensors */                      \
+  X(RF_PHASE_TOTAL, "total")       /* the iteration, wall clock */                                 \
+  X(RF_PHASE_VERIFY, "verify")     /* after the last iteration, untimed in total */
+
+typedef enum {
+#define RF_X_PHASE(id, name) id,
+  RF_PHASE_LIST(RF_X_PHASE)
+#undef RF_X_PHASE
+      RF_PHASE_COUNT
+} rf_phase;
+const char *rf_phase_name(rf_phase phase);
+
+/* Order statistics of a sample (sorted copy; p99 by nearest rank). */
+typedef struct {
+  double min, median, p99, max, mean;
+} rf_stats;
+rf_stats rf_stats_of(const double *values, int count);
+
+/* One row of the table: one run (one mode/plan/transport/bucket combination). */
+typedef struct {
+  char mode[16], plan[16], transport[16];
+  int64_t model_bytes;    /* the model's logical bytes */
+  int64_t replica_bytes;  /* bytes received by one rollout replica (algbw's numerator) */
+  int64_t transfer_bytes; /* bytes over all links, local copies included (aggregate) */
+  int64_t pieces;
+  int64_t messages;    /* messages per iteration, all ranks */
+  int64_t bucket_size; /* 0 = whole model */
+  int iterations;      /* timed */
+  int ranks;
+  double *timings;      /* [iteration][rank][phase], seconds, owned by the caller */
+  rf_stats total;       /* of the per-iteration slowest-rank total */
+  double algbw, aggbw;  /* GB/s at the median */
+  char verify[16];      /* full | checksum | none */
+  int64_t wrong;        /* elements that failed the full check (-1: not checked) */
+  int checksum_bad;     /* tensors whose checksums differ (-1: not compared) */
+  int64_t peak_staging; /* max over ranks, bytes */
+  int64_t peak_rss;     /* max over ranks, bytes */
+  rf_status status;     /* RF_OK, RF_ERR_VERIFY or the run's error */
+} rf_run_result;
+
+/* Fills total, algbw and aggbw from timings. */
+void rf_run_result_summarise(rf_run_result *r);
+
+/* Per-rank identity and placement for the header lines. The string sizes are topo.h's
+ * (RF_TOPO_BUSID_MAX, RF_TOPO_CPUS_MAX, RF_TOPO_NAME_MAX); "-" means none. */
+typedef struct {
+  int rank;
+  char host[64];
+  long pid;
+  int trainer_rank, rollout_rank; /* -1 where absent */
+  int gpu;                        /* the GPU's index on its node, in PCI order; -1 = none */
+  char bus_id[16];                /* the GPU's PCI bus id, "0000:19:00.0" */
+  char cpus[256];                 /* the cores it is placed on, "0-3,16-19" */
+  int numa;                       /* the NUMA node its memory is bound to; -1 = none */
+  char nic[32];                   /* the network adapter nearest its GPU */
+} rf_rank_info;
+
+/* A planned trainer->rollout link between two processes, with its distance class. */
+typedef struct {
+  int32_t src, dst; /* world ranks */
+  int64_t bytes;    /* per iteration, summed over the link's pieces */
+  int32_t distance; /* RF_DIST_* of topo.h: smaller is nearer */
+  char name[16];    /* the class's name: "process", "gpu", ..., "network" */
+} rf_link_info;
+
+/* One shard's bytes, for bit-exact regression against a reference run with the same layout:
+ * a trainer shard as stored, or a rollout rank's part of a tensor in row-major order. */
+typedef struct {
+  int32_t rank;   /* world rank */
+  int32_t tensor; /* logical tensor id */
+  int32_t role;   /* 0 trainer shard, 1 rollout shard */
+  uint64_t xxh3;
+} rf_shard_digest;
+
+#endif
