@@ -155,7 +155,7 @@ static void test_pairing(void) {
   ASSERT_OK(rf_model_load("llama-3.2-1b", &m));
   ASSERT_OK(rf_layout_init(&lay, &m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED));
   ASSERT_EQ(lay.world_size, 8);
-  rf_plan_options opt = {rf_topo_distance, &ctx};
+  rf_plan_options opt = {.distance = rf_topo_distance, .distance_ctx = &ctx};
   ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, &opt));
   for (int i = 0; i < plan.piece_count; i++) {
     ASSERT_GE(plan.pieces[i].src, 4);
@@ -230,7 +230,7 @@ static void test_pairing_table(void) {
   ASSERT_OK(rf_layout_init(&lay, &m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED));
   ASSERT_EQ(lay.world_size, 3);
   ASSERT_EQ(rf_layout_rollout_world_rank(&lay, 0), 2);
-  rf_plan_options opt = {rf_topo_table_distance, &table};
+  rf_plan_options opt = {.distance = rf_topo_table_distance, .distance_ctx = &table};
   ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, &opt));
   ASSERT_EQ(plan.piece_count, m.tensor_count);
   for (int i = 0; i < plan.piece_count; i++)

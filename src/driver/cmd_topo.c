@@ -103,7 +103,7 @@ rf_status rf_cmd_topo(const rf_config *cfg) {
   RF_TRY_GOTO(rf_topo_place_node(topo, &o, place), out);
   /* The job's plan did not know the machine; show the one that prefers near sources. */
   rf_topo_distance_ctx ctx = {topo, o.ranks_per_node, place};
-  rf_plan_options popt = {rf_topo_distance, &ctx};
+  rf_plan_options popt = {.distance = rf_topo_distance, .distance_ctx = &ctx};
   RF_TRY_GOTO(rf_job_replan(&job, &popt), out);
   RF_TRY_GOTO(rf_job_plan_links(&job.plan, world, &popt, &links, &nlinks), out);
   if (cfg->json)

@@ -142,7 +142,9 @@ done:
 }
 
 rf_plan_options rf_job_placement_plan_options(rf_job_placement *job) {
-  return (rf_plan_options){rf_topo_table_distance, &job->table};
+  return (rf_plan_options){.distance = rf_topo_table_distance,
+                           .distance_ctx = &job->table,
+                           .node_of = job->table.node_of};
 }
 
 void rf_job_placement_free(rf_job_placement *job) {

@@ -24,55 +24,6 @@ rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, i
   return RF_OK;
 }
 
-static int default_distance(const rf_layout *lay, int src_world, int dst_world) {
-  return src_world == dst_world ? 0 : 1;
-}
-
-rf_status plan_cover_from_trainers(plan_builder *b, int tensor, rf_stage stage, int dst,
-                                   int dst_world, const rf_box *target, int64_t *load) {
-  const rf_layout *lay = b->plan->layout;
-  int n = lay->trainer_ranks;
-  /* Trainer boxes of one tensor are either identical (replicas, unused mesh axes) or
-   * disjoint, so grouping ranks by their intersection with target partitions target. */
-  rf_box *region = rf_malloc((size_t)n * sizeof *region, "plan regions");
-  int *best = rf_malloc((size_t)n * sizeof *best, "plan sources");
-  int *best_dist = rf_malloc((size_t)n * sizeof *best_dist, "plan distances");
-  if (!region || !best || !best_dist) {
-    free(region), free(best), free(best_dist);
-    return RF_ERR_NOMEM;
-  }
-  int groups = 0;
-  for (int src = 0; src < n; src++) {
-    rf_box held = rf_layout_trainer_box(lay, tensor, src), x;
-    if (!rf_box_intersect(&held, target, &x))
-      continue;
-    int g = 0;
-    while (g < groups && !rf_box_equal(&region[g], &x))
-      g++;
-    int src_world = rf_layout_trainer_world_rank(lay, src);
-    int dist = b->options && b->options->distance
-                   ? b->options->distance(b->options->distance_ctx, src_world, dst_world)
-                   : default_distance(lay, src_world, dst_world);
-    if (g == groups) {
-      region[groups] = x;
-      best[groups] = src;
-      best_dist[groups++] = dist;
-    } else if (dist < best_dist[g] || (dist == best_dist[g] && load[src] < load[best[g]])) {
-      best[g] = src;
-      best_dist[g] = dist;
-    }
-  }
-  /* Load counts what crosses a link: a local copy does not make a source busier. */
-  rf_status st = RF_OK;
-  for (int g = 0; g < groups && st == RF_OK; g++) {
-    st = plan_add_piece(b, tensor, stage, best[g], dst, &region[g]);
-    if (st == RF_OK && rf_layout_trainer_world_rank(lay, best[g]) != dst_world)
-      load[best[g]] += b->plan->pieces[b->plan->piece_count - 1].bytes;
-  }
-  free(region), free(best), free(best_dist);
-  return st;
-}
-
 /* p2p: every element a rollout rank holds comes straight from one trainer rank that holds it. */
 static rf_status build_p2p(plan_builder *b) {
   const rf_layout *lay = b->plan->layout;
@@ -80,13 +31,17 @@ static rf_status build_p2p(plan_builder *b) {
   if (!load)
     return RF_ERR_NOMEM;
   rf_status st = RF_OK;
-  for (int t = 0; t < lay->model->tensor_count && st == RF_OK; t++)
+  for (int t = 0; t < lay->model->tensor_count && st == RF_OK; t++) {
+    plan_sources *sources = NULL;
+    st = plan_sources_build(b, t, load, &sources);
     for (int r = 0; r < lay->rollout_ranks && st == RF_OK; r++) {
       rf_box want = rf_layout_rollout_box(lay, t, r);
       if (!rf_box_is_empty(&want))
-        st = plan_cover_from_trainers(b, t, RF_STAGE_TRANSFER, r,
-                                      rf_layout_rollout_world_rank(lay, r), &want, load);
+        st = plan_cover_from_trainers(b, sources, t, RF_STAGE_TRANSFER, r,
+                                      rf_layout_rollout_world_rank(lay, r), &want);
     }
+    plan_sources_free(sources);
+  }
   free(load);
   return st;
 }

@@ -38,6 +38,10 @@ typedef int (*rf_distance_fn)(void *ctx, int src_world_rank, int dst_world_rank)
 typedef struct {
   rf_distance_fn distance;
   void *distance_ctx;
+  /* Optional, with `distance`: [world rank] -> node id. It promises that every pair of ranks
+   * on different nodes is at one and the same distance, farther than any pair on one node,
+   * which lets the planner look only at a destination's own node (plan_sources.c). */
+  const int *node_of;
 } rf_plan_options;
 
 typedef struct {

@@ -13,11 +13,19 @@ typedef struct {
 rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, int dst,
                          const rf_box *box);
 
-/* Covers `target` (a box of `tensor` wanted by destination `dst`, a world rank) from the
- * trainer layout. Each distinct region of the trainer layout inside target becomes one piece,
- * from the nearest trainer rank that holds it, ties broken by the least `load` so far. */
-rf_status plan_cover_from_trainers(plan_builder *b, int tensor, rf_stage stage, int dst,
-                                   int dst_world, const rf_box *target, int64_t *load);
+/* The trainer ranks that hold each box of one tensor, indexed for choosing among them
+ * (plan_sources.c). `load` (bytes each trainer rank sends, by trainer rank) is the builder's
+ * and grows as pieces are added. */
+typedef struct plan_sources plan_sources;
+rf_status plan_sources_build(plan_builder *b, int tensor, int64_t *load, plan_sources **out);
+void plan_sources_free(plan_sources *s);
+
+/* Covers `target` (a box of `tensor` wanted by destination `dst`, world rank `dst_world`) from
+ * the trainer layout. Each distinct region of the trainer layout inside target becomes one
+ * piece, from the nearest trainer rank that holds it, ties broken by the least load so far,
+ * then by the lowest rank. */
+rf_status plan_cover_from_trainers(plan_builder *b, plan_sources *s, int tensor, rf_stage stage,
+                                   int dst, int dst_world, const rf_box *target);
 
 rf_status plan_build_star(plan_builder *b);
 
