@@ -53,6 +53,14 @@ expect_error 2 "refit: error: plan star: 3 trainer ranks and rollout tp=2 must b
 expect_error 2 "refit: error: trainer layout 'fsdp=two': fsdp must be an integer from 1 to 65536, not 'two'" \
   "$REFIT" plan --model tiny --trainer fsdp=two
 
+# Thousands of data-parallel replicas plan by pieces, not ranks x ranks: 8192 trainer ranks to
+# 8192 rollout ranks, every rollout rank getting each of its 31 pieces from its own replica's
+# pair. (The bound is a guard against the quadratic planner coming back, not a benchmark.)
+timeout 60 "$REFIT" plan --model tiny --trainer fsdp=2,dp=4096 --rollout tp=2,dp=4096 >"$TMP/out" ||
+  fail "planning 8192 -> 8192 ranks did not finish within 60 s"
+expect_grep 'pieces           253952 (0 reshape, 0 local copies)' "$TMP/out"
+expect_grep 'send bytes       min 139904 (136.62 KiB)  max 139904 (136.62 KiB)  per trainer rank' "$TMP/out"
+
 # Unknown model: one line listing what exists; exit 2.
 expect_exit 2 "$REFIT" plan --model llama-9
 expect_grep "unknown model 'llama-9'" "$TMP/err"
