@@ -12,18 +12,6 @@
 
 #include "control.h"
 
-rf_status rf_cuda_failed(int rc, const char *msg, const char *call, const char *file, int line) {
-  rf_log_at(RF_LOG_ERROR, file, line, "CUDA call %s failed: %s (error %d) (%s:%d)", call, msg, rc,
-            file, line);
-  return RF_ERR_CUDA;
-}
-
-rf_status rf_nccl_failed(int rc, const char *msg, const char *call, const char *file, int line) {
-  rf_log_at(RF_LOG_ERROR, file, line, "NCCL call %s failed: %s (error %d) (%s:%d)", call, msg, rc,
-            file, line);
-  return RF_ERR_NCCL;
-}
-
 /* The root broadcasts its status with the ID, so that when ncclGetUniqueId fails the other
  * ranks learn it at once instead of waiting out the timeout. */
 typedef struct {

@@ -31,3 +31,17 @@ rf_status rf_hwloc_failed(const char *call, int err, const char *file, int line)
             line);
   return RF_ERR_HWLOC;
 }
+
+/* CUDA and NCCL report through the same shape; the callers pass the library's own message, so
+ * these need neither header. */
+rf_status rf_cuda_failed(int rc, const char *msg, const char *call, const char *file, int line) {
+  rf_log_at(RF_LOG_ERROR, file, line, "CUDA call %s failed: %s (error %d) (%s:%d)", call, msg, rc,
+            file, line);
+  return RF_ERR_CUDA;
+}
+
+rf_status rf_nccl_failed(int rc, const char *msg, const char *call, const char *file, int line) {
+  rf_log_at(RF_LOG_ERROR, file, line, "NCCL call %s failed: %s (error %d) (%s:%d)", call, msg, rc,
+            file, line);
+  return RF_ERR_NCCL;
+}

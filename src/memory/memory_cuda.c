@@ -1,6 +1,6 @@
 /* memory, CUDA half: pinned and device buffers, refit's stream, the device-side zero and
- * transfer, and the choice of this rank's GPU. Built only when the CUDA toolkit (and NCCL)
- * are found; the box copy kernel is in region_cuda.cu.
+ * transfer, and the choice of this rank's GPU. Built only when the CUDA toolkit
+ * is found; the box copy kernel is in region_cuda.cu.
  *
  * Everything is queued on one stream (rf_gpu_stream) and the functions that promise to wait
  * synchronize that stream, not the device, so they never wait for another library's work. */

@@ -1,5 +1,5 @@
-/* The registry of transports compiled into this build. GPU transports join the table in the
- * build that has CUDA and NCCL; this is the only place that knows which exist. */
+/* The registry of transports compiled into this build: ipc joins the table in builds with
+ * CUDA, nccl in builds with CUDA and NCCL; this is the only place that knows which exist. */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,6 +9,8 @@ static const rf_transport_ops *const registry[] = {
     &rf_transport_mpi,
 #ifdef REFIT_HAVE_NCCL
     &rf_transport_nccl,
+#endif
+#ifdef REFIT_HAVE_CUDA
     &rf_transport_ipc,
 #endif
 };
