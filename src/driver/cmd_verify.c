@@ -41,6 +41,8 @@ static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, uin
   rf_checkpoint *ckpt = NULL;
   rf_status st = rf_checkpoint_open(cfg->checkpoint, &model, &ckpt);
   *out = rf_calloc((size_t)mine->count + 1, sizeof **out, "reference checksums");
+  if (st == RF_OK && !*out)
+    st = RF_ERR_NOMEM;
   for (int i = 0; i < mine->count && st == RF_OK; i++) {
     int t = rf_model_find(&model, mine->names[i]);
     if (t < 0)

@@ -45,7 +45,8 @@ static char *tuning_environment(void) {
 /* Gathers every rank's shard digests to rank 0 (counts first, then the records). */
 static rf_status gather_digests(rf_control *ctl, rf_engine *e, rf_shard_digest **all, int *total) {
   rf_shard_digest *mine = NULL;
-  int n = rf_engine_digests(e, &mine), *counts = NULL, *displs = NULL;
+  int n = 0, *counts = NULL, *displs = NULL;
+  rf_status local = rf_engine_digests(e, &mine, &n); /* a failed rank still takes part, with 0 */
   int rank0 = ctl->world_rank == 0;
   if (rank0) {
     counts = rf_calloc((size_t)ctl->world_size, sizeof *counts, "digest counts");
@@ -71,7 +72,7 @@ done:
   free(mine);
   free(counts);
   free(displs);
-  return st;
+  return st != RF_OK ? st : local;
 }
 
 rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, const rf_job *job,

@@ -114,8 +114,9 @@ int64_t rf_engine_check(rf_engine *e, rf_checkpoint *checkpoint);
 rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout);
 
 /* xxh3-64 of every shard this rank holds: trainer shards as stored, rollout parts in
- * row-major order. Returns the count; the caller frees *out. */
-int rf_engine_digests(rf_engine *e, rf_shard_digest **out);
+ * row-major order. Sets *count; the caller frees *out. On failure (memory, reading device
+ * data back) *out is NULL and *count 0. */
+rf_status rf_engine_digests(rf_engine *e, rf_shard_digest **out, int *count);
 
 /* Applies --inject corrupt: flips one received byte on the last rollout rank. */
 rf_status rf_engine_corrupt(rf_engine *e);

@@ -11,7 +11,7 @@
 #include "verify/verify.h"
 
 /* A host-readable view of `bytes` at ptr: the pointer itself for host memory, else a copy
- * that the caller releases with release_view. */
+ * that the caller releases with release_view (on failure there is nothing to release). */
 static rf_status host_view(const rf_engine *e, const void *ptr, size_t bytes, void **out) {
   if (e->memory != RF_MEM_DEVICE) {
     *out = (void *)ptr;
@@ -20,7 +20,12 @@ static rf_status host_view(const rf_engine *e, const void *ptr, size_t bytes, vo
   *out = rf_malloc(bytes, "a host copy of device data");
   if (!*out)
     return RF_ERR_NOMEM;
-  return rf_mem_transfer(*out, RF_MEM_HOST, ptr, RF_MEM_DEVICE, bytes);
+  rf_status st = rf_mem_transfer(*out, RF_MEM_HOST, ptr, RF_MEM_DEVICE, bytes);
+  if (st != RF_OK) {
+    free(*out);
+    *out = NULL;
+  }
+  return st;
 }
 
 static void release_view(const rf_engine *e, void *view) {
@@ -155,8 +160,10 @@ rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout
 }
 
 /* xxh3 of a region's box, row by row in row-major order of the box. */
-static uint64_t digest_region(const rf_region *r, const rf_box *box) {
+static rf_status digest_region(const rf_region *r, const rf_box *box, uint64_t *out) {
   XXH3_state_t *h = XXH3_createState();
+  if (!h)
+    return rf_fail(RF_ERR_NOMEM, "out of memory for an xxh3 state (shard digests)");
   XXH3_64bits_reset(h);
   int64_t width = box->hi[1] - box->lo[1];
   for (int64_t i = box->lo[0]; i < box->hi[0] && width > 0; i++) {
@@ -167,35 +174,51 @@ static uint64_t digest_region(const rf_region *r, const rf_box *box) {
     for (int64_t j = box->lo[1]; j < box->hi[1]; j++)
       XXH3_64bits_update(h, rf_region_at(r, i, j), (size_t)r->esize);
   }
-  uint64_t d = XXH3_64bits_digest(h);
+  *out = XXH3_64bits_digest(h);
   XXH3_freeState(h);
-  return d;
+  return RF_OK;
 }
 
-int rf_engine_digests(rf_engine *e, rf_shard_digest **out) {
+rf_status rf_engine_digests(rf_engine *e, rf_shard_digest **out, int *count) {
   const rf_layout *lay = e->plan->layout;
   int nt = lay->model->tensor_count, n = 0;
-  *out = rf_calloc((size_t)nt * 2, sizeof **out, "shard digests");
-  for (int t = 0; *out && t < nt; t++) {
+  *out = NULL;
+  *count = 0;
+  rf_shard_digest *d = rf_calloc((size_t)nt * 2 + 1, sizeof *d, "shard digests");
+  if (!d)
+    return RF_ERR_NOMEM;
+  rf_status st = RF_OK;
+  for (int t = 0; t < nt && st == RF_OK; t++) {
     void *view = NULL;
     if (e->trainer_rank >= 0) {
       rf_box box = rf_layout_trainer_box(lay, t, e->trainer_rank);
       size_t bytes = (size_t)(rf_box_numel(&box) * e->esize);
       /* As stored: the bytes of the shard buffer, in its own (HF or JAX) order. */
-      if (host_view(e, e->data->shards[t], bytes, &view) == RF_OK) {
-        (*out)[n++] = (rf_shard_digest){e->world_rank, t, 0, XXH3_64bits(view, bytes)};
+      st = host_view(e, e->data->shards[t], bytes, &view);
+      if (st == RF_OK) {
+        d[n++] = (rf_shard_digest){e->world_rank, t, 0, XXH3_64bits(view, bytes)};
         release_view(e, view);
       }
     }
     rf_box held;
     rf_region r;
-    if (e->rollout_rank >= 0 && rollout_host_region(e, t, &r, &held, &view) == RF_OK) {
-      if (!rf_box_is_empty(&held))
-        (*out)[n++] = (rf_shard_digest){e->world_rank, t, 1, digest_region(&r, &held)};
-      release_view(e, view);
+    if (st == RF_OK && e->rollout_rank >= 0) {
+      st = rollout_host_region(e, t, &r, &held, &view);
+      if (st == RF_OK && !rf_box_is_empty(&held)) {
+        d[n].rank = e->world_rank, d[n].tensor = t, d[n].role = 1;
+        st = digest_region(&r, &held, &d[n++].xxh3);
+      }
+      if (view)
+        release_view(e, view);
     }
   }
-  return n;
+  if (st != RF_OK) {
+    free(d);
+    return st;
+  }
+  *out = d;
+  *count = n;
+  return RF_OK;
 }
 
 rf_status rf_engine_corrupt(rf_engine *e) {

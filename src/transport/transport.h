@@ -52,7 +52,7 @@ typedef struct {
 
 struct rf_transport {
   const rf_transport_ops *ops;
-  rf_control *ctl;
+  rf_control *ctl;     /* NULL for the tests' loopback transport (transport_loopback.h) */
   const rf_plan *plan; /* which ranks talk (NCCL builds one communicator per star) */
   void *state;         /* the implementation's own */
 };

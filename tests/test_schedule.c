@@ -1,0 +1,268 @@
+/* Schedule properties over the small shipped models, several layouts, both plan kinds and
+ * several bucket sizes: the chunks of every piece tile its box exactly, no rank sends or
+ * receives more than a bucket's bytes in one bucket, and the schedule is a pure function of
+ * plan, stage and bucket size (what lets every rank build it alone and still agree). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "test.h"
+
+static const char *const models[] = {"tiny", "llama-3.2-1b", "gemma-3-1b"};
+
+typedef struct {
+  const char *trainer, *rollout;
+  rf_trainer_style style;
+  rf_placement placement;
+} layout_case;
+
+static const layout_case layouts[] = {
+    {"fsdp=2", "tp=2", RF_STYLE_TUNIX, RF_PLACEMENT_DISAGGREGATED},
+    {"fsdp=2,tp=2", "tp=4", RF_STYLE_TUNIX, RF_PLACEMENT_DISAGGREGATED},
+    {"fsdp=4", "tp=2", RF_STYLE_FSDP2, RF_PLACEMENT_COLOCATED},
+    {"fsdp=2,tp=2", "tp=2,dp=2", RF_STYLE_FSDP2, RF_PLACEMENT_DISAGGREGATED},
+};
+
+/* 0 is one bucket for the whole stage; 4096 is the smallest size refit run accepts. It cuts
+ * a 1B model into some 600,000 chunks a stage, so the 1B models take it on their first
+ * layout only, to keep the test short on a loaded machine. */
+static const int64_t bucket_sizes[] = {0, 4096, 65536, 1 << 20, 64 << 20};
+
+/* The chunks [first, end) of one piece tile its box: read in order, they scan the box in
+ * row-major order, as the schedule promises (a piece is cut along its rows, and a single row
+ * along its columns). A cursor starts at the box's first element; each chunk must start at
+ * the cursor and be either whole rows of the box's full width, or part of one row, and the
+ * scan must end exactly after the box's last element. That leaves no gap, no overlap and
+ * nothing outside the box. */
+static void check_tiling(const rf_schedule *s, int first, int end, const rf_piece *p,
+                         int64_t esize) {
+  int64_t row = p->box.lo[0], col = p->box.lo[1], numel = 0, bytes = 0;
+  for (int i = first; i < end; i++) {
+    const rf_box *b = &s->chunks[i].box;
+    ASSERT_FALSE(rf_box_is_empty(b));
+    ASSERT_EQ(s->chunks[i].bytes, rf_box_numel(b) * esize);
+    ASSERT_EQ(b->lo[0], row);
+    ASSERT_EQ(b->lo[1], col);
+    ASSERT_LE(b->hi[0], p->box.hi[0]);
+    ASSERT_LE(b->hi[1], p->box.hi[1]);
+    if (b->hi[0] - b->lo[0] > 1 || (col == p->box.lo[1] && b->hi[1] == p->box.hi[1])) {
+      ASSERT_EQ(b->lo[1], p->box.lo[1]); /* whole rows */
+      ASSERT_EQ(b->hi[1], p->box.hi[1]);
+      row = b->hi[0];
+    } else if (b->hi[1] == p->box.hi[1]) { /* the end of a row */
+      row++, col = p->box.lo[1];
+    } else { /* the start or middle of a row */
+      col = b->hi[1];
+    }
+    numel += rf_box_numel(b);
+    bytes += s->chunks[i].bytes;
+  }
+  ASSERT_EQ(row, p->box.hi[0]);
+  ASSERT_EQ(col, p->box.lo[1]);
+  ASSERT_EQ(numel, rf_box_numel(&p->box));
+  ASSERT_EQ(bytes, p->bytes);
+}
+
+/* Everything one schedule promises, for one stage of one plan. Returns its chunk count. */
+static int check_schedule(const rf_plan *plan, rf_stage stage, int64_t bucket_size) {
+  const rf_layout *lay = plan->layout;
+  int64_t esize = rf_dtype_size(lay->model->dtype);
+  rf_schedule s;
+  ASSERT_OK(rf_schedule_build(plan, stage, bucket_size, &s));
+  ASSERT_EQ(s.stage, stage);
+  ASSERT_EQ(s.bucket_size, bucket_size);
+
+  /* Buckets are non-empty, consecutive, in order, and cover every chunk once. */
+  int stage_pieces = 0;
+  for (int i = 0; i < plan->piece_count; i++)
+    stage_pieces += plan->pieces[i].stage == (int32_t)stage;
+  ASSERT_GE(s.bucket_count, 1);
+  int next = 0;
+  for (int b = 0; b < s.bucket_count; b++) {
+    ASSERT_EQ(s.buckets[b].first, next);
+    ASSERT_TRUE(s.buckets[b].count > 0 || stage_pieces == 0);
+    for (int i = next; i < next + s.buckets[b].count; i++)
+      ASSERT_EQ(s.chunks[i].bucket, b);
+    next += s.buckets[b].count;
+  }
+  ASSERT_EQ(next, s.chunk_count);
+  if (bucket_size == 0) {
+    ASSERT_EQ(s.bucket_count, 1);
+    ASSERT_EQ(s.chunk_count, stage_pieces);
+  }
+
+  /* Chunks come in plan order; each piece of the stage has a run of chunks that tiles it,
+   * and a local piece (a copy inside one process) is never cut. */
+  int at = 0;
+  for (int i = 0; i < plan->piece_count; i++) {
+    const rf_piece *p = &plan->pieces[i];
+    if (p->stage != (int32_t)stage)
+      continue;
+    int end = at;
+    while (end < s.chunk_count && s.chunks[end].piece == i)
+      end++;
+    ASSERT_GT(end, at);
+    if (rf_piece_is_local(plan, p))
+      ASSERT_EQ(end - at, 1);
+    check_tiling(&s, at, end, p, esize);
+    at = end;
+  }
+  ASSERT_EQ(at, s.chunk_count);
+
+  /* The bound: within one bucket no world rank sends, nor receives, more than bucket_size
+   * bytes to or from other ranks (local copies are not in flight). The schedule cuts a row
+   * wider than a bucket into column ranges of at most a bucket, and the smallest bucket
+   * (4096 bytes) holds many elements, so here no indivisible unit exceeds it: the bound
+   * holds with no exception. */
+  if (bucket_size > 0) {
+    int64_t *sent = calloc((size_t)lay->world_size, sizeof *sent);
+    int64_t *received = calloc((size_t)lay->world_size, sizeof *received);
+    ASSERT_TRUE(sent && received);
+    for (int b = 0; b < s.bucket_count; b++) {
+      memset(sent, 0, (size_t)lay->world_size * sizeof *sent);
+      memset(received, 0, (size_t)lay->world_size * sizeof *received);
+      const rf_bucket *bk = &s.buckets[b];
+      for (int i = bk->first; i < bk->first + bk->count; i++) {
+        const rf_piece *p = &plan->pieces[s.chunks[i].piece];
+        if (rf_piece_is_local(plan, p))
+          continue;
+        ASSERT_LE(s.chunks[i].bytes, bucket_size);
+        sent[rf_piece_src_world(plan, p)] += s.chunks[i].bytes;
+        received[rf_piece_dst_world(plan, p)] += s.chunks[i].bytes;
+      }
+      for (int r = 0; r < lay->world_size; r++) {
+        ASSERT_LE(sent[r], bucket_size);
+        ASSERT_LE(received[r], bucket_size);
+      }
+    }
+    free(sent);
+    free(received);
+  }
+
+  /* A pure function: built again from the same plan, the same chunks and buckets. */
+  rf_schedule again;
+  ASSERT_OK(rf_schedule_build(plan, stage, bucket_size, &again));
+  ASSERT_EQ(again.chunk_count, s.chunk_count);
+  ASSERT_EQ(again.bucket_count, s.bucket_count);
+  ASSERT_EQ(memcmp(again.chunks, s.chunks, (size_t)s.chunk_count * sizeof *s.chunks), 0);
+  ASSERT_EQ(memcmp(again.buckets, s.buckets, (size_t)s.bucket_count * sizeof *s.buckets), 0);
+  rf_schedule_free(&again);
+  int chunks = s.chunk_count;
+  rf_schedule_free(&s);
+  return chunks;
+}
+
+static void make_layout(rf_layout *lay, const rf_model *m, const layout_case *c) {
+  rf_trainer_layout t;
+  rf_rollout_layout r;
+  ASSERT_OK(rf_trainer_layout_parse(c->trainer, &t));
+  ASSERT_OK(rf_rollout_layout_parse(c->rollout, &r));
+  t.style = c->style;
+  t.order = RF_ORDER_HF;
+  ASSERT_OK(rf_layout_init(lay, m, &t, &r, c->placement));
+}
+
+/* Two ranks that build everything on their own (model, layout, plan) get the same plan
+ * digest and byte-identical schedules of both stages. */
+static void check_independent(const char *model, const layout_case *c, rf_plan_kind kind,
+                              int64_t bucket_size) {
+  rf_model m[2];
+  rf_layout lay[2];
+  rf_plan plan[2];
+  rf_schedule s[2][2];
+  for (int k = 0; k < 2; k++) {
+    ASSERT_OK(rf_model_load(model, &m[k]));
+    make_layout(&lay[k], &m[k], c);
+    ASSERT_OK(rf_plan_build(&plan[k], &lay[k], kind, NULL));
+    ASSERT_OK(rf_schedule_build(&plan[k], RF_STAGE_RESHAPE, bucket_size, &s[k][0]));
+    ASSERT_OK(rf_schedule_build(&plan[k], RF_STAGE_TRANSFER, bucket_size, &s[k][1]));
+  }
+  ASSERT_U64_EQ(plan[0].digest, plan[1].digest);
+  for (int st = 0; st < 2; st++) {
+    ASSERT_EQ(s[0][st].chunk_count, s[1][st].chunk_count);
+    ASSERT_EQ(s[0][st].bucket_count, s[1][st].bucket_count);
+    ASSERT_EQ(
+        memcmp(s[0][st].chunks, s[1][st].chunks, (size_t)s[0][st].chunk_count * sizeof(rf_chunk)),
+        0);
+    ASSERT_EQ(memcmp(s[0][st].buckets, s[1][st].buckets,
+                     (size_t)s[0][st].bucket_count * sizeof(rf_bucket)),
+              0);
+  }
+  for (int k = 0; k < 2; k++) {
+    rf_schedule_free(&s[k][0]);
+    rf_schedule_free(&s[k][1]);
+    rf_plan_free(&plan[k]);
+    rf_layout_free(&lay[k]);
+    rf_model_free(&m[k]);
+  }
+}
+
+/* A hand-checked case: tiny, fsdp=2 -> tp=2 p2p, 4096-byte buckets. Tunix splits
+ * embed_tokens (512 x 64 bf16) by columns over fsdp, so trainer rank 0 holds columns 0..31
+ * (64 bytes a row); rollout rank 0 keeps vocab rows 0..255. The first piece is therefore
+ * rows 0..255 x columns 0..31 (16 KiB), cut into 4 chunks of 64 rows (4096 bytes), one bucket
+ * each. */
+static void test_tiny_by_hand(void) {
+  rf_model m;
+  ASSERT_OK(rf_model_load("tiny", &m));
+  rf_layout lay;
+  make_layout(&lay, &m, &layouts[0]);
+  rf_plan plan;
+  ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
+  const rf_piece *p = &plan.pieces[0];
+  ASSERT_STR_EQ(m.tensors[p->tensor].name, "model.embed_tokens.weight");
+  ASSERT_EQ(p->src, 0);
+  ASSERT_EQ(p->dst, 0);
+  ASSERT_EQ(p->box.lo[0], 0);
+  ASSERT_EQ(p->box.hi[0], 256);
+  ASSERT_EQ(p->box.lo[1], 0);
+  ASSERT_EQ(p->box.hi[1], 32);
+  rf_schedule s;
+  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 4096, &s));
+  int first_piece_chunks = 0;
+  for (int i = 0; i < s.chunk_count && s.chunks[i].piece == 0; i++, first_piece_chunks++) {
+    ASSERT_EQ(s.chunks[i].box.lo[0], 64 * i);
+    ASSERT_EQ(s.chunks[i].box.hi[0], 64 * i + 64);
+    ASSERT_EQ(s.chunks[i].bytes, 4096);
+    ASSERT_EQ(s.chunks[i].bucket, i);
+  }
+  ASSERT_EQ(first_piece_chunks, 4);
+  rf_schedule_free(&s);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
+int main(void) {
+  test_tiny_by_hand();
+  int schedules = 0;
+  long chunks = 0;
+  for (size_t mi = 0; mi < RF_ARRAY_LEN(models); mi++) {
+    rf_model m;
+    ASSERT_OK(rf_model_load(models[mi], &m));
+    for (size_t li = 0; li < RF_ARRAY_LEN(layouts); li++) {
+      rf_layout lay;
+      make_layout(&lay, &m, &layouts[li]);
+      for (int kind = RF_PLAN_P2P; kind <= RF_PLAN_STAR; kind++) {
+        rf_plan plan;
+        ASSERT_OK(rf_plan_build(&plan, &lay, (rf_plan_kind)kind, NULL));
+        ASSERT_EQ(plan.reshape_count > 0, kind == RF_PLAN_STAR);
+        for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++) {
+          if (bucket_sizes[bi] == 4096 && mi > 0 && li > 0)
+            continue;
+          for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
+            chunks += check_schedule(&plan, (rf_stage)stage, bucket_sizes[bi]);
+            schedules++;
+          }
+        }
+        rf_plan_free(&plan);
+        check_independent(models[mi], &layouts[li], (rf_plan_kind)kind, 65536);
+      }
+      rf_layout_free(&lay);
+    }
+    rf_model_free(&m);
+  }
+  printf("schedules checked: %d, chunks: %ld\n", schedules, chunks);
+  ASSERT_EQ(schedules, (3 * 4 * 5 - 2 * 3) * 2 * 2);
+  return 0;
+}
