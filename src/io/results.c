@@ -1,6 +1,7 @@
-/* results: the HDF5 results file of results/README.md. This file decides which
- * files are refit's, creates a new one with its file attributes, and holds the small writers
- * the rest shares; results_write.c appends runs and results_read.c reads checksums back.
+/* results: the HDF5 results file of results/README.md. This file decides which files are
+ * refit's, creates a new one with its file attributes, and holds the small writers the rest
+ * shares; results_append.c appends runs (results_write.c writes their contents) under the
+ * writers' lock of results_lock.c, and results_read.c reads checksums back.
  *
  * The file is open only inside one call: rf_results_open checks or creates it and closes it
  * again, and each run is appended by opening, writing, flushing and closing. A job killed in
