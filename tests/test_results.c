@@ -108,7 +108,7 @@ static void fixture_free(fixture *fx) {
   free(fx->rollout);
 }
 
-static const rf_results_file_info info = {"refit run --model tiny", "node0,node1", ""};
+static const rf_results_file_info info = {"refit run --model tiny", "node0,node1", "", 10};
 
 /* Appends one run of `salt` and returns its number. */
 static int add_run(const char *path, uint64_t salt) {

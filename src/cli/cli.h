@@ -67,6 +67,7 @@ typedef struct {
   char inject[16];              /* --inject none|corrupt|stall */
   double timeout;               /* --timeout, seconds */
   char output[RF_PATH_MAX];     /* --output FILE.h5 ("" = none) */
+  double output_wait;           /* --output-wait, seconds another writer may hold --output */
   int json;                     /* --json */
   char checkpoint[RF_PATH_MAX]; /* --checkpoint PATH: read (run, verify) or written */
   char format[16];              /* --format safetensors|hdf5 (checkpoint) */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "driver.h"
+#include "io/io.h"
 #include "transport/transport.h"
 
 static rf_status parse_enum(const char *what, const char *text, const char *const *names, int count,
@@ -90,6 +91,7 @@ static int launched_as_nonzero_rank(void) {
 }
 
 int rf_driver_main(int argc, char **argv) {
+  rf_results_library_init();
   rf_log_init_from_env();
   rf_config cfg;
   static char transports[512];

@@ -25,7 +25,8 @@ rf_status rf_record_open(run_record *rec, rf_control *ctl, const rf_config *cfg)
   rf_gpu_versions(cuda, sizeof cuda);
   rf_control_nccl_version(nccl, sizeof nccl);
   snprintf(gpu, sizeof gpu, "%s%s%s", cuda, cuda[0] && nccl[0] ? ", " : "", nccl);
-  rf_results_file_info info = {cfg->command_line, hosts.data ? hosts.data : "", gpu};
+  rf_results_file_info info = {cfg->command_line, hosts.data ? hosts.data : "", gpu,
+                               cfg->output_wait};
   rf_status st = rf_results_open(cfg->output, &info, &rec->results);
   rf_strbuf_free(&hosts);
   return st;

@@ -119,7 +119,7 @@ static rf_status agree_world(rf_status mine, double timeout, int *timed_out) {
 
 /* Rank 0 appends a skipped combination to --output: its configuration and the reason. */
 static rf_status record_skip(const rf_config *cfg, int index, int size, const char *reason) {
-  rf_results_file_info info = {cfg->command_line, rf_hostname(), ""};
+  rf_results_file_info info = {cfg->command_line, rf_hostname(), "", cfg->output_wait};
   rf_results *r = NULL;
   RF_TRY(rf_results_open(cfg->output, &info, &r));
   char *config = rf_cli_config_json(cfg);

@@ -13,11 +13,13 @@
 
 /* ---- results ------------------------------------------------------------------------------ */
 
-/* Written once, as attributes of the file's root, when the file is created. */
+/* Written once, as attributes of the file's root, when the file is created; and how long an
+ * append waits for another writer. */
 typedef struct {
   const char *command_line;
   const char *hosts;        /* comma-separated, in rank order, duplicates removed */
   const char *gpu_versions; /* "CUDA 13.0, NCCL 2.28.3" or "" (the GPU build fills it) */
+  double wait_s;            /* bound on waiting for PATH.lock (--output-wait); 0: no wait */
 } rf_results_file_info;
 
 /* The limits `refit run --calibrate` measures beside a run, in seconds per transfer of the
@@ -77,11 +79,19 @@ typedef struct {
 
 typedef struct rf_results rf_results;
 
+/* Called first in main, before any other HDF5 call: HDF5 must not run its exit handler, which
+ * crashes (SIGSEGV) on a file whose close failed on a full disk. refit closes every file it
+ * opens, so the handler has nothing else to do. */
+void rf_results_library_init(void);
+
 /* Opens `path` for appending runs, creating it (with the file attributes) when absent. A file
  * that is not HDF5, is damaged, or is not a refit results file is refused with one line and
  * RF_ERR_RESULTS; it is never overwritten. */
 rf_status rf_results_open(const char *path, const rf_results_file_info *info, rf_results **out);
-/* Writes the next /runs/NNNN and flushes the file, so a later crash cannot damage it. */
+/* Writes the next /runs/NNNN and flushes the file, so a later crash cannot damage it. The
+ * run is built in memory first; when the file stays busy past the wait, or the append fails
+ * (a full disk), the run goes to the side file PATH.run-<UTC time>-<pid>.h5 (a complete
+ * results file), named in the one error line, and RF_ERR_IO is returned. */
 rf_status rf_results_add_run(rf_results *r, const rf_results_run *run, int *run_number);
 void rf_results_close(rf_results *r);
 

@@ -1,6 +1,7 @@
-/* results: the HDF5 results file of design.md §6 and results/README.md. This file decides which
- * files are refit's, creates a new one with its file attributes, and holds the small writers
- * the rest shares; results_write.c appends runs and results_read.c reads checksums back.
+/* results: the HDF5 results file of results/README.md. This file decides which files are
+ * refit's, creates a new one with its file attributes, and holds the small writers the rest
+ * shares; results_append.c appends runs (results_write.c writes their contents) under the
+ * writers' lock of results_lock.c, and results_read.c reads checksums back.
  *
  * The file is open only inside one call: rf_results_open checks or creates it and closes it
  * again, and each run is appended by opening, writing, flushing and closing. A job killed in
@@ -108,11 +109,15 @@ void rf_results_utc_now(char *buf, size_t len) {
 
 /* HDF5 prints its whole error stack on every failure by default; refit says one line instead
  * and shows the stack only at REFIT_LOG=debug (rf_hdf5_failed). */
-static void quiet_hdf5(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+void rf_results_library_init(void) { H5dont_atexit(); }
 
-/* Strong close, so that H5Fclose really closes the file even if an object id leaked; and
- * locking that steps aside on file systems without it (NFS, Lustre) instead of failing. */
-static hid_t file_access(void) {
+void rf_results_quiet_hdf5(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+/* Strong close, so that H5Fclose really closes the file even if an object id leaked. Readers
+ * take HDF5's lock where the file system has one (and step aside where it does not); writers
+ * hold refit's own lock (results_lock.c) and open without HDF5's, so that a reader holding
+ * the file open, h5py or a dashboard, does not make an append fail. */
+hid_t rf_results_file_access(int hdf5_lock) {
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   if (fapl >= 0 && H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
     H5Pclose(fapl);
@@ -120,7 +125,9 @@ static hid_t file_access(void) {
   }
 #if H5_VERSION_GE(1, 10, 7)
   if (fapl >= 0)
-    H5Pset_file_locking(fapl, 1, 1);
+    H5Pset_file_locking(fapl, hdf5_lock ? 1 : 0, 1);
+#else
+  (void)hdf5_lock;
 #endif
   return fapl;
 }
@@ -163,7 +170,7 @@ done:
 }
 
 rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file) {
-  quiet_hdf5();
+  rf_results_quiet_hdf5();
   *file = H5I_INVALID_HID;
   struct stat sb;
   if (stat(path, &sb) != 0)
@@ -178,7 +185,7 @@ rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file)
 
   /* Everything is checked read-only first: a file that turns out not to be refit's must not be
    * touched, and opening HDF5 for writing may rewrite its superblock. */
-  hid_t fapl = file_access();
+  hid_t fapl = rf_results_file_access(flags == H5F_ACC_RDONLY);
   RF_H5(fapl);
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
   rf_status st = RF_OK;
@@ -207,10 +214,15 @@ rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file)
   if (st == RF_OK && flags != H5F_ACC_RDONLY) {
     H5Fclose(f);
     f = H5Fopen(path, flags, fapl);
-    if (f < 0)
+    /* Without HDF5's lock a reader cannot be the cause; other writers wait on PATH.lock. */
+    if (f < 0 && access(path, W_OK) != 0)
       st = rf_fail(RF_ERR_RESULTS,
-                   "results file '%s' cannot be opened for writing (no "
-                   "permission, or another process has it open); choose another --output",
+                   "results file '%s' cannot be written: %s; choose another --output", path,
+                   strerror(errno));
+    else if (f < 0)
+      st = rf_fail(RF_ERR_RESULTS,
+                   "results file '%s' is damaged: HDF5 cannot open it for writing; choose "
+                   "another --output or move it away",
                    path);
   }
   H5Pclose(fapl);
@@ -247,7 +259,7 @@ rf_status rf_results_last_run(hid_t runs, int *last) {
 
 /* ---- creating a file ------------------------------------------------------------------------ */
 
-static rf_status write_file_attributes(hid_t f, const rf_results_file_info *info) {
+rf_status rf_results_write_file_attributes(hid_t f, const rf_results_file_info *info) {
   char created[32], hdf5[32], hwloc[32], mpi[MPI_MAX_LIBRARY_VERSION_STRING];
   rf_results_utc_now(created, sizeof created);
   unsigned maj = 0, min = 0, rel = 0;
@@ -278,47 +290,37 @@ static rf_status write_file_attributes(hid_t f, const rf_results_file_info *info
 static rf_status create_file(const char *path, const rf_results_file_info *info) {
   /* Say why a file cannot be made in words, before HDF5 would say it in an error stack. */
   char dir[4096];
-  snprintf(dir, sizeof dir, "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (!slash)
-    snprintf(dir, sizeof dir, ".");
-  else
-    slash[slash == dir ? 1 : 0] = '\0';
+  rf_results_directory(path, dir, sizeof dir);
   if (access(dir, W_OK | X_OK) != 0)
     return rf_fail(RF_ERR_RESULTS,
                    "results file '%s' cannot be created in '%s': %s; choose "
                    "another --output",
                    path, dir, strerror(errno));
 
-  /* The file is made whole under a name of this process's own and then linked into place,
-   * so a job killed while creating it leaves a stray temporary file, never a half-made
-   * results file that every later run would refuse. */
+  /* The file is made whole in memory, written under a temporary name of this process's own
+   * and then linked into place, so a job killed while creating it leaves a stray temporary
+   * file, never a half-made results file that every later run would refuse. The temporary
+   * file is created exclusively (O_EXCL | O_NOFOLLOW): something already at that name, a
+   * symbolic link planted there included, is left alone and another name is taken. */
+  hid_t f;
+  RF_TRY(rf_results_memory_file(info, &f));
   char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-  hid_t fapl = file_access();
-  RF_H5(fapl);
-  hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-  H5Pclose(fapl);
-  if (f < 0)
-    return rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be created; choose another --output",
-                   path);
-  rf_status st = write_file_attributes(f, info);
-  hid_t runs = H5I_INVALID_HID;
-  if (st == RF_OK) {
-    RF_H5_GOTO(runs = H5Gcreate2(f, "runs", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), done);
-    RF_H5_GOTO(H5Fflush(f, H5F_SCOPE_GLOBAL), done);
+  int err = EEXIST;
+  for (int attempt = 0; attempt < 100 && err == EEXIST; attempt++) {
+    if (attempt == 0)
+      snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    else
+      snprintf(tmp, sizeof tmp, "%s.%ld.%d.tmp", path, (long)getpid(), attempt);
+    err = rf_results_save_image(f, tmp);
   }
-done:
-  if (runs >= 0)
-    H5Gclose(runs);
-  if (H5Fclose(f) < 0 && st == RF_OK)
-    st = rf_hdf5_failed("H5Fclose", __FILE__, __LINE__);
-  if (st != RF_OK) {
-    unlink(tmp);
-    return st;
-  }
+  H5Fclose(f);
+  if (err != 0)
+    return rf_fail(err == ENOSPC || err == EDQUOT ? RF_ERR_IO : RF_ERR_RESULTS,
+                   "results file '%s' cannot be created: %s; choose another --output", path,
+                   strerror(err));
   /* link() refuses to replace a file another job created meanwhile; file systems without
    * hard links get rename(). */
+  rf_status st = RF_OK;
   if (link(tmp, path) == 0) {
     unlink(tmp);
     return RF_OK;
@@ -339,22 +341,46 @@ done:
   return st;
 }
 
+void rf_results_directory(const char *path, char *dir, size_t len) {
+  snprintf(dir, len, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash)
+    snprintf(dir, len, ".");
+  else
+    slash[slash == dir ? 1 : 0] = '\0';
+}
+
 /* ---- the handle ------------------------------------------------------------------------------ */
 
 rf_status rf_results_open(const char *path, const rf_results_file_info *info, rf_results **out) {
   *out = NULL;
-  quiet_hdf5();
+  rf_results_quiet_hdf5();
+  /* Checked under the writers' lock, so that a file another job is appending to at this
+   * moment is not taken for a damaged one. Nothing has moved yet, so a file still busy after
+   * the wait ends the job here. */
+  rf_results_lock lock;
+  char holder[160];
+  double wait_s = info ? info->wait_s : 0;
+  if (rf_results_lock_take(path, wait_s, &lock, holder, sizeof holder) != RF_OK)
+    return rf_fail(RF_ERR_IO,
+                   "results file '%s' is busy: %s has been writing to it for more than %g s "
+                   "(--output-wait); run again later or choose another --output",
+                   path, holder, wait_s);
   struct stat sb;
+  hid_t f;
+  rf_status st = RF_OK;
   if (stat(path, &sb) == 0) {
-    hid_t f;
-    RF_TRY(rf_results_open_checked(path, H5F_ACC_RDWR, &f));
-    H5Fclose(f);
+    st = rf_results_open_checked(path, H5F_ACC_RDWR, &f);
+    if (st == RF_OK)
+      H5Fclose(f);
   } else if (errno == ENOENT) {
-    RF_TRY(create_file(path, info));
+    st = create_file(path, info);
   } else {
-    return rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be used: %s; choose another --output",
-                   path, strerror(errno));
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be used: %s; choose another --output",
+                 path, strerror(errno));
   }
+  rf_results_lock_drop(&lock);
+  RF_TRY(st);
   rf_results *r = rf_calloc(1, sizeof *r, "the results handle");
   if (!r)
     return RF_ERR_NOMEM;
@@ -362,6 +388,7 @@ rf_status rf_results_open(const char *path, const rf_results_file_info *info, rf
   r->command_line = rf_strdup(info && info->command_line ? info->command_line : "");
   r->hosts = rf_strdup(info && info->hosts ? info->hosts : "");
   r->gpu_versions = rf_strdup(info && info->gpu_versions ? info->gpu_versions : "");
+  r->wait_s = wait_s;
   if (!r->path || !r->command_line || !r->hosts || !r->gpu_versions) {
     rf_results_close(r);
     return RF_ERR_NOMEM;

@@ -16,7 +16,44 @@
 struct rf_results {
   char *path;
   char *command_line, *hosts, *gpu_versions; /* of this invocation, repeated in each run */
+  double wait_s;                             /* --output-wait */
 };
+
+/* HDF5 stays silent: refit says one line itself (rf_hdf5_failed shows the stack at debug). */
+void rf_results_quiet_hdf5(void);
+
+/* File access properties: strong close, and HDF5's own file lock only when hdf5_lock is set
+ * (readers); writers hold the lock of results_lock.c instead. */
+hid_t rf_results_file_access(int hdf5_lock);
+
+/* The writers' lock on PATH.lock (results_lock.c). Waits at most wait_s seconds, printing one
+ * line when it starts to wait; RF_ERR_TIMEOUT, without logging, when the file is still busy,
+ * with the holder ("pid 12 on host n7") in holder. Where locks are not supported it returns
+ * RF_OK without a lock. */
+typedef struct {
+  int fd;
+} rf_results_lock;
+rf_status rf_results_lock_take(const char *path, double wait_s, rf_results_lock *lock, char *holder,
+                               size_t holder_len);
+void rf_results_lock_drop(rf_results_lock *lock);
+
+/* The root attributes of a new results file (refit_format, versions, command line, hosts). */
+rf_status rf_results_write_file_attributes(hid_t f, const rf_results_file_info *info);
+
+/* A new results file in memory (HDF5's core driver, no backing file): the root attributes and
+ * an empty /runs. The caller closes *file. */
+rf_status rf_results_memory_file(const rf_results_file_info *info, hid_t *file);
+
+/* Writes the image of in-memory file f to a new file at path, created exclusively
+ * (O_EXCL | O_NOFOLLOW) and synced. Returns 0 or the errno of what failed (EEXIST when
+ * something is at path already); a partly written file is removed. Logs nothing. */
+int rf_results_save_image(hid_t f, const char *path);
+
+/* The directory part of path ("." when it has none). */
+void rf_results_directory(const char *path, char *dir, size_t len);
+
+/* Writes one run's attributes and datasets into group g (results_write.c). */
+rf_status rf_results_write_run(hid_t g, const rf_results *r, const rf_results_run *run);
 
 /* Opens `path` with `flags` (H5F_ACC_RDONLY or H5F_ACC_RDWR) after checking that it is an
  * intact refit results file with a /runs group; anything else is refused with one line and

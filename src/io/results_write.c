@@ -418,7 +418,7 @@ done:
   return st;
 }
 
-static rf_status write_run(hid_t g, const rf_results *r, const rf_results_run *run) {
+rf_status rf_results_write_run(hid_t g, const rf_results *r, const rf_results_run *run) {
   if (run->skip_reason)
     return write_skipped(g, r, run);
   RF_TRY(write_run_attributes(g, r, run));
@@ -430,38 +430,4 @@ static rf_status write_run(hid_t g, const rf_results *r, const rf_results_run *r
   RF_TRY(rf_results_write_placement(g, run));
   RF_TRY(rf_results_write_links(g, run));
   return write_env(g, run->env);
-}
-
-rf_status rf_results_add_run(rf_results *r, const rf_results_run *run, int *run_number) {
-  if (run_number)
-    *run_number = -1;
-  if (!r || !run || (!run->skip_reason && (!run->result || !run->model_spec)))
-    return rf_fail(RF_ERR_INTERNAL, "results: a run needs its result and its model");
-  /* Checked again: another job may have replaced the file since rf_results_open. */
-  hid_t f, runs = H5I_INVALID_HID, g = H5I_INVALID_HID;
-  RF_TRY(rf_results_open_checked(r->path, H5F_ACC_RDWR, &f));
-  rf_status st = RF_OK;
-  int last = -1;
-  char name[16];
-  RF_H5_GOTO(runs = H5Gopen2(f, "runs", H5P_DEFAULT), done);
-  RF_TRY_GOTO(rf_results_last_run(runs, &last), done);
-  snprintf(name, sizeof name, "%04d", last + 1);
-  /* The run is written as an anonymous group and flushed before a link names it, so a job
-   * killed while writing leaves at worst unreachable bytes, never a link to half a run. Only
-   * the last step, linking and flushing, touches what earlier runs depend on. */
-  RF_H5_GOTO(g = H5Gcreate_anon(runs, H5P_DEFAULT, H5P_DEFAULT), done);
-  RF_TRY_GOTO(write_run(g, r, run), done);
-  RF_H5_GOTO(H5Fflush(f, H5F_SCOPE_GLOBAL), done);
-  RF_H5_GOTO(H5Olink(g, runs, name, H5P_DEFAULT, H5P_DEFAULT), done);
-  RF_H5_GOTO(H5Fflush(f, H5F_SCOPE_GLOBAL), done);
-done:
-  if (g >= 0)
-    H5Gclose(g);
-  if (runs >= 0)
-    H5Gclose(runs);
-  if (H5Fclose(f) < 0 && st == RF_OK)
-    st = rf_hdf5_failed("H5Fclose", __FILE__, __LINE__);
-  if (st == RF_OK && run_number)
-    *run_number = last + 1;
-  return st;
 }
