@@ -1,6 +1,6 @@
 /* Appending a run so that it is never lost. The run is first built as a complete results file
- * in memory; then, under the writers' lock (results_lock.c), it is copied into PATH as the next
- * /runs/NNNN. When PATH stays busy past --output-wait, or the append fails (a full disk, a
+ * in memory; then, under the writers' lock (results_lock.c), it is written into PATH as the
+ * next /runs/NNNN. When PATH stays busy past --output-wait, or the append fails (a full disk, a
  * file replaced meanwhile), the in-memory file is written to the side file
  * PATH.run-<UTC time>-<pid>.h5 instead: same schema, one run, readable by `refit report` and
  * `refit verify`; the one error line names it.
@@ -88,17 +88,17 @@ static int64_t free_bytes(const char *path) {
   return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 
-/* Copies /runs/0000 of the in-memory file into PATH as the next run. A failure is logged (the
- * caller captures it). Room for twice the run and a mebibyte is asked for first: HDF5 writes
- * the copy and then its metadata, and a file it cannot flush stays open inside it. */
-static rf_status append_copy(const rf_results *r, hid_t mem, int64_t run_bytes, int *number,
-                             int *no_space) {
+/* Writes the run into PATH as the next run. A failure is logged (the caller captures it). Room
+ * for twice the run and a mebibyte is asked for first: HDF5 writes the data and then its
+ * metadata, and a file it cannot flush stays open inside it. */
+static rf_status append_run(const rf_results *r, const rf_results_run *run, int64_t run_bytes,
+                            int *number, int *no_space) {
   int64_t room = free_bytes(r->path);
   if (room >= 0 && room < 2 * run_bytes + (1 << 20)) {
     *no_space = 1;
     return rf_fail(RF_ERR_IO, "results file '%s': %s", r->path, strerror(ENOSPC));
   }
-  hid_t f, runs = H5I_INVALID_HID;
+  hid_t f, runs = H5I_INVALID_HID, g = H5I_INVALID_HID;
   RF_TRY(rf_results_open_checked(r->path, H5F_ACC_RDWR, &f));
   rf_status st = RF_OK;
   int last = -1;
@@ -106,11 +106,18 @@ static rf_status append_copy(const rf_results *r, hid_t mem, int64_t run_bytes, 
   RF_H5_GOTO(runs = H5Gopen2(f, "runs", H5P_DEFAULT), done);
   RF_TRY_GOTO(rf_results_last_run(runs, &last), done);
   snprintf(name, sizeof name, "%04d", last + 1);
-  /* H5Ocopy writes the whole group and links it last, so a job killed while copying leaves at
-   * worst unreachable bytes, never a link to half a run. */
-  RF_H5_GOTO(H5Ocopy(mem, "runs/0000", runs, name, H5P_DEFAULT, H5P_DEFAULT), done);
+  /* The run is written as an unnamed group and flushed before a link names it, so a job
+   * killed while writing leaves at worst unreachable bytes, never a link to half a run. (An
+   * H5Ocopy from the in-memory file links its copy in the same metadata flush as the copied
+   * objects, in no promised order: killed jobs left links to unreadable groups.) */
+  RF_H5_GOTO(g = H5Gcreate_anon(f, H5P_DEFAULT, H5P_DEFAULT), done);
+  RF_TRY_GOTO(rf_results_write_run(g, r, run), done);
+  RF_H5_GOTO(H5Fflush(f, H5F_SCOPE_GLOBAL), done);
+  RF_H5_GOTO(H5Olink(g, runs, name, H5P_DEFAULT, H5P_DEFAULT), done);
   RF_H5_GOTO(H5Fflush(f, H5F_SCOPE_GLOBAL), done);
 done:
+  if (g >= 0)
+    H5Gclose(g);
   if (runs >= 0)
     H5Gclose(runs);
   if (H5Fclose(f) < 0 && st == RF_OK)
@@ -193,7 +200,7 @@ rf_status rf_results_add_run(rf_results *r, const rf_results_run *run, int *run_
     /* Whatever goes wrong below is said once, in the line that names the side file. */
     char failure[1024] = "";
     rf_log_capture(failure, sizeof failure);
-    st = append_copy(r, mem, run_bytes > 0 ? run_bytes : 0, &number, &no_space);
+    st = append_run(r, run, run_bytes > 0 ? run_bytes : 0, &number, &no_space);
     rf_log_capture(NULL, 0);
     rf_results_lock_drop(&lock);
     if (no_space)
