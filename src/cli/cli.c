@@ -166,6 +166,11 @@ void rf_cli_usage(FILE *out, rf_command cmd) {
   print_option(out, "-h, --help", "print this help and exit", col);
   fprintf(out, "\n--config FILE holds a JSON object with the same names as keys ('_' or '-'); "
                "options\ngiven on the command line win over the file.\n");
+  if (cmd == RF_CMD_RUN)
+    fprintf(out, "A list (a file's, or values separated by ',' on the command line, by ';' for "
+                 "--trainer\nand --rollout) of --plan, --transport, --trainer, --rollout, "
+                 "--placement, --bucket-size\nor --model sweeps its values; --mode a,b runs "
+                 "each mode in one job.\n");
   if (help_notes[command_bit(cmd)])
     fprintf(out, "%s\n", help_notes[command_bit(cmd)]);
 }
