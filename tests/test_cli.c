@@ -63,6 +63,13 @@ static rf_status parse_list(rf_config *cfg, const char *const *args) {
 }
 #define PARSE(cfg, ...) parse_list(cfg, (const char *const[]){__VA_ARGS__, NULL})
 
+/* The modes of a configuration, as "fused,grouped". */
+#define ASSERT_MODES(cfg, text)                                                                    \
+  do {                                                                                             \
+    char modes_[128];                                                                              \
+    ASSERT_STR_EQ(rf_mode_list_format(&(cfg).mode, modes_, sizeof modes_), text);                  \
+  } while (0)
+
 /* Asserts that parsing fails with usage status and exactly one error line. */
 #define EXPECT_ERROR(line, ...)                                                                    \
   do {                                                                                             \
@@ -113,8 +120,12 @@ static void test_table(void) {
     /* Numbers show a unit in --help (the seed is a plain number); others a metavar. */
     if (o->type == RF_OPT_SIZE || o->type == RF_OPT_DOUBLE)
       ASSERT_TRUE(o->unit[0]);
-    if (o->type != RF_OPT_ENUM && o->type != RF_OPT_FLAG)
+    if (o->type != RF_OPT_ENUM && o->type != RF_OPT_CHOICE && o->type != RF_OPT_FLAG)
       ASSERT_TRUE(o->metavar != NULL);
+    /* Enums and choices name their values; an enum field is an int, or a list of them. */
+    ASSERT_EQ(o->names != NULL, o->type == RF_OPT_ENUM || o->type == RF_OPT_CHOICE);
+    if (o->type == RF_OPT_ENUM)
+      ASSERT_EQ(o->size, o->list ? sizeof(rf_mode_list) : sizeof(int));
     rf_config c;
     char why[256];
     ASSERT_OK(rf_cli_set_text(o, o->def, &c, why, sizeof why));
@@ -134,19 +145,19 @@ static void test_defaults(void) {
   ASSERT_STR_EQ(c.model, "llama-3.2-1b");
   ASSERT_STR_EQ(c.dtype, "model");
   ASSERT_STR_EQ(c.trainer, "fsdp=2");
-  ASSERT_STR_EQ(c.trainer_style, "tunix");
-  ASSERT_STR_EQ(c.trainer_order, "hf");
+  ASSERT_EQ(c.trainer_style, RF_STYLE_TUNIX);
+  ASSERT_EQ(c.trainer_order, RF_ORDER_HF);
   ASSERT_STR_EQ(c.rollout, "tp=2");
-  ASSERT_STR_EQ(c.placement, "disaggregated");
-  ASSERT_STR_EQ(c.plan, "p2p");
-  ASSERT_STR_EQ(c.mode, "grouped");
+  ASSERT_EQ(c.placement, RF_PLACEMENT_DISAGGREGATED);
+  ASSERT_EQ(c.plan, RF_PLAN_P2P);
+  ASSERT_MODES(c, "grouped");
   ASSERT_EQ(c.bucket_size, INT64_C(268435456));
   ASSERT_STR_EQ(c.transport, "mpi");
   ASSERT_EQ(c.seed, 1);
   ASSERT_EQ(c.warmup, 1);
   ASSERT_EQ(c.iters, 5);
-  ASSERT_STR_EQ(c.verify, "full");
-  ASSERT_STR_EQ(c.inject, "none");
+  ASSERT_EQ(c.verify, RF_VERIFY_FULL);
+  ASSERT_EQ(c.inject, RF_INJECT_NONE);
   ASSERT_TRUE(c.timeout == 60.0);
   ASSERT_STR_EQ(c.output, "");
   ASSERT_EQ(c.json, 0);
@@ -303,7 +314,8 @@ static void test_command_line_errors(void) {
   EXPECT_ERROR("refit: error: option --mode: 'fused,,grouped' is not one of "
                "unfused|grouped|fused, or a comma-separated list of them",
                "run", "--mode=fused,,grouped");
-  EXPECT_ERROR("refit: error: option --plan: 'p2p,star' is not one of p2p|star", "run",
+  /* Only refit run sweeps a list; the other commands take one value. */
+  EXPECT_ERROR("refit: error: option --plan: 'p2p,star' is not one of p2p|star", "plan",
                "--plan=p2p,star");
   EXPECT_ERROR("refit: error: unknown option '--foo' for 'refit plan'; see refit plan --help",
                "plan", "--foo");
@@ -342,7 +354,7 @@ static void test_command_line_errors(void) {
   ASSERT_EQ(c.help, 0);
   /* The last occurrence wins, as with the config file below it. */
   ASSERT_OK(PARSE(&c, "run", "--mode", "fused", "--mode=unfused"));
-  ASSERT_STR_EQ(c.mode, "unfused");
+  ASSERT_MODES(c, "unfused");
 }
 
 static void test_help_and_version(void) {
@@ -387,11 +399,11 @@ static void test_config_file(void) {
              "{\"mode\": \"fused\", \"bucket_size\": \"64MiB\", \"seed\": 7, \"timeout\": 2,\n"
              " \"trainer-style\": \"fsdp2\", \"iters\": 3, \"output\": \"r.h5\"}\n");
   ASSERT_OK(PARSE(&c, "run", "--config", cfg_path, "--iters", "9", "--mode=unfused"));
-  ASSERT_STR_EQ(c.mode, "unfused");
+  ASSERT_MODES(c, "unfused");
   ASSERT_EQ(c.bucket_size, INT64_C(67108864));
   ASSERT_EQ(c.seed, 7);
   ASSERT_TRUE(c.timeout == 2.0);
-  ASSERT_STR_EQ(c.trainer_style, "fsdp2");
+  ASSERT_EQ(c.trainer_style, RF_STYLE_FSDP2);
   ASSERT_EQ(c.iters, 9);
   ASSERT_STR_EQ(c.output, "r.h5");
   ASSERT_STR_EQ(c.config, cfg_path);
@@ -403,7 +415,7 @@ static void test_config_file(void) {
 
   ASSERT_OK(parse_config(&c, "plan", "{\"json\": true, \"trainer_style\": \"fsdp2\"}"));
   ASSERT_EQ(c.json, 1);
-  ASSERT_STR_EQ(c.trainer_style, "fsdp2");
+  ASSERT_EQ(c.trainer_style, RF_STYLE_FSDP2);
   ASSERT_OK(parse_config(&c, "run", "{\"bucket-size\": 4096, \"timeout\": 0.5}"));
   ASSERT_EQ(c.bucket_size, 4096);
   ASSERT_TRUE(c.timeout == 0.5);
@@ -420,8 +432,8 @@ static void test_config_file(void) {
   ASSERT_OK(parse_config(&c, "run",
                          "{\"mode\": [\"fused\", \"grouped\"], \"plan\": [\"star\", "
                          "\"p2p\"], \"bucket_size\": [65536, \"1MiB\"], \"model\": [\"tiny\"]}"));
-  ASSERT_STR_EQ(c.mode, "fused,grouped");
-  ASSERT_STR_EQ(c.plan, "star");
+  ASSERT_MODES(c, "fused,grouped");
+  ASSERT_EQ(c.plan, RF_PLAN_STAR);
   ASSERT_EQ(c.bucket_size, 65536);
   ASSERT_EQ(c.sweep.axis_count, 2);
   ASSERT_STR_EQ(c.sweep.axes[1].name, "bucket-size");
@@ -553,12 +565,99 @@ static void test_print_config(void) {
   free(json);
 }
 
+/* The axis `i` of c's sweep is option `name` with the values `texts` (NULL-terminated). */
+static void expect_axis(const rf_config *c, int i, const char *name, const char *const *texts) {
+  ASSERT_LT(i, c->sweep.axis_count);
+  ASSERT_STR_EQ(c->sweep.axes[i].name, name);
+  int n = 0;
+  for (; texts[n]; n++)
+    ASSERT_STR_EQ(c->sweep.axes[i].values[n], texts[n]);
+  ASSERT_EQ(c->sweep.axes[i].count, n);
+}
+#define EXPECT_AXIS(c, i, name, ...)                                                               \
+  expect_axis(c, i, name, (const char *const[]){__VA_ARGS__, NULL})
+
+/* A list on refit run's command line is a sweep axis like a config file's list: ',' between
+ * values, ';' between layouts (whose text holds commas). */
+static void test_command_line_sweeps(void) {
+  rf_config c;
+  ASSERT_OK(PARSE(&c, "run", "--plan", "star,p2p"));
+  ASSERT_EQ(c.plan, RF_PLAN_STAR); /* the field holds the first value */
+  ASSERT_EQ(c.sweep.axis_count, 1);
+  EXPECT_AXIS(&c, 0, "plan", "star", "p2p");
+
+  ASSERT_OK(PARSE(&c, "run", "--trainer", "fsdp=2;fsdp=4,tp=2", "--rollout=tp=2;tp=4,dp=1",
+                  "--mode", "fused,grouped", "--bucket-size", "64MiB,0", "--transport", "mpi,nccl",
+                  "--placement", "colocated,disaggregated", "--model", "tiny,gemma-2b"));
+  ASSERT_STR_EQ(c.trainer, "fsdp=2");
+  ASSERT_STR_EQ(c.rollout, "tp=2");
+  ASSERT_EQ(c.bucket_size, 64 << 20);
+  ASSERT_EQ(c.placement, RF_PLACEMENT_COLOCATED);
+  ASSERT_MODES(c, "fused,grouped"); /* modes stay one job */
+  ASSERT_EQ(c.sweep.axis_count, 6);
+  EXPECT_AXIS(&c, 0, "trainer", "fsdp=2", "fsdp=4,tp=2");
+  EXPECT_AXIS(&c, 1, "rollout", "tp=2", "tp=4,dp=1");
+  EXPECT_AXIS(&c, 2, "bucket-size", "64MiB", "0");
+  EXPECT_AXIS(&c, 3, "transport", "mpi", "nccl");
+  EXPECT_AXIS(&c, 4, "placement", "colocated", "disaggregated");
+  EXPECT_AXIS(&c, 5, "model", "tiny", "gemma-2b");
+  /* A layout's commas are its own; a single value is no sweep. */
+  ASSERT_OK(PARSE(&c, "run", "--trainer", "fsdp=2,tp=2", "--plan", "star"));
+  ASSERT_STR_EQ(c.trainer, "fsdp=2,tp=2");
+  ASSERT_EQ(c.sweep.axis_count, 0);
+  /* The last value given wins, as for any option. */
+  ASSERT_OK(PARSE(&c, "run", "--plan", "star,p2p", "--plan", "p2p"));
+  ASSERT_EQ(c.plan, RF_PLAN_P2P);
+  ASSERT_EQ(c.sweep.axis_count, 0);
+  /* The command line replaces a file's list, and its lists follow the file's. */
+  ASSERT_OK(
+      parse_config(&c, "run", "{\"plan\": [\"star\", \"p2p\"], \"bucket_size\": [65536, 0]}"));
+  ASSERT_EQ(c.sweep.axis_count, 2);
+  write_temp(cfg_path, sizeof cfg_path,
+             "{\"plan\": [\"star\", \"p2p\"], \"bucket_size\": [65536, 0]}");
+  ASSERT_OK(PARSE(&c, "run", "--plan", "p2p,star", "--config", cfg_path));
+  ASSERT_EQ(c.sweep.axis_count, 2);
+  EXPECT_AXIS(&c, 0, "bucket-size", "65536", "0");
+  EXPECT_AXIS(&c, 1, "plan", "p2p", "star");
+  ASSERT_OK(PARSE(&c, "run", "--config", cfg_path, "--plan", "star"));
+  ASSERT_EQ(c.sweep.axis_count, 1);
+  EXPECT_AXIS(&c, 0, "bucket-size", "65536", "0");
+  ASSERT_EQ(c.plan, RF_PLAN_STAR);
+  unlink(cfg_path);
+  /* Other commands take the text as one value. */
+  ASSERT_OK(PARSE(&c, "plan", "--trainer", "fsdp=2;fsdp=4"));
+  ASSERT_STR_EQ(c.trainer, "fsdp=2;fsdp=4");
+  ASSERT_EQ(c.sweep.axis_count, 0);
+
+  EXPECT_ERROR("refit: error: option --plan: 'ring' is not one of p2p|star", "run", "--plan",
+               "star,ring");
+  EXPECT_ERROR("refit: error: option --placement: 'colo' is not one of disaggregated|colocated",
+               "run", "--placement=disaggregated,colo");
+  EXPECT_ERROR("refit: error: option --plan: 'star,' has an empty value; separate the values "
+               "with ','",
+               "run", "--plan", "star,");
+  EXPECT_ERROR("refit: error: option --trainer: 'fsdp=2;;fsdp=4' has an empty value; separate "
+               "the values with ';'",
+               "run", "--trainer", "fsdp=2;;fsdp=4");
+  EXPECT_ERROR("refit: error: option --bucket-size: '12XB' is not a size (use e.g. 64MiB, 1GiB "
+               "or a byte count)",
+               "run", "--bucket-size", "64MiB,12XB");
+  EXPECT_ERROR("refit: error: option --mode: 'fused,fast' is not one of unfused|grouped|fused, or "
+               "a comma-separated list of them",
+               "run", "--mode", "fused,fast");
+  EXPECT_ERROR("refit: error: option --plan: 'p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,...' holds "
+               "more than 16 values or a value longer than 255 characters",
+               "run", "--plan",
+               "p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p");
+}
+
 int main(void) {
   test_table();
   test_defaults();
   test_sizes();
   test_ints_and_doubles();
   test_command_line_errors();
+  test_command_line_sweeps();
   test_help_and_version();
   test_config_file();
   test_print_config();

@@ -17,7 +17,7 @@ static rf_topo *load_dgx8(void) {
 
 static void place(const rf_topo *t, int rpn, int device, int need_gpu, rf_bind bind,
                   rf_topo_place *out) {
-  rf_topo_place_options o = {rpn, device, need_gpu, bind};
+  rf_topo_place_options o = {rpn, device, need_gpu ? "nccl" : NULL, bind};
   ASSERT_OK(rf_topo_place_node(t, &o, out));
 }
 
@@ -110,9 +110,9 @@ static void test_place_dgx8(void) {
   ASSERT_STR_EQ(p[2].cpus, "-");
   ASSERT_EQ(p[2].numa, 0);
 
-  rf_topo_place_options o = {16, -1, 1, RF_BIND_AUTO};
+  rf_topo_place_options o = {16, -1, "nccl", RF_BIND_AUTO};
   ASSERT_STATUS(rf_topo_place_node(t, &o, p), RF_ERR_USAGE);
-  o = (rf_topo_place_options){4, 8, 1, RF_BIND_AUTO};
+  o = (rf_topo_place_options){4, 8, "nccl", RF_BIND_AUTO};
   ASSERT_STATUS(rf_topo_place_node(t, &o, p), RF_ERR_USAGE);
   rf_topo_free(t);
 }
@@ -273,10 +273,10 @@ static void test_synthetic(void) {
     ASSERT_EQ(p[r].numa, r / 2);
     ASSERT_STR_EQ(p[r].cpus, cpus[r]);
   }
-  rf_topo_place_options o = {4, -1, 1, RF_BIND_AUTO};
+  rf_topo_place_options o = {4, -1, "nccl", RF_BIND_AUTO};
   ASSERT_STATUS(rf_topo_place_node(t, &o, p), RF_ERR_USAGE); /* a GPU transport, no GPUs */
   /* 20 ranks on 16 threads: cores refuses, auto shares each NUMA node. */
-  o = (rf_topo_place_options){20, -1, 0, RF_BIND_CORES};
+  o = (rf_topo_place_options){20, -1, NULL, RF_BIND_CORES};
   ASSERT_STATUS(rf_topo_place_node(t, &o, p), RF_ERR_USAGE);
   place(t, 20, -1, 0, RF_BIND_AUTO, p);
   ASSERT_STR_EQ(p[0].cpus, "0-7");

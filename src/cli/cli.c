@@ -76,7 +76,8 @@ void rf_cli_defaults(rf_config *cfg) {
 
 /* "--bucket-size SIZE", "--mode unfused|grouped|fused", "--json". */
 static void option_head(const rf_cli_option *o, char *buf, size_t len) {
-  const char *meta = o->type == RF_OPT_ENUM ? o->choices : o->metavar;
+  char choices[256];
+  const char *meta = o->names ? rf_cli_choices(o, choices, sizeof choices) : o->metavar;
   if (o->type == RF_OPT_FLAG || !meta)
     meta = "";
   char letter[8] = "";
@@ -165,6 +166,11 @@ void rf_cli_usage(FILE *out, rf_command cmd) {
   print_option(out, "-h, --help", "print this help and exit", col);
   fprintf(out, "\n--config FILE holds a JSON object with the same names as keys ('_' or '-'); "
                "options\ngiven on the command line win over the file.\n");
+  if (cmd == RF_CMD_RUN)
+    fprintf(out, "A list (a file's, or values separated by ',' on the command line, by ';' for "
+                 "--trainer\nand --rollout) of --plan, --transport, --trainer, --rollout, "
+                 "--placement, --bucket-size\nor --model sweeps its values; --mode a,b runs "
+                 "each mode in one job.\n");
   if (help_notes[command_bit(cmd)])
     fprintf(out, "%s\n", help_notes[command_bit(cmd)]);
 }
@@ -338,7 +344,7 @@ static rf_status scan_options(int argc, char **argv, rf_config *cfg, int apply) 
       rf_cli_sweep_drop(cfg, o);
     if (o->type == RF_OPT_FLAG) {
       rf_cli_store_flag(o, cfg, 1);
-    } else if (rf_cli_set_text(o, optarg, cfg, why, sizeof why) != RF_OK) {
+    } else if (rf_cli_set_command_line(cfg, o, optarg, why, sizeof why) != RF_OK) {
       if (apply)
         return rf_fail(RF_ERR_USAGE, "option --%s: %s", o->name, why);
       if (!error[0])
@@ -389,6 +395,9 @@ rf_status rf_cli_parse(int argc, char **argv, rf_config *cfg) {
   RF_TRY(scan_options(argc - 1, argv + 1, cfg, 0));
   if (cfg->help)
     return RF_OK;
+  /* The first pass only checked the command line's lists; the second makes them axes after
+   * the file's. */
+  memset(&cfg->sweep, 0, sizeof cfg->sweep);
   if (cfg->config[0])
     RF_TRY(rf_cli_load_config(cfg));
   return scan_options(argc - 1, argv + 1, cfg, 1);

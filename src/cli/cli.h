@@ -10,6 +10,12 @@
 #include <stdio.h>
 
 #include "core/core.h"
+#include "engine/engine.h"
+#include "layout/layout.h"
+#include "memory/memory.h"
+#include "plan/plan.h"
+#include "topo/topo.h"
+#include "verify/verify.h"
 
 /* The commands. Each option names the commands it applies to with a mask of these bits. */
 typedef enum {
@@ -25,10 +31,11 @@ typedef enum {
 #define RF_PATH_MAX 1024
 #define RF_MAX_INPUTS 8
 
-/* A sweep: the keys of a --config file that hold lists. Each axis is an option and the texts
- * of its values, as they would be written on the command line; `refit run` runs the
- * cartesian product of the axes. A list of modes is no axis: it stays one job that runs each
- * mode in turn, like --mode a,b. */
+/* A sweep: the keys of a --config file that hold lists, and the options of `refit run` given a
+ * list on the command line (`--plan star,p2p`; layouts, whose text holds commas, separate
+ * theirs with ';'). Each axis is an option and the texts of its values, as they would be
+ * written on the command line; `refit run` runs the cartesian product of the axes. A list of
+ * modes is no axis: it stays one job that runs each mode in turn. */
 #define RF_SWEEP_MAX_AXES 8
 #define RF_SWEEP_MAX_VALUES 16
 #define RF_SWEEP_VALUE_MAX 256
@@ -43,37 +50,38 @@ typedef struct {
   rf_sweep_axis axes[RF_SWEEP_MAX_AXES];
 } rf_sweep;
 
-/* The effective configuration: every field is the target of exactly one table entry. */
+/* The effective configuration: every field is the target of exactly one table entry. Enums
+ * are parsed here, once; the names are in each enum's X-macro list. */
 typedef struct {
   rf_command command;
-  int help;                     /* --help was given: usage printed, nothing else to do */
-  char config[RF_PATH_MAX];     /* --config */
-  char model[RF_PATH_MAX];      /* --model NAME|PATH */
-  char dtype[16];               /* --dtype model|bf16|fp16|fp32 */
-  char trainer[64];             /* --trainer fsdp=F,tp=T[,dp=D] */
-  char trainer_style[16];       /* --trainer-style tunix|fsdp2 */
-  char trainer_order[16];       /* --trainer-order hf|jax */
-  char rollout[64];             /* --rollout tp=R[,dp=P] */
-  char placement[32];           /* --placement disaggregated|colocated */
-  char plan[16];                /* --plan p2p|star */
-  char mode[64];                /* --mode unfused|grouped|fused, or a comma-separated list */
-  int64_t bucket_size;          /* --bucket-size, bytes; 0 = whole model in one bucket */
-  char transport[16];           /* --transport NAME */
-  int64_t device;               /* --device N: the CUDA device; -1 = by node-local rank */
-  int64_t seed;                 /* --seed */
-  int64_t warmup;               /* --warmup */
-  int64_t iters;                /* --iters */
-  char verify[16];              /* --verify full|checksum|none */
-  char inject[16];              /* --inject none|corrupt|stall */
-  double timeout;               /* --timeout, seconds */
-  char output[RF_PATH_MAX];     /* --output FILE.h5 ("" = none) */
-  double output_wait;           /* --output-wait, seconds another writer may hold --output */
-  int json;                     /* --json */
-  char checkpoint[RF_PATH_MAX]; /* --checkpoint PATH: read (run, verify) or written */
-  char format[16];              /* --format safetensors|hdf5 (checkpoint) */
-  int64_t shard_size;           /* --shard-size, bytes; 0 = one file (checkpoint) */
-  char reference[RF_PATH_MAX];  /* --reference RESULTS.h5 (verify) */
-  int64_t run;                  /* --run N (verify); -1 = the latest */
+  int help;                       /* --help was given: usage printed, nothing else to do */
+  char config[RF_PATH_MAX];       /* --config */
+  char model[RF_PATH_MAX];        /* --model NAME|PATH */
+  char dtype[16];                 /* --dtype model|bf16|fp16|fp32 */
+  char trainer[64];               /* --trainer fsdp=F,tp=T[,dp=D] */
+  rf_trainer_style trainer_style; /* --trainer-style tunix|fsdp2 */
+  rf_trainer_order trainer_order; /* --trainer-order hf|jax */
+  char rollout[64];               /* --rollout tp=R[,dp=P] */
+  rf_placement placement;         /* --placement disaggregated|colocated */
+  rf_plan_kind plan;              /* --plan p2p|star */
+  rf_mode_list mode;              /* --mode unfused|grouped|fused, or a comma-separated list */
+  int64_t bucket_size;            /* --bucket-size, bytes; 0 = whole model in one bucket */
+  char transport[16];             /* --transport NAME */
+  int64_t device;                 /* --device N: the CUDA device; -1 = by node-local rank */
+  int64_t seed;                   /* --seed */
+  int64_t warmup;                 /* --warmup */
+  int64_t iters;                  /* --iters */
+  rf_verify_level verify;         /* --verify full|checksum|none */
+  rf_inject inject;               /* --inject none|corrupt|stall */
+  double timeout;                 /* --timeout, seconds */
+  char output[RF_PATH_MAX];       /* --output FILE.h5 ("" = none) */
+  double output_wait;             /* --output-wait, seconds another writer may hold --output */
+  int json;                       /* --json */
+  char checkpoint[RF_PATH_MAX];   /* --checkpoint PATH: read (run, verify) or written */
+  char format[16];                /* --format safetensors|hdf5 (checkpoint) */
+  int64_t shard_size;             /* --shard-size, bytes; 0 = one file (checkpoint) */
+  char reference[RF_PATH_MAX];    /* --reference RESULTS.h5 (verify) */
+  int64_t run;                    /* --run N (verify); -1 = the latest */
 
   /* File names given as arguments (verify RESULTS.h5). */
   char inputs[RF_MAX_INPUTS][RF_PATH_MAX];
@@ -81,9 +89,9 @@ typedef struct {
 
   char topology_xml[RF_PATH_MAX]; /* --topology-xml FILE ("" = HWLOC_XMLFILE or this machine) */
   int64_t ranks_per_node;         /* --ranks-per-node (topo); 0 = the whole world on one node */
-  char bind[16];                  /* --bind auto|none|cores|numa */
-  char nic[16];                   /* --nic none|auto: export NCCL_IB_HCA with auto */
-  char memory[16];                /* --memory auto|host|device: where the weights live */
+  rf_bind bind;                   /* --bind auto|none|cores|numa */
+  rf_nic nic;                     /* --nic none|auto: export NCCL_IB_HCA with auto */
+  rf_mem_request memory;          /* --memory auto|host|device: where the weights live */
   int dry_run;                    /* --dry-run: list a sweep's runs and skips, move nothing */
   int calibrate;                  /* --calibrate: measure the limits beside every run */
   char output_dir[RF_PATH_MAX];   /* --output-dir, -o DIR (report) */

@@ -141,6 +141,7 @@ static rf_status set_json(const rf_cli_option *o, const json_t *v, rf_config *cf
   switch (o->type) {
   case RF_OPT_STRING:
   case RF_OPT_ENUM:
+  case RF_OPT_CHOICE:
     if (!json_is_string(v))
       return wrong_type("a string", v, why, len);
     if (strlen(json_string_value(v)) != json_string_length(v)) {
@@ -174,17 +175,6 @@ static rf_status set_json(const rf_cli_option *o, const json_t *v, rf_config *cf
   return RF_ERR_INTERNAL;
 }
 
-/* The keys whose lists make a sweep; mode's list is one job running each mode in turn. */
-static const char *const sweep_keys[] = {"mode",    "plan",      "transport",   "trainer",
-                                         "rollout", "placement", "bucket-size", "model"};
-
-static int sweepable(const rf_cli_option *o) {
-  for (size_t i = 0; i < RF_ARRAY_LEN(sweep_keys); i++)
-    if (strcmp(o->name, sweep_keys[i]) == 0)
-      return 1;
-  return 0;
-}
-
 /* A list element as the command line would give it: a string as is, an integer in base 10. */
 static rf_status element_text(const json_t *v, char *out, size_t len, char *why, size_t why_len) {
   int n = json_is_string(v)    ? snprintf(out, len, "%s", json_string_value(v))
@@ -197,14 +187,70 @@ static rf_status element_text(const json_t *v, char *out, size_t len, char *why,
   return RF_OK;
 }
 
+rf_status rf_cli_sweep_set(rf_config *cfg, const rf_cli_option *o, char texts[][RF_SWEEP_VALUE_MAX],
+                           int n, char *why, size_t why_len) {
+  rf_sweep *sw = &cfg->sweep;
+  if (o->list) { /* a list of modes: one job that runs each in turn */
+    char joined[RF_SWEEP_MAX_VALUES * RF_SWEEP_VALUE_MAX];
+    size_t used = 0;
+    joined[0] = '\0';
+    for (int i = 0; i < n; i++)
+      used += (size_t)snprintf(joined + used, sizeof joined - used, "%s%s", i ? "," : "", texts[i]);
+    return rf_cli_set_text(o, joined, cfg, why, why_len);
+  }
+  for (int i = n - 1; i >= 0; i--) /* every value is checked; the first one stays */
+    RF_TRY(rf_cli_set_text(o, texts[i], cfg, why, why_len));
+  if (n < 2)
+    return RF_OK;
+  if (sw->axis_count == RF_SWEEP_MAX_AXES) {
+    snprintf(why, why_len, "a sweep has at most %d lists", RF_SWEEP_MAX_AXES);
+    return RF_ERR_USAGE;
+  }
+  rf_sweep_axis *axis = &sw->axes[sw->axis_count++];
+  memset(axis, 0, sizeof *axis);
+  snprintf(axis->name, sizeof axis->name, "%s", o->name);
+  axis->count = n;
+  for (int i = 0; i < n; i++)
+    memcpy(axis->values[i], texts[i], RF_SWEEP_VALUE_MAX);
+  return RF_OK;
+}
+
+rf_status rf_cli_set_command_line(rf_config *cfg, const rf_cli_option *o, const char *text,
+                                  char *why, size_t why_len) {
+  char sep = o->separator ? o->separator : ',';
+  if (!o->sweep || o->list || cfg->command != RF_CMD_RUN || !strchr(text, sep))
+    return rf_cli_set_text(o, text, cfg, why, why_len);
+  char texts[RF_SWEEP_MAX_VALUES][RF_SWEEP_VALUE_MAX];
+  int n = 0;
+  for (const char *p = text;; p++) {
+    size_t len = strcspn(p, (char[]){sep, '\0'});
+    if (len == 0) {
+      snprintf(why, why_len, "'%s' has an empty value; separate the values with '%c'", text, sep);
+      return RF_ERR_USAGE;
+    }
+    if (n == RF_SWEEP_MAX_VALUES || len >= RF_SWEEP_VALUE_MAX) {
+      snprintf(why, why_len,
+               "'%.40s...' holds more than %d values or a value longer than %d "
+               "characters",
+               text, RF_SWEEP_MAX_VALUES, RF_SWEEP_VALUE_MAX - 1);
+      return RF_ERR_USAGE;
+    }
+    snprintf(texts[n++], RF_SWEEP_VALUE_MAX, "%.*s", (int)len, p);
+    p += len;
+    if (!*p)
+      break;
+  }
+  return rf_cli_sweep_set(cfg, o, texts, n, why, why_len);
+}
+
 /* A list: every element is checked as the scalar would be, the field keeps the first one and
  * the texts become a sweep axis (or, for mode, one comma-separated list of modes). */
 static rf_status apply_list(config_file *cf, const rf_cli_option *o, const char *key,
                             const json_t *list, const char *at) {
   rf_config *cfg = cf->cfg;
   size_t n = json_array_size(list);
-  char why[512];
-  if (!sweepable(o) || cfg->command != RF_CMD_RUN)
+  char why[512], texts[RF_SWEEP_MAX_VALUES][RF_SWEEP_VALUE_MAX];
+  if (!o->sweep || cfg->command != RF_CMD_RUN)
     return rf_fail(RF_ERR_USAGE,
                    "%s: key '%s' holds a list; only mode, plan, transport, trainer, "
                    "rollout, placement, bucket_size and model can be swept, by refit run",
@@ -212,34 +258,14 @@ static rf_status apply_list(config_file *cf, const rf_cli_option *o, const char 
   if (n == 0 || n > RF_SWEEP_MAX_VALUES)
     return rf_fail(RF_ERR_USAGE, "%s: key '%s' holds %zu values; give 1 to %d", at, key, n,
                    RF_SWEEP_MAX_VALUES);
-  int is_mode = strcmp(o->name, "mode") == 0;
-  if (!is_mode && n > 1 && cfg->sweep.axis_count == RF_SWEEP_MAX_AXES)
-    return rf_fail(RF_ERR_USAGE, "%s: key '%s': a sweep has at most %d lists", at, key,
-                   RF_SWEEP_MAX_AXES);
-  rf_sweep_axis *axis = &cfg->sweep.axes[cfg->sweep.axis_count];
-  memset(axis, 0, sizeof *axis);
-  char modes[256] = "";
   for (size_t i = 0; i < n; i++) {
     const json_t *v = json_array_get(list, i);
-    char *text = axis->values[i];
     if (set_json(o, v, cfg, why, sizeof why) != RF_OK ||
-        element_text(v, text, RF_SWEEP_VALUE_MAX, why, sizeof why) != RF_OK)
+        element_text(v, texts[i], RF_SWEEP_VALUE_MAX, why, sizeof why) != RF_OK)
       return rf_fail(RF_ERR_USAGE, "%s: key '%s', value %zu: %s", at, key, i + 1, why);
-    size_t used = strlen(modes);
-    snprintf(modes + used, sizeof modes - used, "%s%s", i ? "," : "", text);
   }
-  if (is_mode) {
-    if (rf_cli_set_text(o, modes, cfg, why, sizeof why) != RF_OK)
-      return rf_fail(RF_ERR_USAGE, "%s: key '%s': %s", at, key, why);
-    return RF_OK;
-  }
-  if (set_json(o, json_array_get(list, 0), cfg, why, sizeof why) != RF_OK)
+  if (rf_cli_sweep_set(cfg, o, texts, (int)n, why, sizeof why) != RF_OK)
     return rf_fail(RF_ERR_USAGE, "%s: key '%s': %s", at, key, why);
-  if (n > 1) {
-    snprintf(axis->name, sizeof axis->name, "%s", o->name);
-    axis->count = (int)n;
-    cfg->sweep.axis_count++;
-  }
   return RF_OK;
 }
 

@@ -18,7 +18,9 @@
 
 typedef enum {
   RF_OPT_STRING, /* char[] field, any text that fits */
-  RF_OPT_ENUM,   /* char[] field, one of `choices` */
+  RF_OPT_ENUM,   /* enum field (an int), the index of one of `names`; with `list`, an
+                    rf_mode_list-shaped field (count, then up to RF_MAX_MODES indexes) */
+  RF_OPT_CHOICE, /* char[] field, one of `names` kept as text (formats the driver passes on) */
   RF_OPT_INT,    /* int64_t field, base-10 integer in [imin, imax] */
   RF_OPT_SIZE,   /* int64_t field, bytes ("64MiB", "1GB", "4096"), in [imin, imax] */
   RF_OPT_DOUBLE, /* double field, finite, in [dmin, dmax] or (dmin, dmax] when dmin_open */
@@ -29,8 +31,11 @@ typedef struct {
   const char *name; /* long name, also the JSON key */
   char letter;      /* short option letter, 0 = none */
   rf_opt_type type;
-  const char *choices; /* enums: "a|b|c" */
-  int list;            /* enums: a comma-separated list of choices is accepted ("a,c") */
+  const char *const *names; /* enums and choices: the valid names (the enum's X-macro list) */
+  int name_count;
+  int list;            /* enums: a comma-separated list of names is accepted ("a,c") */
+  int sweep;           /* refit run: a list of values (config file or command line) is swept */
+  char separator;      /* the command line's separator of a sweep's values; 0 = ',' */
   int64_t imin, imax;  /* ints and sizes */
   double dmin, dmax;   /* doubles */
   int dmin_open;       /* doubles: dmin itself is excluded */
@@ -71,6 +76,19 @@ rf_status rf_cli_load_config(rf_config *cfg);
 
 /* Drops the sweep axis of option o, if any: a value on the command line replaces the list. */
 void rf_cli_sweep_drop(rf_config *cfg, const rf_cli_option *o);
+
+/* Makes texts[0 .. n) the sweep axis of option o (no axis for n = 1; for a list option, one
+ * list value): checks each, stores the first in cfg. On failure writes the reason to why. */
+rf_status rf_cli_sweep_set(rf_config *cfg, const rf_cli_option *o, char texts[][RF_SWEEP_VALUE_MAX],
+                           int n, char *why, size_t why_len);
+
+/* A command-line value of a sweepable option of `refit run`: split at the option's separator
+ * into a sweep axis when it holds more than one value, else stored as is. */
+rf_status rf_cli_set_command_line(rf_config *cfg, const rf_cli_option *o, const char *text,
+                                  char *why, size_t why_len);
+
+/* "a|b|c": the names of an enum or choice option, as --help and the errors show them. */
+const char *rf_cli_choices(const rf_cli_option *o, char *buf, size_t len);
 
 /* Formats a double with the fewest digits that read back to the same value. */
 const char *rf_cli_format_double(double v, char *buf, size_t len);

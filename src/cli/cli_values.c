@@ -192,48 +192,66 @@ void rf_cli_store_flag(const rf_cli_option *o, rf_config *cfg, int v) {
   memcpy((char *)cfg + o->offset, &v, sizeof v);
 }
 
-static int is_choice(const char *choices, const char *text) {
-  size_t n = strlen(text);
-  if (strchr(text, '|'))
-    return 0;
-  for (const char *c = choices; n > 0; c++) {
-    if (strncmp(c, text, n) == 0 && (c[n] == '|' || c[n] == '\0'))
-      return 1;
-    c = strchr(c, '|');
-    if (!c)
-      break;
-  }
-  return 0;
+const char *rf_cli_choices(const rf_cli_option *o, char *buf, size_t len) {
+  return rf_enum_choices(o->names, o->name_count, buf, len);
 }
 
-/* Whether every comma-separated element of text is a choice (for list enums). */
-static int is_choice_list(const char *choices, const char *text) {
-  char buf[256];
-  if (!*text || strlen(text) >= sizeof buf || text[strlen(text) - 1] == ',')
-    return 0;
-  snprintf(buf, sizeof buf, "%s", text);
-  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-    if (!is_choice(choices, tok))
-      return 0;
-  return strstr(text, ",,") == NULL && text[0] != ',';
+/* A comma-separated list of names into the list field (count, then the indexes): no empty
+ * element, each one of the names, at most RF_MAX_MODES of them. */
+static rf_status set_enum_list(const rf_cli_option *o, const char *text, rf_config *cfg, char *why,
+                               size_t why_len) {
+  int list[1 + RF_MAX_MODES] = {0};
+  char choices[256];
+  int ok = text[0] != '\0' && text[0] != ',' && text[strlen(text) - 1] != ',' &&
+           strstr(text, ",,") == NULL;
+  int count = 0;
+  for (const char *p = text; ok && *p; p += *p == ',', count++) {
+    size_t n = strcspn(p, ",");
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)n, p);
+    int v = n < sizeof name ? rf_enum_find(o->names, o->name_count, name) : -1;
+    ok = v >= 0;
+    if (count < RF_MAX_MODES)
+      list[1 + count] = v;
+    p += n;
+  }
+  if (!ok) {
+    snprintf(why, why_len, "'%s' is not one of %s, or a comma-separated list of them", text,
+             rf_cli_choices(o, choices, sizeof choices));
+    return RF_ERR_USAGE;
+  }
+  if (count > RF_MAX_MODES) {
+    snprintf(why, why_len, "'%s' lists %d values; give at most %d", text, count, RF_MAX_MODES);
+    return RF_ERR_USAGE;
+  }
+  list[0] = count;
+  memcpy((char *)cfg + o->offset, list, RF_MIN(sizeof list, o->size));
+  return RF_OK;
 }
 
 rf_status rf_cli_set_text(const rf_cli_option *o, const char *text, rf_config *cfg, char *why,
                           size_t why_len) {
   int64_t i = 0;
   double d = 0;
+  char choices[256];
   switch (o->type) {
   case RF_OPT_ENUM:
+  case RF_OPT_CHOICE:
+    if (o->list)
+      return set_enum_list(o, text, cfg, why, why_len);
+    i = rf_enum_find(o->names, o->name_count, text);
+    if (i < 0) {
+      snprintf(why, why_len, "'%s' is not one of %s", text,
+               rf_cli_choices(o, choices, sizeof choices));
+      return RF_ERR_USAGE;
+    }
+    if (o->type == RF_OPT_ENUM) {
+      int v = (int)i;
+      memcpy((char *)cfg + o->offset, &v, sizeof v);
+      return RF_OK;
+    }
+    __attribute__((fallthrough)); /* a choice is stored as its text */
   case RF_OPT_STRING:
-    if (o->type == RF_OPT_ENUM && o->list && !is_choice_list(o->choices, text)) {
-      snprintf(why, why_len, "'%s' is not one of %s, or a comma-separated list of them", text,
-               o->choices);
-      return RF_ERR_USAGE;
-    }
-    if (o->type == RF_OPT_ENUM && !o->list && !is_choice(o->choices, text)) {
-      snprintf(why, why_len, "'%s' is not one of %s", text, o->choices);
-      return RF_ERR_USAGE;
-    }
     if (strlen(text) >= o->size) {
       snprintf(why, why_len, "'%.40s...' is too long (at most %zu characters)", text, o->size - 1);
       return RF_ERR_USAGE;
@@ -290,8 +308,25 @@ static const char *field_string(const rf_config *cfg, const rf_cli_option *o) {
   return (const char *)cfg + o->offset;
 }
 
+/* A text, choice or enum field as the command line would give it; a list joined by commas. */
+static const char *field_text(const rf_config *cfg, const rf_cli_option *o, char *buf, size_t len) {
+  if (o->type != RF_OPT_ENUM)
+    return field_string(cfg, o);
+  int v[1 + RF_MAX_MODES] = {0};
+  memcpy(v, (const char *)cfg + o->offset, RF_MIN(sizeof v, o->size));
+  if (!o->list)
+    return rf_enum_name(o->names, o->name_count, v[0]);
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < RF_MIN(v[0], RF_MAX_MODES) && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? "," : "",
+                             rf_enum_name(o->names, o->name_count, v[1 + i]));
+  return buf;
+}
+
 void rf_cli_print_config(const rf_config *cfg, FILE *out, const char *prefix) {
-  char a[64], b[64];
+  char a[64], b[64], text[256];
+  const char *shown;
   for (size_t k = 0; k < rf_cli_option_count; k++) {
     const rf_cli_option *o = &rf_cli_options[k];
     if (!(o->commands & (unsigned)cfg->command))
@@ -300,7 +335,9 @@ void rf_cli_print_config(const rf_config *cfg, FILE *out, const char *prefix) {
     switch (o->type) {
     case RF_OPT_STRING:
     case RF_OPT_ENUM:
-      fprintf(out, "%s\n", field_string(cfg, o)[0] ? field_string(cfg, o) : "(none)");
+    case RF_OPT_CHOICE:
+      shown = field_text(cfg, o, text, sizeof text);
+      fprintf(out, "%s\n", shown[0] ? shown : "(none)");
       break;
     case RF_OPT_INT:
       fprintf(out, "%" PRId64 "\n", field_int(cfg, o));
@@ -321,6 +358,7 @@ void rf_cli_print_config(const rf_config *cfg, FILE *out, const char *prefix) {
 }
 
 char *rf_cli_config_json(const rf_config *cfg) {
+  char shown[256];
   json_t *obj = json_object();
   for (size_t k = 0; obj && k < rf_cli_option_count; k++) {
     const rf_cli_option *o = &rf_cli_options[k];
@@ -330,7 +368,8 @@ char *rf_cli_config_json(const rf_config *cfg) {
     switch (o->type) {
     case RF_OPT_STRING:
     case RF_OPT_ENUM:
-      v = json_string(field_string(cfg, o));
+    case RF_OPT_CHOICE:
+      v = json_string(field_text(cfg, o, shown, sizeof shown));
       break;
     case RF_OPT_INT:
     case RF_OPT_SIZE:

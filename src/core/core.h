@@ -52,6 +52,47 @@ int rf_status_exit_code(rf_status st);    /* 0, 1, 2 or 3 */
  * runtime error that it probably caused, and both beat "another rank failed". */
 rf_status rf_status_worse(rf_status a, rf_status b);
 
+/* ---- enumerations ------------------------------------------------------------------------
+ * Every enum of the configuration is one X-macro list next to its type, each entry
+ * X(IDENTIFIER, "name"), so that its values, their names and its parser cannot drift apart:
+ *
+ *   #define RF_MODE_LIST(X) X(RF_MODE_UNFUSED, "unfused") X(RF_MODE_GROUPED, "grouped") ...
+ *   typedef enum { RF_MODE_LIST(RF_ENUM_ID) RF_MODE_COUNT } rf_mode;
+ *   RF_ENUM_DECLARE(rf_mode);                                  (in the header)
+ *   RF_ENUM_DEFINE(rf_mode, "mode", RF_MODE_LIST, RF_MODE_COUNT) (in one .c file)
+ *
+ * which gives rf_mode_names[], rf_mode_name(value) and rf_mode_parse(text, &value); the
+ * parser's error is the one line "option --mode: 'x' is not one of unfused|grouped|fused". */
+#define RF_ENUM_ID(id, name) id,
+#define RF_ENUM_NAME(id, name) name,
+
+/* The index of text among names[0 .. count), or -1. */
+int rf_enum_find(const char *const *names, int count, const char *text);
+/* names[value], or "unknown" for a value outside the list. */
+const char *rf_enum_name(const char *const *names, int count, int value);
+/* "a|b|c" into buf: how --help and the errors show the valid names. */
+const char *rf_enum_choices(const char *const *names, int count, char *buf, size_t len);
+/* Sets *out to text's index, or logs "option --WHAT: 'text' is not one of a|b|c" and returns
+ * RF_ERR_USAGE. */
+rf_status rf_enum_parse(const char *what, const char *const *names, int count, const char *text,
+                        int *out);
+
+#define RF_ENUM_DECLARE(type)                                                                      \
+  extern const char *const type##_names[];                                                         \
+  const char *type##_name(type value);                                                             \
+  rf_status type##_parse(const char *text, type *out)
+
+#define RF_ENUM_DEFINE(type, what, LIST, COUNT)                                                    \
+  const char *const type##_names[] = {LIST(RF_ENUM_NAME)};                                         \
+  _Static_assert(RF_ARRAY_LEN(type##_names) == (COUNT), #LIST " and " #COUNT " disagree");         \
+  const char *type##_name(type value) { return rf_enum_name(type##_names, (COUNT), (int)value); }  \
+  rf_status type##_parse(const char *text, type *out) {                                            \
+    int v = 0;                                                                                     \
+    RF_TRY(rf_enum_parse(what, type##_names, (COUNT), text, &v));                                  \
+    *out = (type)v;                                                                                \
+    return RF_OK;                                                                                  \
+  }
+
 /* ---- logging ---------------------------------------------------------------------------- */
 
 typedef enum { RF_LOG_ERROR = 0, RF_LOG_WARN, RF_LOG_INFO, RF_LOG_DEBUG } rf_log_level;

@@ -120,3 +120,36 @@ void rf_strbuf_free(rf_strbuf *sb) {
   sb->data = NULL;
   sb->len = sb->cap = 0;
 }
+
+/* ---- enumerations ----------------------------------------------------------------------- */
+
+int rf_enum_find(const char *const *names, int count, const char *text) {
+  for (int i = 0; i < count; i++)
+    if (strcmp(text, names[i]) == 0)
+      return i;
+  return -1;
+}
+
+const char *rf_enum_name(const char *const *names, int count, int value) {
+  return value >= 0 && value < count ? names[value] : "unknown";
+}
+
+const char *rf_enum_choices(const char *const *names, int count, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < count && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? "|" : "", names[i]);
+  return buf;
+}
+
+rf_status rf_enum_parse(const char *what, const char *const *names, int count, const char *text,
+                        int *out) {
+  int i = rf_enum_find(names, count, text);
+  if (i >= 0) {
+    *out = i;
+    return RF_OK;
+  }
+  char choices[256];
+  return rf_fail(RF_ERR_USAGE, "option --%s: '%s' is not one of %s", what, text,
+                 rf_enum_choices(names, count, choices, sizeof choices));
+}

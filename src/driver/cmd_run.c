@@ -14,48 +14,29 @@
 #include "run_record.h"
 #include "sweep.h"
 
-#define RF_MAX_MODES 8
-
 /* Everything `refit run` decided from its options, on every rank alike. */
 typedef struct {
   rf_job job;
-  rf_mode modes[RF_MAX_MODES];
-  int mode_count;
   const rf_transport_ops *transport;
   rf_mem_kind memory; /* where the weights live (--memory) */
-  rf_inject inject;
   int verify_full, verify_checksum;
   rf_checkpoint *checkpoint; /* the trainer's weights, when --checkpoint is given */
   run_record record;         /* what rank 0 writes to --output */
 } run_setup;
-
-static rf_status parse_modes(const char *text, run_setup *rs) {
-  char buf[128];
-  snprintf(buf, sizeof buf, "%s", text);
-  rs->mode_count = 0;
-  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-    if (rs->mode_count == RF_MAX_MODES)
-      return rf_fail(RF_ERR_USAGE, "option --mode: at most %d modes", RF_MAX_MODES);
-    RF_TRY(rf_mode_parse(tok, &rs->modes[rs->mode_count++]));
-  }
-  if (rs->mode_count == 0)
-    return rf_fail(RF_ERR_USAGE, "option --mode: give unfused, grouped, fused or a list of them");
-  return RF_OK;
-}
 
 /* --memory: GPU transports need the weights on the GPU; mpi takes them from wherever they
  * are, staging device weights through pinned host memory (the baseline GPU users compare
  * the GPU transports with). auto puts them on a GPU when this process sees one. */
 static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
   int gpu_transport = rs->transport->memory == RF_MEM_DEVICE;
-  if (strcmp(cfg->memory, "host") == 0) {
+  if (cfg->memory == RF_MEM_REQUEST_HOST) {
     if (gpu_transport)
       return rf_fail(RF_ERR_USAGE,
                      "option --memory host: the %s transport moves GPU memory; "
                      "use --memory device or --transport mpi",
                      rs->transport->name);
     rs->memory = RF_MEM_HOST;
-  } else if (strcmp(cfg->memory, "device") == 0 || gpu_transport) {
+  } else if (cfg->memory == RF_MEM_REQUEST_DEVICE || gpu_transport) {
     rs->memory = RF_MEM_DEVICE;
   } else {
     rs->memory = rf_gpu_count() > 0 ? RF_MEM_DEVICE : RF_MEM_HOST;
@@ -64,14 +45,10 @@ static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
 }
 
 static rf_status build_setup(const rf_config *cfg, run_setup *rs) {
-  RF_TRY(parse_modes(cfg->mode, rs));
   RF_TRY(rf_transport_find(cfg->transport, &rs->transport));
   RF_TRY(choose_memory(cfg, rs));
-  rs->inject = strcmp(cfg->inject, "corrupt") == 0 ? RF_INJECT_CORRUPT
-               : strcmp(cfg->inject, "stall") == 0 ? RF_INJECT_STALL
-                                                   : RF_INJECT_NONE;
-  rs->verify_full = strcmp(cfg->verify, "full") == 0;
-  rs->verify_checksum = strcmp(cfg->verify, "none") != 0;
+  rs->verify_full = cfg->verify == RF_VERIFY_FULL;
+  rs->verify_checksum = cfg->verify != RF_VERIFY_NONE;
   return rf_job_build(cfg, &rs->job);
 }
 
@@ -81,8 +58,8 @@ static void describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d
   d->model_digest = rf_model_digest(&job->model);
   rf_trainer_layout_format(&job->trainer, d->trainer, sizeof d->trainer);
   rf_rollout_layout_format(&job->rollout, d->rollout, sizeof d->rollout);
-  snprintf(d->placement, sizeof d->placement, "%s", cfg->placement);
-  snprintf(d->plan, sizeof d->plan, "%s", cfg->plan);
+  snprintf(d->placement, sizeof d->placement, "%s", rf_placement_name(cfg->placement));
+  snprintf(d->plan, sizeof d->plan, "%s", rf_plan_kind_name(cfg->plan));
   d->plan_digest = job->plan.digest;
 }
 
@@ -94,9 +71,10 @@ static rf_status place_job(rf_control *ctl, const rf_config *cfg, run_setup *rs,
   memset(placement, 0, sizeof *placement); /* run_job frees it whatever happens */
   rf_job_placement_options o = {.topology_xml = cfg->topology_xml,
                                 .device = (int)cfg->device,
-                                .need_gpu = strcmp(cfg->transport, "nccl") == 0,
-                                .nic_auto = strcmp(cfg->nic, "auto") == 0};
-  RF_TRY(rf_bind_parse(cfg->bind, &o.bind));
+                                .bind = cfg->bind,
+                                .gpu_per_rank =
+                                    rs->transport->gpu_per_rank ? rs->transport->name : NULL,
+                                .nic_auto = cfg->nic == RF_NIC_AUTO};
   RF_TRY(rf_job_place(ctl, &o, placement));
   rs->record.place = placement->mine;
   rf_plan_options popt = rf_job_placement_plan_options(placement);
@@ -134,9 +112,11 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
              "transport %s (weights in %s memory); verify %s; warmup %lld, iters %lld; "
              "seed %lld",
              m->name, rf_dtype_name(m->dtype), (long long)m->total_bytes, m->tensor_count,
-             cfg->trainer, cfg->trainer_style, cfg->trainer_order, cfg->rollout, cfg->placement,
-             cfg->transport, rf_mem_kind_name(rs_memory), cfg->verify, (long long)cfg->warmup,
-             (long long)cfg->iters, (long long)cfg->seed);
+             cfg->trainer, rf_trainer_style_name(cfg->trainer_style),
+             rf_trainer_order_name(cfg->trainer_order), cfg->rollout,
+             rf_placement_name(cfg->placement), cfg->transport, rf_mem_kind_name(rs_memory),
+             rf_verify_level_name(cfg->verify), (long long)cfg->warmup, (long long)cfg->iters,
+             (long long)cfg->seed);
     rf_report_header(stdout, cfg->command_line, job_line, all, ctl->world_size, rec->links,
                      rec->link_count);
   }
@@ -241,11 +221,11 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
   res->checksum_bad = -1;
   double t0 = rf_now();
   rf_status st = mine ? rf_engine_init(&e, data, tp, mode, cfg->bucket_size, (uint64_t)cfg->seed,
-                                       rs->inject, ctl->world_rank)
+                                       cfg->inject, ctl->world_rank)
                       : RF_ERR_NOMEM;
   double setup = rf_now() - t0;
   st = rf_control_agree(ctl, st);
-  int stall = rs->inject == RF_INJECT_STALL && ctl->trainer_rank == 0;
+  int stall = cfg->inject == RF_INJECT_STALL && ctl->trainer_rank == 0;
   if (stall && st == RF_OK)
     RF_WARN("inject stall: trainer rank 0 will not post its messages");
   double scratch[RF_PHASE_COUNT];
@@ -260,7 +240,7 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
     times[RF_PHASE_SETUP] = setup;
     st = rf_control_agree(ctl, st);
   }
-  if (st == RF_OK && rs->inject == RF_INJECT_CORRUPT)
+  if (st == RF_OK && cfg->inject == RF_INJECT_CORRUPT)
     st = rf_engine_corrupt(&e);
   if (st == RF_OK) {
     double v0 = rf_now();
@@ -287,7 +267,7 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
     snprintf(res->mode, sizeof res->mode, "%s", rf_mode_name(mode));
     snprintf(res->plan, sizeof res->plan, "%s", rf_plan_kind_name(plan->kind));
     snprintf(res->transport, sizeof res->transport, "%s", rs->transport->name);
-    snprintf(res->verify, sizeof res->verify, "%s", cfg->verify);
+    snprintf(res->verify, sizeof res->verify, "%s", rf_verify_level_name(cfg->verify));
     res->model_bytes = rs->job.model.total_bytes;
     res->replica_bytes = plan->transfer_bytes / rs->job.rollout.dp;
     res->transfer_bytes = plan->transfer_bytes + plan->reshape_bytes;
@@ -380,18 +360,18 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
     st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.memory, (uint64_t)cfg->seed,
                                                rs.checkpoint, ctl->world_rank));
   const char *failed_mode = NULL;
-  for (int i = 0; i < rs.mode_count && st == RF_OK; i++) {
+  for (int i = 0; i < cfg->mode.count && st == RF_OK; i++) {
     rf_run_result res;
     memset(&res, 0, sizeof res);
-    rf_sweep_announce(slot, i, rf_mode_name(rs.modes[i]));
-    st = run_mode(ctl, cfg, &rs, &tp, &data, rs.modes[i], &res);
+    rf_sweep_announce(slot, i, rf_mode_name(cfg->mode.items[i]));
+    st = run_mode(ctl, cfg, &rs, &tp, &data, cfg->mode.items[i], &res);
     if (rank == 0 && res.timings) {
       rf_report_row(stdout, &res);
       rf_record_print_limits(&rs.record, &res);
       fflush(stdout);
     }
     if (st != RF_OK)
-      failed_mode = rf_mode_name(rs.modes[i]);
+      failed_mode = rf_mode_name(cfg->mode.items[i]);
     free(res.timings);
   }
   rf_buffers_free(&data);

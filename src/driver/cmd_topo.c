@@ -9,6 +9,7 @@
 
 #include "driver.h"
 #include "placement.h"
+#include "transport/transport.h"
 
 static void print_text(const rf_job *job, const rf_topo_distance_ctx *ctx,
                        const rf_link_info *links, int nlinks) {
@@ -86,11 +87,12 @@ rf_status rf_cmd_topo(const rf_config *cfg) {
   rf_link_info *links = NULL;
   int nlinks = 0;
   /* Only NCCL refuses two ranks on one GPU; ipc and mpi share one between processes. */
+  const rf_transport_ops *transport = NULL;
+  RF_TRY(rf_transport_find(cfg->transport, &transport));
   rf_topo_place_options o = {.device = (int)cfg->device,
-                             .need_gpu = strcmp(cfg->transport, "nccl") == 0};
-  rf_status st = rf_bind_parse(cfg->bind, &o.bind);
-  if (st != RF_OK)
-    return st;
+                             .gpu_per_rank = transport->gpu_per_rank ? transport->name : NULL,
+                             .bind = cfg->bind};
+  rf_status st = RF_OK;
   RF_TRY_GOTO(rf_job_build(cfg, &job), out);
   int world = job.layout.world_size;
   o.ranks_per_node = cfg->ranks_per_node > 0 ? (int)RF_MIN(cfg->ranks_per_node, world) : world;

@@ -7,22 +7,7 @@
 #include "io/io.h"
 #include "transport/transport.h"
 
-static rf_status parse_enum(const char *what, const char *text, const char *const *names, int count,
-                            int *out) {
-  for (int i = 0; i < count; i++)
-    if (strcmp(text, names[i]) == 0) {
-      *out = i;
-      return RF_OK;
-    }
-  return rf_fail(RF_ERR_USAGE, "option --%s: '%s' is not a valid choice", what, text);
-}
-
 rf_status rf_job_build(const rf_config *cfg, rf_job *job) {
-  static const char *const styles[] = {"tunix", "fsdp2"};
-  static const char *const orders[] = {"hf", "jax"};
-  static const char *const placements[] = {"disaggregated", "colocated"};
-  static const char *const plans[] = {"p2p", "star"};
-  int style = 0, order = 0, placement = 0, kind = 0;
   memset(job, 0, sizeof *job);
   /* Checked here rather than by the option table so that a sweep skips a bad value in a
    * list, as it skips any other combination that cannot run. */
@@ -31,15 +16,11 @@ rf_status rf_job_build(const rf_config *cfg, rf_job *job) {
                    "option --bucket-size: %lld bytes is below the minimum of 4096 "
                    "(or 0 for the whole model in one bucket)",
                    (long long)cfg->bucket_size);
-  RF_TRY(parse_enum("trainer-style", cfg->trainer_style, styles, 2, &style));
-  RF_TRY(parse_enum("trainer-order", cfg->trainer_order, orders, 2, &order));
-  RF_TRY(parse_enum("placement", cfg->placement, placements, 2, &placement));
-  RF_TRY(parse_enum("plan", cfg->plan, plans, 2, &kind));
   RF_TRY(rf_trainer_layout_parse(cfg->trainer, &job->trainer));
   RF_TRY(rf_rollout_layout_parse(cfg->rollout, &job->rollout));
-  job->trainer.style = (rf_trainer_style)style;
-  job->trainer.order = (rf_trainer_order)order;
-  job->placement = (rf_placement)placement;
+  job->trainer.style = cfg->trainer_style;
+  job->trainer.order = cfg->trainer_order;
+  job->placement = cfg->placement;
 
   RF_TRY(rf_model_load(cfg->model, &job->model));
   job->have_model = 1;
@@ -52,7 +33,7 @@ rf_status rf_job_build(const rf_config *cfg, rf_job *job) {
   }
   RF_TRY(rf_layout_init(&job->layout, &job->model, &job->trainer, &job->rollout, job->placement));
   job->have_layout = 1;
-  RF_TRY(rf_plan_build(&job->plan, &job->layout, (rf_plan_kind)kind, NULL));
+  RF_TRY(rf_plan_build(&job->plan, &job->layout, cfg->plan, NULL));
   job->have_plan = 1;
   return RF_OK;
 }

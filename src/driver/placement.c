@@ -15,12 +15,12 @@ static rf_status place_node(const rf_job_placement_options *o, int n, rf_topo **
   RF_TRY(rf_topo_load(topo, o->topology_xml));
   info[INFO_THIS_MACHINE] = rf_topo_is_this_machine(*topo);
   info[INFO_GPUS] = rf_topo_gpu_count(*topo);
-  rf_topo_place_options po = {n, o->device, o->need_gpu, o->bind};
+  rf_topo_place_options po = {n, o->device, o->gpu_per_rank, o->bind};
   /* A live machine where hwloc sees no GPU: CUDA has the last word and says so in its own
    * line when the transport needs a GPU (hwloc may lack the PCI backend). */
   if (info[INFO_THIS_MACHINE] && info[INFO_GPUS] == 0) {
     po.device = -1;
-    po.need_gpu = 0;
+    po.gpu_per_rank = NULL;
   }
   *all = rf_calloc((size_t)n, sizeof **all, "placement");
   if (!*all)

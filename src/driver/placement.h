@@ -12,9 +12,9 @@
 typedef struct {
   const char *topology_xml; /* --topology-xml; "" = HWLOC_XMLFILE or this machine */
   rf_bind bind;
-  int device;   /* --device, -1 = by node-local rank */
-  int need_gpu; /* a GPU per rank: nccl; ipc and mpi may share one */
-  int nic_auto; /* --nic auto: export NCCL_IB_HCA with the rank's NIC */
+  int device;               /* --device, -1 = by node-local rank */
+  const char *gpu_per_rank; /* the transport that needs a GPU per rank, or NULL (topo.h) */
+  int nic_auto;             /* --nic auto: export NCCL_IB_HCA with the rank's NIC */
 } rf_job_placement_options;
 
 typedef struct {

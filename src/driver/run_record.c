@@ -91,6 +91,7 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, 
                         e->memory == RF_MEM_DEVICE, gpu_tp, &cal));
     rec->limits = cal.limits;
     rec->calibrated = 1;
+    rec->compared_with = tp->ops->limit;
   }
   if (!cfg->output[0])
     return RF_OK;
@@ -111,14 +112,14 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, 
       .model_type = job->model.model_type,
       .dtype = rf_dtype_name(job->model.dtype),
       .trainer = trainer,
-      .trainer_style = cfg->trainer_style,
-      .trainer_order = cfg->trainer_order,
+      .trainer_style = rf_trainer_style_name(cfg->trainer_style),
+      .trainer_order = rf_trainer_order_name(cfg->trainer_order),
       .rollout = rollout,
-      .placement = cfg->placement,
+      .placement = rf_placement_name(cfg->placement),
       .plan = rf_plan_kind_name(plan->kind),
       .mode = rf_mode_name(mode),
       .transport = cfg->transport,
-      .verify = cfg->verify,
+      .verify = rf_verify_level_name(cfg->verify),
       .bucket_size = cfg->bucket_size,
       .seed = cfg->seed,
       .result = res,
@@ -170,16 +171,13 @@ void rf_record_print_limits(run_record *rec, const rf_run_result *res) {
   const struct {
     const char *name;
     double s;
-  } limits[] = {{"memcpy", l->memcpy_s},
-                {"device copy", l->device_copy_s},
-                {"mpi", l->mpi_s},
-                {"nccl", l->nccl_s}};
-  /* The run is compared with the plain transfer its transport stands for. */
-  int ref = 2;
-  if (strcmp(res->transport, "nccl") == 0 && l->nccl_s > 0)
-    ref = 3;
-  else if (strcmp(res->transport, "ipc") == 0 && l->device_copy_s > 0)
-    ref = 1;
+  } limits[RF_LIMIT_COUNT] = {[RF_LIMIT_MEMCPY] = {"memcpy", l->memcpy_s},
+                              [RF_LIMIT_DEVICE_COPY] = {"device copy", l->device_copy_s},
+                              [RF_LIMIT_MPI] = {"mpi", l->mpi_s},
+                              [RF_LIMIT_NCCL] = {"nccl", l->nccl_s}};
+  /* The run is compared with the plain transfer its transport stands for, or with mpi when
+   * that one was not measured. */
+  rf_limit ref = limits[rec->compared_with].s > 0 ? rec->compared_with : RF_LIMIT_MPI;
   printf("limits:");
   const char *sep = " ";
   for (size_t i = 0; i < RF_ARRAY_LEN(limits); i++)

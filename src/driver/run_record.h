@@ -22,6 +22,7 @@ typedef struct {
   int runs;                  /* rf_record_run calls so far: the mode's place in the job */
   rf_results_limits limits;  /* rank 0: the last run's limits, when --calibrate measured them */
   int calibrated;
+  rf_limit compared_with; /* the limit the run's transport stands for (its ops' `limit`) */
 } run_record;
 
 /* Rank 0 opens (or creates) --output, refusing files that are not refit's results. */

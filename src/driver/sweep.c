@@ -20,20 +20,6 @@ typedef struct {
   char reason[512];
 } combination;
 
-static int mode_count(const char *modes) {
-  int n = 1;
-  for (const char *p = modes; *p; p++)
-    n += *p == ',';
-  return n;
-}
-
-/* The `i`th (0-based) mode of a comma-separated list. */
-static void mode_at(const char *modes, int i, char *out, size_t len) {
-  while (i-- > 0 && strchr(modes, ','))
-    modes = strchr(modes, ',') + 1;
-  snprintf(out, len, "%.*s", (int)strcspn(modes, ","), modes);
-}
-
 /* Combination c's configuration (the last axis varies fastest) and its varying keys as
  * "key=value ...", in the file's order. */
 static rf_status combination_config(const rf_config *cfg, int c, rf_config *out, char *params,
@@ -83,11 +69,11 @@ static void check_combination(const rf_config *cfg, int world, combination *cb) 
     snprintf(cb->reason, sizeof cb->reason,
              "world size is %d but trainer %s and rollout %s (%s) "
              "need %d ranks",
-             world, t, r, cfg->placement, job.layout.world_size);
+             world, t, r, rf_placement_name(cfg->placement), job.layout.world_size);
     st = RF_ERR_WORLD;
   }
   cb->skipped = st != RF_OK;
-  cb->runs = cb->skipped ? 1 : mode_count(cfg->mode);
+  cb->runs = cb->skipped ? 1 : cfg->mode.count;
   rf_job_free(&job);
 }
 
@@ -122,14 +108,14 @@ static rf_status record_skip(const rf_config *cfg, int index, int size, const ch
   rf_results_file_info info = {cfg->command_line, rf_hostname(), "", cfg->output_wait};
   rf_results *r = NULL;
   RF_TRY(rf_results_open(cfg->output, &info, &r));
-  char *config = rf_cli_config_json(cfg);
+  char *config = rf_cli_config_json(cfg), modes[256];
   rf_results_run run = {.config_json = config ? config : "{}",
                         .model = cfg->model,
                         .trainer = cfg->trainer,
                         .rollout = cfg->rollout,
-                        .placement = cfg->placement,
-                        .plan = cfg->plan,
-                        .mode = cfg->mode,
+                        .placement = rf_placement_name(cfg->placement),
+                        .plan = rf_plan_kind_name(cfg->plan),
+                        .mode = rf_mode_list_format(&cfg->mode, modes, sizeof modes),
                         .transport = cfg->transport,
                         .bucket_size = cfg->bucket_size,
                         .sweep_index = index,
@@ -163,8 +149,7 @@ void rf_sweep_announce(const rf_sweep_slot *slot, int mode_index, const char *mo
 /* --dry-run: the lines a real sweep would print before each run, without times. */
 static void list_runs(const rf_config *cfg, const rf_sweep_slot *slot) {
   for (int m = 0; m < slot->runs; m++) {
-    char mode[32];
-    mode_at(cfg->mode, m, mode, sizeof mode);
+    const char *mode = rf_mode_name(cfg->mode.items[m]);
     int named = slot->show_mode || !slot->params[0]; /* never an empty line */
     printf("run %d/%d: %s%s%s%s\n", slot->first_index + m, slot->size, slot->params,
            named && slot->params[0] ? " " : "", named ? "mode=" : "", named ? mode : "");
@@ -181,7 +166,7 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
     total = RF_MIN(total * sw->axes[a].count, RF_SWEEP_MAX_COMBINATIONS + 1);
   if (total > RF_SWEEP_MAX_COMBINATIONS)
     return rf_fail(RF_ERR_USAGE, "%s: the sweep has more than %d combinations; shorten its lists",
-                   cfg->config, RF_SWEEP_MAX_COMBINATIONS);
+                   cfg->config[0] ? cfg->config : "refit run", RF_SWEEP_MAX_COMBINATIONS);
   int n = (int)total;
   combination *cb = rf_calloc((size_t)n, sizeof *cb, "sweep combinations");
   rf_config *one = rf_calloc(1, sizeof *one, "a combination's configuration");
@@ -197,7 +182,7 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
     if (st == RF_OK && (sw->axis_count > 0 || cfg->dry_run))
       check_combination(one, check_world, &cb[c]);
     else
-      cb[c].runs = mode_count(one->mode);
+      cb[c].runs = one->mode.count;
     size += cb[c].runs;
     runnable += cb[c].skipped ? 0 : cb[c].runs;
   }
@@ -205,7 +190,7 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
   rf_sweep_slot slot = {.first_index = 1,
                         .size = size,
                         .announce = sw->axis_count > 0,
-                        .show_mode = mode_count(cfg->mode) > 1,
+                        .show_mode = cfg->mode.count > 1,
                         .world_rank = rank,
                         .start = rf_now()};
   int verify_failed = 0;

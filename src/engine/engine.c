@@ -1,22 +1,22 @@
 /* The engine's buffers: allocation, the generator's fill, regions, and the checks that run
  * after the last iteration. The modes themselves live in engine_modes.c. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine_internal.h"
 #include "verify/verify.h"
 
-static const char *const mode_names[] = {"unfused", "grouped", "fused"};
+RF_ENUM_DEFINE(rf_mode, "mode", RF_MODE_LIST, RF_MODE_COUNT)
+RF_ENUM_DEFINE(rf_inject, "inject", RF_INJECT_LIST, RF_INJECT_COUNT)
 
-const char *rf_mode_name(rf_mode mode) { return mode_names[mode]; }
-
-rf_status rf_mode_parse(const char *text, rf_mode *out) {
-  for (int i = 0; i < (int)RF_ARRAY_LEN(mode_names); i++)
-    if (strcmp(text, mode_names[i]) == 0) {
-      *out = (rf_mode)i;
-      return RF_OK;
-    }
-  return rf_fail(RF_ERR_USAGE, "option --mode: '%s' is not one of unfused|grouped|fused", text);
+const char *rf_mode_list_format(const rf_mode_list *modes, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < modes->count && used < len; i++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? "," : "",
+                             rf_mode_name(modes->items[i]));
+  return buf;
 }
 
 rf_region engine_shard_region(const rf_engine *e, int tensor) {

@@ -1,4 +1,4 @@
-/* engine: executes a plan over a transport in one of the three modes of design.md §3.
+/* engine: executes a plan over a transport in one of three modes.
  *
  * It owns this rank's buffers (trainer shards, star coupling buffers, fused rollout tensors,
  * staging), the schedules of both stages, and one iteration of the transfer:
@@ -23,12 +23,29 @@
 /* A checkpoint to read the trainer shards from (io.h); the engine only passes it on. */
 typedef struct rf_checkpoint rf_checkpoint;
 
-typedef enum { RF_MODE_UNFUSED = 0, RF_MODE_GROUPED, RF_MODE_FUSED } rf_mode;
-rf_status rf_mode_parse(const char *text, rf_mode *out);
-const char *rf_mode_name(rf_mode mode);
+#define RF_MODE_LIST(X)                                                                            \
+  X(RF_MODE_UNFUSED, "unfused")                                                                    \
+  X(RF_MODE_GROUPED, "grouped")                                                                    \
+  X(RF_MODE_FUSED, "fused")
+typedef enum { RF_MODE_LIST(RF_ENUM_ID) RF_MODE_COUNT } rf_mode;
+RF_ENUM_DECLARE(rf_mode);
+
+/* --mode a,b: the modes one job runs in turn, over the same buffers. */
+#define RF_MAX_MODES 8
+typedef struct {
+  int count;
+  rf_mode items[RF_MAX_MODES];
+} rf_mode_list;
+/* "fused,grouped" into buf. */
+const char *rf_mode_list_format(const rf_mode_list *modes, char *buf, size_t len);
 
 /* Faults the tests inject to show that the checks and the timeouts work. */
-typedef enum { RF_INJECT_NONE = 0, RF_INJECT_CORRUPT, RF_INJECT_STALL } rf_inject;
+#define RF_INJECT_LIST(X)                                                                          \
+  X(RF_INJECT_NONE, "none")                                                                        \
+  X(RF_INJECT_CORRUPT, "corrupt")                                                                  \
+  X(RF_INJECT_STALL, "stall")
+typedef enum { RF_INJECT_LIST(RF_ENUM_ID) RF_INJECT_COUNT } rf_inject;
+RF_ENUM_DECLARE(rf_inject);
 
 /* This rank's data, allocated and generated once per job and shared by the runs of every
  * mode (buffers.c): trainer shards (filled with the generator or read from a checkpoint),

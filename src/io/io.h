@@ -139,10 +139,6 @@ int rf_checkpoint_shard_count(const rf_model *model, const char *format, int64_t
 
 /* ---- reading results back for `refit report` ---------------------------------------------- */
 
-/* The calibrated limits a run may carry (attributes limit_<name>_s), in report order. */
-#define RF_LIMIT_COUNT 4
-const char *rf_limit_name(int limit); /* "memcpy", "device_copy", "mpi", "nccl" */
-
 /* One /runs/NNNN as the report needs it. A skipped sweep combination has only its
  * configuration, status "skipped" and skip_reason; it has no summary and no timings. */
 typedef struct {

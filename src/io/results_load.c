@@ -13,12 +13,6 @@
 
 #define WHAT_TO_DO "give a results file written by 'refit run --output'"
 
-static const char *const limit_names[RF_LIMIT_COUNT] = {"memcpy", "device_copy", "mpi", "nccl"};
-
-const char *rf_limit_name(int limit) {
-  return limit >= 0 && limit < RF_LIMIT_COUNT ? limit_names[limit] : "?";
-}
-
 /* A scalar numeric attribute converted to `mem_type`; absent or odd ones leave *out alone,
  * since every numeric attribute the report reads has a meaningful default. */
 static void read_attr_num(hid_t obj, const char *name, hid_t mem_type, void *out) {
@@ -206,7 +200,7 @@ static rf_status read_run(hid_t runs, const char *name, rf_loaded_run *run) {
   read_attr_num(g, "algbw_GBps", H5T_NATIVE_DOUBLE, &run->algbw_GBps);
   for (int l = 0; l < RF_LIMIT_COUNT; l++) {
     char attr[48];
-    snprintf(attr, sizeof attr, "limit_%s_s", limit_names[l]);
+    snprintf(attr, sizeof attr, "limit_%s_s", rf_limit_names[l]);
     run->limit_s[l] = NAN;
     read_attr_num(g, attr, H5T_NATIVE_DOUBLE, &run->limit_s[l]);
   }

@@ -16,9 +16,26 @@
 /* The whole of a tensor as a box. */
 rf_box rf_box_whole(const rf_tensor *t);
 
-typedef enum { RF_STYLE_TUNIX = 0, RF_STYLE_FSDP2 } rf_trainer_style;
-typedef enum { RF_ORDER_HF = 0, RF_ORDER_JAX } rf_trainer_order;
-typedef enum { RF_PLACEMENT_DISAGGREGATED = 0, RF_PLACEMENT_COLOCATED } rf_placement;
+/* --trainer-style: how the trainer shards each tensor (JAX tunix, or PyTorch FSDP2 with TP). */
+#define RF_TRAINER_STYLE_LIST(X)                                                                   \
+  X(RF_STYLE_TUNIX, "tunix")                                                                       \
+  X(RF_STYLE_FSDP2, "fsdp2")
+typedef enum { RF_TRAINER_STYLE_LIST(RF_ENUM_ID) RF_TRAINER_STYLE_COUNT } rf_trainer_style;
+RF_ENUM_DECLARE(rf_trainer_style);
+
+/* --trainer-order: jax stores some tensors transposed, as JAX does. */
+#define RF_TRAINER_ORDER_LIST(X)                                                                   \
+  X(RF_ORDER_HF, "hf")                                                                             \
+  X(RF_ORDER_JAX, "jax")
+typedef enum { RF_TRAINER_ORDER_LIST(RF_ENUM_ID) RF_TRAINER_ORDER_COUNT } rf_trainer_order;
+RF_ENUM_DECLARE(rf_trainer_order);
+
+/* --placement: trainer and rollout in separate processes, or sharing each process. */
+#define RF_PLACEMENT_LIST(X)                                                                       \
+  X(RF_PLACEMENT_DISAGGREGATED, "disaggregated")                                                   \
+  X(RF_PLACEMENT_COLOCATED, "colocated")
+typedef enum { RF_PLACEMENT_LIST(RF_ENUM_ID) RF_PLACEMENT_COUNT } rf_placement;
+RF_ENUM_DECLARE(rf_placement);
 
 typedef struct {
   int fsdp, tp, dp; /* the mesh is fsdp x tp, replicated dp times */

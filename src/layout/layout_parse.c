@@ -1,10 +1,15 @@
-/* Parsing and printing of layout strings ("fsdp=4,tp=2,dp=2", "tp=4"). */
+/* Parsing and printing of layout strings ("fsdp=4,tp=2,dp=2", "tp=4") and the names of the
+ * trainer's style and order and of the placement. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "layout.h"
+
+RF_ENUM_DEFINE(rf_trainer_style, "trainer-style", RF_TRAINER_STYLE_LIST, RF_TRAINER_STYLE_COUNT)
+RF_ENUM_DEFINE(rf_trainer_order, "trainer-order", RF_TRAINER_ORDER_LIST, RF_TRAINER_ORDER_COUNT)
+RF_ENUM_DEFINE(rf_placement, "placement", RF_PLACEMENT_LIST, RF_PLACEMENT_COUNT)
 
 rf_box rf_box_whole(const rf_tensor *t) {
   rf_box b = {{0, 0}, {t->shape[0], t->shape[1]}};

@@ -58,6 +58,8 @@ static int kind_valid(rf_mem_kind kind) {
 /* The counters are per process and not atomic: a rank allocates from one thread. */
 static rf_mem_stats mem_stats;
 
+RF_ENUM_DEFINE(rf_mem_request, "memory", RF_MEM_REQUEST_LIST, RF_MEM_REQUEST_COUNT)
+
 const char *rf_mem_kind_name(rf_mem_kind kind) {
   return kind_valid(kind) ? mem_kinds[kind].name : "unknown";
 }

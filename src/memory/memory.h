@@ -21,6 +21,15 @@ typedef enum {
 } rf_mem_kind;
 const char *rf_mem_kind_name(rf_mem_kind kind);
 
+/* --memory: where the user wants the weights; auto leaves it to the transport and the machine
+ * (the driver turns it into an rf_mem_kind). */
+#define RF_MEM_REQUEST_LIST(X)                                                                     \
+  X(RF_MEM_REQUEST_AUTO, "auto")                                                                   \
+  X(RF_MEM_REQUEST_HOST, "host")                                                                   \
+  X(RF_MEM_REQUEST_DEVICE, "device")
+typedef enum { RF_MEM_REQUEST_LIST(RF_ENUM_ID) RF_MEM_REQUEST_COUNT } rf_mem_request;
+RF_ENUM_DECLARE(rf_mem_request);
+
 /* Allocates `bytes` of the given kind, 64-byte aligned, and counts them towards this rank's
  * staging or data total (see rf_mem_stats). `what` names the buffer in error messages. */
 rf_status rf_mem_alloc(rf_mem_kind kind, size_t bytes, const char *what, void **out);

@@ -6,7 +6,7 @@
 
 #include "plan_internal.h"
 
-const char *rf_plan_kind_name(rf_plan_kind kind) { return kind == RF_PLAN_STAR ? "star" : "p2p"; }
+RF_ENUM_DEFINE(rf_plan_kind, "plan", RF_PLAN_KIND_LIST, RF_PLAN_KIND_COUNT)
 
 rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, int dst,
                          const rf_box *box) {

@@ -1,5 +1,5 @@
 /* plan: the resharding plan, a pure function of model, layouts and plan kind, computed
- * identically on every rank without communication (design.md §2).
+ * identically on every rank without communication.
  *
  * A plan is an ordered list of pieces. Each piece moves one box of one logical tensor from a
  * source rank to a destination rank. The destination writes box ∩ (the box it holds), so a
@@ -12,8 +12,11 @@
 
 #include "layout/layout.h"
 
-typedef enum { RF_PLAN_P2P = 0, RF_PLAN_STAR } rf_plan_kind;
-const char *rf_plan_kind_name(rf_plan_kind kind);
+#define RF_PLAN_KIND_LIST(X)                                                                       \
+  X(RF_PLAN_P2P, "p2p")                                                                            \
+  X(RF_PLAN_STAR, "star")
+typedef enum { RF_PLAN_KIND_LIST(RF_ENUM_ID) RF_PLAN_KIND_COUNT } rf_plan_kind;
+RF_ENUM_DECLARE(rf_plan_kind); /* --plan */
 
 typedef enum {
   RF_STAGE_RESHAPE = 0, /* star only: trainer rank -> trainer rank, into the coupling layout */

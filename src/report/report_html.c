@@ -164,12 +164,10 @@ static void files_list(rf_strbuf *out, const rf_loaded_results *files, int count
 
 rf_status rf_report_html(const rf_loaded_results *files, int count, const rf_report_tables *t,
                          rf_strbuf *out) {
-  static const int phase_cols[] = {4, 5, 6, 7, 8};
-  static const char *const phase_names[] = {"setup", "reshape", "pack", "transfer", "unpack"};
+  static const int phase_cols[RF_PHASE_TOTAL] = {4, 5, 6, 7, 8}; /* the phases before total */
   static const int spread_cols[] = {6, 7};
   static const char *const spread_names[] = {"median", "p99"};
-  static const int limit_cols[] = {6, 8, 10, 12};
-  static const char *const limit_names[] = {"memcpy", "device_copy", "mpi", "nccl"};
+  static const int limit_cols[RF_LIMIT_COUNT] = {6, 8, 10, 12};
   rf_report_chart c;
   rf_strbuf_printf(out,
                    "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
@@ -199,7 +197,7 @@ rf_status rf_report_html(const rf_loaded_results *files, int count, const rf_rep
   for (int f = 1; f <= count; f++) {
     rf_report_chart_init(&c, "phases", f, RF_CHART_STACKED, "run", "median time (ms)");
     snprintf(c.title, sizeof c.title, "Phases per run (summary medians), file %d", f);
-    runs_chart(&c, &t->phases, f, phase_cols, phase_names, 5);
+    runs_chart(&c, &t->phases, f, phase_cols, rf_phase_names, RF_PHASE_TOTAL);
     draw(&c, out);
   }
   rf_report_table_html(&t->phases, out);
@@ -215,7 +213,7 @@ rf_status rf_report_html(const rf_loaded_results *files, int count, const rf_rep
   for (int f = 1; f <= count; f++) {
     rf_report_chart_init(&c, "limits", f, RF_CHART_BARS, "run", "% of the calibrated limit");
     snprintf(c.title, sizeof c.title, "Limit time / median time, file %d", f);
-    runs_chart(&c, &t->limits, f, limit_cols, limit_names, 4);
+    runs_chart(&c, &t->limits, f, limit_cols, rf_limit_names, RF_LIMIT_COUNT);
     if (c.series == 0)
       rf_strbuf_printf(out,
                        "<p class=\"none\">File %d: not calibrated (run with --calibrate)"

@@ -4,17 +4,8 @@
 
 #include "result/result.h"
 
-static const char *const phase_names[] = {
-#define RF_X_PHASE(id, name) name,
-    RF_PHASE_LIST(RF_X_PHASE)
-#undef RF_X_PHASE
-};
-
-const char *rf_phase_name(rf_phase phase) {
-  if ((int)phase < 0 || (int)phase >= RF_PHASE_COUNT)
-    return "unknown";
-  return phase_names[phase];
-}
+RF_ENUM_DEFINE(rf_phase, "phase", RF_PHASE_LIST, RF_PHASE_COUNT)
+RF_ENUM_DEFINE(rf_limit, "limit", RF_LIMIT_LIST, RF_LIMIT_COUNT)
 
 /* ---- statistics ------------------------------------------------------------------------- */
 

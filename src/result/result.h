@@ -23,13 +23,18 @@
   X(RF_PHASE_TOTAL, "total")       /* the iteration, wall clock */                                 \
   X(RF_PHASE_VERIFY, "verify")     /* after the last iteration, untimed in total */
 
-typedef enum {
-#define RF_X_PHASE(id, name) id,
-  RF_PHASE_LIST(RF_X_PHASE)
-#undef RF_X_PHASE
-      RF_PHASE_COUNT
-} rf_phase;
-const char *rf_phase_name(rf_phase phase);
+typedef enum { RF_PHASE_LIST(RF_ENUM_ID) RF_PHASE_COUNT } rf_phase;
+RF_ENUM_DECLARE(rf_phase);
+
+/* The limits `refit run --calibrate` measures beside a run, in report order; each is stored as
+ * the attributes limit_<name>_s and limit_<name>_ratio. */
+#define RF_LIMIT_LIST(X)                                                                           \
+  X(RF_LIMIT_MEMCPY, "memcpy")           /* host memcpy of the bytes each rank receives */         \
+  X(RF_LIMIT_DEVICE_COPY, "device_copy") /* the same bytes device to device */                     \
+  X(RF_LIMIT_MPI, "mpi")                 /* every pair's bytes in one MPI message */               \
+  X(RF_LIMIT_NCCL, "nccl")               /* the same over plain NCCL send/recv */
+typedef enum { RF_LIMIT_LIST(RF_ENUM_ID) RF_LIMIT_COUNT } rf_limit;
+RF_ENUM_DECLARE(rf_limit);
 
 /* Order statistics of a sample (sorted copy; p99 by nearest rank). */
 typedef struct {

@@ -59,13 +59,27 @@ int rf_topo_gpu_nic_distance(const rf_topo *topo, int gpu, int nic);
 /* --bind: auto binds to cores where every rank gets cores of its own and to the whole NUMA
  * node otherwise; cores insists on cores of its own (an error when there are too few); numa
  * binds to the NUMA node (shared); none leaves the rank unbound. */
-typedef enum { RF_BIND_AUTO = 0, RF_BIND_NONE, RF_BIND_CORES, RF_BIND_NUMA } rf_bind;
-rf_status rf_bind_parse(const char *text, rf_bind *out);
+#define RF_BIND_LIST(X)                                                                            \
+  X(RF_BIND_AUTO, "auto")                                                                          \
+  X(RF_BIND_NONE, "none")                                                                          \
+  X(RF_BIND_CORES, "cores")                                                                        \
+  X(RF_BIND_NUMA, "numa")
+typedef enum { RF_BIND_LIST(RF_ENUM_ID) RF_BIND_COUNT } rf_bind;
+RF_ENUM_DECLARE(rf_bind);
+
+/* --nic: auto exports NCCL_IB_HCA as the network adapter nearest each rank's GPU. */
+#define RF_NIC_LIST(X)                                                                             \
+  X(RF_NIC_NONE, "none")                                                                           \
+  X(RF_NIC_AUTO, "auto")
+typedef enum { RF_NIC_LIST(RF_ENUM_ID) RF_NIC_COUNT } rf_nic;
+RF_ENUM_DECLARE(rf_nic);
 
 typedef struct {
   int ranks_per_node;
-  int device;   /* --device: every rank's GPU; -1 = node-local rank modulo the GPU count */
-  int need_gpu; /* the transport moves GPU memory: each rank needs a GPU of its own */
+  int device; /* --device: every rank's GPU; -1 = node-local rank modulo the GPU count */
+  /* The transport that needs a GPU of its own for each rank (NCCL refuses two ranks on one
+   * GPU), named in the error when there are too few; NULL when ranks may share one. */
+  const char *gpu_per_rank;
   rf_bind bind;
 } rf_topo_place_options;
 
@@ -80,7 +94,7 @@ typedef struct {
 } rf_topo_place;
 
 /* Places ranks_per_node ranks on one node: out[r] for node-local rank r.
- *  - GPU: --device, else r % GPUs. More ranks than GPUs with need_gpu, or a --device out of
+ *  - GPU: --device, else r % GPUs. More ranks than GPUs with gpu_per_rank, or a --device out of
  *    range, is one line and RF_ERR_USAGE.
  *  - NUMA node: the GPU's; without GPUs the ranks are spread over the NUMA nodes in blocks.
  *  - cores: the cores of that NUMA node split evenly, in order, among the ranks placed there,

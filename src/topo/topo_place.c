@@ -5,15 +5,8 @@
 
 #include "topo_internal.h"
 
-rf_status rf_bind_parse(const char *text, rf_bind *out) {
-  static const char *const names[] = {"auto", "none", "cores", "numa"};
-  for (int i = 0; i < (int)RF_ARRAY_LEN(names); i++)
-    if (strcmp(text, names[i]) == 0) {
-      *out = (rf_bind)i;
-      return RF_OK;
-    }
-  return rf_fail(RF_ERR_USAGE, "option --bind: '%s' is not one of auto|none|cores|numa", text);
-}
+RF_ENUM_DEFINE(rf_bind, "bind", RF_BIND_LIST, RF_BIND_COUNT)
+RF_ENUM_DEFINE(rf_nic, "nic", RF_NIC_LIST, RF_NIC_COUNT)
 
 /* For each GPU, the nearest NIC; ties go to the NIC that fewest GPUs use so far. */
 static void assign_nics(const rf_topo *topo, int *gpu_nic, int *nic_load) {
@@ -126,11 +119,11 @@ rf_status rf_topo_place_node(const rf_topo *topo, const rf_topo_place_options *o
   if (o->device >= 0 && o->device >= gpus)
     return rf_fail(RF_ERR_USAGE, "--device %d is out of range: the node has %d GPUs", o->device,
                    gpus);
-  if (o->need_gpu && o->device < 0 && rpn > gpus)
+  if (o->gpu_per_rank && o->device < 0 && rpn > gpus)
     return rf_fail(RF_ERR_USAGE,
-                   "nccl needs a GPU per rank, but the node has %d GPU%s for %d ranks; use at "
+                   "%s needs a GPU per rank, but the node has %d GPU%s for %d ranks; use at "
                    "most %d ranks per node, or --transport ipc (ranks may share a GPU)",
-                   gpus, gpus == 1 ? "" : "s", rpn, gpus);
+                   o->gpu_per_rank, gpus, gpus == 1 ? "" : "s", rpn, gpus);
   int *gpu_nic = rf_calloc((size_t)gpus + 1, sizeof(int), "NIC assignment");
   int *nic_load = rf_calloc((size_t)topo->nic_count + 1, sizeof(int), "NIC assignment");
   if (!gpu_nic || !nic_load) {

@@ -13,6 +13,7 @@
 #include "control/control.h"
 #include "memory/memory.h"
 #include "plan/plan.h"
+#include "result/result.h"
 
 /* Which communicator a message travels on: the whole job, or the trainer group (star's
  * reshape). Peers are ranks of that communicator. */
@@ -23,7 +24,11 @@ typedef struct rf_transport rf_transport;
 typedef struct {
   const char *name;
   const char *description;
+  /* What the transport needs and stands for, so that callers ask it instead of comparing
+   * its name. */
   rf_mem_kind memory; /* where the buffers it moves must live */
+  int gpu_per_rank;   /* each rank needs a GPU of its own (NCCL refuses two ranks on one) */
+  rf_limit limit;     /* the calibrated limit (--calibrate) a run over it is compared with */
   rf_status (*init)(rf_transport *tp);
   void (*finalize)(rf_transport *tp);
   /* Optional: tells the transport a buffer will be used repeatedly (NULL when unneeded). */

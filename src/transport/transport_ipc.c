@@ -145,6 +145,8 @@ const rf_transport_ops rf_transport_ipc = {
     .description = "CUDA IPC within a node: each destination reads its sources' GPU memory "
                    "directly (works for processes sharing one GPU)",
     .memory = RF_MEM_DEVICE,
+    .gpu_per_rank = 0, /* processes may share a GPU */
+    .limit = RF_LIMIT_DEVICE_COPY,
     .init = ipc_init,
     .finalize = ipc_finalize,
     .register_buffer = NULL,

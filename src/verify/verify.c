@@ -11,6 +11,8 @@
 
 /* The generator and the checksum term live in values.h, compiled for CPU and GPU alike. */
 
+RF_ENUM_DEFINE(rf_verify_level, "verify", RF_VERIFY_LEVEL_LIST, RF_VERIFY_LEVEL_COUNT)
+
 uint32_t rf_value_bits(uint64_t seed, int32_t tensor_id, int64_t index, rf_dtype dtype) {
   return rf_value_of(rf_value_key(seed, tensor_id), index, dtype);
 }

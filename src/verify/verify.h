@@ -1,4 +1,4 @@
-/* verify: the synthetic weights and the checks that prove a transfer bit-exact (design.md §5).
+/* verify: the synthetic weights and the checks that prove a transfer bit-exact.
  *
  * Every element's value is a pure function value(seed, tensor_id, global_index) of its
  * logical position, so any rank can check any element it holds with no communication. The
@@ -13,6 +13,14 @@
 #include "memory/memory.h"
 /* rf_mix64 and rf_checksum_term, usable in CUDA kernels too, live with the generator. */
 #include "verify/values.h"
+
+/* --verify: check every element, compare the checksums only, or do not check. */
+#define RF_VERIFY_LEVEL_LIST(X)                                                                    \
+  X(RF_VERIFY_FULL, "full")                                                                        \
+  X(RF_VERIFY_CHECKSUM, "checksum")                                                                \
+  X(RF_VERIFY_NONE, "none")
+typedef enum { RF_VERIFY_LEVEL_LIST(RF_ENUM_ID) RF_VERIFY_LEVEL_COUNT } rf_verify_level;
+RF_ENUM_DECLARE(rf_verify_level);
 
 /* The bit pattern of element `index` of tensor `tensor_id`: a finite, normal number of the
  * given type (16 bits used for bf16/fp16, 32 for fp32). */

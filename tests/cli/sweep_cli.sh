@@ -99,6 +99,37 @@ of 4096 (or 0 for the whole model in one bucket)" "$TMP/out"
 expect_grep "run 2/2: bucket_size=64KiB" "$TMP/out"
 expect_grep "# PASS" "$TMP/out"
 
+# ---- lists on the command line: ',' between values, ';' between layouts ---------------------
+expect_exit 0 "$REFIT" run --model tiny --plan star,p2p --dry-run
+expect_same "--plan star,p2p" "$(cat "$TMP/out")" "run 1/2: plan=star
+run 2/2: plan=p2p"
+expect_exit 0 "$REFIT" run --model tiny --trainer 'fsdp=2;fsdp=1,tp=2' --rollout tp=2 \
+  --mode unfused,fused --bucket-size 64KiB,0 --dry-run
+expect_same "layouts and sizes" "$(cat "$TMP/out")" "run 1/8: trainer=fsdp=2 bucket_size=64KiB mode=unfused
+run 2/8: trainer=fsdp=2 bucket_size=64KiB mode=fused
+run 3/8: trainer=fsdp=2 bucket_size=0 mode=unfused
+run 4/8: trainer=fsdp=2 bucket_size=0 mode=fused
+run 5/8: trainer=fsdp=1,tp=2 bucket_size=64KiB mode=unfused
+run 6/8: trainer=fsdp=1,tp=2 bucket_size=64KiB mode=fused
+run 7/8: trainer=fsdp=1,tp=2 bucket_size=0 mode=unfused
+run 8/8: trainer=fsdp=1,tp=2 bucket_size=0 mode=fused"
+# The command line's list replaces the file's.
+expect_exit 0 "$REFIT" run --config "$SWEEPS/trainer-layouts.json" --plan star --trainer \
+  'fsdp=1,tp=2;fsdp=2' --dry-run
+expect_same "command-line list over a file's" "$(cat "$TMP/out")" "run 1/2: trainer=fsdp=1,tp=2
+run 2/2: trainer=fsdp=2"
+expect_error 2 "refit: error: option --plan: 'ring' is not one of p2p|star" \
+  "$REFIT" run --model tiny --plan star,ring --dry-run
+# Each run of a command-line sweep is recorded like a config file's.
+OUT="$TMP/cl.h5"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+  --plan star,p2p --warmup 0 --iters 1 --output "$OUT"
+expect_same "runs in the file" "$(run_count "$OUT")" 2
+expect_same "0000 plan" "$(attr "$OUT" 0000 plan)" star
+expect_same "0001 plan" "$(attr "$OUT" 0001 plan)" p2p
+expect_same "0001 sweep_index" "$(attr "$OUT" 0001 sweep_index)" 2
+expect_same "0001 sweep_size" "$(attr "$OUT" 0001 sweep_size)" 2
+
 # ---- lists where they are not allowed ------------------------------------------------------
 printf '{\n  "model": "tiny",\n  "seed": [1, 2]\n}\n' >"$TMP/seed.json"
 expect_error 2 "refit: error: $TMP/seed.json:3:3: key 'seed' holds a list; only mode, plan, \
