@@ -41,8 +41,12 @@ kill "$poller" "$holder"
 wait "$poller" "$holder" 2>/dev/null
 [ "$(count_runs "$OUT")" = 4 ] || fail "runs after appending beside a reader: $(count_runs "$OUT")"
 grep -q '^error' "$TMP/poller" && fail "the polling reader failed: $(grep -m1 '^error' "$TMP/poller")"
-[ "$(tail -n 1 "$TMP/poller")" = "[1, 2, 3, 4]" ] ||
-  fail "the polling reader did not see every run arrive: $(tail -n 1 "$TMP/poller")"
+# It saw the file before the job and after it; the runs in between may come faster than it
+# polls, so which of 2 and 3 it caught is not asserted.
+case "$(tail -n 1 "$TMP/poller")" in
+"[1, 4]" | "[1, 2, 4]" | "[1, 3, 4]" | "[1, 2, 3, 4]") ;;
+*) fail "the polling reader did not see the runs arrive: $(tail -n 1 "$TMP/poller")" ;;
+esac
 
 # Two jobs append to one file at once, with HDF5's locking and without it: every run is there.
 for locking in TRUE FALSE; do
