@@ -270,13 +270,14 @@ done:
 
 rf_status ck_h5_write(const char *path, const rf_model *m, uint64_t seed) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  /* Creating the file first with open() gives a plain reason (a missing directory, no
-   * permission) where H5Fcreate would only fail. */
+  /* The temporary file is created by ck_create (mkstemp) and only then truncated and written
+   * by HDF5 under its name: HDF5 cannot create exclusively, but a name that refit made
+   * exclusively, in the target's directory, cannot be a planted symlink. It also gives a plain
+   * reason (a missing directory, no permission) where H5Fcreate would only fail. */
   int fd;
-  RF_TRY(ck_create(path, &fd));
+  char tmp[CK_TEMP_MAX];
+  RF_TRY(ck_create(path, tmp, &fd));
   close(fd);
-  char tmp[CK_PATH_MAX + 16];
-  ck_partial_name(path, tmp, sizeof tmp);
   rf_status st = RF_OK;
   hid_t f = -1, type = -1, sp = -1, a = -1;
   RF_H5_GOTO(f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), done);
@@ -305,8 +306,8 @@ done:
   close_id(type, H5Tclose);
   if (f >= 0 && H5Fclose(f) < 0 && st == RF_OK)
     st = rf_hdf5_failed("H5Fclose(f)", __FILE__, __LINE__);
-  st = st == RF_OK ? ck_commit(path) : st;
+  st = st == RF_OK ? ck_commit(path, tmp) : st;
   if (st != RF_OK)
-    ck_abandon(path);
+    ck_abandon(tmp);
   return st;
 }
