@@ -208,13 +208,31 @@ static int looks_like_hdf5(const char *path) {
     return 1;
   static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
   unsigned char head[8];
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
     return 0;
   int is =
       pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && memcmp(head, sig, sizeof sig) == 0;
   close(fd);
   return is;
+}
+
+/* Anything but a directory must be a regular file: a FIFO would block every open (HDF5's
+ * too), so it is refused here, through a descriptor opened without blocking. HDF5 then opens
+ * the file again by name, which only someone who can write the directory could swap. */
+static rf_status check_regular(const char *path) {
+  struct stat sb;
+  char why[128];
+  int fd = rf_open_input(path, &sb, why, sizeof why);
+  if (fd >= 0) {
+    close(fd);
+    return RF_OK;
+  }
+  if (errno == EISDIR || errno == EINVAL)
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s' %s; give a checkpoint file or a directory of shards", path,
+                   why);
+  return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': %s", path, why);
 }
 
 rf_status rf_checkpoint_open(const char *path, const rf_model *model, rf_checkpoint **out) {
@@ -242,13 +260,13 @@ rf_status rf_checkpoint_open(const char *path, const rf_model *model, rf_checkpo
   /* "dir/" and "dir" name the same files; messages read better without the slash. */
   for (size_t n = strlen(c->path); n > 1 && c->path[n - 1] == '/'; n--)
     c->path[n - 1] = '\0';
-  rf_status st;
-  if (S_ISDIR(sb.st_mode)) {
+  rf_status st = S_ISDIR(sb.st_mode) ? RF_OK : check_regular(c->path);
+  if (st == RF_OK && S_ISDIR(sb.st_mode)) {
     st = ck_st_open_dir(c, c->path);
-  } else if (looks_like_hdf5(c->path)) {
+  } else if (st == RF_OK && looks_like_hdf5(c->path)) {
     c->hdf5 = 1;
     st = ck_h5_open(c, c->path);
-  } else {
+  } else if (st == RF_OK) {
     st = ck_st_open_file(c, c->path);
   }
   if (st != RF_OK) {
