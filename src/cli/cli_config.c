@@ -268,9 +268,11 @@ rf_status rf_cli_load_config(rf_config *cfg) {
    * wait for its writer and a device such as /dev/urandom would never end. */
   char why[128];
   char *text = rf_read_input(cf.path, RF_INPUT_MAX, &cf.len, why, sizeof why);
-  if (!text)
-    return rf_fail(RF_ERR_USAGE, "%s: cannot read the config file: %s; give a JSON file of options",
-                   cf.path, why);
+  if (!text) {
+    int refused = errno == EISDIR || errno == EINVAL || errno == EFBIG;
+    return rf_fail(RF_ERR_USAGE, "%s: cannot read the config file: %s%s", cf.path, why,
+                   refused ? "; give a JSON file of options" : "");
+  }
   cf.text = text;
   json_error_t err;
   json_t *root = json_loadb(text, cf.len, JSON_REJECT_DUPLICATES, &err);

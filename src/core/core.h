@@ -210,7 +210,8 @@ struct stat;
 int rf_open_input(const char *path, struct stat *sb, char *why, size_t len);
 
 /* Reads a whole regular file of at most max bytes, NUL-terminated, setting *len. Returns NULL
- * with the reason in why ("is larger than the 16.00 MiB refit reads"); the caller frees. */
+ * with errno set (EFBIG for a larger file) and the reason in why ("is larger than the
+ * 16.00 MiB refit reads"); the caller frees. */
 char *rf_read_input(const char *path, size_t max, size_t *len, char *why, size_t why_len);
 
 /* Formats a byte count with binary units ("1.50 GiB") into buf. */

@@ -65,6 +65,7 @@ char *rf_read_input(const char *path, size_t max, size_t *len, char *why, size_t
     snprintf(why, why_len, "is larger than the %s refit reads",
              rf_format_bytes((int64_t)max, limit, sizeof limit));
     close(fd);
+    errno = EFBIG;
     return NULL;
   }
   /* The size is only a hint: the file may grow while it is read, so the loop stops at max. */
@@ -77,6 +78,7 @@ char *rf_read_input(const char *path, size_t max, size_t *len, char *why, size_t
                  rf_format_bytes((int64_t)max, limit, sizeof limit));
         free(text);
         close(fd);
+        errno = EFBIG;
         return NULL;
       }
       char *grown = realloc(text, cap = RF_MIN(cap * 2, max + 2));
