@@ -78,7 +78,8 @@ typedef struct {
   double output_wait;             /* --output-wait, seconds another writer may hold --output */
   int json;                       /* --json */
   char checkpoint[RF_PATH_MAX];   /* --checkpoint PATH: read (run, verify) or written */
-  char format[16];                /* --format safetensors|hdf5 (checkpoint) */
+  char format[16];                /* --format auto|safetensors|hdf5 (checkpoint) */
+  int force;                      /* --force: checkpoint may overwrite an existing file */
   int64_t shard_size;             /* --shard-size, bytes; 0 = one file (checkpoint) */
   char reference[RF_PATH_MAX];    /* --reference RESULTS.h5 (verify) */
   int64_t run;                    /* --run N (verify); -1 = the latest */

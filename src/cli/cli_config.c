@@ -12,35 +12,6 @@
 
 #include "cli_internal.h"
 
-/* Reads the whole file, NUL-terminated; NULL with errno set on failure. A loop rather than a
- * size from fstat, so that pipes such as --config <(...) work too. */
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  size_t cap = 4096, n = 0, got;
-  char *text = malloc(cap);
-  while (text && (got = fread(text + n, 1, cap - n - 1, f)) > 0) {
-    n += got;
-    if (cap - n - 1 == 0) {
-      char *grown = realloc(text, cap *= 2);
-      if (!grown)
-        free(text);
-      text = grown;
-    }
-  }
-  int err = !text ? ENOMEM : ferror(f) ? (errno ? errno : EIO) : 0;
-  fclose(f);
-  if (err) {
-    free(text);
-    errno = err;
-    return NULL;
-  }
-  text[n] = '\0';
-  *len = n;
-  return text;
-}
-
 /* 1-based line and column of a byte offset, counting columns in characters as jansson does,
  * so that its positions and ours agree on lines with UTF-8 text. */
 static void position_of(const char *text, size_t offset, int *line, int *col) {
@@ -319,9 +290,15 @@ static rf_status apply_key(config_file *cf, const char *key, const json_t *value
 
 rf_status rf_cli_load_config(rf_config *cfg) {
   config_file cf = {.path = cfg->config, .cfg = cfg};
-  char *text = read_file(cf.path, &cf.len);
-  if (!text)
-    return rf_fail(RF_ERR_USAGE, "%s: cannot read the config file: %s", cf.path, strerror(errno));
+  /* Only a regular file of at most RF_INPUT_MAX bytes: a FIFO (or --config <(...)) would
+   * wait for its writer and a device such as /dev/urandom would never end. */
+  char why[128];
+  char *text = rf_read_input(cf.path, RF_INPUT_MAX, &cf.len, why, sizeof why);
+  if (!text) {
+    int refused = errno == EISDIR || errno == EINVAL || errno == EFBIG;
+    return rf_fail(RF_ERR_USAGE, "%s: cannot read the config file: %s%s", cf.path, why,
+                   refused ? "; give a JSON file of options" : "");
+  }
   cf.text = text;
   json_error_t err;
   json_t *root = json_loadb(text, cf.len, JSON_REJECT_DUPLICATES, &err);

@@ -17,7 +17,7 @@
 
 /* Choices that stay text: the driver hands them on to the model and the checkpoint code. */
 static const char *const dtype_names[] = {"model", "bf16", "fp16", "fp32"};
-static const char *const format_names[] = {"safetensors", "hdf5"};
+static const char *const format_names[] = {"auto", "safetensors", "hdf5"};
 
 /* Enum fields are stored as int, and a list as rf_mode_list's count and items. */
 _Static_assert(sizeof(rf_mode) == sizeof(int) && sizeof(rf_plan_kind) == sizeof(int) &&
@@ -239,12 +239,19 @@ const rf_cli_option rf_cli_options[] = {
              "run, the reference for verify, the file written by checkpoint"},
     {.name = "format",
      .type = RF_OPT_CHOICE,
-     NAMES(format, 2),
+     NAMES(format, 3),
      FIELD(format),
-     .def = "safetensors",
+     .def = "auto",
      .unit = "",
      .commands = CKPT,
-     .help = "checkpoint file format"},
+     .help = "checkpoint file format; auto = hdf5 for a .h5 or .hdf5 name, else safetensors"},
+    {.name = "force",
+     .type = RF_OPT_FLAG,
+     FIELD(force),
+     .def = "false",
+     .unit = "",
+     .commands = CKPT,
+     .help = "overwrite an existing checkpoint (refused without it)"},
     {.name = "shard-size",
      .type = RF_OPT_SIZE,
      .imin = 0,

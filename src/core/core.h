@@ -237,6 +237,24 @@ rf_status rf_poll(rf_poll_fn poll, void *ctx, double seconds);
  * raise --timeout if the job is just slow)" and returns RF_ERR_TIMEOUT. */
 rf_status rf_timeout_error(double seconds, const char *what, const char *consequence);
 
+/* ---- input files ---------------------------------------------------------------------------
+ * For every file a user names: opened without blocking, and refused unless it is a regular
+ * file, so that a FIFO or a device can neither hang refit nor feed it without end. */
+
+/* The most refit reads of a JSON input (config files, model configs, checkpoint indexes). */
+#define RF_INPUT_MAX ((size_t)16 << 20)
+
+/* Opens path read-only. Returns the descriptor, or -1 with errno set and the reason in why
+ * ("No such file or directory", "is a FIFO, not a regular file"); *sb is filled whenever the
+ * file could be opened, so callers can tell a directory (errno EISDIR) apart. */
+struct stat;
+int rf_open_input(const char *path, struct stat *sb, char *why, size_t len);
+
+/* Reads a whole regular file of at most max bytes, NUL-terminated, setting *len. Returns NULL
+ * with errno set (EFBIG for a larger file) and the reason in why ("is larger than the
+ * 16.00 MiB refit reads"); the caller frees. */
+char *rf_read_input(const char *path, size_t max, size_t *len, char *why, size_t why_len);
+
 /* Formats a byte count with binary units ("1.50 GiB") into buf. */
 const char *rf_format_bytes(int64_t bytes, char *buf, size_t len);
 

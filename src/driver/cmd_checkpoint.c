@@ -22,13 +22,17 @@ rf_status rf_cmd_checkpoint(const rf_config *cfg) {
     }
     rf_model_set_dtype(&model, dt);
   }
-  rf_status st = rf_checkpoint_write(cfg->checkpoint, &model, (uint64_t)cfg->seed, cfg->format,
-                                     cfg->shard_size);
+  /* Without --format the name decides, so that `--checkpoint x.h5` writes the HDF5 file that
+   * `refit run --checkpoint x.h5` expects. */
+  const char *format = rf_checkpoint_format_for(cfg->checkpoint, cfg->format);
+  rf_status st = rf_checkpoint_check_target(cfg->checkpoint, cfg->shard_size, cfg->force);
+  if (st == RF_OK)
+    st = rf_checkpoint_write(cfg->checkpoint, &model, (uint64_t)cfg->seed, format, cfg->shard_size);
   if (st == RF_OK) {
     printf("wrote %s: %s, %d tensors, %" PRId64 " bytes, %s", cfg->checkpoint, model.name,
-           model.tensor_count, model.total_bytes, cfg->format);
-    if (strcmp(cfg->format, "safetensors") == 0 && cfg->shard_size > 0)
-      printf(", %d shards", rf_checkpoint_shard_count(&model, cfg->format, cfg->shard_size));
+           model.tensor_count, model.total_bytes, format);
+    if (strcmp(format, "safetensors") == 0 && cfg->shard_size > 0)
+      printf(", %d shards", rf_checkpoint_shard_count(&model, format, cfg->shard_size));
     printf("\n");
     fflush(stdout);
   }

@@ -116,22 +116,27 @@ rf_status ck_write_all(int fd, const void *buf, size_t n, const char *file) {
   return RF_OK;
 }
 
-void ck_partial_name(const char *path, char *buf, size_t len) {
-  snprintf(buf, len, "%s.partial", path);
-}
-
-rf_status ck_create(const char *path, int *fd) {
-  char tmp[CK_PATH_MAX + 16];
-  ck_partial_name(path, tmp, sizeof tmp);
-  *fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+rf_status ck_create(const char *path, char *tmp, int *fd) {
+  snprintf(tmp, CK_TEMP_MAX, "%s.partial-XXXXXX", path);
+  *fd = mkstemp(tmp);
+  if (*fd >= 0)
+    fcntl(*fd, F_SETFD, FD_CLOEXEC);
   if (*fd < 0)
     return rf_fail(RF_ERR_IO, "checkpoint '%s': cannot create the file: %s", path, strerror(errno));
+  /* mkstemp makes the file 0600; a checkpoint is as readable as any file the user creates. */
+  mode_t mask = umask(0);
+  umask(mask);
+  if (fchmod(*fd, 0644 & ~mask) != 0) {
+    rf_status st = rf_fail(RF_ERR_IO, "checkpoint '%s': cannot set the mode of '%s': %s", path, tmp,
+                           strerror(errno));
+    close(*fd);
+    ck_abandon(tmp);
+    return st;
+  }
   return RF_OK;
 }
 
-rf_status ck_commit(const char *path) {
-  char tmp[CK_PATH_MAX + 16];
-  ck_partial_name(path, tmp, sizeof tmp);
+rf_status ck_commit(const char *path, const char *tmp) {
   if (rename(tmp, path) != 0) {
     rf_status st = rf_fail(RF_ERR_IO, "checkpoint '%s': cannot rename '%s' into place: %s", path,
                            tmp, strerror(errno));
@@ -141,11 +146,7 @@ rf_status ck_commit(const char *path) {
   return RF_OK;
 }
 
-void ck_abandon(const char *path) {
-  char tmp[CK_PATH_MAX + 16];
-  ck_partial_name(path, tmp, sizeof tmp);
-  unlink(tmp);
-}
+void ck_abandon(const char *tmp) { unlink(tmp); }
 
 rf_status ck_generate(const rf_tensor *t, uint64_t seed, rf_dtype dtype, ck_emit_fn emit,
                       void *ctx) {
@@ -196,19 +197,42 @@ int rf_checkpoint_shard_count(const rf_model *model, const char *format, int64_t
 
 /* HDF5 by its extension or its signature at byte 0 (where every file refit or h5py writes
  * has it); anything else is taken for safetensors, whose parser then says what is wrong. */
-static int looks_like_hdf5(const char *path) {
+static int has_hdf5_extension(const char *path) {
   size_t n = strlen(path);
-  if ((n > 3 && strcmp(path + n - 3, ".h5") == 0) || (n > 5 && strcmp(path + n - 5, ".hdf5") == 0))
+  return (n > 3 && strcmp(path + n - 3, ".h5") == 0) ||
+         (n > 5 && strcmp(path + n - 5, ".hdf5") == 0);
+}
+
+static int looks_like_hdf5(const char *path) {
+  if (has_hdf5_extension(path))
     return 1;
   static const unsigned char sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
   unsigned char head[8];
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0)
     return 0;
   int is =
       pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && memcmp(head, sig, sizeof sig) == 0;
   close(fd);
   return is;
+}
+
+/* Anything but a directory must be a regular file: a FIFO would block every open (HDF5's
+ * too), so it is refused here, through a descriptor opened without blocking. HDF5 then opens
+ * the file again by name, which only someone who can write the directory could swap. */
+static rf_status check_regular(const char *path) {
+  struct stat sb;
+  char why[128];
+  int fd = rf_open_input(path, &sb, why, sizeof why);
+  if (fd >= 0) {
+    close(fd);
+    return RF_OK;
+  }
+  if (errno == EISDIR || errno == EINVAL)
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s' %s; give a checkpoint file or a directory of shards", path,
+                   why);
+  return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': %s", path, why);
 }
 
 rf_status rf_checkpoint_open(const char *path, const rf_model *model, rf_checkpoint **out) {
@@ -236,13 +260,13 @@ rf_status rf_checkpoint_open(const char *path, const rf_model *model, rf_checkpo
   /* "dir/" and "dir" name the same files; messages read better without the slash. */
   for (size_t n = strlen(c->path); n > 1 && c->path[n - 1] == '/'; n--)
     c->path[n - 1] = '\0';
-  rf_status st;
-  if (S_ISDIR(sb.st_mode)) {
+  rf_status st = S_ISDIR(sb.st_mode) ? RF_OK : check_regular(c->path);
+  if (st == RF_OK && S_ISDIR(sb.st_mode)) {
     st = ck_st_open_dir(c, c->path);
-  } else if (looks_like_hdf5(c->path)) {
+  } else if (st == RF_OK && looks_like_hdf5(c->path)) {
     c->hdf5 = 1;
     st = ck_h5_open(c, c->path);
-  } else {
+  } else if (st == RF_OK) {
     st = ck_st_open_file(c, c->path);
   }
   if (st != RF_OK) {
@@ -338,6 +362,32 @@ rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out) {
 
 /* ---- writing ------------------------------------------------------------------------------ */
 
+const char *rf_checkpoint_format_for(const char *path, const char *format) {
+  if (strcmp(format, "auto") != 0)
+    return format;
+  return has_hdf5_extension(path) ? "hdf5" : "safetensors";
+}
+
+rf_status rf_checkpoint_check_target(const char *path, int64_t shard_size, int force) {
+  if (force)
+    return RF_OK;
+  struct stat sb;
+  char index[CK_PATH_MAX + 64];
+  const char *existing = path;
+  if (shard_size > 0) {
+    if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+      return RF_OK; /* absent, or not a directory, which the writer refuses itself */
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", path);
+    existing = index;
+  }
+  if (lstat(existing, &sb) != 0)
+    return RF_OK;
+  return rf_fail(RF_ERR_USAGE,
+                 "checkpoint '%s' already exists; give --force to overwrite it, or another "
+                 "--checkpoint",
+                 existing);
+}
+
 rf_status rf_checkpoint_write(const char *path, const rf_model *model, uint64_t seed,
                               const char *format, int64_t shard_size) {
   if (!path || !*path)
@@ -347,6 +397,7 @@ rf_status rf_checkpoint_write(const char *path, const rf_model *model, uint64_t 
   if (shard_size < 0)
     return rf_fail(RF_ERR_USAGE, "checkpoint '%s': shard size %" PRId64 " is negative", path,
                    shard_size);
+  format = rf_checkpoint_format_for(path, format);
   if (strcmp(format, "safetensors") == 0)
     return ck_st_write(path, model, seed, shard_size);
   if (strcmp(format, "hdf5") == 0) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "io/checkpoint_internal.h"
+#include "io/h5_read.h"
 
 _Static_assert(sizeof(hid_t) == sizeof(int64_t), "rf_checkpoint keeps hid_t values as int64_t");
 
@@ -37,42 +38,27 @@ static void close_id(hid_t id, herr_t (*fn)(hid_t)) {
 
 /* ---- opening ------------------------------------------------------------------------------ */
 
-/* Whether dataset d has the string attribute dtype = "bfloat16", stored fixed-length or
- * variable-length (h5py writes the latter for a Python str). */
-static int has_bf16_attr(hid_t d) {
-  if (H5Aexists(d, "dtype") <= 0)
-    return 0;
-  hid_t a = H5Aopen(d, "dtype", H5P_DEFAULT), at = a >= 0 ? H5Aget_type(a) : -1, mt = -1;
-  int yes = 0;
-  if (at >= 0 && H5Tget_class(at) == H5T_STRING) {
-    if (H5Tis_variable_str(at) > 0) {
-      char *s = NULL;
-      mt = H5Tcopy(H5T_C_S1);
-      if (mt >= 0 && H5Tset_size(mt, H5T_VARIABLE) >= 0 && H5Tset_cset(mt, H5Tget_cset(at)) >= 0 &&
-          H5Aread(a, mt, &s) >= 0 && s) {
-        yes = strcmp(s, bf16_attr) == 0;
-        H5free_memory(s);
-      }
-    } else {
-      size_t n = H5Tget_size(at);
-      char *s = n > 0 && n < 256 ? calloc(1, n + 1) : NULL;
-      if (s && H5Aread(a, at, s) >= 0) {
-        size_t k = strlen(bf16_attr);
-        yes = n >= k && memcmp(s, bf16_attr, k) == 0;
-        for (size_t i = k; yes && i < n; i++) /* null-terminated, null- or space-padded */
-          yes = s[i] == '\0' || s[i] == ' ';
-      }
-      free(s);
-    }
-  }
-  close_id(mt, H5Tclose);
-  close_id(at, H5Tclose);
-  close_id(a, H5Aclose);
-  return yes;
+/* Whether dataset d carries the string attribute dtype = "bfloat16", stored fixed-length
+ * (null- or space-padded) or variable-length (h5py writes the latter for a Python str). A
+ * dtype attribute that is not one string is refused: the file was not written for refit. */
+static rf_status bf16_marked(const rf_checkpoint *c, hid_t d, int *yes) {
+  *yes = 0;
+  htri_t exists = H5Aexists(d, "dtype");
+  RF_H5(exists);
+  if (!exists)
+    return RF_OK;
+  const rf_h5_source src = {.kind = "checkpoint", .path = c->path, .bad = RF_ERR_CHECKPOINT};
+  char s[64];
+  RF_TRY(rf_h5_attr_read_str(&src, d, "dtype", s, sizeof s));
+  size_t n = strlen(s);
+  while (n > 0 && s[n - 1] == ' ')
+    s[--n] = '\0';
+  *yes = strcmp(s, bf16_attr) == 0;
+  return RF_OK;
 }
 
 /* Which of refit's dtypes the dataset holds; otherwise 0 and a description for the error. */
-static int classify(hid_t d, hid_t ty, rf_dtype *dt, char *desc, size_t len) {
+static int classify(hid_t ty, int bf16, rf_dtype *dt, char *desc, size_t len) {
   H5T_class_t cls = H5Tget_class(ty);
   size_t size = H5Tget_size(ty);
   int le = H5Tget_order(ty) == H5T_ORDER_LE;
@@ -92,7 +78,7 @@ static int classify(hid_t d, hid_t ty, rf_dtype *dt, char *desc, size_t len) {
     return 0;
   }
   if (cls == H5T_INTEGER && size == 2 && le && H5Tget_sign(ty) == H5T_SGN_NONE) {
-    if (has_bf16_attr(d)) {
+    if (bf16) {
       *dt = RF_DTYPE_BF16;
       return 1;
     }
@@ -122,7 +108,9 @@ static rf_status check_dataset(rf_checkpoint *c, const rf_tensor *t, int64_t fil
 
   rf_dtype dt;
   char desc[96] = "";
-  int readable = classify(d, ty, &dt, desc, sizeof desc);
+  int bf16;
+  RF_TRY(bf16_marked(c, d, &bf16));
+  int readable = classify(ty, bf16, &dt, desc, sizeof desc);
   if (!readable || dt != c->dtype)
     return ck_fail_dtype(c->path, t, readable ? ck_dtype_tag(dt) : desc, readable, c->dtype);
 
@@ -282,13 +270,14 @@ done:
 
 rf_status ck_h5_write(const char *path, const rf_model *m, uint64_t seed) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  /* Creating the file first with open() gives a plain reason (a missing directory, no
-   * permission) where H5Fcreate would only fail. */
+  /* The temporary file is created by ck_create (mkstemp) and only then truncated and written
+   * by HDF5 under its name: HDF5 cannot create exclusively, but a name that refit made
+   * exclusively, in the target's directory, cannot be a planted symlink. It also gives a plain
+   * reason (a missing directory, no permission) where H5Fcreate would only fail. */
   int fd;
-  RF_TRY(ck_create(path, &fd));
+  char tmp[CK_TEMP_MAX];
+  RF_TRY(ck_create(path, tmp, &fd));
   close(fd);
-  char tmp[CK_PATH_MAX + 16];
-  ck_partial_name(path, tmp, sizeof tmp);
   rf_status st = RF_OK;
   hid_t f = -1, type = -1, sp = -1, a = -1;
   RF_H5_GOTO(f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), done);
@@ -317,8 +306,8 @@ done:
   close_id(type, H5Tclose);
   if (f >= 0 && H5Fclose(f) < 0 && st == RF_OK)
     st = rf_hdf5_failed("H5Fclose(f)", __FILE__, __LINE__);
-  st = st == RF_OK ? ck_commit(path) : st;
+  st = st == RF_OK ? ck_commit(path, tmp) : st;
   if (st != RF_OK)
-    ck_abandon(path);
+    ck_abandon(tmp);
   return st;
 }

@@ -90,12 +90,15 @@ rf_status ck_pread(int fd, void *buf, size_t n, int64_t offset, const char *file
                    const rf_tensor *t);
 rf_status ck_write_all(int fd, const void *buf, size_t n, const char *file);
 
-/* Files are written under "<path>.partial" and renamed into place when complete, so an
- * interrupted write never leaves a file that looks like a whole checkpoint. */
-rf_status ck_create(const char *path, int *fd);
-rf_status ck_commit(const char *path);
-void ck_abandon(const char *path);
-void ck_partial_name(const char *path, char *buf, size_t len);
+/* Files are written under a temporary name beside `path` and renamed into place when
+ * complete, so an interrupted write never leaves a file that looks like a whole checkpoint.
+ * The name, "<path>.partial-XXXXXX", is made by mkstemp: created exclusively and never
+ * guessable, so a symlink planted beside the target cannot redirect the write. ck_create fills
+ * tmp (CK_TEMP_MAX bytes); ck_commit renames it to path; ck_abandon removes it. */
+#define CK_TEMP_MAX (CK_PATH_MAX + 32)
+rf_status ck_create(const char *path, char *tmp, int *fd);
+rf_status ck_commit(const char *path, const char *tmp);
+void ck_abandon(const char *tmp);
 
 /* Streams a tensor's generator values, row batch by row batch, through `emit`. */
 typedef rf_status (*ck_emit_fn)(void *ctx, const rf_tensor *t, int64_t row0, int64_t row1,

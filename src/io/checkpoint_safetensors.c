@@ -42,12 +42,15 @@ static rf_status load_file(rf_checkpoint *c, const char *path, int *index, json_
     return RF_ERR_NOMEM;
   *index = c->file_count++;
 
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat sb;
+  char why[128];
+  f->fd = rf_open_input(path, &sb, why, sizeof why);
   if (f->fd < 0 && errno == ENOENT)
     return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': no such file or directory", path);
-  if (f->fd < 0 || fstat(f->fd, &sb) != 0)
-    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': cannot open: %s", path, strerror(errno));
+  if (f->fd < 0 && (errno == EISDIR || errno == EINVAL))
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s' %s; give a safetensors file", path, why);
+  if (f->fd < 0)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': cannot open: %s", path, why);
   f->size = (int64_t)sb.st_size;
   if (f->size < 8)
     return rf_fail(RF_ERR_CHECKPOINT,
@@ -206,9 +209,22 @@ rf_status ck_st_open_file(rf_checkpoint *c, const char *path) {
 
 /* A sharded checkpoint: each tensor's shard comes from the index; every shard is opened and
  * parsed once, the first time a tensor needs it, so the first error is the first tensor's. */
+/* Whether a weight_map value names a file beside the index, as Hugging Face's shard names
+ * ("model-00001-of-00004.safetensors") all do: no directory part, so neither an absolute path
+ * nor "../x" can make refit read outside the checkpoint's directory. */
+static int is_shard_name(const char *name) {
+  return name[0] && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+}
+
 static rf_status open_sharded(rf_checkpoint *c, const char *dir, const char *index_path) {
   json_error_t err;
-  json_t *index = json_load_file(index_path, JSON_REJECT_DUPLICATES, &err);
+  char why[128];
+  size_t len;
+  char *text = rf_read_input(index_path, RF_INPUT_MAX, &len, why, sizeof why);
+  if (!text)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': cannot read: %s", index_path, why);
+  json_t *index = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  free(text);
   if (!index)
     return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': not valid JSON: %s (line %d)", index_path,
                    err.text, err.line);
@@ -232,6 +248,13 @@ static rf_status open_sharded(rf_checkpoint *c, const char *dir, const char *ind
                    "checkpoint '%s': the weight_map entry of tensor %s is "
                    "not a file name",
                    index_path, t->name);
+      break;
+    }
+    if (!is_shard_name(json_string_value(file))) {
+      st = rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': the weight_map entry of tensor %s is '%s', which is not a "
+                   "file beside the index; shards must sit in the checkpoint's directory",
+                   index_path, t->name, json_string_value(file));
       break;
     }
     char path[CK_PATH_MAX * 2];

@@ -71,7 +71,8 @@ static rf_status write_file(const char *path, const rf_model *m, uint64_t seed, 
   free(text);
 
   int fd;
-  rf_status st = ck_create(path, &fd);
+  char tmp[CK_TEMP_MAX];
+  rf_status st = ck_create(path, tmp, &fd);
   if (st == RF_OK) {
     st = ck_write_all(fd, head, 8 + padded, path);
     emit_ctx e = {fd, path};
@@ -79,9 +80,9 @@ static rf_status write_file(const char *path, const rf_model *m, uint64_t seed, 
       st = ck_generate(&m->tensors[i], seed, m->dtype, emit_to_file, &e);
     if (close(fd) != 0 && st == RF_OK)
       st = rf_fail(RF_ERR_IO, "checkpoint '%s': writing failed: %s", path, strerror(errno));
-    st = st == RF_OK ? ck_commit(path) : st;
+    st = st == RF_OK ? ck_commit(path, tmp) : st;
     if (st != RF_OK)
-      ck_abandon(path);
+      ck_abandon(tmp);
   }
   free(head);
   return st;
@@ -103,15 +104,17 @@ static rf_status write_index(const char *dir, const rf_model *m, const int *shar
   if (!text)
     return rf_fail(RF_ERR_NOMEM, "out of memory formatting %s", ST_INDEX);
   int fd;
-  rf_status st = ck_create(path, &fd);
+  char tmp[CK_TEMP_MAX];
+  rf_status st = ck_create(path, tmp, &fd);
   if (st == RF_OK) {
     st = ck_write_all(fd, text, strlen(text), path);
     if (st == RF_OK)
       st = ck_write_all(fd, "\n", 1, path);
-    close(fd);
-    st = st == RF_OK ? ck_commit(path) : st;
+    if (close(fd) != 0 && st == RF_OK)
+      st = rf_fail(RF_ERR_IO, "checkpoint '%s': writing failed: %s", path, strerror(errno));
+    st = st == RF_OK ? ck_commit(path, tmp) : st;
     if (st != RF_OK)
-      ck_abandon(path);
+      ck_abandon(tmp);
   }
   free(text);
   return st;

@@ -133,6 +133,16 @@ rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out);
 rf_status rf_checkpoint_write(const char *path, const rf_model *model, uint64_t seed,
                               const char *format, int64_t shard_size);
 
+/* The format `refit checkpoint` writes for --format `format`: "auto" takes it from the path,
+ * "hdf5" for a name ending in .h5 or .hdf5 (which `refit run` reads as HDF5), "safetensors"
+ * otherwise; any other value is returned as given. */
+const char *rf_checkpoint_format_for(const char *path, const char *format);
+
+/* Refuses, with one line and RF_ERR_USAGE, to write a checkpoint over an existing one unless
+ * `force`: for one file, anything at path (a symlink too); for shards (shard_size > 0), a
+ * directory that already holds model.safetensors.index.json. */
+rf_status rf_checkpoint_check_target(const char *path, int64_t shard_size, int force);
+
 /* The number of files `refit checkpoint` writes for a model and --shard-size (1 for a single
  * file or HDF5), for its summary line. */
 int rf_checkpoint_shard_count(const rf_model *model, const char *format, int64_t shard_size);

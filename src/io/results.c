@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "io/h5_read.h"
 #include "results_internal.h"
 
 #define NOT_HDF5                                                                                   \
@@ -133,40 +134,9 @@ hid_t rf_results_file_access(int hdf5_lock) {
 }
 
 int rf_results_read_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
-  int ok = -1;
-  hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
-  hid_t type = attr >= 0 ? H5Aget_type(attr) : H5I_INVALID_HID;
-  hid_t space = attr >= 0 ? H5Aget_space(attr) : H5I_INVALID_HID;
-  hid_t mem = H5I_INVALID_HID;
-  if (type < 0 || space < 0 || H5Tget_class(type) != H5T_STRING ||
-      H5Sget_simple_extent_npoints(space) != 1)
-    goto done;
-  if (H5Tis_variable_str(type) > 0) {
-    char *s = NULL;
-    if ((mem = rf_results_vlen_string()) >= 0 && H5Aread(attr, mem, &s) >= 0 && s) {
-      snprintf(buf, len, "%s", s);
-      ok = 0;
-    }
-    H5free_memory(s);
-  } else {
-    size_t size = H5Tget_size(type);
-    char *s = calloc(size + 1, 1);
-    if (s && (mem = rf_results_fixed_string(size + 1)) >= 0 && H5Aread(attr, mem, s) >= 0) {
-      snprintf(buf, len, "%s", s);
-      ok = 0;
-    }
-    free(s);
-  }
-done:
-  if (mem >= 0)
-    H5Tclose(mem);
-  if (space >= 0)
-    H5Sclose(space);
-  if (type >= 0)
-    H5Tclose(type);
-  if (attr >= 0)
-    H5Aclose(attr);
-  return ok;
+  const rf_h5_source quiet = {
+      .kind = "results file", .path = "", .bad = RF_ERR_RESULTS, .quiet = 1};
+  return rf_h5_attr_read_str(&quiet, obj, name, buf, len) == RF_OK ? 0 : -1;
 }
 
 rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file) {

@@ -9,35 +9,34 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/h5_read.h"
 #include "results_internal.h"
 
 #define WHAT_TO_DO "give a results file written by 'refit run --output'"
 
-/* A scalar numeric attribute converted to `mem_type`; absent or odd ones leave *out alone,
- * since every numeric attribute the report reads has a meaningful default. */
-static void read_attr_num(hid_t obj, const char *name, hid_t mem_type, void *out) {
-  if (H5Aexists(obj, name) <= 0)
-    return;
-  hid_t attr = H5Aopen(obj, name, H5P_DEFAULT);
-  if (attr < 0)
-    return;
-  hid_t space = H5Aget_space(attr);
-  hid_t type = H5Aget_type(attr);
-  H5T_class_t cls = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
-  if (space >= 0 && H5Sget_simple_extent_npoints(space) == 1 &&
-      (cls == H5T_INTEGER || cls == H5T_FLOAT))
-    H5Aread(attr, mem_type, out);
-  if (type >= 0)
-    H5Tclose(type);
-  if (space >= 0)
-    H5Sclose(space);
-  H5Aclose(attr);
+/* The most a run's datasets can hold before the report refuses them: far beyond any real run
+ * (a summary row per phase; timings of 2^16 iterations of 2^12 ranks), and small enough that
+ * the buffers sized from them fit in memory. */
+#define SUMMARY_ROWS_MAX ((hsize_t)1 << 16)
+#define TIMINGS_MAX ((hsize_t)1 << 28)
+#define PHASES_MAX ((hsize_t)1 << 10)
+
+/* Most attributes are optional (later schema additions, skipped runs): an absent one leaves
+ * *out alone, since every one the report reads has a meaningful default; one that is there but
+ * is not a single number or string is refused, naming it. */
+static rf_status read_attr_num(const rf_h5_source *src, hid_t obj, const char *name, hid_t mem_type,
+                               void *out) {
+  htri_t exists = H5Aexists(obj, name);
+  RF_H5(exists);
+  return exists ? rf_h5_attr_read_num(src, obj, name, mem_type, out) : RF_OK;
 }
 
-static void read_attr_text(hid_t obj, const char *name, char *buf, size_t len) {
-  if (H5Aexists(obj, name) > 0 && rf_results_read_attr_str(obj, name, buf, len) == 0)
-    return;
+static rf_status read_attr_text(const rf_h5_source *src, hid_t obj, const char *name, char *buf,
+                                size_t len) {
   buf[0] = '\0';
+  htri_t exists = H5Aexists(obj, name);
+  RF_H5(exists);
+  return exists ? rf_h5_attr_read_str(src, obj, name, buf, len) : RF_OK;
 }
 
 static int phase_index(const char *name) {
@@ -52,15 +51,14 @@ typedef struct {
   double median, p99;
 } summary_row;
 
-static rf_status read_summary(hid_t g, rf_loaded_run *run) {
+static rf_status read_summary(const rf_h5_source *src, hid_t g, rf_loaded_run *run) {
   rf_status st = RF_OK;
-  hid_t dset = H5I_INVALID_HID, space = H5I_INVALID_HID, name = H5I_INVALID_HID;
+  hid_t dset = H5I_INVALID_HID, name = H5I_INVALID_HID;
   hid_t type = H5I_INVALID_HID;
   summary_row *rows = NULL;
+  hsize_t n = 0;
   RF_H5_GOTO(dset = H5Dopen2(g, "summary", H5P_DEFAULT), done);
-  RF_H5_GOTO(space = H5Dget_space(dset), done);
-  hssize_t n = H5Sget_simple_extent_npoints(space);
-  RF_H5_GOTO(n, done);
+  RF_TRY_GOTO(rf_h5_dataset_extent(src, dset, 1, SUMMARY_ROWS_MAX, &n), done);
   if (!(rows = rf_calloc((size_t)n + 1, sizeof *rows, "the summary table"))) {
     st = RF_ERR_NOMEM;
     goto done;
@@ -73,7 +71,7 @@ static rf_status read_summary(hid_t g, rf_loaded_run *run) {
   RF_H5_GOTO(H5Tinsert(type, "p99", HOFFSET(summary_row, p99), H5T_NATIVE_DOUBLE), done);
   if (n > 0)
     RF_H5_GOTO(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows), done);
-  for (hssize_t i = 0; i < n; i++) {
+  for (hsize_t i = 0; i < n; i++) {
     rows[i].phase[sizeof rows->phase - 1] = '\0';
     int p = phase_index(rows[i].phase);
     if (p >= 0) {
@@ -87,48 +85,43 @@ done:
     H5Tclose(type);
   if (name >= 0)
     H5Tclose(name);
-  if (space >= 0)
-    H5Sclose(space);
   if (dset >= 0)
     H5Dclose(dset);
   free(rows);
   return st;
 }
 
-/* The phases attribute of timings: which phase each entry of the last axis is. */
-static rf_status read_phase_map(hid_t dset, int count, int *map) {
-  rf_status st = RF_OK;
-  hid_t attr = H5I_INVALID_HID, type = H5I_INVALID_HID;
-  char **names = rf_calloc((size_t)count, sizeof *names, "phase names");
+/* The phases attribute of timings: which phase each entry of the last axis is. It must name
+ * exactly as many phases as that axis has entries. */
+static rf_status read_phase_map(const rf_h5_source *src, hid_t dset, int count, int *map) {
+  char(*names)[16] = rf_calloc((size_t)count, sizeof *names, "phase names");
   if (!names)
     return RF_ERR_NOMEM;
-  RF_H5_GOTO(attr = H5Aopen(dset, "phases", H5P_DEFAULT), done);
-  RF_H5_GOTO(type = rf_results_vlen_string(), done);
-  RF_H5_GOTO(H5Aread(attr, type, names), done);
-  for (int i = 0; i < count; i++)
-    map[i] = names[i] ? phase_index(names[i]) : -1;
-  for (int i = 0; i < count; i++)
-    H5free_memory(names[i]);
-done:
-  if (type >= 0)
-    H5Tclose(type);
-  if (attr >= 0)
-    H5Aclose(attr);
+  rf_status st = rf_h5_attr_read_strs(src, dset, "phases", count, names[0], sizeof *names);
+  for (int i = 0; st == RF_OK && i < count; i++)
+    map[i] = phase_index(names[i]);
   free(names);
   return st;
 }
 
-static rf_status read_timings(hid_t g, rf_loaded_run *run) {
+static rf_status read_timings(const rf_h5_source *src, hid_t g, rf_loaded_run *run) {
   rf_status st = RF_OK;
-  hid_t dset = H5I_INVALID_HID, space = H5I_INVALID_HID;
+  hid_t dset = H5I_INVALID_HID;
   double *raw = NULL;
   int *map = NULL;
   hsize_t dims[3] = {0, 0, 0};
   RF_H5_GOTO(dset = H5Dopen2(g, "timings", H5P_DEFAULT), done);
-  RF_H5_GOTO(space = H5Dget_space(dset), done);
-  if (H5Sget_simple_extent_ndims(space) != 3)
-    goto done; /* Not the documented shape: the report shows the run without its spread. */
-  RF_H5_GOTO(H5Sget_simple_extent_dims(space, dims, NULL), done);
+  /* [iteration, rank, phase]: the extent bounds every buffer below, and the phase axis is
+   * also bounded on its own, since run->timings holds RF_PHASE_COUNT per cell. */
+  RF_TRY_GOTO(rf_h5_dataset_extent(src, dset, 3, TIMINGS_MAX, dims), done);
+  if (dims[2] > PHASES_MAX) {
+    st = rf_fail(RF_ERR_RESULTS,
+                 "results file '%s': dataset timings of run %04d has %llu phases, more than "
+                 "the %llu refit reads; " WHAT_TO_DO,
+                 src->path, run->number, (unsigned long long)dims[2],
+                 (unsigned long long)PHASES_MAX);
+    goto done;
+  }
   size_t cells = (size_t)(dims[0] * dims[1]);
   if (cells == 0 || dims[2] == 0)
     goto done;
@@ -139,7 +132,7 @@ static rf_status read_timings(hid_t g, rf_loaded_run *run) {
     st = RF_ERR_NOMEM;
     goto done;
   }
-  RF_TRY_GOTO(read_phase_map(dset, (int)dims[2], map), done);
+  RF_TRY_GOTO(read_phase_map(src, dset, (int)dims[2], map), done);
   RF_H5_GOTO(H5Dread(dset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw), done);
   for (size_t c = 0; c < cells; c++)
     for (hsize_t p = 0; p < dims[2]; p++)
@@ -148,8 +141,6 @@ static rf_status read_timings(hid_t g, rf_loaded_run *run) {
   run->timing_iterations = (int)dims[0];
   run->timing_ranks = (int)dims[1];
 done:
-  if (space >= 0)
-    H5Sclose(space);
   if (dset >= 0)
     H5Dclose(dset);
   free(raw);
@@ -161,7 +152,8 @@ done:
   return st;
 }
 
-static rf_status read_run(hid_t runs, const char *name, rf_loaded_run *run) {
+static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
+                          rf_loaded_run *run) {
   hid_t g = H5Gopen2(runs, name, H5P_DEFAULT);
   RF_H5(g);
   run->number = atoi(name);
@@ -183,34 +175,49 @@ static rf_status read_run(hid_t runs, const char *name, rf_loaded_run *run) {
       {"slurm_job", run->slurm_job, sizeof run->slurm_job},
       {"written", run->written, sizeof run->written},
   };
-  for (size_t i = 0; i < RF_ARRAY_LEN(text); i++)
-    read_attr_text(g, text[i].attr, text[i].buf, text[i].len);
+  rf_status st = RF_OK;
+  for (size_t i = 0; i < RF_ARRAY_LEN(text) && st == RF_OK; i++)
+    st = read_attr_text(src, g, text[i].attr, text[i].buf, text[i].len);
   run->bucket_size = run->iterations = run->ranks = run->wrong = run->checksum_bad = -1;
   run->sweep_index = run->sweep_size = -1;
-  read_attr_num(g, "bucket_size", H5T_NATIVE_INT64, &run->bucket_size);
-  read_attr_num(g, "iterations", H5T_NATIVE_INT64, &run->iterations);
-  read_attr_num(g, "ranks", H5T_NATIVE_INT64, &run->ranks);
-  read_attr_num(g, "wrong", H5T_NATIVE_INT64, &run->wrong);
-  read_attr_num(g, "checksum_bad", H5T_NATIVE_INT64, &run->checksum_bad);
-  read_attr_num(g, "sweep_index", H5T_NATIVE_INT64, &run->sweep_index);
-  read_attr_num(g, "sweep_size", H5T_NATIVE_INT64, &run->sweep_size);
+  struct {
+    const char *attr;
+    int64_t *out;
+  } ints[] = {
+      {"bucket_size", &run->bucket_size},
+      {"iterations", &run->iterations},
+      {"ranks", &run->ranks},
+      {"wrong", &run->wrong},
+      {"checksum_bad", &run->checksum_bad},
+      {"sweep_index", &run->sweep_index},
+      {"sweep_size", &run->sweep_size},
+  };
+  for (size_t i = 0; i < RF_ARRAY_LEN(ints) && st == RF_OK; i++)
+    st = read_attr_num(src, g, ints[i].attr, H5T_NATIVE_INT64, ints[i].out);
   run->time_median_s = run->time_p99_s = run->algbw_GBps = NAN;
-  read_attr_num(g, "time_median_s", H5T_NATIVE_DOUBLE, &run->time_median_s);
-  read_attr_num(g, "time_p99_s", H5T_NATIVE_DOUBLE, &run->time_p99_s);
-  read_attr_num(g, "algbw_GBps", H5T_NATIVE_DOUBLE, &run->algbw_GBps);
+  struct {
+    const char *attr;
+    double *out;
+  } reals[] = {
+      {"time_median_s", &run->time_median_s},
+      {"time_p99_s", &run->time_p99_s},
+      {"algbw_GBps", &run->algbw_GBps},
+  };
+  for (size_t i = 0; i < RF_ARRAY_LEN(reals) && st == RF_OK; i++)
+    st = read_attr_num(src, g, reals[i].attr, H5T_NATIVE_DOUBLE, reals[i].out);
   for (int l = 0; l < RF_LIMIT_COUNT; l++) {
     char attr[48];
     snprintf(attr, sizeof attr, "limit_%s_s", rf_limit_names[l]);
     run->limit_s[l] = NAN;
-    read_attr_num(g, attr, H5T_NATIVE_DOUBLE, &run->limit_s[l]);
+    if (st == RF_OK)
+      st = read_attr_num(src, g, attr, H5T_NATIVE_DOUBLE, &run->limit_s[l]);
   }
   run->skipped = strcmp(run->status, "skipped") == 0;
 
-  rf_status st = RF_OK;
-  if (!run->skipped && H5Lexists(g, "summary", H5P_DEFAULT) > 0)
-    st = read_summary(g, run);
+  if (st == RF_OK && !run->skipped && H5Lexists(g, "summary", H5P_DEFAULT) > 0)
+    st = read_summary(src, g, run);
   if (st == RF_OK && !run->skipped && H5Lexists(g, "timings", H5P_DEFAULT) > 0)
-    st = read_timings(g, run);
+    st = read_timings(src, g, run);
   /* Files written before the headline attributes existed still have the summary's total. */
   if (run->has_summary && isnan(run->time_median_s))
     run->time_median_s = run->phase_median[RF_PHASE_TOTAL];
@@ -280,12 +287,15 @@ rf_status rf_results_load(const char *path, rf_loaded_results *out) {
   snprintf(out->path, sizeof out->path, "%s", path);
   hid_t f = H5I_INVALID_HID, runs = H5I_INVALID_HID;
   RF_TRY(open_for_report(path, &f));
-  read_attr_text(f, "created", out->created, sizeof out->created);
-  read_attr_text(f, "refit_version", out->refit_version, sizeof out->refit_version);
-  read_attr_text(f, "hosts", out->hosts, sizeof out->hosts);
-
+  const rf_h5_source src = {
+      .kind = "results file", .path = path, .bad = RF_ERR_RESULTS, .todo = WHAT_TO_DO};
   rf_status st = RF_OK;
   name_list list = {0};
+  RF_TRY_GOTO(read_attr_text(&src, f, "created", out->created, sizeof out->created), done);
+  RF_TRY_GOTO(
+      read_attr_text(&src, f, "refit_version", out->refit_version, sizeof out->refit_version),
+      done);
+  RF_TRY_GOTO(read_attr_text(&src, f, "hosts", out->hosts, sizeof out->hosts), done);
   RF_H5_GOTO(runs = H5Gopen2(f, "runs", H5P_DEFAULT), done);
   RF_H5_GOTO(H5Literate(runs, H5_INDEX_NAME, H5_ITER_INC, NULL, collect_name, &list), done);
   if (list.count > 0 &&
@@ -294,7 +304,7 @@ rf_status rf_results_load(const char *path, rf_loaded_results *out) {
     goto done;
   }
   for (int i = 0; i < list.count && st == RF_OK; i++) {
-    st = read_run(runs, list.names[i], &out->runs[i]);
+    st = read_run(&src, runs, list.names[i], &out->runs[i]);
     out->run_count = i + 1;
   }
 done:

@@ -3,7 +3,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/h5_read.h"
 #include "results_internal.h"
+
+/* The most a tensors table can hold before it is refused: rows (a model has about a thousand
+ * tensors) and rollout replicas, so that the table read below stays within 2 GiB. */
+#define TENSORS_MAX ((hsize_t)1 << 20)
+#define REPLICAS_MAX ((hsize_t)1 << 10)
 
 /* What is read of a tensors row; the rollout checksums of every replica follow it. */
 typedef struct {
@@ -60,7 +66,7 @@ static rf_status open_run(const char *path, hid_t f, int run, hid_t *group, int 
 }
 
 /* How many replicas the rollout_checksum array member of the file's tensors type holds. */
-static rf_status replicas_of(hid_t dset, hsize_t *replicas) {
+static rf_status replicas_of(const rf_h5_source *src, hid_t dset, hsize_t *replicas) {
   rf_status st = RF_OK;
   hid_t ftype = H5I_INVALID_HID, member = H5I_INVALID_HID;
   RF_H5_GOTO(ftype = H5Dget_type(dset), done);
@@ -68,10 +74,17 @@ static rf_status replicas_of(hid_t dset, hsize_t *replicas) {
   RF_H5_GOTO(index, done);
   RF_H5_GOTO(member = H5Tget_member_type(ftype, (unsigned)index), done);
   if (H5Tget_class(member) != H5T_ARRAY || H5Tget_array_ndims(member) != 1) {
-    st = rf_hdf5_failed("H5Tget_array_ndims(rollout_checksum) == 1", __FILE__, __LINE__);
+    st =
+        rf_fail(src->bad, "results file '%s': dataset tensors: rollout_checksum is not a 1-D array",
+                src->path);
     goto done;
   }
   RF_H5_GOTO(H5Tget_array_dims2(member, replicas), done);
+  if (*replicas == 0 || *replicas > REPLICAS_MAX)
+    st = rf_fail(src->bad,
+                 "results file '%s': dataset tensors: rollout_checksum holds %llu replicas, "
+                 "expected 1 to %llu",
+                 src->path, (unsigned long long)*replicas, (unsigned long long)REPLICAS_MAX);
 done:
   if (member >= 0)
     H5Tclose(member);
@@ -80,17 +93,15 @@ done:
   return st;
 }
 
-static rf_status read_tensors(hid_t dset, int *count, char (**names)[RF_NAME_MAX],
-                              uint64_t **trainer, uint64_t **rollout) {
-  hsize_t replicas = 0;
-  RF_TRY(replicas_of(dset, &replicas));
+static rf_status read_tensors(const rf_h5_source *src, hid_t dset, int *count,
+                              char (**names)[RF_NAME_MAX], uint64_t **trainer, uint64_t **rollout) {
+  hsize_t replicas = 0, n = 0;
+  RF_TRY(replicas_of(src, dset, &replicas));
+  RF_TRY(rf_h5_dataset_extent(src, dset, 1, TENSORS_MAX, &n));
   rf_status st = RF_OK;
-  hid_t space = H5I_INVALID_HID, name = H5I_INVALID_HID, array = H5I_INVALID_HID;
+  hid_t name = H5I_INVALID_HID, array = H5I_INVALID_HID;
   hid_t type = H5I_INVALID_HID;
   char *buf = NULL;
-  RF_H5_GOTO(space = H5Dget_space(dset), done);
-  hssize_t n = H5Sget_simple_extent_npoints(space);
-  RF_H5_GOTO(n, done);
   size_t row = sizeof(read_row) + (size_t)replicas * sizeof(uint64_t);
   buf = rf_calloc((size_t)n + 1, row, "the tensors table");
   *names = rf_calloc((size_t)n + 1, sizeof **names, "tensor names");
@@ -111,7 +122,7 @@ static rf_status read_tensors(hid_t dset, int *count, char (**names)[RF_NAME_MAX
   RF_H5_GOTO(H5Tinsert(type, "rollout_checksum", sizeof(read_row), array), done);
   if (n > 0)
     RF_H5_GOTO(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), done);
-  for (hssize_t t = 0; t < n; t++) {
+  for (hsize_t t = 0; t < n; t++) {
     const read_row *r = (const read_row *)(buf + (size_t)t * row);
     memcpy((*names)[t], r->name, RF_NAME_MAX);
     (*names)[t][RF_NAME_MAX - 1] = '\0';
@@ -124,8 +135,6 @@ done:;
   for (size_t i = 0; i < RF_ARRAY_LEN(ids); i++)
     if (ids[i] >= 0)
       H5Tclose(ids[i]);
-  if (space >= 0)
-    H5Sclose(space);
   free(buf);
   return st;
 }
@@ -146,8 +155,9 @@ rf_status rf_results_read_checksums(const char *path, int run, int *run_read, in
     st = rf_fail(RF_ERR_RESULTS, "results file '%s' run %04d has no tensors dataset", path, number);
   if (st == RF_OK && (dset = H5Dopen2(group, "tensors", H5P_DEFAULT)) < 0)
     st = rf_hdf5_failed("H5Dopen2(group, \"tensors\")", __FILE__, __LINE__);
+  const rf_h5_source src = {.kind = "results file", .path = path, .bad = RF_ERR_RESULTS};
   if (st == RF_OK)
-    st = read_tensors(dset, count, names, trainer, rollout);
+    st = read_tensors(&src, dset, count, names, trainer, rollout);
   if (dset >= 0)
     H5Dclose(dset);
   if (group >= 0)

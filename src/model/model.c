@@ -87,16 +87,19 @@ static int is_path(const char *s) { return strchr(s, '/') != NULL || ends_with(s
 static rf_status resolve(const char *arg, char *path, size_t len) {
   if (is_path(arg)) {
     struct stat sb;
-    FILE *f = fopen(arg, "r");
-    if (!f)
-      return rf_fail(RF_ERR_MODEL, "model '%s': cannot read: %s", arg, strerror(errno));
-    int is_dir = fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode);
-    fclose(f);
-    if (is_dir)
+    char why[128];
+    int fd = rf_open_input(arg, &sb, why, sizeof why);
+    if (fd < 0 && errno == EISDIR)
       return rf_fail(RF_ERR_MODEL,
                      "model '%s': cannot read: is a directory; pass the "
                      "config.json inside it",
                      arg);
+    if (fd < 0 && errno == EINVAL)
+      return rf_fail(RF_ERR_MODEL, "model '%s': cannot read: %s; pass a config.json file", arg,
+                     why);
+    if (fd < 0)
+      return rf_fail(RF_ERR_MODEL, "model '%s': cannot read: %s", arg, why);
+    close(fd);
     if (snprintf(path, len, "%s", arg) >= (int)len)
       return rf_fail(RF_ERR_MODEL, "model '%s': the path is too long", arg);
     return RF_OK;

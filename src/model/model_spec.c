@@ -2,6 +2,7 @@
  * the HF modeling code declares them (which is the order of a checkpoint's index). */
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model_spec.h"
@@ -207,11 +208,14 @@ static rf_status build_tensors(rf_model *m, const char *path) {
 
 rf_status rf_model_read_config(const char *path, rf_model *model) {
   json_error_t err;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+  char why[128];
+  size_t len;
+  char *text = rf_read_input(path, RF_INPUT_MAX, &len, why, sizeof why);
+  if (!text)
+    return rf_fail(RF_ERR_MODEL, "model %s: cannot read: %s; pass a config.json file", path, why);
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  free(text);
   if (!root) {
-    /* A negative line means jansson could not open or read the file at all. */
-    if (err.line < 0)
-      return rf_fail(RF_ERR_MODEL, "model %s: %s", path, err.text);
     return rf_fail(RF_ERR_MODEL, "model %s:%d:%d: %s; fix the JSON in this file", path, err.line,
                    err.column, err.text);
   }

@@ -1,8 +1,10 @@
 /* `refit report`'s files: the directory, report.html, report.md and one CSV per table. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "report_internal.h"
 
@@ -32,19 +34,41 @@ static rf_status make_dir(const char *dir) {
   }
 }
 
+/* Each file is written under a name that mkstemp creates exclusively in the report directory
+ * and then renamed over report.html and the others: a symlink planted at one of those names,
+ * or at any predictable temporary name, is replaced, never followed, and a reader never sees a
+ * half-written report. */
 static rf_status write_file(const char *dir, const char *name, const char *ext,
                             const rf_strbuf *text) {
-  char path[1200];
+  char path[1200], tmp[1220];
   snprintf(path, sizeof path, "%s/%s%s", dir, name, ext);
   if (!text->data)
     return rf_fail(RF_ERR_NOMEM, "out of memory building '%s'", path);
-  FILE *f = fopen(path, "w");
-  if (!f)
+  snprintf(tmp, sizeof tmp, "%s.partial-XXXXXX", path);
+  int fd = mkstemp(tmp);
+  if (fd < 0)
     return rf_fail(RF_ERR_IO, "cannot write '%s': %s; choose another -o", path, strerror(errno));
-  size_t wrote = fwrite(text->data, 1, text->len, f);
-  if (fclose(f) != 0 || wrote != text->len)
+  /* mkstemp makes the file 0600; a report is as readable as any file the user creates. */
+  mode_t mask = umask(0);
+  umask(mask);
+  int ok = fchmod(fd, 0666 & ~mask) == 0;
+  for (size_t done = 0; ok && done < text->len;) {
+    ssize_t put = write(fd, text->data + done, text->len - done);
+    if (put < 0 && errno == EINTR)
+      continue;
+    ok = put > 0;
+    done += ok ? (size_t)put : 0;
+  }
+  int err = errno;
+  if (close(fd) != 0 && ok)
+    ok = 0, err = errno;
+  if (ok && rename(tmp, path) != 0)
+    ok = 0, err = errno;
+  if (!ok) {
+    unlink(tmp);
     return rf_fail(RF_ERR_IO, "cannot write '%s': %s; free some space or choose another -o", path,
-                   strerror(errno));
+                   strerror(err));
+  }
   return RF_OK;
 }
 

@@ -1,0 +1,47 @@
+/* Checked reads of what an HDF5 file controls: the attributes and dataset extents of
+ * checkpoints and results files. H5Aread and H5Dread write as many elements as the file says
+ * into whatever buffer they are given, so every read in src/io/ goes through these functions,
+ * which check the class, size, rank and element count first and size the buffers from what
+ * was checked. Private to src/io/. */
+#ifndef RF_H5_READ_H
+#define RF_H5_READ_H
+
+#include <hdf5.h>
+
+#include "core/core.h"
+
+/* How the one-line errors name the file and what the user should do. */
+typedef struct {
+  const char *kind; /* "checkpoint", "results file" */
+  const char *path;
+  rf_status bad;    /* the status of a file that does not hold what refit expects */
+  const char *todo; /* appended after "; ", or NULL */
+  int quiet;        /* fail without logging: the caller decides what an odd file means */
+} rf_h5_source;
+
+/* The longest string attribute refit reads; anything longer is not refit's. */
+#define RF_H5_STRING_MAX ((size_t)1 << 16)
+
+/* Reads the numeric attribute `name` of obj, one integer or float element (scalar or an array
+ * of one), converted to mem_type (a native integer or float type) into out. */
+rf_status rf_h5_attr_read_num(const rf_h5_source *src, hid_t obj, const char *name, hid_t mem_type,
+                              void *out);
+
+/* Reads the string attribute `name` of obj, one fixed- or variable-length string of at most
+ * RF_H5_STRING_MAX bytes, into buf (cut to len - 1 bytes, always NUL-terminated). */
+rf_status rf_h5_attr_read_str(const rf_h5_source *src, hid_t obj, const char *name, char *buf,
+                              size_t len);
+
+/* Reads the 1-D string attribute `name` of obj, which must hold exactly `count` strings, into
+ * out: count slots of `width` bytes, each cut to width - 1 bytes and NUL-terminated. */
+rf_status rf_h5_attr_read_strs(const rf_h5_source *src, hid_t obj, const char *name, int count,
+                               char *out, size_t width);
+
+/* The extent of dataset dset, which must have `rank` dimensions and at most max_elements
+ * elements in all (checked without overflow), into dims[rank]. Callers size their buffers
+ * from dims, so a file that claims more elements than refit ever writes cannot make them
+ * allocate or overflow. */
+rf_status rf_h5_dataset_extent(const rf_h5_source *src, hid_t dset, int rank, hsize_t max_elements,
+                               hsize_t *dims);
+
+#endif
