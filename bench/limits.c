@@ -18,7 +18,7 @@ int main(int argc, char **argv) {
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  rf_log_set_quiet(rank != 0);
+  rf_log_push_quiet(rank != 0);
   rf_config cfg;
   rf_job job;
   memset(&job, 0, sizeof job);
@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 2;
   }
-  rf_log_set_quiet(0);
+  rf_log_pop_quiet();
   rf_control ctl;
   rf_calibration cal;
   rf_status st = rf_control_init(&ctl, &job.layout, cfg.timeout);

@@ -1,8 +1,8 @@
 /* Control plane under mpirun -np 2, 3, 4 and 6: the world-size check, the trainer and rollout
  * communicators of every layout that fits N ranks, the handshake (agreeing, and disagreeing
- * on one rank, with the one line it prints), status agreement, and a bounded wait that
- * expires. Where an error line is part of the contract, every rank checks its own stderr: the
- * expected line on rank 0, nothing elsewhere. */
+ * on one rank, with the one line it prints), status agreement, the bounded collectives, the
+ * nesting quiet-log switch, and bounded waits that expire. Where an error line is part of the
+ * contract, every rank checks its own stderr: the expected line on rank 0, nothing elsewhere. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,7 +307,116 @@ static void test_agree(const job *j) {
   rf_layout_free(&lay);
 }
 
-/* ---- (v) a wait that expires ----------------------------------------------------------- */
+/* ---- (v) the bounded collectives ------------------------------------------------------ */
+
+static void test_collectives(const job *j) {
+  rf_layout lay;
+  make_layout(&lay, j);
+  rf_control ctl;
+  ASSERT_OK(rf_control_init(&ctl, &lay, 10.0));
+  capture_begin();
+  ASSERT_OK(rf_control_barrier(&ctl, ctl.world, "the test barrier"));
+  int64_t mine = rank + 1, sum = -1, max = -1;
+  ASSERT_OK(rf_control_reduce(&ctl, ctl.world, &mine, &sum, 1, MPI_INT64_T, MPI_SUM, "a sum"));
+  if (rank == 0)
+    ASSERT_EQ(sum, (int64_t)size * (size + 1) / 2);
+  ASSERT_OK(rf_control_allreduce(&ctl, ctl.world, &mine, &max, 1, MPI_INT64_T, MPI_MAX, "a max"));
+  ASSERT_EQ(max, size);
+  int value = rank == 0 ? 4242 : -1;
+  ASSERT_OK(rf_control_bcast(&ctl, ctl.world, &value, 1, MPI_INT, "a broadcast"));
+  ASSERT_EQ(value, 4242);
+  int *all = calloc((size_t)size * 2, sizeof *all), pair[2] = {rank, 10 * rank};
+  ASSERT_TRUE(all != NULL);
+  ASSERT_OK(
+      rf_control_gather(&ctl, ctl.world, pair, rank == 0 ? all : NULL, 2, MPI_INT, "a gather"));
+  for (int r = 0; rank == 0 && r < size; r++)
+    ASSERT_TRUE(all[2 * r] == r && all[2 * r + 1] == 10 * r);
+  memset(all, 0, (size_t)size * 2 * sizeof *all);
+  ASSERT_OK(rf_control_allgather(&ctl, ctl.world, pair, all, 2, MPI_INT, "an allgather"));
+  for (int r = 0; r < size; r++)
+    ASSERT_TRUE(all[2 * r] == r && all[2 * r + 1] == 10 * r);
+  /* Rank r sends r + 1 values, all equal to r; rank 0 lays them out back to back. */
+  int counts[8], displs[8], sent[8], got[64] = {0}, total = 0;
+  for (int r = 0; r < size; r++) {
+    counts[r] = r + 1;
+    displs[r] = total;
+    total += r + 1;
+  }
+  for (int i = 0; i <= rank; i++)
+    sent[i] = rank;
+  ASSERT_OK(rf_control_gatherv(&ctl, ctl.world, sent, rank + 1, got, counts, displs, MPI_INT,
+                               "a gatherv"));
+  for (int r = 0; rank == 0 && r < size; r++)
+    for (int i = 0; i < counts[r]; i++)
+      ASSERT_EQ(got[displs[r] + i], r);
+  for (int r = 0; r < size; r++)
+    all[r] = 100 + r;
+  int one = -1;
+  ASSERT_OK(rf_control_scatter(&ctl, ctl.world, all, &one, 1, MPI_INT, "a scatter"));
+  ASSERT_EQ(one, 100 + rank);
+  capture_end(NULL);
+  free(all);
+  rf_control_free(&ctl);
+  rf_layout_free(&lay);
+}
+
+/* A collective that one rank never joins: the others give up after the timeout with one line
+ * that names what they waited for and the collective, and refuse the next one at once. */
+static void test_collective_timeout(const job *j) {
+  rf_layout lay;
+  make_layout(&lay, j);
+  rf_control ctl;
+  ASSERT_OK(rf_control_init(&ctl, &lay, 10.0));
+  ctl.timeout = 0.5;
+  int last = size - 1;
+  if (rank != last) {
+    capture_begin();
+    double t0 = rf_now();
+    ASSERT_STATUS(rf_control_barrier(&ctl, ctl.world, "a barrier the last rank skips"),
+                  RF_ERR_TIMEOUT);
+    double waited = rf_now() - t0;
+    capture_end("timed out after 0.5 s waiting for a barrier the last rank skips (MPI_Ibarrier); "
+                "a peer rank is dead or stalled (raise --timeout if the job is just slow)");
+    ASSERT_TRUE(waited >= 0.5 && waited < 1.5);
+    ASSERT_TRUE(ctl.timed_out);
+    int x = 0;
+    t0 = rf_now();
+    ASSERT_STATUS(rf_control_bcast(&ctl, ctl.world, &x, 1, MPI_INT, "anything"), RF_ERR_TIMEOUT);
+    ASSERT_TRUE(rf_now() - t0 < 0.1);
+  } else {
+    /* Joins long after the others gave up, so that their barrier completes and MPI can
+     * finalise: they progress it inside the blocking barrier below, which the last rank
+     * enters only once its own side is complete. */
+    sleep(3);
+    MPI_Request req;
+    ASSERT_EQ(MPI_Ibarrier(ctl.world, &req), MPI_SUCCESS);
+    ASSERT_EQ(MPI_Wait(&req, MPI_STATUS_IGNORE), MPI_SUCCESS);
+  }
+  ASSERT_EQ(MPI_Barrier(MPI_COMM_WORLD), MPI_SUCCESS);
+  rf_layout_free(&lay);
+}
+
+/* ---- (vi) the quiet-log switch nests --------------------------------------------------- */
+
+static void test_quiet_nests(void) {
+  capture_begin();
+  rf_log_push_quiet(1);
+  rf_log_push_quiet(0); /* inside a quiet region: still quiet */
+  RF_ERROR("never printed (inner)");
+  rf_log_pop_quiet();
+  RF_ERROR("never printed (outer)");
+  rf_log_pop_quiet();
+  rf_log_push_quiet(0);
+  rf_log_push_quiet(1);
+  RF_ERROR("never printed (quiet inside loud)");
+  rf_log_pop_quiet(); /* restores the loud region, not "loud because 0 was pushed last" */
+  RF_ERROR("printed once");
+  rf_log_pop_quiet();
+  rf_log_pop_quiet(); /* unmatched: ignored */
+  capture_end("printed once");
+}
+
+/* ---- (vii) a wait that expires ----------------------------------------------------------- */
 
 static void test_timeout(const job *j) {
   rf_layout lay;
@@ -362,7 +471,10 @@ int main(int argc, char **argv) {
       test_mismatch(&jobs[i]);
     }
   test_agree(first);
-  test_timeout(first); /* last: it leaves rank 0's control plane unusable */
+  test_collectives(first);
+  test_quiet_nests();
+  test_timeout(first);            /* it leaves rank 0's control plane unusable */
+  test_collective_timeout(first); /* last: its barrier stays pending on every rank but one */
 
   rf_model_free(&tiny);
   if (rank == 0)

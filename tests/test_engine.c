@@ -263,8 +263,9 @@ static void test_stall(void) {
   rf_plan plan;
   ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
   rank_job jobs[4];
-  rf_log_set_quiet(1); /* the timeouts are expected */
+  rf_log_push_quiet(1); /* the timeouts are expected */
   run_world(&plan, 0, 0, 0.5, 0, jobs);
+  rf_log_pop_quiet();
   ASSERT_OK(jobs[0].status);
   for (int r = 1; r < 4; r++)
     ASSERT_STATUS(jobs[r].status, RF_ERR_TIMEOUT);
@@ -283,9 +284,10 @@ int main(void) {
   ASSERT_EQ(write(fd, small_llama, strlen(small_llama)), (int64_t)strlen(small_llama));
   close(fd);
   test_stall();
-  rf_log_set_quiet(!verbose);
+  rf_log_push_quiet(!verbose);
   int worlds = test_model("tiny");
   worlds += test_model(path);
+  rf_log_pop_quiet();
   unlink(path);
   printf("worlds run: %d, each in %d modes\n", worlds, MODES);
   ASSERT_EQ(worlds, 2 * (int)RF_ARRAY_LEN(layouts) * 2 * 2 * (int)RF_ARRAY_LEN(bucket_sizes));

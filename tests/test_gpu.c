@@ -420,9 +420,9 @@ int main(void) {
   }
   ASSERT_OK(st);
   printf("test_gpu: GPU %d of %d: %s (%s)\n", info.device, info.count, info.name, info.bus_id);
-  rf_log_set_quiet(1); /* the expected one-line error */
+  rf_log_push_quiet(1); /* the expected one-line error */
   ASSERT_STATUS(rf_gpu_select(0, info.count, &info), RF_ERR_USAGE);
-  rf_log_set_quiet(0);
+  rf_log_pop_quiet();
   ASSERT_OK(rf_gpu_select(0, 0, &info));
   ASSERT_EQ(info.device, 0);
 

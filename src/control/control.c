@@ -6,6 +6,7 @@
  * on the heap and are deliberately leaked after a timeout: MPI may still write into them
  * until the job is aborted. */
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,10 @@
 /* The point-to-point tag of the leaders' job exchange, on the private world duplicate. */
 #define RF_TAG_HANDSHAKE 0x5246
 
-/* How long rf_control_wait sleeps between polls: short enough to add no visible latency to a
- * handshake, long enough not to burn a core that an oversubscribed peer needs. */
+/* How much longer than the timeout the status agreement waits for a rank still in a wait of
+ * its own, and how long a rank whose own wait has expired waits for the others: enough to
+ * cancel its requests and join, small enough that every rank is out within timeout + 5 s. */
+#define RF_AGREE_GRACE 2.0
 
 static const char *placement_name(rf_placement p) {
   return p == RF_PLACEMENT_COLOCATED ? "colocated" : "disaggregated";
@@ -110,13 +113,25 @@ rf_status rf_control_init(rf_control *ctl, const rf_layout *lay, double timeout)
 void rf_control_free(rf_control *ctl) {
   /* After a timeout a collective may still be pending on these communicators; freeing them
    * could block, and the job is about to be aborted anyway. */
-  if (!ctl->timed_out) {
+  if (!ctl->timed_out && !ctl->borrowed) {
     comm_free(&ctl->node);
     comm_free(&ctl->rollout);
     comm_free(&ctl->trainer);
     comm_free(&ctl->world);
   }
   ctl->world = ctl->trainer = ctl->rollout = ctl->node = MPI_COMM_NULL;
+}
+
+void rf_control_attach(rf_control *ctl, MPI_Comm world, double timeout) {
+  memset(ctl, 0, sizeof *ctl);
+  ctl->world = world;
+  ctl->trainer = ctl->rollout = ctl->node = MPI_COMM_NULL;
+  ctl->trainer_rank = ctl->rollout_rank = -1;
+  ctl->timeout = timeout;
+  ctl->borrowed = 1;
+  MPI_Comm_rank(world, &ctl->world_rank);
+  MPI_Comm_size(world, &ctl->world_size);
+  ctl->node_size = 1;
 }
 
 static rf_status request_done(void *req, int *done) {
@@ -175,16 +190,20 @@ rf_status rf_control_agree(rf_control *ctl, rf_status local) {
   MPI_Request req = MPI_REQUEST_NULL;
   rf_status st = RF_OK;
   RF_MPI_GOTO(MPI_Iallreduce(buf, buf + 3, 3, MPI_INT, MPI_MAX, ctl->world, &req), done);
-  /* The agreement outlasts any data wait (one timeout, plus cancelling), so that a rank whose
-   * transfer timed out still joins it and every rank learns the same verdict. */
-  st = wait_bounded(ctl, &req, "the other ranks' status", 2 * ctl->timeout + 2.0);
+  /* A rank still inside a data wait joins at most one timeout later, so the others wait that
+   * long plus a grace. A rank whose own wait has just expired has already waited its timeout:
+   * it gives the others only the grace, so that a peer that never comes (stopped, dead) ends
+   * the job within timeout + grace instead of twice the timeout. */
+  double bound = local == RF_ERR_TIMEOUT ? RF_AGREE_GRACE : ctl->timeout + RF_AGREE_GRACE;
+  st = wait_bounded(ctl, &req, "the other ranks' status (MPI_Iallreduce)", bound);
   if (st != RF_OK)
     return st; /* buf is leaked on purpose: the reduction may still write into it */
   rf_status worst = (rf_status)(buf[3] % 256);
+  /* The failing rank said what went wrong where it happened; this only says why this rank
+   * stops too, for REFIT_LOG=info. */
   if (worst != RF_OK && worst != local)
-    rf_log(rf_status_exit_code(worst) == 3 ? RF_LOG_ERROR : RF_LOG_INFO,
-           "stopping: rank %d failed (%s)%s", -buf[5], rf_status_text(worst),
-           buf[3] == -buf[4] ? "" : ", and other ranks failed differently");
+    RF_INFO("stopping: rank %d failed (%s)%s", -buf[5], rf_status_text(worst),
+            buf[3] == -buf[4] ? "" : ", and other ranks failed differently");
   st = worst;
 done:
   free(buf);
@@ -233,47 +252,65 @@ static void terminate_strings(rf_job_desc *d) {
   d->plan[sizeof d->plan - 1] = '\0';
 }
 
+/* The fields of a job description in the order the handshake names them, with the words of
+ * the line that names one: a string field as "trainer ranks <verb> <noun> 'A' but rollout
+ * ranks <verb> 'B'; start every rank with the same <option>", a digest as "trainer and rollout
+ * ranks <before><name><after> (digest A vs B); <remedy>", where name is the string the digest
+ * belongs to. */
+typedef struct {
+  size_t offset;      /* of the field in rf_job_desc */
+  size_t name_offset; /* digests only: the string field the digest belongs to */
+  int digest;         /* a uint64_t digest rather than a string */
+  const char *verb, *noun, *option;
+  const char *before, *after, *remedy;
+} job_field;
+
+#define STRING_FIELD(f, verb, noun, option)                                                        \
+  { offsetof(rf_job_desc, f), 0, 0, verb, noun, option, NULL, NULL, NULL }
+#define DIGEST_FIELD(f, name, before, after, remedy)                                               \
+  {                                                                                                \
+    offsetof(rf_job_desc, f), offsetof(rf_job_desc, name), 1, NULL, NULL, NULL, before, after,     \
+        remedy                                                                                     \
+  }
+
+static const job_field job_fields[] = {
+    STRING_FIELD(model, "run", "model", "--model"),
+    DIGEST_FIELD(model_digest, model, "both run model '", "' but the model files differ",
+                 "give every rank the same model files"),
+    STRING_FIELD(trainer, "use", "trainer layout", "--trainer"),
+    STRING_FIELD(rollout, "use", "rollout layout", "--rollout"),
+    STRING_FIELD(placement, "use", "placement", "--placement"),
+    STRING_FIELD(plan, "use", "plan", "--plan"),
+    DIGEST_FIELD(plan_digest, plan, "computed different ", " plans",
+                 "start every rank with the same options and the same refit build"),
+};
+
 /* Compares the trainer leader's description with the rollout leader's; returns 1 and writes
  * one line naming the first field that differs, or 0 when they are equal. */
 static int describe_difference(const rf_job_desc *t, const rf_job_desc *r, char *msg, size_t len) {
-  if (strcmp(t->model, r->model) != 0)
+  const char *tb = (const char *)t, *rb = (const char *)r;
+  for (size_t i = 0; i < RF_ARRAY_LEN(job_fields); i++) {
+    const job_field *f = &job_fields[i];
+    if (f->digest) {
+      uint64_t a, b;
+      memcpy(&a, tb + f->offset, sizeof a);
+      memcpy(&b, rb + f->offset, sizeof b);
+      if (a == b)
+        continue;
+      snprintf(msg, len, "trainer and rollout ranks %s%s%s (digest %016llx vs %016llx); %s",
+               f->before, tb + f->name_offset, f->after, (unsigned long long)a,
+               (unsigned long long)b, f->remedy);
+      return 1;
+    }
+    if (strcmp(tb + f->offset, rb + f->offset) == 0)
+      continue;
     snprintf(msg, len,
-             "trainer ranks run model '%s' but rollout ranks run '%s'; start every "
-             "rank with the same --model",
-             t->model, r->model);
-  else if (t->model_digest != r->model_digest)
-    snprintf(msg, len,
-             "trainer and rollout ranks both run model '%s' but the model files "
-             "differ (digest %016llx vs %016llx); give every rank the same model files",
-             t->model, (unsigned long long)t->model_digest, (unsigned long long)r->model_digest);
-  else if (strcmp(t->trainer, r->trainer) != 0)
-    snprintf(msg, len,
-             "trainer ranks use trainer layout '%s' but rollout ranks use '%s'; "
-             "start every rank with the same --trainer",
-             t->trainer, r->trainer);
-  else if (strcmp(t->rollout, r->rollout) != 0)
-    snprintf(msg, len,
-             "trainer ranks use rollout layout '%s' but rollout ranks use '%s'; "
-             "start every rank with the same --rollout",
-             t->rollout, r->rollout);
-  else if (strcmp(t->placement, r->placement) != 0)
-    snprintf(msg, len,
-             "trainer ranks use placement '%s' but rollout ranks use '%s'; start "
-             "every rank with the same --placement",
-             t->placement, r->placement);
-  else if (strcmp(t->plan, r->plan) != 0)
-    snprintf(msg, len,
-             "trainer ranks use plan '%s' but rollout ranks use '%s'; start every "
-             "rank with the same --plan",
-             t->plan, r->plan);
-  else if (t->plan_digest != r->plan_digest)
-    snprintf(msg, len,
-             "trainer and rollout ranks computed different %s plans (digest %016llx "
-             "vs %016llx); start every rank with the same options and the same refit build",
-             t->plan, (unsigned long long)t->plan_digest, (unsigned long long)r->plan_digest);
-  else
-    return 0;
-  return 1;
+             "trainer ranks %s %s '%s' but rollout ranks %s '%s'; start every rank with the "
+             "same %s",
+             f->verb, f->noun, tb + f->offset, f->verb, rb + f->offset, f->option);
+    return 1;
+  }
+  return 0;
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -373,11 +410,8 @@ rf_status rf_control_handshake(rf_control *ctl, const rf_job_desc *mine) {
   b->sum_in[1] = ~b->digest;
   b->sum_in[2] = ctl->trainer_rank == 0 ? (uint64_t)ctl->world_rank + 1 : 0;
   b->sum_in[3] = ctl->rollout_rank == 0 ? (uint64_t)ctl->world_rank + 1 : 0;
-  MPI_Request req = MPI_REQUEST_NULL;
-  rf_status st = RF_OK;
-  RF_MPI_GOTO(MPI_Iallreduce(b->sum_in, b->sum_out, 4, MPI_UINT64_T, MPI_MAX, ctl->world, &req),
-              done);
-  st = rf_control_wait(ctl, &req, "every rank's job digest");
+  rf_status st = rf_control_allreduce(ctl, ctl->world, b->sum_in, b->sum_out, 4, MPI_UINT64_T,
+                                      MPI_MAX, "every rank's job digest");
   if (st != RF_OK)
     return st; /* b is leaked on purpose */
 

@@ -24,6 +24,7 @@ typedef struct {
   int trainer_rank, rollout_rank; /* -1 where the rank has no such role */
   double timeout;                 /* seconds, for every wait */
   int timed_out;                  /* set once a wait expired: MPI state is unusable */
+  int borrowed;                   /* world is the caller's (rf_control_attach): never freed */
 } rf_control;
 
 /* What each rank believes the job is; the handshake compares these. */
@@ -42,19 +43,52 @@ typedef struct {
 rf_status rf_control_init(rf_control *ctl, const rf_layout *lay, double timeout);
 void rf_control_free(rf_control *ctl);
 
+/* A control plane over an existing communicator, without roles or a node communicator, for
+ * the collectives and status agreement between jobs (a sweep's skipped combination, a usage
+ * error). It neither duplicates nor frees `world`; the caller sets its error handler. */
+void rf_control_attach(rf_control *ctl, MPI_Comm world, double timeout);
+
 /* The handshake: the trainer and rollout leaders exchange their job descriptions and name the
  * first field that differs; every rank also checks that its description's digest equals
  * everyone else's. Returns RF_OK on every rank, or the same error on every rank. */
 rf_status rf_control_handshake(rf_control *ctl, const rf_job_desc *mine);
 
 /* Status agreement: every rank contributes its local status and every rank gets the worst
- * one (rf_status_worse), so all ranks exit with the same code. The wait is bounded by twice
- * the timeout plus a grace, so that a rank whose data wait just timed out still joins. */
+ * one (rf_status_worse), so all ranks exit with the same code. A rank waits the timeout plus a
+ * grace of 2 s, so that a rank whose data wait is about to time out still joins; a rank whose
+ * local status is RF_ERR_TIMEOUT has waited its timeout already and waits only the grace. So
+ * when a peer stops for good, every rank is out within timeout + 5 s. */
 rf_status rf_control_agree(rf_control *ctl, rf_status local);
 
 /* Waits for a request with the control plane's timeout; on expiry sets ctl->timed_out and
- * returns RF_ERR_TIMEOUT after logging which operation (`what`) was waiting. */
+ * returns RF_ERR_TIMEOUT after logging which operation (`what`) was waiting. Every wait of the
+ * control plane, the collectives below included, is this one. */
 rf_status rf_control_wait(rf_control *ctl, MPI_Request *req, const char *what);
+
+/* Bounded collectives: each posts the nonblocking form of the MPI collective over `comm` (one
+ * of ctl's communicators; the root is its rank 0) and finishes it with rf_control_wait, whose
+ * timeout line reads "waiting for <what> (MPI_Ixxx)". After a timeout they return
+ * RF_ERR_TIMEOUT at once, and the buffers must stay allocated: MPI may still write into them
+ * until the job is aborted. */
+rf_status rf_control_barrier(rf_control *ctl, MPI_Comm comm, const char *what);
+rf_status rf_control_reduce(rf_control *ctl, MPI_Comm comm, const void *in, void *out, int count,
+                            MPI_Datatype type, MPI_Op op, const char *what);
+rf_status rf_control_allreduce(rf_control *ctl, MPI_Comm comm, const void *in, void *out, int count,
+                               MPI_Datatype type, MPI_Op op, const char *what);
+rf_status rf_control_bcast(rf_control *ctl, MPI_Comm comm, void *buf, int count, MPI_Datatype type,
+                           const char *what);
+/* `count` elements from every rank; `out` (root only) holds count * size of them. */
+rf_status rf_control_gather(rf_control *ctl, MPI_Comm comm, const void *in, void *out, int count,
+                            MPI_Datatype type, const char *what);
+/* `count` elements from this rank; on the root, counts[r] from rank r at displs[r]. */
+rf_status rf_control_gatherv(rf_control *ctl, MPI_Comm comm, const void *in, int count, void *out,
+                             const int *counts, const int *displs, MPI_Datatype type,
+                             const char *what);
+rf_status rf_control_allgather(rf_control *ctl, MPI_Comm comm, const void *in, void *out, int count,
+                               MPI_Datatype type, const char *what);
+/* The root's `in` holds count * size elements; rank r gets the r-th count of them. */
+rf_status rf_control_scatter(rf_control *ctl, MPI_Comm comm, const void *in, void *out, int count,
+                             MPI_Datatype type, const char *what);
 
 /* Creates an NCCL unique ID on `root` of `comm` and broadcasts it (128 bytes) to all ranks
  * of comm. Built only with NCCL; elsewhere returns RF_ERR_UNSUPPORTED. */

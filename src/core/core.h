@@ -105,8 +105,11 @@ rf_log_level rf_log_level_get(void);
 const char *rf_hostname(void);
 
 /* Errors that every rank detects identically (a bad option, a layout that does not divide)
- * are printed by one rank only; rf_log_set_quiet(1) on the others silences them. */
-void rf_log_set_quiet(int quiet);
+ * are printed by one rank only: the others wrap the work in rf_log_push_quiet(1) ...
+ * rf_log_pop_quiet(). The regions nest: each pop restores what its push found, and a region
+ * inside a quiet one stays quiet whatever it pushes. */
+void rf_log_push_quiet(int quiet);
+void rf_log_pop_quiet(void);
 
 /* While buf is set, errors are written into it (the last one wins, without prefix or newline)
  * instead of stderr: for callers that report a failure their own way, as a sweep records why

@@ -10,7 +10,10 @@
 
 static int log_rank = -1;
 static int log_world = 0;
-static int log_quiet = 0;
+/* The quiet regions nest: depth counts the open ones, quiet_from is the depth of the outermost
+ * quiet one (0: none), so an inner region may silence more but never less than its caller. */
+static int quiet_depth = 0;
+static int quiet_from = 0;
 static rf_log_level log_level = RF_LOG_WARN;
 static char log_host[256];
 
@@ -28,7 +31,19 @@ void rf_log_set_rank(int rank, int world_size) {
   log_world = world_size;
 }
 
-void rf_log_set_quiet(int quiet) { log_quiet = quiet; }
+void rf_log_push_quiet(int quiet) {
+  quiet_depth++;
+  if (quiet && quiet_from == 0)
+    quiet_from = quiet_depth;
+}
+
+void rf_log_pop_quiet(void) {
+  if (quiet_depth == 0)
+    return; /* an unmatched pop: nothing to restore */
+  if (quiet_from == quiet_depth)
+    quiet_from = 0;
+  quiet_depth--;
+}
 
 rf_log_level rf_log_level_get(void) { return log_level; }
 
@@ -56,7 +71,7 @@ void rf_vlog_at(rf_log_level level, const char *file, int line, const char *fmt,
     vsnprintf(capture_buf, capture_len, fmt, ap);
     return;
   }
-  if (level > log_level || (log_quiet && level <= RF_LOG_WARN))
+  if (level > log_level || (quiet_from != 0 && level <= RF_LOG_WARN))
     return;
   /* Build the whole line first and write it with one call, so lines of different ranks
    * sharing a terminal do not interleave mid-line. */

@@ -101,12 +101,12 @@ static double column_median(double *times, int n, int k) {
  * them: dev[0] and dev[1] hold the bytes received, dev[2] those sent. */
 static int device_buffers(const exchange *x, void **dev) {
   size_t bytes[3] = {(size_t)x->in + 1, (size_t)x->in + 1, (size_t)x->out + 1};
-  rf_log_set_quiet(1); /* a missing GPU only means the limit is not measured */
+  rf_log_push_quiet(1); /* a missing GPU only means the limit is not measured */
   int ok = 1;
   for (int i = 0; i < 3 && ok; i++)
     ok = rf_mem_alloc(RF_MEM_DEVICE, bytes[i], "calibration", &dev[i]) == RF_OK &&
          rf_mem_zero(RF_MEM_DEVICE, dev[i], bytes[i]) == RF_OK;
-  rf_log_set_quiet(0);
+  rf_log_pop_quiet();
   return ok;
 }
 
@@ -115,9 +115,7 @@ static int device_buffers(const exchange *x, void **dev) {
 static rf_status time_rounds(rf_control *ctl, exchange *x, int warmup, int iters, void **dev,
                              int device_ok, rf_transport *gpu_tp, double *times) {
   for (int it = 0; it < warmup + iters; it++) {
-    MPI_Request req;
-    RF_MPI(MPI_Ibarrier(ctl->world, &req));
-    RF_TRY(rf_control_wait(ctl, &req, "the calibration barrier"));
+    RF_TRY(rf_control_barrier(ctl, ctl->world, "the calibration barrier"));
     double t0 = rf_now();
     RF_TRY(exchange_once(ctl, x));
     double t1 = rf_now();
@@ -130,8 +128,8 @@ static rf_status time_rounds(rf_control *ctl, exchange *x, int warmup, int iters
       RF_TRY(gpu_exchange_once(gpu_tp, x, dev[2], dev[1]));
     double mine[COL_COUNT + 1] = {t1 - t0, t2 - t1, t3 - t2, rf_now() - t3, device_ok ? 0 : 1};
     double all[COL_COUNT + 1] = {0};
-    RF_MPI(MPI_Ireduce(mine, all, COL_COUNT + 1, MPI_DOUBLE, MPI_MAX, 0, ctl->world, &req));
-    RF_TRY(rf_control_wait(ctl, &req, "the calibration's timings"));
+    RF_TRY(rf_control_reduce(ctl, ctl->world, mine, all, COL_COUNT + 1, MPI_DOUBLE, MPI_MAX,
+                             "the calibration's timings"));
     if (it >= warmup) {
       double *row = times + COL_COUNT * (size_t)(it - warmup);
       memcpy(row, all, COL_COUNT * sizeof *all);
@@ -177,19 +175,13 @@ rf_status rf_calibrate(rf_control *ctl, const rf_plan *plan, int warmup, int ite
   if (st == RF_OK)
     st = rf_control_agree(ctl, time_rounds(ctl, &x, warmup, iters, dev, device_ok, gpu_tp, times));
   int64_t bytes[2] = {x.in, x.in}, sums[2] = {0, 0};
-  if (st == RF_OK) {
-    MPI_Request req;
-    /* The exchange moves the sum of what the ranks receive; memcpy is as slow as its largest. */
-    int rc = MPI_Ireduce(&bytes[0], &sums[0], 1, MPI_INT64_T, MPI_SUM, 0, ctl->world, &req);
-    st = rc == MPI_SUCCESS ? rf_control_wait(ctl, &req, "the calibration's bytes")
-                           : rf_mpi_failed(rc, "MPI_Ireduce", __FILE__, __LINE__);
-    rc = st == RF_OK
-             ? MPI_Ireduce(&bytes[1], &sums[1], 1, MPI_INT64_T, MPI_MAX, 0, ctl->world, &req)
-             : MPI_SUCCESS;
-    if (st == RF_OK)
-      st = rc == MPI_SUCCESS ? rf_control_wait(ctl, &req, "the calibration's bytes")
-                             : rf_mpi_failed(rc, "MPI_Ireduce", __FILE__, __LINE__);
-  }
+  /* The exchange moves the sum of what the ranks receive; memcpy is as slow as its largest. */
+  if (st == RF_OK)
+    st = rf_control_reduce(ctl, ctl->world, &bytes[0], &sums[0], 1, MPI_INT64_T, MPI_SUM,
+                           "the calibration's bytes");
+  if (st == RF_OK)
+    st = rf_control_reduce(ctl, ctl->world, &bytes[1], &sums[1], 1, MPI_INT64_T, MPI_MAX,
+                           "the calibration's bytes");
   if (st == RF_OK && ctl->world_rank == 0) {
     out->limits.mpi_s = column_median(times, iters, COL_MPI);
     out->limits.memcpy_s = column_median(times, iters, COL_MEMCPY);

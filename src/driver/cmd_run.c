@@ -11,6 +11,7 @@
 #include "engine/engine.h"
 #include "placement.h"
 #include "report/report.h"
+#include "run_collect.h"
 #include "run_record.h"
 #include "sweep.h"
 
@@ -100,10 +101,8 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
   snprintf(mine.nic, sizeof mine.nic, "%s", rec->place.nic);
   rf_rank_info *all =
       ctl->world_rank == 0 ? rf_calloc((size_t)ctl->world_size, sizeof *all, "rank table") : NULL;
-  MPI_Request req;
-  RF_MPI(MPI_Igather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0,
-                     ctl->world, &req));
-  rf_status st = rf_control_wait(ctl, &req, "the rank table");
+  rf_status st =
+      rf_control_gather(ctl, ctl->world, &mine, all, (int)sizeof mine, MPI_BYTE, "the rank table");
   if (st == RF_OK && all) {
     const rf_model *m = &job->model;
     char job_line[512];
@@ -124,26 +123,12 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
   return st;
 }
 
-/* Waits for every rank at the start of an iteration, so ranks start their clocks together. */
-static rf_status barrier(rf_control *ctl) {
-  MPI_Request req;
-  RF_MPI(MPI_Ibarrier(ctl->world, &req));
-  return rf_control_wait(ctl, &req, "the iteration barrier");
-}
-
-static rf_status reduce(rf_control *ctl, void *in, void *out, int count, MPI_Datatype type,
-                        MPI_Op op, const char *what) {
-  MPI_Request req;
-  RF_MPI(MPI_Ireduce(in, out, count, type, op, 0, ctl->world, &req));
-  return rf_control_wait(ctl, &req, what);
-}
-
 /* Every rank opens the checkpoint (rank 0 reports what is wrong with it: the others would
  * print the same line) and the ranks share the work of its reference checksums. */
 static rf_status open_checkpoint(rf_control *ctl, const rf_config *cfg, run_setup *rs) {
-  rf_log_set_quiet(ctl->world_rank != 0);
+  rf_log_push_quiet(ctl->world_rank != 0);
   rf_status st = rf_checkpoint_open(cfg->checkpoint, &rs->job.model, &rs->checkpoint);
-  rf_log_set_quiet(0);
+  rf_log_pop_quiet();
   RF_TRY(rf_control_agree(ctl, st));
   int nt = rs->job.model.tensor_count;
   uint64_t *mine = rf_calloc((size_t)nt, sizeof *mine, "checkpoint checksums");
@@ -153,138 +138,95 @@ static rf_status open_checkpoint(rf_control *ctl, const rf_config *cfg, run_setu
     st = rf_checkpoint_checksum(rs->checkpoint, t, &mine[t]);
   st = rf_control_agree(ctl, st);
   if (st == RF_OK)
-    st = reduce(ctl, mine, all, nt, MPI_UINT64_T, MPI_SUM, "the checkpoint's checksums");
+    st = rf_control_reduce(ctl, ctl->world, mine, all, nt, MPI_UINT64_T, MPI_SUM,
+                           "the checkpoint's checksums");
   free(mine);
   rs->record.reference = all;
   return st;
 }
 
-/* Verification after the last iteration: the full element check and the checksums, reduced
- * to rank 0, which names the tensors whose checksums differ. */
-static rf_status verify_run(rf_control *ctl, run_setup *rs, rf_engine *e, rf_run_result *res) {
-  const rf_model *m = &rs->job.model;
-  int nt = m->tensor_count, replicas = rs->job.rollout.dp;
-  res->wrong = -1;
-  res->checksum_bad = -1;
-  if (rs->verify_full) {
-    int64_t wrong = rf_engine_check(e, rs->checkpoint), total = 0;
-    rf_status st = wrong < 0 ? RF_ERR_IO : RF_OK;
-    RF_TRY(rf_control_agree(ctl, st));
-    RF_TRY(reduce(ctl, &wrong, &total, 1, MPI_INT64_T, MPI_SUM, "the element check"));
-    res->wrong = total;
-  }
-  if (!rs->verify_checksum)
-    return RF_OK;
-  size_t n = (size_t)nt * (size_t)(1 + replicas);
-  uint64_t *local = rf_calloc(n, sizeof *local, "checksums");
-  uint64_t *sum = rf_calloc(n, sizeof *sum, "checksums");
-  rf_status st = local && sum ? RF_OK : RF_ERR_NOMEM;
-  if (st == RF_OK) {
-    st = rf_control_agree(ctl, rf_engine_checksums(e, local, local + nt));
-  }
-  if (st == RF_OK) {
-    st = reduce(ctl, local, sum, (int)n, MPI_UINT64_T, MPI_SUM, "the checksums");
-  }
-  const uint64_t *ref = rs->record.reference;
-  if (st == RF_OK && ctl->world_rank == 0) {
-    res->checksum_bad = 0;
-    for (int t = 0; t < nt; t++) {
-      int bad = ref && ref[t] != sum[t];
-      for (int p = 0; p < replicas; p++)
-        bad |= sum[nt + (size_t)p * nt + t] != sum[t];
-      if (bad && res->checksum_bad++ < 4)
-        RF_ERROR("verify: checksum of %s differs: trainer %016llx, rollout %016llx%s%016llx",
-                 m->tensors[t].name, (unsigned long long)sum[t], (unsigned long long)sum[nt + t],
-                 ref ? ", checkpoint " : "", ref ? (unsigned long long)ref[t] : 0ULL);
-    }
-  }
-  free(local);
-  free(rs->record.checksums);
-  rs->record.checksums = ctl->world_rank == 0 ? sum : NULL; /* kept for the results file */
-  if (ctl->world_rank != 0)
-    free(sum);
-  return st;
-}
-
-/* One run: one mode over the whole job. Returns the agreed status of every rank. */
-static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, rf_transport *tp,
-                          rf_buffers *data, rf_mode mode, rf_run_result *res) {
-  const rf_plan *plan = &rs->job.plan;
-  int iters = (int)cfg->iters, warmup = (int)cfg->warmup, ranks = ctl->world_size;
-  double *mine = rf_calloc((size_t)iters * RF_PHASE_COUNT, sizeof *mine, "timings");
-  double *all = ctl->world_rank == 0
-                    ? rf_calloc((size_t)iters * ranks * RF_PHASE_COUNT, sizeof *all, "timings")
-                    : NULL;
-  rf_engine e;
-  memset(&e, 0, sizeof e);
-  res->wrong = -1; /* nothing verified until verify_run says otherwise */
-  res->checksum_bad = -1;
-  double t0 = rf_now();
-  rf_status st = mine ? rf_engine_init(&e, data, tp, mode, cfg->bucket_size, (uint64_t)cfg->seed,
-                                       cfg->inject, ctl->world_rank)
-                      : RF_ERR_NOMEM;
-  double setup = rf_now() - t0;
-  st = rf_control_agree(ctl, st);
+/* The iterations: warmup ones, then timed ones into mine[iteration][phase]. Each starts
+ * with a barrier, so ranks start their clocks together, and ends with the ranks agreeing on
+ * its outcome; the last one writes every element again after the engine poisons them. */
+static rf_status iterate(rf_control *ctl, const rf_config *cfg, const run_setup *rs, rf_engine *e,
+                         double setup, double *mine) {
+  int iters = (int)cfg->iters, warmup = (int)cfg->warmup;
   int stall = cfg->inject == RF_INJECT_STALL && ctl->trainer_rank == 0;
-  if (stall && st == RF_OK)
+  if (stall)
     RF_WARN("inject stall: trainer rank 0 will not post its messages");
   double scratch[RF_PHASE_COUNT];
+  rf_status st = RF_OK;
   for (int it = 0; it < warmup + iters && st == RF_OK; it++) {
     if (it == warmup + iters - 1)
-      st = rf_engine_poison(&e); /* the last iteration must write every element again */
+      st = rf_engine_poison(e);
     double *times = it < warmup ? scratch : mine + (size_t)(it - warmup) * RF_PHASE_COUNT;
     if (st == RF_OK)
-      st = barrier(ctl);
+      st = rf_control_barrier(ctl, ctl->world, "the iteration barrier");
     if (st == RF_OK)
-      st = rf_engine_iterate(&e, times, stall);
+      st = rf_engine_iterate(e, times, stall);
     times[RF_PHASE_SETUP] = setup;
     st = rf_control_agree(ctl, st);
   }
+  return st;
+}
+
+/* Rank 0: the parts of a run's result that describe it rather than measure it. */
+static void describe_result(const rf_config *cfg, const run_setup *rs, rf_mode mode,
+                            rf_run_result *res) {
+  const rf_plan *plan = &rs->job.plan;
+  snprintf(res->mode, sizeof res->mode, "%s", rf_mode_name(mode));
+  snprintf(res->plan, sizeof res->plan, "%s", rf_plan_kind_name(plan->kind));
+  snprintf(res->transport, sizeof res->transport, "%s", rs->transport->name);
+  snprintf(res->verify, sizeof res->verify, "%s", rf_verify_level_name(cfg->verify));
+  res->model_bytes = rs->job.model.total_bytes;
+  res->replica_bytes = plan->transfer_bytes / rs->job.rollout.dp;
+  res->transfer_bytes = plan->transfer_bytes + plan->reshape_bytes;
+  res->pieces = plan->piece_count;
+  res->bucket_size = cfg->bucket_size;
+  res->iterations = (int)cfg->iters;
+}
+
+/* One run: one mode over the whole job: the engine, the iterations, verification, the
+ * figures rank 0 collects, the record. Returns the agreed status of every rank. */
+static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, rf_transport *tp,
+                          rf_buffers *data, rf_mode mode, rf_run_result *res) {
+  int iters = (int)cfg->iters, rank0 = ctl->world_rank == 0;
+  double *mine = rf_calloc((size_t)iters * RF_PHASE_COUNT, sizeof *mine, "timings");
+  double *all =
+      rank0 ? rf_calloc((size_t)iters * ctl->world_size * RF_PHASE_COUNT, sizeof *all, "timings")
+            : NULL;
+  rf_engine e;
+  memset(&e, 0, sizeof e);
+  res->wrong = -1; /* nothing verified until rf_run_verify says otherwise */
+  res->checksum_bad = -1;
+  double t0 = rf_now();
+  rf_status st = mine && (all || !rank0)
+                     ? rf_engine_init(&e, data, tp, mode, cfg->bucket_size, (uint64_t)cfg->seed,
+                                      cfg->inject, ctl->world_rank)
+                     : RF_ERR_NOMEM;
+  double setup = rf_now() - t0;
+  st = rf_control_agree(ctl, st);
+  if (st == RF_OK)
+    st = iterate(ctl, cfg, rs, &e, setup, mine);
   if (st == RF_OK && cfg->inject == RF_INJECT_CORRUPT)
     st = rf_engine_corrupt(&e);
   if (st == RF_OK) {
     double v0 = rf_now();
-    st = rf_control_agree(ctl, verify_run(ctl, rs, &e, res));
+    st = rf_control_agree(ctl, rf_run_verify(ctl, &rs->job, &e, rs->checkpoint, rs->verify_full,
+                                             rs->verify_checksum, &rs->record, res));
     for (int it = 0; it < iters; it++)
       mine[(size_t)it * RF_PHASE_COUNT + RF_PHASE_VERIFY] = rf_now() - v0;
   }
-  if (st == RF_OK) {
-    MPI_Request req;
-    int count = iters * RF_PHASE_COUNT;
-    int rc = MPI_Igather(mine, count, MPI_DOUBLE, all, count, MPI_DOUBLE, 0, ctl->world, &req);
-    st = rc == MPI_SUCCESS ? rf_control_wait(ctl, &req, "the timings")
-                           : rf_mpi_failed(rc, "MPI_Igather", __FILE__, __LINE__);
-  }
-  int slots = mode == RF_MODE_FUSED ? 2 : 1;
-  int64_t staging = (int64_t)(e.staging_bytes[0] + e.staging_bytes[1]) * slots;
-  int64_t peaks[3] = {staging, rf_mem_peak_rss(), e.messages};
-  int64_t maxes[3] = {0, 0, 0}, messages = 0;
   if (st == RF_OK)
-    st = reduce(ctl, peaks, maxes, 2, MPI_INT64_T, MPI_MAX, "the memory peaks");
-  if (st == RF_OK)
-    st = reduce(ctl, &peaks[2], &messages, 1, MPI_INT64_T, MPI_SUM, "the message count");
-  if (ctl->world_rank == 0) {
-    snprintf(res->mode, sizeof res->mode, "%s", rf_mode_name(mode));
-    snprintf(res->plan, sizeof res->plan, "%s", rf_plan_kind_name(plan->kind));
-    snprintf(res->transport, sizeof res->transport, "%s", rs->transport->name);
-    snprintf(res->verify, sizeof res->verify, "%s", rf_verify_level_name(cfg->verify));
-    res->model_bytes = rs->job.model.total_bytes;
-    res->replica_bytes = plan->transfer_bytes / rs->job.rollout.dp;
-    res->transfer_bytes = plan->transfer_bytes + plan->reshape_bytes;
-    res->pieces = plan->piece_count;
-    res->messages = messages;
-    res->bucket_size = cfg->bucket_size;
-    res->iterations = iters;
-    res->ranks = ranks;
+    st = rf_run_collect(ctl, &e, mode, mine, all, iters, res);
+  if (rank0) {
+    describe_result(cfg, rs, mode, res);
+    res->ranks = ctl->world_size;
     res->timings = all;
-    res->peak_staging = maxes[0];
-    res->peak_rss = maxes[1];
     res->status = st;
     if (st == RF_OK && (res->wrong > 0 || res->checksum_bad > 0))
       res->status = RF_ERR_VERIFY;
     rf_run_result_summarise(res);
-  } else {
-    free(all);
   }
   free(mine);
   if (st == RF_OK)
@@ -292,26 +234,72 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
   rf_engine_free(&e);
   /* A verification failure is known on rank 0 only; share it so every rank exits 1. */
   if (st == RF_OK)
-    st = rf_control_agree(ctl, ctl->world_rank == 0 ? res->status : RF_OK);
+    st = rf_control_agree(ctl, rank0 ? res->status : RF_OK);
+  return st;
+}
+
+/* GPU transports: each rank picks its GPU before anything creates a CUDA context: the
+ * placement's GPU when it is this machine's (PCI order, as CUDA numbers them under
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID; a topology file's GPUs are not this machine's), else
+ * --device. One rank per node says what is wrong; the ranks agree on the outcome. */
+static rf_status select_gpu(rf_control *ctl, const rf_config *cfg,
+                            const rf_job_placement *placement) {
+  rf_gpu_info gpu;
+  const rf_topo_place *p = &placement->mine;
+  int device = placement->this_machine && p->gpu >= 0 ? p->gpu : (int)cfg->device;
+  rf_log_push_quiet(ctl->world_rank != 0 && ctl->node_rank != 0);
+  rf_status st = rf_gpu_select(ctl->node_rank, device, &gpu);
+  rf_log_pop_quiet();
+  RF_TRY(rf_control_agree(ctl, st));
+  RF_INFO("rank %d uses GPU %d (%s, %s)", ctl->world_rank, gpu.device, gpu.name, gpu.bus_id);
+  if (placement->this_machine && p->gpu >= 0 && !rf_topo_same_bus_id(gpu.bus_id, p->bus_id))
+    RF_WARN("CUDA device %d is %s but the placement chose %s (cores %s); CUDA numbers GPUs "
+            "differently: unset CUDA_VISIBLE_DEVICES and set CUDA_DEVICE_ORDER=PCI_BUS_ID",
+            gpu.device, gpu.bus_id, p->bus_id, p->cpus);
+  return RF_OK;
+}
+
+/* Every mode of the job over the same data, one result row each (and the calibrated limits
+ * after it) on rank 0. Returns the agreed status; *failed_mode names the mode that ended it. */
+static rf_status run_modes(rf_control *ctl, const rf_config *cfg, const rf_sweep_slot *slot,
+                           run_setup *rs, rf_transport *tp, rf_buffers *data,
+                           const char **failed_mode) {
+  rf_status st = RF_OK;
+  *failed_mode = NULL;
+  for (int i = 0; i < cfg->mode.count && st == RF_OK; i++) {
+    rf_run_result res;
+    memset(&res, 0, sizeof res);
+    rf_sweep_announce(slot, i, rf_mode_name(cfg->mode.items[i]));
+    st = run_mode(ctl, cfg, rs, tp, data, cfg->mode.items[i], &res);
+    if (ctl->world_rank == 0 && res.timings) {
+      rf_report_row(stdout, &res);
+      rf_record_print_limits(&rs->record, &res);
+      fflush(stdout);
+    }
+    if (st != RF_OK)
+      *failed_mode = rf_mode_name(cfg->mode.items[i]);
+    free(res.timings);
+  }
   return st;
 }
 
 /* One job (a sweep's combination, or the whole of a plain run): runs on every rank between
- * MPI_Init and MPI_Finalize; returns the status all ranks agreed. */
+ * MPI_Init and MPI_Finalize; returns the status all ranks agreed. Each step returns an agreed
+ * status, so every rank takes the same path through it. */
 static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_control *ctl,
                          int *ctl_open) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   /* Building the job is deterministic: every rank would print the same error, so only rank 0
    * speaks. Ranks started with different options are caught by the handshake. */
-  rf_log_set_quiet(rank != 0);
+  rf_log_push_quiet(rank != 0);
   run_setup rs;
   memset(&rs, 0, sizeof rs);
   rs.record.slot = slot;
   rf_status st = build_setup(cfg, &rs);
   if (st == RF_OK)
     st = rf_control_init(ctl, &rs.job.layout, cfg->timeout);
-  rf_log_set_quiet(0);
+  rf_log_pop_quiet();
   if (st != RF_OK) {
     rf_job_free(&rs.job);
     return st;
@@ -330,27 +318,10 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
     st = rf_control_agree(ctl, rf_record_open(&rs.record, ctl, cfg));
   if (st == RF_OK && cfg->checkpoint[0])
     st = open_checkpoint(ctl, cfg, &rs);
+  if (st == RF_OK && rs.memory == RF_MEM_DEVICE)
+    st = select_gpu(ctl, cfg, &placement);
   rf_transport tp;
   memset(&tp, 0, sizeof tp);
-  /* GPU transports: each rank picks its GPU before anything creates a CUDA context. */
-  if (st == RF_OK && rs.memory == RF_MEM_DEVICE) {
-    rf_gpu_info gpu;
-    rf_log_set_quiet(rank != 0 && ctl->node_rank != 0);
-    /* The placement's GPU when it is this machine's (PCI order, as CUDA numbers them under
-     * CUDA_DEVICE_ORDER=PCI_BUS_ID); a topology file's GPUs are not this machine's. */
-    int device =
-        placement.this_machine && placement.mine.gpu >= 0 ? placement.mine.gpu : (int)cfg->device;
-    st = rf_gpu_select(ctl->node_rank, device, &gpu);
-    rf_log_set_quiet(0);
-    st = rf_control_agree(ctl, st);
-    if (st == RF_OK)
-      RF_INFO("rank %d uses GPU %d (%s, %s)", rank, gpu.device, gpu.name, gpu.bus_id);
-    if (st == RF_OK && placement.this_machine && placement.mine.gpu >= 0 &&
-        !rf_topo_same_bus_id(gpu.bus_id, placement.mine.bus_id))
-      RF_WARN("CUDA device %d is %s but the placement chose %s (cores %s); CUDA numbers GPUs "
-              "differently: unset CUDA_VISIBLE_DEVICES and set CUDA_DEVICE_ORDER=PCI_BUS_ID",
-              gpu.device, gpu.bus_id, placement.mine.bus_id, placement.mine.cpus);
-  }
   if (st == RF_OK)
     st = rf_control_agree(ctl, rf_transport_open(rs.transport, ctl, &rs.job.plan, &tp));
   /* The weights are generated once; every mode moves the same data. */
@@ -360,24 +331,12 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
     st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.memory, (uint64_t)cfg->seed,
                                                rs.checkpoint, ctl->world_rank));
   const char *failed_mode = NULL;
-  for (int i = 0; i < cfg->mode.count && st == RF_OK; i++) {
-    rf_run_result res;
-    memset(&res, 0, sizeof res);
-    rf_sweep_announce(slot, i, rf_mode_name(cfg->mode.items[i]));
-    st = run_mode(ctl, cfg, &rs, &tp, &data, cfg->mode.items[i], &res);
-    if (rank == 0 && res.timings) {
-      rf_report_row(stdout, &res);
-      rf_record_print_limits(&rs.record, &res);
-      fflush(stdout);
-    }
-    if (st != RF_OK)
-      failed_mode = rf_mode_name(cfg->mode.items[i]);
-    free(res.timings);
-  }
+  if (st == RF_OK)
+    st = run_modes(ctl, cfg, slot, &rs, &tp, &data, &failed_mode);
   rf_buffers_free(&data);
   if (tp.ops)
     rf_transport_close(&tp);
-  if (rank == 0 && *ctl_open) {
+  if (rank == 0) {
     char reason[256];
     snprintf(reason, sizeof reason, "%s%s%s", rf_status_text(st), failed_mode ? " in mode " : "",
              failed_mode ? failed_mode : "");
@@ -420,6 +379,15 @@ rf_status rf_cmd_run(const rf_config *cfg, int *argc, char ***argv) {
 
   int timed_out = 0;
   rf_status st = rf_sweep_execute(cfg, run_one, &timed_out);
+  fflush(stdout);
+  if (!timed_out) {
+    /* Nobody leaves before rank 0 has printed: under mpirun the first rank to exit with an
+     * error gets the others killed, rank 0 perhaps before its error line or footer is out. */
+    rf_control world;
+    rf_control_attach(&world, MPI_COMM_WORLD, cfg->timeout);
+    rf_control_barrier(&world, MPI_COMM_WORLD, "every rank to finish");
+    timed_out = world.timed_out;
+  }
   if (timed_out) {
     /* A request is still pending on a dead or silent peer: finalising would hang. */
     fflush(stdout);

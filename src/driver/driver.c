@@ -1,8 +1,10 @@
 /* Command dispatch and the job every command starts from. */
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "control/control.h"
 #include "driver.h"
 #include "io/io.h"
 #include "transport/transport.h"
@@ -59,16 +61,34 @@ void rf_job_free(rf_job *job) {
 }
 
 /* Under mpirun every rank parses the same command line before MPI is up; the launcher's
- * environment says which rank this is, so that a bad option is reported once, by rank 0. */
-static int launched_as_nonzero_rank(void) {
+ * environment says which rank this is (-1: not launched by one), so that a bad option is
+ * reported once, by rank 0. */
+static int launcher_rank(void) {
   static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
                                      "SLURM_PROCID"};
   for (size_t i = 0; i < RF_ARRAY_LEN(vars); i++) {
     const char *v = getenv(vars[i]);
     if (v)
-      return strcmp(v, "0") != 0;
+      return atoi(v);
   }
-  return 0;
+  return -1;
+}
+
+/* A usage error found before MPI is up, under a launcher: the other ranks would exit at once,
+ * and mpirun then kills the rest of the job, rank 0 included, perhaps before it has written
+ * its line. So the ranks meet in a bounded barrier, which rank 0 enters only after writing,
+ * and leave together. Without MPI, or when a rank never comes, they leave as they are. */
+static void leave_together(double timeout) {
+  int provided = 0;
+  if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    return;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  rf_control world;
+  rf_control_attach(&world, MPI_COMM_WORLD, timeout > 0 ? timeout : 60.0);
+  rf_status st = rf_control_barrier(&world, MPI_COMM_WORLD, "every rank to read the usage error");
+  if (st == RF_ERR_TIMEOUT)
+    MPI_Abort(MPI_COMM_WORLD, rf_status_exit_code(RF_ERR_USAGE)); /* a rank never came */
+  MPI_Finalize();
 }
 
 int rf_driver_main(int argc, char **argv) {
@@ -80,9 +100,13 @@ int rf_driver_main(int argc, char **argv) {
   rf_transport_names(names, sizeof names);
   snprintf(transports, sizeof transports, "transports in this build (--transport): %s", names);
   rf_cli_set_help_note(RF_CMD_RUN, transports);
-  rf_log_set_quiet(launched_as_nonzero_rank());
+  memset(&cfg, 0, sizeof cfg);
+  int launched = launcher_rank();
+  rf_log_push_quiet(launched > 0);
   rf_status st = rf_cli_parse(argc, argv, &cfg);
-  rf_log_set_quiet(0);
+  rf_log_pop_quiet();
+  if (st != RF_OK && launched >= 0)
+    leave_together(cfg.timeout);
   if (st != RF_OK || cfg.help)
     return rf_status_exit_code(st);
   switch (cfg.command) {

@@ -28,17 +28,10 @@ static rf_status place_node(const rf_job_placement_options *o, int n, rf_topo **
   return rf_topo_place_node(*topo, &po, *all);
 }
 
-static rf_status bcast(rf_control *ctl, void *buf, int count, MPI_Datatype type, MPI_Comm comm,
-                       const char *what) {
-  MPI_Request req;
-  RF_MPI(MPI_Ibcast(buf, count, type, 0, comm, &req));
-  return rf_control_wait(ctl, &req, what);
-}
-
 /* Every rank learns world rank 0's distance table and which node every rank is on. */
 static rf_status share_table(rf_control *ctl, rf_job_placement *job, int node_id) {
   int n = ctl->node_size;
-  RF_TRY(bcast(ctl, &n, 1, MPI_INT, ctl->world, "the placement table size"));
+  RF_TRY(rf_control_bcast(ctl, ctl->world, &n, 1, MPI_INT, "the placement table size"));
   if (!job->local)
     job->local = rf_calloc((size_t)n * (size_t)n, sizeof *job->local, "distance table");
   int *pairs = rf_calloc((size_t)ctl->world_size * 2, sizeof *pairs, "node table");
@@ -46,12 +39,10 @@ static rf_status share_table(rf_control *ctl, rf_job_placement *job, int node_id
   job->local_of = rf_calloc((size_t)ctl->world_size, sizeof *job->local_of, "node table");
   rf_status st = job->local && pairs && job->node_of && job->local_of ? RF_OK : RF_ERR_NOMEM;
   if (st == RF_OK)
-    st = bcast(ctl, job->local, n * n, MPI_INT, ctl->world, "the distance table");
+    st = rf_control_bcast(ctl, ctl->world, job->local, n * n, MPI_INT, "the distance table");
   if (st == RF_OK) {
     int mine[2] = {node_id, ctl->node_rank};
-    MPI_Request req;
-    RF_MPI_GOTO(MPI_Iallgather(mine, 2, MPI_INT, pairs, 2, MPI_INT, ctl->world, &req), done);
-    st = rf_control_wait(ctl, &req, "the node table");
+    st = rf_control_allgather(ctl, ctl->world, mine, pairs, 2, MPI_INT, "the node table");
   }
   for (int r = 0; st == RF_OK && r < ctl->world_size; r++) {
     job->node_of[r] = pairs[2 * r];
@@ -59,7 +50,6 @@ static rf_status share_table(rf_control *ctl, rf_job_placement *job, int node_id
   }
   job->table =
       (rf_topo_distance_table){n, job->local, ctl->world_size, job->node_of, job->local_of};
-done:
   free(pairs);
   return st;
 }
@@ -98,7 +88,7 @@ rf_status rf_job_place(rf_control *ctl, const rf_job_placement_options *o, rf_jo
   rf_status st = RF_OK;
   if (ctl->node_rank == 0) {
     /* Every node decides alike; world rank 0 alone says what is wrong. */
-    rf_log_set_quiet(ctl->world_rank != 0);
+    rf_log_push_quiet(ctl->world_rank != 0);
     st = place_node(o, n, &topo, &all, info);
     if (st == RF_OK && ctl->world_rank == 0) {
       job->local = rf_calloc((size_t)n * (size_t)n, sizeof *job->local, "distance table");
@@ -106,18 +96,15 @@ rf_status rf_job_place(rf_control *ctl, const rf_job_placement_options *o, rf_jo
       if (st == RF_OK)
         rf_topo_distance_matrix(topo, all, n, job->local);
     }
-    rf_log_set_quiet(0);
+    rf_log_pop_quiet();
   }
   st = rf_control_agree(ctl, st);
   rf_topo_free(topo);
   if (st == RF_OK)
-    st = bcast(ctl, info, INFO_COUNT, MPI_INT, ctl->node, "the node's placement facts");
+    st = rf_control_bcast(ctl, ctl->node, info, INFO_COUNT, MPI_INT, "the node's placement facts");
   if (st == RF_OK) {
-    MPI_Request req;
-    int size = (int)sizeof job->mine;
-    RF_MPI_GOTO(MPI_Iscatter(all, size, MPI_BYTE, &job->mine, size, MPI_BYTE, 0, ctl->node, &req),
-                done);
-    st = rf_control_wait(ctl, &req, "the node's placement");
+    st = rf_control_scatter(ctl, ctl->node, all, &job->mine, (int)sizeof job->mine, MPI_BYTE,
+                            "the node's placement");
   }
   job->this_machine = info[INFO_THIS_MACHINE];
   job->node_gpus = info[INFO_GPUS];
@@ -136,7 +123,6 @@ rf_status rf_job_place(rf_control *ctl, const rf_job_placement_options *o, rf_jo
       RF_WARN("--nic auto: the node has no network adapter; NCCL_IB_HCA is left as it is");
     }
   }
-done:
   free(all);
   return rf_control_agree(ctl, st);
 }

@@ -53,10 +53,9 @@ static rf_status gather_digests(rf_control *ctl, rf_engine *e, rf_shard_digest *
     counts = rf_calloc((size_t)ctl->world_size, sizeof *counts, "digest counts");
     displs = rf_calloc((size_t)ctl->world_size, sizeof *displs, "digest counts");
   }
-  MPI_Request req;
   rf_status st = RF_OK;
-  RF_MPI_GOTO(MPI_Igather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, ctl->world, &req), done);
-  RF_TRY_GOTO(rf_control_wait(ctl, &req, "the shard digest counts"), done);
+  RF_TRY_GOTO(rf_control_gather(ctl, ctl->world, &n, counts, 1, MPI_INT, "the shard digest counts"),
+              done);
   *total = 0;
   for (int r = 0; rank0 && r < ctl->world_size; r++) {
     displs[r] = *total * (int)sizeof **all;
@@ -65,10 +64,8 @@ static rf_status gather_digests(rf_control *ctl, rf_engine *e, rf_shard_digest *
   }
   if (rank0)
     *all = rf_calloc((size_t)*total + 1, sizeof **all, "shard digests");
-  RF_MPI_GOTO(MPI_Igatherv(mine, n * (int)sizeof *mine, MPI_BYTE, rank0 ? *all : NULL, counts,
-                           displs, MPI_BYTE, 0, ctl->world, &req),
-              done);
-  st = rf_control_wait(ctl, &req, "the shard digests");
+  st = rf_control_gatherv(ctl, ctl->world, mine, n * (int)sizeof *mine, rank0 ? *all : NULL, counts,
+                          displs, MPI_BYTE, "the shard digests");
 done:
   free(mine);
   free(counts);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control/control.h"
 #include "io/io.h"
 #include "sweep.h"
 #include "transport/transport.h"
@@ -77,32 +78,6 @@ static void check_combination(const rf_config *cfg, int world, combination *cb) 
   rf_job_free(&job);
 }
 
-static rf_status test_request(void *ctx, int *done) {
-  RF_MPI(MPI_Test(ctx, done, MPI_STATUS_IGNORE));
-  return RF_OK;
-}
-
-/* Every rank gets the worst of the ranks' statuses (rank 0 alone writes a skip's record). */
-static rf_status agree_world(rf_status mine, double timeout, int *timed_out) {
-  int size = 1, v = (int)mine;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  int *all = rf_calloc((size_t)size, sizeof *all, "statuses");
-  if (!all)
-    return RF_ERR_NOMEM;
-  MPI_Request req;
-  int rc = MPI_Iallgather(&v, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD, &req);
-  rf_status st = rc == MPI_SUCCESS ? rf_poll(test_request, &req, timeout)
-                                   : rf_mpi_failed(rc, "MPI_Iallgather", __FILE__, __LINE__);
-  if (st == RF_ERR_TIMEOUT) {
-    *timed_out = 1; /* `all` stays allocated: MPI may still write into it */
-    return rf_timeout_error(timeout, "every rank after a skipped sweep combination", NULL);
-  }
-  for (int r = 0; r < size && st == RF_OK; r++)
-    st = rf_status_worse(st, (rf_status)all[r]);
-  free(all);
-  return st;
-}
-
 /* Rank 0 appends a skipped combination to --output: its configuration and the reason. */
 static rf_status record_skip(const rf_config *cfg, int index, int size, const char *reason) {
   rf_results_file_info info = {cfg->command_line, rf_hostname(), "", cfg->output_wait};
@@ -164,9 +139,12 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
   int64_t total = 1;
   for (int a = 0; a < sw->axis_count; a++)
     total = RF_MIN(total * sw->axes[a].count, RF_SWEEP_MAX_COMBINATIONS + 1);
-  if (total > RF_SWEEP_MAX_COMBINATIONS)
-    return rf_fail(RF_ERR_USAGE, "%s: the sweep has more than %d combinations; shorten its lists",
-                   cfg->config[0] ? cfg->config : "refit run", RF_SWEEP_MAX_COMBINATIONS);
+  if (total > RF_SWEEP_MAX_COMBINATIONS) {
+    if (rank == 0) /* every rank sees the same lists */
+      RF_ERROR("%s: the sweep has more than %d combinations; shorten its lists",
+               cfg->config[0] ? cfg->config : "refit run", RF_SWEEP_MAX_COMBINATIONS);
+    return RF_ERR_USAGE;
+  }
   int n = (int)total;
   combination *cb = rf_calloc((size_t)n, sizeof *cb, "sweep combinations");
   rf_config *one = rf_calloc(1, sizeof *one, "a combination's configuration");
@@ -176,7 +154,7 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
    * a plain job is checked by its own control plane, with its usual errors. */
   int check_world = cfg->dry_run && world == 1 ? 0 : world;
   int size = 0, runnable = 0;
-  rf_log_set_quiet(rank != 0);
+  rf_log_push_quiet(rank != 0);
   for (int c = 0; c < n && st == RF_OK; c++) {
     st = combination_config(cfg, c, one, params, sizeof params);
     if (st == RF_OK && (sw->axis_count > 0 || cfg->dry_run))
@@ -186,7 +164,7 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
     size += cb[c].runs;
     runnable += cb[c].skipped ? 0 : cb[c].runs;
   }
-  rf_log_set_quiet(0);
+  rf_log_pop_quiet();
   rf_sweep_slot slot = {.first_index = 1,
                         .size = size,
                         .announce = sw->axis_count > 0,
@@ -203,9 +181,14 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
                slot.params[0] ? ": " : "", cb[c].reason);
         fflush(stdout);
       }
-      if (!cfg->dry_run && cfg->output[0])
-        st = agree_world(rank == 0 ? record_skip(one, slot.first_index, size, cb[c].reason) : RF_OK,
-                         cfg->timeout, timed_out);
+      if (!cfg->dry_run && cfg->output[0]) {
+        /* Between jobs there is no job's control plane: agree over the whole world. */
+        rf_control everyone;
+        rf_control_attach(&everyone, MPI_COMM_WORLD, cfg->timeout);
+        st = rf_control_agree(
+            &everyone, rank == 0 ? record_skip(one, slot.first_index, size, cb[c].reason) : RF_OK);
+        *timed_out |= everyone.timed_out;
+      }
     } else if (st == RF_OK && cfg->dry_run) {
       if (rank == 0)
         list_runs(one, &slot);

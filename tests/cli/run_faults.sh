@@ -22,14 +22,82 @@ expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --
   --verify none --iters 1
 expect_rows 1
 
-# A trainer rank that never sends: every rank stops within the timeout, exit 3.
-start=$(date +%s)
-expect_exit 3 timeout 60 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 \
-  --rollout tp=2 --inject stall --timeout 2 --iters 1
-elapsed=$(($(date +%s) - start))
-[ "$elapsed" -lt 30 ] || fail "the stalled run took ${elapsed}s to end"
-expect_grep "timed out after 2.0 s waiting for" "$TMP/err"
-expect_grep "# FAIL: timed out waiting for a peer" "$TMP/out"
+# seen_at FILE TEXT: waits (60 s at most) until FILE has a line holding TEXT; prints the time.
+seen_at() {
+  local deadline=$(($(date +%s) + 60))
+  until grep -qF -- "$2" "$1" 2>/dev/null; do
+    [ "$(date +%s)" -lt "$deadline" ] || break
+    sleep 0.05
+  done
+  date +%s.%N
+}
+
+# within START END LIMIT WHAT: END - START (seconds, from date +%s.%N) is at most LIMIT.
+within() {
+  awk -v a="$1" -v b="$2" -v l="$3" 'BEGIN { exit !(b - a <= l) }' ||
+    fail "$4 took $(awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }') s, more than $3 s"
+}
+
+# The refit lines of the last run's stderr without their rank prefixes, each once.
+refit_lines() { grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' | sort -u; }
+
+# A trainer rank that never sends: the ranks waiting for it time out, every rank is out
+# within timeout + 5 s of the stall, exit 3, and the one error line says what was missing.
+"${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+  --inject stall --timeout 10 --iters 1 >"$TMP/out" 2>"$TMP/err" &
+job=$!
+stalled=$(seen_at "$TMP/err" "inject stall: trainer rank 0 will not post its messages")
+wait "$job"
+rc=$?
+ended=$(date +%s.%N)
+[ "$rc" -eq 3 ] || fail "the stalled run exited $rc, expected 3: $(head -c 600 "$TMP/err")"
+within "$stalled" "$ended" 15 "the stalled run (--timeout 10)"
+expected="refit: error: timed out after 10.0 s waiting for a bucket's group of messages; a peer rank is dead or stalled (raise --timeout if the job is just slow)"
+refit_lines | grep -v '^refit: warning: inject stall' >"$TMP/lines"
+[ "$(cat "$TMP/lines")" = "$expected" ] ||
+  fail "the stalled run printed:
+$(cat "$TMP/lines")
+expected only:
+$expected"
+expect_grep "# FAIL: timed out waiting for a peer in mode grouped" "$TMP/out"
+
+# A rollout rank stopped with SIGSTOP in the middle of the iterations never answers at all:
+# every other rank still leaves within timeout + 5 s, with exit 3 and at most one timeout line
+# each, naming what that rank waited for (a barrier, a bucket, the agreement).
+timeout 120 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+  --mode fused --timeout 5 --warmup 0 --iters 20000 >"$TMP/out" 2>"$TMP/err" &
+job=$!
+seen_at "$TMP/out" "rank   3 host" >/dev/null
+pid=$(sed -n 's/^#  rank   3 host .* pid \([0-9]*\) .*/\1/p' "$TMP/out")
+if [ -n "$pid" ]; then
+  sleep 0.5 # into the iterations
+  kill -STOP "$pid"
+  stopped=$(date +%s.%N)
+  wait "$job"
+  rc=$?
+  ended=$(date +%s.%N)
+  kill -CONT "$pid" 2>/dev/null
+  kill -KILL "$pid" 2>/dev/null
+  [ "$rc" -eq 3 ] || fail "the run with a stopped rank exited $rc, expected 3: $(head -c 600 "$TMP/err")"
+  within "$stopped" "$ended" 10 "the run with a stopped rank (--timeout 5)"
+  refit_lines >"$TMP/lines"
+  grep -qvE '^refit: error: timed out after (5\.0|7\.0) s waiting for [^;]*; a peer rank is dead or stalled \(raise --timeout if the job is just slow\)$' "$TMP/lines" &&
+    fail "the run with a stopped rank printed other lines: $(cat "$TMP/lines")"
+  [ -s "$TMP/lines" ] || fail "the run with a stopped rank printed no error line"
+  [ -z "$(grep '^refit\[' "$TMP/err" | cut -d@ -f1 | sort | uniq -d)" ] ||
+    fail "a rank printed more than one line: $(grep '^refit' "$TMP/err")"
+else
+  wait "$job"
+  fail "no pid for rank 3 in the header: $(head -c 800 "$TMP/out")"
+fi
+
+# A bad config file under mpirun -np 4: the other ranks must not exit (and get mpirun to kill
+# rank 0) before rank 0 has printed its line; 50 times, the one line every time.
+printf '{"model": "tiny", "trainer": "fsdp=2", "rollout": "tp=2", "bucket_sise": "1MiB"}\n' >"$TMP/bad.json"
+for i in $(seq 50); do
+  expect_error_mpi 2 "refit: error: $TMP/bad.json:1:59: unknown key 'bucket_sise'; see refit run --help" \
+    "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$TMP/bad.json"
+done
 
 # Usage errors: one line, exit 2, on rank 0 only.
 expect_error_mpi 2 "refit: error: option --bucket-size: 100 bytes is below the minimum of 4096 (or 0 for the whole model in one bucket)" \

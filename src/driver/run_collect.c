@@ -1,0 +1,69 @@
+/* Collecting a run on rank 0: verification verdicts, timings and peaks, each over one bounded
+ * collective of the control plane. */
+#include <stdlib.h>
+
+#include "run_collect.h"
+
+rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_checkpoint *ck,
+                        int full, int checksum, run_record *rec, rf_run_result *res) {
+  const rf_model *m = &job->model;
+  int nt = m->tensor_count, replicas = job->rollout.dp;
+  res->wrong = -1;
+  res->checksum_bad = -1;
+  if (full) {
+    int64_t wrong = rf_engine_check(e, ck), total = 0;
+    RF_TRY(rf_control_agree(ctl, wrong < 0 ? RF_ERR_IO : RF_OK));
+    RF_TRY(rf_control_reduce(ctl, ctl->world, &wrong, &total, 1, MPI_INT64_T, MPI_SUM,
+                             "the element check"));
+    res->wrong = total;
+  }
+  if (!checksum)
+    return RF_OK;
+  size_t n = (size_t)nt * (size_t)(1 + replicas);
+  uint64_t *local = rf_calloc(n, sizeof *local, "checksums");
+  uint64_t *sum = rf_calloc(n, sizeof *sum, "checksums");
+  rf_status st = local && sum ? RF_OK : RF_ERR_NOMEM;
+  if (st == RF_OK)
+    st = rf_control_agree(ctl, rf_engine_checksums(e, local, local + nt));
+  if (st == RF_OK)
+    st = rf_control_reduce(ctl, ctl->world, local, sum, (int)n, MPI_UINT64_T, MPI_SUM,
+                           "the checksums");
+  const uint64_t *ref = rec->reference;
+  if (st == RF_OK && ctl->world_rank == 0) {
+    res->checksum_bad = 0;
+    for (int t = 0; t < nt; t++) {
+      int bad = ref && ref[t] != sum[t];
+      for (int p = 0; p < replicas; p++)
+        bad |= sum[nt + (size_t)p * nt + t] != sum[t];
+      if (bad && res->checksum_bad++ < 4)
+        RF_ERROR("verify: checksum of %s differs: trainer %016llx, rollout %016llx%s%016llx",
+                 m->tensors[t].name, (unsigned long long)sum[t], (unsigned long long)sum[nt + t],
+                 ref ? ", checkpoint " : "", ref ? (unsigned long long)ref[t] : 0ULL);
+    }
+  }
+  free(local);
+  free(rec->checksums);
+  rec->checksums = ctl->world_rank == 0 ? sum : NULL; /* kept for the results file */
+  if (ctl->world_rank != 0)
+    free(sum);
+  return st;
+}
+
+rf_status rf_run_collect(rf_control *ctl, const rf_engine *e, rf_mode mode, const double *mine,
+                         double *all, int iters, rf_run_result *res) {
+  int count = iters * RF_PHASE_COUNT;
+  RF_TRY(rf_control_gather(ctl, ctl->world, mine, all, count, MPI_DOUBLE, "the timings"));
+  /* A fused run double-buffers its staging, so twice the bytes are live at once. */
+  int slots = mode == RF_MODE_FUSED ? 2 : 1;
+  int64_t staging = (int64_t)(e->staging_bytes[0] + e->staging_bytes[1]) * slots;
+  int64_t peaks[2] = {staging, rf_mem_peak_rss()}, maxes[2] = {0, 0};
+  int64_t messages = e->messages, total = 0;
+  RF_TRY(rf_control_reduce(ctl, ctl->world, peaks, maxes, 2, MPI_INT64_T, MPI_MAX,
+                           "the memory peaks"));
+  RF_TRY(rf_control_reduce(ctl, ctl->world, &messages, &total, 1, MPI_INT64_T, MPI_SUM,
+                           "the message count"));
+  res->peak_staging = maxes[0];
+  res->peak_rss = maxes[1];
+  res->messages = total;
+  return RF_OK;
+}
