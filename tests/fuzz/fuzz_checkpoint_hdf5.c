@@ -10,8 +10,8 @@
 
 /* The types a tensor's dataset may have; the first is what refit writes for bf16. */
 static hid_t tensor_type(fuzz_input *in) {
-  static const hid_t plain[] = {H5T_STD_U16LE,  H5T_STD_U16BE,  H5T_STD_I16LE, H5T_IEEE_F32LE,
-                                H5T_IEEE_F32BE, H5T_IEEE_F64LE, H5T_STD_U8LE,  H5T_STD_U32LE};
+  const hid_t plain[] = {H5T_STD_U16LE,  H5T_STD_U16BE,  H5T_STD_I16LE, H5T_IEEE_F32LE,
+                         H5T_IEEE_F32BE, H5T_IEEE_F64LE, H5T_STD_U8LE,  H5T_STD_U32LE};
   unsigned kind = fuzz_pick(in, 16);
   if (kind < 8)
     return H5Tcopy(kind < 4 ? H5T_STD_U16LE : plain[kind]);

@@ -84,8 +84,8 @@ void fuzz_h5_attr_str(hid_t obj, const char *name, const char *value, fuzz_input
 }
 
 void fuzz_h5_attr_num(hid_t obj, const char *name, double value, fuzz_input *in) {
-  static const hid_t types[] = {H5T_STD_I64LE,  H5T_IEEE_F64LE, H5T_STD_U8LE,
-                                H5T_IEEE_F32BE, H5T_STD_I32BE,  H5T_STD_U64LE};
+  const hid_t types[] = {H5T_STD_I64LE,  H5T_IEEE_F64LE, H5T_STD_U8LE,
+                         H5T_IEEE_F32BE, H5T_STD_I32BE,  H5T_STD_U64LE};
   unsigned kind = fuzz_pick(in, 8);
   if (kind == 7) {
     fuzz_h5_attr_str(obj, name, "12", in);
@@ -153,7 +153,11 @@ hid_t fuzz_h5_dcpl(hid_t space, fuzz_input *in) {
         H5Pset_deflate(dcpl, 1 + fuzz_pick(in, 9));
     }
   }
-  H5Pset_alloc_time(dcpl, fuzz_pick(in, 2) ? H5D_ALLOC_TIME_LATE : H5D_ALLOC_TIME_EARLY);
+  /* Early allocation writes the fill value over the whole extent: only for small ones, or a
+   * huge extent would take the file builder minutes and terabytes. */
+  int early = fuzz_pick(in, 2) && H5Sget_simple_extent_npoints(space) <= 1 << 16;
+  H5Pset_alloc_time(dcpl, early ? H5D_ALLOC_TIME_EARLY : H5D_ALLOC_TIME_LATE);
+  H5Pset_fill_time(dcpl, early ? H5D_FILL_TIME_IFSET : H5D_FILL_TIME_NEVER);
   return dcpl;
 }
 
