@@ -2,6 +2,8 @@
 # install what is missing (scripts/install-deps.sh), configure, build and run.
 #   make build CMAKE_ARGS='-DREFIT_WERROR=ON'     extra CMake options (reconfigures when changed)
 #   make asan / make ubsan                        sanitizer builds and their tests
+#   make sanitize                                 ASan+UBSan together: unit and CLI tests (CI)
+#   make fuzz FUZZ_SECONDS=60 FUZZ_SEED=1         each libFuzzer target for a bounded time
 
 BUILD_TYPE ?= RelWithDebInfo
 CMAKE_ARGS ?=
@@ -14,7 +16,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 endif
 
-.PHONY: all deps build run test asan ubsan format format-check clean
+.PHONY: all deps build run test asan ubsan sanitize fuzz format format-check clean
 
 all: build
 
@@ -64,6 +66,25 @@ ubsan: deps
 	cmake --build build-ubsan -j$(NPROC)
 	$(CTEST) --test-dir build-ubsan
 
+# Both sanitizers in one build, without the GPU code (CI has no GPU): the unit tests (with the
+# fuzz targets' corpus and regression replays) and the CLI tests. The mpi, gpu, slurm and
+# browser tests are left to the plain build.
+SANITIZE_LABELS ?= unit|cli
+sanitize: deps
+	$(call configure,build-sanitize,-DREFIT_ASAN=ON -DREFIT_UBSAN=ON -DREFIT_CUDA=OFF)
+	cmake --build build-sanitize -j$(NPROC)
+	LSAN_OPTIONS=$(LSAN) UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(CTEST) --test-dir build-sanitize -L '$(SANITIZE_LABELS)'
+
+# The libFuzzer targets of tests/fuzz/ (clang), each run for FUZZ_SECONDS from its seed corpus
+# with a fixed FUZZ_SEED, so that a run can be repeated; scripts/fuzz.sh says what it keeps.
+FUZZ_SECONDS ?= 60
+FUZZ_SEED ?= 1
+fuzz: deps
+	$(call configure,build-fuzz,-DCMAKE_C_COMPILER=clang -DREFIT_FUZZ=ON -DREFIT_TESTS=OFF -DREFIT_CUDA=OFF)
+	cmake --build build-fuzz -j$(NPROC)
+	scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_SEED)
+
 # The C and CUDA sources that clang-format keeps (.clang-format); format-check is what CI runs.
 FORMATTED = find src tests bench -name '*.[ch]' -o -name '*.cu'
 
@@ -74,4 +95,4 @@ format-check:
 	$(FORMATTED) | xargs clang-format --dry-run -Werror
 
 clean:
-	rm -rf build build-asan build-ubsan compile_commands.json
+	rm -rf build build-asan build-ubsan build-sanitize build-fuzz compile_commands.json

@@ -5,8 +5,11 @@
 set -euo pipefail
 
 # slurm-wlm and munge: the slurm test starts its own munged, slurmctld and slurmd.
+# clang, clang-format and libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes, only a
+# recommendation of clang): `make fuzz` and `make format-check`.
 packages=(libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libhwloc-dev libjansson-dev
-  libxxhash-dev pkg-config cmake python3-h5py gcc make slurm-wlm munge)
+  libxxhash-dev pkg-config cmake python3-h5py gcc make slurm-wlm munge clang clang-format
+  libclang-rt-14-dev)
 # Optional: tried once, and the install carries on without them. chromium renders the HTML
 # report in the browser test, which skips when it is absent.
 optional=(chromium)
