@@ -194,7 +194,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char model[128];
   (void)rf_results_run_attribute(path, -1, "model", model, sizeof model);
   rf_results *r = NULL;
-  rf_results_file_info info = {"refit run", "host", ""};
+  rf_results_file_info info = {"refit run", "host", "", 1};
   if (rf_results_open(path, &info, &r) == RF_OK)
     rf_results_close(r);
   return 0;
