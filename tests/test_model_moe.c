@@ -367,6 +367,18 @@ static void test_errors(void) {
                 " \"mlp_only_layers\": [2]}");
   expect_error(p, "only.json: key 'mlp_only_layers' holds a layer out of range, not a layer "
                   "from 0 to 1");
+  /* 6 layers of 65536 experts would be 1.2 million tensors: a typo, refused before it grows. */
+  p = write_tmp("many.json", "{\"model_type\": \"mixtral\", \"vocab_size\": 8, \"hidden_size\": 8,"
+                             " \"intermediate_size\": 8, \"num_hidden_layers\": 6,"
+                             " \"num_attention_heads\": 1, \"num_local_experts\": 65536}");
+  expect_error(p, "many.json: more than 1000000 tensors, more than refit supports; check the "
+                  "layer and expert counts in the file");
+  p = write_tmp("experts.json",
+                "{\"model_type\": \"mixtral\", \"vocab_size\": 8, \"hidden_size\": 8,"
+                " \"intermediate_size\": 8, \"num_hidden_layers\": 6,"
+                " \"num_attention_heads\": 1, \"num_local_experts\": 65537}");
+  expect_error(p, "experts.json: key 'num_local_experts' is 65537, more than refit supports "
+                  "(65536)");
   p = write_tmp("bias.json", "{\"model_type\": \"qwen3\", \"vocab_size\": 256, \"hidden_size\": 32,"
                              " \"intermediate_size\": 64, \"num_hidden_layers\": 2,"
                              " \"num_attention_heads\": 2, \"attention_bias\": true}");

@@ -7,20 +7,21 @@
 
 #include "model_spec.h"
 
-/* A bound that keeps tensor ids in an int with room to spare; DeepSeek-V3 has about 45,000. */
-#define MAX_TENSORS 50000000
+/* A bound on the list's memory (about 150 bytes a tensor) that a typo in a layer or expert count
+ * reaches before the machine runs out; DeepSeek-V3 has 45,395 tensors. */
+#define MAX_TENSORS 1000000
 
 /* Appends one tensor in the model's dtype; cols == 0 makes it 1-D. The element and byte counts
  * are checked for overflow because the dims come from a file. */
 static rf_status add(rf_model *m, const char *path, rf_tensor_kind kind, int layer, int64_t rows,
                      int64_t cols, const char *prefix, const char *suffix, int *capacity) {
+  if (m->tensor_count >= MAX_TENSORS)
+    return rf_fail(RF_ERR_MODEL,
+                   "model %s: more than %d tensors, more than refit supports; check the layer "
+                   "and expert counts in the file",
+                   path, MAX_TENSORS);
   if (m->tensor_count == *capacity) {
-    if (*capacity >= MAX_TENSORS)
-      return rf_fail(RF_ERR_MODEL,
-                     "model %s: more than %d tensors, more than refit supports; check the "
-                     "layer and expert counts in the file",
-                     path, MAX_TENSORS);
-    int grown = *capacity ? 2 * *capacity : 1024;
+    int grown = *capacity ? RF_MIN(2 * *capacity, MAX_TENSORS) : 1024;
     rf_tensor *more =
         rf_realloc(m->tensors, (size_t)grown * sizeof *more, "the model's tensor list");
     if (!more)
