@@ -9,106 +9,7 @@
 
 #include "model/model.h"
 #include "test.h"
-
-static char tmpdir[256];
-
-/* Writes text to tmpdir/rel (creating one level of directory if rel has one) and returns the
- * full path in a static buffer that the next call reuses. */
-static const char *write_tmp(const char *rel, const char *text) {
-  static char path[512];
-  const char *slash = strchr(rel, '/');
-  if (slash) {
-    snprintf(path, sizeof path, "%s/%.*s", tmpdir, (int)(slash - rel), rel);
-    if (access(path, F_OK) != 0)
-      ASSERT_EQ(mkdir(path, 0700), 0);
-  }
-  snprintf(path, sizeof path, "%s/%s", tmpdir, rel);
-  FILE *f = fopen(path, "w");
-  ASSERT_TRUE(f != NULL);
-  fputs(text, f);
-  fclose(f);
-  return path;
-}
-
-/* Loads a model that must fail with RF_ERR_MODEL, capturing stderr so the test can check that
- * exactly one line was logged and that it says `want`. */
-static void expect_error(const char *name_or_path, const char *want) {
-  char log_path[512];
-  snprintf(log_path, sizeof log_path, "%s/stderr.txt", tmpdir);
-  fflush(stderr);
-  int saved = dup(2);
-  FILE *cap = fopen(log_path, "w+");
-  ASSERT_TRUE(cap != NULL);
-  dup2(fileno(cap), 2);
-
-  rf_model m;
-  rf_status st = rf_model_load(name_or_path, &m);
-
-  fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  char text[4096] = "";
-  rewind(cap);
-  size_t n = fread(text, 1, sizeof text - 1, cap);
-  text[n] = '\0';
-  fclose(cap);
-  unlink(log_path);
-
-  fprintf(stderr, "expected error: %s", text);
-  ASSERT_STATUS(st, RF_ERR_MODEL);
-  ASSERT_EQ(m.tensor_count, 0);
-  ASSERT_TRUE(m.tensors == NULL);
-  ASSERT_TRUE(strstr(text, want) != NULL);
-  ASSERT_TRUE(n > 0 && text[n - 1] == '\n');
-  ASSERT_TRUE(strchr(text, '\n') == text + n - 1); /* one line */
-}
-
-static void expect_tensor(const rf_model *m, const char *name, rf_tensor_kind kind, int layer,
-                          int64_t rows, int64_t cols) {
-  int i = rf_model_find(m, name);
-  if (i < 0)
-    fprintf(stderr, "missing tensor %s in %s\n", name, m->name);
-  ASSERT_GE(i, 0);
-  const rf_tensor *t = &m->tensors[i];
-  ASSERT_EQ(t->id, i);
-  ASSERT_STR_EQ(t->name, name);
-  ASSERT_EQ(t->kind, kind);
-  ASSERT_EQ(t->layer, layer);
-  ASSERT_EQ(t->ndim, cols ? 2 : 1);
-  ASSERT_EQ(t->shape[0], rows);
-  ASSERT_EQ(t->shape[1], cols ? cols : 1);
-  ASSERT_EQ(t->numel, rows * (cols ? cols : 1));
-  ASSERT_EQ(t->bytes, t->numel * rf_dtype_size(m->dtype));
-}
-
-/* Checks the invariants every model shares: ids, totals, the first and last names. */
-static void check_model(const rf_model *m, const char *name, int64_t params, int tensors) {
-  ASSERT_STR_EQ(m->name, name);
-  ASSERT_EQ(m->total_params, params);
-  ASSERT_EQ(m->tensor_count, tensors);
-  ASSERT_EQ(m->total_bytes, params * rf_dtype_size(m->dtype));
-  int64_t sum = 0, bytes = 0;
-  for (int i = 0; i < m->tensor_count; i++) {
-    ASSERT_EQ(m->tensors[i].id, i);
-    ASSERT_EQ(m->tensors[i].numel, m->tensors[i].shape[0] * m->tensors[i].shape[1]);
-    sum += m->tensors[i].numel;
-    bytes += m->tensors[i].bytes;
-  }
-  ASSERT_EQ(sum, params);
-  ASSERT_EQ(bytes, m->total_bytes);
-  ASSERT_STR_EQ(m->tensors[0].name, "model.embed_tokens.weight");
-  ASSERT_EQ(m->tensors[0].kind, RF_T_EMBED);
-  ASSERT_EQ(m->tensors[0].layer, -1);
-  const rf_tensor *last = &m->tensors[m->tensor_count - 1];
-  ASSERT_STR_EQ(last->name, m->tied_embeddings ? "model.norm.weight" : "lm_head.weight");
-  ASSERT_EQ(last->layer, -1);
-}
-
-static void load_check(const char *arg, const char *name, int64_t params, int tensors,
-                       rf_model *m) {
-  ASSERT_OK(rf_model_load(arg, m));
-  check_model(m, name, params, tensors);
-}
+#include "test_model_helpers.h"
 
 /* The published counts (model cards, keras-hub presets) for every shipped config. */
 static void test_shipped(void) {
@@ -381,9 +282,10 @@ static void test_errors(void) {
   expect_error("/nonexistent/config.json", "model '/nonexistent/config.json': cannot read: ");
   expect_error(tmpdir, "is a directory");
 
-  const char *p = write_tmp("bad-type.json", "{\"model_type\": \"mixtral\"}");
-  expect_error(p, "model_type 'mixtral' is not supported; supported: llama, mistral, qwen2, "
-                  "gemma, gemma2, gemma3_text");
+  const char *p = write_tmp("bad-type.json", "{\"model_type\": \"gpt_oss\"}");
+  expect_error(p, "model_type 'gpt_oss' is not supported; supported: llama, mistral, qwen2, "
+                  "qwen3, gemma, gemma2, gemma3_text, mixtral, qwen3_moe, deepseek_v2, "
+                  "deepseek_v3");
   p = write_tmp("no-type.json", "{\"hidden_size\": 8}");
   expect_error(p, "key 'model_type' is missing or not a string");
   p = write_tmp("no-hidden.json", "{\"model_type\": \"llama\", \"vocab_size\": 512,"

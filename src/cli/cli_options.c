@@ -42,7 +42,10 @@ const rf_cli_option rf_cli_options[] = {
      .unit = "",
      .metavar = "NAME|PATH",
      .commands = RUN | PLAN | CKPT | TOPO,
-     .help = "shipped model name or path to a HF config.json"},
+     .help = "shipped model name or path to a HF config.json of type llama, mistral, qwen2, "
+             "qwen3, gemma, gemma2, gemma3_text, mixtral, qwen3_moe, deepseek_v2 or deepseek_v3 "
+             "(multi-token-prediction layers are not part of the rollout model and are left "
+             "out)"},
     {.name = "dtype",
      .type = RF_OPT_CHOICE,
      NAMES(dtype, 4),
@@ -50,7 +53,8 @@ const rf_cli_option rf_cli_options[] = {
      .def = "model",
      .unit = "",
      .commands = RUN | PLAN | CKPT,
-     .help = "element type of the weights; model keeps the model's own"},
+     .help = "element type of the weights; model keeps the model's own; tensors with a type "
+             "of their own (DeepSeek's fp32 router bias) keep it"},
     {.name = "trainer",
      .sweep = 1,
      .separator = ';',

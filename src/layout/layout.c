@@ -350,6 +350,25 @@ static rf_status build_rollout_tensors(rf_layout *lay) {
 
 /* ---- the whole layout -------------------------------------------------------------------- */
 
+/* Routed experts (expert parallelism) and latent attention have layouts of their own that the
+ * rules above, written for dense tensors, would get wrong; refuse them in one line instead. */
+static rf_status refuse_unlaid_kinds(const rf_model *model) {
+  int moe = 0, mla = 0;
+  for (int i = 0; i < model->tensor_count; i++) {
+    moe |= rf_tensor_kind_is_moe(model->tensors[i].kind);
+    mla |= rf_tensor_kind_is_mla(model->tensors[i].kind);
+  }
+  if (moe || mla)
+    return rf_fail(RF_ERR_LAYOUT,
+                   "layout: model %s has %s tensors, which refit does not lay out yet; dense "
+                   "models only for now",
+                   model->name,
+                   moe && mla ? "expert (MoE) and multi-head latent attention (MLA)"
+                   : moe      ? "expert (MoE)"
+                              : "multi-head latent attention (MLA)");
+  return RF_OK;
+}
+
 rf_status rf_layout_init(rf_layout *lay, const rf_model *model, const rf_trainer_layout *trainer,
                          const rf_rollout_layout *rollout, rf_placement placement) {
   memset(lay, 0, sizeof *lay);
@@ -357,6 +376,7 @@ rf_status rf_layout_init(rf_layout *lay, const rf_model *model, const rf_trainer
   lay->trainer = *trainer;
   lay->rollout = *rollout;
   lay->placement = placement;
+  RF_TRY(refuse_unlaid_kinds(model));
   lay->trainer_ranks = trainer->fsdp * trainer->tp * trainer->dp;
   lay->rollout_ranks = rollout->tp * rollout->dp;
   lay->world_size = placement == RF_PLACEMENT_COLOCATED

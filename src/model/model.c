@@ -57,6 +57,12 @@ const char *rf_tensor_kind_name(rf_tensor_kind kind) {
   return (int)kind >= 0 && kind < RF_T_KIND_COUNT ? names[kind] : "unknown";
 }
 
+int rf_tensor_kind_is_moe(rf_tensor_kind kind) {
+  return kind >= RF_T_ROUTER && kind <= RF_T_SHARED_DOWN;
+}
+
+int rf_tensor_kind_is_mla(rf_tensor_kind kind) { return kind >= RF_T_Q_A && kind <= RF_T_KV_B; }
+
 /* ---- finding the config file ------------------------------------------------------------- */
 
 /* The directories searched for a shipped name, in order: the environment (tests and users
@@ -219,6 +225,10 @@ uint64_t rf_model_digest(const rf_model *model) {
     hash_u64(&st, (uint64_t)t->ndim);
     hash_u64(&st, (uint64_t)t->shape[0]);
     hash_u64(&st, (uint64_t)t->shape[1]);
+    /* Only a dtype of its own: the others follow the model's, hashed above, and leaving them
+     * out keeps the digests of dense models what they were. */
+    if (t->own_dtype)
+      hash_str(&st, rf_dtype_name(t->dtype));
   }
   return XXH3_64bits_digest(&st);
 }
@@ -260,9 +270,10 @@ static int collect_shipped(char names[][RF_NAME_MAX]) {
 
 void rf_model_list_shipped(char *buf, int len) {
   /* Used when no directory can be read, e.g. a binary moved away from its install prefix. */
-  static const char *fallback[] = {"gemma-2-9b",   "gemma-2b",       "gemma-3-1b",
-                                   "gemma-7b",     "llama-3.1-405b", "llama-3.1-70b",
-                                   "llama-3.1-8b", "llama-3.2-1b",   "tiny"};
+  static const char *fallback[] = {
+      "deepseek-v2-lite", "deepseek-v3",    "gemma-2-9b",    "gemma-2b",     "gemma-3-1b",
+      "gemma-7b",         "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "llama-3.2-1b",
+      "mixtral-8x7b",     "qwen3-30b-a3b",  "qwen3-8b",      "tiny"};
   if (!buf || len <= 0)
     return;
   char names[MAX_SHIPPED][RF_NAME_MAX];
@@ -291,7 +302,10 @@ void rf_model_set_dtype(rf_model *model, rf_dtype dtype) {
   model->dtype = dtype;
   model->total_bytes = 0;
   for (int i = 0; i < model->tensor_count; i++) {
-    model->tensors[i].bytes = model->tensors[i].numel * rf_dtype_size(dtype);
-    model->total_bytes += model->tensors[i].bytes;
+    rf_tensor *t = &model->tensors[i];
+    if (!t->own_dtype)
+      t->dtype = dtype;
+    t->bytes = t->numel * rf_dtype_size(t->dtype);
+    model->total_bytes += t->bytes;
   }
 }

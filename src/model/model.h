@@ -29,7 +29,27 @@ rf_status rf_dtype_parse(const char *s, rf_dtype *out); /* accepts HF torch_dtyp
   X(RF_T_K_BIAS, "k_bias")       /* [K*H] */                                                       \
   X(RF_T_V_BIAS, "v_bias")       /* [K*H] */                                                       \
   X(RF_T_NORM, "norm")           /* [D]: every per-layer and final norm */                         \
-  X(RF_T_HEAD_NORM, "head_norm") /* [H]: gemma3 q_norm / k_norm */
+  X(RF_T_HEAD_NORM, "head_norm") /* [H]: gemma3 and qwen3 q_norm / k_norm */                       \
+  /* Mixture of experts. E routed experts of width Fe; DeepSeek's shared experts are one MLP of    \
+   * width Fs = n_shared_experts * Fe. Mixtral's w1, w3, w2 are gate, up, down. */                 \
+  X(RF_T_ROUTER, "router")           /* [E, D]: mlp.gate, Mixtral's block_sparse_moe.gate */       \
+  X(RF_T_ROUTER_BIAS, "router_bias") /* [E]: DeepSeek's e_score_correction_bias, fp32 */           \
+  X(RF_T_EXPERT_GATE, "expert_gate") /* [Fe, D] */                                                 \
+  X(RF_T_EXPERT_UP, "expert_up")     /* [Fe, D] */                                                 \
+  X(RF_T_EXPERT_DOWN, "expert_down") /* [D, Fe] */                                                 \
+  X(RF_T_SHARED_GATE, "shared_gate") /* [Fs, D] */                                                 \
+  X(RF_T_SHARED_UP, "shared_up")     /* [Fs, D] */                                                 \
+  X(RF_T_SHARED_DOWN, "shared_down") /* [D, Fs] */                                                 \
+  /* Multi-head latent attention (DeepSeek V2/V3): ranks Rq (q_lora_rank) and Rkv                  \
+   * (kv_lora_rank), per-head widths Hn (qk_nope), Hr (qk_rope) and Hv (v_head_dim). Its o_proj    \
+   * is an RF_T_O of N heads of Hv columns. */                                                     \
+  X(RF_T_Q_A, "q_a_proj")             /* [Rq, D] */                                                \
+  X(RF_T_Q_A_NORM, "q_a_layernorm")   /* [Rq] */                                                   \
+  X(RF_T_Q_B, "q_b_proj")             /* [N*(Hn+Hr), Rq] */                                        \
+  X(RF_T_MLA_Q, "mla_q_proj")         /* [N*(Hn+Hr), D]: q_proj when q_lora_rank is null */        \
+  X(RF_T_KV_A, "kv_a_proj_with_mqa")  /* [Rkv+Hr, D] */                                            \
+  X(RF_T_KV_A_NORM, "kv_a_layernorm") /* [Rkv] */                                                  \
+  X(RF_T_KV_B, "kv_b_proj")           /* [N*(Hn+Hv), Rkv] */
 
 typedef enum {
 #define RF_X_KIND(id, text) id,
@@ -38,6 +58,10 @@ typedef enum {
       RF_T_KIND_COUNT
 } rf_tensor_kind;
 const char *rf_tensor_kind_name(rf_tensor_kind kind);
+/* The kinds of a mixture-of-experts block (router, routed and shared experts). */
+int rf_tensor_kind_is_moe(rf_tensor_kind kind);
+/* The kinds of multi-head latent attention, except its o_proj (an ordinary RF_T_O). */
+int rf_tensor_kind_is_mla(rf_tensor_kind kind);
 
 #define RF_NAME_MAX 96
 
@@ -49,24 +73,43 @@ typedef struct {
   int ndim;         /* 1 or 2 */
   int64_t shape[2]; /* shape[1] == 1 for 1-D tensors */
   int64_t numel;
-  int64_t bytes;
+  rf_dtype dtype; /* the model's, unless the model gives this tensor its own */
+  int own_dtype;  /* keeps dtype when the model's changes (DeepSeek's fp32 router bias) */
+  int64_t bytes;  /* numel * the size of dtype */
 } rf_tensor;
 
 typedef struct {
   char name[128];       /* the --model argument's stem, e.g. "llama-3.1-8b" */
-  char model_type[32];  /* HF model_type: llama, mistral, qwen2, gemma, gemma2, gemma3_text */
-  rf_dtype dtype;       /* from torch_dtype (bf16 when absent) */
+  char model_type[32];  /* the supported type it was read as (see rf_model_load) */
+  rf_dtype dtype;       /* from torch_dtype (bf16 when absent); see rf_tensor.dtype */
   int64_t vocab;        /* V */
   int64_t hidden;       /* D */
   int64_t layers;       /* L */
   int64_t heads;        /* N */
   int64_t kv_heads;     /* K */
-  int64_t head_dim;     /* H: head_dim when present, else D / N */
-  int64_t intermediate; /* F */
+  int64_t head_dim;     /* H: head_dim when present, else D / N; with MLA, v_head_dim */
+  int64_t intermediate; /* F: the dense MLP's width (Mixtral: each expert's) */
   int tied_embeddings;  /* no lm_head */
   int qkv_bias;         /* qwen2 */
   int norms_per_layer;  /* 2 (llama, gemma), 4 (gemma2, gemma3) */
-  int head_norms;       /* gemma3: q_norm and k_norm */
+  int head_norms;       /* gemma3, qwen3: q_norm and k_norm */
+
+  /* Mixture of experts; all 0 for a dense model. */
+  int64_t experts;             /* E: routed experts in each MoE layer */
+  int64_t expert_intermediate; /* Fe: each routed expert's width */
+  int64_t shared_intermediate; /* Fs: DeepSeek's shared experts' width, 0 without them */
+  int64_t moe_layers;          /* layers whose MLP is a mixture of experts */
+  int router_bias;             /* DeepSeek with topk_method noaux_tc: e_score_correction_bias */
+
+  /* Multi-head latent attention (deepseek_v2, deepseek_v3); all 0 otherwise. */
+  int mla;
+  int64_t q_lora_rank; /* Rq; 0 when the config's is null (a plain q_proj) */
+  int64_t kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+
+  /* num_nextn_predict_layers: multi-token-prediction layers that a checkpoint may hold after the
+   * last layer. They draft tokens for speculative decoding and are not part of the rollout model,
+   * so they are not in the tensor list. */
+  int64_t mtp_layers;
 
   int tensor_count;
   rf_tensor *tensors; /* in HF checkpoint order: embed, layers..., norm, lm_head */
@@ -76,13 +119,16 @@ typedef struct {
 
 /* Loads a model spec. `name_or_path` is either the stem of a file shipped in configs/models/
  * (looked up in $REFIT_MODEL_DIR, then the source tree's configs/models, then
- * <prefix>/share/refit/models) or a path to any HF config.json. An unknown name, a file that
- * does not parse, an unsupported model_type or a missing/invalid field gives one error line
+ * <prefix>/share/refit/models) or a path to any HF config.json. The type is that of the HF
+ * class in architectures[0] when refit knows it (as vLLM picks the model class), else model_type,
+ * so that a DeepseekV3ForCausalLM under another model_type still loads. An unknown name, a file
+ * that does not parse, an unsupported type or a missing/invalid field gives one error line
  * naming the file and key, and RF_ERR_MODEL. */
 rf_status rf_model_load(const char *name_or_path, rf_model *model);
 void rf_model_free(rf_model *model);
 
-/* Changes the element type (the --dtype override) and every byte count with it. */
+/* Changes the model's element type (the --dtype override) and the byte counts with it; tensors
+ * with a dtype of their own keep it. */
 void rf_model_set_dtype(rf_model *model, rf_dtype dtype);
 
 /* Finds a tensor by HF name; -1 if absent. */

@@ -1,5 +1,5 @@
-/* Reading a Hugging Face config.json and listing the logical tensors it implies, in the order
- * the HF modeling code declares them (which is the order of a checkpoint's index). */
+/* Reading a Hugging Face config.json: which supported architecture it is, and the fields that
+ * decide its tensors' shapes (model_tensors.c lists them). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,28 +7,44 @@
 
 #include "model_spec.h"
 
-/* What each supported architecture adds to the llama skeleton. Everything else (q/k/v/o,
- * gate/up/down, the embedding, the final norm, an optional lm_head) is common to all. */
+/* What each supported architecture adds to the llama skeleton. Everything else (the embedding,
+ * per-layer norms, the final norm, an optional lm_head) is common to all. */
 typedef struct {
   const char *model_type;
-  int qkv_bias;        /* q/k/v projections carry biases (qwen2) */
-  int norms_per_layer; /* 2, or 4 with gemma2's pre/post feed-forward norms */
-  int head_norms;      /* per-head q_norm and k_norm (gemma3) */
-  int tied_default;    /* HF's default for tie_word_embeddings when the key is absent */
+  const char *architecture; /* the HF class that architectures[0] names */
+  int qkv_bias;             /* q/k/v projections carry biases (qwen2) */
+  int norms_per_layer;      /* 2, or 4 with gemma2's pre/post feed-forward norms */
+  int head_norms;           /* per-head q_norm and k_norm (gemma3, qwen3) */
+  int tied_default;         /* HF's default for tie_word_embeddings when the key is absent */
+  rf_moe_style moe;         /* how its MLPs become mixtures of experts, if they do */
+  int mla;                  /* multi-head latent attention */
+  int bias_key;             /* has attention_bias, which refit supports only as false */
 } arch;
 
 /* Gemma configs often ship without tie_word_embeddings because the HF config classes for
- * gemma default it to true; the llama, mistral and qwen2 classes default it to false. */
+ * gemma default it to true; the others default it to false. */
 static const arch archs[] = {
-    {"llama", 0, 2, 0, 0}, {"mistral", 0, 2, 0, 0}, {"qwen2", 1, 2, 0, 0},
-    {"gemma", 0, 2, 0, 1}, {"gemma2", 0, 4, 0, 1},  {"gemma3_text", 0, 4, 1, 1},
+    {"llama", "LlamaForCausalLM", 0, 2, 0, 0, RF_MOE_NONE, 0, 0},
+    {"mistral", "MistralForCausalLM", 0, 2, 0, 0, RF_MOE_NONE, 0, 0},
+    {"qwen2", "Qwen2ForCausalLM", 1, 2, 0, 0, RF_MOE_NONE, 0, 0},
+    {"qwen3", "Qwen3ForCausalLM", 0, 2, 1, 0, RF_MOE_NONE, 0, 1},
+    {"gemma", "GemmaForCausalLM", 0, 2, 0, 1, RF_MOE_NONE, 0, 0},
+    {"gemma2", "Gemma2ForCausalLM", 0, 4, 0, 1, RF_MOE_NONE, 0, 0},
+    {"gemma3_text", "Gemma3ForCausalLM", 0, 4, 1, 1, RF_MOE_NONE, 0, 0},
+    {"mixtral", "MixtralForCausalLM", 0, 2, 0, 0, RF_MOE_MIXTRAL, 0, 0},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", 0, 2, 1, 0, RF_MOE_QWEN3, 0, 1},
+    {"deepseek_v2", "DeepseekV2ForCausalLM", 0, 2, 0, 0, RF_MOE_DEEPSEEK, 1, 1},
+    {"deepseek_v3", "DeepseekV3ForCausalLM", 0, 2, 0, 0, RF_MOE_DEEPSEEK, 1, 1},
 };
-#define SUPPORTED_TYPES "llama, mistral, qwen2, gemma, gemma2, gemma3_text"
+#define SUPPORTED_TYPES                                                                            \
+  "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, mixtral, qwen3_moe, deepseek_v2, "    \
+  "deepseek_v3"
 
 /* Bounds that keep every later product in int64 and every tensor index in an int. No real
  * model comes near them; a value past them is a typo in the file. */
 #define MAX_DIM ((int64_t)INT32_MAX)
 #define MAX_LAYERS 10000
+#define MAX_EXPERTS 65536
 
 /* Reads a positive integer key. An optional key that is absent or null leaves *out as it is,
  * so the caller sets the default first. */
@@ -45,6 +61,35 @@ static rf_status get_dim(json_t *root, const char *path, const char *key, int op
                    "model %s: key '%s' is %" JSON_INTEGER_FORMAT
                    ", more than refit supports (%lld)",
                    path, key, json_integer_value(v), (long long)limit);
+  *out = (int64_t)json_integer_value(v);
+  return RF_OK;
+}
+
+/* Reads a non-negative integer key (a count that may be zero), with the same conventions. */
+static rf_status get_count(json_t *root, const char *path, const char *key, int optional,
+                           int64_t limit, int64_t *out) {
+  json_t *v = json_object_get(root, key);
+  if (optional && (!v || json_is_null(v)))
+    return RF_OK;
+  if (!v || !json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > limit)
+    return rf_fail(RF_ERR_MODEL, "model %s: key '%s' is missing or not an integer from 0 to %lld",
+                   path, key, (long long)limit);
+  *out = (int64_t)json_integer_value(v);
+  return RF_OK;
+}
+
+/* Reads a key that must be present and may be null, meaning "none" (0): DeepSeek's q_lora_rank
+ * and n_shared_experts. Requiring the key keeps a forgotten one from reading as "none". */
+static rf_status get_nullable(json_t *root, const char *path, const char *key, int64_t limit,
+                              int64_t *out) {
+  json_t *v = json_object_get(root, key);
+  *out = 0;
+  if (v && json_is_null(v))
+    return RF_OK;
+  if (!v || !json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > limit)
+    return rf_fail(RF_ERR_MODEL,
+                   "model %s: key '%s' is missing or not null or an integer from 0 to %lld", path,
+                   key, (long long)limit);
   *out = (int64_t)json_integer_value(v);
   return RF_OK;
 }
@@ -77,35 +122,41 @@ static rf_status get_tied(json_t *root, const char *path, int dflt, int *out) {
   return RF_OK;
 }
 
-/* Reads every architecture field and checks that the attention shapes are consistent. */
-static rf_status read_fields(json_t *root, const char *path, rf_model *m) {
-  if (!json_is_object(root))
-    return rf_fail(RF_ERR_MODEL,
-                   "model %s: the top level is not a JSON object; expected a "
-                   "Hugging Face config.json",
-                   path);
-
+/* Picks the architecture as vLLM does: by the HF class in architectures[0], falling back to
+ * model_type, so that a DeepseekV3ForCausalLM whose model_type names a derivative still loads. */
+static rf_status pick_arch(json_t *root, const char *path, const arch **out) {
+  json_t *classes = json_object_get(root, "architectures");
+  const char *cls = NULL;
+  if (classes && !json_is_null(classes)) {
+    if (!json_is_array(classes) || !json_is_string(json_array_get(classes, 0)))
+      return rf_fail(RF_ERR_MODEL,
+                     "model %s: key 'architectures' must be a list of HF class names, such as "
+                     "[\"LlamaForCausalLM\"]",
+                     path);
+    cls = json_string_value(json_array_get(classes, 0));
+    for (size_t i = 0; i < RF_ARRAY_LEN(archs); i++)
+      if (strcmp(cls, archs[i].architecture) == 0)
+        return *out = &archs[i], RF_OK;
+  }
   json_t *type = json_object_get(root, "model_type");
-  if (!type || !json_is_string(type))
+  const char *name = type && json_is_string(type) ? json_string_value(type) : NULL;
+  for (size_t i = 0; name && i < RF_ARRAY_LEN(archs); i++)
+    if (strcmp(name, archs[i].model_type) == 0)
+      return *out = &archs[i], RF_OK;
+  if (!cls && !name)
     return rf_fail(RF_ERR_MODEL, "model %s: key 'model_type' is missing or not a string", path);
-  const arch *a = NULL;
-  for (size_t i = 0; i < RF_ARRAY_LEN(archs); i++)
-    if (strcmp(json_string_value(type), archs[i].model_type) == 0)
-      a = &archs[i];
-  if (!a)
+  if (!cls)
     return rf_fail(RF_ERR_MODEL,
                    "model %s: model_type '%s' is not supported; supported: " SUPPORTED_TYPES, path,
-                   json_string_value(type));
-  snprintf(m->model_type, sizeof m->model_type, "%s", a->model_type);
-  m->qkv_bias = a->qkv_bias;
-  m->norms_per_layer = a->norms_per_layer;
-  m->head_norms = a->head_norms;
+                   name);
+  return rf_fail(RF_ERR_MODEL,
+                 "model %s: architecture '%s' (model_type '%s') is not supported; supported: "
+                 "the HF classes of " SUPPORTED_TYPES,
+                 path, cls, name ? name : "none");
+}
 
-  RF_TRY(get_dim(root, path, "vocab_size", 0, MAX_DIM, &m->vocab));
-  RF_TRY(get_dim(root, path, "hidden_size", 0, MAX_DIM, &m->hidden));
-  RF_TRY(get_dim(root, path, "intermediate_size", 0, MAX_DIM, &m->intermediate));
-  RF_TRY(get_dim(root, path, "num_hidden_layers", 0, MAX_LAYERS, &m->layers));
-  RF_TRY(get_dim(root, path, "num_attention_heads", 0, MAX_DIM, &m->heads));
+/* Grouped-query attention's shapes: kv heads dividing the heads, and a head size. */
+static rf_status read_gqa(json_t *root, const char *path, rf_model *m) {
   m->kv_heads = m->heads;
   RF_TRY(get_dim(root, path, "num_key_value_heads", 1, MAX_DIM, &m->kv_heads));
   if (m->heads % m->kv_heads != 0)
@@ -123,87 +174,116 @@ static rf_status read_fields(json_t *root, const char *path, rf_model *m) {
                      path, (long long)m->hidden, (long long)m->heads);
     m->head_dim = m->hidden / m->heads;
   }
+  return RF_OK;
+}
+
+/* Multi-head latent attention's ranks and per-head widths. Every head has its own slice of
+ * kv_b_proj, so the kv heads are the heads; o_proj's heads are v_head_dim wide. */
+static rf_status read_mla(json_t *root, const char *path, rf_model *m) {
+  m->mla = 1;
+  RF_TRY(get_nullable(root, path, "q_lora_rank", MAX_DIM, &m->q_lora_rank));
+  RF_TRY(get_dim(root, path, "kv_lora_rank", 0, MAX_DIM, &m->kv_lora_rank));
+  RF_TRY(get_dim(root, path, "qk_nope_head_dim", 0, MAX_DIM, &m->qk_nope_head_dim));
+  RF_TRY(get_dim(root, path, "qk_rope_head_dim", 0, MAX_DIM, &m->qk_rope_head_dim));
+  RF_TRY(get_dim(root, path, "v_head_dim", 0, MAX_DIM, &m->v_head_dim));
+  m->kv_heads = m->heads;
+  m->head_dim = m->v_head_dim;
+  return RF_OK;
+}
+
+/* Which layers are mixtures of experts, and the experts' sizes. `moe_layer` has m->layers
+ * entries. The rules are the HF (and vLLM) ones: Mixtral every layer; Qwen3-MoE every
+ * decoder_sparse_step-th layer not in mlp_only_layers; DeepSeek every moe_layer_freq-th layer
+ * from first_k_dense_replace on. */
+static rf_status read_moe(json_t *root, const char *path, const arch *a, rf_model *m,
+                          unsigned char *moe_layer) {
+  const int64_t layers = m->layers;
+  if (a->moe == RF_MOE_MIXTRAL) {
+    RF_TRY(get_dim(root, path, "num_local_experts", 0, MAX_EXPERTS, &m->experts));
+    m->expert_intermediate = m->intermediate;
+    memset(moe_layer, 1, (size_t)layers);
+  } else if (a->moe == RF_MOE_QWEN3) {
+    int64_t step = 1;
+    RF_TRY(get_dim(root, path, "num_experts", 0, MAX_EXPERTS, &m->experts));
+    RF_TRY(get_dim(root, path, "moe_intermediate_size", 0, MAX_DIM, &m->expert_intermediate));
+    RF_TRY(get_dim(root, path, "decoder_sparse_step", 1, MAX_LAYERS, &step));
+    for (int64_t i = 0; i < layers; i++)
+      moe_layer[i] = (i + 1) % step == 0;
+    json_t *dense = json_object_get(root, "mlp_only_layers");
+    if (dense && !json_is_null(dense)) {
+      if (!json_is_array(dense))
+        return rf_fail(RF_ERR_MODEL, "model %s: key 'mlp_only_layers' must be a list of layers",
+                       path);
+      for (size_t j = 0; j < json_array_size(dense); j++) {
+        json_t *v = json_array_get(dense, j);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= layers)
+          return rf_fail(RF_ERR_MODEL,
+                         "model %s: key 'mlp_only_layers' holds %s, not a layer from 0 to %lld",
+                         path, json_is_integer(v) ? "a layer out of range" : "a non-integer",
+                         (long long)layers - 1);
+        moe_layer[json_integer_value(v)] = 0;
+      }
+    }
+  } else {
+    int64_t shared = 0, first_dense = 0, freq = 1;
+    RF_TRY(get_dim(root, path, "n_routed_experts", 0, MAX_EXPERTS, &m->experts));
+    RF_TRY(get_dim(root, path, "moe_intermediate_size", 0, MAX_DIM, &m->expert_intermediate));
+    RF_TRY(get_nullable(root, path, "n_shared_experts", MAX_EXPERTS, &shared));
+    RF_TRY(get_count(root, path, "first_k_dense_replace", 0, MAX_LAYERS, &first_dense));
+    RF_TRY(get_dim(root, path, "moe_layer_freq", 1, MAX_LAYERS, &freq));
+    m->shared_intermediate = shared * m->expert_intermediate; /* both below 2^31 */
+    for (int64_t i = 0; i < layers; i++)
+      moe_layer[i] = i >= first_dense && i % freq == 0;
+    /* The bias exists only for aux-loss-free routing, which is DeepSeek-V3's default method. */
+    json_t *method = json_object_get(root, "topk_method");
+    if (method && !json_is_null(method) && !json_is_string(method))
+      return rf_fail(RF_ERR_MODEL, "model %s: key 'topk_method' must be a string", path);
+    m->router_bias = method && json_is_string(method)
+                         ? strcmp(json_string_value(method), "noaux_tc") == 0
+                         : strcmp(a->model_type, "deepseek_v3") == 0;
+  }
+  for (int64_t i = 0; i < layers; i++)
+    m->moe_layers += moe_layer[i];
+  return RF_OK;
+}
+
+/* Reads every architecture field and checks that the attention shapes are consistent.
+ * `*moe_layer` is allocated for MoE models (one flag per layer) and owned by the caller. */
+static rf_status read_fields(json_t *root, const char *path, rf_model *m, rf_model_recipe *recipe,
+                             unsigned char **moe_layer) {
+  if (!json_is_object(root))
+    return rf_fail(RF_ERR_MODEL,
+                   "model %s: the top level is not a JSON object; expected a "
+                   "Hugging Face config.json",
+                   path);
+  const arch *a = NULL;
+  RF_TRY(pick_arch(root, path, &a));
+  snprintf(m->model_type, sizeof m->model_type, "%s", a->model_type);
+  m->qkv_bias = a->qkv_bias;
+  m->norms_per_layer = a->norms_per_layer;
+  m->head_norms = a->head_norms;
+
+  RF_TRY(get_dim(root, path, "vocab_size", 0, MAX_DIM, &m->vocab));
+  RF_TRY(get_dim(root, path, "hidden_size", 0, MAX_DIM, &m->hidden));
+  RF_TRY(get_dim(root, path, "intermediate_size", 0, MAX_DIM, &m->intermediate));
+  RF_TRY(get_dim(root, path, "num_hidden_layers", 0, MAX_LAYERS, &m->layers));
+  RF_TRY(get_dim(root, path, "num_attention_heads", 0, MAX_DIM, &m->heads));
+  RF_TRY(a->mla ? read_mla(root, path, m) : read_gqa(root, path, m));
+  if (a->bias_key && json_is_true(json_object_get(root, "attention_bias")))
+    return rf_fail(RF_ERR_MODEL,
+                   "model %s: key 'attention_bias' is true, which refit does not support for %s",
+                   path, a->model_type);
+  RF_TRY(get_count(root, path, "num_nextn_predict_layers", 1, MAX_LAYERS, &m->mtp_layers));
+  recipe->moe = a->moe;
+  if (a->moe != RF_MOE_NONE) {
+    *moe_layer = rf_calloc((size_t)m->layers, 1, "the model's MoE layers");
+    if (!*moe_layer)
+      return RF_ERR_NOMEM;
+    recipe->moe_layer = *moe_layer;
+    RF_TRY(read_moe(root, path, a, m, *moe_layer));
+  }
   RF_TRY(get_tied(root, path, a->tied_default, &m->tied_embeddings));
   return get_dtype(root, path, &m->dtype);
-}
-
-/* Appends one tensor; cols == 0 makes it 1-D. The element and byte counts are checked for
- * overflow because the dims come from a file. */
-static rf_status add(rf_model *m, const char *path, rf_tensor_kind kind, int layer, int64_t rows,
-                     int64_t cols, const char *prefix, const char *suffix) {
-  rf_tensor *t = &m->tensors[m->tensor_count];
-  t->id = m->tensor_count;
-  snprintf(t->name, sizeof t->name, "%s%s", prefix, suffix);
-  t->kind = kind;
-  t->layer = layer;
-  t->ndim = cols ? 2 : 1;
-  t->shape[0] = rows;
-  t->shape[1] = cols ? cols : 1;
-  if (__builtin_mul_overflow(t->shape[0], t->shape[1], &t->numel) ||
-      __builtin_mul_overflow(t->numel, (int64_t)rf_dtype_size(m->dtype), &t->bytes) ||
-      __builtin_add_overflow(m->total_params, t->numel, &m->total_params) ||
-      __builtin_add_overflow(m->total_bytes, t->bytes, &m->total_bytes))
-    return rf_fail(RF_ERR_MODEL,
-                   "model %s: tensor %s makes the model larger than a 64-bit "
-                   "byte count; check the sizes in the file",
-                   path, t->name);
-  m->tensor_count++;
-  return RF_OK;
-}
-
-static rf_status add_layer(rf_model *m, const char *path, int i) {
-  const int64_t d = m->hidden, f = m->intermediate, h = m->head_dim;
-  const int64_t q = m->heads * h, kv = m->kv_heads * h;
-  /* Sized for the longest prefix (layers < MAX_LAYERS), so that gcc can see that prefix and
-   * suffix always fit in RF_NAME_MAX. */
-  char p[32];
-  snprintf(p, sizeof p, "model.layers.%d.", i);
-
-  RF_TRY(add(m, path, RF_T_Q, i, q, d, p, "self_attn.q_proj.weight"));
-  if (m->qkv_bias)
-    RF_TRY(add(m, path, RF_T_Q_BIAS, i, q, 0, p, "self_attn.q_proj.bias"));
-  RF_TRY(add(m, path, RF_T_K, i, kv, d, p, "self_attn.k_proj.weight"));
-  if (m->qkv_bias)
-    RF_TRY(add(m, path, RF_T_K_BIAS, i, kv, 0, p, "self_attn.k_proj.bias"));
-  RF_TRY(add(m, path, RF_T_V, i, kv, d, p, "self_attn.v_proj.weight"));
-  if (m->qkv_bias)
-    RF_TRY(add(m, path, RF_T_V_BIAS, i, kv, 0, p, "self_attn.v_proj.bias"));
-  RF_TRY(add(m, path, RF_T_O, i, d, q, p, "self_attn.o_proj.weight"));
-  if (m->head_norms) {
-    RF_TRY(add(m, path, RF_T_HEAD_NORM, i, h, 0, p, "self_attn.q_norm.weight"));
-    RF_TRY(add(m, path, RF_T_HEAD_NORM, i, h, 0, p, "self_attn.k_norm.weight"));
-  }
-  RF_TRY(add(m, path, RF_T_GATE, i, f, d, p, "mlp.gate_proj.weight"));
-  RF_TRY(add(m, path, RF_T_UP, i, f, d, p, "mlp.up_proj.weight"));
-  RF_TRY(add(m, path, RF_T_DOWN, i, d, f, p, "mlp.down_proj.weight"));
-  RF_TRY(add(m, path, RF_T_NORM, i, d, 0, p, "input_layernorm.weight"));
-  RF_TRY(add(m, path, RF_T_NORM, i, d, 0, p, "post_attention_layernorm.weight"));
-  if (m->norms_per_layer == 4) {
-    RF_TRY(add(m, path, RF_T_NORM, i, d, 0, p, "pre_feedforward_layernorm.weight"));
-    RF_TRY(add(m, path, RF_T_NORM, i, d, 0, p, "post_feedforward_layernorm.weight"));
-  }
-  return RF_OK;
-}
-
-static rf_status build_tensors(rf_model *m, const char *path) {
-  const int per_layer = 7 + m->norms_per_layer + 3 * m->qkv_bias + 2 * m->head_norms;
-  const int count = 1 + (int)m->layers * per_layer + 1 + !m->tied_embeddings;
-  m->tensors = rf_calloc((size_t)count, sizeof *m->tensors, "the model's tensor list");
-  if (!m->tensors)
-    return RF_ERR_NOMEM;
-  m->tensor_count = 0;
-  m->total_params = m->total_bytes = 0;
-
-  RF_TRY(add(m, path, RF_T_EMBED, -1, m->vocab, m->hidden, "model.", "embed_tokens.weight"));
-  for (int i = 0; i < (int)m->layers; i++)
-    RF_TRY(add_layer(m, path, i));
-  RF_TRY(add(m, path, RF_T_NORM, -1, m->hidden, 0, "model.", "norm.weight"));
-  if (!m->tied_embeddings)
-    RF_TRY(add(m, path, RF_T_LM_HEAD, -1, m->vocab, m->hidden, "", "lm_head.weight"));
-  if (m->tensor_count != count)
-    return rf_fail(RF_ERR_INTERNAL, "model %s: listed %d tensors, expected %d", path,
-                   m->tensor_count, count);
-  return RF_OK;
 }
 
 rf_status rf_model_read_config(const char *path, rf_model *model) {
@@ -219,9 +299,12 @@ rf_status rf_model_read_config(const char *path, rf_model *model) {
     return rf_fail(RF_ERR_MODEL, "model %s:%d:%d: %s; fix the JSON in this file", path, err.line,
                    err.column, err.text);
   }
-  rf_status st = read_fields(root, path, model);
+  rf_model_recipe recipe = {RF_MOE_NONE, NULL};
+  unsigned char *moe_layer = NULL;
+  rf_status st = read_fields(root, path, model, &recipe, &moe_layer);
   json_decref(root);
-  if (st != RF_OK)
-    return st;
-  return build_tensors(model, path);
+  if (st == RF_OK)
+    st = rf_model_build_tensors(model, path, &recipe);
+  free(moe_layer);
+  return st;
 }

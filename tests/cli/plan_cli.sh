@@ -5,7 +5,7 @@
 # Published parameter counts of every shipped model.
 for pair in llama-3.2-1b:1235814400 llama-3.1-8b:8030261248 llama-3.1-70b:70553706496 \
   llama-3.1-405b:405853388800 gemma-2b:2506172416 gemma-7b:8537680896 \
-  gemma-2-9b:9241705984 gemma-3-1b:999885952 tiny:139584; do
+  gemma-2-9b:9241705984 gemma-3-1b:999885952 qwen3-8b:8190735360 tiny:139584; do
   model=${pair%%:*} params=${pair#*:}
   expect_exit 0 "$REFIT" plan --model "$model" --trainer fsdp=1 --rollout tp=1 --json
   expect_grep "\"total_params\": $params," "$TMP/out"
@@ -48,6 +48,14 @@ expect_error 2 "refit: error: layout: model.layers.0.self_attn.q_proj.weight dim
   "$REFIT" plan --model "$TMP/Qwen2-0.5B/config.json" --trainer fsdp=1 --rollout tp=4
 expect_error 2 "refit: error: layout: model.layers.0.self_attn.k_proj.weight dim 0 has 2 kv heads, which neither divide over nor replicate evenly across rollout tp=7; choose a rollout tp that divides or is a multiple of 2" \
   "$REFIT" plan --model "$TMP/Qwen2-0.5B/config.json" --trainer fsdp=1 --rollout tp=7
+# Qwen3 is dense (per-head q/k norms) and plans; MoE and MLA models load but do not lay out yet.
+expect_exit 0 "$REFIT" plan --model qwen3-8b --trainer fsdp=2,tp=2 --rollout tp=4
+expect_grep "model            qwen3-8b (qwen3, bf16)" "$TMP/out"
+expect_grep "tensors          399 logical, 291 per rollout rank (fused)" "$TMP/out"
+expect_error 2 "refit: error: layout: model mixtral-8x7b has expert (MoE) tensors, which refit does not lay out yet; dense models only for now" \
+  "$REFIT" plan --model mixtral-8x7b --trainer fsdp=2 --rollout tp=2
+expect_error 2 "refit: error: layout: model deepseek-v3 has expert (MoE) and multi-head latent attention (MLA) tensors, which refit does not lay out yet; dense models only for now" \
+  "$REFIT" plan --model deepseek-v3 --trainer fsdp=2,tp=2 --rollout tp=4 --json
 expect_error 2 "refit: error: plan star: 3 trainer ranks and rollout tp=2 must both be powers of two (the reference bridge's stars); use --plan p2p" \
   "$REFIT" plan --model tiny --trainer fsdp=1,tp=1,dp=3 --rollout tp=2 --plan star
 expect_error 2 "refit: error: trainer layout 'fsdp=two': fsdp must be an integer from 1 to 65536, not 'two'" \

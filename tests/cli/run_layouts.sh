@@ -23,9 +23,14 @@ for plan in p2p star; do
   run 4 $plan --model "$DATA/tiny-gemma3.json" --trainer fsdp=2 --rollout tp=2 # tied, 1 kv head
   run 6 $plan --model "$DATA/tiny-gemma3.json" --trainer fsdp=2 --rollout tp=4
   run 3 $plan --model "$DATA/tiny-qwen2.json" --trainer fsdp=1 --rollout tp=2  # biases, fp32
+  run 6 $plan --model "$DATA/tiny-qwen3.json" --trainer fsdp=2,tp=2 --rollout tp=2 # head norms
 done
 run 3 p2p --model tiny --trainer fsdp=1,tp=1,dp=2 --rollout tp=1               # trainer replicas
 run 4 p2p --model tiny --trainer fsdp=2 --rollout tp=2 --trainer-style fsdp2 --dtype fp16
+
+# An MoE model loads on every rank and is refused by the layout, in one line, before any data.
+expect_error_mpi 2 "refit: error: layout: model tiny-mixtral has expert (MoE) tensors, which refit does not lay out yet; dense models only for now" \
+  "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$DATA/tiny-mixtral.json" --trainer fsdp=2 --rollout tp=2
 
 # One real-sized model: Llama-3.2-1B (2.47 GB), every element checked.
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model llama-3.2-1b --trainer fsdp=2 --rollout tp=2 \
