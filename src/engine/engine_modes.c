@@ -1,6 +1,6 @@
-/* The three transfer modes over one stage of the plan (design.md §3). Every rank walks the
- * same schedule in the same order, so the messages between any two ranks are posted in the
- * same order on both sides and match without tags. */
+/* The three transfer modes over one stage of the plan (docs/architecture.md, "Transfer modes").
+ * Every rank walks the same schedule in the same order, so the messages between any two ranks are
+ * posted in the same order on both sides and match without tags. */
 #include <stdlib.h>
 #include <string.h>
 

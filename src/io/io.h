@@ -1,4 +1,4 @@
-/* io: files. Results go to HDF5 (design.md §6), written by one rank after the others' data
+/* io: files. Results go to HDF5 (results/README.md), written by one rank after the others' data
  * was gathered over MPI, so serial HDF5 is enough; checkpoints come from safetensors (one
  * file, or shards with model.safetensors.index.json) or HDF5 (one dataset per HF name), each
  * trainer rank reading only its own rows and columns. */

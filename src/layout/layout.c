@@ -22,8 +22,8 @@ static rf_dim_split split2(rf_mesh_axis a, int64_t ga, rf_mesh_axis b, int64_t g
   return s;
 }
 
-/* The style tables of design.md §1, written in HF orientation. "By heads" axes carry the head
- * size as granule so that a mesh axis never cuts a head in two. */
+/* The style tables of docs/architecture.md ("Layout rules"), written in HF orientation. "By heads"
+ * axes carry the head size as granule so that a mesh axis never cuts a head in two. */
 static void trainer_rules(rf_trainer_style style, const rf_tensor *t, int64_t head,
                           rf_dim_split out[2]) {
   const rf_mesh_axis F = RF_AXIS_FSDP, T = RF_AXIS_TP;

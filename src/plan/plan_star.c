@@ -1,6 +1,7 @@
-/* The star plan of the reference bridge (design.md §2): min(T, R) stars of k+1 ranks. The
- * trainer first reshapes into the coupling layout, in which each trainer rank holds exactly
- * what it will send to its star's rollout rank(s); then every arm exchanges with its centre. */
+/* The star plan of the reference bridge (docs/architecture.md, "Plans"): min(T, R) stars of k+1
+ * ranks. The trainer first reshapes into the coupling layout, in which each trainer rank holds
+ * exactly what it will send to its star's rollout rank(s); then every arm exchanges with its
+ * centre. */
 #include <stdlib.h>
 
 #include "plan_internal.h"

@@ -115,9 +115,9 @@ static rf_status make_group(rf_transport *tp, nccl_group *g, const int *members,
   return RF_OK;
 }
 
-/* The stars of design.md §2, once per rollout engine replica: fan-in puts rollout rank s at the
- * centre of trainer ranks s*k..s*k+k-1; fan-out puts trainer rank s at the centre of rollout
- * ranks s*k..s*k+k-1. */
+/* The stars of docs/architecture.md ("Plans"), once per rollout engine replica: fan-in puts rollout
+ * rank s at the centre of trainer ranks s*k..s*k+k-1; fan-out puts trainer rank s at the centre of
+ * rollout ranks s*k..s*k+k-1. */
 static rf_status make_stars(rf_transport *tp) {
   nccl_state *s = tp->state;
   const rf_plan *plan = tp->plan;
