@@ -22,8 +22,8 @@ int main(int argc, char **argv) {
   rf_config cfg;
   rf_job job;
   memset(&job, 0, sizeof job);
-  if (rf_cli_parse(argc, argv, &cfg) != RF_OK || cfg.help || rf_job_build(&cfg, &job) != RF_OK ||
-      job.layout.world_size != size) {
+  if (rf_cli_parse(argc, argv, &cfg) != RF_OK || cfg.help ||
+      rf_job_build(&cfg, size, &job) != RF_OK) {
     if (rank == 0)
       fprintf(stderr, "usage: mpirun -np N refit-limits run <refit run options>\n");
     rf_job_free(&job);

@@ -22,10 +22,6 @@
  * cancel its requests and join, small enough that every rank is out within timeout + 5 s. */
 #define RF_AGREE_GRACE 2.0
 
-static const char *placement_name(rf_placement p) {
-  return p == RF_PLACEMENT_COLOCATED ? "colocated" : "disaggregated";
-}
-
 static void comm_free(MPI_Comm *comm) {
   if (*comm != MPI_COMM_NULL)
     MPI_Comm_free(comm);
@@ -92,16 +88,11 @@ rf_status rf_control_init(rf_control *ctl, const rf_layout *lay, double timeout)
   /* Every rank sees the same sizes and so reaches the same verdict without talking; one line
    * from rank 0 is enough. */
   if (ctl->world_size != lay->world_size) {
-    if (ctl->world_rank == 0) {
-      char t[64], r[64];
-      rf_trainer_layout_format(&lay->trainer, t, sizeof t);
-      rf_rollout_layout_format(&lay->rollout, r, sizeof r);
-      RF_ERROR("world size is %d but trainer %s and rollout %s (%s) need %d ranks; "
-               "run mpirun -np %d",
-               ctl->world_size, t, r, placement_name(lay->placement), lay->world_size,
-               lay->world_size);
-    }
-    return RF_ERR_WORLD;
+    rf_log_push_quiet(ctl->world_rank != 0);
+    rf_status st =
+        rf_layout_check_world(&lay->trainer, &lay->rollout, lay->placement, ctl->world_size);
+    rf_log_pop_quiet();
+    return st;
   }
 
   rf_status st = create_comms(ctl, lay);

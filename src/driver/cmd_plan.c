@@ -130,7 +130,7 @@ static void print_text(const rf_job *job) {
 
 rf_status rf_cmd_plan(const rf_config *cfg) {
   rf_job job;
-  rf_status st = rf_job_build(cfg, &job);
+  rf_status st = rf_job_build(cfg, 0, &job);
   if (st == RF_OK) {
     if (cfg->json)
       st = print_json(&job);

@@ -50,7 +50,9 @@ static rf_status build_setup(const rf_config *cfg, run_setup *rs) {
   RF_TRY(choose_memory(cfg, rs));
   rs->verify_full = cfg->verify == RF_VERIFY_FULL;
   rs->verify_checksum = cfg->verify != RF_VERIFY_NONE;
-  return rf_job_build(cfg, &rs->job);
+  int world = 0;
+  RF_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  return rf_job_build(cfg, world, &rs->job);
 }
 
 static void describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d) {

@@ -93,7 +93,7 @@ rf_status rf_cmd_topo(const rf_config *cfg) {
                              .gpu_per_rank = transport->gpu_per_rank ? transport->name : NULL,
                              .bind = cfg->bind};
   rf_status st = RF_OK;
-  RF_TRY_GOTO(rf_job_build(cfg, &job), out);
+  RF_TRY_GOTO(rf_job_build(cfg, 0, &job), out);
   int world = job.layout.world_size;
   o.ranks_per_node = cfg->ranks_per_node > 0 ? (int)RF_MIN(cfg->ranks_per_node, world) : world;
   RF_TRY_GOTO(rf_topo_load(&topo, cfg->topology_xml), out);

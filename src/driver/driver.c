@@ -9,7 +9,7 @@
 #include "io/io.h"
 #include "transport/transport.h"
 
-rf_status rf_job_build(const rf_config *cfg, rf_job *job) {
+rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job) {
   memset(job, 0, sizeof *job);
   /* Checked here rather than by the option table so that a sweep skips a bad value in a
    * list, as it skips any other combination that cannot run. */
@@ -35,6 +35,10 @@ rf_status rf_job_build(const rf_config *cfg, rf_job *job) {
   }
   RF_TRY(rf_layout_init(&job->layout, &job->model, &job->trainer, &job->rollout, job->placement));
   job->have_layout = 1;
+  /* Before the plan, the costly step: a typo like dp=65536 fails at once. After the layout, so
+   * that a layout that cannot work on any world says so first. */
+  if (world_size > 0)
+    RF_TRY(rf_layout_check_world(&job->trainer, &job->rollout, job->placement, world_size));
   RF_TRY(rf_plan_build(&job->plan, &job->layout, cfg->plan, NULL));
   job->have_plan = 1;
   return RF_OK;

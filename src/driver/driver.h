@@ -19,8 +19,10 @@ typedef struct {
 } rf_job;
 
 /* Loads the model (with any --dtype override), parses and checks the layouts and builds the
- * plan. Errors are one line each; the caller frees the job whatever happens. */
-rf_status rf_job_build(const rf_config *cfg, rf_job *job);
+ * plan. With `world_size` > 0 the layouts must need exactly that many ranks, checked before
+ * anything is planned. Errors are one line each; the caller frees the job whatever
+ * happens. */
+rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job);
 /* Builds the job's plan again with `options` (the topology's distances), keeping its kind.
  * `refit run` and `refit topo` plan with the machine; `refit plan` does not. */
 rf_status rf_job_replan(rf_job *job, const rf_plan_options *options);

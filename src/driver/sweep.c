@@ -59,20 +59,10 @@ static void check_combination(const rf_config *cfg, int world, combination *cb) 
   const rf_transport_ops *ops = NULL;
   rf_status st = rf_transport_find(cfg->transport, &ops);
   if (st == RF_OK)
-    st = rf_job_build(cfg, &job);
+    st = rf_job_build(cfg, world, &job);
   rf_log_capture(NULL, 0);
   if (st != RF_OK && !cb->reason[0])
     snprintf(cb->reason, sizeof cb->reason, "%s", rf_status_text(st));
-  if (st == RF_OK && world > 0 && job.layout.world_size != world) {
-    char t[64], r[64];
-    rf_trainer_layout_format(&job.trainer, t, sizeof t);
-    rf_rollout_layout_format(&job.rollout, r, sizeof r);
-    snprintf(cb->reason, sizeof cb->reason,
-             "world size is %d but trainer %s and rollout %s (%s) "
-             "need %d ranks",
-             world, t, r, rf_placement_name(cfg->placement), job.layout.world_size);
-    st = RF_ERR_WORLD;
-  }
   cb->skipped = st != RF_OK;
   cb->runs = cb->skipped ? 1 : cfg->mode.count;
   rf_job_free(&job);

@@ -379,9 +379,7 @@ rf_status rf_layout_init(rf_layout *lay, const rf_model *model, const rf_trainer
   RF_TRY(refuse_unlaid_kinds(model));
   lay->trainer_ranks = trainer->fsdp * trainer->tp * trainer->dp;
   lay->rollout_ranks = rollout->tp * rollout->dp;
-  lay->world_size = placement == RF_PLACEMENT_COLOCATED
-                        ? RF_MAX(lay->trainer_ranks, lay->rollout_ranks)
-                        : lay->trainer_ranks + lay->rollout_ranks;
+  lay->world_size = rf_layout_ranks_needed(trainer, rollout, placement);
   lay->vocab_padded = (model->vocab + 63) / 64 * 64;
   lay->trainer_split =
       rf_calloc((size_t)model->tensor_count, sizeof *lay->trainer_split, "trainer splits");

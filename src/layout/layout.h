@@ -51,6 +51,17 @@ typedef struct {
 rf_status rf_trainer_layout_parse(const char *text, rf_trainer_layout *out);
 rf_status rf_rollout_layout_parse(const char *text, rf_rollout_layout *out);
 void rf_trainer_layout_format(const rf_trainer_layout *t, char *buf, int len);
+/* The most ranks one side may have: the parsers refuse more, so rank counts fit an int. */
+#define RF_LAYOUT_MAX_RANKS (1 << 20)
+/* The world a job of these layouts needs: trainer plus rollout ranks, or the larger of the
+ * two when colocated. */
+int rf_layout_ranks_needed(const rf_trainer_layout *t, const rf_rollout_layout *r,
+                           rf_placement placement);
+/* RF_OK when `world_size` is what the layouts need, else one line ("world size is W but
+ * trainer ... need N ranks; run mpirun -np N") and RF_ERR_WORLD. Cheap: the driver checks it
+ * before planning, so a typo in a layout fails at once. */
+rf_status rf_layout_check_world(const rf_trainer_layout *t, const rf_rollout_layout *r,
+                                rf_placement placement, int world_size);
 void rf_rollout_layout_format(const rf_rollout_layout *r, char *buf, int len);
 
 /* One tensor of a rollout rank in vLLM's own naming (qkv_proj, gate_up_proj, ...). Every TP

@@ -59,6 +59,37 @@ static rf_status parse_axes(const char *what, const char *text, const char *cons
   return RF_OK;
 }
 
+/* Each axis may be up to 65536, but their product is a rank count that every later step
+ * (world sizes, rank arrays) holds in an int. */
+static rf_status check_rank_count(const char *what, const char *text, int64_t ranks) {
+  if (ranks > RF_LAYOUT_MAX_RANKS)
+    return rf_fail(RF_ERR_USAGE,
+                   "%s layout '%s': %lld ranks is more than the %d refit plans for one side; "
+                   "choose smaller axes",
+                   what, text, (long long)ranks, RF_LAYOUT_MAX_RANKS);
+  return RF_OK;
+}
+
+int rf_layout_ranks_needed(const rf_trainer_layout *t, const rf_rollout_layout *r,
+                           rf_placement placement) {
+  int trainer = t->fsdp * t->tp * t->dp, rollout = r->tp * r->dp;
+  return placement == RF_PLACEMENT_COLOCATED ? RF_MAX(trainer, rollout) : trainer + rollout;
+}
+
+rf_status rf_layout_check_world(const rf_trainer_layout *t, const rf_rollout_layout *r,
+                                rf_placement placement, int world_size) {
+  int need = rf_layout_ranks_needed(t, r, placement);
+  if (world_size == need)
+    return RF_OK;
+  char tt[64], rr[64];
+  rf_trainer_layout_format(t, tt, sizeof tt);
+  rf_rollout_layout_format(r, rr, sizeof rr);
+  return rf_fail(RF_ERR_WORLD,
+                 "world size is %d but trainer %s and rollout %s (%s) need %d ranks; "
+                 "run mpirun -np %d",
+                 world_size, tt, rr, rf_placement_name(placement), need, need);
+}
+
 rf_status rf_trainer_layout_parse(const char *text, rf_trainer_layout *out) {
   static const char *const names[] = {"fsdp", "tp", "dp"};
   int v[3];
@@ -66,7 +97,7 @@ rf_status rf_trainer_layout_parse(const char *text, rf_trainer_layout *out) {
   out->fsdp = v[0];
   out->tp = v[1];
   out->dp = v[2];
-  return RF_OK;
+  return check_rank_count("trainer", text, (int64_t)v[0] * v[1] * v[2]);
 }
 
 rf_status rf_rollout_layout_parse(const char *text, rf_rollout_layout *out) {
@@ -75,7 +106,7 @@ rf_status rf_rollout_layout_parse(const char *text, rf_rollout_layout *out) {
   RF_TRY(parse_axes("rollout", text, names, v, 2, "tp=4 or tp=2,dp=2"));
   out->tp = v[0];
   out->dp = v[1];
-  return RF_OK;
+  return check_rank_count("rollout", text, (int64_t)v[0] * v[1]);
 }
 
 void rf_trainer_layout_format(const rf_trainer_layout *t, char *buf, int len) {

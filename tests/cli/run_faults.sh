@@ -109,6 +109,12 @@ expect_error_mpi 2 "refit: error: option --transport: 'ucx' is not in this build
   "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 --transport ucx
 expect_error_mpi 2 "refit: error: world size is 3 but trainer fsdp=2,tp=1 and rollout tp=2 (disaggregated) need 4 ranks; run mpirun -np 4" \
   "${MPIRUN[@]}" -np 3 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2
+# A typo in a layout is caught before anything is planned (the plan of 131074 ranks would take
+# a while); the bound guards against the check moving behind the planner again.
+expect_error_mpi 2 "refit: error: world size is 4 but trainer fsdp=2,tp=1,dp=65536 and rollout tp=2 (disaggregated) need 131074 ranks; run mpirun -np 131074" \
+  timeout 60 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2,dp=65536 --rollout tp=2
+expect_error 2 "refit: error: trainer layout 'fsdp=65536,tp=65536': 4294967296 ranks is more than the 1048576 refit plans for one side; choose smaller axes" \
+  "$REFIT" plan --model tiny --trainer fsdp=65536,tp=65536 --rollout tp=2
 # A GPU transport on a machine without a GPU: one line saying so, exit 2, never a crash.
 if [ "$available" != "${available%nccl*}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
   expect_exit 2 "${MPIRUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \

@@ -43,7 +43,7 @@ SKIP5="skip 5/8: trainer=fsdp=3 plan=p2p: layout: model.layers.0.self_attn.q_pro
 has 4 heads, which do not divide over trainer fsdp=3; choose a trainer fsdp that divides 4"
 SKIP6="skip 6/8: trainer=fsdp=3 plan=star: layout: model.layers.0.self_attn.q_proj.weight dim 0 \
 has 4 heads, which do not divide over trainer fsdp=3; choose a trainer fsdp that divides 4"
-REASON7="world size is 4 but trainer fsdp=2,tp=2 and rollout tp=2 (disaggregated) need 6 ranks"
+REASON7="world size is 4 but trainer fsdp=2,tp=2 and rollout tp=2 (disaggregated) need 6 ranks; run mpirun -np 6"
 OUT="$TMP/tl.h5"
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$SWEEPS/trainer-layouts.json" \
   --output "$OUT"
