@@ -109,7 +109,7 @@ static rf_status post(rf_loopback *lb, lb_end *end, int send, lb_queue *mine, lb
     pthread_cond_broadcast(&lb->changed);
     return RF_OK;
   }
-  if (mine->count == mine->cap) {
+  if (mine->count == mine->cap && mine->head > 0) {
     /* Compact first: the queue's consumed head is room. */
     memmove(mine->items, mine->items + mine->head,
             (size_t)(mine->count - mine->head) * sizeof *mine->items);
