@@ -74,9 +74,9 @@ static rf_status gpu_exchange_once(rf_transport *tp, const exchange *x, char *ds
   RF_TRY(tp->ops->group_start(tp));
   for (int q = 0; q < tp->ctl->world_size; q++) {
     if (x->recv[q])
-      RF_TRY(tp->ops->post_recv(tp, RF_CHANNEL_WORLD, q, drecv + ro, (size_t)x->recv[q], &ticket));
+      RF_TRY(rf_transport_recv(tp, RF_CHANNEL_WORLD, q, drecv + ro, (size_t)x->recv[q], &ticket));
     if (x->send[q])
-      RF_TRY(tp->ops->post_send(tp, RF_CHANNEL_WORLD, q, dsend + so, (size_t)x->send[q], &ticket));
+      RF_TRY(rf_transport_send(tp, RF_CHANNEL_WORLD, q, dsend + so, (size_t)x->send[q], &ticket));
     ro += x->recv[q];
     so += x->send[q];
   }

@@ -12,7 +12,7 @@
  * on a GPU shared by two processes every launch costs more than in one, see
  * results/h200/README.md); 3. the second notes, after which no one touches the other's memory.
  *
- * The notes ride on the transport's post_send/post_recv (MPI inside ipc) and every wait is
+ * The notes ride on the transport's messages (MPI inside ipc) and every wait is
  * bounded by --timeout, so a stalled peer ends the run with an error. Offsets inside a peer's
  * arenas come from rf_buffers_offsets, a pure function of the plan. */
 #include <stdlib.h>
@@ -166,10 +166,10 @@ static rf_status exchange_notes(mapped_ctx *c, const char *to, const char *from,
   long ticket = -1;
   for (int q = 0; q < c->ranks; q++) {
     if (from[q])
-      RF_TRY(tp->ops->post_recv(tp, c->channel, q, &in[q], 1, &ticket));
+      RF_TRY(rf_transport_recv(tp, c->channel, q, &in[q], 1, &ticket));
     if (to[q]) {
       out[q] = 1;
-      RF_TRY(tp->ops->post_send(tp, c->channel, q, &out[q], 1, &ticket));
+      RF_TRY(rf_transport_send(tp, c->channel, q, &out[q], 1, &ticket));
     }
   }
   return ticket >= 0 ? tp->ops->wait(tp, ticket + 1, what) : RF_OK;

@@ -149,7 +149,7 @@ static rf_status post_chunk(stage_ctx *c, const rf_chunk *k, int index, int64_t 
       RF_TRY(pack(c, k, buf));
       RF_TRY(wire_ready(c));
     }
-    RF_TRY(tp->ops->post_send(tp, c->channel, peer_of(c, p, 1), buf, (size_t)k->bytes, ticket));
+    RF_TRY(rf_transport_send(tp, c->channel, peer_of(c, p, 1), buf, (size_t)k->bytes, ticket));
     c->e->messages++;
   }
   if (receives(c, p)) {
@@ -164,7 +164,7 @@ static rf_status post_chunk(stage_ctx *c, const rf_chunk *k, int index, int64_t 
       pu->chunk[pu->count] = index;
       pu->at[pu->count++] = buf;
     }
-    RF_TRY(tp->ops->post_recv(tp, c->channel, peer_of(c, p, 0), buf, (size_t)k->bytes, ticket));
+    RF_TRY(rf_transport_recv(tp, c->channel, peer_of(c, p, 0), buf, (size_t)k->bytes, ticket));
   }
   return RF_OK;
 }
@@ -274,11 +274,11 @@ static rf_status post_bucket(stage_ctx *c, int b, peer_tables *pt, int ranks, lo
   RF_TRY(tp->ops->group_start(tp));
   for (int q = 0; q < ranks; q++) {
     if (pt->recv_bytes[q])
-      RF_TRY(tp->ops->post_recv(tp, c->channel, q, recv_base + pt->recv_at[q],
-                                (size_t)pt->recv_bytes[q], ticket));
+      RF_TRY(rf_transport_recv(tp, c->channel, q, recv_base + pt->recv_at[q],
+                               (size_t)pt->recv_bytes[q], ticket));
     if (pt->send_bytes[q]) { /* send_at[q] has moved past the packed bytes */
-      RF_TRY(tp->ops->post_send(tp, c->channel, q, send_base + pt->send_at[q] - pt->send_bytes[q],
-                                (size_t)pt->send_bytes[q], ticket));
+      RF_TRY(rf_transport_send(tp, c->channel, q, send_base + pt->send_at[q] - pt->send_bytes[q],
+                               (size_t)pt->send_bytes[q], ticket));
       c->e->messages++;
     }
   }

@@ -36,16 +36,16 @@ typedef struct {
   /* Brackets a batch of posts that the transport may issue as one group. */
   rf_status (*group_start)(rf_transport *tp);
   rf_status (*group_end)(rf_transport *tp);
-  rf_status (*post_send)(rf_transport *tp, rf_channel ch, int peer, const void *buf, size_t bytes,
-                         long *ticket);
-  rf_status (*post_recv)(rf_transport *tp, rf_channel ch, int peer, void *buf, size_t bytes,
-                         long *ticket);
+  /* Posts one message of `bytes` at `buf` to (send != 0) or from `peer`; the buffer is only
+   * read when sending. Callers use rf_transport_send / rf_transport_recv below. */
+  rf_status (*post)(rf_transport *tp, int send, rf_channel ch, int peer, void *buf, size_t bytes,
+                    long *ticket);
   /* Completes every request whose ticket is < upto; `what` names the wait in a timeout error. */
   rf_status (*wait)(rf_transport *tp, long upto, const char *what);
 
   /* Transports that map other processes' memory (CUDA IPC) set these two; message transports
    * leave them NULL. The engine then lets each destination copy straight out of its sources'
-   * buffers, and post_send/post_recv carry only the small host-memory notes that say a
+   * buffers, and post carries only the small host-memory notes that say a
    * source is ready and a destination is done.
    *   expose  collective over the world: every rank offers its `count` buffers (NULL where it
    *           has none), once per job, before any peer_buffer;
@@ -61,6 +61,16 @@ struct rf_transport {
   const rf_plan *plan; /* which ranks talk (NCCL builds one communicator per star) */
   void *state;         /* the implementation's own */
 };
+
+/* One message each way, as tickets of tp's wait. */
+static inline rf_status rf_transport_send(rf_transport *tp, rf_channel ch, int peer,
+                                          const void *buf, size_t bytes, long *ticket) {
+  return tp->ops->post(tp, 1, ch, peer, (void *)buf, bytes, ticket);
+}
+static inline rf_status rf_transport_recv(rf_transport *tp, rf_channel ch, int peer, void *buf,
+                                          size_t bytes, long *ticket) {
+  return tp->ops->post(tp, 0, ch, peer, buf, bytes, ticket);
+}
 
 /* The registry: every transport compiled into this build, in a fixed order. */
 int rf_transport_count(void);

@@ -123,16 +123,10 @@ static rf_status ipc_peer_buffer(rf_transport *tp, int peer, int index, void **o
 /* The notes are host memory and go through the inner mpi transport unchanged. */
 static rf_status ipc_group(rf_transport *tp) { return RF_OK; }
 
-static rf_status ipc_post_send(rf_transport *tp, rf_channel ch, int peer, const void *buf,
-                               size_t bytes, long *ticket) {
+static rf_status ipc_post(rf_transport *tp, int send, rf_channel ch, int peer, void *buf,
+                          size_t bytes, long *ticket) {
   ipc_state *s = tp->state;
-  return s->notes.ops->post_send(&s->notes, ch, peer, buf, bytes, ticket);
-}
-
-static rf_status ipc_post_recv(rf_transport *tp, rf_channel ch, int peer, void *buf, size_t bytes,
-                               long *ticket) {
-  ipc_state *s = tp->state;
-  return s->notes.ops->post_recv(&s->notes, ch, peer, buf, bytes, ticket);
+  return s->notes.ops->post(&s->notes, send, ch, peer, buf, bytes, ticket);
 }
 
 static rf_status ipc_wait(rf_transport *tp, long upto, const char *what) {
@@ -152,8 +146,7 @@ const rf_transport_ops rf_transport_ipc = {
     .register_buffer = NULL,
     .group_start = ipc_group,
     .group_end = ipc_group,
-    .post_send = ipc_post_send,
-    .post_recv = ipc_post_recv,
+    .post = ipc_post,
     .wait = ipc_wait,
     .expose = ipc_expose,
     .peer_buffer = ipc_peer_buffer,

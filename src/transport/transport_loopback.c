@@ -122,7 +122,7 @@ static rf_status post(rf_loopback *lb, lb_end *end, int send, lb_queue *mine, lb
   return RF_OK;
 }
 
-static rf_status lb_post(rf_transport *tp, int send, rf_channel ch, int peer, char *buf,
+static rf_status lb_post(rf_transport *tp, int send, rf_channel ch, int peer, void *buf,
                          size_t bytes, long *ticket) {
   lb_end *end = tp->state;
   rf_loopback *lb = end->lb;
@@ -137,16 +137,6 @@ static rf_status lb_post(rf_transport *tp, int send, rf_channel ch, int peer, ch
                       : post(lb, end, 0, recvs, sends, other, buf, bytes, ticket);
   pthread_mutex_unlock(&lb->lock);
   return st;
-}
-
-static rf_status lb_post_send(rf_transport *tp, rf_channel ch, int peer, const void *buf,
-                              size_t bytes, long *ticket) {
-  return lb_post(tp, 1, ch, peer, (char *)buf, bytes, ticket);
-}
-
-static rf_status lb_post_recv(rf_transport *tp, rf_channel ch, int peer, void *buf, size_t bytes,
-                              long *ticket) {
-  return lb_post(tp, 0, ch, peer, buf, bytes, ticket);
 }
 
 static rf_status lb_wait(rf_transport *tp, long upto, const char *what) {
@@ -248,8 +238,7 @@ static const rf_transport_ops loopback_ops = {
     .finalize = lb_finalize,
     .group_start = lb_noop,
     .group_end = lb_noop,
-    .post_send = lb_post_send,
-    .post_recv = lb_post_recv,
+    .post = lb_post,
     .wait = lb_wait,
 };
 
@@ -262,8 +251,7 @@ static const rf_transport_ops loopback_mapped_ops = {
     .finalize = lb_finalize,
     .group_start = lb_noop,
     .group_end = lb_noop,
-    .post_send = lb_post_send,
-    .post_recv = lb_post_recv,
+    .post = lb_post,
     .wait = lb_wait,
     .expose = lb_expose,
     .peer_buffer = lb_peer_buffer,

@@ -45,8 +45,9 @@ static rf_status push(mpi_state *s, MPI_Request **slot, long *ticket) {
   return RF_OK;
 }
 
-static rf_status mpi_post(rf_transport *tp, int send, rf_channel ch, int peer, char *buf,
+static rf_status mpi_post(rf_transport *tp, int send, rf_channel ch, int peer, void *data,
                           size_t bytes, long *ticket) {
+  char *buf = data;
   size_t off = 0;
   do {
     int n = (int)RF_MIN(SLICE, bytes - off);
@@ -59,16 +60,6 @@ static rf_status mpi_post(rf_transport *tp, int send, rf_channel ch, int peer, c
     off += (size_t)n;
   } while (off < bytes);
   return RF_OK;
-}
-
-static rf_status mpi_post_send(rf_transport *tp, rf_channel ch, int peer, const void *buf,
-                               size_t bytes, long *ticket) {
-  return mpi_post(tp, 1, ch, peer, (char *)buf, bytes, ticket);
-}
-
-static rf_status mpi_post_recv(rf_transport *tp, rf_channel ch, int peer, void *buf, size_t bytes,
-                               long *ticket) {
-  return mpi_post(tp, 0, ch, peer, buf, bytes, ticket);
 }
 
 /* On a timeout the pending requests are cancelled so that MPI can still finalise; a request
@@ -125,7 +116,6 @@ const rf_transport_ops rf_transport_mpi = {
     .register_buffer = NULL,
     .group_start = noop,
     .group_end = noop,
-    .post_send = mpi_post_send,
-    .post_recv = mpi_post_recv,
+    .post = mpi_post,
     .wait = mpi_wait,
 };

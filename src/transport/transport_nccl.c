@@ -257,16 +257,6 @@ static rf_status nccl_post(rf_transport *tp, int send, rf_channel ch, int peer, 
   return RF_OK;
 }
 
-static rf_status nccl_post_send(rf_transport *tp, rf_channel ch, int peer, const void *buf,
-                                size_t bytes, long *ticket) {
-  return nccl_post(tp, 1, ch, peer, (void *)buf, bytes, ticket);
-}
-
-static rf_status nccl_post_recv(rf_transport *tp, rf_channel ch, int peer, void *buf, size_t bytes,
-                                long *ticket) {
-  return nccl_post(tp, 0, ch, peer, buf, bytes, ticket);
-}
-
 /* One look at the stream: done when the event after the last operation has passed; while
  * not, the communicators are checked so that a peer's failure ends the wait at once. */
 static rf_status stream_done(void *ctx, int *done) {
@@ -300,7 +290,6 @@ const rf_transport_ops rf_transport_nccl = {
     .register_buffer = NULL,
     .group_start = nccl_group_start,
     .group_end = nccl_group_end,
-    .post_send = nccl_post_send,
-    .post_recv = nccl_post_recv,
+    .post = nccl_post,
     .wait = nccl_wait,
 };
