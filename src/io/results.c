@@ -45,6 +45,32 @@ hid_t rf_results_fixed_string(size_t size) {
   return t;
 }
 
+rf_status rf_results_compound(size_t size, const rf_results_field *fields, int count, hid_t *out) {
+  rf_status st = RF_OK;
+  hid_t type = H5I_INVALID_HID, member = H5I_INVALID_HID;
+  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, size), done);
+  for (int i = 0; i < count; i++) {
+    const rf_results_field *f = &fields[i];
+    if (f->chars > 0)
+      RF_H5_GOTO(member = rf_results_fixed_string(f->chars), done);
+    else if (f->count > 0)
+      RF_H5_GOTO(member = H5Tarray_create2(f->type, 1, &f->count), done);
+    RF_H5_GOTO(H5Tinsert(type, f->name, f->offset, member >= 0 ? member : f->type), done);
+    if (member >= 0)
+      H5Tclose(member);
+    member = H5I_INVALID_HID;
+  }
+done:
+  if (member >= 0)
+    H5Tclose(member);
+  if (st != RF_OK && type >= 0) {
+    H5Tclose(type);
+    type = H5I_INVALID_HID;
+  }
+  *out = type;
+  return st;
+}
+
 static rf_status write_attr(hid_t loc, const char *obj, const char *name, hid_t type,
                             const void *value) {
   rf_status st = RF_OK;

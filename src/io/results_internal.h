@@ -4,6 +4,7 @@
 #define RF_RESULTS_INTERNAL_H
 
 #include <hdf5.h>
+#include <stddef.h>
 
 #include "io/io.h"
 
@@ -71,6 +72,24 @@ rf_status rf_results_last_run(hid_t runs, int *last);
 hid_t rf_results_vlen_string(void);
 /* A fixed-size, NUL-terminated string type of `size` bytes; the caller closes it. */
 hid_t rf_results_fixed_string(size_t size);
+
+/* One member of a compound row: its name in the file, its byte offset in the row, and its
+ * type: a native number type (`type`), a fixed string of `chars` bytes, or an array of `count`
+ * elements of `type`. The tables are built at run time: H5T_NATIVE_* are not constants. */
+typedef struct {
+  const char *name;
+  size_t offset;
+  hid_t type;
+  size_t chars;
+  hsize_t count;
+} rf_results_field;
+#define RF_FIELD(name, row, member, type)                                                          \
+  { name, offsetof(row, member), type, 0, 0 }
+#define RF_FIELD_STR(name, row, member)                                                            \
+  { name, offsetof(row, member), -1, sizeof(((row *)0)->member), 0 }
+/* A compound type of `size` bytes holding `fields`; the caller closes *out. Every writer and
+ * reader of refit's tables describes its rows this way. */
+rf_status rf_results_compound(size_t size, const rf_results_field *fields, int count, hid_t *out);
 
 /* Scalar attributes of object `obj` below `loc` ("." for loc itself). A NULL string is
  * written as "". */

@@ -53,8 +53,7 @@ typedef struct {
 
 static rf_status read_summary(const rf_h5_source *src, hid_t g, rf_loaded_run *run) {
   rf_status st = RF_OK;
-  hid_t dset = H5I_INVALID_HID, name = H5I_INVALID_HID;
-  hid_t type = H5I_INVALID_HID;
+  hid_t dset = H5I_INVALID_HID, type = H5I_INVALID_HID;
   summary_row *rows = NULL;
   hsize_t n = 0;
   RF_H5_GOTO(dset = H5Dopen2(g, "summary", H5P_DEFAULT), done);
@@ -64,11 +63,12 @@ static rf_status read_summary(const rf_h5_source *src, hid_t g, rf_loaded_run *r
     goto done;
   }
   /* Members are matched by name, so the memory type lists only what the report shows. */
-  RF_H5_GOTO(name = rf_results_fixed_string(sizeof rows->phase), done);
-  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, sizeof *rows), done);
-  RF_H5_GOTO(H5Tinsert(type, "phase", HOFFSET(summary_row, phase), name), done);
-  RF_H5_GOTO(H5Tinsert(type, "median", HOFFSET(summary_row, median), H5T_NATIVE_DOUBLE), done);
-  RF_H5_GOTO(H5Tinsert(type, "p99", HOFFSET(summary_row, p99), H5T_NATIVE_DOUBLE), done);
+  const rf_results_field fields[] = {
+      RF_FIELD_STR("phase", summary_row, phase),
+      RF_FIELD("median", summary_row, median, H5T_NATIVE_DOUBLE),
+      RF_FIELD("p99", summary_row, p99, H5T_NATIVE_DOUBLE),
+  };
+  RF_TRY_GOTO(rf_results_compound(sizeof *rows, fields, (int)RF_ARRAY_LEN(fields), &type), done);
   if (n > 0)
     RF_H5_GOTO(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows), done);
   for (hsize_t i = 0; i < n; i++) {
@@ -83,8 +83,6 @@ static rf_status read_summary(const rf_h5_source *src, hid_t g, rf_loaded_run *r
 done:
   if (type >= 0)
     H5Tclose(type);
-  if (name >= 0)
-    H5Tclose(name);
   if (dset >= 0)
     H5Dclose(dset);
   free(rows);

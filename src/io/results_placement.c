@@ -32,28 +32,22 @@ rf_status rf_results_write_placement(hid_t g, const rf_results_run *run) {
     snprintf(rows[i].nic, sizeof rows[i].nic, "%s", p->nic[0] ? p->nic : "-");
   }
   rf_status st = RF_OK;
-  hid_t host = H5I_INVALID_HID, type = H5I_INVALID_HID, bus = H5I_INVALID_HID;
-  hid_t cpus = H5I_INVALID_HID, nic = H5I_INVALID_HID;
+  hid_t type = H5I_INVALID_HID;
   hsize_t dims[1] = {(hsize_t)n};
-  RF_H5_GOTO(host = rf_results_fixed_string(sizeof rows[0].host), done);
-  RF_H5_GOTO(bus = rf_results_fixed_string(sizeof rows[0].bus_id), done);
-  RF_H5_GOTO(cpus = rf_results_fixed_string(sizeof rows[0].cpus), done);
-  RF_H5_GOTO(nic = rf_results_fixed_string(sizeof rows[0].nic), done);
-  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, sizeof(placement_row)), done);
-  RF_H5_GOTO(H5Tinsert(type, "rank", HOFFSET(placement_row, rank), H5T_NATIVE_INT32), done);
-  RF_H5_GOTO(H5Tinsert(type, "host", HOFFSET(placement_row, host), host), done);
-  RF_H5_GOTO(H5Tinsert(type, "pid", HOFFSET(placement_row, pid), H5T_NATIVE_INT64), done);
-  RF_H5_GOTO(
-      H5Tinsert(type, "trainer_rank", HOFFSET(placement_row, trainer_rank), H5T_NATIVE_INT32),
-      done);
-  RF_H5_GOTO(
-      H5Tinsert(type, "rollout_rank", HOFFSET(placement_row, rollout_rank), H5T_NATIVE_INT32),
-      done);
-  RF_H5_GOTO(H5Tinsert(type, "gpu", HOFFSET(placement_row, gpu), H5T_NATIVE_INT32), done);
-  RF_H5_GOTO(H5Tinsert(type, "bus_id", HOFFSET(placement_row, bus_id), bus), done);
-  RF_H5_GOTO(H5Tinsert(type, "cpus", HOFFSET(placement_row, cpus), cpus), done);
-  RF_H5_GOTO(H5Tinsert(type, "numa", HOFFSET(placement_row, numa), H5T_NATIVE_INT32), done);
-  RF_H5_GOTO(H5Tinsert(type, "nic", HOFFSET(placement_row, nic), nic), done);
+  const rf_results_field fields[] = {
+      RF_FIELD("rank", placement_row, rank, H5T_NATIVE_INT32),
+      RF_FIELD_STR("host", placement_row, host),
+      RF_FIELD("pid", placement_row, pid, H5T_NATIVE_INT64),
+      RF_FIELD("trainer_rank", placement_row, trainer_rank, H5T_NATIVE_INT32),
+      RF_FIELD("rollout_rank", placement_row, rollout_rank, H5T_NATIVE_INT32),
+      RF_FIELD("gpu", placement_row, gpu, H5T_NATIVE_INT32),
+      RF_FIELD_STR("bus_id", placement_row, bus_id),
+      RF_FIELD_STR("cpus", placement_row, cpus),
+      RF_FIELD("numa", placement_row, numa, H5T_NATIVE_INT32),
+      RF_FIELD_STR("nic", placement_row, nic),
+  };
+  RF_TRY_GOTO(rf_results_compound(sizeof(placement_row), fields, (int)RF_ARRAY_LEN(fields), &type),
+              done);
   RF_TRY_GOTO(rf_results_dataset(g, "placement", type, 1, dims, rows), done);
   RF_TRY_GOTO(rf_results_attr_str(g, "placement", "description",
                                   "one row per world rank; trainer_rank and rollout_rank are "
@@ -61,11 +55,9 @@ rf_status rf_results_write_placement(hid_t g, const rf_results_run *run) {
                                   "bus_id, cpus and nic are \"-\" where there is none (cpus "
                                   "\"-\": not bound)"),
               done);
-done:;
-  hid_t types[] = {type, host, bus, cpus, nic};
-  for (size_t i = 0; i < RF_ARRAY_LEN(types); i++)
-    if (types[i] >= 0)
-      H5Tclose(types[i]);
+done:
+  if (type >= 0)
+    H5Tclose(type);
   free(rows);
   return st;
 }
@@ -73,14 +65,16 @@ done:;
 /* The plan's links with their distance classes, so a run can be compared with its topology. */
 rf_status rf_results_write_links(hid_t g, const rf_results_run *run) {
   rf_status st = RF_OK;
-  hid_t name = H5I_INVALID_HID, type = H5I_INVALID_HID;
+  hid_t type = H5I_INVALID_HID;
   hsize_t dims[1] = {(hsize_t)(run->links ? RF_MAX(run->link_count, 0) : 0)};
-  RF_H5_GOTO(name = rf_results_fixed_string(sizeof run->links[0].name), done);
-  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, sizeof(rf_link_info)), done);
-  RF_H5_GOTO(H5Tinsert(type, "src", HOFFSET(rf_link_info, src), H5T_NATIVE_INT32), done);
-  RF_H5_GOTO(H5Tinsert(type, "dst", HOFFSET(rf_link_info, dst), H5T_NATIVE_INT32), done);
-  RF_H5_GOTO(H5Tinsert(type, "bytes", HOFFSET(rf_link_info, bytes), H5T_NATIVE_INT64), done);
-  RF_H5_GOTO(H5Tinsert(type, "distance", HOFFSET(rf_link_info, name), name), done);
+  const rf_results_field fields[] = {
+      RF_FIELD("src", rf_link_info, src, H5T_NATIVE_INT32),
+      RF_FIELD("dst", rf_link_info, dst, H5T_NATIVE_INT32),
+      RF_FIELD("bytes", rf_link_info, bytes, H5T_NATIVE_INT64),
+      RF_FIELD_STR("distance", rf_link_info, name),
+  };
+  RF_TRY_GOTO(rf_results_compound(sizeof(rf_link_info), fields, (int)RF_ARRAY_LEN(fields), &type),
+              done);
   RF_TRY_GOTO(rf_results_dataset(g, "links", type, 1, dims, run->links), done);
   RF_TRY_GOTO(rf_results_attr_str(g, "links", "units", "{\"bytes\": \"bytes per iteration\"}"),
               done);
@@ -92,7 +86,5 @@ rf_status rf_results_write_links(hid_t g, const rf_results_run *run) {
 done:
   if (type >= 0)
     H5Tclose(type);
-  if (name >= 0)
-    H5Tclose(name);
   return st;
 }

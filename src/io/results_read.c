@@ -99,7 +99,6 @@ static rf_status read_tensors(const rf_h5_source *src, hid_t dset, int *count,
   RF_TRY(replicas_of(src, dset, &replicas));
   RF_TRY(rf_h5_dataset_extent(src, dset, 1, TENSORS_MAX, &n));
   rf_status st = RF_OK;
-  hid_t name = H5I_INVALID_HID, array = H5I_INVALID_HID;
   hid_t type = H5I_INVALID_HID;
   char *buf = NULL;
   size_t row = sizeof(read_row) + (size_t)replicas * sizeof(uint64_t);
@@ -112,14 +111,12 @@ static rf_status read_tensors(const rf_h5_source *src, hid_t dset, int *count,
     goto done;
   }
   /* Members are matched by name, so the memory type lists only what is read. */
-  RF_H5_GOTO(name = rf_results_fixed_string(RF_NAME_MAX), done);
-  RF_H5_GOTO(array = H5Tarray_create2(H5T_NATIVE_UINT64, 1, &replicas), done);
-  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, row), done);
-  RF_H5_GOTO(H5Tinsert(type, "name", HOFFSET(read_row, name), name), done);
-  RF_H5_GOTO(
-      H5Tinsert(type, "trainer_checksum", HOFFSET(read_row, trainer_checksum), H5T_NATIVE_UINT64),
-      done);
-  RF_H5_GOTO(H5Tinsert(type, "rollout_checksum", sizeof(read_row), array), done);
+  const rf_results_field fields[] = {
+      RF_FIELD_STR("name", read_row, name),
+      RF_FIELD("trainer_checksum", read_row, trainer_checksum, H5T_NATIVE_UINT64),
+      {"rollout_checksum", sizeof(read_row), H5T_NATIVE_UINT64, 0, replicas},
+  };
+  RF_TRY_GOTO(rf_results_compound(row, fields, (int)RF_ARRAY_LEN(fields), &type), done);
   if (n > 0)
     RF_H5_GOTO(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), done);
   for (hsize_t t = 0; t < n; t++) {
@@ -130,11 +127,9 @@ static rf_status read_tensors(const rf_h5_source *src, hid_t dset, int *count,
     memcpy(&(*rollout)[t], buf + (size_t)t * row + sizeof(read_row), sizeof(uint64_t));
   }
   *count = (int)n;
-done:;
-  hid_t ids[] = {type, array, name};
-  for (size_t i = 0; i < RF_ARRAY_LEN(ids); i++)
-    if (ids[i] >= 0)
-      H5Tclose(ids[i]);
+done:
+  if (type >= 0)
+    H5Tclose(type);
   free(buf);
   return st;
 }

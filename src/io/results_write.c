@@ -204,16 +204,18 @@ static rf_status write_summary(hid_t g, const rf_run_result *res) {
   free(slowest);
 
   rf_status st = RF_OK;
-  hid_t name = H5I_INVALID_HID, type = H5I_INVALID_HID;
+  hid_t type = H5I_INVALID_HID;
   hsize_t dims[1] = {RF_PHASE_COUNT};
-  RF_H5_GOTO(name = rf_results_fixed_string(sizeof rows[0].phase), done);
-  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, sizeof(summary_row)), done);
-  RF_H5_GOTO(H5Tinsert(type, "phase", HOFFSET(summary_row, phase), name), done);
-  RF_H5_GOTO(H5Tinsert(type, "min", HOFFSET(summary_row, min), H5T_NATIVE_DOUBLE), done);
-  RF_H5_GOTO(H5Tinsert(type, "median", HOFFSET(summary_row, median), H5T_NATIVE_DOUBLE), done);
-  RF_H5_GOTO(H5Tinsert(type, "p99", HOFFSET(summary_row, p99), H5T_NATIVE_DOUBLE), done);
-  RF_H5_GOTO(H5Tinsert(type, "max", HOFFSET(summary_row, max), H5T_NATIVE_DOUBLE), done);
-  RF_H5_GOTO(H5Tinsert(type, "mean", HOFFSET(summary_row, mean), H5T_NATIVE_DOUBLE), done);
+  const rf_results_field fields[] = {
+      RF_FIELD_STR("phase", summary_row, phase),
+      RF_FIELD("min", summary_row, min, H5T_NATIVE_DOUBLE),
+      RF_FIELD("median", summary_row, median, H5T_NATIVE_DOUBLE),
+      RF_FIELD("p99", summary_row, p99, H5T_NATIVE_DOUBLE),
+      RF_FIELD("max", summary_row, max, H5T_NATIVE_DOUBLE),
+      RF_FIELD("mean", summary_row, mean, H5T_NATIVE_DOUBLE),
+  };
+  RF_TRY_GOTO(rf_results_compound(sizeof(summary_row), fields, (int)RF_ARRAY_LEN(fields), &type),
+              done);
   RF_TRY_GOTO(rf_results_dataset(g, "summary", type, 1, dims, rows), done);
   RF_TRY_GOTO(rf_results_attr_str(g, "summary", "units", "s"), done);
   RF_TRY_GOTO(rf_results_attr_str(g, "summary", "description",
@@ -227,8 +229,6 @@ static rf_status write_summary(hid_t g, const rf_run_result *res) {
 done:
   if (type >= 0)
     H5Tclose(type);
-  if (name >= 0)
-    H5Tclose(name);
   return st;
 }
 
@@ -282,27 +282,21 @@ static rf_status write_tensors(hid_t g, const rf_results_run *run) {
   }
 
   rf_status st = RF_OK;
-  hid_t name = H5I_INVALID_HID, dtype = H5I_INVALID_HID, shape = H5I_INVALID_HID;
-  hid_t rollout = H5I_INVALID_HID, type = H5I_INVALID_HID;
-  hsize_t two = 2, reps = (hsize_t)replicas, dims[1] = {(hsize_t)n};
-  RF_H5_GOTO(name = rf_results_fixed_string(RF_NAME_MAX), done);
-  RF_H5_GOTO(dtype = rf_results_fixed_string(8), done);
-  RF_H5_GOTO(shape = H5Tarray_create2(H5T_NATIVE_INT64, 1, &two), done);
-  RF_H5_GOTO(rollout = H5Tarray_create2(H5T_NATIVE_UINT64, 1, &reps), done);
-  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, row), done);
-  RF_H5_GOTO(H5Tinsert(type, "name", HOFFSET(tensor_row, name), name), done);
-  RF_H5_GOTO(H5Tinsert(type, "dtype", HOFFSET(tensor_row, dtype), dtype), done);
-  RF_H5_GOTO(H5Tinsert(type, "ndim", HOFFSET(tensor_row, ndim), H5T_NATIVE_INT32), done);
-  RF_H5_GOTO(H5Tinsert(type, "shape", HOFFSET(tensor_row, shape), shape), done);
-  RF_H5_GOTO(H5Tinsert(type, "bytes", HOFFSET(tensor_row, bytes), H5T_NATIVE_INT64), done);
-  RF_H5_GOTO(
-      H5Tinsert(type, "trainer_checksum", HOFFSET(tensor_row, trainer_checksum), H5T_NATIVE_UINT64),
-      done);
-  RF_H5_GOTO(H5Tinsert(type, "reference_checksum", HOFFSET(tensor_row, reference_checksum),
-                       H5T_NATIVE_UINT64),
-             done);
-  RF_H5_GOTO(H5Tinsert(type, "ok", HOFFSET(tensor_row, ok), H5T_NATIVE_INT8), done);
-  RF_H5_GOTO(H5Tinsert(type, "rollout_checksum", sizeof(tensor_row), rollout), done);
+  hid_t type = H5I_INVALID_HID;
+  hsize_t dims[1] = {(hsize_t)n};
+  /* The rollout checksums, one per replica, follow the fixed part of each row. */
+  const rf_results_field fields[] = {
+      RF_FIELD_STR("name", tensor_row, name),
+      RF_FIELD_STR("dtype", tensor_row, dtype),
+      RF_FIELD("ndim", tensor_row, ndim, H5T_NATIVE_INT32),
+      {"shape", offsetof(tensor_row, shape), H5T_NATIVE_INT64, 0, 2},
+      RF_FIELD("bytes", tensor_row, bytes, H5T_NATIVE_INT64),
+      RF_FIELD("trainer_checksum", tensor_row, trainer_checksum, H5T_NATIVE_UINT64),
+      RF_FIELD("reference_checksum", tensor_row, reference_checksum, H5T_NATIVE_UINT64),
+      RF_FIELD("ok", tensor_row, ok, H5T_NATIVE_INT8),
+      {"rollout_checksum", sizeof(tensor_row), H5T_NATIVE_UINT64, 0, (hsize_t)replicas},
+  };
+  RF_TRY_GOTO(rf_results_compound(row, fields, (int)RF_ARRAY_LEN(fields), &type), done);
   RF_TRY_GOTO(rf_results_dataset(g, "tensors", type, 1, dims, buf), done);
   RF_TRY_GOTO(rf_results_attr_i64(g, "tensors", "replicas", replicas), done);
   RF_TRY_GOTO(
@@ -323,11 +317,9 @@ static rf_status write_tensors(hid_t g, const rf_results_run *run) {
                                   "1: every rollout replica and the reference (if any) match "
                                   "the trainer; 0: one differs; -1: not checked"),
               done);
-done:;
-  hid_t types[] = {type, rollout, shape, dtype, name};
-  for (size_t i = 0; i < RF_ARRAY_LEN(types); i++)
-    if (types[i] >= 0)
-      H5Tclose(types[i]);
+done:
+  if (type >= 0)
+    H5Tclose(type);
   free(buf);
   return st;
 }
@@ -336,11 +328,14 @@ static rf_status write_shards(hid_t g, const rf_results_run *run) {
   rf_status st = RF_OK;
   hid_t type = H5I_INVALID_HID;
   hsize_t dims[1] = {(hsize_t)(run->shards ? RF_MAX(run->shard_count, 0) : 0)};
-  RF_H5_GOTO(type = H5Tcreate(H5T_COMPOUND, sizeof(rf_shard_digest)), done);
-  RF_H5_GOTO(H5Tinsert(type, "rank", HOFFSET(rf_shard_digest, rank), H5T_NATIVE_INT32), done);
-  RF_H5_GOTO(H5Tinsert(type, "tensor", HOFFSET(rf_shard_digest, tensor), H5T_NATIVE_INT32), done);
-  RF_H5_GOTO(H5Tinsert(type, "role", HOFFSET(rf_shard_digest, role), H5T_NATIVE_INT32), done);
-  RF_H5_GOTO(H5Tinsert(type, "xxh3", HOFFSET(rf_shard_digest, xxh3), H5T_NATIVE_UINT64), done);
+  const rf_results_field fields[] = {
+      RF_FIELD("rank", rf_shard_digest, rank, H5T_NATIVE_INT32),
+      RF_FIELD("tensor", rf_shard_digest, tensor, H5T_NATIVE_INT32),
+      RF_FIELD("role", rf_shard_digest, role, H5T_NATIVE_INT32),
+      RF_FIELD("xxh3", rf_shard_digest, xxh3, H5T_NATIVE_UINT64),
+  };
+  RF_TRY_GOTO(
+      rf_results_compound(sizeof(rf_shard_digest), fields, (int)RF_ARRAY_LEN(fields), &type), done);
   RF_TRY_GOTO(rf_results_dataset(g, "shards", type, 1, dims, run->shards), done);
   RF_TRY_GOTO(rf_results_attr_str(g, "shards", "description",
                                   "xxh3 is XXH3-64 of the shard's bytes; rank is the world "
