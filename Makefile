@@ -73,7 +73,7 @@ SANITIZE_LABELS ?= unit|cli
 sanitize: deps
 	$(call configure,build-sanitize,-DREFIT_ASAN=ON -DREFIT_UBSAN=ON -DREFIT_CUDA=OFF)
 	cmake --build build-sanitize -j$(NPROC)
-	LSAN_OPTIONS=$(LSAN) UBSAN_OPTIONS=print_stacktrace=1 REFIT_TEST_SLACK=30 \
+	LSAN_OPTIONS=$(LSAN) UBSAN_OPTIONS=print_stacktrace=1 REFIT_TEST_SLACK=30 REFIT_TEST_REPEATS=5 \
 	  $(CTEST) --test-dir build-sanitize -L '$(SANITIZE_LABELS)'
 
 # The libFuzzer targets of tests/fuzz/ (clang), each run for FUZZ_SECONDS from its seed corpus

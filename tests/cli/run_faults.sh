@@ -94,9 +94,10 @@ else
 fi
 
 # A bad config file under mpirun -np 4: the other ranks must not exit (and get mpirun to kill
-# rank 0) before rank 0 has printed its line; 50 times, the one line every time.
+# rank 0) before rank 0 has printed its line; 50 times, the one line every time
+# (REFIT_TEST_REPEATS times: `make sanitize` makes it 5, each run being slow there).
 printf '{"model": "tiny", "trainer": "fsdp=2", "rollout": "tp=2", "bucket_sise": "1MiB"}\n' >"$TMP/bad.json"
-for i in $(seq 50); do
+for i in $(seq "${REFIT_TEST_REPEATS:-50}"); do
   expect_error_mpi 2 "refit: error: $TMP/bad.json:1:59: unknown key 'bucket_sise'; see refit run --help" \
     "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$TMP/bad.json"
 done
