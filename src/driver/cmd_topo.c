@@ -86,9 +86,10 @@ rf_status rf_cmd_topo(const rf_config *cfg) {
   rf_topo_place *place = NULL;
   rf_link_info *links = NULL;
   int nlinks = 0;
-  /* Only NCCL refuses two ranks on one GPU; ipc and mpi share one between processes. */
+  /* Only NCCL refuses two ranks on one GPU; ipc and mpi share one between processes. The
+   * machine described may have transports this build lacks. */
   const rf_transport_ops *transport = NULL;
-  RF_TRY(rf_transport_find(cfg->transport, &transport));
+  RF_TRY(rf_transport_describe(cfg->transport, &transport));
   rf_topo_place_options o = {.device = (int)cfg->device,
                              .gpu_per_rank = transport->gpu_per_rank ? transport->name : NULL,
                              .bind = cfg->bind};

@@ -1,5 +1,7 @@
 /* The registry of transports compiled into this build: ipc joins the table in builds with
- * CUDA, nccl in builds with CUDA and NCCL; this is the only place that knows which exist. */
+ * CUDA, nccl in builds with CUDA and NCCL; this is the only place that knows which exist.
+ * Those left out are still described (what they need, for `refit topo` planning another
+ * machine's placement), by entries that cannot be opened. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +15,32 @@ static const rf_transport_ops *const registry[] = {
 #ifdef REFIT_HAVE_CUDA
     &rf_transport_ipc,
 #endif
+};
+
+#if !defined(REFIT_HAVE_NCCL) || !defined(REFIT_HAVE_CUDA)
+static rf_status absent_init(rf_transport *tp) {
+  return rf_fail(RF_ERR_USAGE, "transport %s is not in this build (it needs CUDA%s)", tp->ops->name,
+                 strcmp(tp->ops->name, "nccl") == 0 ? " and NCCL" : "");
+}
+#endif
+
+/* The same needs as the real tables (transport_nccl.c, transport_ipc.c). */
+static const rf_transport_ops *const absent[] = {
+#ifndef REFIT_HAVE_NCCL
+    &(const rf_transport_ops){.name = "nccl",
+                              .memory = RF_MEM_DEVICE,
+                              .gpu_per_rank = 1,
+                              .limit = RF_LIMIT_NCCL,
+                              .init = absent_init},
+#endif
+#ifndef REFIT_HAVE_CUDA
+    &(const rf_transport_ops){.name = "ipc",
+                              .memory = RF_MEM_DEVICE,
+                              .gpu_per_rank = 0,
+                              .limit = RF_LIMIT_DEVICE_COPY,
+                              .init = absent_init},
+#endif
+    NULL,
 };
 
 int rf_transport_count(void) { return (int)RF_ARRAY_LEN(registry); }
@@ -38,6 +66,15 @@ rf_status rf_transport_find(const char *name, const rf_transport_ops **out) {
   rf_transport_names(names, sizeof names);
   return rf_fail(RF_ERR_USAGE, "option --transport: '%s' is not in this build; available: %s", name,
                  names);
+}
+
+rf_status rf_transport_describe(const char *name, const rf_transport_ops **out) {
+  for (int i = 0; absent[i]; i++)
+    if (strcmp(absent[i]->name, name) == 0) {
+      *out = absent[i];
+      return RF_OK;
+    }
+  return rf_transport_find(name, out);
 }
 
 rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, const rf_plan *plan,

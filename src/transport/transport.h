@@ -77,6 +77,9 @@ int rf_transport_count(void);
 const rf_transport_ops *rf_transport_at(int index);
 /* Finds a transport by name; an unknown name logs one line listing the available ones. */
 rf_status rf_transport_find(const char *name, const rf_transport_ops **out);
+/* Like rf_transport_find, but also finds the transports this build leaves out, to say what
+ * they need (a GPU per rank) when planning for another machine; those cannot be opened. */
+rf_status rf_transport_describe(const char *name, const rf_transport_ops **out);
 /* "mpi, nccl, ipc": the names, for --help. */
 void rf_transport_names(char *buf, size_t len);
 
