@@ -103,8 +103,11 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
   snprintf(mine.nic, sizeof mine.nic, "%s", rec->place.nic);
   rf_rank_info *all =
       ctl->world_rank == 0 ? rf_calloc((size_t)ctl->world_size, sizeof *all, "rank table") : NULL;
-  rf_status st =
-      rf_control_gather(ctl, ctl->world, &mine, all, (int)sizeof mine, MPI_BYTE, "the rank table");
+  /* Rank 0 without its table would hand the gather a NULL buffer: the ranks agree first. */
+  rf_status st = rf_control_agree(ctl, ctl->world_rank == 0 && !all ? RF_ERR_NOMEM : RF_OK);
+  if (st == RF_OK)
+    st = rf_control_gather(ctl, ctl->world, &mine, all, (int)sizeof mine, MPI_BYTE,
+                           "the rank table");
   if (st == RF_OK && all) {
     const rf_model *m = &job->model;
     char job_line[512];
@@ -135,7 +138,7 @@ static rf_status open_checkpoint(rf_control *ctl, const rf_config *cfg, run_setu
   int nt = rs->job.model.tensor_count;
   uint64_t *mine = rf_calloc((size_t)nt, sizeof *mine, "checkpoint checksums");
   uint64_t *all = ctl->world_rank == 0 ? rf_calloc((size_t)nt, sizeof *all, "checksums") : NULL;
-  st = mine ? RF_OK : RF_ERR_NOMEM;
+  st = mine && (all || ctl->world_rank != 0) ? RF_OK : RF_ERR_NOMEM;
   for (int t = ctl->world_rank; t < nt && st == RF_OK; t += ctl->world_size)
     st = rf_checkpoint_checksum(rs->checkpoint, t, &mine[t]);
   st = rf_control_agree(ctl, st);

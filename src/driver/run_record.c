@@ -53,7 +53,10 @@ static rf_status gather_digests(rf_control *ctl, rf_engine *e, rf_shard_digest *
     counts = rf_calloc((size_t)ctl->world_size, sizeof *counts, "digest counts");
     displs = rf_calloc((size_t)ctl->world_size, sizeof *displs, "digest counts");
   }
-  rf_status st = RF_OK;
+  /* Rank 0 without its arrays would hand the gathers NULL buffers: the ranks agree first. */
+  rf_status st = rf_control_agree(ctl, rank0 && (!counts || !displs) ? RF_ERR_NOMEM : RF_OK);
+  if (st != RF_OK)
+    goto done;
   RF_TRY_GOTO(rf_control_gather(ctl, ctl->world, &n, counts, 1, MPI_INT, "the shard digest counts"),
               done);
   *total = 0;
@@ -64,6 +67,7 @@ static rf_status gather_digests(rf_control *ctl, rf_engine *e, rf_shard_digest *
   }
   if (rank0)
     *all = rf_calloc((size_t)*total + 1, sizeof **all, "shard digests");
+  RF_TRY_GOTO(rf_control_agree(ctl, rank0 && !*all ? RF_ERR_NOMEM : RF_OK), done);
   st = rf_control_gatherv(ctl, ctl->world, mine, n * (int)sizeof *mine, rank0 ? *all : NULL, counts,
                           displs, MPI_BYTE, "the shard digests");
 done:
