@@ -66,7 +66,7 @@ static void fixture_init(fixture *fx, uint64_t salt) {
   res->timings = fx->timings;
   res->wrong = 0;
   res->checksum_bad = 0;
-  rf_run_result_summarise(res);
+  ASSERT_OK(rf_run_result_summarise(res));
 
   fx->run = (rf_results_run){.config_json = "{\"model\": \"tiny\"}",
                              .model = "tiny",

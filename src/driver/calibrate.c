@@ -94,7 +94,8 @@ static double column_median(double *times, int n, int k) {
     if (v[i] < 0)
       return -1.0;
   }
-  return rf_stats_of(v, n).median;
+  rf_stats s;
+  return rf_stats_of(v, n, &s) == RF_OK ? s.median : -1.0; /* -1: not measured, said above */
 }
 
 /* Device buffers for the device copy and the GPU transfer, or none when this rank cannot have

@@ -231,7 +231,8 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
     res->status = st;
     if (st == RF_OK && (res->wrong > 0 || res->checksum_bad > 0))
       res->status = RF_ERR_VERIFY;
-    rf_run_result_summarise(res);
+    if (st == RF_OK)
+      st = rf_run_result_summarise(res);
   }
   free(mine);
   if (st == RF_OK)

@@ -192,7 +192,11 @@ static rf_status write_summary(hid_t g, const rf_run_result *res) {
         if (rank == 0 || row[(size_t)rank * RF_PHASE_COUNT + p] > slowest[it])
           slowest[it] = row[(size_t)rank * RF_PHASE_COUNT + p];
     }
-    rf_stats s = rf_stats_of(slowest, iterations);
+    rf_stats s;
+    if (rf_stats_of(slowest, iterations, &s) != RF_OK) {
+      free(slowest);
+      return RF_ERR_NOMEM;
+    }
     memset(&rows[p], 0, sizeof rows[p]);
     snprintf(rows[p].phase, sizeof rows[p].phase, "%s", rf_phase_name((rf_phase)p));
     rows[p].min = s.min;

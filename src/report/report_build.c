@@ -172,17 +172,19 @@ static rf_status add_spread(rf_report_table *t, int file, const rf_loaded_run *r
   }
   for (int i = 0; i < n; i++)
     all[i] = r->timings[(size_t)i * RF_PHASE_COUNT + RF_PHASE_TOTAL];
-  rf_stats s = rf_stats_of(all, n);
+  rf_stats s, m;
+  rf_status st = rf_stats_of(all, n, &s);
   double fastest = INFINITY, slowest = -INFINITY;
-  for (int k = 0; k < r->timing_ranks; k++) {
+  for (int k = 0; k < r->timing_ranks && st == RF_OK; k++) {
     for (int i = 0; i < r->timing_iterations; i++)
       per_rank[i] = all[i * r->timing_ranks + k];
-    double m = rf_stats_of(per_rank, r->timing_iterations).median;
-    fastest = RF_MIN(fastest, m);
-    slowest = RF_MAX(slowest, m);
+    st = rf_stats_of(per_rank, r->timing_iterations, &m);
+    fastest = RF_MIN(fastest, m.median);
+    slowest = RF_MAX(slowest, m.median);
   }
   free(all);
   free(per_rank);
+  RF_TRY(st);
   rf_report_cell *row = rf_report_table_row(t);
   if (!row)
     return RF_ERR_NOMEM;

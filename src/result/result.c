@@ -15,13 +15,14 @@ static int compare_doubles(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-rf_stats rf_stats_of(const double *values, int count) {
+rf_status rf_stats_of(const double *values, int count, rf_stats *out) {
   rf_stats s = {0};
+  *out = s;
   if (count <= 0 || !values)
-    return s;
+    return RF_OK;
   double *sorted = rf_malloc((size_t)count * sizeof *sorted, "sorted timings");
   if (!sorted)
-    return s;
+    return RF_ERR_NOMEM;
   memcpy(sorted, values, (size_t)count * sizeof *sorted);
   qsort(sorted, (size_t)count, sizeof *sorted, compare_doubles);
 
@@ -37,17 +38,18 @@ rf_stats rf_stats_of(const double *values, int count) {
   int64_t rank = (99 * (int64_t)count + 99) / 100;
   s.p99 = sorted[rank - 1];
   free(sorted);
-  return s;
+  *out = s;
+  return RF_OK;
 }
 
-void rf_run_result_summarise(rf_run_result *r) {
+rf_status rf_run_result_summarise(rf_run_result *r) {
   r->total = (rf_stats){0};
   r->algbw = r->aggbw = 0.0;
   if (!r->timings || r->iterations <= 0 || r->ranks <= 0)
-    return;
+    return RF_OK;
   double *slowest = rf_malloc((size_t)r->iterations * sizeof *slowest, "per-iteration times");
   if (!slowest)
-    return;
+    return RF_ERR_NOMEM;
   /* An iteration is over only when its slowest rank is done, so that rank's total is the
    * iteration's time. */
   for (int it = 0; it < r->iterations; it++) {
@@ -59,10 +61,11 @@ void rf_run_result_summarise(rf_run_result *r) {
     }
     slowest[it] = worst;
   }
-  r->total = rf_stats_of(slowest, r->iterations);
+  rf_status st = rf_stats_of(slowest, r->iterations, &r->total);
   free(slowest);
   if (r->total.median > 0.0) {
     r->algbw = (double)r->replica_bytes / r->total.median / 1e9;
     r->aggbw = (double)r->transfer_bytes / r->total.median / 1e9;
   }
+  return st;
 }

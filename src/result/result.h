@@ -40,7 +40,7 @@ RF_ENUM_DECLARE(rf_limit);
 typedef struct {
   double min, median, p99, max, mean;
 } rf_stats;
-rf_stats rf_stats_of(const double *values, int count);
+rf_status rf_stats_of(const double *values, int count, rf_stats *out);
 
 /* One row of the table: one run (one mode/plan/transport/bucket combination). */
 typedef struct {
@@ -65,7 +65,7 @@ typedef struct {
 } rf_run_result;
 
 /* Fills total, algbw and aggbw from timings. */
-void rf_run_result_summarise(rf_run_result *r);
+rf_status rf_run_result_summarise(rf_run_result *r);
 
 /* Per-rank identity and placement for the header lines. The string sizes are topo.h's
  * (RF_TOPO_BUSID_MAX, RF_TOPO_CPUS_MAX, RF_TOPO_NAME_MAX); "-" means none. */
