@@ -87,6 +87,9 @@ static rf_status discover(rf_topo *topo) {
   return RF_OK;
 }
 
+/* The most refit reads of a topology file: a large server's XML is a few MiB. */
+#define RF_TOPO_XML_MAX ((size_t)64 << 20)
+
 static rf_status load(rf_topo **out, const char *xml_path, const char *synthetic) {
   *out = NULL;
   rf_topo *topo = rf_calloc(1, sizeof *topo, "topology");
@@ -98,6 +101,7 @@ static rf_status load(rf_topo **out, const char *xml_path, const char *synthetic
   }
   topo->have_hw = 1;
   rf_status st = RF_OK;
+  char *xml = NULL;
   /* hwloc leaves PCI bridges and OS devices out by default; the PCI path is the point. */
   hwloc_topology_set_io_types_filter(topo->hw, HWLOC_TYPE_FILTER_KEEP_ALL);
   /* The placement is decided before any CUDA call, and must not make one: hwloc's CUDA and
@@ -114,15 +118,16 @@ static rf_status load(rf_topo **out, const char *xml_path, const char *synthetic
       goto done;
     }
   } else if (xml_path && xml_path[0]) {
-    /* hwloc's own message for a missing file is vague; say which file and why. */
-    FILE *f = fopen(xml_path, "r");
-    if (!f) {
-      st = rf_fail(RF_ERR_CONFIG, "topology file '%s' cannot be read: %s", xml_path,
-                   strerror(errno));
+    /* Read here, not by hwloc: its message for a missing file is vague, and a FIFO or a
+     * device must neither hang the job nor feed it without end. */
+    char why[128];
+    size_t len = 0;
+    xml = rf_read_input(xml_path, RF_TOPO_XML_MAX, &len, why, sizeof why);
+    if (!xml) {
+      st = rf_fail(RF_ERR_CONFIG, "topology file '%s' cannot be read: %s", xml_path, why);
       goto done;
     }
-    fclose(f);
-    if (hwloc_topology_set_xml(topo->hw, xml_path) < 0) {
+    if (hwloc_topology_set_xmlbuffer(topo->hw, xml, (int)len + 1) < 0) {
       st = rf_fail(RF_ERR_CONFIG, "topology file '%s' does not load as hwloc XML", xml_path);
       goto done;
     }
@@ -135,6 +140,7 @@ static rf_status load(rf_topo **out, const char *xml_path, const char *synthetic
   }
   st = discover(topo);
 done:
+  free(xml); /* hwloc has copied what it needs by now */
   if (st != RF_OK)
     rf_topo_free(topo);
   else

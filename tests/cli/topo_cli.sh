@@ -56,6 +56,10 @@ assert d["ranks"][5]["trainer"] is None and d["ranks"][5]["rollout"] == 1
 E="refit: error:"
 expect_error 2 "$E topology file '$TMP/none.xml' cannot be read: No such file or directory" \
   "$REFIT" topo --topology-xml "$TMP/none.xml"
+# A FIFO is refused at once instead of blocking in open (the bound guards against a hang).
+mkfifo "$TMP/fifo.xml"
+expect_error 2 "$E topology file '$TMP/fifo.xml' cannot be read: is a FIFO, not a regular file" \
+  timeout 10 "$REFIT" topo --topology-xml "$TMP/fifo.xml"
 echo '<topology><garbage' >"$TMP/bad.xml"
 expect_error 2 "refit: error: topology file '$TMP/bad.xml' does not load as hwloc XML" \
   "$REFIT" topo --topology-xml "$TMP/bad.xml"
