@@ -52,13 +52,14 @@ static int objs_in(hwloc_topology_t t, hwloc_obj_type_t type, hwloc_const_cpuset
 }
 
 /* Splits the NUMA node's cores (else its hardware threads) evenly among the ranks placed
- * there, in rank order. Returns 0 when there are more ranks than hardware threads. */
+ * there, in rank order. Returns 1 when done, 0 when there are more ranks than hardware
+ * threads, -1 when memory ran out (logged). */
 static int split_numa(hwloc_topology_t t, hwloc_obj_t numa, const int *ranks, int k,
                       rf_topo_place *out) {
   int max = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
   hwloc_obj_t *units = rf_calloc((size_t)max + 1, sizeof *units, "core list");
   if (!units)
-    return 0;
+    return -1;
   int n = objs_in(t, HWLOC_OBJ_CORE, numa->cpuset, units);
   if (n < k)
     n = objs_in(t, HWLOC_OBJ_PU, numa->cpuset, units);
@@ -67,6 +68,10 @@ static int split_numa(hwloc_topology_t t, hwloc_obj_t numa, const int *ranks, in
     return 0;
   }
   hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  if (!set) {
+    free(units);
+    return -1;
+  }
   for (int j = 0; j < k; j++) {
     hwloc_bitmap_zero(set);
     for (int u = j * n / k; u < (j + 1) * n / k; u++)
@@ -94,7 +99,10 @@ static rf_status bind_cpus(const rf_topo *topo, const rf_topo_place_options *o,
         ranks[k++] = r;
     if (k == 0)
       continue;
-    if (o->bind != RF_BIND_NUMA && split_numa(t, numa, ranks, k, out))
+    int split = o->bind != RF_BIND_NUMA ? split_numa(t, numa, ranks, k, out) : 0;
+    if (split < 0)
+      st = RF_ERR_NOMEM;
+    if (split != 0)
       continue;
     if (o->bind == RF_BIND_CORES) {
       st = rf_fail(RF_ERR_USAGE,
