@@ -261,10 +261,12 @@ char *rf_read_input(const char *path, size_t max, size_t *len, char *why, size_t
 /* Formats a byte count with binary units ("1.50 GiB") into buf. */
 const char *rf_format_bytes(int64_t bytes, char *buf, size_t len);
 
-/* A growable byte string, for building JSON, help text and tables without fixed buffers. */
+/* A growable byte string, for building JSON, help text and tables without fixed buffers. When
+ * memory runs out the text stops growing and `failed` is set: whoever writes it out checks. */
 typedef struct {
   char *data;
   size_t len, cap;
+  int failed;
 } rf_strbuf;
 void rf_strbuf_printf(rf_strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void rf_strbuf_free(rf_strbuf *sb);

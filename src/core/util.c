@@ -104,8 +104,10 @@ void rf_strbuf_printf(rf_strbuf *sb, const char *fmt, ...) {
     while (cap < sb->len + (size_t)need + 1)
       cap *= 2;
     char *p = realloc(sb->data, cap);
-    if (!p)
-      return; /* The text is truncated; callers only build messages and tables with it. */
+    if (!p) {
+      sb->failed = 1;
+      return;
+    }
     sb->data = p;
     sb->cap = cap;
   }

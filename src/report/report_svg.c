@@ -218,8 +218,10 @@ static void series(const rf_report_chart *c, rf_strbuf *out, double top) {
   int plot_w = WIDTH - LEFT - RIGHT, plot_h = HEIGHT - TOP - BOTTOM;
   double band = (double)plot_w / c->categories;
   double *stack = rf_calloc((size_t)c->categories, sizeof *stack, "chart stacks");
-  if (!stack)
+  if (!stack) {
+    out->failed = 1; /* the page is not written without its series */
     return;
+  }
   for (int s = 0; s < c->series; s++) {
     const char *colour = colour_of(c, s);
     rf_strbuf_printf(out, "<g class=\"series\" data-series=\"");

@@ -42,7 +42,7 @@ static rf_status write_file(const char *dir, const char *name, const char *ext,
                             const rf_strbuf *text) {
   char path[1200], tmp[1220];
   snprintf(path, sizeof path, "%s/%s%s", dir, name, ext);
-  if (!text->data)
+  if (!text->data || text->failed)
     return rf_fail(RF_ERR_NOMEM, "out of memory building '%s'", path);
   snprintf(tmp, sizeof tmp, "%s.partial-XXXXXX", path);
   int fd = mkstemp(tmp);
