@@ -12,16 +12,7 @@ rf_status rf_cmd_checkpoint(const rf_config *cfg) {
   if (!cfg->checkpoint[0])
     return rf_fail(RF_ERR_USAGE, "refit checkpoint needs --checkpoint PATH (where to write)");
   rf_model model;
-  RF_TRY(rf_model_load(cfg->model, &model));
-  if (strcmp(cfg->dtype, "model") != 0) {
-    rf_dtype dt;
-    if (rf_dtype_parse(cfg->dtype, &dt) != RF_OK) {
-      rf_model_free(&model);
-      return rf_fail(RF_ERR_USAGE, "option --dtype: '%s' is not one of model|bf16|fp16|fp32",
-                     cfg->dtype);
-    }
-    rf_model_set_dtype(&model, dt);
-  }
+  RF_TRY(rf_job_load_model(cfg, &model));
   /* The writers give every tensor the model's dtype; a tensor that keeps its own (DeepSeek's
    * fp32 router bias) would get a header that does not match its bytes. */
   for (int i = 0; i < model.tensor_count; i++)

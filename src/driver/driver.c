@@ -9,6 +9,20 @@
 #include "io/io.h"
 #include "transport/transport.h"
 
+rf_status rf_job_load_model(const rf_config *cfg, rf_model *model) {
+  RF_TRY(rf_model_load(cfg->model, model));
+  if (strcmp(cfg->dtype, "model") == 0)
+    return RF_OK;
+  rf_dtype dt;
+  if (rf_dtype_parse(cfg->dtype, &dt) != RF_OK) {
+    rf_model_free(model);
+    return rf_fail(RF_ERR_USAGE, "option --dtype: '%s' is not one of model|bf16|fp16|fp32",
+                   cfg->dtype);
+  }
+  rf_model_set_dtype(model, dt);
+  return RF_OK;
+}
+
 rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job) {
   memset(job, 0, sizeof *job);
   /* Checked here rather than by the option table so that a sweep skips a bad value in a
@@ -24,15 +38,8 @@ rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job) {
   job->trainer.order = cfg->trainer_order;
   job->placement = cfg->placement;
 
-  RF_TRY(rf_model_load(cfg->model, &job->model));
+  RF_TRY(rf_job_load_model(cfg, &job->model));
   job->have_model = 1;
-  if (strcmp(cfg->dtype, "model") != 0) {
-    rf_dtype dt;
-    if (rf_dtype_parse(cfg->dtype, &dt) != RF_OK)
-      return rf_fail(RF_ERR_USAGE, "option --dtype: '%s' is not one of model|bf16|fp16|fp32",
-                     cfg->dtype);
-    rf_model_set_dtype(&job->model, dt);
-  }
   RF_TRY(rf_layout_init(&job->layout, &job->model, &job->trainer, &job->rollout, job->placement));
   job->have_layout = 1;
   /* Before the plan, the costly step: a typo like dp=65536 fails at once. After the layout, so

@@ -23,6 +23,8 @@ typedef struct {
  * anything is planned. Errors are one line each; the caller frees the job whatever
  * happens. */
 rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job);
+/* The model of --model with the --dtype override; on error nothing is left to free. */
+rf_status rf_job_load_model(const rf_config *cfg, rf_model *model);
 /* Builds the job's plan again with `options` (the topology's distances), keeping its kind.
  * `refit run` and `refit topo` plan with the machine; `refit plan` does not. */
 rf_status rf_job_replan(rf_job *job, const rf_plan_options *options);

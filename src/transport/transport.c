@@ -28,6 +28,7 @@ static rf_status absent_init(rf_transport *tp) {
 static const rf_transport_ops *const absent[] = {
 #ifndef REFIT_HAVE_NCCL
     &(const rf_transport_ops){.name = "nccl",
+                              .description = "it needs CUDA and NCCL",
                               .memory = RF_MEM_DEVICE,
                               .gpu_per_rank = 1,
                               .limit = RF_LIMIT_NCCL,
@@ -35,6 +36,7 @@ static const rf_transport_ops *const absent[] = {
 #endif
 #ifndef REFIT_HAVE_CUDA
     &(const rf_transport_ops){.name = "ipc",
+                              .description = "it needs CUDA",
                               .memory = RF_MEM_DEVICE,
                               .gpu_per_rank = 0,
                               .limit = RF_LIMIT_DEVICE_COPY,
