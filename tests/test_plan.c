@@ -2,143 +2,11 @@
  * plan kinds, and exact totals derived by hand for Llama-3.1-8B. */
 #include <stdlib.h>
 
-#include "plan/plan.h"
-#include "test.h"
+#include "plan_checks.h"
 
 static const char *models[] = {"tiny",          "llama-3.2-1b",   "llama-3.1-8b",
                                "llama-3.1-70b", "llama-3.1-405b", "gemma-2b",
                                "gemma-7b",      "gemma-2-9b",     "gemma-3-1b"};
-
-static const rf_plan *sort_plan;
-
-/* Orders pieces by stage, tensor and destination so each destination's pieces are adjacent. */
-static int by_destination(const void *a, const void *b) {
-  const rf_piece *x = &sort_plan->pieces[*(const int *)a];
-  const rf_piece *y = &sort_plan->pieces[*(const int *)b];
-  if (x->stage != y->stage)
-    return x->stage - y->stage;
-  if (x->tensor != y->tensor)
-    return x->tensor - y->tensor;
-  return x->dst - y->dst;
-}
-
-static int box_inside(const rf_box *in, const rf_box *out) {
-  rf_box x;
-  return rf_box_intersect(in, out, &x) && rf_box_equal(&x, in);
-}
-
-/* What destination `dst` of a stage must end up holding. */
-static rf_box wanted(const rf_plan *plan, const rf_piece *p) {
-  if (p->stage == RF_STAGE_RESHAPE)
-    return plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->dst];
-  return rf_layout_rollout_box(plan->layout, p->tensor, p->dst);
-}
-
-/* Every wanted element is covered exactly once: the kept parts of one destination's pieces
- * are pairwise disjoint and add up to the wanted box; every source holds what it sends. */
-static void check_coverage(const rf_plan *plan) {
-  const rf_layout *lay = plan->layout;
-  int n = plan->piece_count;
-  int *idx = malloc((size_t)n * sizeof *idx);
-  for (int i = 0; i < n; i++)
-    idx[i] = i;
-  sort_plan = plan;
-  qsort(idx, (size_t)n, sizeof *idx, by_destination);
-  int64_t *covered = calloc((size_t)RF_MAX(lay->trainer_ranks, lay->rollout_ranks) *
-                                (size_t)lay->model->tensor_count * 2,
-                            sizeof *covered);
-  for (int a = 0; a < n;) {
-    int b = a;
-    const rf_piece *first = &plan->pieces[idx[a]];
-    while (b < n && by_destination(&idx[a], &idx[b]) == 0)
-      b++;
-    rf_box want = wanted(plan, first);
-    int64_t sum = 0;
-    for (int i = a; i < b; i++) {
-      const rf_piece *p = &plan->pieces[idx[i]];
-      rf_box held = p->stage == RF_STAGE_TRANSFER && plan->kind == RF_PLAN_STAR
-                        ? plan->coupling[(size_t)p->tensor * lay->trainer_ranks + p->src]
-                        : rf_layout_trainer_box(lay, p->tensor, p->src);
-      ASSERT_TRUE(box_inside(&p->box, &held));
-      ASSERT_EQ(p->bytes, rf_box_numel(&p->box) * rf_dtype_size(lay->model->dtype));
-      rf_box kept_i, kept_j, both;
-      /* A star piece of a whole embedding may hold none of what its destination keeps. */
-      int kept_any = rf_box_intersect(&p->box, &want, &kept_i);
-      ASSERT_TRUE(kept_any || (plan->kind == RF_PLAN_STAR && p->stage == RF_STAGE_TRANSFER));
-      sum += rf_box_numel(&kept_i);
-      for (int j = a; j < i; j++) {
-        rf_box_intersect(&plan->pieces[idx[j]].box, &want, &kept_j);
-        ASSERT_FALSE(rf_box_intersect(&kept_i, &kept_j, &both));
-      }
-    }
-    ASSERT_EQ(sum, rf_box_numel(&want));
-    a = b;
-  }
-  /* Every destination that wants anything got a group: count groups against wants. */
-  int64_t groups = 0, wants = 0;
-  for (int a = 0; a < n; a++)
-    groups += a == 0 || by_destination(&idx[a - 1], &idx[a]) != 0;
-  for (int t = 0; t < lay->model->tensor_count; t++) {
-    for (int r = 0; r < lay->rollout_ranks; r++) {
-      rf_box w = rf_layout_rollout_box(lay, t, r);
-      wants += !rf_box_is_empty(&w);
-    }
-    if (plan->kind == RF_PLAN_STAR)
-      wants += lay->trainer_ranks;
-  }
-  ASSERT_EQ(groups, wants);
-  free(covered);
-  free(idx);
-}
-
-/* Bytes sent = bytes received = what every rollout rank holds, plus star's extras. */
-static void check_bytes(const rf_plan *plan, int by_load) {
-  const rf_layout *lay = plan->layout;
-  int64_t held = 0, sent = 0, recv = 0, max_tensor = 0;
-  for (int t = 0; t < lay->model->tensor_count; t++) {
-    max_tensor = RF_MAX(max_tensor, lay->model->tensors[t].bytes);
-    for (int r = 0; r < lay->rollout_ranks; r++) {
-      rf_box b = rf_layout_rollout_box(lay, t, r);
-      held += rf_box_numel(&b) * rf_dtype_size(lay->model->dtype);
-    }
-  }
-  /* Balance is about links: local copies (colocated ranks) are not sends. */
-  int64_t *remote = calloc((size_t)lay->trainer_ranks, sizeof *remote);
-  for (int i = 0; i < plan->piece_count; i++)
-    if (plan->pieces[i].stage == RF_STAGE_TRANSFER && !rf_piece_is_local(plan, &plan->pieces[i]))
-      remote[plan->pieces[i].src] += plan->pieces[i].bytes;
-  int64_t min_send = INT64_MAX, max_send = 0;
-  for (int i = 0; i < lay->trainer_ranks; i++) {
-    sent += plan->send_bytes[i];
-    min_send = RF_MIN(min_send, remote[i]);
-    max_send = RF_MAX(max_send, remote[i]);
-  }
-  free(remote);
-  for (int r = 0; r < lay->rollout_ranks; r++)
-    recv += plan->recv_bytes[r];
-  ASSERT_EQ(sent, recv);
-  ASSERT_EQ(sent, plan->transfer_bytes);
-  ASSERT_EQ(plan->transfer_bytes, held + plan->extra_bytes);
-  if (plan->kind == RF_PLAN_P2P) {
-    ASSERT_EQ(plan->extra_bytes, 0);
-    ASSERT_EQ(plan->reshape_count, 0);
-    /* Disaggregated: balanced within one tensor's worth (when only load decides: a machine's
-     * distances come first). Colocated: a rank's own trainer shard is used first whenever it
-     * holds the piece, which may unbalance the links. */
-    if (lay->placement == RF_PLACEMENT_DISAGGREGATED && by_load)
-      ASSERT_LE(max_send - min_send, max_tensor);
-    for (int i = 0; lay->placement == RF_PLACEMENT_COLOCATED && i < plan->piece_count; i++) {
-      const rf_piece *p = &plan->pieces[i];
-      int own = -1;
-      rf_layout_roles(lay, rf_piece_dst_world(plan, p), &own, NULL);
-      rf_box mine = own >= 0 ? rf_layout_trainer_box(lay, p->tensor, own) : p->box;
-      if (own >= 0 && box_inside(&p->box, &mine))
-        ASSERT_EQ(p->src, own);
-    }
-  }
-  if (lay->rollout.tp == 1 && lay->rollout.dp == 1)
-    ASSERT_EQ(held, lay->model->total_bytes);
-}
 
 /* Llama-3.1-8B, trainer fsdp=4,tp=2 (tunix) -> rollout tp=4, derived by hand:
  * every rollout rank receives a quarter of the sharded weights plus all 65 norms, and every
@@ -146,8 +14,8 @@ static void check_bytes(const rf_plan *plan, int by_load) {
 static void test_llama8b_totals(void) {
   rf_model m;
   ASSERT_OK(rf_model_load("llama-3.1-8b", &m));
-  rf_trainer_layout tl = {4, 2, 1, RF_STYLE_TUNIX, RF_ORDER_HF};
-  rf_rollout_layout rl = {4, 1};
+  rf_trainer_layout tl = {.fsdp = 4, .tp = 2, .dp = 1, .ep = 1, .pp = 1, .style = RF_STYLE_TUNIX};
+  rf_rollout_layout rl = {.tp = 4, .dp = 1};
   rf_layout lay;
   ASSERT_OK(rf_layout_init(&lay, &m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED));
   rf_plan plan;
@@ -177,55 +45,6 @@ static void test_llama8b_totals(void) {
   rf_model_free(&m);
 }
 
-static int pick(const int *v, int n) { return v[rand() % n]; }
-
-/* A made-up machine for the source choice: nodes of `per_node` consecutive world ranks, an
- * arbitrary distance inside a node, one larger distance between nodes. */
-typedef struct {
-  int per_node;
-  int *node_of;
-} test_machine;
-
-static int test_distance(void *ctx, int a, int b) {
-  const test_machine *m = ctx;
-  if (a == b)
-    return 0;
-  if (m->node_of[a] != m->node_of[b])
-    return 5;
-  return 1 + (a * 7 + b * 3) % 4;
-}
-
-/* Replays the rule the planner promises, the naive way: every piece of the stage that chooses
- * sources comes from the nearest trainer rank holding exactly its elements' box, then the
- * least loaded so far, then the lowest rank; load counts bytes that leave the process. */
-static void check_choices(const rf_plan *plan, const rf_plan_options *o) {
-  const rf_layout *lay = plan->layout;
-  rf_stage choosing = plan->kind == RF_PLAN_STAR ? RF_STAGE_RESHAPE : RF_STAGE_TRANSFER;
-  int64_t *load = calloc((size_t)lay->trainer_ranks, sizeof *load);
-  ASSERT_TRUE(load);
-  for (int i = 0; i < plan->piece_count; i++) {
-    const rf_piece *p = &plan->pieces[i];
-    if (p->stage != (int32_t)choosing)
-      continue;
-    int dst_world = rf_piece_dst_world(plan, p), best = -1, best_dist = 0;
-    for (int r = 0; r < lay->trainer_ranks; r++) {
-      rf_box held = rf_layout_trainer_box(lay, p->tensor, r), x;
-      if (!rf_box_intersect(&held, &p->box, &x) || !rf_box_equal(&x, &p->box))
-        continue;
-      int w = rf_layout_trainer_world_rank(lay, r);
-      int d = o && o->distance ? o->distance(o->distance_ctx, w, dst_world) : w != dst_world;
-      if (best < 0 || d < best_dist || (d == best_dist && load[r] < load[best])) {
-        best = r;
-        best_dist = d;
-      }
-    }
-    ASSERT_EQ(p->src, best);
-    if (!rf_piece_is_local(plan, p))
-      load[p->src] += p->bytes;
-  }
-  free(load);
-}
-
 int main(void) {
   test_llama8b_totals();
   srand(20261202);
@@ -237,9 +56,14 @@ int main(void) {
     ASSERT_OK(rf_model_load(models[mi], &m));
     int big = m.total_params > 20000000000LL;
     for (int trial = 0; trial < (big ? 3 : 12); trial++) {
-      rf_trainer_layout tl = {pick(sizes, 4), pick(sizes, big ? 3 : 4), 1 + rand() % 2,
-                              (rf_trainer_style)(rand() % 2), RF_ORDER_HF};
-      rf_rollout_layout rl = {pick(sizes, 4) * (rand() % 3 == 0 ? 2 : 1), 1 + rand() % 2};
+      rf_trainer_layout tl = {.fsdp = pick(sizes, 4),
+                              .tp = pick(sizes, big ? 3 : 4),
+                              .dp = 1 + rand() % 2,
+                              .ep = 1,
+                              .pp = 1,
+                              .style = (rf_trainer_style)(rand() % 2)};
+      rf_rollout_layout rl = {.tp = pick(sizes, 4) * (rand() % 3 == 0 ? 2 : 1),
+                              .dp = 1 + rand() % 2};
       rf_placement pl = (rf_placement)(rand() % 2);
       rf_layout lay;
       if (rf_layout_init(&lay, &m, &tl, &rl, pl) != RF_OK) {
@@ -266,6 +90,12 @@ int main(void) {
           ASSERT_OK(st);
           check_coverage(&plan);
           check_bytes(&plan, o == NULL);
+          if (kind == RF_PLAN_P2P && choice == 0) {
+            int64_t written = 0;
+            for (int r = 0; r < lay.rollout_ranks; r++)
+              written += check_slots(&lay, r);
+            ASSERT_EQ(written, plan.transfer_bytes);
+          }
           check_choices(&plan, o);
           built++;
           rf_plan_free(&plan);

@@ -150,7 +150,7 @@ static void test_pairing(void) {
   rf_model m;
   rf_layout lay;
   rf_plan plan;
-  rf_trainer_layout tl = {.fsdp = 2, .tp = 1, .dp = 3};
+  rf_trainer_layout tl = {.fsdp = 2, .tp = 1, .dp = 3, .ep = 1, .pp = 1};
   rf_rollout_layout rl = {.tp = 2, .dp = 1};
   ASSERT_OK(rf_model_load("llama-3.2-1b", &m));
   ASSERT_OK(rf_layout_init(&lay, &m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED));
@@ -224,7 +224,7 @@ static void test_pairing_table(void) {
   rf_model m;
   rf_layout lay;
   rf_plan plan;
-  rf_trainer_layout tl = {.fsdp = 1, .tp = 1, .dp = 2};
+  rf_trainer_layout tl = {.fsdp = 1, .tp = 1, .dp = 2, .ep = 1, .pp = 1};
   rf_rollout_layout rl = {.tp = 1, .dp = 1};
   ASSERT_OK(rf_model_load("tiny", &m));
   ASSERT_OK(rf_layout_init(&lay, &m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED));

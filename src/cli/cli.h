@@ -58,10 +58,11 @@ typedef struct {
   char config[RF_PATH_MAX];       /* --config */
   char model[RF_PATH_MAX];        /* --model NAME|PATH */
   char dtype[16];                 /* --dtype model|bf16|fp16|fp32 */
-  char trainer[64];               /* --trainer fsdp=F,tp=T[,dp=D] */
+  char trainer[64];               /* --trainer fsdp=F,tp=T[,ep=E][,pp=S][,dp=D] */
   rf_trainer_style trainer_style; /* --trainer-style tunix|fsdp2 */
   rf_trainer_order trainer_order; /* --trainer-order hf|jax */
-  char rollout[64];               /* --rollout tp=R[,dp=P] */
+  char rollout[64];               /* --rollout tp=R[,dp=P][,ep] */
+  int64_t rollout_rank;           /* --rollout-rank N: whose manifest plan --json lists */
   rf_placement placement;         /* --placement disaggregated|colocated */
   rf_plan_kind plan;              /* --plan p2p|star */
   rf_mode_list mode;              /* --mode unfused|grouped|fused, or a comma-separated list */

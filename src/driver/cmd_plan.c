@@ -29,7 +29,38 @@ static json_t *int_array(const int64_t *v, int n) {
   return a;
 }
 
-static rf_status print_json(const rf_job *job) {
+/* What one rollout rank receives, in vLLM's names and shapes, for comparison with the engine's
+ * named_parameters(): every rank has every tensor (an expert-parallel rank's w13_weight holds
+ * its own experts only). */
+static json_t *rollout_manifest(const rf_layout *lay) {
+  json_t *a = json_array();
+  for (int i = 0; i < lay->rollout_tensor_count; i++) {
+    const rf_rollout_tensor *rt = &lay->rollout_tensors[i];
+    json_t *e = json_object(), *shape = json_array();
+    for (int d = 0; d < rt->vllm_ndim; d++)
+      json_array_append_new(shape, json_integer(rt->vllm_shape[d]));
+    json_object_set_new(e, "name", json_string(rt->name));
+    json_object_set_new(e, "shape", shape);
+    json_object_set_new(e, "dtype", json_string(rf_dtype_name(rt->dtype)));
+    json_object_set_new(e, "bytes", json_integer(rt->bytes));
+    json_array_append_new(a, e);
+  }
+  return a;
+}
+
+/* The experts a rollout rank holds, as [first, last], or an empty array without experts. */
+static json_t *manifest_experts(const rf_layout *lay, int rank) {
+  json_t *a = json_array();
+  int64_t E = lay->model->experts, group = lay->expert_group ? lay->expert_group : E;
+  if (E) {
+    int64_t first = lay->expert_group ? rank * group : 0;
+    json_array_append_new(a, json_integer(first));
+    json_array_append_new(a, json_integer(first + group - 1));
+  }
+  return a;
+}
+
+static rf_status print_json(const rf_job *job, int manifest_rank) {
   const rf_plan *plan = &job->plan;
   const rf_layout *lay = &job->layout;
   const rf_model *m = &job->model;
@@ -73,6 +104,9 @@ static rf_status print_json(const rf_job *job) {
   json_object_set_new(o, "reshape_send_bytes",
                       int_array(plan->reshape_send_bytes, lay->trainer_ranks));
   json_object_set_new(o, "digest", json_string(digest));
+  json_object_set_new(o, "rollout_manifest_rank", json_integer(manifest_rank));
+  json_object_set_new(o, "rollout_manifest_experts", manifest_experts(lay, manifest_rank));
+  json_object_set_new(o, "rollout_manifest", rollout_manifest(lay));
   char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   json_decref(o);
   if (!text)
@@ -103,8 +137,8 @@ static void print_text(const rf_job *job) {
          rf_format_bytes(m->total_bytes, size, sizeof size));
   printf("%-16s %d logical, %d per rollout rank (fused)\n", "tensors", m->tensor_count,
          lay->rollout_tensor_count);
-  printf("%-16s %s (%s), %d ranks\n", "trainer", trainer,
-         job->trainer.style == RF_STYLE_FSDP2 ? "fsdp2" : "tunix", lay->trainer_ranks);
+  printf("%-16s %s (%s), %d ranks, numbered tp fastest, then fsdp, ep, pp, dp\n", "trainer",
+         trainer, job->trainer.style == RF_STYLE_FSDP2 ? "fsdp2" : "tunix", lay->trainer_ranks);
   printf("%-16s %s, %d ranks\n", "rollout", rollout, lay->rollout_ranks);
   printf("%-16s %s, world size %d\n", "placement",
          job->placement == RF_PLACEMENT_COLOCATED ? "colocated" : "disaggregated", lay->world_size);
@@ -131,9 +165,12 @@ static void print_text(const rf_job *job) {
 rf_status rf_cmd_plan(const rf_config *cfg) {
   rf_job job;
   rf_status st = rf_job_build(cfg, 0, &job);
+  if (st == RF_OK && cfg->rollout_rank >= job.layout.rollout_ranks)
+    st = rf_fail(RF_ERR_USAGE, "--rollout-rank %lld: rollout %s has ranks 0 to %d; choose one",
+                 (long long)cfg->rollout_rank, cfg->rollout, job.layout.rollout_ranks - 1);
   if (st == RF_OK) {
     if (cfg->json)
-      st = print_json(&job);
+      st = print_json(&job, (int)cfg->rollout_rank);
     else
       print_text(&job);
   }

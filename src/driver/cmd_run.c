@@ -319,11 +319,13 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
     st = rf_control_handshake(ctl, &desc);
   if (st == RF_OK)
     st = rf_control_agree(ctl, print_header(ctl, cfg, &rs.job, rs.memory, &rs.record));
-  /* Rank 0 refuses a results file that is not refit's before anything moves. */
-  if (st == RF_OK)
-    st = rf_control_agree(ctl, rf_record_open(&rs.record, ctl, cfg));
+  /* A checkpoint that does not match the model (a missing expert, a truncated file) stops the
+   * job before the results file is touched; then rank 0 refuses a results file that is not
+   * refit's, before anything moves. */
   if (st == RF_OK && cfg->checkpoint[0])
     st = open_checkpoint(ctl, cfg, &rs);
+  if (st == RF_OK)
+    st = rf_control_agree(ctl, rf_record_open(&rs.record, ctl, cfg));
   if (st == RF_OK && rs.memory == RF_MEM_DEVICE)
     st = select_gpu(ctl, cfg, &placement);
   rf_transport tp;

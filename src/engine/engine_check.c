@@ -152,7 +152,10 @@ rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout
       int replica = e->rollout_rank / lay->rollout.tp;
       if (!rf_box_is_empty(&held) && lowest_rollout_holder(lay, t, e->rollout_rank, &held)) {
         RF_TRY(rf_checksum_region_on(e->memory, &r, &held, &m->tensors[t], m->dtype, &sum));
-        rollout[(size_t)replica * m->tensor_count + t] += sum;
+        /* An expert under rollout ep lives on one rank and serves every replica. */
+        int shared = rf_layout_rollout_shared(lay, t);
+        for (int p = shared ? 0 : replica; p < (shared ? lay->rollout.dp : replica + 1); p++)
+          rollout[(size_t)p * m->tensor_count + t] += sum;
       }
     }
   }

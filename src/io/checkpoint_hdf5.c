@@ -96,7 +96,10 @@ static int classify(hid_t ty, int bf16, rf_dtype *dt, char *desc, size_t len) {
 static rf_status check_dataset(rf_checkpoint *c, const rf_tensor *t, int64_t file_size) {
   hid_t f = (hid_t)c->h5_file;
   if (H5Lexists(f, t->name, H5P_DEFAULT) <= 0)
-    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s is missing", c->path, t->name);
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s is missing; is it a checkpoint of model %s? refit "
+                   "checkpoint writes a complete one",
+                   c->path, t->name, c->model->name);
   hid_t d = H5Dopen2(f, t->name, H5P_DEFAULT);
   if (d < 0)
     return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s is not a dataset", c->path,

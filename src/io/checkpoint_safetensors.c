@@ -112,7 +112,10 @@ static rf_status check_tensor(rf_checkpoint *c, int fi, json_t *header, const rf
   const ck_file *f = &c->files[fi];
   json_t *e = json_object_get(header, t->name);
   if (!e)
-    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s is missing", f->path, t->name);
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s is missing; is it a checkpoint of model %s? refit "
+                   "checkpoint writes a complete one",
+                   f->path, t->name, c->model->name);
   json_t *dtype = json_object_get(e, "dtype"), *shape = json_object_get(e, "shape"),
          *offsets = json_object_get(e, "data_offsets");
   int64_t dims[8], begin, end;
@@ -240,7 +243,10 @@ static rf_status open_sharded(rf_checkpoint *c, const char *dir, const char *ind
     const rf_tensor *t = &c->model->tensors[i];
     json_t *file = json_object_get(map, t->name);
     if (!file) {
-      st = rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s is missing", index_path, t->name);
+      st = rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s is missing; is it a checkpoint of model %s? refit "
+                   "checkpoint writes a complete one",
+                   index_path, t->name, c->model->name);
       break;
     }
     if (!json_is_string(file)) {

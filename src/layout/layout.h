@@ -1,10 +1,14 @@
 /* layout: where every element of every logical tensor lives, on the trainer (its mesh and
- * style) and on the rollout engine (vLLM tensor parallelism with fused qkv/gate_up tensors).
+ * style) and on the rollout engine (vLLM tensor parallelism with fused qkv/gate_up tensors,
+ * stacked FusedMoE expert tensors and, with ep, expert parallelism).
  *
  * Boxes are half-open rectangles in a tensor's logical (HF) coordinates; 1-D tensors use
- * dim 0 only, with dim 1 fixed to [0, 1). Trainer ranks are numbered d*F*T + f*T + t (tp
- * fastest, then fsdp, then trainer replica); rollout ranks p*R + r (tp rank r of engine
- * replica p). */
+ * dim 0 only, with dim 1 fixed to [0, 1). A rank that does not hold a tensor at all (another
+ * pipeline stage's layer, another ep rank's expert) has an empty box.
+ *
+ * Trainer ranks are numbered ((((d*PP + s)*EP + x)*F + f)*T + t): tp fastest, then fsdp, then
+ * expert parallelism, then pipeline stage, then trainer replica. Rollout ranks are p*R + r (tp
+ * rank r of engine replica p); with rollout ep, expert e lives on rollout rank e / (E/(R*P)). */
 #ifndef RF_LAYOUT_H
 #define RF_LAYOUT_H
 
@@ -39,15 +43,19 @@ RF_ENUM_DECLARE(rf_placement);
 
 typedef struct {
   int fsdp, tp, dp; /* the mesh is fsdp x tp, replicated dp times */
+  int ep;           /* expert parallelism: each ep rank holds E/ep whole experts */
+  int pp;           /* pipeline stages: contiguous runs of layers */
   rf_trainer_style style;
   rf_trainer_order order;
 } rf_trainer_layout;
 
 typedef struct {
   int tp, dp; /* dp = engine replicas, each a vLLM TP group of tp ranks */
+  int ep;     /* 1 = vLLM's --enable-expert-parallel: experts over all tp*dp ranks */
 } rf_rollout_layout;
 
-/* Parse "fsdp=4,tp=2[,dp=2]" and "tp=4[,dp=2]"; missing axes are 1. Errors name the text. */
+/* Parse "fsdp=4,tp=2[,dp=2][,ep=8][,pp=4]" and "tp=4[,dp=2][,ep]"; missing axes are 1 (ep on
+ * the rollout is a bare word). Errors name the text. */
 rf_status rf_trainer_layout_parse(const char *text, rf_trainer_layout *out);
 rf_status rf_rollout_layout_parse(const char *text, rf_rollout_layout *out);
 void rf_trainer_layout_format(const rf_trainer_layout *t, char *buf, int len);
@@ -64,13 +72,18 @@ rf_status rf_layout_check_world(const rf_trainer_layout *t, const rf_rollout_lay
                                 rf_placement placement, int world_size);
 void rf_rollout_layout_format(const rf_rollout_layout *r, char *buf, int len);
 
-/* One tensor of a rollout rank in vLLM's own naming (qkv_proj, gate_up_proj, ...). Every TP
- * rank of the engine has the same list with the same shapes. */
+/* One tensor of a rollout rank in vLLM's own naming (qkv_proj, gate_up_proj, experts.w13_weight,
+ * ...). Every rollout rank has the same list with the same shapes. refit addresses it as a 2-D
+ * array of `shape`; vLLM's FusedMoE tensors are 3-D ([experts, rows, cols], `vllm_shape`), which
+ * is the same memory with the expert and row dimensions merged. */
 typedef struct {
   char name[RF_NAME_MAX];
   int ndim;
   int64_t shape[2];
+  int vllm_ndim;
+  int64_t vllm_shape[3];
   int64_t numel;
+  rf_dtype dtype; /* its members' dtype */
   int64_t bytes;
 } rf_rollout_tensor;
 
@@ -94,10 +107,13 @@ typedef struct {
   rf_trainer_layout trainer;
   rf_rollout_layout rollout;
   rf_placement placement;
-  int trainer_ranks; /* F*T*D */
+  int trainer_ranks; /* F*T*EP*PP*D */
   int rollout_ranks; /* R*P */
   int world_size;    /* disaggregated: trainer + rollout; colocated: the larger */
   int64_t vocab_padded;
+
+  int64_t expert_group; /* rollout ep: experts per rollout rank; 0 without ep */
+  int *stage_first;     /* [pp + 1]: the first layer of each pipeline stage */
 
   rf_dim_split (*trainer_split)[2]; /* [tensor][dim] */
   rf_rollout_slot *slots;           /* [tensor] */
@@ -119,18 +135,26 @@ int rf_layout_rollout_world_rank(const rf_layout *lay, int rollout_rank);
 /* The roles of a world rank: its trainer and rollout rank, or -1. */
 void rf_layout_roles(const rf_layout *lay, int world_rank, int *trainer_rank, int *rollout_rank);
 
-/* The box of tensor `tensor` stored on a trainer rank. */
+/* The pipeline stage that holds a tensor: its layer's, 0 for the embeddings, the last for the
+ * final norm and lm_head. Stage s holds layers [stage_first[s], stage_first[s+1]). */
+int rf_layout_tensor_stage(const rf_layout *lay, int tensor);
+/* The box of tensor `tensor` stored on a trainer rank (empty when its stage or ep rank does
+ * not hold it). */
 rf_box rf_layout_trainer_box(const rf_layout *lay, int tensor, int trainer_rank);
 /* With --trainer-order jax, 2-D linear weights (and lm_head) are stored transposed, the way
  * the JAX trainer keeps them ([in, out]); embeddings and 1-D tensors keep HF order. */
 int rf_layout_trainer_transposed(const rf_layout *lay, int tensor);
 
-/* The box of a tensor held by a rollout rank (never empty for a valid layout, except vocab
- * ranges that fall wholly into vLLM's padding). */
+/* The box of a tensor held by a rollout rank (empty for vocab ranges that fall wholly into
+ * vLLM's padding, and with rollout ep for the experts of other ranks). */
 rf_box rf_layout_rollout_box(const rf_layout *lay, int tensor, int rollout_rank);
 /* Whether the rollout engine splits the tensor over its TP ranks (norms are replicated). */
 int rf_layout_rollout_sharded(const rf_layout *lay, int tensor);
-/* The rollout dimension that TP splits (0 for column-parallel, 1 for row-parallel), or -1. */
+/* The rollout dimension that TP splits (0 for column-parallel, 1 for row-parallel), or -1
+ * (replicated, or a whole expert on one rank under rollout ep). */
 int rf_layout_rollout_split_dim(const rf_layout *lay, int tensor);
+/* Whether a rollout rank's copy of the tensor serves every engine replica (an expert under
+ * rollout ep lives on one rank of the whole rollout group) rather than its own replica only. */
+int rf_layout_rollout_shared(const rf_layout *lay, int tensor);
 
 #endif

@@ -1,5 +1,5 @@
-/* Parsing and printing of layout strings ("fsdp=4,tp=2,dp=2", "tp=4") and the names of the
- * trainer's style and order and of the placement. */
+/* Parsing and printing of layout strings ("fsdp=4,tp=2,ep=8,pp=4,dp=2", "tp=4,dp=2,ep") and the
+ * names of the trainer's style and order and of the placement. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,12 +17,13 @@ rf_box rf_box_whole(const rf_tensor *t) {
 }
 
 /* Parses "key=value,key=value" against a list of allowed axis names; values are positive
- * integers. Each axis may appear once; absent axes are 1. */
+ * integers. Each axis may appear once; absent axes are 1. A name in `flags` may also stand
+ * alone ("ep"), which sets it to 1 where it would otherwise be 0. */
 static rf_status parse_axes(const char *what, const char *text, const char *const *names,
-                            int *values, int count, const char *example) {
-  int seen[4] = {0, 0, 0, 0};
+                            int *values, int count, const char *flag, const char *example) {
+  int seen[8] = {0};
   for (int i = 0; i < count; i++)
-    values[i] = 1;
+    values[i] = flag && strcmp(names[i], flag) == 0 ? 0 : 1;
   if (!text || !*text)
     return rf_fail(RF_ERR_USAGE, "%s layout is empty; use e.g. %s", what, example);
   const char *p = text;
@@ -31,6 +32,18 @@ static rf_status parse_axes(const char *what, const char *text, const char *cons
     const char *end = strchr(p, ',');
     if (!end)
       end = p + strlen(p);
+    if (flag && (size_t)(end - p) == strlen(flag) && strncmp(p, flag, strlen(flag)) == 0) {
+      for (int i = 0; i < count; i++)
+        if (strcmp(names[i], flag) == 0 && seen[i]++)
+          return rf_fail(RF_ERR_USAGE, "%s layout '%s': axis '%s' given twice", what, text, flag);
+      for (int i = 0; i < count; i++)
+        if (strcmp(names[i], flag) == 0)
+          values[i] = 1;
+      p = *end ? end + 1 : end;
+      if (*end && !*p)
+        return rf_fail(RF_ERR_USAGE, "%s layout '%s' ends with ','", what, text);
+      continue;
+    }
     if (!eq || eq > end)
       return rf_fail(RF_ERR_USAGE, "%s layout '%s': '%.*s' is not axis=size; use e.g. %s", what,
                      text, (int)(end - p), p, example);
@@ -72,7 +85,7 @@ static rf_status check_rank_count(const char *what, const char *text, int64_t ra
 
 int rf_layout_ranks_needed(const rf_trainer_layout *t, const rf_rollout_layout *r,
                            rf_placement placement) {
-  int trainer = t->fsdp * t->tp * t->dp, rollout = r->tp * r->dp;
+  int trainer = t->fsdp * t->tp * t->ep * t->pp * t->dp, rollout = r->tp * r->dp;
   return placement == RF_PLACEMENT_COLOCATED ? RF_MAX(trainer, rollout) : trainer + rollout;
 }
 
@@ -91,34 +104,48 @@ rf_status rf_layout_check_world(const rf_trainer_layout *t, const rf_rollout_lay
 }
 
 rf_status rf_trainer_layout_parse(const char *text, rf_trainer_layout *out) {
-  static const char *const names[] = {"fsdp", "tp", "dp"};
-  int v[3];
-  RF_TRY(parse_axes("trainer", text, names, v, 3, "fsdp=4,tp=2 or fsdp=2,tp=2,dp=2"));
+  static const char *const names[] = {"fsdp", "tp", "dp", "ep", "pp"};
+  int v[5];
+  RF_TRY(parse_axes("trainer", text, names, v, 5, NULL, "fsdp=4,tp=2 or fsdp=2,tp=2,ep=8,pp=4"));
   out->fsdp = v[0];
   out->tp = v[1];
   out->dp = v[2];
-  return check_rank_count("trainer", text, (int64_t)v[0] * v[1] * v[2]);
+  out->ep = v[3];
+  out->pp = v[4];
+  return check_rank_count("trainer", text, (int64_t)v[0] * v[1] * v[2] * v[3] * v[4]);
 }
 
 rf_status rf_rollout_layout_parse(const char *text, rf_rollout_layout *out) {
-  static const char *const names[] = {"tp", "dp"};
-  int v[2];
-  RF_TRY(parse_axes("rollout", text, names, v, 2, "tp=4 or tp=2,dp=2"));
+  static const char *const names[] = {"tp", "dp", "ep"};
+  int v[3];
+  RF_TRY(parse_axes("rollout", text, names, v, 3, "ep", "tp=4 or tp=2,dp=2 or tp=8,ep"));
+  if (v[2] != 0 && v[2] != 1)
+    return rf_fail(RF_ERR_USAGE,
+                   "rollout layout '%s': ep is a switch (vLLM's --enable-expert-parallel over "
+                   "all tp*dp ranks), not a size; write ep",
+                   text);
   out->tp = v[0];
   out->dp = v[1];
+  out->ep = v[2];
   return check_rank_count("rollout", text, (int64_t)v[0] * v[1]);
 }
 
+/* Axes of size 1 beyond the first two are left out, so dense layouts print as they always
+ * have. */
 void rf_trainer_layout_format(const rf_trainer_layout *t, char *buf, int len) {
+  char ep[16] = "", pp[16] = "", dp[16] = "";
+  if (t->ep > 1)
+    snprintf(ep, sizeof ep, ",ep=%d", t->ep);
+  if (t->pp > 1)
+    snprintf(pp, sizeof pp, ",pp=%d", t->pp);
   if (t->dp > 1)
-    snprintf(buf, (size_t)len, "fsdp=%d,tp=%d,dp=%d", t->fsdp, t->tp, t->dp);
-  else
-    snprintf(buf, (size_t)len, "fsdp=%d,tp=%d", t->fsdp, t->tp);
+    snprintf(dp, sizeof dp, ",dp=%d", t->dp);
+  snprintf(buf, (size_t)len, "fsdp=%d,tp=%d%s%s%s", t->fsdp, t->tp, ep, pp, dp);
 }
 
 void rf_rollout_layout_format(const rf_rollout_layout *r, char *buf, int len) {
+  char dp[16] = "";
   if (r->dp > 1)
-    snprintf(buf, (size_t)len, "tp=%d,dp=%d", r->tp, r->dp);
-  else
-    snprintf(buf, (size_t)len, "tp=%d", r->tp);
+    snprintf(dp, sizeof dp, ",dp=%d", r->dp);
+  snprintf(buf, (size_t)len, "tp=%d%s%s", r->tp, dp, r->ep ? ",ep" : "");
 }

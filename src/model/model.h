@@ -70,6 +70,7 @@ typedef struct {
   char name[RF_NAME_MAX]; /* HF name, e.g. "model.layers.3.self_attn.q_proj.weight" */
   rf_tensor_kind kind;
   int layer;        /* -1 for embeddings, lm_head and the final norm */
+  int expert;       /* a routed expert's index in its layer, else -1 */
   int ndim;         /* 1 or 2 */
   int64_t shape[2]; /* shape[1] == 1 for 1-D tensors */
   int64_t numel;

@@ -35,6 +35,7 @@ static rf_status add(rf_model *m, const char *path, rf_tensor_kind kind, int lay
   snprintf(t->name, sizeof t->name, "%s%s", prefix, suffix);
   t->kind = kind;
   t->layer = layer;
+  t->expert = -1;
   t->ndim = cols ? 2 : 1;
   t->shape[0] = rows;
   t->shape[1] = cols ? cols : 1;
@@ -132,6 +133,7 @@ static rf_status add_expert(lister *l, rf_moe_style style, int64_t e) {
       return rf_fail(RF_ERR_INTERNAL, "model %s: expert name too long", l->path);
     int down = parts[i].kind == RF_T_EXPERT_DOWN;
     RF_TRY(put(l, parts[i].kind, down ? d : fe, down ? fe : d, suffix));
+    l->m->tensors[l->m->tensor_count - 1].expert = (int)e;
   }
   return RF_OK;
 }

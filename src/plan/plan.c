@@ -20,7 +20,7 @@ rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, i
   pc->src = src;
   pc->dst = dst;
   pc->box = *box;
-  pc->bytes = rf_box_numel(box) * rf_dtype_size(plan->layout->model->dtype);
+  pc->bytes = rf_box_numel(box) * rf_dtype_size(plan->layout->model->tensors[tensor].dtype);
   return RF_OK;
 }
 
@@ -66,7 +66,6 @@ static rf_status compute_totals(rf_plan *plan) {
   plan->recv_bytes = rf_calloc((size_t)lay->rollout_ranks, sizeof(int64_t), "plan totals");
   if (!plan->send_bytes || !plan->reshape_send_bytes || !plan->recv_bytes)
     return RF_ERR_NOMEM;
-  int esize = rf_dtype_size(lay->model->dtype);
   for (int i = 0; i < plan->piece_count; i++) {
     const rf_piece *p = &plan->pieces[i];
     int local = rf_piece_is_local(plan, p);
@@ -85,7 +84,8 @@ static rf_status compute_totals(rf_plan *plan) {
     plan->transfer_bytes += p->bytes;
     rf_box held = rf_layout_rollout_box(lay, p->tensor, p->dst), kept;
     rf_box_intersect(&p->box, &held, &kept);
-    plan->extra_bytes += p->bytes - rf_box_numel(&kept) * esize;
+    plan->extra_bytes +=
+        p->bytes - rf_box_numel(&kept) * rf_dtype_size(lay->model->tensors[p->tensor].dtype);
   }
   XXH3_state_t *h = XXH3_createState();
   if (!h)
@@ -94,6 +94,11 @@ static rf_status compute_totals(rf_plan *plan) {
   int32_t head[8] = {plan->kind,         lay->trainer.fsdp, lay->trainer.tp, lay->trainer.dp,
                      lay->trainer.style, lay->rollout.tp,   lay->rollout.dp, lay->placement};
   XXH3_64bits_update(h, head, sizeof head);
+  /* The axes that came with expert parallelism, only where used: dense plans keep the digests
+   * they have always had. */
+  int32_t moe[3] = {lay->trainer.ep, lay->trainer.pp, lay->rollout.ep};
+  if (moe[0] != 1 || moe[1] != 1 || moe[2] != 0)
+    XXH3_64bits_update(h, moe, sizeof moe);
   XXH3_64bits_update(h, plan->pieces, (size_t)plan->piece_count * sizeof *plan->pieces);
   plan->digest = XXH3_64bits_digest(h);
   XXH3_freeState(h);

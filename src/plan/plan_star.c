@@ -61,6 +61,10 @@ rf_status plan_build_star(plan_builder *b) {
   rf_plan *plan = b->plan;
   const rf_layout *lay = plan->layout;
   int T = lay->trainer_ranks, R = lay->rollout.tp, P = lay->rollout.dp;
+  if (lay->rollout.ep)
+    return rf_fail(RF_ERR_LAYOUT,
+                   "plan star: a star sends every engine replica the same boxes, and rollout "
+                   "ep puts each expert on one rank of all replicas; use --plan p2p");
   if (!is_power_of_two(T) || !is_power_of_two(R))
     return rf_fail(RF_ERR_LAYOUT,
                    "plan star: %d trainer ranks and rollout tp=%d must both be powers of two "

@@ -156,7 +156,8 @@ emit("overlap.safetensors",
      "tensors model.embed_tokens.weight and model.layers.0.self_attn.q_proj.weight overlap in "
      "the file")
 emit("missing.safetensors", patched(lambda h: h.pop("model.layers.0.mlp.up_proj.weight"))[0],
-     "tensor model.layers.0.mlp.up_proj.weight is missing")
+     "tensor model.layers.0.mlp.up_proj.weight is missing; is it a checkpoint of model tiny? "
+     "refit checkpoint writes a complete one")
 emit("shape.safetensors",
      patched(lambda h: h["model.layers.0.mlp.down_proj.weight"].update(shape=[128, 64]))[0],
      "tensor model.layers.0.mlp.down_proj.weight has shape [128, 64], the model needs [64, 128]")

@@ -48,14 +48,45 @@ expect_error 2 "refit: error: layout: model.layers.0.self_attn.q_proj.weight dim
   "$REFIT" plan --model "$TMP/Qwen2-0.5B/config.json" --trainer fsdp=1 --rollout tp=4
 expect_error 2 "refit: error: layout: model.layers.0.self_attn.k_proj.weight dim 0 has 2 kv heads, which neither divide over nor replicate evenly across rollout tp=7; choose a rollout tp that divides or is a multiple of 2" \
   "$REFIT" plan --model "$TMP/Qwen2-0.5B/config.json" --trainer fsdp=1 --rollout tp=7
-# Qwen3 is dense (per-head q/k norms) and plans; MoE and MLA models load but do not lay out yet.
+# Qwen3 is dense (per-head q/k norms) and plans.
 expect_exit 0 "$REFIT" plan --model qwen3-8b --trainer fsdp=2,tp=2 --rollout tp=4
 expect_grep "model            qwen3-8b (qwen3, bf16)" "$TMP/out"
 expect_grep "tensors          399 logical, 291 per rollout rank (fused)" "$TMP/out"
-expect_error 2 "refit: error: layout: model mixtral-8x7b has expert (MoE) tensors, which refit does not lay out yet; dense models only for now" \
-  "$REFIT" plan --model mixtral-8x7b --trainer fsdp=2 --rollout tp=2
-expect_error 2 "refit: error: layout: model deepseek-v3 has expert (MoE) and multi-head latent attention (MLA) tensors, which refit does not lay out yet; dense models only for now" \
-  "$REFIT" plan --model deepseek-v3 --trainer fsdp=2,tp=2 --rollout tp=4 --json
+
+# Mixture-of-experts models with expert parallelism and pipeline stages on the trainer; the
+# header says how trainer ranks are numbered.
+expect_exit 0 "$REFIT" plan --model mixtral-8x7b --trainer fsdp=2,tp=2,ep=8,pp=4 --rollout tp=8
+expect_grep "trainer          fsdp=2,tp=2,ep=8,pp=4 (tunix), 128 ranks, numbered tp fastest, then fsdp, ep, pp, dp" "$TMP/out"
+expect_grep "tensors          995 logical, 227 per rollout rank (fused)" "$TMP/out"
+# The manifest of rollout rank 3 of DeepSeek-V3 at tp=8 with ep: experts 96-127 in vLLM's
+# stacked tensors, the fp32 correction bias, MLA's fused a-projection.
+expect_exit 0 "$REFIT" plan --model deepseek-v3 --trainer fsdp=8 --rollout tp=8,ep --json \
+  --rollout-rank 3
+"${PY:-python3}" - "$TMP/out" <<'PYEOF' || fail "DeepSeek-V3 manifest: $(head -c 400 "$TMP/out")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+m = {e["name"]: e for e in d["rollout_manifest"]}
+assert d["rollout_manifest_rank"] == 3 and d["rollout_manifest_experts"] == [96, 127], d
+assert len(m) == 1 + 3 * 10 + 58 * 14 + 2, len(m)
+def expect(name, shape, dtype, nbytes):
+    e = m["model.layers." + name]
+    assert (e["shape"], e["dtype"], e["bytes"]) == (shape, dtype, nbytes), (name, e)
+expect("3.mlp.experts.w13_weight", [32, 4096, 7168], "bf16", 32 * 4096 * 7168 * 2)
+expect("3.mlp.experts.w2_weight", [32, 7168, 2048], "bf16", 32 * 7168 * 2048 * 2)
+expect("60.mlp.gate.e_score_correction_bias", [256], "fp32", 1024)
+expect("0.self_attn.fused_qkv_a_proj.weight", [2112, 7168], "bf16", 2112 * 7168 * 2)
+expect("0.mlp.gate_up_proj.weight", [4608, 7168], "bf16", 4608 * 7168 * 2)
+PYEOF
+expect_error 2 "refit: error: trainer ep=3 does not divide the 8 experts of model mixtral-8x7b; choose an ep that divides 8" \
+  "$REFIT" plan --model mixtral-8x7b --trainer fsdp=2,ep=3 --rollout tp=2
+expect_error 2 "refit: error: trainer pp=33 is more pipeline stages than model mixtral-8x7b has layers (32); choose a pp of at most 32" \
+  "$REFIT" plan --model mixtral-8x7b --trainer pp=33 --rollout tp=2
+expect_error 2 "refit: error: rollout ep puts the 8 experts of model mixtral-8x7b over tp*dp = 6 ranks, which do not divide them; choose tp*dp that divides 8" \
+  "$REFIT" plan --model mixtral-8x7b --trainer fsdp=2 --rollout tp=2,dp=3,ep
+expect_error 2 "refit: error: plan star: a star sends every engine replica the same boxes, and rollout ep puts each expert on one rank of all replicas; use --plan p2p" \
+  "$REFIT" plan --model mixtral-8x7b --trainer fsdp=8 --rollout tp=8,ep --plan star
+expect_error 2 "refit: error: --rollout-rank 8: rollout tp=8 has ranks 0 to 7; choose one" \
+  "$REFIT" plan --model mixtral-8x7b --trainer fsdp=8 --rollout tp=8 --json --rollout-rank 8
 expect_error 2 "refit: error: plan star: 3 trainer ranks and rollout tp=2 must both be powers of two (the reference bridge's stars); use --plan p2p" \
   "$REFIT" plan --model tiny --trainer fsdp=1,tp=1,dp=3 --rollout tp=2 --plan star
 expect_error 2 "refit: error: trainer layout 'fsdp=two': fsdp must be an integer from 1 to 65536, not 'two'" \

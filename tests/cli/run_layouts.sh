@@ -28,10 +28,6 @@ done
 run 3 p2p --model tiny --trainer fsdp=1,tp=1,dp=2 --rollout tp=1               # trainer replicas
 run 4 p2p --model tiny --trainer fsdp=2 --rollout tp=2 --trainer-style fsdp2 --dtype fp16
 
-# An MoE model loads on every rank and is refused by the layout, in one line, before any data.
-expect_error_mpi 2 "refit: error: layout: model tiny-mixtral has expert (MoE) tensors, which refit does not lay out yet; dense models only for now" \
-  "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$DATA/tiny-mixtral.json" --trainer fsdp=2 --rollout tp=2
-
 # One real-sized model: Llama-3.2-1B (2.47 GB), every element checked.
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model llama-3.2-1b --trainer fsdp=2 --rollout tp=2 \
   --mode fused --warmup 0 --iters 1

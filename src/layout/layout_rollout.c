@@ -1,0 +1,292 @@
+/* The rollout engine's side of the layout, following vLLM's model code (docs/architecture.md,
+ * "Layout rules" names the files): tensor-parallel linear layers, the fused qkv_proj,
+ * gate_up_proj and fused_qkv_a_proj tensors, the vocabulary padded to 64 rows, and the stacked
+ * FusedMoE expert tensors w13_weight and w2_weight, split by tp or, with ep, whole experts on
+ * one rank each. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layout_internal.h"
+
+static int expert_parallel(const rf_layout *lay, const rf_tensor *t) {
+  return lay->rollout.ep && t->expert >= 0;
+}
+
+/* Heads of attention tensors split by heads on the rollout, and their width; 0 otherwise. */
+static int64_t rollout_head_width(const rf_model *m, rf_tensor_kind k) {
+  switch (k) {
+  case RF_T_Q:
+  case RF_T_Q_BIAS:
+  case RF_T_O:
+    return m->head_dim;
+  case RF_T_Q_B:
+  case RF_T_MLA_Q:
+    return m->qk_nope_head_dim + m->qk_rope_head_dim;
+  case RF_T_KV_B:
+    return m->qk_nope_head_dim + m->v_head_dim;
+  default:
+    return 0;
+  }
+}
+
+/* The width an MLP-like tensor's tp splits: the dense MLP's, the shared experts' or one
+ * routed expert's; 0 for other kinds. */
+static int64_t mlp_width(const rf_model *m, rf_tensor_kind k) {
+  switch (k) {
+  case RF_T_GATE:
+  case RF_T_UP:
+  case RF_T_DOWN:
+    return m->intermediate;
+  case RF_T_SHARED_GATE:
+  case RF_T_SHARED_UP:
+  case RF_T_SHARED_DOWN:
+    return m->shared_intermediate;
+  case RF_T_EXPERT_GATE:
+  case RF_T_EXPERT_UP:
+  case RF_T_EXPERT_DOWN:
+    return m->expert_intermediate;
+  default:
+    return 0;
+  }
+}
+
+static int row_parallel(rf_tensor_kind k) {
+  return k == RF_T_O || k == RF_T_DOWN || k == RF_T_SHARED_DOWN || k == RF_T_EXPERT_DOWN;
+}
+
+int rf_layout_rollout_split_dim(const rf_layout *lay, int tensor) {
+  const rf_model *m = lay->model;
+  const rf_tensor *t = &m->tensors[tensor];
+  if (lay->rollout.tp == 1)
+    return -1;
+  if (t->kind == RF_T_EMBED || t->kind == RF_T_LM_HEAD)
+    return 0;
+  if (layout_is_kv(t->kind)) /* a single kv head is replicated whole */
+    return m->kv_heads > 1 ? 0 : -1;
+  if (expert_parallel(lay, t) || (!rollout_head_width(m, t->kind) && !mlp_width(m, t->kind)))
+    return -1;
+  return row_parallel(t->kind) ? 1 : 0;
+}
+
+int rf_layout_rollout_sharded(const rf_layout *lay, int tensor) {
+  return rf_layout_rollout_split_dim(lay, tensor) >= 0;
+}
+
+int rf_layout_rollout_shared(const rf_layout *lay, int tensor) {
+  return expert_parallel(lay, &lay->model->tensors[tensor]);
+}
+
+rf_box rf_layout_rollout_box(const rf_layout *lay, int tensor, int rollout_rank) {
+  const rf_model *m = lay->model;
+  const rf_tensor *t = &m->tensors[tensor];
+  int R = lay->rollout.tp, r = rollout_rank % R;
+  rf_box b = rf_box_whole(t);
+  if (expert_parallel(lay, t)) {
+    if (t->expert / lay->expert_group != rollout_rank)
+      b.hi[0] = b.lo[0], b.hi[1] = b.lo[1];
+    return b;
+  }
+  if (t->kind == RF_T_EMBED || t->kind == RF_T_LM_HEAD) {
+    int64_t rows = lay->vocab_padded / R;
+    b.lo[0] = RF_MIN(r * rows, m->vocab);
+    b.hi[0] = RF_MIN((r + 1) * rows, m->vocab);
+  } else if (layout_is_kv(t->kind)) {
+    /* kv heads split when R <= K, replicated when R > K (rank r holds head r / (R/K)). */
+    int64_t first = R <= m->kv_heads ? r * (m->kv_heads / R) : r / (R / m->kv_heads);
+    int64_t count = R <= m->kv_heads ? m->kv_heads / R : 1;
+    b.lo[0] = first * m->head_dim;
+    b.hi[0] = (first + count) * m->head_dim;
+  } else {
+    int dim = rf_layout_rollout_split_dim(lay, tensor);
+    if (dim >= 0) {
+      int64_t part = t->shape[dim] / R;
+      b.lo[dim] = r * part;
+      b.hi[dim] = b.lo[dim] + part;
+    }
+  }
+  return b;
+}
+
+/* vLLM's rules as one-line errors: heads, kv heads, MLP widths and the padded vocabulary must
+ * divide over the rollout tp; `heads` selects the head checks (run first over the model). */
+static rf_status check_rollout(const rf_layout *lay, const rf_tensor *t, int heads) {
+  const rf_model *m = lay->model;
+  int R = lay->rollout.tp;
+  int64_t width = mlp_width(m, t->kind);
+  if (heads && rollout_head_width(m, t->kind) && m->heads % R)
+    return rf_fail(RF_ERR_LAYOUT,
+                   "layout: %s dim %d has %lld heads, which do not divide over rollout tp=%d; "
+                   "choose a rollout tp that divides %lld",
+                   t->name, row_parallel(t->kind) ? 1 : 0, (long long)m->heads, R,
+                   (long long)m->heads);
+  if (heads && layout_is_kv(t->kind) &&
+      ((R <= m->kv_heads && m->kv_heads % R) || (R > m->kv_heads && R % m->kv_heads)))
+    return rf_fail(RF_ERR_LAYOUT,
+                   "layout: %s dim 0 has %lld kv heads, which neither divide over nor "
+                   "replicate evenly across rollout tp=%d; choose a rollout tp that divides "
+                   "or is a multiple of %lld",
+                   t->name, (long long)m->kv_heads, R, (long long)m->kv_heads);
+  if (!heads && width && !expert_parallel(lay, t) && width % R)
+    return rf_fail(RF_ERR_LAYOUT,
+                   "layout: %s dim %d has size %lld, which does not divide over rollout "
+                   "tp=%d; choose a rollout tp that divides %lld%s",
+                   t->name, row_parallel(t->kind) ? 1 : 0, (long long)width, R, (long long)width,
+                   t->expert >= 0 ? " or add ep to the rollout" : "");
+  if (!heads && (t->kind == RF_T_EMBED || t->kind == RF_T_LM_HEAD) && lay->vocab_padded % R)
+    return rf_fail(RF_ERR_LAYOUT,
+                   "layout: %s dim 0 has %lld rows (padded to %lld), which do not divide over "
+                   "rollout tp=%d; choose a rollout tp that divides %lld",
+                   t->name, (long long)m->vocab, (long long)lay->vocab_padded, R,
+                   (long long)lay->vocab_padded);
+  return RF_OK;
+}
+
+/* With ep, vLLM gives each of the tp*dp ranks E/(tp*dp) consecutive experts (its default
+ * linear placement); refit asks that they divide evenly, so every rank's tensors agree. */
+static rf_status init_expert_group(rf_layout *lay) {
+  const rf_model *m = lay->model;
+  int ranks = lay->rollout_ranks;
+  if (!lay->rollout.ep)
+    return RF_OK;
+  if (m->experts == 0)
+    return rf_fail(RF_ERR_USAGE, "rollout ep needs experts, and model %s has none; drop ep",
+                   m->name);
+  if (m->experts % ranks)
+    return rf_fail(RF_ERR_USAGE,
+                   "rollout ep puts the %lld experts of model %s over tp*dp = %d ranks, which "
+                   "do not divide them; choose tp*dp that divides %lld",
+                   (long long)m->experts, m->name, ranks, (long long)m->experts);
+  lay->expert_group = m->experts / ranks;
+  return RF_OK;
+}
+
+/* The vLLM name of the tensor a logical tensor lands in. Fused: q/k/v -> qkv_proj, gate/up ->
+ * gate_up_proj (also the shared experts'), q_a/kv_a -> fused_qkv_a_proj, routed experts ->
+ * experts.w13_weight (gate, up) and experts.w2_weight (down). Every other name is kept. */
+static void rollout_name(const rf_model *m, const rf_tensor *t, char *out, size_t len) {
+  const char *from = NULL, *to = NULL, *suffix = strrchr(t->name, '.');
+  rf_tensor_kind k = t->kind;
+  if (k == RF_T_Q || k == RF_T_Q_BIAS || layout_is_kv(k))
+    from = "self_attn.", to = "qkv_proj";
+  else if (k == RF_T_GATE || k == RF_T_UP)
+    from = "mlp.", to = "gate_up_proj";
+  else if (k == RF_T_SHARED_GATE || k == RF_T_SHARED_UP)
+    from = "shared_experts.", to = "gate_up_proj";
+  else if ((k == RF_T_Q_A || k == RF_T_KV_A) && m->q_lora_rank)
+    from = "self_attn.", to = "fused_qkv_a_proj";
+  else if (t->expert >= 0)
+    from = "experts.", to = k == RF_T_EXPERT_DOWN ? "w2" : "w13", suffix = "_weight";
+  const char *at = from ? strstr(t->name, from) : NULL;
+  if (!at)
+    snprintf(out, len, "%s", t->name);
+  else
+    snprintf(out, len, "%.*s%s%s%s", (int)(at - t->name), t->name, from, to, suffix);
+}
+
+/* The shape of a new rollout tensor, in refit's 2-D view and vLLM's own. */
+static void rollout_shape(const rf_layout *lay, const rf_tensor *t, int fused,
+                          rf_rollout_tensor *rt) {
+  const rf_model *m = lay->model;
+  int R = lay->rollout.tp;
+  int64_t experts = lay->expert_group ? lay->expert_group : m->experts;
+  int64_t fe = m->expert_intermediate / (lay->expert_group ? 1 : R);
+  rf_box b = rf_box_whole(t);
+  int dim = rf_layout_rollout_split_dim(lay, t->id);
+  if (dim >= 0 && !layout_is_kv(t->kind))
+    b.hi[dim] = t->shape[dim] / R;
+  if (layout_is_kv(t->kind))
+    b = rf_layout_rollout_box(lay, t->id, 0);
+  rt->ndim = t->ndim;
+  rt->shape[0] = b.hi[0] - b.lo[0];
+  rt->shape[1] = b.hi[1] - b.lo[1];
+  if (t->kind == RF_T_EMBED || t->kind == RF_T_LM_HEAD)
+    rt->shape[0] = lay->vocab_padded / R; /* vLLM allocates the padding rows too */
+  if (fused && (t->kind == RF_T_Q || t->kind == RF_T_Q_BIAS))
+    rt->shape[0] =
+        m->heads / R * m->head_dim + 2 * (R <= m->kv_heads ? m->kv_heads / R : 1) * m->head_dim;
+  if (fused && (t->kind == RF_T_GATE || t->kind == RF_T_SHARED_GATE))
+    rt->shape[0] = 2 * (mlp_width(m, t->kind) / R);
+  if (fused && t->kind == RF_T_Q_A)
+    rt->shape[0] = m->q_lora_rank + m->kv_lora_rank + m->qk_rope_head_dim;
+  rt->vllm_ndim = rt->ndim;
+  rt->vllm_shape[0] = rt->shape[0];
+  rt->vllm_shape[1] = rt->shape[1];
+  if (t->expert >= 0) {
+    int down = t->kind == RF_T_EXPERT_DOWN;
+    rt->ndim = 2;
+    rt->shape[0] = experts * (down ? m->hidden : 2 * fe);
+    rt->shape[1] = down ? fe : m->hidden;
+    rt->vllm_ndim = 3;
+    rt->vllm_shape[0] = experts;
+    rt->vllm_shape[1] = down ? m->hidden : 2 * fe;
+    rt->vllm_shape[2] = rt->shape[1];
+  }
+}
+
+/* Where a member's held box starts inside its fused tensor, in rows. */
+static int64_t slot_row(const rf_layout *lay, const rf_tensor *t) {
+  const rf_model *m = lay->model;
+  int R = lay->rollout.tp;
+  int64_t q_rows = m->heads / R * m->head_dim;
+  int64_t kv_rows = (R <= m->kv_heads ? m->kv_heads / R : 1) * m->head_dim;
+  int64_t fe = m->expert_intermediate / (lay->expert_group ? 1 : R);
+  int64_t local = lay->expert_group ? t->expert % lay->expert_group : t->expert;
+  switch (t->kind) {
+  case RF_T_K:
+  case RF_T_K_BIAS:
+    return q_rows;
+  case RF_T_V:
+  case RF_T_V_BIAS:
+    return q_rows + kv_rows;
+  case RF_T_UP:
+  case RF_T_SHARED_UP:
+    return mlp_width(m, t->kind) / R;
+  case RF_T_KV_A:
+    return m->q_lora_rank; /* 0 when kv_a_proj_with_mqa stays a tensor of its own */
+  case RF_T_EXPERT_GATE:
+    return local * 2 * fe;
+  case RF_T_EXPERT_UP:
+    return local * 2 * fe + fe;
+  case RF_T_EXPERT_DOWN:
+    return local * m->hidden;
+  default:
+    return 0;
+  }
+}
+
+rf_status layout_init_rollout(rf_layout *lay) {
+  const rf_model *m = lay->model;
+  RF_TRY(init_expert_group(lay));
+  for (int heads = 1; heads >= 0; heads--)
+    for (int i = 0; i < m->tensor_count; i++)
+      RF_TRY(check_rollout(lay, &m->tensors[i], heads));
+  lay->rollout_tensors =
+      rf_calloc((size_t)m->tensor_count, sizeof *lay->rollout_tensors, "rollout tensors");
+  lay->slots = rf_calloc((size_t)m->tensor_count, sizeof *lay->slots, "rollout slots");
+  if (!lay->rollout_tensors || !lay->slots)
+    return RF_ERR_NOMEM;
+  int layer = -2, layer_first = 0;
+  for (int i = 0; i < m->tensor_count; i++) {
+    const rf_tensor *t = &m->tensors[i];
+    char name[RF_NAME_MAX];
+    rollout_name(m, t, name, sizeof name);
+    if (t->layer != layer) /* fused members all belong to one layer */
+      layer = t->layer, layer_first = lay->rollout_tensor_count;
+    int local = -1;
+    for (int j = layer_first; j < lay->rollout_tensor_count && local < 0; j++)
+      if (strcmp(lay->rollout_tensors[j].name, name) == 0)
+        local = j;
+    if (local < 0) {
+      rf_rollout_tensor *rt = &lay->rollout_tensors[local = lay->rollout_tensor_count++];
+      snprintf(rt->name, sizeof rt->name, "%s", name);
+      rollout_shape(lay, t, strcmp(name, t->name) != 0, rt);
+      rt->dtype = t->dtype;
+      rt->numel = rt->shape[0] * rt->shape[1];
+      rt->bytes = rt->numel * rf_dtype_size(rt->dtype);
+    }
+    lay->slots[i].local = local;
+    lay->slots[i].row = slot_row(lay, t);
+  }
+  return RF_OK;
+}

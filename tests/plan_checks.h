@@ -1,0 +1,250 @@
+/* The planner's promises, checked the naive way on any plan: every wanted element covered
+ * exactly once, byte totals that add up, sources chosen by the documented rule, and fused
+ * rollout tensors whose members' slots tile them. Shared by test_plan and test_plan_moe. */
+#ifndef RF_TEST_PLAN_CHECKS_H
+#define RF_TEST_PLAN_CHECKS_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+#include "test.h"
+
+static const rf_plan *sort_plan;
+
+/* Orders pieces by stage, tensor and destination so each destination's pieces are adjacent. */
+static inline int by_destination(const void *a, const void *b) {
+  const rf_piece *x = &sort_plan->pieces[*(const int *)a];
+  const rf_piece *y = &sort_plan->pieces[*(const int *)b];
+  if (x->stage != y->stage)
+    return x->stage - y->stage;
+  if (x->tensor != y->tensor)
+    return x->tensor - y->tensor;
+  return x->dst - y->dst;
+}
+
+static inline int box_inside(const rf_box *in, const rf_box *out) {
+  rf_box x;
+  return rf_box_intersect(in, out, &x) && rf_box_equal(&x, in);
+}
+
+/* What destination `dst` of a stage must end up holding. */
+static inline rf_box wanted(const rf_plan *plan, const rf_piece *p) {
+  if (p->stage == RF_STAGE_RESHAPE)
+    return plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->dst];
+  return rf_layout_rollout_box(plan->layout, p->tensor, p->dst);
+}
+
+/* Every wanted element is covered exactly once: the kept parts of one destination's pieces
+ * are pairwise disjoint and add up to the wanted box; every source holds what it sends. */
+static inline void check_coverage(const rf_plan *plan) {
+  const rf_layout *lay = plan->layout;
+  int n = plan->piece_count;
+  int *idx = malloc((size_t)n * sizeof *idx);
+  for (int i = 0; i < n; i++)
+    idx[i] = i;
+  sort_plan = plan;
+  qsort(idx, (size_t)n, sizeof *idx, by_destination);
+  int64_t *covered = calloc((size_t)RF_MAX(lay->trainer_ranks, lay->rollout_ranks) *
+                                (size_t)lay->model->tensor_count * 2,
+                            sizeof *covered);
+  for (int a = 0; a < n;) {
+    int b = a;
+    const rf_piece *first = &plan->pieces[idx[a]];
+    while (b < n && by_destination(&idx[a], &idx[b]) == 0)
+      b++;
+    rf_box want = wanted(plan, first);
+    int64_t sum = 0;
+    for (int i = a; i < b; i++) {
+      const rf_piece *p = &plan->pieces[idx[i]];
+      rf_box held = p->stage == RF_STAGE_TRANSFER && plan->kind == RF_PLAN_STAR
+                        ? plan->coupling[(size_t)p->tensor * lay->trainer_ranks + p->src]
+                        : rf_layout_trainer_box(lay, p->tensor, p->src);
+      ASSERT_TRUE(box_inside(&p->box, &held));
+      ASSERT_EQ(p->bytes,
+                rf_box_numel(&p->box) * rf_dtype_size(lay->model->tensors[p->tensor].dtype));
+      rf_box kept_i, kept_j, both;
+      /* A star piece of a whole embedding may hold none of what its destination keeps. */
+      int kept_any = rf_box_intersect(&p->box, &want, &kept_i);
+      ASSERT_TRUE(kept_any || (plan->kind == RF_PLAN_STAR && p->stage == RF_STAGE_TRANSFER));
+      sum += rf_box_numel(&kept_i);
+      for (int j = a; j < i; j++) {
+        rf_box_intersect(&plan->pieces[idx[j]].box, &want, &kept_j);
+        ASSERT_FALSE(rf_box_intersect(&kept_i, &kept_j, &both));
+      }
+    }
+    ASSERT_EQ(sum, rf_box_numel(&want));
+    a = b;
+  }
+  /* Every destination that wants anything got a group: count groups against wants. */
+  int64_t groups = 0, wants = 0;
+  for (int a = 0; a < n; a++)
+    groups += a == 0 || by_destination(&idx[a - 1], &idx[a]) != 0;
+  for (int t = 0; t < lay->model->tensor_count; t++) {
+    for (int r = 0; r < lay->rollout_ranks; r++) {
+      rf_box w = rf_layout_rollout_box(lay, t, r);
+      wants += !rf_box_is_empty(&w);
+    }
+    if (plan->kind == RF_PLAN_STAR)
+      wants += lay->trainer_ranks;
+  }
+  ASSERT_EQ(groups, wants);
+  free(covered);
+  free(idx);
+}
+
+/* Bytes sent = bytes received = what every rollout rank holds, plus star's extras. */
+static inline void check_bytes(const rf_plan *plan, int by_load) {
+  const rf_layout *lay = plan->layout;
+  int64_t held = 0, sent = 0, recv = 0, max_tensor = 0;
+  for (int t = 0; t < lay->model->tensor_count; t++) {
+    max_tensor = RF_MAX(max_tensor, lay->model->tensors[t].bytes);
+    for (int r = 0; r < lay->rollout_ranks; r++) {
+      rf_box b = rf_layout_rollout_box(lay, t, r);
+      held += rf_box_numel(&b) * rf_dtype_size(lay->model->tensors[t].dtype);
+    }
+  }
+  /* Balance is about links: local copies (colocated ranks) are not sends. */
+  int64_t *remote = calloc((size_t)lay->trainer_ranks, sizeof *remote);
+  for (int i = 0; i < plan->piece_count; i++)
+    if (plan->pieces[i].stage == RF_STAGE_TRANSFER && !rf_piece_is_local(plan, &plan->pieces[i]))
+      remote[plan->pieces[i].src] += plan->pieces[i].bytes;
+  int64_t min_send = INT64_MAX, max_send = 0;
+  for (int i = 0; i < lay->trainer_ranks; i++) {
+    sent += plan->send_bytes[i];
+    min_send = RF_MIN(min_send, remote[i]);
+    max_send = RF_MAX(max_send, remote[i]);
+  }
+  free(remote);
+  for (int r = 0; r < lay->rollout_ranks; r++)
+    recv += plan->recv_bytes[r];
+  ASSERT_EQ(sent, recv);
+  ASSERT_EQ(sent, plan->transfer_bytes);
+  ASSERT_EQ(plan->transfer_bytes, held + plan->extra_bytes);
+  if (plan->kind == RF_PLAN_P2P) {
+    ASSERT_EQ(plan->extra_bytes, 0);
+    ASSERT_EQ(plan->reshape_count, 0);
+    /* Disaggregated: balanced within one tensor's worth (when only load decides: a machine's
+     * distances come first; ep and pp ranks hold different tensors). Colocated: a rank's own
+     * trainer shard is used first whenever it holds the piece, which may unbalance the links. */
+    if (lay->placement == RF_PLACEMENT_DISAGGREGATED && by_load && lay->trainer.ep == 1 &&
+        lay->trainer.pp == 1)
+      ASSERT_LE(max_send - min_send, max_tensor);
+    for (int i = 0; lay->placement == RF_PLACEMENT_COLOCATED && i < plan->piece_count; i++) {
+      const rf_piece *p = &plan->pieces[i];
+      int own = -1;
+      rf_layout_roles(lay, rf_piece_dst_world(plan, p), &own, NULL);
+      rf_box mine = own >= 0 ? rf_layout_trainer_box(lay, p->tensor, own) : p->box;
+      if (own >= 0 && box_inside(&p->box, &mine))
+        ASSERT_EQ(p->src, own);
+    }
+  }
+  if (lay->rollout.tp == 1 && lay->rollout.dp == 1)
+    ASSERT_EQ(held, lay->model->total_bytes);
+}
+
+static inline int pick(const int *v, int n) { return v[rand() % n]; }
+
+/* A made-up machine for the source choice: nodes of `per_node` consecutive world ranks, an
+ * arbitrary distance inside a node, one larger distance between nodes. */
+typedef struct {
+  int per_node;
+  int *node_of;
+} test_machine;
+
+static inline int test_distance(void *ctx, int a, int b) {
+  const test_machine *m = ctx;
+  if (a == b)
+    return 0;
+  if (m->node_of[a] != m->node_of[b])
+    return 5;
+  return 1 + (a * 7 + b * 3) % 4;
+}
+
+/* Replays the rule the planner promises, the naive way: every piece of the stage that chooses
+ * sources comes from the nearest trainer rank holding exactly its elements' box, then the
+ * least loaded so far, then the lowest rank; load counts bytes that leave the process. */
+static inline void check_choices(const rf_plan *plan, const rf_plan_options *o) {
+  const rf_layout *lay = plan->layout;
+  rf_stage choosing = plan->kind == RF_PLAN_STAR ? RF_STAGE_RESHAPE : RF_STAGE_TRANSFER;
+  int64_t *load = calloc((size_t)lay->trainer_ranks, sizeof *load);
+  ASSERT_TRUE(load);
+  for (int i = 0; i < plan->piece_count; i++) {
+    const rf_piece *p = &plan->pieces[i];
+    if (p->stage != (int32_t)choosing)
+      continue;
+    int dst_world = rf_piece_dst_world(plan, p), best = -1, best_dist = 0;
+    for (int r = 0; r < lay->trainer_ranks; r++) {
+      rf_box held = rf_layout_trainer_box(lay, p->tensor, r), x;
+      if (!rf_box_intersect(&held, &p->box, &x) || !rf_box_equal(&x, &p->box))
+        continue;
+      int w = rf_layout_trainer_world_rank(lay, r);
+      int d = o && o->distance ? o->distance(o->distance_ctx, w, dst_world) : w != dst_world;
+      if (best < 0 || d < best_dist || (d == best_dist && load[r] < load[best])) {
+        best = r;
+        best_dist = d;
+      }
+    }
+    ASSERT_EQ(p->src, best);
+    if (!rf_piece_is_local(plan, p))
+      load[p->src] += p->bytes;
+  }
+  free(load);
+}
+
+/* Orders the members of one rollout rank's fused tensors by tensor, then first local row. */
+typedef struct {
+  int local;
+  int64_t row, rows;
+} slot_span;
+
+static inline int by_local_row(const void *a, const void *b) {
+  const slot_span *x = a, *y = b;
+  if (x->local != y->local)
+    return x->local - y->local;
+  return (x->row > y->row) - (x->row < y->row);
+}
+
+/* Every element of every rollout tensor on rollout rank `rank` is written by exactly one
+ * member's held box: members span the tensor's full width, their local row ranges are
+ * disjoint and cover every row (except the vocabulary's padding rows, which nothing writes).
+ * Returns the bytes written. */
+static inline int64_t check_slots(const rf_layout *lay, int rank) {
+  const rf_model *m = lay->model;
+  slot_span *v = calloc((size_t)m->tensor_count, sizeof *v);
+  int n = 0;
+  int64_t bytes = 0;
+  for (int t = 0; t < m->tensor_count; t++) {
+    rf_box b = rf_layout_rollout_box(lay, t, rank);
+    if (rf_box_is_empty(&b))
+      continue;
+    const rf_rollout_slot *s = &lay->slots[t];
+    const rf_rollout_tensor *rt = &lay->rollout_tensors[s->local];
+    ASSERT_EQ(s->col, 0);
+    ASSERT_EQ(b.hi[1] - b.lo[1], rt->shape[1]);
+    ASSERT_EQ(rt->dtype, m->tensors[t].dtype);
+    v[n++] = (slot_span){s->local, s->row, b.hi[0] - b.lo[0]};
+    bytes += rf_box_numel(&b) * rf_dtype_size(m->tensors[t].dtype);
+  }
+  qsort(v, (size_t)n, sizeof *v, by_local_row);
+  for (int i = 0; i < n;) {
+    const rf_rollout_tensor *rt = &lay->rollout_tensors[v[i].local];
+    int64_t at = 0;
+    int j = i;
+    for (; j < n && v[j].local == v[i].local; j++) {
+      ASSERT_EQ(v[j].row, at); /* no gap, no overlap */
+      at += v[j].rows;
+    }
+    int vocab = strstr(rt->name, "embed_tokens") || strstr(rt->name, "lm_head");
+    if (vocab)
+      ASSERT_LE(at, rt->shape[0]);
+    else
+      ASSERT_EQ(at, rt->shape[0]);
+    ASSERT_EQ(rt->numel * rf_dtype_size(rt->dtype), rt->bytes);
+    i = j;
+  }
+  free(v);
+  return bytes;
+}
+
+#endif
