@@ -346,7 +346,9 @@ static void test_bad_safetensors(rf_model *m) {
     void (*edit)(json_t *h);
     const char *file, *message;
   } cases[] = {
-      {drop_up_proj, "missing.safetensors", "tensor model.layers.0.mlp.up_proj.weight is missing"},
+      {drop_up_proj, "missing.safetensors",
+       "tensor model.layers.0.mlp.up_proj.weight is missing; is it a checkpoint of model tiny? "
+       "refit checkpoint writes a complete one"},
       {flip_down_proj, "shape.safetensors",
        "tensor model.layers.0.mlp.down_proj.weight has "
        "shape [128, 64], the model needs [64, 128]"},
@@ -410,7 +412,11 @@ static void test_bad_sharded(rf_model *m) {
   json_object_del(json_object_get(j, "weight_map"), "model.norm.weight");
   ASSERT_EQ(json_dump_file(j, index, JSON_INDENT(2) | JSON_PRESERVE_ORDER), 0);
   json_decref(j);
-  snprintf(line, sizeof line, "checkpoint '%s': tensor model.norm.weight is missing", index);
+  snprintf(
+      line, sizeof line,
+      "checkpoint '%s': tensor model.norm.weight is missing; is it a checkpoint of model tiny? "
+      "refit checkpoint writes a complete one",
+      index);
   expect_open_error(d, m, line);
 
   ASSERT_OK(rf_checkpoint_write(d, m, seed, "safetensors", 40000));
@@ -441,8 +447,8 @@ static void test_bad_hdf5(rf_model *m) {
   ASSERT_GE(H5Ldelete(f, "model.layers.0.mlp.up_proj.weight", H5P_DEFAULT), 0);
   H5Fclose(f);
   snprintf(line, sizeof line,
-           "checkpoint '%s': tensor model.layers.0.mlp.up_proj.weight is "
-           "missing",
+           "checkpoint '%s': tensor model.layers.0.mlp.up_proj.weight is missing; is it a "
+           "checkpoint of model tiny? refit checkpoint writes a complete one",
            at_tmp("missing.h5"));
   expect_open_error(at_tmp("missing.h5"), m, line);
 

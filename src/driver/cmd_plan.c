@@ -95,6 +95,7 @@ static rf_status print_json(const rf_job *job, int manifest_rank) {
   json_object_set_new(o, "pieces", json_integer(plan->piece_count));
   json_object_set_new(o, "reshape_pieces", json_integer(plan->reshape_count));
   json_object_set_new(o, "local_pieces", json_integer(count_local(plan)));
+  json_object_set_new(o, "blocks", json_integer(plan->block_count));
   json_object_set_new(o, "transfer_bytes", json_integer(plan->transfer_bytes));
   json_object_set_new(o, "reshape_bytes", json_integer(plan->reshape_bytes));
   json_object_set_new(o, "local_bytes", json_integer(plan->local_bytes));
@@ -149,6 +150,8 @@ static void print_text(const rf_job *job) {
     printf("%-16s p2p\n", "plan");
   printf("%-16s %d (%d reshape, %d local copies)\n", "pieces", plan->piece_count,
          plan->reshape_count, count_local(plan));
+  printf("%-16s %d transfer pieces once those contiguous on both ends are joined\n", "blocks",
+         plan->block_count);
   printf("%-16s %" PRId64 " (%s)\n", "transfer bytes", plan->transfer_bytes,
          rf_format_bytes(plan->transfer_bytes, size, sizeof size));
   if (plan->kind == RF_PLAN_STAR) {

@@ -9,10 +9,11 @@
 #include "io/io.h"
 #include "verify/verify.h"
 
-/* Every tensor starts on a 256-byte boundary: wide loads and stores on any kind of memory. */
-#define ALIGN 256
-
-static int64_t align_up(int64_t v) { return (v + ALIGN - 1) / ALIGN * ALIGN; }
+/* Every tensor starts on an RF_BUFFER_ALIGN (256-byte) boundary: wide loads and stores on any
+ * kind of memory. */
+static int64_t align_up(int64_t v) {
+  return (v + RF_BUFFER_ALIGN - 1) / RF_BUFFER_ALIGN * RF_BUFFER_ALIGN;
+}
 
 int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int rank,
                            int64_t *offsets) {
@@ -20,7 +21,10 @@ int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int ran
   int esize = rf_dtype_size(lay->model->dtype);
   int n = family == RF_FAMILY_ROLLOUT ? lay->rollout_tensor_count : lay->model->tensor_count;
   int64_t at = 0;
-  for (int i = 0; i < n; i++) {
+  for (int at_index = 0; at_index < n; at_index++) {
+    /* Trainer tensors lie in the layout's storage order, so that whole experts that move as
+     * one block are adjacent (rf_piece_continues); rollout tensors in their own order. */
+    int i = family == RF_FAMILY_ROLLOUT ? at_index : lay->order[at_index];
     int64_t bytes = 0;
     if (family == RF_FAMILY_ROLLOUT) {
       bytes = lay->rollout_tensors[i].bytes;

@@ -179,8 +179,52 @@ static rf_status complete(stage_ctx *c, long ticket, pending_unpacks *pu, const 
   return wire_ready(c); /* the staging is received into again once the unpacks are done */
 }
 
-/* unfused and grouped: one message per chunk. unfused waits after every tensor, grouped after
- * every bucket. */
+/* How many chunks from chunks[i] move as one block: whole pieces that continue each other in
+ * memory on both ends (rf_piece_continues), sent from and received into their own buffers. Both
+ * ends compute it from the plan alone, so they agree on every message's size. */
+static int joined_run(const stage_ctx *c, int i, int end) {
+  const rf_engine *e = c->e;
+  const rf_chunk *k = c->s->chunks;
+  if (e->mode == RF_MODE_FUSED || e->wire != e->memory)
+    return 1;
+  int n = 1;
+  while (i + n < end) {
+    const rf_piece *prev = piece_of(c, &k[i + n - 1]), *cur = piece_of(c, &k[i + n]);
+    if (rf_piece_is_local(e->plan, cur) || !rf_box_equal(&k[i + n - 1].box, &prev->box) ||
+        !rf_box_equal(&k[i + n].box, &cur->box) || !rf_piece_continues(e->plan, prev, cur))
+      break;
+    n++;
+  }
+  return n;
+}
+
+/* One message for a run of joined chunks, from the first one's source and into the first
+ * one's destination, in place on both ends. */
+static rf_status post_block(stage_ctx *c, const rf_chunk *k, int run, long *ticket) {
+  rf_transport *tp = c->e->transport;
+  const rf_piece *p = piece_of(c, k);
+  int64_t bytes = 0;
+  for (int j = 0; j < run; j++)
+    bytes += k[j].bytes;
+  if (sends(c, p)) {
+    rf_region src = engine_source(c->e, p);
+    RF_TRY(rf_transport_send(tp, c->channel, peer_of(c, p, 1),
+                             rf_region_at(&src, k->box.lo[0], k->box.lo[1]), (size_t)bytes,
+                             ticket));
+    c->e->messages++;
+  }
+  if (receives(c, p)) {
+    rf_box kept;
+    rf_region dst = engine_destination(c->e, p, &k->box, &kept);
+    RF_TRY(rf_transport_recv(tp, c->channel, peer_of(c, p, 0),
+                             rf_region_at(&dst, k->box.lo[0], k->box.lo[1]), (size_t)bytes,
+                             ticket));
+  }
+  return RF_OK;
+}
+
+/* unfused and grouped: one message per chunk, or per run of joined chunks. unfused waits after
+ * every tensor (or block), grouped after every bucket. */
 static rf_status run_per_chunk(stage_ctx *c) {
   const rf_schedule *s = c->s;
   rf_transport *tp = c->e->transport;
@@ -195,8 +239,13 @@ static rf_status run_per_chunk(stage_ctx *c) {
     if (grouped)
       st = tp->ops->group_start(tp);
     for (int i = bk->first; i < bk->first + bk->count && st == RF_OK; i++) {
+      int run = joined_run(c, i, bk->first + bk->count);
+      if (run > 1)
+        st = post_block(c, &s->chunks[i], run, &ticket);
+      else
+        st = post_chunk(c, &s->chunks[i], i, &send_off, &recv_off, &pu, &ticket);
+      i += run - 1;
       const rf_chunk *k = &s->chunks[i];
-      st = post_chunk(c, k, i, &send_off, &recv_off, &pu, &ticket);
       int last_of_tensor = i + 1 == bk->first + bk->count ||
                            piece_of(c, &s->chunks[i + 1])->tensor != piece_of(c, k)->tensor;
       if (st == RF_OK && !grouped && last_of_tensor)

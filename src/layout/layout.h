@@ -113,7 +113,12 @@ typedef struct {
   int64_t vocab_padded;
 
   int64_t expert_group; /* rollout ep: experts per rollout rank; 0 without ep */
-  int *stage_first;     /* [pp + 1]: the first layer of each pipeline stage */
+  /* The order tensors are planned and stored in on the trainer: the model's, except that each
+   * layer's routed experts come as vLLM stacks them (gate and up expert by expert, then the
+   * downs), so a trainer rank's whole experts lie in the order of a rollout rank's w13_weight
+   * and w2_weight, and runs of them can move as one block. `position` is its inverse. */
+  int *order, *position;
+  int *stage_first; /* [pp + 1]: the first layer of each pipeline stage */
 
   rf_dim_split (*trainer_split)[2]; /* [tensor][dim] */
   rf_rollout_slot *slots;           /* [tensor] */

@@ -31,7 +31,8 @@ static rf_status build_p2p(plan_builder *b) {
   if (!load)
     return RF_ERR_NOMEM;
   rf_status st = RF_OK;
-  for (int t = 0; t < lay->model->tensor_count && st == RF_OK; t++) {
+  for (int i = 0; i < lay->model->tensor_count && st == RF_OK; i++) {
+    int t = lay->order[i];
     plan_sources *sources = NULL;
     st = plan_sources_build(b, t, load, &sources);
     for (int r = 0; r < lay->rollout_ranks && st == RF_OK; r++) {
@@ -44,6 +45,27 @@ static rf_status build_p2p(plan_builder *b) {
   }
   free(load);
   return st;
+}
+
+int rf_piece_continues(const rf_plan *plan, const rf_piece *prev, const rf_piece *cur) {
+  const rf_layout *lay = plan->layout;
+  if (plan->kind != RF_PLAN_P2P || prev->stage != RF_STAGE_TRANSFER ||
+      cur->stage != RF_STAGE_TRANSFER || prev->src != cur->src || prev->dst != cur->dst ||
+      lay->position[cur->tensor] != lay->position[prev->tensor] + 1 ||
+      prev->bytes % RF_BUFFER_ALIGN != 0 || rf_layout_trainer_transposed(lay, prev->tensor) ||
+      rf_layout_trainer_transposed(lay, cur->tensor))
+    return 0;
+  const rf_rollout_slot *a = &lay->slots[prev->tensor], *b = &lay->slots[cur->tensor];
+  const rf_piece *p[2] = {prev, cur};
+  for (int i = 0; i < 2; i++) {
+    rf_box shard = rf_layout_trainer_box(lay, p[i]->tensor, p[i]->src);
+    rf_box held = rf_layout_rollout_box(lay, p[i]->tensor, p[i]->dst);
+    if (!rf_box_equal(&p[i]->box, &shard) || !rf_box_equal(&p[i]->box, &held) ||
+        held.hi[1] - held.lo[1] != lay->rollout_tensors[a->local].shape[1])
+      return 0;
+  }
+  return a->local == b->local && a->col == 0 && b->col == 0 &&
+         b->row == a->row + (prev->box.hi[0] - prev->box.lo[0]);
 }
 
 int rf_piece_src_world(const rf_plan *plan, const rf_piece *piece) {
@@ -81,6 +103,7 @@ static rf_status compute_totals(rf_plan *plan) {
     }
     plan->send_bytes[p->src] += p->bytes;
     plan->recv_bytes[p->dst] += p->bytes;
+    plan->block_count += i == 0 || !rf_piece_continues(plan, &plan->pieces[i - 1], p);
     plan->transfer_bytes += p->bytes;
     rf_box held = rf_layout_rollout_box(lay, p->tensor, p->dst), kept;
     rf_box_intersect(&p->box, &held, &kept);

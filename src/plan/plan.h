@@ -52,7 +52,8 @@ typedef struct {
   const rf_layout *layout;
 
   int piece_count;
-  rf_piece *pieces;  /* reshape pieces first (star), then transfer pieces, each by tensor id */
+  rf_piece *pieces;  /* reshape pieces first (star), then transfer pieces, each in the
+                      * layout's storage order (rf_layout.order) */
   int reshape_count; /* pieces[0 .. reshape_count) are the reshape stage */
 
   /* Star topology (kind == RF_PLAN_STAR). */
@@ -69,6 +70,7 @@ typedef struct {
   int64_t reshape_bytes;       /* reshape bytes between different ranks */
   int64_t local_bytes;         /* bytes moved by local copies (either stage) */
   int64_t extra_bytes;         /* transferred but not kept (star's whole embeddings/norms) */
+  int block_count;             /* transfer pieces once runs that continue are joined */
   uint64_t digest;             /* xxh3-64 of kind, layouts and pieces */
 } rf_plan;
 
@@ -77,6 +79,15 @@ typedef struct {
 rf_status rf_plan_build(rf_plan *plan, const rf_layout *lay, rf_plan_kind kind,
                         const rf_plan_options *options);
 void rf_plan_free(rf_plan *plan);
+
+/* Whether transfer piece `cur` continues `prev` in memory on both ends, so that the two can
+ * move as one block: the same ranks, each a whole untransposed trainer shard stored right
+ * after the other (rf_layout.order) with no alignment gap, and each exactly what the rollout
+ * rank keeps, at consecutive rows of one rollout tensor. Whole experts of an ep trainer rank
+ * going to the rollout rank that owns the same experts do (plan.c). */
+int rf_piece_continues(const rf_plan *plan, const rf_piece *prev, const rf_piece *cur);
+/* Where every trainer shard (and every other buffer in an arena) starts: a multiple of this. */
+#define RF_BUFFER_ALIGN 256
 
 /* Whether a piece stays inside one process (a copy rather than a message). */
 int rf_piece_is_local(const rf_plan *plan, const rf_piece *piece);
