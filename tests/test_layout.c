@@ -1,27 +1,8 @@
 /* Layout: exact trainer and rollout boxes on the tiny model, vLLM's fused tensors and slots,
  * and the one-line errors for layouts that do not divide. */
-#include "layout/layout.h"
-#include "test.h"
+#include "layout_helpers.h"
 
 static rf_model tiny;
-
-static void expect_box(rf_box b, int64_t lo0, int64_t hi0, int64_t lo1, int64_t hi1) {
-  ASSERT_EQ(b.lo[0], lo0);
-  ASSERT_EQ(b.hi[0], hi0);
-  ASSERT_EQ(b.lo[1], lo1);
-  ASSERT_EQ(b.hi[1], hi1);
-}
-
-static rf_status make(rf_layout *lay, const rf_model *m, const char *trainer, const char *rollout,
-                      rf_trainer_style style, rf_placement placement) {
-  rf_trainer_layout t;
-  rf_rollout_layout r;
-  RF_TRY(rf_trainer_layout_parse(trainer, &t));
-  RF_TRY(rf_rollout_layout_parse(rollout, &r));
-  t.style = style;
-  t.order = RF_ORDER_HF;
-  return rf_layout_init(lay, m, &t, &r, placement);
-}
 
 static void test_parse(void) {
   rf_trainer_layout t;

@@ -4,26 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/layout.h"
-#include "test.h"
-
-static void expect_box(rf_box b, int64_t lo0, int64_t hi0, int64_t lo1, int64_t hi1) {
-  ASSERT_EQ(b.lo[0], lo0);
-  ASSERT_EQ(b.hi[0], hi0);
-  ASSERT_EQ(b.lo[1], lo1);
-  ASSERT_EQ(b.hi[1], hi1);
-}
-
-static rf_status make(rf_layout *lay, const rf_model *m, const char *trainer, const char *rollout,
-                      rf_trainer_style style) {
-  rf_trainer_layout t;
-  rf_rollout_layout r;
-  RF_TRY(rf_trainer_layout_parse(trainer, &t));
-  RF_TRY(rf_rollout_layout_parse(rollout, &r));
-  t.style = style;
-  t.order = RF_ORDER_HF;
-  return rf_layout_init(lay, m, &t, &r, RF_PLACEMENT_DISAGGREGATED);
-}
+#include "layout_helpers.h"
 
 static void load_data(const char *file, rf_model *m) {
   char path[1024];
@@ -65,7 +46,8 @@ static void test_mixtral_ep_pp(void) {
   rf_layout lay;
   load_data("tiny-mixtral.json", &m);
   /* 16 ranks: tp fastest (2), fsdp (2), ep (2), pp (2). Rank 13 = tp 1, fsdp 0, ep 1, pp 1. */
-  ASSERT_OK(make(&lay, &m, "fsdp=2,tp=2,ep=2,pp=2", "tp=2", RF_STYLE_FSDP2));
+  ASSERT_OK(
+      make(&lay, &m, "fsdp=2,tp=2,ep=2,pp=2", "tp=2", RF_STYLE_FSDP2, RF_PLACEMENT_DISAGGREGATED));
   ASSERT_EQ(lay.trainer_ranks, 16);
   int w1_e3 = find(&m, "model.layers.1.block_sparse_moe.experts.3.w1.weight");
   int w2_e3 = find(&m, "model.layers.1.block_sparse_moe.experts.3.w2.weight");
@@ -102,7 +84,7 @@ static void test_mixtral_ep_pp(void) {
   rf_layout_free(&lay);
 
   /* Rollout ep over tp=2,dp=2: one whole expert per rank, on one rank of all replicas. */
-  ASSERT_OK(make(&lay, &m, "fsdp=1", "tp=2,dp=2,ep", RF_STYLE_TUNIX));
+  ASSERT_OK(make(&lay, &m, "fsdp=1", "tp=2,dp=2,ep", RF_STYLE_TUNIX, RF_PLACEMENT_DISAGGREGATED));
   ASSERT_EQ(lay.expert_group, 1);
   expect_box(rf_layout_rollout_box(&lay, w3_e3, 3), 0, 96, 0, 64);
   expect_box(rf_layout_rollout_box(&lay, w3_e3, 1), 0, 0, 0, 0);
@@ -122,7 +104,7 @@ static void test_deepseek(void) {
   rf_model m;
   rf_layout lay;
   load_data("tiny-deepseek.json", &m);
-  ASSERT_OK(make(&lay, &m, "tp=2,pp=3", "tp=2", RF_STYLE_FSDP2));
+  ASSERT_OK(make(&lay, &m, "tp=2,pp=3", "tp=2", RF_STYLE_FSDP2, RF_PLACEMENT_DISAGGREGATED));
   int qa = find(&m, "model.layers.1.self_attn.q_a_proj.weight");
   int kva = find(&m, "model.layers.1.self_attn.kv_a_proj_with_mqa.weight");
   int qb = find(&m, "model.layers.1.self_attn.q_b_proj.weight");
@@ -159,7 +141,7 @@ static void test_manifests(void) {
   rf_model m;
   rf_layout lay;
   ASSERT_OK(rf_model_load("mixtral-8x7b", &m));
-  ASSERT_OK(make(&lay, &m, "fsdp=8", "tp=8", RF_STYLE_FSDP2));
+  ASSERT_OK(make(&lay, &m, "fsdp=8", "tp=8", RF_STYLE_FSDP2, RF_PLACEMENT_DISAGGREGATED));
   const char *w13 = "model.layers.5.block_sparse_moe.experts.w13_weight";
   const char *w2 = "model.layers.5.block_sparse_moe.experts.w2_weight";
   expect_shape(&lay, "model.embed_tokens.weight", 4000, 4096, 0);
@@ -171,7 +153,7 @@ static void test_manifests(void) {
   expect_shape(&lay, "model.layers.5.input_layernorm.weight", 4096, 0, 0);
   ASSERT_EQ(lay.rollout_tensor_count, 1 + 32 * 7 + 2);
   rf_layout_free(&lay);
-  ASSERT_OK(make(&lay, &m, "fsdp=8", "tp=8,ep", RF_STYLE_FSDP2));
+  ASSERT_OK(make(&lay, &m, "fsdp=8", "tp=8,ep", RF_STYLE_FSDP2, RF_PLACEMENT_DISAGGREGATED));
   expect_shape(&lay, w13, 1, 2 * 14336, 4096);
   expect_shape(&lay, w2, 1, 4096, 14336);
   expect_shape(&lay, "model.layers.5.self_attn.qkv_proj.weight", 512 + 2 * 128, 4096, 0);
@@ -179,7 +161,7 @@ static void test_manifests(void) {
   rf_model_free(&m);
 
   ASSERT_OK(rf_model_load("deepseek-v3", &m));
-  ASSERT_OK(make(&lay, &m, "fsdp=8", "tp=8", RF_STYLE_FSDP2));
+  ASSERT_OK(make(&lay, &m, "fsdp=8", "tp=8", RF_STYLE_FSDP2, RF_PLACEMENT_DISAGGREGATED));
   const char *a = "model.layers.7.self_attn.";
   char name[128];
 #define AT(suffix) (snprintf(name, sizeof name, "%s%s", a, suffix), name)
@@ -203,7 +185,7 @@ static void test_manifests(void) {
   /* embed, 3 dense layers of 10, 58 MoE layers of 14, norm, lm_head. */
   ASSERT_EQ(lay.rollout_tensor_count, 1 + 3 * 10 + 58 * 14 + 2);
   rf_layout_free(&lay);
-  ASSERT_OK(make(&lay, &m, "fsdp=8", "tp=8,ep", RF_STYLE_FSDP2));
+  ASSERT_OK(make(&lay, &m, "fsdp=8", "tp=8,ep", RF_STYLE_FSDP2, RF_PLACEMENT_DISAGGREGATED));
   expect_shape(&lay, "model.layers.7.mlp.experts.w13_weight", 32, 2 * 2048, 7168);
   expect_shape(&lay, "model.layers.7.mlp.experts.w2_weight", 32, 7168, 2048);
   expect_shape(&lay, "model.layers.7.mlp.shared_experts.gate_up_proj.weight", 512, 7168, 0);
@@ -216,7 +198,8 @@ static void expect_error(const rf_model *m, const char *trainer, const char *rol
   char got[512] = "";
   rf_layout lay;
   rf_log_capture(got, sizeof got);
-  ASSERT_STATUS(make(&lay, m, trainer, rollout, RF_STYLE_TUNIX), status);
+  ASSERT_STATUS(make(&lay, m, trainer, rollout, RF_STYLE_TUNIX, RF_PLACEMENT_DISAGGREGATED),
+                status);
   rf_log_capture(NULL, 0);
   ASSERT_STR_EQ(got, message);
 }
