@@ -18,7 +18,6 @@ static int64_t align_up(int64_t v) {
 int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int rank,
                            int64_t *offsets) {
   const rf_layout *lay = plan->layout;
-  int esize = rf_dtype_size(lay->model->dtype);
   int n = family == RF_FAMILY_ROLLOUT ? lay->rollout_tensor_count : lay->model->tensor_count;
   int64_t at = 0;
   for (int at_index = 0; at_index < n; at_index++) {
@@ -30,9 +29,10 @@ int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int ran
       bytes = lay->rollout_tensors[i].bytes;
     } else if (family == RF_FAMILY_SHARDS) {
       rf_box box = rf_layout_trainer_box(lay, i, rank);
-      bytes = rf_box_numel(&box) * esize;
+      bytes = rf_box_numel(&box) * rf_tensor_esize(&lay->model->tensors[i]);
     } else if (plan->kind == RF_PLAN_STAR) {
-      bytes = rf_box_numel(&plan->coupling[(size_t)i * lay->trainer_ranks + rank]) * esize;
+      bytes = rf_box_numel(&plan->coupling[(size_t)i * lay->trainer_ranks + rank]) *
+              rf_tensor_esize(&lay->model->tensors[i]);
     }
     offsets[i] = at;
     at = align_up(at + bytes);
@@ -43,7 +43,7 @@ int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int ran
 rf_region rf_shard_region(const rf_plan *plan, int trainer_rank, int tensor, void *base) {
   const rf_layout *lay = plan->layout;
   rf_box box = rf_layout_trainer_box(lay, tensor, trainer_rank);
-  int esize = rf_dtype_size(lay->model->dtype);
+  int esize = rf_tensor_esize(&lay->model->tensors[tensor]);
   return rf_layout_trainer_transposed(lay, tensor) ? rf_region_transposed(base, &box, esize)
                                                    : rf_region_row_major(base, &box, esize);
 }
@@ -111,7 +111,7 @@ rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory
     if (checkpoint)
       RF_TRY(read_shard(b, checkpoint, t, &box, &r, bytes));
     else
-      RF_TRY(rf_fill_region_on(memory, &r, &box, &m->tensors[t], seed, m->dtype));
+      RF_TRY(rf_fill_region_on(memory, &r, &box, &m->tensors[t], seed, m->tensors[t].dtype));
   }
   b->fill_seconds = rf_now() - t0;
   return RF_OK;

@@ -114,8 +114,8 @@ static rf_status check_dataset(rf_checkpoint *c, const rf_tensor *t, int64_t fil
   int bf16;
   RF_TRY(bf16_marked(c, d, &bf16));
   int readable = classify(ty, bf16, &dt, desc, sizeof desc);
-  if (!readable || dt != c->dtype)
-    return ck_fail_dtype(c->path, t, readable ? ck_dtype_tag(dt) : desc, readable, c->dtype);
+  if (!readable || dt != t->dtype)
+    return ck_fail_dtype(c->path, t, readable ? ck_dtype_tag(dt) : desc, readable, t->dtype);
 
   hid_t sp = H5Dget_space(d);
   RF_H5(sp);
@@ -289,20 +289,17 @@ rf_status ck_h5_write(const char *path, const rf_model *m, uint64_t seed) {
   RF_H5_GOTO(sp = H5Screate(H5S_SCALAR), done);
   RF_H5_GOTO(a = H5Acreate2(f, "seed", H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), done);
   RF_H5_GOTO(H5Awrite(a, H5T_NATIVE_UINT64, &seed), done);
-  switch (m->dtype) {
-  case RF_DTYPE_FP32:
-    type = H5Tcopy(H5T_IEEE_F32LE);
-    break;
-  case RF_DTYPE_FP16:
-    type = half_type();
-    break;
-  default:
-    type = H5Tcopy(H5T_STD_U16LE);
-    break;
+  /* Each tensor in its own dtype's file type (DeepSeek's fp32 router bias among bf16). */
+  for (int i = 0; i < m->tensor_count && st == RF_OK; i++) {
+    const rf_tensor *t = &m->tensors[i];
+    type = t->dtype == RF_DTYPE_FP32   ? H5Tcopy(H5T_IEEE_F32LE)
+           : t->dtype == RF_DTYPE_FP16 ? half_type()
+                                       : H5Tcopy(H5T_STD_U16LE);
+    RF_H5_GOTO(type, done);
+    st = write_tensor(f, type, t, seed, t->dtype);
+    H5Tclose(type);
+    type = -1;
   }
-  RF_H5_GOTO(type, done);
-  for (int i = 0; i < m->tensor_count && st == RF_OK; i++)
-    st = write_tensor(f, type, &m->tensors[i], seed, m->dtype);
 done:
   close_id(a, H5Aclose);
   close_id(sp, H5Sclose);

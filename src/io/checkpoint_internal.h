@@ -27,8 +27,6 @@ typedef struct {
 struct rf_checkpoint {
   char *path;            /* as given, without trailing slashes */
   const rf_model *model; /* borrowed: it must outlive the checkpoint */
-  rf_dtype dtype;
-  int esize;
   int hdf5;
 
   /* safetensors: every file opened once, and where each model tensor starts. */
@@ -48,7 +46,7 @@ struct rf_checkpoint {
 };
 
 /* ---- the formats --------------------------------------------------------------------------
- * open fills c (whose path, model, dtype and esize are set) and logs one line on failure;
+ * open fills c (whose path and model are set) and logs one line on failure;
  * close releases what open acquired, also after a failed open. read_rows reads `box` of a
  * tensor into `out` in row-major order. */
 rf_status ck_st_open_file(rf_checkpoint *c, const char *path);

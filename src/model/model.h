@@ -132,6 +132,10 @@ void rf_model_free(rf_model *model);
  * with a dtype of their own keep it. */
 void rf_model_set_dtype(rf_model *model, rf_dtype dtype);
 
+/* Bytes per element of a tensor: its own dtype's, which is the model's unless the model gives
+ * it one of its own. */
+static inline int rf_tensor_esize(const rf_tensor *t) { return rf_dtype_size(t->dtype); }
+
 /* Finds a tensor by HF name; -1 if absent. */
 int rf_model_find(const rf_model *model, const char *name);
 

@@ -23,14 +23,16 @@ expect_exit 0 "$REFIT" checkpoint --model tiny --checkpoint "$TMP/f16.safetensor
 expect_exit 0 "$REFIT" checkpoint --model tiny --checkpoint "$TMP/f32.safetensors" --dtype fp32
 expect_error 2 "refit: error: refit checkpoint needs --checkpoint PATH (where to write)" \
   "$REFIT" checkpoint --model tiny
-# DeepSeek's fp32 router bias in a bf16 model: one dtype per file for now, so refused in one
-# line; in fp32 every tensor agrees and the file is written.
+# DeepSeek's fp32 router bias in a bf16 model: each tensor in its own dtype, in both formats
+# (and all fp32 with --dtype fp32).
 deepseek="$REFIT_SOURCE_DIR/tests/data/tiny-deepseek.json"
-expect_error 2 "refit: error: checkpoint: tensor model.layers.1.mlp.gate.e_score_correction_bias of model tiny-deepseek is fp32, not the model's bf16, and refit writes one dtype per checkpoint for now; use --dtype fp32" \
-  "$REFIT" checkpoint --model "$deepseek" --checkpoint "$TMP/ds.safetensors"
-[ -e "$TMP/ds.safetensors" ] && fail "a refused checkpoint left $TMP/ds.safetensors behind"
-expect_exit 0 "$REFIT" checkpoint --model "$deepseek" --checkpoint "$TMP/ds.safetensors" --dtype fp32
-expect_grep "wrote $TMP/ds.safetensors: tiny-deepseek, 67 tensors, 881376 bytes, safetensors" "$TMP/out"
+expect_exit 0 "$REFIT" checkpoint --model "$deepseek" --checkpoint "$TMP/ds.safetensors"
+expect_grep "wrote $TMP/ds.safetensors: tiny-deepseek, 67 tensors, 440704 bytes, safetensors" "$TMP/out"
+expect_exit 0 "$REFIT" checkpoint --model "$deepseek" --checkpoint "$TMP/ds.h5"
+h5dump -H -d /model.layers.1.mlp.gate.e_score_correction_bias "$TMP/ds.h5" >"$TMP/h5bias" 2>&1
+expect_grep "H5T_IEEE_F32LE" "$TMP/h5bias"
+expect_exit 0 "$REFIT" checkpoint --model "$deepseek" --checkpoint "$TMP/ds32.safetensors" --dtype fp32
+expect_grep "wrote $TMP/ds32.safetensors: tiny-deepseek, 67 tensors, 881376 bytes, safetensors" "$TMP/out"
 expect_exit 3 "$REFIT" checkpoint --model tiny --checkpoint "$TMP/no/such/dir.safetensors"
 expect_grep "cannot create the file: No such file or directory" "$TMP/err"
 

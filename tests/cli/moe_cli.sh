@@ -53,8 +53,9 @@ expect_exit 0 "${MPIRUN[@]}" -np 8 "$REFIT" run --model "$DS" --trainer ep=2,pp=
   --checkpoint "$TMP/ds.safetensors" --output "$TMP/ds.h5"
 expect_rows 2
 # The tensors table records each tensor's own dtype.
-h5dump -d /runs/0/tensors "$TMP/ds.h5" >"$TMP/tensors" 2>&1 || fail "h5dump of the tensors table"
-expect_grep '"model.layers.1.mlp.gate.e_score_correction_bias"' "$TMP/tensors"
+h5dump -d /runs/0000/tensors "$TMP/ds.h5" >"$TMP/tensors" 2>&1 || fail "h5dump of the tensors table"
+tr -d ' \n' <"$TMP/tensors" >"$TMP/flat"
+expect_grep '"model.layers.1.mlp.gate.e_score_correction_bias","fp32",1,[4,1],16,' "$TMP/flat"
 
 # A checkpoint missing one expert: one line, exit 2, and no results file.
 "${PY:-python3}" - "$TMP/ds.safetensors" "$TMP/missing.safetensors" <<'PYEOF' || fail "patch"
