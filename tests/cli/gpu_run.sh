@@ -42,6 +42,23 @@ expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=2 --rol
   --placement colocated --transport ipc --mode grouped,fused
 expect_rows 2
 
+# Mixture of experts on the GPU: DeepSeek-style (MLA, shared experts, fp32 router bias among
+# bf16) with trainer ep and pp into rollout ep over ipc, both orders, and colocated nccl.
+DS="$REFIT_SOURCE_DIR/tests/data/tiny-deepseek.json"
+MIX="$REFIT_SOURCE_DIR/tests/data/tiny-mixtral.json"
+expect_exit 0 "${RUN[@]}" -np 6 "$REFIT" run --model "$DS" --trainer ep=2,pp=2 --rollout tp=2,ep \
+  --transport ipc --mode unfused,grouped,fused --bucket-size 16KiB --verify full
+expect_rows 3
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$MIX" --trainer ep=2 --rollout tp=2,ep \
+  --transport ipc --mode unfused,grouped,fused --trainer-order jax --verify full
+expect_rows 3
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$DS" --trainer fsdp=2,ep=2 --placement colocated \
+  --rollout tp=4,ep --transport mpi --memory device --mode unfused,grouped,fused --verify full
+expect_rows 3
+expect_exit 0 "${RUN[@]}" -np 1 "$REFIT" run --model "$DS" --trainer fsdp=1 --rollout tp=1 \
+  --placement colocated --transport nccl --mode unfused,grouped,fused --verify full
+expect_rows 3
+
 # A flipped byte is caught; a silent trainer ends every rank within the timeout.
 expect_exit 1 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
   --transport ipc --inject corrupt --iters 1

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Mixture-of-experts refits on the lent H200, as recorded in results/h200/README.md ("MoE"):
+# the GPU tests, then DeepSeek-V2-Lite (15.7 B parameters, 64 routed experts in 26 MoE layers,
+# MLA; 31.4 GB in bf16, so trainer and rollout copies fit twice over on one GPU) over ipc,
+# each job with --calibrate: a device-to-device copy of the same bytes in the same run.
+#
+#   bench/moe_gpu.sh OUTDIR
+# Builds into build-gpu like bench/gpu.sh (same needs; jansson and xxhash headers may come
+# from carry/deps).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: bench/moe_gpu.sh OUTDIR}
+mkdir -p "$OUT"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+
+if [ -d carry/deps/usr/include ]; then
+  lib=carry/deps/usr/lib/x86_64-linux-gnu
+  ln -sfn /usr/lib/x86_64-linux-gnu/libjansson.so.4 $lib/libjansson.so
+  ln -sfn /usr/lib/x86_64-linux-gnu/libxxhash.so.0 $lib/libxxhash.so
+  export PKG_CONFIG_SYSROOT_DIR=$PWD/carry/deps PKG_CONFIG_PATH=$PWD/$lib/pkgconfig
+fi
+log "build"
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/build.txt" 2>&1 &&
+  cmake --build build-gpu -j"$(nproc)" >>"$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
+log "tests (gpu, unit)"
+ctest --test-dir build-gpu -L "gpu|unit" --output-on-failure >"$OUT/ctest.txt" 2>&1
+grep -E "Test +#|tests passed" "$OUT/ctest.txt" | tee -a "$OUT/summary.txt"
+
+R=build-gpu/refit
+H5="$OUT/moe.h5"
+MPI=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE=0)
+MODEL=${MODEL:-deepseek-v2-lite}
+job() {
+  local name=$1
+  shift
+  log "$name: $*"
+  timeout 400 "$@" >"$OUT/$name.txt" 2>&1
+  echo "exit $?" >>"$OUT/$name.txt"
+  grep -v '^refit\[' "$OUT/$name.txt" | grep -v '^#  rank' | tail -8 | tee -a "$OUT/summary.txt"
+}
+# 1:1 (two processes), then ep=2 -> tp=2,ep (four processes: whole experts, the same ones on
+# both ends, move as blocks), each verified element by element.
+job moe-1to1 "${MPI[@]}" -np 2 $R run --model "$MODEL" --trainer fsdp=1 --rollout tp=1 \
+  --transport ipc --mode grouped,fused --iters 10 --calibrate --verify full --output "$H5"
+job moe-ep2 "${MPI[@]}" -np 4 $R run --model "$MODEL" --trainer ep=2 --rollout tp=2,ep \
+  --transport ipc --mode unfused,grouped,fused --iters 10 --calibrate --verify full --output "$H5"
+job moe-ep2-plan $R plan --model "$MODEL" --trainer ep=2 --rollout tp=2,ep
