@@ -412,7 +412,10 @@ static void check_edge_tensor(rf_dtype dt) {
       uint8_t code;
       float v = c < COLS ? edge_value(r, c, &code) : NAN;
       x32[r * STRIDE + c] = bits_of(v);
-      x16[r * STRIDE + c] = c >= COLS ? 0x7e00 : dt == RF_DTYPE_FP16 ? fp16_of(v) : bf16_of(v);
+      if (dt == RF_DTYPE_FP16)
+        x16[r * STRIDE + c] = c < COLS ? fp16_of(v) : 0x7e00;
+      else
+        x16[r * STRIDE + c] = c < COLS ? bf16_of(v) : 0x7fc0;
     }
   q[ROWS * COLS] = 0xa5;
   scales[4] = -1;
