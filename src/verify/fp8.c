@@ -30,7 +30,9 @@ uint8_t rf_fp8_e4m3_from_float(float x) {
   uint32_t bits = bits_of(x);
   uint8_t sign = (uint8_t)(bits >> 24 & 0x80);
   uint32_t a = bits & 0x7fffffffu;
-  if (a > 0x7f800000u) /* NaN */
+  /* NaN keeps its sign, as in PyTorch's conversion; the GPU's cvt gives 0x7f for every NaN,
+   * which the quantizer never meets (it refuses blocks that hold one). */
+  if (a > 0x7f800000u)
     return sign | 0x7f;
   /* At or above 448 (0x43e00000) the nearest e4m3 value is 448 itself, or 480 for values above
    * 464, which e4m3fn spends on NaN: saturating clamps both (and infinities) to 448, as the
