@@ -1,0 +1,59 @@
+/* fp8: the CPU reference of block-FP8 quantization, the bytes vLLM's block-quantized weights
+ * hold (docs/architecture.md, FP8 quantization).
+ *
+ * Per 128×128 block of a 2-D tensor, the weights become float8_e4m3fn bytes and the block one
+ * fp32 `weight_scale_inv`, exactly as DeepGEMM's per_block_cast_to_fp8 computes them when
+ * PyTorch runs it on a GPU. Every step is one IEEE fp32 operation, so this reference and the
+ * GPU kernels that come later agree bit for bit; the tests pin its bytes by hand. */
+#ifndef RF_FP8_H
+#define RF_FP8_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+
+/* The side of a scaling block, and the largest finite e4m3fn value (code 0x7e). */
+#define RF_FP8_BLOCK 128
+#define RF_FP8_E4M3_MAX 448.0f
+/* The amax clamp: DeepGEMM's clamp(1e-4), the double 1e-4 rounded to fp32 (0x38d1b717). */
+#define RF_FP8_AMAX_MIN 1e-4f
+
+/* float -> float8_e4m3fn (bias 7, no infinities, 0x7f/0xff NaN): round to nearest, ties to
+ * even, saturating at ±448 (0x7e/0xfe) for larger magnitudes and infinities; NaN gives 0x7f
+ * with the sign of x; the sign of zero is kept. */
+uint8_t rf_fp8_e4m3_from_float(float x);
+/* float8_e4m3fn -> float, exact. */
+float rf_fp8_e4m3_to_float(uint8_t b);
+
+/* bf16 and fp16 bit patterns -> float, exact (NaN payloads kept). */
+float rf_bf16_to_float(uint16_t b);
+float rf_fp16_to_float(uint16_t h);
+
+/* What a block's amax decides: the clamped amax, the factor that multiplies every element and
+ * the scale stored with the block. */
+typedef struct {
+  float amax;      /* max(amax, RF_FP8_AMAX_MIN) */
+  float factor;    /* fp32(fp32(1 / amax) * 448) */
+  float scale_inv; /* fp32(amax * fp32(1 / 448)) */
+} rf_fp8_scale;
+rf_fp8_scale rf_fp8_scale_of(float amax);
+
+/* max |x| over rows × cols elements of dtype dt at x, whose rows are row_stride elements
+ * apart, before the clamp: +0 for no elements, +inf when one is infinite and NaN when one is
+ * NaN (as PyTorch's amax propagates NaN). The maximum is exact and order-free, so a block cut
+ * into parts (a sharded weight) has the maximum of its parts' amax as its own. */
+float rf_fp8_block_amax(const void *x, rf_dtype dt, int64_t row_stride, int64_t rows, int64_t cols);
+
+/* Quantizes rows × cols elements of one block (or a part of one) with the block's amax (before
+ * the clamp; finite): q[r * q_stride + c] = e4m3(fp32(x[r][c] * factor)). */
+void rf_fp8_quantize_with_amax(const void *x, rf_dtype dt, int64_t row_stride, int64_t rows,
+                               int64_t cols, float amax, uint8_t *q, int64_t q_stride);
+
+/* Quantizes the whole row-major tensor `name` [rows, cols] of dtype dt (rows row_stride
+ * elements apart) into q [rows, cols] (contiguous) and scale_inv [ceil(rows/128),
+ * ceil(cols/128)] (row-major). Fails with one line on a row stride below cols and on a block
+ * that holds inf or NaN, which has no finite scale (RF_ERR_CHECKPOINT). */
+rf_status rf_fp8_quantize_ref(const char *name, const void *x, rf_dtype dt, int64_t rows,
+                              int64_t cols, int64_t row_stride, uint8_t *q, float *scale_inv);
+
+#endif
