@@ -33,13 +33,21 @@ static void release_view(const rf_engine *e, void *view) {
     free(view);
 }
 
-/* The rollout region of tensor t rebased onto a host view of its fused tensor. */
+/* The rollout region of tensor t rebased onto a host view of the rows of its fused tensor that
+ * it occupies: only those, since a stacked expert tensor has hundreds of members and copying
+ * all of it back for each of them would move the tensor hundreds of times. */
 static rf_status rollout_host_region(rf_engine *e, int t, rf_region *r, rf_box *held, void **view) {
   const rf_layout *lay = e->plan->layout;
-  int local = lay->slots[t].local;
+  const rf_rollout_slot *slot = &lay->slots[t];
+  const rf_rollout_tensor *rt = &lay->rollout_tensors[slot->local];
   *r = engine_rollout_region(e, t, held);
-  RF_TRY(host_view(e, e->data->rollout[local], (size_t)lay->rollout_tensors[local].bytes, view));
-  r->base = (char *)*view + (r->base - (char *)e->data->rollout[local]);
+  *view = NULL;
+  if (rf_box_is_empty(held))
+    return RF_OK;
+  int64_t row_bytes = rt->shape[1] * rf_dtype_size(rt->dtype);
+  char *from = (char *)e->data->rollout[slot->local] + slot->row * row_bytes;
+  RF_TRY(host_view(e, from, (size_t)((held->hi[0] - held->lo[0]) * row_bytes), view));
+  r->base = (char *)*view + (r->base - from);
   return RF_OK;
 }
 
