@@ -42,7 +42,7 @@ job() {
 # 1:1 (two processes), then ep=2 -> tp=2,ep (four processes: whole experts, the same ones on
 # both ends, move as blocks), each verified element by element.
 job moe-1to1 "${MPI[@]}" -np 2 $R run --model "$MODEL" --trainer fsdp=1 --rollout tp=1 \
-  --transport ipc --mode grouped,fused --iters 10 --calibrate --verify full --output "$H5"
+  --transport ipc --mode grouped,fused --iters 10 --calibrate --verify full --timeout 900 --output "$H5"
 job moe-ep2 "${MPI[@]}" -np 4 $R run --model "$MODEL" --trainer ep=2 --rollout tp=2,ep \
-  --transport ipc --mode unfused,grouped,fused --iters 10 --calibrate --verify full --output "$H5"
+  --transport ipc --mode unfused,grouped,fused --iters 10 --calibrate --verify full --timeout 900 --output "$H5"
 job moe-ep2-plan $R plan --model "$MODEL" --trainer ep=2 --rollout tp=2,ep
