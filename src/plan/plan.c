@@ -20,7 +20,7 @@ rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, i
   pc->src = src;
   pc->dst = dst;
   pc->box = *box;
-  pc->bytes = rf_box_numel(box) * rf_dtype_size(plan->layout->model->dtype);
+  pc->bytes = rf_box_numel(box) * rf_tensor_esize(&plan->layout->model->tensors[tensor]);
   return RF_OK;
 }
 
@@ -66,7 +66,6 @@ static rf_status compute_totals(rf_plan *plan) {
   plan->recv_bytes = rf_calloc((size_t)lay->rollout_ranks, sizeof(int64_t), "plan totals");
   if (!plan->send_bytes || !plan->reshape_send_bytes || !plan->recv_bytes)
     return RF_ERR_NOMEM;
-  int esize = rf_dtype_size(lay->model->dtype);
   for (int i = 0; i < plan->piece_count; i++) {
     const rf_piece *p = &plan->pieces[i];
     int local = rf_piece_is_local(plan, p);
@@ -85,7 +84,8 @@ static rf_status compute_totals(rf_plan *plan) {
     plan->transfer_bytes += p->bytes;
     rf_box held = rf_layout_rollout_box(lay, p->tensor, p->dst), kept;
     rf_box_intersect(&p->box, &held, &kept);
-    plan->extra_bytes += p->bytes - rf_box_numel(&kept) * esize;
+    plan->extra_bytes +=
+        p->bytes - rf_box_numel(&kept) * rf_tensor_esize(&lay->model->tensors[p->tensor]);
   }
   XXH3_state_t *h = XXH3_createState();
   if (!h)

@@ -45,7 +45,8 @@ static rf_status add_chunk(builder *b, int piece, const rf_box *box, int64_t byt
 static rf_status place_piece(builder *b, const rf_plan *plan, int index) {
   const rf_piece *p = &plan->pieces[index];
   int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
-  int64_t esize = rf_dtype_size(plan->layout->model->dtype), limit = b->s->bucket_size;
+  int64_t esize = rf_tensor_esize(&plan->layout->model->tensors[p->tensor]);
+  int64_t limit = b->s->bucket_size;
   rf_box rest = p->box;
   while (!rf_box_is_empty(&rest)) {
     int64_t bytes = rf_box_numel(&rest) * esize;
