@@ -2,6 +2,7 @@
  * family in one allocation (an arena). Offsets inside an arena are a pure function of the
  * plan and the rank, so a rank that maps another rank's arena (CUDA IPC) finds every tensor
  * in it without asking. */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +18,6 @@ static int64_t align_up(int64_t v) { return (v + ALIGN - 1) / ALIGN * ALIGN; }
 int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int rank,
                            int64_t *offsets) {
   const rf_layout *lay = plan->layout;
-  int esize = rf_dtype_size(lay->model->dtype);
   int n = family == RF_FAMILY_ROLLOUT ? lay->rollout_tensor_count : lay->model->tensor_count;
   int64_t at = 0;
   for (int i = 0; i < n; i++) {
@@ -26,9 +26,10 @@ int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int ran
       bytes = lay->rollout_tensors[i].bytes;
     } else if (family == RF_FAMILY_SHARDS) {
       rf_box box = rf_layout_trainer_box(lay, i, rank);
-      bytes = rf_box_numel(&box) * esize;
+      bytes = rf_box_numel(&box) * rf_tensor_esize(&lay->model->tensors[i]);
     } else if (plan->kind == RF_PLAN_STAR) {
-      bytes = rf_box_numel(&plan->coupling[(size_t)i * lay->trainer_ranks + rank]) * esize;
+      const rf_box *c = &plan->coupling[(size_t)i * lay->trainer_ranks + rank];
+      bytes = rf_box_numel(c) * rf_tensor_esize(&lay->model->tensors[i]);
     }
     offsets[i] = at;
     at = align_up(at + bytes);
@@ -39,7 +40,7 @@ int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int ran
 rf_region rf_shard_region(const rf_plan *plan, int trainer_rank, int tensor, void *base) {
   const rf_layout *lay = plan->layout;
   rf_box box = rf_layout_trainer_box(lay, tensor, trainer_rank);
-  int esize = rf_dtype_size(lay->model->dtype);
+  int esize = rf_tensor_esize(&lay->model->tensors[tensor]);
   return rf_layout_trainer_transposed(lay, tensor) ? rf_region_transposed(base, &box, esize)
                                                    : rf_region_row_major(base, &box, esize);
 }
@@ -60,6 +61,24 @@ static rf_status read_shard(rf_buffers *b, rf_checkpoint *ckpt, int t, const rf_
     st = rf_mem_transfer(r->base, RF_MEM_DEVICE, host, RF_MEM_HOST, bytes);
   free(host);
   return st;
+}
+
+/* The layout sizes each fused rollout tensor; the engine writes each member tensor into it at
+ * the member's own element size. A size that disagrees would let the copies run past the
+ * tensor (into the next one, or past the arena), so it is refused before anything is
+ * allocated, on every rank: a rank that maps a peer's arena computes its offsets the same way. */
+static rf_status check_rollout_sizes(const rf_layout *lay) {
+  for (int t = 0; t < lay->model->tensor_count; t++) {
+    const rf_tensor *member = &lay->model->tensors[t];
+    const rf_rollout_tensor *rt = &lay->rollout_tensors[lay->slots[t].local];
+    int64_t need = rt->numel * rf_tensor_esize(member);
+    if (rt->bytes != need)
+      return rf_fail(RF_ERR_INTERNAL,
+                     "rollout tensor %s is laid out as %" PRId64 " bytes, but its member %s (%s) "
+                     "needs %" PRId64 "; the layout must size it by its members' dtype",
+                     rt->name, rt->bytes, member->name, rf_dtype_name(member->dtype), need);
+  }
+  return RF_OK;
 }
 
 /* Allocates one family's arena and points its tensors into it. */
@@ -89,6 +108,7 @@ rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory
   memset(b, 0, sizeof *b);
   b->plan = plan;
   b->memory = memory;
+  RF_TRY(check_rollout_sizes(lay));
   rf_layout_roles(lay, world_rank, &b->trainer_rank, &b->rollout_rank);
   if (b->trainer_rank >= 0) {
     RF_TRY(alloc_family(b, RF_FAMILY_SHARDS, b->trainer_rank, "the trainer shards"));
@@ -107,7 +127,7 @@ rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory
     if (checkpoint)
       RF_TRY(read_shard(b, checkpoint, t, &box, &r, bytes));
     else
-      RF_TRY(rf_fill_region_on(memory, &r, &box, &m->tensors[t], seed, m->dtype));
+      RF_TRY(rf_fill_region_on(memory, &r, &box, &m->tensors[t], seed, m->tensors[t].dtype));
   }
   b->fill_seconds = rf_now() - t0;
   return RF_OK;

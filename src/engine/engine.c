@@ -19,6 +19,10 @@ const char *rf_mode_list_format(const rf_mode_list *modes, char *buf, size_t len
   return buf;
 }
 
+int engine_esize(const rf_engine *e, int tensor) {
+  return rf_tensor_esize(&e->plan->layout->model->tensors[tensor]);
+}
+
 rf_region engine_shard_region(const rf_engine *e, int tensor) {
   return rf_shard_region(e->plan, e->trainer_rank, tensor, e->data->shards[tensor]);
 }
@@ -29,7 +33,7 @@ rf_region engine_rollout_region(const rf_engine *e, int tensor, rf_box *held) {
   *held = rf_layout_rollout_box(lay, tensor, e->rollout_rank);
   return rf_region_in_fused(e->data->rollout[slot->local],
                             lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col, held,
-                            e->esize);
+                            engine_esize(e, tensor));
 }
 
 rf_channel engine_channel(rf_stage stage) {
@@ -50,7 +54,7 @@ rf_region engine_source(const rf_engine *e, const rf_piece *p) {
   const rf_plan *plan = e->plan;
   if (p->stage == RF_STAGE_TRANSFER && plan->kind == RF_PLAN_STAR) {
     const rf_box *c = &plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->src];
-    return rf_region_row_major(e->data->coupling[p->tensor], c, e->esize);
+    return rf_region_row_major(e->data->coupling[p->tensor], c, engine_esize(e, p->tensor));
   }
   return engine_shard_region(e, p->tensor);
 }
@@ -61,7 +65,7 @@ rf_region engine_destination(const rf_engine *e, const rf_piece *p, const rf_box
   if (p->stage == RF_STAGE_RESHAPE) {
     *kept = *box;
     const rf_box *c = &plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->dst];
-    return rf_region_row_major(e->data->coupling[p->tensor], c, e->esize);
+    return rf_region_row_major(e->data->coupling[p->tensor], c, engine_esize(e, p->tensor));
   }
   rf_box held;
   rf_region r = engine_rollout_region(e, p->tensor, &held);
@@ -110,7 +114,6 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
                    "memory; drop --memory host",
                    tp->ops->name, rf_mem_kind_name(e->memory));
   e->pack_timer.kind = e->unpack_timer.kind = e->memory;
-  e->esize = rf_dtype_size(plan->layout->model->dtype);
   rf_layout_roles(plan->layout, world_rank, &e->trainer_rank, &e->rollout_rank);
   RF_TRY(rf_schedule_build(plan, RF_STAGE_RESHAPE, bucket_size, &e->reshape));
   RF_TRY(rf_schedule_build(plan, RF_STAGE_TRANSFER, bucket_size, &e->transfer));

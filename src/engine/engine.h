@@ -97,7 +97,6 @@ typedef struct {
   rf_mem_kind memory; /* where the weights live, and so where box copies run */
   rf_mem_kind wire;   /* where staging lives: pinned host memory when device weights travel
                          over a host transport (mpi on a GPU), else the weights' kind */
-  int esize;
   /* Mapping transports (ipc): each destination copies out of its sources' arenas. */
   int mapped, push;                       /* a mapping transport; the source copies (JAX order) */
   int64_t *peer_offsets[RF_FAMILY_COUNT]; /* [family][rank * tensors + tensor]; rollout: rank 0 */

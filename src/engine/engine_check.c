@@ -63,10 +63,10 @@ static rf_status check_against_file(rf_engine *e, rf_checkpoint *ckpt, int t, rf
   rf_box held;
   void *view = NULL;
   RF_TRY(rollout_host_region(e, t, &got, &held, &view));
-  size_t bytes = (size_t)(rf_box_numel(&held) * e->esize);
+  size_t bytes = (size_t)(rf_box_numel(&held) * engine_esize(e, t));
   void *buf = rf_malloc(bytes, "the checkpoint's copy of a shard");
   rf_status st = buf ? RF_OK : RF_ERR_NOMEM;
-  rf_region want = rf_region_row_major(buf, &held, e->esize);
+  rf_region want = rf_region_row_major(buf, &held, engine_esize(e, t));
   if (st == RF_OK && !rf_box_is_empty(&held))
     st = rf_checkpoint_read(ckpt, t, &held, &want);
   for (int64_t i = held.lo[0]; i < held.hi[0] && st == RF_OK; i++)
@@ -99,7 +99,7 @@ int64_t rf_engine_check(rf_engine *e, rf_checkpoint *checkpoint) {
     int64_t w = 0;
     rf_status st = checkpoint ? check_against_file(e, checkpoint, t, first, 4, &n, &w)
                               : rf_check_region_on(e->memory, &r, &held, &m->tensors[t], e->seed,
-                                                   m->dtype, first, 4, &n, &w);
+                                                   m->tensors[t].dtype, first, 4, &n, &w);
     if (st != RF_OK)
       return -1;
     wrong += w;
@@ -142,7 +142,8 @@ rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout
       rf_box box = rf_layout_trainer_box(lay, t, e->trainer_rank);
       rf_region r = engine_shard_region(e, t);
       if (lowest_trainer_holder(lay, t, e->trainer_rank, &box)) {
-        RF_TRY(rf_checksum_region_on(e->memory, &r, &box, &m->tensors[t], m->dtype, &sum));
+        RF_TRY(
+            rf_checksum_region_on(e->memory, &r, &box, &m->tensors[t], m->tensors[t].dtype, &sum));
         trainer[t] += sum;
       }
     }
@@ -151,7 +152,8 @@ rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout
       rf_region r = engine_rollout_region(e, t, &held);
       int replica = e->rollout_rank / lay->rollout.tp;
       if (!rf_box_is_empty(&held) && lowest_rollout_holder(lay, t, e->rollout_rank, &held)) {
-        RF_TRY(rf_checksum_region_on(e->memory, &r, &held, &m->tensors[t], m->dtype, &sum));
+        RF_TRY(
+            rf_checksum_region_on(e->memory, &r, &held, &m->tensors[t], m->tensors[t].dtype, &sum));
         rollout[(size_t)replica * m->tensor_count + t] += sum;
       }
     }
@@ -192,7 +194,7 @@ rf_status rf_engine_digests(rf_engine *e, rf_shard_digest **out, int *count) {
     void *view = NULL;
     if (e->trainer_rank >= 0) {
       rf_box box = rf_layout_trainer_box(lay, t, e->trainer_rank);
-      size_t bytes = (size_t)(rf_box_numel(&box) * e->esize);
+      size_t bytes = (size_t)(rf_box_numel(&box) * engine_esize(e, t));
       /* As stored: the bytes of the shard buffer, in its own (HF or JAX) order. */
       st = host_view(e, e->data->shards[t], bytes, &view);
       if (st == RF_OK) {

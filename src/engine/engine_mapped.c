@@ -56,7 +56,8 @@ static rf_status remote_source(rf_engine *e, const rf_piece *p, rf_region *out) 
     *out = rf_shard_region(plan, p->src, p->tensor, at);
   else
     *out = rf_region_row_major(
-        at, &plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->src], e->esize);
+        at, &plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->src],
+        engine_esize(e, p->tensor));
   return RF_OK;
 }
 
@@ -72,7 +73,7 @@ static rf_status remote_destination(rf_engine *e, const rf_piece *p, const rf_bo
     *kept = *box;
     *out = rf_region_row_major(base + peer_offset(e, RF_FAMILY_COUPLING, p->dst, p->tensor),
                                &plan->coupling[(size_t)p->tensor * lay->trainer_ranks + p->dst],
-                               e->esize);
+                               engine_esize(e, p->tensor));
     return RF_OK;
   }
   const rf_rollout_slot *slot = &lay->slots[p->tensor];
@@ -81,7 +82,7 @@ static rf_status remote_destination(rf_engine *e, const rf_piece *p, const rf_bo
   RF_TRY(peer_arena(e, RF_FAMILY_ROLLOUT, p->dst, &base));
   *out = rf_region_in_fused(base + peer_offset(e, RF_FAMILY_ROLLOUT, p->dst, slot->local),
                             lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col, &held,
-                            e->esize);
+                            engine_esize(e, p->tensor));
   return RF_OK;
 }
 

@@ -90,7 +90,7 @@ static rf_status copy_box(stage_ctx *c, const rf_region *dst, const rf_region *s
 
 static rf_status pack(stage_ctx *c, const rf_chunk *k, char *to) {
   rf_region src = engine_source(c->e, piece_of(c, k));
-  rf_region staging = rf_region_row_major(to, &k->box, c->e->esize);
+  rf_region staging = rf_region_row_major(to, &k->box, engine_esize(c->e, piece_of(c, k)->tensor));
   rf_mem_timer_begin(&c->e->pack_timer);
   rf_status st = copy_box(c, &staging, &src, &k->box);
   rf_mem_timer_end(&c->e->pack_timer);
@@ -100,7 +100,8 @@ static rf_status pack(stage_ctx *c, const rf_chunk *k, char *to) {
 static rf_status unpack(stage_ctx *c, const rf_chunk *k, char *from) {
   rf_box kept;
   rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
-  rf_region staging = rf_region_row_major(from, &k->box, c->e->esize);
+  rf_region staging =
+      rf_region_row_major(from, &k->box, engine_esize(c->e, piece_of(c, k)->tensor));
   rf_mem_timer_begin(&c->e->unpack_timer);
   rf_status st = copy_box(c, &dst, &staging, &kept);
   rf_mem_timer_end(&c->e->unpack_timer);
