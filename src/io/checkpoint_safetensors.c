@@ -129,16 +129,16 @@ static rf_status check_tensor(rf_checkpoint *c, int fi, json_t *header, const rf
                    f->path, t->name);
   rf_dtype dt;
   int readable = ck_dtype_from_tag(json_string_value(dtype), &dt);
-  if (!readable || dt != c->dtype)
-    return ck_fail_dtype(f->path, t, json_string_value(dtype), readable, c->dtype);
+  if (!readable || dt != t->dtype)
+    return ck_fail_dtype(f->path, t, json_string_value(dtype), readable);
   if (!ck_shape_matches(t, ndim, dims))
     return ck_fail_shape(f->path, t, ndim, dims);
   int64_t a = f->data_start + begin, b = f->data_start + end;
-  if (end - begin != t->numel * c->esize)
+  if (end - begin != t->bytes)
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64 ") holds %" PRId64
                    " bytes, its shape and dtype need %" PRId64,
-                   f->path, t->name, a, b, end - begin, t->numel * c->esize);
+                   f->path, t->name, a, b, end - begin, t->bytes);
   if (b > f->size)
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64
@@ -317,7 +317,7 @@ void ck_st_close(rf_checkpoint *c) {
 rf_status ck_st_read_rows(rf_checkpoint *c, int tensor, const rf_box *box, void *out) {
   const rf_tensor *t = &c->model->tensors[tensor];
   const ck_file *f = &c->files[c->tensor_file[tensor]];
-  int64_t cols = t->shape[1], w = box->hi[1] - box->lo[1], es = c->esize;
+  int64_t cols = t->shape[1], w = box->hi[1] - box->lo[1], es = rf_tensor_esize(t);
   int64_t at = c->tensor_offset[tensor] + (box->lo[0] * cols + box->lo[1]) * es;
   if (w == cols)
     return ck_pread(f->fd, out, (size_t)((box->hi[0] - box->lo[0]) * cols * es), at, f->path, t);

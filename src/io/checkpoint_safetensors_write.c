@@ -45,7 +45,7 @@ static rf_status write_file(const char *path, const rf_model *m, uint64_t seed, 
     json_t *e = json_object(), *shape = json_array();
     for (int d = 0; d < t->ndim; d++)
       json_array_append_new(shape, json_integer(t->shape[d]));
-    json_object_set_new(e, "dtype", json_string(ck_dtype_tag(m->dtype)));
+    json_object_set_new(e, "dtype", json_string(ck_dtype_tag(t->dtype)));
     json_object_set_new(e, "shape", shape);
     json_object_set_new(e, "data_offsets",
                         json_pack("[I, I]", (json_int_t)off, (json_int_t)(off + t->bytes)));
@@ -77,7 +77,7 @@ static rf_status write_file(const char *path, const rf_model *m, uint64_t seed, 
     st = ck_write_all(fd, head, 8 + padded, path);
     emit_ctx e = {fd, path};
     for (int i = first; i < last && st == RF_OK; i++)
-      st = ck_generate(&m->tensors[i], seed, m->dtype, emit_to_file, &e);
+      st = ck_generate(&m->tensors[i], seed, emit_to_file, &e);
     if (close(fd) != 0 && st == RF_OK)
       st = rf_fail(RF_ERR_IO, "checkpoint '%s': writing failed: %s", path, strerror(errno));
     st = st == RF_OK ? ck_commit(path, tmp) : st;

@@ -272,7 +272,7 @@ static rf_status write_tensors(hid_t g, const rf_results_run *run) {
   for (int t = 0; t < n; t++) {
     tensor_row *tr = (tensor_row *)(buf + (size_t)t * row);
     snprintf(tr->name, sizeof tr->name, "%s", m->tensors[t].name);
-    snprintf(tr->dtype, sizeof tr->dtype, "%s", rf_dtype_name(m->dtype));
+    snprintf(tr->dtype, sizeof tr->dtype, "%s", rf_dtype_name(m->tensors[t].dtype));
     tr->ndim = m->tensors[t].ndim;
     tr->shape[0] = m->tensors[t].shape[0];
     tr->shape[1] = m->tensors[t].shape[1];
