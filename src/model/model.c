@@ -317,11 +317,13 @@ void rf_model_set_dtype(rf_model *model, rf_dtype dtype) {
 }
 
 rf_status rf_model_set_tensor_dtype(rf_model *model, int index, rf_dtype dtype) {
-  if (index < 0 || index >= model->tensor_count || rf_dtype_size(dtype) == 0)
+  if (index < 0 || index >= model->tensor_count)
+    return rf_fail(RF_ERR_INTERNAL, "model %s has no tensor %d; pass an index below %d",
+                   model->name, index, model->tensor_count);
+  if (rf_dtype_size(dtype) == 0)
     return rf_fail(RF_ERR_INTERNAL,
-                   "model %s: no tensor %d or no dtype %d to give it; pass an index below %d "
-                   "and an rf_dtype",
-                   model->name, index, (int)dtype, model->tensor_count);
+                   "model %s: %d is not a dtype to give tensor %s; pass an rf_dtype", model->name,
+                   (int)dtype, model->tensors[index].name);
   model->tensors[index].dtype = dtype;
   model->tensors[index].own_dtype = 1;
   recount_bytes(model);
