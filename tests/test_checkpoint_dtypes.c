@@ -123,6 +123,25 @@ static void test_refusals(const rf_model *mixed, const rf_model *plain) {
            ") holds 128 bytes, its shape and dtype need 256",
            file, begin, begin + 128);
   expect_open_error(file, mixed, line);
+
+  /* A region of the model's element size for an fp32 tensor is refused, not filled. */
+  rf_checkpoint *c;
+  ASSERT_OK(rf_checkpoint_open(at_tmp("mixed.safetensors"), mixed, &c));
+  int norm = rf_model_find(mixed, "model.norm.weight");
+  rf_box whole = rf_box_whole(&mixed->tensors[norm]);
+  uint16_t halves[64];
+  rf_region r = rf_region_row_major(halves, &whole, 2);
+  char err[512] = "";
+  rf_log_capture(err, sizeof err);
+  rf_status st = rf_checkpoint_read(c, norm, &whole, &r);
+  rf_log_capture(NULL, 0);
+  ASSERT_STATUS(st, RF_ERR_INTERNAL);
+  snprintf(line, sizeof line,
+           "checkpoint '%s': tensor model.norm.weight is fp32, 4 bytes an element, but the "
+           "region to read it into has 2; build the region with the tensor's own element size",
+           at_tmp("mixed.safetensors"));
+  ASSERT_STR_EQ(err, line);
+  rf_checkpoint_close(c);
 }
 
 /* One process holding trainer rank 0 (fsdp=1, JAX order: its 2-D shards are read from the file

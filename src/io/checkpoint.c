@@ -315,6 +315,13 @@ rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box,
                    c->path, box->lo[0], box->hi[0], box->lo[1], box->hi[1], t->name);
   int64_t w = box->hi[1] - box->lo[1];
   int es = rf_tensor_esize(t);
+  /* A region built with the model's element size instead of the tensor's would be read into
+   * at the wrong strides, silently, wherever the two differ. */
+  if (dst->esize != es)
+    return rf_fail(RF_ERR_INTERNAL,
+                   "checkpoint '%s': tensor %s is %s, %d bytes an element, but the region to "
+                   "read it into has %d; build the region with the tensor's own element size",
+                   c->path, t->name, rf_dtype_name(t->dtype), es, dst->esize);
   int64_t rows = ck_batch_rows(t, w, es);
   for (int64_t r0 = box->lo[0]; r0 < box->hi[0]; r0 += rows) {
     rf_box b = {{r0, box->lo[1]}, {RF_MIN(r0 + rows, box->hi[0]), box->hi[1]}};
