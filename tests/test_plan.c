@@ -1,5 +1,6 @@
 /* Planner properties over every shipped model and many random valid layout pairs, for both
- * plan kinds, and exact totals derived by hand for Llama-3.1-8B. */
+ * plan kinds, and exact totals derived by hand for Llama-3.1-8B and for tiny with fp32 norms
+ * among bf16 weights. */
 #include <stdlib.h>
 
 #include "plan_checks.h"
@@ -45,8 +46,76 @@ static void test_llama8b_totals(void) {
   rf_model_free(&m);
 }
 
+/* tiny (139,584 parameters: 139,264 in sharded tensors, 320 in its 5 norms of 64) with every
+ * norm fp32 as a dtype of its own among bf16 weights, trainer fsdp=2 (tunix) -> rollout tp=2,
+ * derived by hand: each rollout rank receives half the sharded elements at 2 bytes and every
+ * norm whole at 4; each trainer rank sends half the sharded elements and, the norms' holders
+ * being equal, alternately one norm piece of 256 bytes. */
+static void test_tiny_mixed_totals(void) {
+  rf_model m;
+  ASSERT_OK(rf_model_load("tiny", &m));
+  uint64_t plain = rf_model_digest(&m);
+  for (int t = 0; t < m.tensor_count; t++)
+    if (m.tensors[t].kind == RF_T_NORM)
+      ASSERT_OK(rf_model_set_tensor_dtype(&m, t, RF_DTYPE_FP32));
+  ASSERT_EQ(m.total_bytes, 139264 * 2 + 320 * 4);
+  ASSERT_TRUE(rf_model_digest(&m) != plain); /* the digest covers a tensor's own dtype */
+  /* --dtype changes every other tensor and leaves the norms fp32. */
+  rf_model_set_dtype(&m, RF_DTYPE_FP16);
+  for (int t = 0; t < m.tensor_count; t++)
+    ASSERT_EQ(m.tensors[t].dtype, m.tensors[t].kind == RF_T_NORM ? RF_DTYPE_FP32 : RF_DTYPE_FP16);
+  ASSERT_EQ(m.total_bytes, 139264 * 2 + 320 * 4);
+  rf_model_set_dtype(&m, RF_DTYPE_BF16);
+  char err[256] = "";
+  rf_log_capture(err, sizeof err);
+  rf_status st = rf_model_set_tensor_dtype(&m, m.tensor_count, RF_DTYPE_FP32);
+  rf_log_capture(NULL, 0);
+  ASSERT_STATUS(st, RF_ERR_INTERNAL);
+  ASSERT_STR_EQ(err, "model tiny has no tensor 21; pass an index below 21");
+  rf_log_capture(err, sizeof err);
+  st = rf_model_set_tensor_dtype(&m, 0, (rf_dtype)7);
+  rf_log_capture(NULL, 0);
+  ASSERT_STATUS(st, RF_ERR_INTERNAL);
+  ASSERT_STR_EQ(err, "model tiny: 7 is not a dtype to give tensor model.embed_tokens.weight; pass "
+                     "an rf_dtype");
+  ASSERT_EQ(m.total_bytes, 279808);
+  ASSERT_EQ(m.tensors[0].own_dtype, 0);
+
+  rf_trainer_layout tl = {.fsdp = 2, .tp = 1, .dp = 1, .ep = 1, .pp = 1, .style = RF_STYLE_TUNIX};
+  rf_rollout_layout rl = {.tp = 2, .dp = 1};
+  rf_layout lay;
+  ASSERT_OK(rf_layout_init(&lay, &m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED));
+  for (int kind = RF_PLAN_P2P; kind <= RF_PLAN_STAR; kind++) {
+    rf_plan plan;
+    ASSERT_OK(rf_plan_build(&plan, &lay, (rf_plan_kind)kind, NULL));
+    int norm_pieces = 0;
+    for (int i = 0; i < plan.piece_count; i++) {
+      const rf_piece *p = &plan.pieces[i];
+      int norm = m.tensors[p->tensor].kind == RF_T_NORM;
+      ASSERT_EQ(p->bytes, rf_box_numel(&p->box) * (norm ? 4 : 2));
+      norm_pieces += norm && p->stage == RF_STAGE_TRANSFER;
+      if (norm && p->stage == RF_STAGE_TRANSFER)
+        ASSERT_EQ(p->bytes, 256);
+    }
+    ASSERT_EQ(norm_pieces, 5 * 2);
+    if (kind == RF_PLAN_P2P) {
+      for (int r = 0; r < 2; r++)
+        ASSERT_EQ(plan.recv_bytes[r], 139264 / 2 * 2 + 320 * 4); /* 140,544 */
+      for (int r = 0; r < 2; r++)
+        ASSERT_EQ(plan.send_bytes[r], 139264 / 2 * 2 + 5 * 256); /* 140,544 */
+      ASSERT_EQ(plan.transfer_bytes, 2 * 140544);
+    }
+    check_coverage(&plan);
+    check_bytes(&plan, 1);
+    rf_plan_free(&plan);
+  }
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
 int main(void) {
   test_llama8b_totals();
+  test_tiny_mixed_totals();
   srand(20261202);
   rf_log_push_quiet(1); /* random layouts that do not divide are expected here */
   static const int sizes[] = {1, 2, 4, 8};

@@ -4,6 +4,7 @@
  * Runs without mpirun: MPI_Get_library_version is allowed before MPI_Init. */
 #include <hdf5.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,10 +327,54 @@ static void test_killed_while_writing(const char *dir) {
   ASSERT_EQ(system(cmd), 0);
 }
 
+/* The tensors table records each tensor's own dtype and bytes: the norms, given fp32 of their
+ * own, say fp32 and 4 bytes an element; every other tensor the model's bf16 and 2. */
+static void test_tensor_dtypes(const char *dir) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/dtypes.h5", dir);
+  fixture fx;
+  fixture_init(&fx, 7);
+  rf_model *m = &fx.model;
+  for (int t = 0; t < m->tensor_count; t++)
+    if (m->tensors[t].kind == RF_T_NORM)
+      ASSERT_OK(rf_model_set_tensor_dtype(m, t, RF_DTYPE_FP32));
+  rf_results *r = NULL;
+  ASSERT_OK(rf_results_open(path, &info, &r));
+  int number = -1;
+  ASSERT_OK(rf_results_add_run(r, &fx.run, &number));
+  rf_results_close(r);
+  ASSERT_EQ(number, 0);
+
+  typedef struct {
+    char dtype[8];
+    int64_t bytes;
+  } row;
+  row rows[21];
+  ASSERT_EQ(m->tensor_count, 21);
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "/runs/0000/tensors", H5P_DEFAULT);
+  hid_t s8 = H5Tcopy(H5T_C_S1), mt = H5Tcreate(H5T_COMPOUND, sizeof(row));
+  ASSERT_GE(H5Tset_size(s8, 8), 0);
+  ASSERT_GE(H5Tinsert(mt, "dtype", offsetof(row, dtype), s8), 0);
+  ASSERT_GE(H5Tinsert(mt, "bytes", offsetof(row, bytes), H5T_NATIVE_INT64), 0);
+  ASSERT_GE(H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows), 0);
+  H5Tclose(mt), H5Tclose(s8), H5Dclose(d), H5Fclose(f);
+  int fp32 = 0;
+  for (int t = 0; t < m->tensor_count; t++) {
+    int norm = m->tensors[t].kind == RF_T_NORM;
+    fp32 += norm;
+    ASSERT_STR_EQ(rows[t].dtype, norm ? "fp32" : "bf16");
+    ASSERT_EQ(rows[t].bytes, m->tensors[t].numel * (norm ? 4 : 2));
+  }
+  ASSERT_EQ(fp32, 5);
+  fixture_free(&fx);
+}
+
 int main(void) {
   char dir[] = "/tmp/refit_results_XXXXXX";
   ASSERT_TRUE(mkdtemp(dir) != NULL);
   test_append(dir);
+  test_tensor_dtypes(dir);
   test_refusals(dir);
   test_killed_between_runs(dir);
   test_killed_while_writing(dir);

@@ -1,5 +1,6 @@
-/* Schedule properties over the small shipped models, several layouts, both plan kinds and
- * several bucket sizes: the chunks of every piece tile its box exactly, no rank sends or
+/* Schedule properties over the small shipped models (and tiny with tensors of three dtypes),
+ * several layouts, both plan kinds and several bucket sizes: the chunks of every piece tile
+ * its box exactly, each chunk's bytes in its tensor's own element size, no rank sends or
  * receives more than a bucket's bytes in one bucket, and the schedule is a pure function of
  * plan, stage and bucket size (what lets every rank build it alone and still agree). */
 #include <stdlib.h>
@@ -66,7 +67,6 @@ static void check_tiling(const rf_schedule *s, int first, int end, const rf_piec
 /* Everything one schedule promises, for one stage of one plan. Returns its chunk count. */
 static int check_schedule(const rf_plan *plan, rf_stage stage, int64_t bucket_size) {
   const rf_layout *lay = plan->layout;
-  int64_t esize = rf_dtype_size(lay->model->dtype);
   rf_schedule s;
   ASSERT_OK(rf_schedule_build(plan, stage, bucket_size, &s));
   ASSERT_EQ(s.stage, stage);
@@ -104,7 +104,7 @@ static int check_schedule(const rf_plan *plan, rf_stage stage, int64_t bucket_si
     ASSERT_GT(end, at);
     if (rf_piece_is_local(plan, p))
       ASSERT_EQ(end - at, 1);
-    check_tiling(&s, at, end, p, esize);
+    check_tiling(&s, at, end, p, rf_tensor_esize(&lay->model->tensors[p->tensor]));
     at = end;
   }
   ASSERT_EQ(at, s.chunk_count);
@@ -239,8 +239,47 @@ static void test_tiny_by_hand(void) {
   rf_model_free(&m);
 }
 
+/* tiny with tensors of three dtypes: the embedding fp32, every norm fp16, the rest bf16. */
+static void mix_dtypes(rf_model *m) {
+  for (int t = 0; t < m->tensor_count; t++) {
+    if (m->tensors[t].kind == RF_T_EMBED)
+      ASSERT_OK(rf_model_set_tensor_dtype(m, t, RF_DTYPE_FP32));
+    if (m->tensors[t].kind == RF_T_NORM)
+      ASSERT_OK(rf_model_set_tensor_dtype(m, t, RF_DTYPE_FP16));
+  }
+}
+
+/* The hand-checked case again with embed_tokens fp32 of its own: a row of the first piece is
+ * 32 columns of 4 bytes, so its 256 rows (32 KiB) are cut into 8 chunks of 32 rows, 4096
+ * bytes each, one bucket each: twice the bf16 case's chunks, each of half the rows. */
+static void test_tiny_mixed_by_hand(void) {
+  rf_model m;
+  ASSERT_OK(rf_model_load("tiny", &m));
+  mix_dtypes(&m);
+  rf_layout lay;
+  make_layout(&lay, &m, &layouts[0]);
+  rf_plan plan;
+  ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
+  ASSERT_EQ(plan.pieces[0].bytes, 256 * 32 * 4);
+  rf_schedule s;
+  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 4096, &s));
+  int first_piece_chunks = 0;
+  for (int i = 0; i < s.chunk_count && s.chunks[i].piece == 0; i++, first_piece_chunks++) {
+    ASSERT_EQ(s.chunks[i].box.lo[0], 32 * i);
+    ASSERT_EQ(s.chunks[i].box.hi[0], 32 * i + 32);
+    ASSERT_EQ(s.chunks[i].bytes, 4096);
+    ASSERT_EQ(s.chunks[i].bucket, i);
+  }
+  ASSERT_EQ(first_piece_chunks, 8);
+  rf_schedule_free(&s);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
 int main(void) {
   test_tiny_by_hand();
+  test_tiny_mixed_by_hand();
   int schedules = 0;
   long chunks = 0;
   for (size_t mi = 0; mi < RF_ARRAY_LEN(models); mi++) {
@@ -268,7 +307,27 @@ int main(void) {
     }
     rf_model_free(&m);
   }
+  /* The properties again for tiny with tensors of three dtypes. */
+  rf_model m;
+  ASSERT_OK(rf_model_load("tiny", &m));
+  mix_dtypes(&m);
+  for (size_t li = 0; li < RF_ARRAY_LEN(layouts); li++) {
+    rf_layout lay;
+    make_layout(&lay, &m, &layouts[li]);
+    for (int kind = RF_PLAN_P2P; kind <= RF_PLAN_STAR; kind++) {
+      rf_plan plan;
+      ASSERT_OK(rf_plan_build(&plan, &lay, (rf_plan_kind)kind, NULL));
+      for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++)
+        for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
+          chunks += check_schedule(&plan, (rf_stage)stage, bucket_sizes[bi]);
+          schedules++;
+        }
+      rf_plan_free(&plan);
+    }
+    rf_layout_free(&lay);
+  }
+  rf_model_free(&m);
   printf("schedules checked: %d, chunks: %ld\n", schedules, chunks);
-  ASSERT_EQ(schedules, (3 * 4 * 5 - 2 * 3) * 2 * 2);
+  ASSERT_EQ(schedules, (4 * 4 * 5 - 2 * 3) * 2 * 2);
   return 0;
 }

@@ -1,6 +1,7 @@
 /* `refit checkpoint`: writes the synthetic weights of a model as a real checkpoint, so that
  * users without weights, and the tests, have files to give `refit run --checkpoint`. No MPI
- * and no layouts: only the model spec and its dtype. */
+ * and no layouts: only the model spec and its dtypes (each tensor is written in its own, so
+ * DeepSeek's fp32 router bias sits among bf16 weights as in DeepSeek's checkpoints). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

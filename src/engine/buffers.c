@@ -2,6 +2,7 @@
  * family in one allocation (an arena). Offsets inside an arena are a pure function of the
  * plan and the rank, so a rank that maps another rank's arena (CUDA IPC) finds every tensor
  * in it without asking. */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,8 +32,8 @@ int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int ran
       rf_box box = rf_layout_trainer_box(lay, i, rank);
       bytes = rf_box_numel(&box) * rf_tensor_esize(&lay->model->tensors[i]);
     } else if (plan->kind == RF_PLAN_STAR) {
-      bytes = rf_box_numel(&plan->coupling[(size_t)i * lay->trainer_ranks + rank]) *
-              rf_tensor_esize(&lay->model->tensors[i]);
+      const rf_box *c = &plan->coupling[(size_t)i * lay->trainer_ranks + rank];
+      bytes = rf_box_numel(c) * rf_tensor_esize(&lay->model->tensors[i]);
     }
     offsets[i] = at;
     at = align_up(at + bytes);
@@ -66,6 +67,24 @@ static rf_status read_shard(rf_buffers *b, rf_checkpoint *ckpt, int t, const rf_
   return st;
 }
 
+/* The layout sizes each fused rollout tensor; the engine writes each member tensor into it at
+ * the member's own element size. A size that disagrees would let the copies run past the
+ * tensor (into the next one, or past the arena), so it is refused before anything is
+ * allocated, on every rank: a rank that maps a peer's arena computes its offsets the same way. */
+static rf_status check_rollout_sizes(const rf_layout *lay) {
+  for (int t = 0; t < lay->model->tensor_count; t++) {
+    const rf_tensor *member = &lay->model->tensors[t];
+    const rf_rollout_tensor *rt = &lay->rollout_tensors[lay->slots[t].local];
+    int64_t need = rt->numel * rf_tensor_esize(member);
+    if (rt->bytes != need)
+      return rf_fail(RF_ERR_INTERNAL,
+                     "rollout tensor %s is laid out as %" PRId64 " bytes, but its member %s (%s) "
+                     "needs %" PRId64 "; the layout must size it by its members' dtype",
+                     rt->name, rt->bytes, member->name, rf_dtype_name(member->dtype), need);
+  }
+  return RF_OK;
+}
+
 /* Allocates one family's arena and points its tensors into it. */
 static rf_status alloc_family(rf_buffers *b, rf_buffer_family f, int rank, const char *what) {
   const rf_layout *lay = b->plan->layout;
@@ -93,6 +112,7 @@ rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory
   memset(b, 0, sizeof *b);
   b->plan = plan;
   b->memory = memory;
+  RF_TRY(check_rollout_sizes(lay));
   rf_layout_roles(lay, world_rank, &b->trainer_rank, &b->rollout_rank);
   if (b->trainer_rank >= 0) {
     RF_TRY(alloc_family(b, RF_FAMILY_SHARDS, b->trainer_rank, "the trainer shards"));

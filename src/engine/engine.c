@@ -19,6 +19,10 @@ const char *rf_mode_list_format(const rf_mode_list *modes, char *buf, size_t len
   return buf;
 }
 
+int engine_esize(const rf_engine *e, int tensor) {
+  return rf_tensor_esize(&e->plan->layout->model->tensors[tensor]);
+}
+
 rf_region engine_shard_region(const rf_engine *e, int tensor) {
   return rf_shard_region(e->plan, e->trainer_rank, tensor, e->data->shards[tensor]);
 }
@@ -29,7 +33,7 @@ rf_region engine_rollout_region(const rf_engine *e, int tensor, rf_box *held) {
   *held = rf_layout_rollout_box(lay, tensor, e->rollout_rank);
   return rf_region_in_fused(e->data->rollout[slot->local],
                             lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col, held,
-                            rf_tensor_esize(&lay->model->tensors[tensor]));
+                            engine_esize(e, tensor));
 }
 
 rf_channel engine_channel(rf_stage stage) {

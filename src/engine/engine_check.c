@@ -71,10 +71,10 @@ static rf_status check_against_file(rf_engine *e, rf_checkpoint *ckpt, int t, rf
   rf_box held;
   void *view = NULL;
   RF_TRY(rollout_host_region(e, t, &got, &held, &view));
-  size_t bytes = (size_t)(rf_box_numel(&held) * rf_tensor_esize(tensor));
+  size_t bytes = (size_t)(rf_box_numel(&held) * engine_esize(e, t));
   void *buf = rf_malloc(bytes, "the checkpoint's copy of a shard");
   rf_status st = buf ? RF_OK : RF_ERR_NOMEM;
-  rf_region want = rf_region_row_major(buf, &held, rf_tensor_esize(tensor));
+  rf_region want = rf_region_row_major(buf, &held, engine_esize(e, t));
   if (st == RF_OK && !rf_box_is_empty(&held))
     st = rf_checkpoint_read(ckpt, t, &held, &want);
   for (int64_t i = held.lo[0]; i < held.hi[0] && st == RF_OK; i++)

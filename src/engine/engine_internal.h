@@ -4,13 +4,14 @@
 
 #include "engine.h"
 
+/* Bytes per element of a tensor: its own dtype's, which fused staging mixes freely (an fp32
+ * chunk may follow a bf16 one at an offset that is 2 mod 4, so host code reaches staging only
+ * through memcpy-based copies). */
+int engine_esize(const rf_engine *e, int tensor);
+
 /* This rank's trainer shard of a tensor, and its part of a tensor in the fused rollout
  * tensor (held is set to the box it holds). */
 rf_region engine_shard_region(const rf_engine *e, int tensor);
-/* Bytes per element of a logical tensor (tensors may have dtypes of their own). */
-static inline int engine_esize(const rf_engine *e, int tensor) {
-  return rf_tensor_esize(&e->plan->layout->model->tensors[tensor]);
-}
 rf_region engine_rollout_region(const rf_engine *e, int tensor, rf_box *held);
 
 /* How a stage's pieces name this rank and its peers: the channel the stage travels on

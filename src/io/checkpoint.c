@@ -62,9 +62,13 @@ rf_status ck_fail_shape(const char *file, const rf_tensor *t, int ndim, const in
                  file, t->name, got, want);
 }
 
-rf_status ck_fail_dtype(const char *file, const rf_tensor *t, const char *got, int readable,
-                        rf_dtype want) {
-  rf_dtype dt;
+rf_status ck_fail_dtype(const char *file, const rf_tensor *t, const char *got, int readable) {
+  rf_dtype dt, want = t->dtype;
+  if (readable && ck_dtype_from_tag(got, &dt) && t->own_dtype)
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s is %s, the model needs %s (its own dtype, which "
+                   "--dtype does not change; use another checkpoint)",
+                   file, t->name, got, ck_dtype_tag(want));
   if (readable && ck_dtype_from_tag(got, &dt))
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s is %s, the model needs %s (use --dtype %s or "
@@ -148,9 +152,8 @@ rf_status ck_commit(const char *path, const char *tmp) {
 
 void ck_abandon(const char *tmp) { unlink(tmp); }
 
-rf_status ck_generate(const rf_tensor *t, uint64_t seed, rf_dtype dtype, ck_emit_fn emit,
-                      void *ctx) {
-  int es = rf_dtype_size(dtype);
+rf_status ck_generate(const rf_tensor *t, uint64_t seed, ck_emit_fn emit, void *ctx) {
+  int es = rf_tensor_esize(t);
   int64_t rows = RF_MIN(ck_batch_rows(t, t->shape[1], es), t->shape[0]);
   size_t cap = (size_t)(rows * t->shape[1] * es);
   char *buf = rf_malloc(cap ? cap : 1, "a batch of checkpoint rows");
@@ -161,7 +164,7 @@ rf_status ck_generate(const rf_tensor *t, uint64_t seed, rf_dtype dtype, ck_emit
     int64_t r1 = RF_MIN(r0 + rows, t->shape[0]);
     rf_box b = {{r0, 0}, {r1, t->shape[1]}};
     rf_region reg = rf_region_row_major(buf, &b, es);
-    rf_fill_region(&reg, &b, t, seed, dtype);
+    rf_fill_region(&reg, &b, t, seed, t->dtype);
     st = emit(ctx, t, r0, r1, buf, (size_t)((r1 - r0) * t->shape[1] * es));
   }
   free(buf);
@@ -311,14 +314,22 @@ rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box,
                    ") is outside tensor %s",
                    c->path, box->lo[0], box->hi[0], box->lo[1], box->hi[1], t->name);
   int64_t w = box->hi[1] - box->lo[1];
-  int64_t rows = ck_batch_rows(t, w, rf_tensor_esize(t));
+  int es = rf_tensor_esize(t);
+  /* A region built with the model's element size instead of the tensor's would be read into
+   * at the wrong strides, silently, wherever the two differ. */
+  if (dst->esize != es)
+    return rf_fail(RF_ERR_INTERNAL,
+                   "checkpoint '%s': tensor %s is %s, %d bytes an element, but the region to "
+                   "read it into has %d; build the region with the tensor's own element size",
+                   c->path, t->name, rf_dtype_name(t->dtype), es, dst->esize);
+  int64_t rows = ck_batch_rows(t, w, es);
   for (int64_t r0 = box->lo[0]; r0 < box->hi[0]; r0 += rows) {
     rf_box b = {{r0, box->lo[1]}, {RF_MIN(r0 + rows, box->hi[0]), box->hi[1]}};
     if (rf_region_contiguous(dst, &b)) {
       RF_TRY(read_rows(c, tensor, &b, rf_region_at(dst, b.lo[0], b.lo[1])));
       continue;
     }
-    size_t need = (size_t)(rf_box_numel(&b) * rf_tensor_esize(t));
+    size_t need = (size_t)(rf_box_numel(&b) * es);
     if (need > c->scratch_cap) {
       void *p = rf_realloc(c->scratch, need, "the checkpoint read buffer");
       if (!p)
@@ -326,7 +337,7 @@ rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box,
       c->scratch = p, c->scratch_cap = need;
     }
     RF_TRY(read_rows(c, tensor, &b, c->scratch));
-    rf_region src = rf_region_row_major(c->scratch, &b, rf_tensor_esize(t));
+    rf_region src = rf_region_row_major(c->scratch, &b, es);
     rf_region_copy(dst, &src, &b);
   }
   return RF_OK;
@@ -337,8 +348,9 @@ rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out) {
   if (tensor < 0 || tensor >= c->model->tensor_count)
     return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': no tensor %d in the model", c->path, tensor);
   const rf_tensor *t = &c->model->tensors[tensor];
-  int64_t rows = RF_MIN(ck_batch_rows(t, t->shape[1], rf_tensor_esize(t)), t->shape[0]);
-  size_t cap = (size_t)(rows * t->shape[1] * rf_tensor_esize(t));
+  int es = rf_tensor_esize(t);
+  int64_t rows = RF_MIN(ck_batch_rows(t, t->shape[1], es), t->shape[0]);
+  size_t cap = (size_t)(rows * t->shape[1] * es);
   char *buf = rf_malloc(cap ? cap : 1, "a batch of checkpoint rows");
   if (!buf)
     return RF_ERR_NOMEM;
@@ -346,7 +358,7 @@ rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out) {
   uint64_t sum = 0;
   for (int64_t r0 = 0; r0 < t->shape[0]; r0 += rows) {
     rf_box b = {{r0, 0}, {RF_MIN(r0 + rows, t->shape[0]), t->shape[1]}};
-    rf_region reg = rf_region_row_major(buf, &b, rf_tensor_esize(t));
+    rf_region reg = rf_region_row_major(buf, &b, es);
     st = rf_checkpoint_read(c, tensor, &b, &reg);
     if (st != RF_OK)
       break;

@@ -1,9 +1,9 @@
 /* HDF5 checkpoints: one dataset per HF name at the root (the dots in the names are fine in
- * HDF5 link names), 1-D or 2-D, little-endian. fp32 is H5T_IEEE_F32LE; fp16 the IEEE half
- * type that h5py uses for numpy.float16; bf16, which HDF5 and numpy lack, is H5T_STD_U16LE
- * with the dataset attribute dtype = "bfloat16", so h5py users see the raw bits and are told
- * what they are. The reader accepts exactly these three and reads each box with a hyperslab,
- * using the dataset's own type as the memory type so that HDF5 converts nothing. */
+ * HDF5 link names), 1-D or 2-D, little-endian, each in its tensor's dtype. fp32 is H5T_IEEE_F32LE;
+ * fp16 the IEEE half type that h5py uses for numpy.float16; bf16, which HDF5 and numpy lack, is
+ * H5T_STD_U16LE with the dataset attribute dtype = "bfloat16", so h5py users see the raw bits and
+ * are told what they are. The reader accepts exactly these three and reads each box with a
+ * hyperslab, using the dataset's own type as the memory type so that HDF5 converts nothing. */
 #include <hdf5.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -115,7 +115,7 @@ static rf_status check_dataset(rf_checkpoint *c, const rf_tensor *t, int64_t fil
   RF_TRY(bf16_marked(c, d, &bf16));
   int readable = classify(ty, bf16, &dt, desc, sizeof desc);
   if (!readable || dt != t->dtype)
-    return ck_fail_dtype(c->path, t, readable ? ck_dtype_tag(dt) : desc, readable, t->dtype);
+    return ck_fail_dtype(c->path, t, readable ? ck_dtype_tag(dt) : desc, readable);
 
   hid_t sp = H5Dget_space(d);
   RF_H5(sp);
@@ -254,20 +254,35 @@ done:
   return st;
 }
 
-static rf_status write_tensor(hid_t f, hid_t type, const rf_tensor *t, uint64_t seed,
-                              rf_dtype dtype) {
+/* The file type of a dtype, as the top of this file describes; the caller closes it. */
+static hid_t file_type(rf_dtype dtype) {
+  switch (dtype) {
+  case RF_DTYPE_FP32:
+    return H5Tcopy(H5T_IEEE_F32LE);
+  case RF_DTYPE_FP16:
+    return half_type();
+  default:
+    return H5Tcopy(H5T_STD_U16LE);
+  }
+}
+
+/* One dataset in the tensor's own dtype, which may differ from the model's (DeepSeek's fp32
+ * router bias among bf16 weights); the reader checks each dataset against its tensor. */
+static rf_status write_tensor(hid_t f, const rf_tensor *t, uint64_t seed) {
   rf_status st = RF_OK;
   hsize_t dims[2] = {(hsize_t)t->shape[0], (hsize_t)t->shape[1]};
-  hid_t sp = -1, d = -1;
+  hid_t type = -1, sp = -1, d = -1;
+  RF_H5_GOTO(type = file_type(t->dtype), done);
   RF_H5_GOTO(sp = H5Screate_simple(t->ndim, dims, NULL), done);
   RF_H5_GOTO(d = H5Dcreate2(f, t->name, type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), done);
-  if (dtype == RF_DTYPE_BF16)
+  if (t->dtype == RF_DTYPE_BF16)
     RF_TRY_GOTO(write_string_attr(d, "dtype", bf16_attr), done);
   emit_ctx e = {d, type};
-  st = ck_generate(t, seed, dtype, emit_to_dataset, &e);
+  st = ck_generate(t, seed, emit_to_dataset, &e);
 done:
   close_id(d, H5Dclose);
   close_id(sp, H5Sclose);
+  close_id(type, H5Tclose);
   return st;
 }
 
@@ -282,28 +297,18 @@ rf_status ck_h5_write(const char *path, const rf_model *m, uint64_t seed) {
   RF_TRY(ck_create(path, tmp, &fd));
   close(fd);
   rf_status st = RF_OK;
-  hid_t f = -1, type = -1, sp = -1, a = -1;
+  hid_t f = -1, sp = -1, a = -1;
   RF_H5_GOTO(f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), done);
   RF_TRY_GOTO(write_string_attr(f, "generator", "refit"), done);
   RF_TRY_GOTO(write_string_attr(f, "model", m->name), done);
   RF_H5_GOTO(sp = H5Screate(H5S_SCALAR), done);
   RF_H5_GOTO(a = H5Acreate2(f, "seed", H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), done);
   RF_H5_GOTO(H5Awrite(a, H5T_NATIVE_UINT64, &seed), done);
-  /* Each tensor in its own dtype's file type (DeepSeek's fp32 router bias among bf16). */
-  for (int i = 0; i < m->tensor_count && st == RF_OK; i++) {
-    const rf_tensor *t = &m->tensors[i];
-    type = t->dtype == RF_DTYPE_FP32   ? H5Tcopy(H5T_IEEE_F32LE)
-           : t->dtype == RF_DTYPE_FP16 ? half_type()
-                                       : H5Tcopy(H5T_STD_U16LE);
-    RF_H5_GOTO(type, done);
-    st = write_tensor(f, type, t, seed, t->dtype);
-    H5Tclose(type);
-    type = -1;
-  }
+  for (int i = 0; i < m->tensor_count && st == RF_OK; i++)
+    st = write_tensor(f, &m->tensors[i], seed);
 done:
   close_id(a, H5Aclose);
   close_id(sp, H5Sclose);
-  close_id(type, H5Tclose);
   if (f >= 0 && H5Fclose(f) < 0 && st == RF_OK)
     st = rf_hdf5_failed("H5Fclose(f)", __FILE__, __LINE__);
   st = st == RF_OK ? ck_commit(path, tmp) : st;

@@ -26,7 +26,8 @@ typedef struct {
 
 struct rf_checkpoint {
   char *path;            /* as given, without trailing slashes */
-  const rf_model *model; /* borrowed: it must outlive the checkpoint */
+  const rf_model *model; /* borrowed: it must outlive the checkpoint; each tensor is read,
+                            checked and checksummed in its own dtype */
   int hdf5;
 
   /* safetensors: every file opened once, and where each model tensor starts. */
@@ -74,9 +75,10 @@ int ck_shape_matches(const rf_tensor *t, int ndim, const int64_t *shape);
 /* "checkpoint 'F': tensor X has shape [a, b], the model needs [c, d]" */
 rf_status ck_fail_shape(const char *file, const rf_tensor *t, int ndim, const int64_t *shape);
 /* "checkpoint 'F': tensor X is F32, the model needs BF16 (use --dtype fp32 or another
- * checkpoint)"; `got` names what the file holds, `readable` whether refit reads that type. */
-rf_status ck_fail_dtype(const char *file, const rf_tensor *t, const char *got, int readable,
-                        rf_dtype want);
+ * checkpoint)", where the model needs tensor t's own dtype (a tensor with a dtype of its own
+ * is not told to use --dtype, which does not change it); `got` names what the file holds,
+ * `readable` whether refit reads that type. */
+rf_status ck_fail_dtype(const char *file, const rf_tensor *t, const char *got, int readable);
 
 /* The number of rows of a tensor that one batch of `width` columns holds. */
 int64_t ck_batch_rows(const rf_tensor *t, int64_t width, int esize);
@@ -98,11 +100,10 @@ rf_status ck_create(const char *path, char *tmp, int *fd);
 rf_status ck_commit(const char *path, const char *tmp);
 void ck_abandon(const char *tmp);
 
-/* Streams a tensor's generator values, row batch by row batch, through `emit`. */
+/* Streams a tensor's generator values in its own dtype, row batch by row batch, through `emit`. */
 typedef rf_status (*ck_emit_fn)(void *ctx, const rf_tensor *t, int64_t row0, int64_t row1,
                                 const void *data, size_t bytes);
-rf_status ck_generate(const rf_tensor *t, uint64_t seed, rf_dtype dtype, ck_emit_fn emit,
-                      void *ctx);
+rf_status ck_generate(const rf_tensor *t, uint64_t seed, ck_emit_fn emit, void *ctx);
 
 /* Greedy packing of tensors, in order, into shards of at most shard_size bytes (a larger
  * tensor gets a shard of its own). Fills shard_of[tensor] and returns the shard count. */

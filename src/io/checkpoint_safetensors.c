@@ -133,15 +133,15 @@ static rf_status check_tensor(rf_checkpoint *c, int fi, json_t *header, const rf
   rf_dtype dt;
   int readable = ck_dtype_from_tag(json_string_value(dtype), &dt);
   if (!readable || dt != t->dtype)
-    return ck_fail_dtype(f->path, t, json_string_value(dtype), readable, t->dtype);
+    return ck_fail_dtype(f->path, t, json_string_value(dtype), readable);
   if (!ck_shape_matches(t, ndim, dims))
     return ck_fail_shape(f->path, t, ndim, dims);
   int64_t a = f->data_start + begin, b = f->data_start + end;
-  if (end - begin != t->numel * rf_tensor_esize(t))
+  if (end - begin != t->bytes)
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64 ") holds %" PRId64
                    " bytes, its shape and dtype need %" PRId64,
-                   f->path, t->name, a, b, end - begin, t->numel * rf_tensor_esize(t));
+                   f->path, t->name, a, b, end - begin, t->bytes);
   if (b > f->size)
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64

@@ -77,7 +77,7 @@ static rf_status write_file(const char *path, const rf_model *m, uint64_t seed, 
     st = ck_write_all(fd, head, 8 + padded, path);
     emit_ctx e = {fd, path};
     for (int i = first; i < last && st == RF_OK; i++)
-      st = ck_generate(&m->tensors[i], seed, m->tensors[i].dtype, emit_to_file, &e);
+      st = ck_generate(&m->tensors[i], seed, emit_to_file, &e);
     if (close(fd) != 0 && st == RF_OK)
       st = rf_fail(RF_ERR_IO, "checkpoint '%s': writing failed: %s", path, strerror(errno));
     st = st == RF_OK ? ck_commit(path, tmp) : st;

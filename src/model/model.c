@@ -298,14 +298,34 @@ void rf_model_list_shipped(char *buf, int len) {
   }
 }
 
-void rf_model_set_dtype(rf_model *model, rf_dtype dtype) {
-  model->dtype = dtype;
+/* Recomputes every tensor's bytes and the model's total from the tensors' dtypes. */
+static void recount_bytes(rf_model *model) {
   model->total_bytes = 0;
   for (int i = 0; i < model->tensor_count; i++) {
     rf_tensor *t = &model->tensors[i];
-    if (!t->own_dtype)
-      t->dtype = dtype;
-    t->bytes = t->numel * rf_dtype_size(t->dtype);
+    t->bytes = t->numel * rf_tensor_esize(t);
     model->total_bytes += t->bytes;
   }
+}
+
+void rf_model_set_dtype(rf_model *model, rf_dtype dtype) {
+  model->dtype = dtype;
+  for (int i = 0; i < model->tensor_count; i++)
+    if (!model->tensors[i].own_dtype)
+      model->tensors[i].dtype = dtype;
+  recount_bytes(model);
+}
+
+rf_status rf_model_set_tensor_dtype(rf_model *model, int index, rf_dtype dtype) {
+  if (index < 0 || index >= model->tensor_count)
+    return rf_fail(RF_ERR_INTERNAL, "model %s has no tensor %d; pass an index below %d",
+                   model->name, index, model->tensor_count);
+  if (rf_dtype_size(dtype) == 0)
+    return rf_fail(RF_ERR_INTERNAL,
+                   "model %s: %d is not a dtype to give tensor %s; pass an rf_dtype", model->name,
+                   (int)dtype, model->tensors[index].name);
+  model->tensors[index].dtype = dtype;
+  model->tensors[index].own_dtype = 1;
+  recount_bytes(model);
+  return RF_OK;
 }

@@ -79,6 +79,10 @@ typedef struct {
   int64_t bytes;  /* numel * the size of dtype */
 } rf_tensor;
 
+/* Bytes per element of a tensor. Every module sizes, copies, checks and stores a tensor by its
+ * own dtype, never the model's: the two differ for a tensor that keeps a dtype of its own. */
+static inline int rf_tensor_esize(const rf_tensor *t) { return rf_dtype_size(t->dtype); }
+
 typedef struct {
   char name[128];       /* the --model argument's stem, e.g. "llama-3.1-8b" */
   char model_type[32];  /* the supported type it was read as (see rf_model_load) */
@@ -132,14 +136,16 @@ void rf_model_free(rf_model *model);
  * with a dtype of their own keep it. */
 void rf_model_set_dtype(rf_model *model, rf_dtype dtype);
 
-/* Bytes per element of a tensor: its own dtype's, which is the model's unless the model gives
- * it one of its own. */
-static inline int rf_tensor_esize(const rf_tensor *t) { return rf_dtype_size(t->dtype); }
+/* Gives tensor `index` a dtype of its own (as the model does for DeepSeek's router bias), so
+ * that --dtype leaves it alone, and recomputes its bytes and the model's total. The tests use it
+ * to build models of mixed dtypes from any config. A bad index or dtype is RF_ERR_INTERNAL. */
+rf_status rf_model_set_tensor_dtype(rf_model *model, int index, rf_dtype dtype);
 
 /* Finds a tensor by HF name; -1 if absent. */
 int rf_model_find(const rf_model *model, const char *name);
 
-/* A 64-bit digest (xxh3) of the model's name, dtype, tensor names and shapes. */
+/* A 64-bit digest (xxh3) of the model's name, dtype, tensor names and shapes, and the dtype of
+ * each tensor that has one of its own. */
 uint64_t rf_model_digest(const rf_model *model);
 
 /* Lists the shipped model names (for --help and error messages), comma-separated. */

@@ -20,7 +20,7 @@ rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, i
   pc->src = src;
   pc->dst = dst;
   pc->box = *box;
-  pc->bytes = rf_box_numel(box) * rf_dtype_size(plan->layout->model->tensors[tensor].dtype);
+  pc->bytes = rf_box_numel(box) * rf_tensor_esize(&plan->layout->model->tensors[tensor]);
   return RF_OK;
 }
 
@@ -108,7 +108,7 @@ static rf_status compute_totals(rf_plan *plan) {
     rf_box held = rf_layout_rollout_box(lay, p->tensor, p->dst), kept;
     rf_box_intersect(&p->box, &held, &kept);
     plan->extra_bytes +=
-        p->bytes - rf_box_numel(&kept) * rf_dtype_size(lay->model->tensors[p->tensor].dtype);
+        p->bytes - rf_box_numel(&kept) * rf_tensor_esize(&lay->model->tensors[p->tensor]);
   }
   XXH3_state_t *h = XXH3_createState();
   if (!h)

@@ -23,14 +23,22 @@ expect_exit 0 "$REFIT" checkpoint --model tiny --checkpoint "$TMP/f16.safetensor
 expect_exit 0 "$REFIT" checkpoint --model tiny --checkpoint "$TMP/f32.safetensors" --dtype fp32
 expect_error 2 "refit: error: refit checkpoint needs --checkpoint PATH (where to write)" \
   "$REFIT" checkpoint --model tiny
-# DeepSeek's fp32 router bias in a bf16 model: each tensor in its own dtype, in both formats
-# (and all fp32 with --dtype fp32).
+# DeepSeek's router bias keeps fp32 in a bf16 model, as in DeepSeek's checkpoints: each tensor
+# is written in its own dtype (220344 parameters, the two 4-element biases at 4 bytes each).
+# In fp32 every tensor is fp32.
 deepseek="$REFIT_SOURCE_DIR/tests/data/tiny-deepseek.json"
 expect_exit 0 "$REFIT" checkpoint --model "$deepseek" --checkpoint "$TMP/ds.safetensors"
 expect_grep "wrote $TMP/ds.safetensors: tiny-deepseek, 67 tensors, 440704 bytes, safetensors" "$TMP/out"
 expect_exit 0 "$REFIT" checkpoint --model "$deepseek" --checkpoint "$TMP/ds.h5"
-h5dump -H -d /model.layers.1.mlp.gate.e_score_correction_bias "$TMP/ds.h5" >"$TMP/h5bias" 2>&1
-expect_grep "H5T_IEEE_F32LE" "$TMP/h5bias"
+expect_grep "wrote $TMP/ds.h5: tiny-deepseek, 67 tensors, 440704 bytes, hdf5" "$TMP/out"
+if command -v h5dump >/dev/null; then
+  # The HDF5 file's types, as h5dump names them: the two biases float32, the 65 others bf16 bits.
+  h5dump -H "$TMP/ds.h5" >"$TMP/ds.dump" 2>&1 || fail "h5dump -H failed: $(head -c 600 "$TMP/ds.dump")"
+  f32=$(awk '/DATASET/ { name = $2 } /DATATYPE  H5T_IEEE_F32LE/ { print name }' "$TMP/ds.dump" | tr '\n' ' ')
+  [ "$f32" = '"model.layers.1.mlp.gate.e_score_correction_bias" "model.layers.2.mlp.gate.e_score_correction_bias" ' ] ||
+    fail "unexpected float32 datasets in ds.h5: $f32"
+  [ "$(grep -c 'DATATYPE  H5T_STD_U16LE' "$TMP/ds.dump")" = 65 ] || fail "expected 65 uint16 datasets in ds.h5"
+fi
 expect_exit 0 "$REFIT" checkpoint --model "$deepseek" --checkpoint "$TMP/ds32.safetensors" --dtype fp32
 expect_grep "wrote $TMP/ds32.safetensors: tiny-deepseek, 67 tensors, 881376 bytes, safetensors" "$TMP/out"
 expect_exit 3 "$REFIT" checkpoint --model tiny --checkpoint "$TMP/no/such/dir.safetensors"
@@ -86,6 +94,30 @@ shards = sorted(set(index["weight_map"].values()))
 assert shards == ["model-%05d-of-00007.safetensors" % (i + 1) for i in range(7)], shards
 for s in shards:
     check(tmp + "/sharded/" + s, [k for k, v in index["weight_map"].items() if v == s], "BF16", 2)
+
+# The mixed file: the router biases are F32 of 16 bytes, every other tensor BF16, and the byte
+# ranges tile the data section with each tensor at its own size. With --dtype fp32, all F32.
+for name, big in (("ds.safetensors", False), ("ds32.safetensors", True)):
+    data = open(tmp + "/" + name, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    header.pop("__metadata__")
+    assert len(header) == 67, len(header)
+    end, f32 = 0, []
+    for key, e in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+        count = 1
+        for d in e["shape"]:
+            count *= d
+        own = key.endswith("e_score_correction_bias")
+        if own:
+            f32.append(key)
+        want_dtype, esize = ("F32", 4) if own or big else ("BF16", 2)
+        b, f = e["data_offsets"]
+        assert e["dtype"] == want_dtype and b == end and f - b == count * esize, (name, key, e)
+        end = f
+    assert f32 == ["model.layers.1.mlp.gate.e_score_correction_bias",
+                   "model.layers.2.mlp.gate.e_score_correction_bias"], f32
+    assert len(data) == 8 + n + end == 8 + n + (881376 if big else 440704), (name, len(data))
 EOF
 
 # h5py sees float16 for fp16 and the raw bf16 bits as uint16 with dtype = "bfloat16"; both hold
@@ -113,6 +145,22 @@ for st, h5, kind in (("t.safetensors", "t.h5", "uint16"), ("f16.safetensors", "f
             b, g = e["data_offsets"]
             raw = np.frombuffer(data[8 + n + b:8 + n + g], dtype="<u2").reshape(e["shape"])
             assert np.array_equal(d[...].view("<u2"), raw), name
+# The mixed HDF5 file: the router biases are float32 datasets, the rest bf16 bits, the same bits
+# as the safetensors file's.
+data = open(tmp + "/ds.safetensors", "rb").read()
+(n,) = struct.unpack("<Q", data[:8])
+header = json.loads(data[8:8 + n])
+with h5py.File(tmp + "/ds.h5", "r") as f:
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        d = f[name]
+        kind = "<f4" if name.endswith("e_score_correction_bias") else "<u2"
+        assert d.dtype == np.dtype(kind) and list(d.shape) == e["shape"], (name, d)
+        assert ("dtype" in d.attrs) == (kind == "<u2"), (name, dict(d.attrs))
+        b, g = e["data_offsets"]
+        raw = np.frombuffer(data[8 + n + b:8 + n + g], dtype=kind).reshape(e["shape"])
+        assert np.array_equal(d[...].view(kind), raw), name
 EOF
 else
   echo "note: h5py is not installed; the HDF5 files were not read back with it"
