@@ -10,16 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: bench/moe_gpu.sh OUTDIR}
-mkdir -p "$OUT"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
-
-if [ -d carry/deps/usr/include ]; then
-  lib=carry/deps/usr/lib/x86_64-linux-gnu
-  ln -sfn /usr/lib/x86_64-linux-gnu/libjansson.so.4 $lib/libjansson.so
-  ln -sfn /usr/lib/x86_64-linux-gnu/libxxhash.so.0 $lib/libxxhash.so
-  export PKG_CONFIG_SYSROOT_DIR=$PWD/carry/deps PKG_CONFIG_PATH=$PWD/$lib/pkgconfig
-fi
+. bench/gpu_env.sh
 log "build"
 cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/build.txt" 2>&1 &&
   cmake --build build-gpu -j"$(nproc)" >>"$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
