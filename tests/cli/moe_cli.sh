@@ -73,6 +73,13 @@ expect_error_mpi 2 "refit: error: checkpoint '$TMP/missing.safetensors': tensor 
   --iters 1 --checkpoint "$TMP/missing.safetensors" --output "$TMP/none.h5"
 [ -e "$TMP/none.h5" ] && fail "a failed run left $TMP/none.h5 behind"
 
+# The shipped MoE sweep: 4 trainer meshes x 3 rollouts x 2 modes on 4 colocated ranks, each job
+# verified element by element.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$REFIT_SOURCE_DIR/configs/sweeps/moe-layouts.json" \
+  --output "$TMP/sweep.h5"
+[ "$(grep -c '^run [0-9]*/24: ' "$TMP/out")" = 24 ] || fail "moe-layouts ran: $(grep '^run' "$TMP/out")"
+[ "$(grep -c '^# PASS$' "$TMP/out")" = 12 ] || fail "moe-layouts footers: $(grep '^#' "$TMP/out" | tail -5)"
+
 # Layouts MoE brings that do not fit: one line, exit 2, before any data moves.
 expect_error_mpi 2 "refit: error: trainer ep=3 does not divide the 4 experts of model tiny-mixtral; choose an ep that divides 4" \
   "${MPIRUN[@]}" -np 5 "$REFIT" run --model "$MIX" --trainer ep=3 --rollout tp=2 --iters 1
