@@ -57,6 +57,10 @@ typedef struct {
   int trainer_ranks;
   const int64_t *recv_bytes; /* [rollout rank] */
   int rollout_ranks;
+  /* Fanout's forward stage: [rollout rank] bytes each forwards and receives; NULL for plans
+   * that forward nothing, which then write none of these. */
+  const int64_t *forward_send_bytes, *forward_recv_bytes;
+  int64_t forward_bytes, forward_depth;
 
   const rf_rank_info *rank_table; /* [rank]: host, pid, roles, GPU, cores (placement) */
   int ranks;

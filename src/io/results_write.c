@@ -371,17 +371,42 @@ static rf_status write_plan(hid_t g, const rf_results_run *run) {
   RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "messages", run->messages), done);
   RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "transfer_bytes", run->transfer_bytes), done);
   RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "reshape_bytes", run->reshape_bytes), done);
+  /* Fanout's forward stage adds its totals; the other plans' groups stay as they were. */
+  int forward = run->forward_send_bytes != NULL;
+  if (forward) {
+    RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "forward_bytes", run->forward_bytes), done);
+    RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "forward_depth", run->forward_depth), done);
+  }
   RF_TRY_GOTO(rf_results_attr_str(plan, ".", "units",
-                                  "{\"pieces\": \"count\", \"messages\": \"count per iteration, "
-                                  "all ranks\", \"transfer_bytes\": \"bytes\", "
-                                  "\"reshape_bytes\": \"bytes\"}"),
+                                  forward ? "{\"pieces\": \"count\", \"messages\": \"count per "
+                                            "iteration, all ranks\", \"transfer_bytes\": "
+                                            "\"bytes\", \"reshape_bytes\": \"bytes\", "
+                                            "\"forward_bytes\": \"bytes\", \"forward_depth\": "
+                                            "\"steps\"}"
+                                          : "{\"pieces\": \"count\", \"messages\": \"count per "
+                                            "iteration, all ranks\", \"transfer_bytes\": "
+                                            "\"bytes\", \"reshape_bytes\": \"bytes\"}"),
               done);
   RF_TRY_GOTO(write_bytes_per_rank(plan, "send_bytes", run->send_bytes, run->trainer_ranks,
                                    "bytes each trainer rank sends per iteration"),
               done);
   RF_TRY_GOTO(write_bytes_per_rank(plan, "recv_bytes", run->recv_bytes, run->rollout_ranks,
-                                   "bytes each rollout rank receives per iteration"),
+                                   forward ? "bytes each rollout rank receives from the trainer "
+                                             "per iteration"
+                                           : "bytes each rollout rank receives per iteration"),
               done);
+  if (forward) {
+    RF_TRY_GOTO(write_bytes_per_rank(plan, "forward_send_bytes", run->forward_send_bytes,
+                                     run->rollout_ranks,
+                                     "bytes each rollout rank forwards to other replicas per "
+                                     "iteration"),
+                done);
+    RF_TRY_GOTO(write_bytes_per_rank(plan, "forward_recv_bytes", run->forward_recv_bytes,
+                                     run->rollout_ranks,
+                                     "bytes each rollout rank receives from other replicas per "
+                                     "iteration"),
+                done);
+  }
 done:
   if (plan >= 0)
     H5Gclose(plan);
