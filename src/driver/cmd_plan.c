@@ -183,11 +183,13 @@ static void print_text(const rf_job *job) {
   if (plan->kind == RF_PLAN_FANOUT) {
     printf("%-16s %" PRId64 " (%s) between replicas\n", "forward bytes", plan->forward_bytes,
            rf_format_bytes(plan->forward_bytes, size, sizeof size));
-    printf("%-16s %d steps of binomial trees over the replicas\n", "forward depth",
-           plan->forward_depth);
+    printf("%-16s %d (binomial trees over the %d replicas, a step per level)\n", "forward depth",
+           plan->forward_depth, lay->rollout.dp);
   }
   print_range("send bytes", plan->send_bytes, lay->trainer_ranks, "per trainer rank");
-  print_range("recv bytes", plan->recv_bytes, lay->rollout_ranks, "per rollout rank");
+  print_range("recv bytes", plan->recv_bytes, lay->rollout_ranks,
+              plan->kind == RF_PLAN_FANOUT ? "per rollout rank, from the trainer"
+                                           : "per rollout rank");
   if (plan->kind == RF_PLAN_FANOUT) {
     print_range("forward send", plan->forward_send_bytes, lay->rollout_ranks, "per rollout rank");
     print_range("forward recv", plan->forward_recv_bytes, lay->rollout_ranks, "per rollout rank");
