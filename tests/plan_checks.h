@@ -36,7 +36,9 @@ static inline rf_box wanted(const rf_plan *plan, const rf_piece *p) {
 }
 
 /* Every wanted element is covered exactly once: the kept parts of one destination's pieces
- * are pairwise disjoint and add up to the wanted box; every source holds what it sends. */
+ * are pairwise disjoint and add up to the wanted box; every source holds what it sends. A
+ * destination's pieces of one tensor come from one stage (groups are counted against wants),
+ * so fanout's transfer and forward pieces together also write every element once. */
 static inline void check_coverage(const rf_plan *plan) {
   const rf_layout *lay = plan->layout;
   int n = plan->piece_count;
@@ -57,7 +59,8 @@ static inline void check_coverage(const rf_plan *plan) {
     int64_t sum = 0;
     for (int i = a; i < b; i++) {
       const rf_piece *p = &plan->pieces[idx[i]];
-      rf_box held = p->stage == RF_STAGE_TRANSFER && plan->kind == RF_PLAN_STAR
+      rf_box held = p->stage == RF_STAGE_FORWARD ? rf_layout_rollout_box(lay, p->tensor, p->src)
+                    : p->stage == RF_STAGE_TRANSFER && plan->kind == RF_PLAN_STAR
                         ? plan->coupling[(size_t)p->tensor * lay->trainer_ranks + p->src]
                         : rf_layout_trainer_box(lay, p->tensor, p->src);
       ASSERT_TRUE(box_inside(&p->box, &held));
@@ -93,7 +96,8 @@ static inline void check_coverage(const rf_plan *plan) {
   free(idx);
 }
 
-/* Bytes sent = bytes received = what every rollout rank holds, plus star's extras. */
+/* Bytes sent = bytes received = what every rollout rank holds, plus star's extras; fanout's
+ * forward stage carries what the trainer does not send. */
 static inline void check_bytes(const rf_plan *plan, int by_load) {
   const rf_layout *lay = plan->layout;
   int64_t held = 0, sent = 0, recv = 0, max_tensor = 0;
@@ -120,7 +124,9 @@ static inline void check_bytes(const rf_plan *plan, int by_load) {
     recv += plan->recv_bytes[r];
   ASSERT_EQ(sent, recv);
   ASSERT_EQ(sent, plan->transfer_bytes);
-  ASSERT_EQ(plan->transfer_bytes, held + plan->extra_bytes);
+  ASSERT_EQ(plan->transfer_bytes + plan->forward_bytes, held + plan->extra_bytes);
+  if (plan->kind != RF_PLAN_FANOUT)
+    ASSERT_EQ(plan->forward_bytes, 0);
   if (plan->kind == RF_PLAN_P2P) {
     ASSERT_EQ(plan->extra_bytes, 0);
     ASSERT_EQ(plan->reshape_count, 0);
@@ -245,6 +251,109 @@ static inline int64_t check_slots(const rf_layout *lay, int rank) {
   }
   free(v);
   return bytes;
+}
+
+/* Fanout's own promises, checked piece by piece:
+ *  - each replicated tensor goes from the trainer to its root replica's ranks only, and each
+ *    expert under rollout ep straight to its one rank, never forwarded;
+ *  - rollout rank (p, r) forwards to (p', r) exactly the box both hold, only what it received
+ *    at an earlier step (or from the trainer), and every rank receives a tensor once;
+ *  - the trainer sends exactly one replica's bytes (plus the ep experts once each), the
+ *    forward stage the other P - 1 copies, and the per-rank totals add up;
+ *  - the depth is ceil(log2 P), reached by some rank; the roots' bytes differ by at most one
+ *    tensor's; with nodes, a replica on its root's node receives from that node. */
+static inline void check_fanout(const rf_plan *plan, const rf_plan_options *o) {
+  const rf_layout *lay = plan->layout;
+  const rf_model *m = lay->model;
+  int R = lay->rollout.tp, P = lay->rollout.dp, N = lay->rollout_ranks, nt = m->tensor_count;
+  int depth = 0;
+  while ((1 << depth) < P)
+    depth++;
+  ASSERT_EQ(plan->kind, RF_PLAN_FANOUT);
+  ASSERT_EQ(plan->forward_depth, depth);
+  ASSERT_EQ(plan->forward_first[depth], plan->piece_count);
+  int *step = malloc((size_t)nt * (size_t)N * sizeof *step); /* -2 none, -1 trainer, else s */
+  int64_t *forward_recv = calloc((size_t)N, sizeof *forward_recv);
+  int64_t *rooted = calloc((size_t)P, sizeof *rooted);
+  ASSERT_TRUE(step && forward_recv && rooted);
+  for (size_t i = 0; i < (size_t)nt * (size_t)N; i++)
+    step[i] = -2;
+  int s = -1, deepest = -1;
+  for (int i = 0; i < plan->piece_count; i++) {
+    const rf_piece *p = &plan->pieces[i];
+    int *mine = &step[(size_t)p->tensor * N + p->dst];
+    while (s + 1 <= depth && i >= plan->forward_first[s + 1])
+      s++;
+    if (p->stage == RF_STAGE_TRANSFER) {
+      ASSERT_LT(i, plan->forward_first[0]);
+      int shared = rf_layout_rollout_shared(lay, p->tensor);
+      ASSERT_EQ(plan->root[p->tensor], shared ? -1 : p->dst / R);
+      *mine = -1;
+      continue;
+    }
+    ASSERT_EQ(p->stage, RF_STAGE_FORWARD);
+    ASSERT_GE(s, 0);
+    ASSERT_GE(plan->root[p->tensor], 0);
+    ASSERT_EQ(p->src % R, p->dst % R);
+    ASSERT_NE(p->src / R, p->dst / R);
+    rf_box want = rf_layout_rollout_box(lay, p->tensor, p->dst);
+    rf_box have = rf_layout_rollout_box(lay, p->tensor, p->src);
+    ASSERT_TRUE(rf_box_equal(&p->box, &want) && rf_box_equal(&p->box, &have));
+    int got = step[(size_t)p->tensor * N + p->src];
+    ASSERT_TRUE(got == -1 || (got >= 0 && got < s));
+    ASSERT_EQ(*mine, -2);
+    *mine = s;
+    deepest = RF_MAX(deepest, s);
+    forward_recv[p->dst] += p->bytes;
+    if (o && o->distance && o->node_of) {
+      const int *node = o->node_of;
+      int root_world = rf_layout_rollout_world_rank(lay, plan->root[p->tensor] * R + p->dst % R);
+      if (node[rf_layout_rollout_world_rank(lay, p->dst)] == node[root_world])
+        ASSERT_EQ(node[rf_piece_src_world(plan, p)], node[root_world]);
+    }
+  }
+  ASSERT_EQ(deepest, depth - 1);
+  int64_t replica = 0, shared_bytes = 0, max_tensor = 0;
+  for (int t = 0; t < nt; t++) {
+    int shared = rf_layout_rollout_shared(lay, t);
+    int64_t tensor_bytes = 0;
+    for (int r = 0; r < N; r++) {
+      rf_box b = rf_layout_rollout_box(lay, t, r);
+      int64_t bytes = rf_box_numel(&b) * rf_dtype_size(m->tensors[t].dtype);
+      int got = step[(size_t)t * N + r];
+      ASSERT_EQ(got == -2, bytes == 0);
+      if (shared) {
+        shared_bytes += bytes;
+        ASSERT_TRUE(bytes == 0 || got == -1);
+        continue;
+      }
+      ASSERT_TRUE(bytes == 0 || (got == -1) == (r / R == plan->root[t]));
+      if (r < R)
+        replica += bytes, tensor_bytes += bytes;
+      if (r / R == plan->root[t])
+        rooted[r / R] += bytes;
+      else
+        forward_recv[r] -= bytes;
+    }
+    max_tensor = RF_MAX(max_tensor, tensor_bytes);
+  }
+  int64_t sent = 0, forward_sent = 0, lo = INT64_MAX, hi = 0;
+  for (int i = 0; i < lay->trainer_ranks; i++)
+    sent += plan->send_bytes[i];
+  for (int r = 0; r < N; r++) {
+    ASSERT_EQ(forward_recv[r], 0); /* every rank forwarded-to exactly what it holds */
+    forward_sent += plan->forward_send_bytes[r];
+  }
+  for (int p = 0; p < P; p++)
+    lo = RF_MIN(lo, rooted[p]), hi = RF_MAX(hi, rooted[p]);
+  ASSERT_LE(hi - lo, max_tensor);
+  ASSERT_EQ(sent, plan->transfer_bytes);
+  ASSERT_EQ(plan->transfer_bytes, replica + shared_bytes);
+  ASSERT_EQ(plan->forward_bytes, (int64_t)(P - 1) * replica);
+  ASSERT_EQ(forward_sent, plan->forward_bytes);
+  free(step);
+  free(forward_recv);
+  free(rooted);
 }
 
 #endif

@@ -1,13 +1,15 @@
 /* The engine end to end without mpirun: every rank of a job is a thread of this process and
  * the loopback transport carries the bytes (transport_loopback.h). For each model, layout,
- * plan kind (p2p, star with its reshape stage), transport variant (messages, or mapped like
- * ipc) and bucket size, every rank runs all three modes over its host buffers and then proves
- * the result: the full element check finds no wrong element, the checksums of both sides
- * equal the generator's, the shard digests are all there, and one flipped byte is found as
- * exactly one wrong element. The models run in one dtype and with tensors of three dtypes
- * (fp32, fp16 and bf16 side by side, as tensors that keep a dtype of their own give), where
- * fused staging packs fp32 chunks at offsets that are 2 mod 4. A stalled rank ends its peers'
- * waits with a timeout, and a rollout tensor sized for the wrong dtype is refused. */
+ * plan kind (p2p, star with its reshape stage, fanout with its forward steps), transport
+ * variant (messages, or mapped like ipc) and bucket size, every rank runs all three modes over
+ * its host buffers and then proves the result: the full element check finds no wrong element,
+ * the checksums of both sides equal the generator's, the shard digests are all there, and one
+ * byte flipped in a last iteration is found as exactly one wrong element, on the corrupting
+ * rank and (fanout) on every rank it forwarded the byte to. The models run in one dtype and
+ * with tensors of three dtypes (fp32, fp16 and bf16 side by side, as tensors that keep a dtype
+ * of their own give), where fused staging packs fp32 chunks at offsets that are 2 mod 4. A
+ * stalled rank ends its peers' waits with a timeout, and a rollout tensor sized for the wrong
+ * dtype is refused. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +59,11 @@ static const layout_case layouts[] = {
     {"fsdp=2,tp=2", "tp=4", RF_STYLE_TUNIX, RF_ORDER_JAX, RF_PLACEMENT_DISAGGREGATED},
     /* Star fans in two arms per rollout rank; colocated ranks copy their own pieces. */
     {"fsdp=4", "tp=2", RF_STYLE_FSDP2, RF_ORDER_HF, RF_PLACEMENT_COLOCATED},
+    /* Engine replicas: fanout forwards in one step (two replicas), two steps (three, four);
+     * in JAX order the mapped path pushes its forwards too. */
+    {"fsdp=2", "tp=2,dp=2", RF_STYLE_TUNIX, RF_ORDER_HF, RF_PLACEMENT_DISAGGREGATED},
+    {"fsdp=2", "tp=2,dp=3", RF_STYLE_FSDP2, RF_ORDER_HF, RF_PLACEMENT_DISAGGREGATED},
+    {"fsdp=2,tp=2", "tp=1,dp=4", RF_STYLE_TUNIX, RF_ORDER_JAX, RF_PLACEMENT_COLOCATED},
 };
 
 static const layout_case odd_layouts[] = {
@@ -103,8 +110,13 @@ static rf_status run_modes(rank_job *j, rf_buffers *data, rf_transport *tp) {
     if (st == RF_OK && !j->stall)
       st = rf_engine_digests(&e, &digests, &j->digests);
     free(digests);
-    if (st == RF_OK && !j->stall)
-      st = rf_engine_corrupt(&e);
+    /* A third iteration with --inject corrupt armed, as refit run's last one. */
+    if (st == RF_OK && !j->stall) {
+      rf_engine_corrupt(&e);
+      st = rf_engine_poison(&e);
+      if (st == RF_OK)
+        st = rf_engine_iterate(&e, times, 0);
+    }
     if (st == RF_OK && !j->stall)
       j->wrong_after_corrupt[m] = rf_engine_check(&e, NULL);
     rf_engine_free(&e);
@@ -280,8 +292,13 @@ static void check_world(const rf_plan *plan, rank_job *jobs, const uint64_t *wan
       int trainer, rollout;
       rf_layout_roles(lay, r, &trainer, &rollout);
       ASSERT_EQ(jobs[r].wrong[m], 0);
-      /* rf_engine_corrupt flips one byte of the last rollout rank's first element. */
-      ASSERT_EQ(jobs[r].wrong_after_corrupt[m], rollout == lay->rollout_ranks - 1 ? 1 : 0);
+      /* rf_engine_corrupt flips one byte of the first element of the last rollout rank, or,
+       * where the plan forwards, of the last tp rank of the first tensor's root replica,
+       * which forwards it to the last tp rank of every other replica. */
+      int R = lay->rollout.tp;
+      int hit = plan->forward_depth > 0 ? rollout >= 0 && rollout % R == R - 1
+                                        : rollout == lay->rollout_ranks - 1;
+      ASSERT_EQ(jobs[r].wrong_after_corrupt[m], hit ? 1 : 0);
     }
   }
   for (int r = 0; r < lay->world_size; r++)
@@ -315,12 +332,15 @@ static int test_model(const char *model, const layout_case *cases, int ncases, i
     expect_rollout_sized_by_members(&lay);
     rank_job *jobs = calloc((size_t)lay.world_size, sizeof *jobs);
     ASSERT_TRUE(jobs);
-    for (int kind = RF_PLAN_P2P; kind <= RF_PLAN_STAR; kind++) {
+    for (int kind = RF_PLAN_P2P; kind <= RF_PLAN_FANOUT; kind++) {
+      if (kind == RF_PLAN_STAR && lay.rollout.dp > 1)
+        continue; /* star sends every replica alike: the replicas add nothing to test */
       rf_plan plan;
       ASSERT_OK(rf_plan_build(&plan, &lay, (rf_plan_kind)kind, NULL));
       ASSERT_EQ(plan.reshape_count > 0, kind == RF_PLAN_STAR);
       for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++)
         *misaligned += misaligned_fp32_chunks(&plan, bucket_sizes[bi]);
+      ASSERT_EQ(plan.forward_depth > 0, kind == RF_PLAN_FANOUT && lay.rollout.dp > 1);
       for (int mapped = 0; mapped <= 1; mapped++)
         for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++) {
           run_world(&plan, mapped, bucket_sizes[bi], 60.0, -1, jobs);
@@ -431,7 +451,11 @@ int main(void) {
   unlink(odd);
   printf("worlds run: %d, each in %d modes; fp32 chunks packed 2 mod 4: %d\n", worlds, MODES,
          misaligned_mixed);
-  ASSERT_EQ(worlds, (3 * nl + no) * 2 * 2 * (int)RF_ARRAY_LEN(bucket_sizes));
+  /* Per model: `layouts` has 4 layouts of one replica with 3 plan kinds and 3 of several with 2
+   * (no star), `odd_layouts` 3 of one replica with 3; each world twice (messages, mapped). */
+  ASSERT_EQ(nl, 7);
+  ASSERT_EQ(no, 3);
+  ASSERT_EQ(worlds, (3 * (4 * 3 + 3 * 2) + 3 * 3) * 2 * (int)RF_ARRAY_LEN(bucket_sizes));
   /* Single-dtype models have no fp32 chunk; the mixed ones must exercise the misaligned case. */
   ASSERT_EQ(misaligned, 0);
   ASSERT_GT(misaligned_mixed, 0);

@@ -1,6 +1,6 @@
-/* Planner properties over every shipped model and many random valid layout pairs, for both
- * plan kinds, and exact totals derived by hand for Llama-3.1-8B and for tiny with fp32 norms
- * among bf16 weights. */
+/* Planner properties over every shipped model and many random valid layout pairs, for every
+ * plan kind (fanout also with up to 4 engine replicas), and exact totals derived by hand for
+ * Llama-3.1-8B, for the tiny model's fanout and for tiny with fp32 norms among bf16 weights. */
 #include <stdlib.h>
 
 #include "plan_checks.h"
@@ -41,6 +41,23 @@ static void test_llama8b_totals(void) {
   ASSERT_EQ(plan.extra_bytes, 2 * 4 * (128256LL * 4096 * 2) * 3 / 4);
   check_coverage(&plan);
   check_bytes(&plan, 1);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+
+  /* Two engine replicas, fanout: the trainer sends one replica's bytes (a quarter of the
+   * sharded weights and all norms per rank), the forward stage the second copy in one step. */
+  rl.dp = 2;
+  ASSERT_OK(rf_layout_init(&lay, &m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED));
+  ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_FANOUT, NULL));
+  const int64_t replica = 4 * (sharded / 4 + norms); /* 16,062,119,936 */
+  ASSERT_EQ(plan.transfer_bytes, replica);
+  ASSERT_EQ(plan.forward_bytes, replica);
+  ASSERT_EQ(plan.forward_depth, 1);
+  for (int r = 0; r < 8; r++)
+    ASSERT_EQ(plan.recv_bytes[r] + plan.forward_recv_bytes[r], sharded / 4 + norms);
+  check_coverage(&plan);
+  check_bytes(&plan, 1);
+  check_fanout(&plan, NULL);
   rf_plan_free(&plan);
   rf_layout_free(&lay);
   rf_model_free(&m);
@@ -113,8 +130,97 @@ static void test_tiny_mixed_totals(void) {
   rf_model_free(&m);
 }
 
+/* The tiny model, trainer fsdp=2 -> rollout tp=2,dp=4 (what `refit plan` prints in
+ * tests/cli/fanout_cli.sh): p2p sends every replica its 279,808 bytes from the trainer,
+ * fanout sends them once and forwards three copies in two steps. The vocabulary (512 rows)
+ * splits evenly, so every one of the 21 tensors has a box on both tp ranks: 42 forward pieces
+ * per step-one edge, 126 in all (one edge in step 0, two in step 1). */
+static void test_tiny_fanout(void) {
+  rf_model m;
+  ASSERT_OK(rf_model_load("tiny", &m));
+  rf_trainer_layout tl = {.fsdp = 2, .tp = 1, .dp = 1, .ep = 1, .pp = 1, .style = RF_STYLE_TUNIX};
+  rf_rollout_layout rl = {.tp = 2, .dp = 4};
+  rf_layout lay;
+  ASSERT_OK(rf_layout_init(&lay, &m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED));
+  rf_plan p2p, fan;
+  ASSERT_OK(rf_plan_build(&p2p, &lay, RF_PLAN_P2P, NULL));
+  ASSERT_OK(rf_plan_build(&fan, &lay, RF_PLAN_FANOUT, NULL));
+  ASSERT_EQ(p2p.transfer_bytes, 4 * 279808);
+  ASSERT_EQ(fan.transfer_bytes, 279808);
+  ASSERT_EQ(fan.forward_bytes, 3 * 279808);
+  ASSERT_EQ(fan.forward_depth, 2);
+  ASSERT_EQ(fan.piece_count - fan.forward_first[0], 126);
+  ASSERT_EQ(fan.forward_first[1] - fan.forward_first[0], 42);
+  for (int i = 0; i < 2; i++)
+    ASSERT_EQ(fan.send_bytes[i], 139904);
+  /* Step 0 of root 0 jumps to replica 2, step 1 joins the neighbours: 0 -> 1 and 2 -> 3. */
+  int t0 = lay.order[0];
+  ASSERT_EQ(fan.root[t0], 0);
+  const rf_piece *first = &fan.pieces[fan.forward_first[0]];
+  ASSERT_EQ(first->tensor, t0);
+  ASSERT_EQ(first->src, 0);
+  ASSERT_EQ(first->dst, 4);
+  ASSERT_EQ(rf_plan_forwarded_from(&fan, t0, 2), 0);
+  ASSERT_EQ(rf_plan_forwarded_from(&fan, t0, 6), 4);
+  ASSERT_EQ(rf_plan_forwarded_from(&fan, t0, 1), -1);
+  check_coverage(&fan);
+  check_bytes(&fan, 1);
+  check_fanout(&fan, NULL);
+  check_choices(&fan, NULL);
+  rf_plan_free(&p2p);
+  rf_plan_free(&fan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
+/* Fanout over random layouts with 1 to 4 engine replicas, without a machine and with nodes of
+ * a random size; returns the plans checked. */
+static int test_fanout_random(void) {
+  static const int sizes[] = {1, 2, 4, 8};
+  int built = 0;
+  for (size_t mi = 0; mi < RF_ARRAY_LEN(models); mi++) {
+    rf_model m;
+    ASSERT_OK(rf_model_load(models[mi], &m));
+    int big = m.total_params > 20000000000LL;
+    for (int trial = 0; trial < (big ? 2 : 6); trial++) {
+      rf_trainer_layout tl = {.fsdp = pick(sizes, 3),
+                              .tp = pick(sizes, 3),
+                              .dp = 1,
+                              .ep = 1,
+                              .pp = 1,
+                              .style = (rf_trainer_style)(rand() % 2)};
+      rf_rollout_layout rl = {.tp = pick(sizes, 4), .dp = 1 + rand() % 4};
+      rf_layout lay;
+      if (rf_layout_init(&lay, &m, &tl, &rl, (rf_placement)(rand() % 2)) != RF_OK)
+        continue;
+      test_machine machine = {1 + rand() % 4, calloc((size_t)lay.world_size, sizeof(int))};
+      ASSERT_TRUE(machine.node_of);
+      for (int w = 0; w < lay.world_size; w++)
+        machine.node_of[w] = w / machine.per_node;
+      rf_plan_options near = {
+          .distance = test_distance, .distance_ctx = &machine, .node_of = machine.node_of};
+      for (int choice = 0; choice < 2; choice++) {
+        const rf_plan_options *o = choice ? &near : NULL;
+        rf_plan plan;
+        ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_FANOUT, o));
+        check_coverage(&plan);
+        check_bytes(&plan, o == NULL);
+        check_choices(&plan, o);
+        check_fanout(&plan, o);
+        built++;
+        rf_plan_free(&plan);
+      }
+      free(machine.node_of);
+      rf_layout_free(&lay);
+    }
+    rf_model_free(&m);
+  }
+  return built;
+}
+
 int main(void) {
   test_llama8b_totals();
+  test_tiny_fanout();
   test_tiny_mixed_totals();
   srand(20261202);
   rf_log_push_quiet(1); /* random layouts that do not divide are expected here */
@@ -146,7 +252,7 @@ int main(void) {
       rf_plan_options near = {
           .distance = test_distance, .distance_ctx = &machine, .node_of = machine.node_of};
       for (int choice = 0; choice < 3; choice++)
-        for (int kind = RF_PLAN_P2P; kind <= RF_PLAN_STAR; kind++) {
+        for (int kind = RF_PLAN_P2P; kind <= RF_PLAN_FANOUT; kind++) {
           /* Plans without a machine, with an opaque distance, and with the node promise. */
           rf_plan_options opaque = {.distance = test_distance, .distance_ctx = &machine};
           const rf_plan_options *o = choice == 0 ? NULL : choice == 1 ? &opaque : &near;
@@ -166,6 +272,8 @@ int main(void) {
             ASSERT_EQ(written, plan.transfer_bytes);
           }
           check_choices(&plan, o);
+          if (kind == RF_PLAN_FANOUT)
+            check_fanout(&plan, o);
           built++;
           rf_plan_free(&plan);
         }
@@ -174,7 +282,10 @@ int main(void) {
     }
     rf_model_free(&m);
   }
-  printf("plans checked: %d, layouts rejected: %d\n", built, rejected);
-  ASSERT_GE(built, 300);
+  int fanout = test_fanout_random();
+  printf("plans checked: %d, layouts rejected: %d; fanout plans with 1 to 4 replicas: %d\n", built,
+         rejected, fanout);
+  ASSERT_GE(built, 450);
+  ASSERT_GE(fanout, 60);
   return 0;
 }

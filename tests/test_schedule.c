@@ -1,8 +1,9 @@
 /* Schedule properties over the small shipped models (and tiny with tensors of three dtypes),
- * several layouts, both plan kinds and several bucket sizes: the chunks of every piece tile
- * its box exactly, each chunk's bytes in its tensor's own element size, no rank sends or
- * receives more than a bucket's bytes in one bucket, and the schedule is a pure function of
- * plan, stage and bucket size (what lets every rank build it alone and still agree). */
+ * several layouts, every plan kind (each step of fanout's forward stage a schedule of its own)
+ * and several bucket sizes: the chunks of every piece tile its box exactly, each chunk's bytes
+ * in its tensor's own element size, no rank sends or receives more than a bucket's bytes in one
+ * bucket, and the schedule is a pure function of plan, stage and bucket size (what lets every
+ * rank build it alone and still agree). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,8 @@ static const layout_case layouts[] = {
     {"fsdp=2,tp=2", "tp=4", RF_STYLE_TUNIX, RF_PLACEMENT_DISAGGREGATED},
     {"fsdp=4", "tp=2", RF_STYLE_FSDP2, RF_PLACEMENT_COLOCATED},
     {"fsdp=2,tp=2", "tp=2,dp=2", RF_STYLE_FSDP2, RF_PLACEMENT_DISAGGREGATED},
+    /* Four replicas: fanout forwards in two steps. */
+    {"fsdp=2", "tp=1,dp=4", RF_STYLE_TUNIX, RF_PLACEMENT_COLOCATED},
 };
 
 /* 0 is one bucket for the whole stage; 4096 is the smallest size refit run accepts. It cuts
@@ -64,18 +67,29 @@ static void check_tiling(const rf_schedule *s, int first, int end, const rf_piec
   ASSERT_EQ(bytes, p->bytes);
 }
 
-/* Everything one schedule promises, for one stage of one plan. Returns its chunk count. */
-static int check_schedule(const rf_plan *plan, rf_stage stage, int64_t bucket_size) {
+/* The schedule of a stage, or of one step of the forward stage (step >= 0). */
+static rf_status build(const rf_plan *plan, rf_stage stage, int step, int64_t bucket_size,
+                       rf_schedule *s) {
+  return step >= 0 ? rf_schedule_build_forward(plan, step, bucket_size, s)
+                   : rf_schedule_build(plan, stage, bucket_size, s);
+}
+
+/* Everything one schedule promises, for one stage (or forward step) of one plan. Returns its
+ * chunk count. */
+static int check_schedule(const rf_plan *plan, rf_stage stage, int step, int64_t bucket_size) {
   const rf_layout *lay = plan->layout;
+  int first = step >= 0 ? plan->forward_first[step] : 0;
+  int end = step >= 0 ? plan->forward_first[step + 1] : plan->piece_count;
   rf_schedule s;
-  ASSERT_OK(rf_schedule_build(plan, stage, bucket_size, &s));
+  ASSERT_OK(build(plan, stage, step, bucket_size, &s));
   ASSERT_EQ(s.stage, stage);
   ASSERT_EQ(s.bucket_size, bucket_size);
 
   /* Buckets are non-empty, consecutive, in order, and cover every chunk once. */
   int stage_pieces = 0;
-  for (int i = 0; i < plan->piece_count; i++)
+  for (int i = first; i < end; i++)
     stage_pieces += plan->pieces[i].stage == (int32_t)stage;
+  ASSERT_TRUE(step < 0 || stage_pieces > 0);
   ASSERT_GE(s.bucket_count, 1);
   int next = 0;
   for (int b = 0; b < s.bucket_count; b++) {
@@ -94,18 +108,18 @@ static int check_schedule(const rf_plan *plan, rf_stage stage, int64_t bucket_si
   /* Chunks come in plan order; each piece of the stage has a run of chunks that tiles it,
    * and a local piece (a copy inside one process) is never cut. */
   int at = 0;
-  for (int i = 0; i < plan->piece_count; i++) {
+  for (int i = first; i < end; i++) {
     const rf_piece *p = &plan->pieces[i];
     if (p->stage != (int32_t)stage)
       continue;
-    int end = at;
-    while (end < s.chunk_count && s.chunks[end].piece == i)
-      end++;
-    ASSERT_GT(end, at);
+    int last = at;
+    while (last < s.chunk_count && s.chunks[last].piece == i)
+      last++;
+    ASSERT_GT(last, at);
     if (rf_piece_is_local(plan, p))
-      ASSERT_EQ(end - at, 1);
-    check_tiling(&s, at, end, p, rf_tensor_esize(&lay->model->tensors[p->tensor]));
-    at = end;
+      ASSERT_EQ(last - at, 1);
+    check_tiling(&s, at, last, p, rf_tensor_esize(&lay->model->tensors[p->tensor]));
+    at = last;
   }
   ASSERT_EQ(at, s.chunk_count);
 
@@ -141,7 +155,7 @@ static int check_schedule(const rf_plan *plan, rf_stage stage, int64_t bucket_si
 
   /* A pure function: built again from the same plan, the same chunks and buckets. */
   rf_schedule again;
-  ASSERT_OK(rf_schedule_build(plan, stage, bucket_size, &again));
+  ASSERT_OK(build(plan, stage, step, bucket_size, &again));
   ASSERT_EQ(again.chunk_count, s.chunk_count);
   ASSERT_EQ(again.bucket_count, s.bucket_count);
   /* An empty stage has no arrays at all, and memcmp may not be given NULL even for 0 bytes. */
@@ -288,7 +302,7 @@ int main(void) {
     for (size_t li = 0; li < RF_ARRAY_LEN(layouts); li++) {
       rf_layout lay;
       make_layout(&lay, &m, &layouts[li]);
-      for (int kind = RF_PLAN_P2P; kind <= RF_PLAN_STAR; kind++) {
+      for (int kind = RF_PLAN_P2P; kind <= RF_PLAN_FANOUT; kind++) {
         rf_plan plan;
         ASSERT_OK(rf_plan_build(&plan, &lay, (rf_plan_kind)kind, NULL));
         ASSERT_EQ(plan.reshape_count > 0, kind == RF_PLAN_STAR);
@@ -296,7 +310,11 @@ int main(void) {
           if (bucket_sizes[bi] == 4096 && mi > 0 && li > 0)
             continue;
           for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
-            chunks += check_schedule(&plan, (rf_stage)stage, bucket_sizes[bi]);
+            chunks += check_schedule(&plan, (rf_stage)stage, -1, bucket_sizes[bi]);
+            schedules++;
+          }
+          for (int step = 0; step < plan.forward_depth; step++) {
+            chunks += check_schedule(&plan, RF_STAGE_FORWARD, step, bucket_sizes[bi]);
             schedules++;
           }
         }
@@ -319,7 +337,7 @@ int main(void) {
       ASSERT_OK(rf_plan_build(&plan, &lay, (rf_plan_kind)kind, NULL));
       for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++)
         for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
-          chunks += check_schedule(&plan, (rf_stage)stage, bucket_sizes[bi]);
+          chunks += check_schedule(&plan, (rf_stage)stage, -1, bucket_sizes[bi]);
           schedules++;
         }
       rf_plan_free(&plan);
@@ -328,6 +346,9 @@ int main(void) {
   }
   rf_model_free(&m);
   printf("schedules checked: %d, chunks: %ld\n", schedules, chunks);
-  ASSERT_EQ(schedules, (4 * 4 * 5 - 2 * 3) * 2 * 2);
+  /* Model, layout and bucket size: 3 * 5 * 5 less the 8 skipped; p2p, star and fanout two
+   * stages each; fanout's forward steps: 1 (dp=2) and 2 (dp=4), 13 combinations each; then
+   * tiny with three dtypes: 5 layouts, p2p and star, 5 bucket sizes, two stages each. */
+  ASSERT_EQ(schedules, (3 * 5 * 5 - 2 * 4) * 3 * 2 + 13 * (1 + 2) + 5 * 2 * 5 * 2);
   return 0;
 }

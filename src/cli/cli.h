@@ -64,7 +64,7 @@ typedef struct {
   char rollout[64];               /* --rollout tp=R[,dp=P][,ep] */
   int64_t rollout_rank;           /* --rollout-rank N: whose manifest plan --json lists */
   rf_placement placement;         /* --placement disaggregated|colocated */
-  rf_plan_kind plan;              /* --plan p2p|star */
+  rf_plan_kind plan;              /* --plan p2p|star|fanout */
   rf_mode_list mode;              /* --mode unfused|grouped|fused, or a comma-separated list */
   int64_t bucket_size;            /* --bucket-size, bytes; 0 = whole model in one bucket */
   char transport[16];             /* --transport NAME */

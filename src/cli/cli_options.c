@@ -121,7 +121,8 @@ const rf_cli_option rf_cli_options[] = {
      .def = "p2p",
      .unit = "",
      .commands = RUN | PLAN | TOPO,
-     .help = "direct shard-to-shard pieces, or the reference bridge's stars"},
+     .help = "direct shard-to-shard pieces, the reference bridge's stars, or each element once "
+             "to one replica that forwards it to the others"},
     {.name = "mode",
      .sweep = 1,
      .type = RF_OPT_ENUM,

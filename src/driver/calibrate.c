@@ -24,7 +24,9 @@ typedef struct {
 static void pair_bytes(const rf_plan *plan, int me, exchange *x) {
   for (int i = 0; i < plan->piece_count; i++) {
     const rf_piece *p = &plan->pieces[i];
-    if (p->stage != RF_STAGE_TRANSFER)
+    /* The trainer's transfer and fanout's forwards, all at once: a forward's wait for what
+     * it passes on is the plan's cost, not the machine's. Star's reshape stays out, as ever. */
+    if (p->stage == RF_STAGE_RESHAPE)
       continue;
     int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
     if (src == me)

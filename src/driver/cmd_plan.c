@@ -22,6 +22,10 @@ static int count_local(const rf_plan *plan) {
   return n;
 }
 
+static int forward_pieces(const rf_plan *plan) {
+  return plan->forward_first[plan->forward_depth] - plan->forward_first[0];
+}
+
 static json_t *int_array(const int64_t *v, int n) {
   json_t *a = json_array();
   for (int i = 0; i < n; i++)
@@ -104,6 +108,15 @@ static rf_status print_json(const rf_job *job, int manifest_rank) {
   json_object_set_new(o, "recv_bytes", int_array(plan->recv_bytes, lay->rollout_ranks));
   json_object_set_new(o, "reshape_send_bytes",
                       int_array(plan->reshape_send_bytes, lay->trainer_ranks));
+  if (plan->kind == RF_PLAN_FANOUT) {
+    json_object_set_new(o, "forward_depth", json_integer(plan->forward_depth));
+    json_object_set_new(o, "forward_pieces", json_integer(forward_pieces(plan)));
+    json_object_set_new(o, "forward_bytes", json_integer(plan->forward_bytes));
+    json_object_set_new(o, "forward_send_bytes",
+                        int_array(plan->forward_send_bytes, lay->rollout_ranks));
+    json_object_set_new(o, "forward_recv_bytes",
+                        int_array(plan->forward_recv_bytes, lay->rollout_ranks));
+  }
   json_object_set_new(o, "digest", json_string(digest));
   json_object_set_new(o, "rollout_manifest_rank", json_integer(manifest_rank));
   json_object_set_new(o, "rollout_manifest_experts", manifest_experts(lay, manifest_rank));
@@ -146,10 +159,17 @@ static void print_text(const rf_job *job) {
   if (plan->kind == RF_PLAN_STAR)
     printf("%-16s star, %s: %d stars of %d arms\n", "plan", plan->fan_in ? "fan-in" : "fan-out",
            plan->star_count, plan->star_arms);
+  else if (plan->kind == RF_PLAN_FANOUT)
+    printf("%-16s fanout: each element leaves the trainer once, for one of %d replicas\n", "plan",
+           lay->rollout.dp);
   else
     printf("%-16s p2p\n", "plan");
-  printf("%-16s %d (%d reshape, %d local copies)\n", "pieces", plan->piece_count,
-         plan->reshape_count, count_local(plan));
+  if (plan->kind == RF_PLAN_FANOUT)
+    printf("%-16s %d (%d forward, %d local copies)\n", "pieces", plan->piece_count,
+           forward_pieces(plan), count_local(plan));
+  else
+    printf("%-16s %d (%d reshape, %d local copies)\n", "pieces", plan->piece_count,
+           plan->reshape_count, count_local(plan));
   printf("%-16s %d transfer pieces once those contiguous on both ends are joined\n", "blocks",
          plan->block_count);
   printf("%-16s %" PRId64 " (%s)\n", "transfer bytes", plan->transfer_bytes,
@@ -160,8 +180,20 @@ static void print_text(const rf_job *job) {
     printf("%-16s %" PRId64 " (%s) sent whole but not kept\n", "extra bytes", plan->extra_bytes,
            rf_format_bytes(plan->extra_bytes, size, sizeof size));
   }
+  if (plan->kind == RF_PLAN_FANOUT) {
+    printf("%-16s %" PRId64 " (%s) between replicas\n", "forward bytes", plan->forward_bytes,
+           rf_format_bytes(plan->forward_bytes, size, sizeof size));
+    printf("%-16s %d (binomial trees over the %d replicas, a step per level)\n", "forward depth",
+           plan->forward_depth, lay->rollout.dp);
+  }
   print_range("send bytes", plan->send_bytes, lay->trainer_ranks, "per trainer rank");
-  print_range("recv bytes", plan->recv_bytes, lay->rollout_ranks, "per rollout rank");
+  print_range("recv bytes", plan->recv_bytes, lay->rollout_ranks,
+              plan->kind == RF_PLAN_FANOUT ? "per rollout rank, from the trainer"
+                                           : "per rollout rank");
+  if (plan->kind == RF_PLAN_FANOUT) {
+    print_range("forward send", plan->forward_send_bytes, lay->rollout_ranks, "per rollout rank");
+    print_range("forward recv", plan->forward_recv_bytes, lay->rollout_ranks, "per rollout rank");
+  }
   printf("%-16s %016" PRIx64 "\n", "digest", plan->digest);
 }
 

@@ -152,7 +152,8 @@ static rf_status open_checkpoint(rf_control *ctl, const rf_config *cfg, run_setu
 
 /* The iterations: warmup ones, then timed ones into mine[iteration][phase]. Each starts
  * with a barrier, so ranks start their clocks together, and ends with the ranks agreeing on
- * its outcome; the last one writes every element again after the engine poisons them. */
+ * its outcome; the last one writes every element again after the engine poisons them, and
+ * is the one --inject corrupt flips a byte in (before any forwarding, so that it travels). */
 static rf_status iterate(rf_control *ctl, const rf_config *cfg, const run_setup *rs, rf_engine *e,
                          double setup, double *mine) {
   int iters = (int)cfg->iters, warmup = (int)cfg->warmup;
@@ -162,8 +163,11 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, const run_setup 
   double scratch[RF_PHASE_COUNT];
   rf_status st = RF_OK;
   for (int it = 0; it < warmup + iters && st == RF_OK; it++) {
-    if (it == warmup + iters - 1)
+    if (it == warmup + iters - 1) {
       st = rf_engine_poison(e);
+      if (cfg->inject == RF_INJECT_CORRUPT)
+        rf_engine_corrupt(e);
+    }
     double *times = it < warmup ? scratch : mine + (size_t)(it - warmup) * RF_PHASE_COUNT;
     if (st == RF_OK)
       st = rf_control_barrier(ctl, ctl->world, "the iteration barrier");
@@ -184,8 +188,10 @@ static void describe_result(const rf_config *cfg, const run_setup *rs, rf_mode m
   snprintf(res->transport, sizeof res->transport, "%s", rs->transport->name);
   snprintf(res->verify, sizeof res->verify, "%s", rf_verify_level_name(cfg->verify));
   res->model_bytes = rs->job.model.total_bytes;
-  res->replica_bytes = plan->transfer_bytes / rs->job.rollout.dp;
-  res->transfer_bytes = plan->transfer_bytes + plan->reshape_bytes;
+  /* Fanout's replicas receive part of their bytes from each other: algbw counts what one
+   * replica receives from anyone, aggbw every byte on a link, forwarded ones too. */
+  res->replica_bytes = (plan->transfer_bytes + plan->forward_bytes) / rs->job.rollout.dp;
+  res->transfer_bytes = plan->transfer_bytes + plan->reshape_bytes + plan->forward_bytes;
   res->pieces = plan->piece_count;
   res->bucket_size = cfg->bucket_size;
   res->iterations = (int)cfg->iters;
@@ -213,8 +219,6 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
   st = rf_control_agree(ctl, st);
   if (st == RF_OK)
     st = iterate(ctl, cfg, rs, &e, setup, mine);
-  if (st == RF_OK && cfg->inject == RF_INJECT_CORRUPT)
-    st = rf_engine_corrupt(&e);
   if (st == RF_OK) {
     double v0 = rf_now();
     st = rf_control_agree(ctl, rf_run_verify(ctl, &rs->job, &e, rs->checkpoint, rs->verify_full,

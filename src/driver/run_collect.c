@@ -1,5 +1,6 @@
 /* Collecting a run on rank 0: verification verdicts, timings and peaks, each over one bounded
  * collective of the control plane. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "run_collect.h"
@@ -35,10 +36,15 @@ rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_che
       int bad = ref && ref[t] != sum[t];
       for (int p = 0; p < replicas; p++)
         bad |= sum[nt + (size_t)p * nt + t] != sum[t];
-      if (bad && res->checksum_bad++ < 4)
-        RF_ERROR("verify: checksum of %s differs: trainer %016llx, rollout %016llx%s%016llx",
-                 m->tensors[t].name, (unsigned long long)sum[t], (unsigned long long)sum[nt + t],
-                 ref ? ", checkpoint " : "", ref ? (unsigned long long)ref[t] : 0ULL);
+      if (!bad || res->checksum_bad++ >= 4)
+        continue;
+      /* The checkpoint's checksum only where there is one (no zeros standing in for it). */
+      char checkpoint[48] = "";
+      if (ref)
+        snprintf(checkpoint, sizeof checkpoint, ", checkpoint %016llx", (unsigned long long)ref[t]);
+      RF_ERROR("verify: checksum of %s differs: trainer %016llx, rollout %016llx%s",
+               m->tensors[t].name, (unsigned long long)sum[t], (unsigned long long)sum[nt + t],
+               checkpoint);
     }
   }
   free(local);

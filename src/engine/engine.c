@@ -40,6 +40,10 @@ rf_channel engine_channel(rf_stage stage) {
   return stage == RF_STAGE_RESHAPE ? RF_CHANNEL_TRAINER : RF_CHANNEL_WORLD;
 }
 
+int engine_src_rank(const rf_engine *e, rf_stage stage) {
+  return stage == RF_STAGE_FORWARD ? e->rollout_rank : e->trainer_rank;
+}
+
 int engine_dst_rank(const rf_engine *e, rf_stage stage) {
   return stage == RF_STAGE_RESHAPE ? e->trainer_rank : e->rollout_rank;
 }
@@ -52,6 +56,10 @@ int engine_peer(const rf_engine *e, const rf_piece *p, int sending) {
 
 rf_region engine_source(const rf_engine *e, const rf_piece *p) {
   const rf_plan *plan = e->plan;
+  if (p->stage == RF_STAGE_FORWARD) {
+    rf_box held;
+    return engine_rollout_region(e, p->tensor, &held);
+  }
   if (p->stage == RF_STAGE_TRANSFER && plan->kind == RF_PLAN_STAR) {
     const rf_box *c = &plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->src];
     return rf_region_row_major(e->data->coupling[p->tensor], c, engine_esize(e, p->tensor));
@@ -73,14 +81,17 @@ rf_region engine_destination(const rf_engine *e, const rf_piece *p, const rf_box
   return r;
 }
 
-/* Staging: the largest bucket of either stage, once per direction, twice for fused. */
+const rf_schedule *engine_stage(const rf_engine *e, int i) {
+  return i == 0 ? &e->reshape : i == 1 ? &e->transfer : &e->forward[i - 2];
+}
+
+/* Staging: the largest bucket of any stage, once per direction, twice for fused. */
 static rf_status alloc_staging(rf_engine *e) {
-  const rf_schedule *stages[2] = {&e->reshape, &e->transfer};
   int64_t need[2] = {0, 0};
-  for (int s = 0; s < 2; s++)
-    for (int b = 0; b < stages[s]->bucket_count; b++) {
+  for (int s = 0; s < 2 + e->plan->forward_depth; s++)
+    for (int b = 0; b < engine_stage(e, s)->bucket_count; b++) {
       int64_t send, recv;
-      engine_bucket_staging(e, stages[s], b, &send, &recv);
+      engine_bucket_staging(e, engine_stage(e, s), b, &send, &recv);
       need[0] = RF_MAX(need[0], send);
       need[1] = RF_MAX(need[1], recv);
     }
@@ -117,6 +128,11 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
   rf_layout_roles(plan->layout, world_rank, &e->trainer_rank, &e->rollout_rank);
   RF_TRY(rf_schedule_build(plan, RF_STAGE_RESHAPE, bucket_size, &e->reshape));
   RF_TRY(rf_schedule_build(plan, RF_STAGE_TRANSFER, bucket_size, &e->transfer));
+  e->forward = rf_calloc((size_t)plan->forward_depth + 1, sizeof *e->forward, "forward steps");
+  if (!e->forward)
+    return RF_ERR_NOMEM;
+  for (int s = 0; s < plan->forward_depth; s++)
+    RF_TRY(rf_schedule_build_forward(plan, s, bucket_size, &e->forward[s]));
   if (tp->ops->peer_buffer)
     return engine_mapped_init(e); /* one end copies straight across: no staging */
   RF_TRY(alloc_staging(e));
@@ -137,6 +153,9 @@ void rf_engine_free(rf_engine *e) {
   free(e->notes);
   rf_schedule_free(&e->reshape);
   rf_schedule_free(&e->transfer);
+  for (int s = 0; e->forward && s < e->plan->forward_depth; s++)
+    rf_schedule_free(&e->forward[s]);
+  free(e->forward);
   memset(e, 0, sizeof *e);
 }
 
@@ -165,6 +184,15 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   }
   RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->transfer, times)
                    : engine_run_stage(e, &e->transfer, times));
+  if (e->corrupt_armed) {
+    e->corrupt_armed = 0;
+    RF_TRY(engine_apply_corrupt(e));
+  }
+  /* Each forward step is a stage of its own: it sends on what the ones before delivered. Its
+   * pack, transfer and unpack add to the transfer stage's phases. */
+  for (int s = 0; s < e->plan->forward_depth; s++)
+    RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->forward[s], times)
+                     : engine_run_stage(e, &e->forward[s], times));
   times[RF_PHASE_TOTAL] = rf_now() - start;
   return RF_OK;
 }

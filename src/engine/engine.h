@@ -1,7 +1,9 @@
 /* engine: executes a plan over a transport in one of three modes.
  *
  * It owns this rank's buffers (trainer shards, star coupling buffers, fused rollout tensors,
- * staging), the schedules of both stages, and one iteration of the transfer:
+ * staging), the schedules of every stage, and one iteration of the transfer: star's reshape,
+ * the transfer, then fanout's forward steps, each stage done before the next starts (a
+ * replica forwards only what it has received), and in each stage:
  *   unfused  one message per chunk, a completion wait after each tensor;
  *   grouped  every chunk of a bucket posted in one group, then one wait;
  *   fused    per peer and bucket, the chunks packed into one staging buffer and sent as one
@@ -103,7 +105,9 @@ typedef struct {
   char *notes;                            /* one byte per world rank and direction for the notes */
 
   rf_schedule reshape, transfer;
-  void *staging[2][2]; /* [send/recv][double buffer] */
+  rf_schedule *forward; /* [plan->forward_depth]: one per step of fanout's forward stage */
+  int corrupt_armed;    /* rf_engine_corrupt: flip a byte in the next iteration */
+  void *staging[2][2];  /* [send/recv][double buffer] */
   size_t staging_bytes[2];
   int64_t messages;                      /* messages this rank sent in the last iteration */
   rf_mem_timer pack_timer, unpack_timer; /* the pack and unpack phases' copies */
@@ -134,7 +138,10 @@ rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout
  * data back) *out is NULL and *count 0. */
 rf_status rf_engine_digests(rf_engine *e, rf_shard_digest **out, int *count);
 
-/* Applies --inject corrupt: flips one received byte on the last rollout rank. */
-rf_status rf_engine_corrupt(rf_engine *e);
+/* Arms --inject corrupt for the next iteration: after its transfer stage, before any
+ * forwarding, one received byte flips on the corrupting rank: the last rollout rank, or, when
+ * the plan forwards, the last tp rank of the replica the trainer sends the first tensor to, so
+ * that the forward stage carries the flipped byte to every replica downstream of it. */
+void rf_engine_corrupt(rf_engine *e);
 
 #endif

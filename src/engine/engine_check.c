@@ -1,7 +1,9 @@
 /* The checks that run after the last iteration: every element a rollout rank holds against
  * the generator or the checkpoint, the layout-invariant checksums, the per-shard digests, and
- * the fault that --inject corrupt plants. Element checks and checksums run where the data
+ * the fault that --inject corrupt plants (inside the last iteration, between the transfer and
+ * the forward stage). Element checks and checksums run where the data
  * lives (CPU or GPU); comparisons with a checkpoint and digests read device data back. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -111,13 +113,19 @@ int64_t rf_engine_check(rf_engine *e, rf_checkpoint *checkpoint) {
     if (st != RF_OK)
       return -1;
     wrong += w;
+    /* A forwarded tensor names the rank it came from: a wrong element that arrived by
+     * forwarding was already wrong there, or went wrong on that link. */
+    char via[64] = "";
+    int from = n ? rf_plan_forwarded_from(e->plan, t, e->rollout_rank) : -1;
+    if (from >= 0)
+      snprintf(via, sizeof via, " (received from rollout rank %d via forwarding)", from);
     for (int i = 0; i < n && reported < 4; i++, reported++)
       RF_ERROR("verify: %s on rollout rank %d: element %lld (row %lld, col %lld) is 0x%x, "
-               "expected 0x%x",
+               "expected 0x%x%s",
                m->tensors[t].name, e->rollout_rank, (long long)first[i].index,
                (long long)(first[i].index / m->tensors[t].shape[1]),
                (long long)(first[i].index % m->tensors[t].shape[1]), first[i].got,
-               first[i].expected);
+               first[i].expected, via);
   }
   return wrong;
 }
@@ -234,8 +242,19 @@ rf_status rf_engine_digests(rf_engine *e, rf_shard_digest **out, int *count) {
   return RF_OK;
 }
 
-rf_status rf_engine_corrupt(rf_engine *e) {
-  if (e->rollout_rank != e->plan->layout->rollout_ranks - 1)
+void rf_engine_corrupt(rf_engine *e) { e->corrupt_armed = 1; }
+
+/* The rank that flips a byte: where the plan forwards, a rank that forwards the first tensor
+ * (so that the flip travels on), else the last rollout rank. */
+static int corrupting_rank(const rf_plan *plan) {
+  const rf_layout *lay = plan->layout;
+  if (plan->forward_depth > 0 && plan->root[0] >= 0)
+    return plan->root[0] * lay->rollout.tp + lay->rollout.tp - 1;
+  return lay->rollout_ranks - 1;
+}
+
+rf_status engine_apply_corrupt(rf_engine *e) {
+  if (e->rollout_rank < 0 || e->rollout_rank != corrupting_rank(e->plan))
     return RF_OK;
   rf_box held;
   rf_region r = engine_rollout_region(e, 0, &held);
@@ -245,8 +264,8 @@ rf_status rf_engine_corrupt(rf_engine *e) {
   RF_TRY(rf_mem_transfer(&byte, RF_MEM_HOST, at, e->memory, 1));
   byte ^= 0x5a;
   RF_TRY(rf_mem_transfer(at, e->memory, &byte, RF_MEM_HOST, 1));
-  RF_WARN("inject corrupt: flipped bits of %s element (%lld, %lld) on rollout rank %d",
+  RF_WARN("inject corrupt: flipped bits of %s element (%lld, %lld) on rollout rank %d%s",
           e->plan->layout->model->tensors[0].name, (long long)held.lo[0], (long long)held.lo[1],
-          e->rollout_rank);
+          e->rollout_rank, e->plan->forward_depth > 0 ? ", before forwarding it" : "");
   return RF_OK;
 }

@@ -12,6 +12,9 @@
  * on a GPU shared by two processes every launch costs more than in one, see
  * results/h200/README.md); 3. the second notes, after which no one touches the other's memory.
  *
+ * Fanout's forward steps are stages like the others, between rollout ranks: a forwarding rank
+ * gives its first note only once the step before has landed in its memory.
+ *
  * The notes ride on the transport's messages (MPI inside ipc) and every wait is
  * bounded by --timeout, so a stalled peer ends the run with an error. Offsets inside a peer's
  * arenas come from rf_buffers_offsets, a pure function of the plan. */
@@ -21,6 +24,8 @@
 #include "engine_internal.h"
 
 static rf_buffer_family source_family(const rf_engine *e, const rf_piece *p) {
+  if (p->stage == RF_STAGE_FORWARD)
+    return RF_FAMILY_ROLLOUT;
   return p->stage == RF_STAGE_TRANSFER && e->plan->kind == RF_PLAN_STAR ? RF_FAMILY_COUPLING
                                                                         : RF_FAMILY_SHARDS;
 }
@@ -45,10 +50,26 @@ static int64_t peer_offset(const rf_engine *e, rf_buffer_family f, int rank, int
   return e->peer_offsets[f][row * n + (size_t)tensor];
 }
 
-/* Where another rank holds the source of piece p: a trainer shard, or star's coupling. */
+/* Rollout rank `rank`'s part of tensor `tensor` in its fused rollout tensor, mapped here. */
+static rf_status remote_rollout(rf_engine *e, int tensor, int rank, rf_region *out) {
+  const rf_layout *lay = e->plan->layout;
+  const rf_rollout_slot *slot = &lay->slots[tensor];
+  rf_box held = rf_layout_rollout_box(lay, tensor, rank);
+  char *base;
+  RF_TRY(peer_arena(e, RF_FAMILY_ROLLOUT, rank, &base));
+  *out = rf_region_in_fused(base + peer_offset(e, RF_FAMILY_ROLLOUT, rank, slot->local),
+                            lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col, &held,
+                            engine_esize(e, tensor));
+  return RF_OK;
+}
+
+/* Where another rank holds the source of piece p: a trainer shard, star's coupling, or
+ * (forward) a rollout rank's part of a fused tensor. */
 static rf_status remote_source(rf_engine *e, const rf_piece *p, rf_region *out) {
   const rf_plan *plan = e->plan;
   rf_buffer_family f = source_family(e, p);
+  if (f == RF_FAMILY_ROLLOUT)
+    return remote_rollout(e, p->tensor, p->src, out);
   char *base;
   RF_TRY(peer_arena(e, f, p->src, &base));
   char *at = base + peer_offset(e, f, p->src, p->tensor);
@@ -76,25 +97,21 @@ static rf_status remote_destination(rf_engine *e, const rf_piece *p, const rf_bo
                                engine_esize(e, p->tensor));
     return RF_OK;
   }
-  const rf_rollout_slot *slot = &lay->slots[p->tensor];
   rf_box held = rf_layout_rollout_box(lay, p->tensor, p->dst);
   rf_box_intersect(box, &held, kept);
-  RF_TRY(peer_arena(e, RF_FAMILY_ROLLOUT, p->dst, &base));
-  *out = rf_region_in_fused(base + peer_offset(e, RF_FAMILY_ROLLOUT, p->dst, slot->local),
-                            lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col, &held,
-                            engine_esize(e, p->tensor));
-  return RF_OK;
+  return remote_rollout(e, p->tensor, p->dst, out);
 }
 
 static int copies_here(const rf_engine *e, const rf_piece *p) {
-  return e->push ? p->src == e->trainer_rank && e->trainer_rank >= 0
+  return e->push ? p->src == engine_src_rank(e, p->stage) && engine_src_rank(e, p->stage) >= 0
                  : p->dst == engine_dst_rank(e, p->stage) && engine_dst_rank(e, p->stage) >= 0;
 }
 
 /* The copy of chunk box `box` of piece p, made by this rank: the end that is not here is
  * mapped from its rank. Sets copy->box to the elements that move (empty: nothing to do). */
 static rf_status chunk_copy(rf_engine *e, const rf_piece *p, const rf_box *box, rf_box_copy *copy) {
-  int src_here = p->src == e->trainer_rank, dst_here = p->dst == engine_dst_rank(e, p->stage);
+  int src_here = p->src == engine_src_rank(e, p->stage);
+  int dst_here = p->dst == engine_dst_rank(e, p->stage);
   if (dst_here)
     copy->dst = engine_destination(e, p, box, &copy->box);
   else
@@ -139,10 +156,9 @@ rf_status engine_mapped_init(rf_engine *e) {
   if (!e->notes)
     return RF_ERR_NOMEM;
   /* Map every arena this rank copies from or into now, so that the setup phase pays for it. */
-  const rf_schedule *stages[2] = {&e->reshape, &e->transfer};
-  for (int s = 0; s < 2; s++)
-    for (int i = 0; i < stages[s]->chunk_count; i++) {
-      const rf_chunk *k = &stages[s]->chunks[i];
+  for (int s = 0; s < 2 + plan->forward_depth; s++)
+    for (int i = 0; i < engine_stage(e, s)->chunk_count; i++) {
+      const rf_chunk *k = &engine_stage(e, s)->chunks[i];
       rf_box_copy copy;
       if (copies_here(e, &plan->pieces[k->piece]))
         RF_TRY(chunk_copy(e, &plan->pieces[k->piece], &k->box, &copy));
@@ -228,7 +244,7 @@ rf_status engine_run_stage_mapped(rf_engine *e, const rf_schedule *s, double *ti
   if (!flags)
     return RF_ERR_NOMEM;
   char *feeds = flags, *fed_by = flags + c.ranks;
-  int src_rank = e->trainer_rank, dst_rank = engine_dst_rank(e, s->stage);
+  int src_rank = engine_src_rank(e, s->stage), dst_rank = engine_dst_rank(e, s->stage);
   for (int i = 0; i < s->chunk_count; i++) {
     const rf_piece *p = &e->plan->pieces[s->chunks[i].piece];
     int from_me = p->src == src_rank && src_rank >= 0;

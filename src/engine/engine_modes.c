@@ -11,8 +11,8 @@ typedef struct {
   const rf_schedule *s;
   rf_channel channel;
   int me;          /* my rank on the channel */
-  int my_src_rank; /* the rank numbers pieces use for me: trainer rank */
-  int my_dst_rank; /* trainer rank (reshape) or rollout rank (transfer) */
+  int my_src_rank; /* the rank numbers pieces use for me: trainer rank (rollout: forward) */
+  int my_dst_rank; /* trainer rank (reshape) or rollout rank (transfer, forward) */
   /* Local pieces (source and destination in this process) are collected and copied in one
    * batch: on a GPU that is one kernel launch instead of one per piece. */
   rf_box_copy *local;
@@ -58,7 +58,7 @@ static void init_ctx(stage_ctx *c, rf_engine *e, const rf_schedule *s) {
   c->e = e;
   c->s = s;
   c->channel = engine_channel(s->stage);
-  c->my_src_rank = e->trainer_rank;
+  c->my_src_rank = engine_src_rank(e, s->stage);
   c->my_dst_rank = engine_dst_rank(e, s->stage);
 }
 

@@ -57,6 +57,10 @@ typedef struct {
   int trainer_ranks;
   const int64_t *recv_bytes; /* [rollout rank] */
   int rollout_ranks;
+  /* Fanout's forward stage: [rollout rank] bytes each forwards and receives; NULL for plans
+   * that forward nothing, which then write none of these. */
+  const int64_t *forward_send_bytes, *forward_recv_bytes;
+  int64_t forward_bytes, forward_depth;
 
   const rf_rank_info *rank_table; /* [rank]: host, pid, roles, GPU, cores (placement) */
   int ranks;
@@ -157,8 +161,9 @@ typedef struct {
   char status[32], skip_reason[256], slurm_job_id[64], slurm_job[128], written[32];
   int64_t bucket_size, iterations, ranks, wrong, checksum_bad; /* -1 where absent */
   int64_t sweep_index, sweep_size;                             /* -1 where absent */
-  double time_median_s, time_p99_s, algbw_GBps;                /* NAN where absent */
-  double limit_s[RF_LIMIT_COUNT];                              /* NAN where not calibrated */
+  int64_t trainer_send_bytes; /* the plan group's transfer_bytes; -1 where absent */
+  double time_median_s, time_p99_s, algbw_GBps; /* NAN where absent */
+  double limit_s[RF_LIMIT_COUNT];               /* NAN where not calibrated */
   int skipped;
   int has_summary;
   double phase_median[RF_PHASE_COUNT], phase_p99[RF_PHASE_COUNT]; /* summary, seconds */

@@ -216,6 +216,20 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
     st = read_summary(src, g, run);
   if (st == RF_OK && !run->skipped && H5Lexists(g, "timings", H5P_DEFAULT) > 0)
     st = read_timings(src, g, run);
+  /* What leaves the trainer: the plan group's transfer_bytes (p2p: a copy per replica; fanout:
+   * one copy), for comparing plans. */
+  run->trainer_send_bytes = -1;
+  if (st == RF_OK && !run->skipped && H5Lexists(g, "plan", H5P_DEFAULT) > 0) {
+    hid_t plan = H5Gopen2(g, "plan", H5P_DEFAULT);
+    if (plan < 0)
+      st =
+          rf_fail(RF_ERR_RESULTS, "results file '%s': plan of run %04d is not a group; " WHAT_TO_DO,
+                  src->path, run->number);
+    else {
+      st = read_attr_num(src, plan, "transfer_bytes", H5T_NATIVE_INT64, &run->trainer_send_bytes);
+      H5Gclose(plan);
+    }
+  }
   /* Files written before the headline attributes existed still have the summary's total. */
   if (run->has_summary && isnan(run->time_median_s))
     run->time_median_s = run->phase_median[RF_PHASE_TOTAL];

@@ -2,6 +2,7 @@
  * headline numbers as attributes, and the datasets timings, summary, tensors, shards, plan,
  * placement and env. results/README.md is the schema; keep the two in step. */
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -363,6 +364,17 @@ static rf_status write_bytes_per_rank(hid_t plan, const char *name, const int64_
   return rf_results_attr_str(plan, name, "description", description);
 }
 
+static rf_status write_forward(hid_t plan, const rf_results_run *run) {
+  RF_TRY(rf_results_attr_i64(plan, ".", "forward_bytes", run->forward_bytes));
+  RF_TRY(rf_results_attr_i64(plan, ".", "forward_depth", run->forward_depth));
+  RF_TRY(write_bytes_per_rank(plan, "forward_send_bytes", run->forward_send_bytes,
+                              run->rollout_ranks,
+                              "bytes each rollout rank forwards to other replicas per iteration"));
+  return write_bytes_per_rank(plan, "forward_recv_bytes", run->forward_recv_bytes,
+                              run->rollout_ranks,
+                              "bytes each rollout rank receives from other replicas per iteration");
+}
+
 static rf_status write_plan(hid_t g, const rf_results_run *run) {
   rf_status st = RF_OK;
   hid_t plan = H5I_INVALID_HID;
@@ -371,17 +383,24 @@ static rf_status write_plan(hid_t g, const rf_results_run *run) {
   RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "messages", run->messages), done);
   RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "transfer_bytes", run->transfer_bytes), done);
   RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "reshape_bytes", run->reshape_bytes), done);
-  RF_TRY_GOTO(rf_results_attr_str(plan, ".", "units",
-                                  "{\"pieces\": \"count\", \"messages\": \"count per iteration, "
-                                  "all ranks\", \"transfer_bytes\": \"bytes\", "
-                                  "\"reshape_bytes\": \"bytes\"}"),
-              done);
+  /* Fanout's forward stage adds its totals; the other plans' groups stay as they were. */
+  int forward = run->forward_send_bytes != NULL;
+  char units[256];
+  snprintf(units, sizeof units,
+           "{\"pieces\": \"count\", \"messages\": \"count per iteration, all ranks\", "
+           "\"transfer_bytes\": \"bytes\", \"reshape_bytes\": \"bytes\"%s}",
+           forward ? ", \"forward_bytes\": \"bytes\", \"forward_depth\": \"steps\"" : "");
+  RF_TRY_GOTO(rf_results_attr_str(plan, ".", "units", units), done);
   RF_TRY_GOTO(write_bytes_per_rank(plan, "send_bytes", run->send_bytes, run->trainer_ranks,
                                    "bytes each trainer rank sends per iteration"),
               done);
   RF_TRY_GOTO(write_bytes_per_rank(plan, "recv_bytes", run->recv_bytes, run->rollout_ranks,
-                                   "bytes each rollout rank receives per iteration"),
+                                   forward ? "bytes each rollout rank receives from the trainer "
+                                             "per iteration"
+                                           : "bytes each rollout rank receives per iteration"),
               done);
+  if (forward)
+    st = write_forward(plan, run);
 done:
   if (plan >= 0)
     H5Gclose(plan);

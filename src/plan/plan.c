@@ -1,4 +1,4 @@
-/* The p2p plan and what both plan kinds share: the piece list, source choice, totals and the
+/* The p2p plan and what every plan kind shares: the piece list, source choice, totals and the
  * digest that the handshake compares. */
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +49,8 @@ static rf_status build_p2p(plan_builder *b) {
 
 int rf_piece_continues(const rf_plan *plan, const rf_piece *prev, const rf_piece *cur) {
   const rf_layout *lay = plan->layout;
-  if (plan->kind != RF_PLAN_P2P || prev->stage != RF_STAGE_TRANSFER ||
+  /* Star's transfer reads coupling buffers, not trainer shards. */
+  if (plan->kind == RF_PLAN_STAR || prev->stage != RF_STAGE_TRANSFER ||
       cur->stage != RF_STAGE_TRANSFER || prev->src != cur->src || prev->dst != cur->dst ||
       lay->position[cur->tensor] != lay->position[prev->tensor] + 1 ||
       prev->bytes % RF_BUFFER_ALIGN != 0 || rf_layout_trainer_transposed(lay, prev->tensor) ||
@@ -69,7 +70,8 @@ int rf_piece_continues(const rf_plan *plan, const rf_piece *prev, const rf_piece
 }
 
 int rf_piece_src_world(const rf_plan *plan, const rf_piece *piece) {
-  return rf_layout_trainer_world_rank(plan->layout, piece->src);
+  return piece->stage == RF_STAGE_FORWARD ? rf_layout_rollout_world_rank(plan->layout, piece->src)
+                                          : rf_layout_trainer_world_rank(plan->layout, piece->src);
 }
 
 int rf_piece_dst_world(const rf_plan *plan, const rf_piece *piece) {
@@ -81,12 +83,27 @@ int rf_piece_is_local(const rf_plan *plan, const rf_piece *piece) {
   return rf_piece_src_world(plan, piece) == rf_piece_dst_world(plan, piece);
 }
 
+int rf_plan_forwarded_from(const rf_plan *plan, int tensor, int rollout_rank) {
+  for (int i = plan->forward_first[0]; i < plan->piece_count; i++)
+    if (plan->pieces[i].tensor == tensor && plan->pieces[i].dst == rollout_rank)
+      return plan->pieces[i].src;
+  return -1;
+}
+
 static rf_status compute_totals(rf_plan *plan) {
   const rf_layout *lay = plan->layout;
   plan->send_bytes = rf_calloc((size_t)lay->trainer_ranks, sizeof(int64_t), "plan totals");
   plan->reshape_send_bytes = rf_calloc((size_t)lay->trainer_ranks, sizeof(int64_t), "totals");
   plan->recv_bytes = rf_calloc((size_t)lay->rollout_ranks, sizeof(int64_t), "plan totals");
-  if (!plan->send_bytes || !plan->reshape_send_bytes || !plan->recv_bytes)
+  plan->forward_send_bytes = rf_calloc((size_t)lay->rollout_ranks, sizeof(int64_t), "totals");
+  plan->forward_recv_bytes = rf_calloc((size_t)lay->rollout_ranks, sizeof(int64_t), "totals");
+  if (!plan->forward_first) { /* plans without a forward stage */
+    plan->forward_first = rf_calloc(1, sizeof *plan->forward_first, "plan forward steps");
+    if (plan->forward_first)
+      plan->forward_first[0] = plan->piece_count;
+  }
+  if (!plan->send_bytes || !plan->reshape_send_bytes || !plan->recv_bytes ||
+      !plan->forward_send_bytes || !plan->forward_recv_bytes || !plan->forward_first)
     return RF_ERR_NOMEM;
   for (int i = 0; i < plan->piece_count; i++) {
     const rf_piece *p = &plan->pieces[i];
@@ -99,6 +116,12 @@ static rf_status compute_totals(rf_plan *plan) {
         plan->reshape_bytes += p->bytes;
         plan->reshape_send_bytes[p->src] += p->bytes;
       }
+      continue;
+    }
+    if (p->stage == RF_STAGE_FORWARD) {
+      plan->forward_send_bytes[p->src] += p->bytes;
+      plan->forward_recv_bytes[p->dst] += p->bytes;
+      plan->forward_bytes += p->bytes;
       continue;
     }
     plan->send_bytes[p->src] += p->bytes;
@@ -134,7 +157,9 @@ rf_status rf_plan_build(rf_plan *plan, const rf_layout *lay, rf_plan_kind kind,
   plan->kind = kind;
   plan->layout = lay;
   plan_builder b = {plan, 0, options};
-  rf_status st = kind == RF_PLAN_STAR ? plan_build_star(&b) : build_p2p(&b);
+  rf_status st = kind == RF_PLAN_STAR     ? plan_build_star(&b)
+                 : kind == RF_PLAN_FANOUT ? plan_build_fanout(&b)
+                                          : build_p2p(&b);
   if (st == RF_OK)
     st = compute_totals(plan);
   if (st != RF_OK)
@@ -148,5 +173,9 @@ void rf_plan_free(rf_plan *plan) {
   free(plan->send_bytes);
   free(plan->recv_bytes);
   free(plan->reshape_send_bytes);
+  free(plan->forward_send_bytes);
+  free(plan->forward_recv_bytes);
+  free(plan->forward_first);
+  free(plan->root);
   memset(plan, 0, sizeof *plan);
 }

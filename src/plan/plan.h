@@ -14,21 +14,23 @@
 
 #define RF_PLAN_KIND_LIST(X)                                                                       \
   X(RF_PLAN_P2P, "p2p")                                                                            \
-  X(RF_PLAN_STAR, "star")
+  X(RF_PLAN_STAR, "star")                                                                          \
+  X(RF_PLAN_FANOUT, "fanout")
 typedef enum { RF_PLAN_KIND_LIST(RF_ENUM_ID) RF_PLAN_KIND_COUNT } rf_plan_kind;
 RF_ENUM_DECLARE(rf_plan_kind); /* --plan */
 
 typedef enum {
-  RF_STAGE_RESHAPE = 0, /* star only: trainer rank -> trainer rank, into the coupling layout */
-  RF_STAGE_TRANSFER = 1 /* trainer rank -> rollout rank */
+  RF_STAGE_RESHAPE = 0,  /* star only: trainer rank -> trainer rank, into the coupling layout */
+  RF_STAGE_TRANSFER = 1, /* trainer rank -> rollout rank */
+  RF_STAGE_FORWARD = 2   /* fanout only: rollout rank -> the same tp rank of another replica */
 } rf_stage;
 
 /* Plain integers only, with no padding, so that a plan's digest is the hash of its bytes. */
 typedef struct {
   int32_t tensor;
   int32_t stage; /* rf_stage */
-  int32_t src;   /* trainer rank */
-  int32_t dst;   /* trainer rank (reshape) or rollout rank (transfer) */
+  int32_t src;   /* trainer rank, or rollout rank (forward) */
+  int32_t dst;   /* trainer rank (reshape) or rollout rank (transfer, forward) */
   rf_box box;    /* the region sent, in the tensor's logical coordinates */
   int64_t bytes; /* bytes of box */
 } rf_piece;
@@ -53,7 +55,8 @@ typedef struct {
 
   int piece_count;
   rf_piece *pieces;  /* reshape pieces first (star), then transfer pieces, each in the
-                      * layout's storage order (rf_layout.order) */
+                      * layout's storage order (rf_layout.order), then forward pieces (fanout)
+                      * step by step */
   int reshape_count; /* pieces[0 .. reshape_count) are the reshape stage */
 
   /* Star topology (kind == RF_PLAN_STAR). */
@@ -62,11 +65,22 @@ typedef struct {
   int star_count;   /* min(T, R) */
   rf_box *coupling; /* [tensor * trainer_ranks + trainer_rank]: box held after reshape */
 
+  /* Fan-out (kind == RF_PLAN_FANOUT, plan_fanout.c): the trainer sends every element once, to
+   * the tensor's root replica, and the forward stage copies it to the other replicas along a
+   * binomial tree, one step after another. Every kind has forward_first (depth 0: {count}). */
+  int *root;          /* [tensor]: the replica the trainer sends it to; -1 where it is not
+                       * replicated (experts under rollout ep: sent straight to their rank) */
+  int forward_depth;  /* steps of the forward stage: ceil(log2 P), 0 without replicas */
+  int *forward_first; /* [forward_depth + 1]: pieces[forward_first[s] .. [s + 1]) are step s */
+
   /* Totals. Local pieces (same process, colocated or reshape-to-self) are copies. */
   int64_t *send_bytes;         /* [trainer rank] transfer-stage bytes sent */
   int64_t *recv_bytes;         /* [rollout rank] transfer-stage bytes received */
   int64_t *reshape_send_bytes; /* [trainer rank] reshape bytes sent to other ranks */
-  int64_t transfer_bytes;      /* all transfer-stage bytes */
+  int64_t *forward_send_bytes; /* [rollout rank] forward-stage bytes sent */
+  int64_t *forward_recv_bytes; /* [rollout rank] forward-stage bytes received */
+  int64_t transfer_bytes;      /* all transfer-stage bytes: what leaves the trainer */
+  int64_t forward_bytes;       /* all forward-stage bytes, between rollout ranks */
   int64_t reshape_bytes;       /* reshape bytes between different ranks */
   int64_t local_bytes;         /* bytes moved by local copies (either stage) */
   int64_t extra_bytes;         /* transferred but not kept (star's whole embeddings/norms) */
@@ -94,6 +108,9 @@ int rf_piece_is_local(const rf_plan *plan, const rf_piece *piece);
 /* The world ranks of a piece's ends. */
 int rf_piece_src_world(const rf_plan *plan, const rf_piece *piece);
 int rf_piece_dst_world(const rf_plan *plan, const rf_piece *piece);
+/* The rollout rank that forwarded tensor `tensor` to `rollout_rank` (fanout), or -1 where the
+ * trainer sent it straight there. */
+int rf_plan_forwarded_from(const rf_plan *plan, int tensor, int rollout_rank);
 
 /* ---- schedule ----------------------------------------------------------------------------
  *
@@ -126,6 +143,10 @@ typedef struct {
 
 rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
                             rf_schedule *out);
+/* One step of the forward stage (0 <= step < plan->forward_depth): the steps run one after
+ * the other, since step s forwards what step s - 1 (or the transfer) delivered. */
+rf_status rf_schedule_build_forward(const rf_plan *plan, int step, int64_t bucket_size,
+                                    rf_schedule *out);
 void rf_schedule_free(rf_schedule *s);
 
 #endif

@@ -28,5 +28,6 @@ rf_status plan_cover_from_trainers(plan_builder *b, plan_sources *s, int tensor,
                                    int dst, int dst_world, const rf_box *target);
 
 rf_status plan_build_star(plan_builder *b);
+rf_status plan_build_fanout(plan_builder *b);
 
 #endif

@@ -83,8 +83,9 @@ static rf_status place_piece(builder *b, const rf_plan *plan, int index) {
   return RF_OK;
 }
 
-rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
-                            rf_schedule *out) {
+/* The pieces [first, end) of `stage` into buckets. */
+static rf_status build(const rf_plan *plan, rf_stage stage, int first, int end, int64_t bucket_size,
+                       rf_schedule *out) {
   memset(out, 0, sizeof *out);
   out->stage = stage;
   out->bucket_size = bucket_size;
@@ -92,7 +93,7 @@ rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_
   b.sent = rf_calloc((size_t)b.world, sizeof *b.sent, "schedule counters");
   b.received = rf_calloc((size_t)b.world, sizeof *b.received, "schedule counters");
   rf_status st = b.sent && b.received ? open_bucket(&b) : RF_ERR_NOMEM;
-  for (int i = 0; i < plan->piece_count && st == RF_OK; i++)
+  for (int i = first; i < end && st == RF_OK; i++)
     if (plan->pieces[i].stage == (int32_t)stage)
       st = place_piece(&b, plan, i);
   /* A trailing empty bucket (opened after the last split) carries nothing. */
@@ -103,6 +104,20 @@ rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_
   if (st != RF_OK)
     rf_schedule_free(out);
   return st;
+}
+
+rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
+                            rf_schedule *out) {
+  return build(plan, stage, 0, plan->piece_count, bucket_size, out);
+}
+
+rf_status rf_schedule_build_forward(const rf_plan *plan, int step, int64_t bucket_size,
+                                    rf_schedule *out) {
+  if (step < 0 || step >= plan->forward_depth)
+    return rf_fail(RF_ERR_INTERNAL, "schedule: forward step %d of a plan with %d steps", step,
+                   plan->forward_depth);
+  return build(plan, RF_STAGE_FORWARD, plan->forward_first[step], plan->forward_first[step + 1],
+               bucket_size, out);
 }
 
 void rf_schedule_free(rf_schedule *s) {

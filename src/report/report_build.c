@@ -26,11 +26,20 @@ static const char *const modes_head[] = {
     "run",  "time_median_ms", "time_p99_ms", "algbw_GBps"};
 static const int modes_digits[] = {0, -1, -1, -1, -1, -1, 0, 0, 3, 3, 3};
 
-static const char *const layouts_head[] = {"file",           "trainer",   "rollout",
-                                           "placement",      "plan",      "runs",
-                                           "best_time_ms",   "best_mode", "best_bucket_size_bytes",
-                                           "best_algbw_GBps"};
-static const int layouts_digits[] = {0, -1, -1, -1, -1, 0, 3, -1, 0, 3};
+/* trainer_send_bytes: what leaves the trainer per iteration, the number that tells p2p (a copy
+ * per replica) from fanout (one copy) at a glance. */
+static const char *const layouts_head[] = {"file",
+                                           "trainer",
+                                           "rollout",
+                                           "placement",
+                                           "plan",
+                                           "runs",
+                                           "best_time_ms",
+                                           "best_mode",
+                                           "best_bucket_size_bytes",
+                                           "best_algbw_GBps",
+                                           "trainer_send_bytes"};
+static const int layouts_digits[] = {0, -1, -1, -1, -1, 0, 3, -1, 0, 3, 0};
 
 static const char *const phases_head[] = {"file",      "run",        "mode",    "bucket_size_bytes",
                                           "setup_ms",  "reshape_ms", "pack_ms", "transfer_ms",
@@ -229,6 +238,8 @@ static rf_status add_layouts(rf_report_table *t, int file, const rf_loaded_resul
     rf_cell_text(&row[7], "%s", best->mode);
     rf_cell_int(&row[8], best->bucket_size);
     rf_cell_num(&row[9], best->algbw_GBps);
+    if (best->trainer_send_bytes >= 0) /* files from before the plan group leave it empty */
+      rf_cell_int(&row[10], best->trainer_send_bytes);
   }
   return RF_OK;
 }

@@ -60,7 +60,7 @@ expect_eq "spread.csv header" "$(head -n 1 "$R/spread.csv")" \
 expect_eq "limits.csv header" "$(head -n 1 "$R/limits.csv")" \
   "file,run,mode,bucket_size_bytes,time_median_ms,limit_memcpy_ms,memcpy_pct,limit_device_copy_ms,device_copy_pct,limit_mpi_ms,mpi_pct,limit_nccl_ms,nccl_pct,calibration"
 expect_eq "layouts.csv header" "$(head -n 1 "$R/layouts.csv")" \
-  "file,trainer,rollout,placement,plan,runs,best_time_ms,best_mode,best_bucket_size_bytes,best_algbw_GBps"
+  "file,trainer,rollout,placement,plan,runs,best_time_ms,best_mode,best_bucket_size_bytes,best_algbw_GBps,trainer_send_bytes"
 for t in runs:7 status:7 modes_buckets:7 phases:7 spread:7 limits:7 layouts:2; do
   expect_eq "${t%%:*}.csv lines" "$(wc -l <"$R/${t%%:*}.csv")" "${t##*:}"
 done
@@ -89,6 +89,8 @@ expect_eq "layout row" "$(sed -n 2p "$R/layouts.csv" | cut -d, -f1-7)" \
 best=$(tail -n +2 "$R/runs.csv" | /usr/bin/python3 -c 'import csv, sys
 print(min((r for r in csv.reader(sys.stdin)), key=lambda r: float(r[12]))[12])')
 expect_eq "fastest layout time" "$(field "$R/layouts.csv" 2 best_time_ms)" "$best"
+# tiny's 279,168 bytes plus the norms' second copy on the other tp rank (5 norms of 64 bf16).
+expect_eq "trainer send bytes" "$(field "$R/layouts.csv" 2 trainer_send_bytes)" 279808
 
 # The spread is over every iteration and rank of total (phase 5 of timings).
 h5dump -m %.17g -y -w 0 -d /runs/0002/timings "$A" |

@@ -231,12 +231,24 @@ def check_run(f, name, want_ok):
         want_attrs(p, where + "/plan", ["pieces", "messages", "transfer_bytes",
                                         "reshape_bytes"], "int")
         want_attrs(p, where + "/plan", ["units"], "str")
-        for d in ["send_bytes", "recv_bytes"]:
+        # Fanout's forward stage has totals of its own; no other plan writes them.
+        fanout = g.attrs.get("plan") == "fanout"
+        forward = ["forward_send_bytes", "forward_recv_bytes"]
+        if fanout:
+            want_attrs(p, where + "/plan", ["forward_bytes", "forward_depth"], "int")
+        for d in ["send_bytes", "recv_bytes"] + (forward if fanout else []):
             ds = p.get(d)
             if not isinstance(ds, h5py.Dataset) or len(ds.shape) != 1 or ds.dtype != np.int64:
                 fail(where, f"plan/{d} is missing or not 1-D int64")
             elif ds.attrs.get("units") != "bytes":
                 fail(where, f"plan/{d} units is not 'bytes'")
+        if fanout and all(isinstance(p.get(d), h5py.Dataset) for d in forward):
+            if int(p["forward_send_bytes"][()].sum()) != int(p.attrs["forward_bytes"]) or \
+                    int(p["forward_recv_bytes"][()].sum()) != int(p.attrs["forward_bytes"]):
+                fail(where, "plan/forward_send_bytes and forward_recv_bytes do not add up to "
+                            "forward_bytes")
+        if not fanout and any(d in p for d in forward):
+            fail(where, "a plan that forwards nothing has forward datasets")
 
     pl = g.get("placement")
     if not isinstance(pl, h5py.Dataset):
