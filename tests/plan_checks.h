@@ -174,15 +174,22 @@ static inline void check_choices(const rf_plan *plan, const rf_plan_options *o) 
   const rf_layout *lay = plan->layout;
   rf_stage choosing = plan->kind == RF_PLAN_STAR ? RF_STAGE_RESHAPE : RF_STAGE_TRANSFER;
   int64_t *load = calloc((size_t)lay->trainer_ranks, sizeof *load);
-  ASSERT_TRUE(load);
+  /* Every trainer rank's box of the current tensor, computed once per tensor: pieces come
+   * tensor by tensor, and the big MoE models have tens of thousands of tensors. */
+  rf_box *boxes = calloc((size_t)lay->trainer_ranks, sizeof *boxes);
+  int boxes_of = -1;
+  ASSERT_TRUE(load && boxes);
   for (int i = 0; i < plan->piece_count; i++) {
     const rf_piece *p = &plan->pieces[i];
     if (p->stage != (int32_t)choosing)
       continue;
+    if (p->tensor != boxes_of)
+      for (int r = 0; r < lay->trainer_ranks; r++)
+        boxes[r] = rf_layout_trainer_box(lay, boxes_of = p->tensor, r);
     int dst_world = rf_piece_dst_world(plan, p), best = -1, best_dist = 0;
     for (int r = 0; r < lay->trainer_ranks; r++) {
-      rf_box held = rf_layout_trainer_box(lay, p->tensor, r), x;
-      if (!rf_box_intersect(&held, &p->box, &x) || !rf_box_equal(&x, &p->box))
+      rf_box x;
+      if (!rf_box_intersect(&boxes[r], &p->box, &x) || !rf_box_equal(&x, &p->box))
         continue;
       int w = rf_layout_trainer_world_rank(lay, r);
       int d = o && o->distance ? o->distance(o->distance_ctx, w, dst_world) : w != dst_world;
@@ -195,6 +202,7 @@ static inline void check_choices(const rf_plan *plan, const rf_plan_options *o) 
     if (!rf_piece_is_local(plan, p))
       load[p->src] += p->bytes;
   }
+  free(boxes);
   free(load);
 }
 
