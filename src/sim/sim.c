@@ -67,25 +67,25 @@ static void peaks(const sim_net *net, const rf_cluster *c, rf_sim_result *r) {
   r->fits = (double)r->device_peak <= r->device_capacity;
 }
 
-/* The link that carried the most for its capacity: its bytes over capacity bound the transfer
- * from below (no schedule is faster), and over the time the transfer took they are its
- * utilisation. */
-static void bottleneck(const sim_net *net, const double *cap, const double *bytes,
-                       rf_sim_result *r) {
+/* The bottleneck: the link that was the tightest of the units that took longest in all, with
+ * its bytes, and its utilisation, its bytes over capacity against the time the transfer took.
+ * The bound is the sum over units of their tightest link's bytes over capacity: with units one
+ * after the other, no schedule of the same buckets is faster. */
+static void bottleneck(const sim_net *net, const sim_clock *k, rf_sim_result *r) {
   int best = -1;
   for (int res = 0; res < net->resources; res++)
-    if (bytes[res] > 0 && (best < 0 || bytes[res] / cap[res] > bytes[best] / cap[best]))
+    if (k->limiting[res] > 0 && (best < 0 || k->limiting[res] > k->limiting[best]))
       best = res;
+  r->bound_s = k->bound;
   if (best < 0) {
     snprintf(r->bottleneck, sizeof r->bottleneck, "none");
     return;
   }
   sim_net_name(net, best, r->bottleneck, sizeof r->bottleneck);
-  r->bottleneck_bytes = bytes[best];
-  r->bottleneck_capacity = cap[best];
-  r->bound_s = bytes[best] / cap[best];
+  r->bottleneck_bytes = k->res_bytes[best];
+  r->bottleneck_capacity = k->cap[best];
   double busy = r->phase[RF_PHASE_RESHAPE] + r->phase[RF_PHASE_TRANSFER];
-  r->bottleneck_utilisation = busy > 0 ? r->bound_s / busy : 0.0;
+  r->bottleneck_utilisation = busy > 0 ? k->res_bytes[best] / k->cap[best] / busy : 0.0;
 }
 
 rf_status rf_simulate(const rf_plan *plan, const rf_cluster *c, const rf_sim_options *o,
@@ -118,7 +118,7 @@ rf_status rf_simulate(const rf_plan *plan, const rf_cluster *c, const rf_sim_opt
     r->messages = k.messages;
     r->units = k.units;
     r->buckets = k.buckets;
-    bottleneck(&net, cap, k.res_bytes, r);
+    bottleneck(&net, &k, r);
     st = count_memory(plan, r);
   }
   if (st == RF_OK)

@@ -56,6 +56,20 @@ typedef struct {
  * a file that does not parse is one line naming the file and the key, and RF_ERR_CONFIG. */
 rf_status rf_cluster_load(const char *name_or_path, rf_cluster *out);
 
+/* Where a job's ranks run on the cluster, for the planner: refit run's distance classes
+ * (topo.h: the same process, the same GPU, the same node, another node), so that p2p prefers
+ * the nearest of equal sources as it would there. */
+typedef struct {
+  const rf_cluster *cluster;
+  int world;
+  int *node_of; /* [world rank] */
+} rf_cluster_placement;
+/* Fills *out (valid while p lives) for a world of `world` ranks; RF_ERR_CONFIG (one line) when
+ * the cluster has too few ranks. */
+rf_status rf_cluster_plan_options(const rf_cluster *c, int world, rf_cluster_placement *p,
+                                  rf_plan_options *out);
+void rf_cluster_placement_free(rf_cluster_placement *p);
+
 /* ---- the link model ---------------------------------------------------------------------- */
 
 /* What a flow travels over, nearest first; the names are what reports print. */
@@ -81,12 +95,13 @@ typedef struct {
 typedef struct {
   double phase[RF_PHASE_COUNT];
   double latency_s; /* the part of transfer that is per-message latency */
-  double bound_s;   /* max over links of bytes / capacity: no schedule beats it */
+  double bound_s;   /* the sum over units of their tightest link's bytes / capacity: with units
+                       one after the other, no schedule of these buckets moves faster */
   int64_t class_bytes[RF_SIM_CLASS_COUNT];
   int64_t messages;                 /* per iteration, all ranks, as refit run counts them */
   int64_t units, buckets;           /* synchronisation units and buckets, both stages */
-  char bottleneck[RF_SIM_NAME_MAX]; /* the link with the most bytes for its capacity */
-  double bottleneck_bytes, bottleneck_capacity;
+  char bottleneck[RF_SIM_NAME_MAX]; /* the link that was the tightest for the longest */
+  double bottleneck_bytes, bottleneck_capacity; /* its bytes over the run, its rate */
   double bottleneck_utilisation; /* its bytes / capacity / (reshape + transfer time) */
   int nodes_used, ranks;
   /* Memory per world rank, bytes: trainer shards, star coupling buffers, rollout tensors and

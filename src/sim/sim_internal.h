@@ -117,7 +117,12 @@ typedef struct {
   double reshape_total, stage_total[2];
   /* totals over both stages */
   double sum_pack, sum_unpack, sum_latency;
-  double *res_bytes; /* [resources] bytes per link, or NULL */
+  double *res_bytes; /* [resources] bytes per link over the run, or NULL */
+  /* With res_bytes: the unit's bytes per link (its links listed in touched), and per link the
+   * seconds of the units it was the tightest link of; bound sums each unit's tightest link's
+   * bytes over capacity, the max-over-links bound of units that run one after the other. */
+  double *unit_bytes, *limiting, bound;
+  int *touched, ntouched;
   int64_t class_bytes[RF_SIM_CLASS_COUNT];
   int64_t messages, units, buckets;
 } sim_clock;

@@ -4,8 +4,10 @@
  * (rf_topo_place_node), and GPU g sends through adapter g * nics / gpus, the adapter an HGX
  * board wires beside it. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "sim_internal.h"
+#include "topo/topo.h"
 
 RF_ENUM_DEFINE(rf_sim_class, "link class", RF_SIM_CLASS_LIST, RF_SIM_CLASS_COUNT)
 
@@ -141,4 +143,35 @@ double sim_latency(const rf_cluster *c, rf_sim_class cls) {
   if (cls == RF_SIM_PROCESS)
     return 0.0; /* local copies go in one batch with the stage's other work */
   return cls == RF_SIM_NETWORK ? c->latency_network : c->latency_node;
+}
+
+static int cluster_distance(void *ctx, int src, int dst) {
+  const rf_cluster_placement *p = ctx;
+  const rf_cluster *c = p->cluster;
+  if (src == dst)
+    return RF_DIST_PROCESS;
+  if (p->node_of[src] != p->node_of[dst])
+    return RF_DIST_NETWORK;
+  int same_gpu =
+      c->gpus > 0 && src % c->ranks_per_node % c->gpus == dst % c->ranks_per_node % c->gpus;
+  return same_gpu ? RF_DIST_GPU : RF_DIST_NODE;
+}
+
+rf_status rf_cluster_plan_options(const rf_cluster *c, int world, rf_cluster_placement *p,
+                                  rf_plan_options *out) {
+  sim_net n;
+  *p = (rf_cluster_placement){c, world, NULL};
+  RF_TRY(sim_net_init(&n, c, world, 0));
+  p->node_of = rf_calloc((size_t)world + 1, sizeof *p->node_of, "the node table");
+  if (!p->node_of)
+    return RF_ERR_NOMEM;
+  for (int w = 0; w < world; w++)
+    p->node_of[w] = w / c->ranks_per_node;
+  *out = (rf_plan_options){.distance = cluster_distance, .distance_ctx = p, .node_of = p->node_of};
+  return RF_OK;
+}
+
+void rf_cluster_placement_free(rf_cluster_placement *p) {
+  free(p->node_of);
+  p->node_of = NULL;
 }

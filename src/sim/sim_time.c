@@ -22,9 +22,15 @@ rf_status sim_clock_init(sim_clock *k, const sim_net *net, const rf_cluster *c, 
   k->latency = rf_calloc((size_t)net->world + 1, sizeof *k->latency, "per-rank latencies");
   if (!k->latency)
     return RF_ERR_NOMEM;
-  if (count_links &&
-      !(k->res_bytes = rf_calloc((size_t)net->resources + 1, sizeof *k->res_bytes, "link bytes")))
-    return RF_ERR_NOMEM;
+  size_t n = (size_t)net->resources + 1;
+  if (count_links) {
+    k->res_bytes = rf_calloc(n, sizeof *k->res_bytes, "link bytes");
+    k->unit_bytes = rf_calloc(n, sizeof *k->unit_bytes, "link bytes");
+    k->limiting = rf_calloc(n, sizeof *k->limiting, "link bytes");
+    k->touched = rf_calloc(n, sizeof *k->touched, "link bytes");
+    if (!k->res_bytes || !k->unit_bytes || !k->limiting || !k->touched)
+      return RF_ERR_NOMEM;
+  }
   return sim_solver_new(net->resources, &k->solver);
 }
 
@@ -33,6 +39,9 @@ void sim_clock_free(sim_clock *k) {
   free(k->flows);
   free(k->latency);
   free(k->res_bytes);
+  free(k->unit_bytes);
+  free(k->limiting);
+  free(k->touched);
   memset(k, 0, sizeof *k);
 }
 
@@ -62,6 +71,26 @@ static rf_status copies_time(sim_clock *k, const sim_copy *cp, int n, double *ou
   return RF_OK;
 }
 
+/* The unit's tightest link (most bytes for its capacity) is charged the unit's flight: summed
+ * over units, the link that held the transfer up longest. */
+static void tightest(sim_clock *k, double flight) {
+  if (!k->res_bytes)
+    return;
+  int best = -1;
+  for (int t = 0; t < k->ntouched; t++) {
+    int r = k->touched[t];
+    if (best < 0 || k->unit_bytes[r] / k->cap[r] > k->unit_bytes[best] / k->cap[best])
+      best = r;
+  }
+  if (best >= 0) {
+    k->limiting[best] += flight;
+    k->bound += k->unit_bytes[best] / k->cap[best];
+  }
+  for (int t = 0; t < k->ntouched; t++)
+    k->unit_bytes[k->touched[t]] = 0.0;
+  k->ntouched = 0;
+}
+
 /* The pairs' flight: max-min over their routes, plus the per-message latency of the rank that
  * posts (or receives) the most, one message after the other. */
 static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out, double *latency) {
@@ -78,8 +107,12 @@ static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out, doubl
       k->latency[p->dst] += l;
     k->class_bytes[cls] += p->bytes;
     k->messages += p->messages;
-    for (int r = 0; k->res_bytes && r < f->nres; r++)
+    for (int r = 0; k->res_bytes && r < f->nres; r++) {
       k->res_bytes[f->res[r]] += (double)p->bytes;
+      if (k->unit_bytes[f->res[r]] == 0)
+        k->touched[k->ntouched++] = f->res[r];
+      k->unit_bytes[f->res[r]] += (double)p->bytes;
+    }
   }
   *latency = 0.0;
   for (int i = 0; i < u->npairs; i++) {
@@ -89,6 +122,7 @@ static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out, doubl
   for (int i = 0; i < u->npairs; i++)
     k->latency[u->pairs[i].src] = k->latency[u->pairs[i].dst] = 0.0;
   RF_TRY(sim_solve(k->solver, k->flows, u->npairs, k->cap, out));
+  tightest(k, *out);
   *out += *latency;
   return RF_OK;
 }
