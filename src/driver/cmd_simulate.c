@@ -164,6 +164,9 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
   rf_sim_context x = {cfg, &job, &cluster, wants_device(cfg, &cluster), NULL};
   rf_plan_options po;
   rf_status st = rf_job_build_layout(cfg, 0, &job);
+  /* Before the plan, the costly step: a job too large for the cluster fails at once. */
+  if (st == RF_OK)
+    st = rf_cluster_fits(&cluster, job.layout.world_size, x.device);
   /* Planned with the cluster's distances, as refit run plans with the machine's. */
   if (st == RF_OK)
     st = rf_cluster_plan_options(&cluster, job.layout.world_size, &where, &po);

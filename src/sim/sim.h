@@ -56,6 +56,10 @@ typedef struct {
  * a file that does not parse is one line naming the file and the key, and RF_ERR_CONFIG. */
 rf_status rf_cluster_load(const char *name_or_path, rf_cluster *out);
 
+/* RF_OK when a world of `world` ranks fits on the cluster and, with `device`, the cluster has
+ * GPUs; else one line and RF_ERR_CONFIG. Cheap: checked before the plan is built. */
+rf_status rf_cluster_fits(const rf_cluster *c, int world, int device);
+
 /* Where a job's ranks run on the cluster, for the planner: refit run's distance classes
  * (topo.h: the same process, the same GPU, the same node, another node), so that p2p prefers
  * the nearest of equal sources as it would there. */

@@ -175,3 +175,8 @@ void rf_cluster_placement_free(rf_cluster_placement *p) {
   free(p->node_of);
   p->node_of = NULL;
 }
+
+rf_status rf_cluster_fits(const rf_cluster *c, int world, int device) {
+  sim_net n;
+  return sim_net_init(&n, c, world, device);
+}
