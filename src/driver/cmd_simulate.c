@@ -95,6 +95,7 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
       .mode = rf_mode_name(mode),
       .transport = "simulated",
       .verify = "none",
+      .memory = x->device ? "device" : "host",
       .bucket_size = x->cfg->bucket_size,
       .result = &res,
       .model_spec = &job->model,
@@ -130,8 +131,10 @@ static rf_status simulate_modes(const rf_sim_context *x, rf_results *results, js
   rf_sim_options o = {RF_MODE_GROUPED, x->cfg->bucket_size, x->device};
   for (int i = 0; i < x->cfg->mode.count; i++) {
     o.mode = x->cfg->mode.items[i];
+    /* Calibrated, each mode with the rates its own runs gave (simulate.h). */
+    const rf_cluster *c = x->calibration ? &x->calibration->mode_cluster[o.mode] : x->cluster;
     rf_sim_result r;
-    rf_status st = rf_simulate(&x->job->plan, x->cluster, &o, &r);
+    rf_status st = rf_simulate(&x->job->plan, c, &o, &r);
     json_t *mj = st == RF_OK ? rf_sim_mode_json(x, o.mode, &r) : NULL;
     if (st == RF_OK && !mj)
       st = RF_ERR_NOMEM;

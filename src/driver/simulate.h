@@ -12,15 +12,25 @@
 /* One measured figure the calibration fitted, and what the calibrated cluster predicts for it. */
 typedef struct {
   char label[96]; /* "run 0003 grouped", "run 0003 limit mpi" */
+  int mode;       /* the run's rf_mode; -1 for a limit */
   double measured_s, predicted_s;
 } rf_calibration_sample;
+
+/* Runs of one mode needed for that mode to get rates of its own. */
+#define RF_CALIBRATION_MODE_RUNS 3
 
 typedef struct {
   char path[RF_PATH_MAX];
   int runs, limits, skipped; /* runs and limits used; runs passed over (another memory kind,
                                 failed, skipped or simulated) */
-  rf_sim_fit fit;
-  rf_calibration_sample *samples; /* [runs + limits] */
+  rf_sim_fit fit;            /* over every sample: the rates of modes without runs enough */
+  /* The modes drive the transport differently (unfused one tensor in flight, grouped a bucket,
+   * fused one packed message per peer), so each mode with RF_CALIBRATION_MODE_RUNS runs gets
+   * rates fitted to its own runs, starting from the fit over all. */
+  int mode_runs[RF_MODE_COUNT];
+  rf_sim_fit mode_fit[RF_MODE_COUNT];     /* valid where mode_runs >= RF_CALIBRATION_MODE_RUNS */
+  rf_cluster mode_cluster[RF_MODE_COUNT]; /* the rates each mode is simulated with */
+  rf_calibration_sample *samples;         /* [runs + limits] */
 } rf_calibration;
 
 /* Fits the cluster's rates for weights in host (device = 0) or GPU memory to the measured runs

@@ -13,10 +13,17 @@
 #include "io/io.h"
 #include "simulate.h"
 
-/* Where the run's weights were: 1 GPU, 0 host, -1 not known from the file (an mpi run of a
- * GPU build left to --memory auto may have staged GPU weights through pinned memory, which the
- * model does not describe). */
+#define LIMIT_MIN_BYTES ((int64_t)64 << 20)
+
+/* Where the run's weights were: 1 GPU, 0 host, -1 not known. Runs record it (memory); in files
+ * of an earlier refit it is inferred from the options, except for an mpi run of a GPU build
+ * left to --memory auto, which may have staged GPU weights through pinned memory. */
 static int run_memory(const rf_loaded_run *r) {
+  int staged = strcmp(r->transport, "mpi") == 0; /* GPU weights over mpi go through pinned memory */
+  if (r->memory[0])
+    return strcmp(r->memory, "host") == 0                ? 0
+           : strcmp(r->memory, "device") == 0 && !staged ? 1
+                                                         : -1;
   char memory[16] = "auto";
   json_t *cfg = r->config_json ? json_loads(r->config_json, 0, NULL) : NULL;
   json_t *m = cfg ? json_object_get(cfg, "memory") : NULL;
@@ -25,9 +32,9 @@ static int run_memory(const rf_loaded_run *r) {
   json_decref(cfg);
   if (strcmp(memory, "host") == 0)
     return 0;
-  if (strcmp(memory, "device") == 0 || strcmp(r->transport, "mpi") != 0)
+  if (!staged)
     return 1;
-  return r->gpu_versions[0] ? -1 : 0;
+  return strcmp(memory, "device") == 0 || r->gpu_versions[0] ? -1 : 0;
 }
 
 /* The run's job, as refit simulate would build it from the same options. */
@@ -65,8 +72,8 @@ typedef struct {
   int n, cap;
 } sample_list;
 
-static rf_status add_sample(sample_list *l, rf_calibration *cal, rf_sim_trace *t, double s,
-                            const char *fmt, int number, const char *what) {
+static rf_status add_sample(sample_list *l, rf_calibration *cal, rf_sim_trace *t, int mode,
+                            double s, const char *fmt, int number, const char *what) {
   if (l->n == l->cap) {
     int cap = l->cap ? 2 * l->cap : 16;
     rf_sim_sample *a = rf_realloc(l->samples, (size_t)cap * sizeof *a, "calibration samples");
@@ -89,6 +96,7 @@ static rf_status add_sample(sample_list *l, rf_calibration *cal, rf_sim_trace *t
   l->samples[l->n] = (rf_sim_sample){t, s, NULL};
   snprintf(cal->samples[l->n].label, sizeof cal->samples[l->n].label, fmt, number, what);
   cal->samples[l->n].measured_s = s;
+  cal->samples[l->n].mode = mode;
   l->n++;
   return RF_OK;
 }
@@ -108,18 +116,24 @@ static rf_status add_run(sample_list *l, rf_calibration *cal, const rf_loaded_ru
   if (st == RF_OK)
     st = rf_sim_trace_record(&job.plan, c, &o, &t);
   if (st == RF_OK) {
-    st = add_sample(l, cal, t, r->time_median_s, "run %04d %s", r->number, r->mode);
+    st = add_sample(l, cal, t, (int)o.mode, r->time_median_s, "run %04d %s", r->number, r->mode);
     cal->runs++;
   }
   const rf_limit limits[2] = {device ? RF_LIMIT_NCCL : RF_LIMIT_MPI,
                               device ? RF_LIMIT_DEVICE_COPY : RF_LIMIT_MEMCPY};
-  for (int i = 0; i < 2 && st == RF_OK; i++) {
+  /* A limit of a small job measures caches and call overheads rather than links (tiny's memcpy
+   * runs at 140 GB/s here, llama-3.2-1b's at 12): only jobs whose rollout ranks receive at least
+   * LIMIT_MIN_BYTES each calibrate from their limits. */
+  int64_t most = 0;
+  for (int i = 0; st == RF_OK && i < job.layout.rollout_ranks; i++)
+    most = RF_MAX(most, job.plan.recv_bytes[i]);
+  for (int i = 0; i < 2 && st == RF_OK && most >= LIMIT_MIN_BYTES; i++) {
     double s = r->limit_s[limits[i]];
     if (!(s > 0))
       continue;
     st = rf_sim_trace_limit(&job.plan, c, device, limits[i], &t);
     if (st == RF_OK)
-      st = add_sample(l, cal, t, s, "run %04d limit %s", r->number, rf_limit_name(limits[i]));
+      st = add_sample(l, cal, t, -1, s, "run %04d limit %s", r->number, rf_limit_name(limits[i]));
     cal->limits += st == RF_OK;
   }
   rf_job_free(&job);
@@ -146,8 +160,25 @@ rf_status rf_calibration_fit(const char *path, rf_cluster *c, int device, rf_cal
   rf_loaded_results_free(&file);
   if (st == RF_OK)
     st = rf_sim_calibrate(c, device, l.samples, l.n, &cal->fit);
-  for (int i = 0; st == RF_OK && i < l.n; i++)
-    st = rf_sim_trace_time(l.traces[i], c, &cal->samples[i].predicted_s);
+  rf_sim_sample *mine = rf_calloc((size_t)l.n + 1, sizeof *mine, "calibration samples");
+  if (st == RF_OK && !mine)
+    st = RF_ERR_NOMEM;
+  for (int m = 0; st == RF_OK && m < RF_MODE_COUNT; m++) {
+    int n = 0;
+    for (int i = 0; i < l.n; i++)
+      if (cal->samples[i].mode == m)
+        mine[n++] = l.samples[i];
+    cal->mode_runs[m] = n;
+    cal->mode_cluster[m] = *c;
+    if (n >= RF_CALIBRATION_MODE_RUNS)
+      st = rf_sim_calibrate(&cal->mode_cluster[m], device, mine, n, &cal->mode_fit[m]);
+  }
+  free(mine);
+  for (int i = 0; st == RF_OK && i < l.n; i++) {
+    int m = cal->samples[i].mode;
+    st = rf_sim_trace_time(l.traces[i], m >= 0 ? &cal->mode_cluster[m] : c,
+                           &cal->samples[i].predicted_s);
+  }
   for (int i = 0; i < l.n; i++)
     rf_sim_trace_free(l.traces[i]);
   free(l.traces);

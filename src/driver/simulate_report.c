@@ -11,6 +11,17 @@
 
 static const char *memory_name(int device) { return device ? "GPU" : "host"; }
 
+/* Rates read in the file's units: GB/s, latencies in microseconds. */
+static double knob_scale(const char *name) { return strncmp(name, "latency", 7) == 0 ? 1e6 : 1e-9; }
+
+static void print_fit(const char *label, const rf_sim_fit *f) {
+  printf("%-16s", label);
+  for (int k = 0; k < RF_SIM_KNOBS; k++)
+    printf(" %s %.4g -> %.4g%s", f->names[k], f->before[k] * knob_scale(f->names[k]),
+           f->after[k] * knob_scale(f->names[k]), k + 1 < RF_SIM_KNOBS ? "," : ";");
+  printf(" %d samples, worst error %.1f%%\n", f->samples, 100 * f->worst_error);
+}
+
 void rf_sim_print_header(const rf_sim_context *x) {
   const rf_cluster *c = x->cluster;
   const rf_job *job = x->job;
@@ -46,15 +57,15 @@ void rf_sim_print_header(const rf_sim_context *x) {
   const rf_calibration *cal = x->calibration;
   if (!cal)
     return;
-  printf("%-16s %s: %d runs and %d limits (%d runs passed over);", "calibration", cal->path,
+  printf("%-16s %s: %d runs and %d limits (%d runs passed over)\n", "calibration", cal->path,
          cal->runs, cal->limits, cal->skipped);
-  for (int k = 0; k < RF_SIM_KNOBS; k++) {
-    int latency = strncmp(cal->fit.names[k], "latency", 7) == 0;
-    double scale = latency ? 1e6 : 1e-9;
-    printf(" %s %.4g -> %.4g%s", cal->fit.names[k], cal->fit.before[k] * scale,
-           cal->fit.after[k] * scale, k + 1 < RF_SIM_KNOBS ? "," : ";");
-  }
-  printf(" worst error %.1f%%\n", 100 * cal->fit.worst_error);
+  print_fit("  all runs", &cal->fit);
+  for (int m = 0; m < RF_MODE_COUNT; m++)
+    if (cal->mode_runs[m] >= RF_CALIBRATION_MODE_RUNS) {
+      char label[32];
+      snprintf(label, sizeof label, "  %s", rf_mode_name((rf_mode)m));
+      print_fit(label, &cal->mode_fit[m]);
+    }
 }
 
 void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_result *r) {
@@ -114,21 +125,33 @@ static json_t *cluster_json(const rf_cluster *c) {
   return o;
 }
 
+static json_t *fit_json(const rf_sim_fit *f) {
+  json_t *o = json_object(), *knobs = json_array();
+  for (int k = 0; k < RF_SIM_KNOBS; k++) {
+    json_t *e = json_object();
+    json_object_set_new(e, "name", json_string(f->names[k]));
+    json_object_set_new(e, "before", json_real(f->before[k] * knob_scale(f->names[k])));
+    json_object_set_new(e, "after", json_real(f->after[k] * knob_scale(f->names[k])));
+    json_array_append_new(knobs, e);
+  }
+  json_object_set_new(o, "samples", json_integer(f->samples));
+  json_object_set_new(o, "rates", knobs);
+  json_object_set_new(o, "worst_error", json_real(f->worst_error));
+  return o;
+}
+
 static json_t *calibration_json(const rf_calibration *cal) {
-  json_t *o = json_object(), *knobs = json_array(), *samples = json_array();
+  json_t *o = json_object(), *modes = json_object(), *samples = json_array();
   json_object_set_new(o, "file", json_string(cal->path));
   json_object_set_new(o, "runs", json_integer(cal->runs));
   json_object_set_new(o, "limits", json_integer(cal->limits));
   json_object_set_new(o, "passed_over", json_integer(cal->skipped));
-  for (int k = 0; k < RF_SIM_KNOBS; k++) {
-    json_t *e = json_object();
-    int latency = strncmp(cal->fit.names[k], "latency", 7) == 0;
-    double scale = latency ? 1e6 : 1e-9;
-    json_object_set_new(e, "name", json_string(cal->fit.names[k]));
-    json_object_set_new(e, "before", json_real(cal->fit.before[k] * scale));
-    json_object_set_new(e, "after", json_real(cal->fit.after[k] * scale));
-    json_array_append_new(knobs, e);
-  }
+  json_object_set_new(o, "all", fit_json(&cal->fit));
+  for (int m = 0; m < RF_MODE_COUNT; m++)
+    json_object_set_new(modes, rf_mode_name((rf_mode)m),
+                        cal->mode_runs[m] >= RF_CALIBRATION_MODE_RUNS ? fit_json(&cal->mode_fit[m])
+                                                                      : json_null());
+  json_object_set_new(o, "modes", modes);
   for (int i = 0; i < cal->runs + cal->limits; i++) {
     json_t *e = json_object();
     json_object_set_new(e, "label", json_string(cal->samples[i].label));
@@ -136,8 +159,6 @@ static json_t *calibration_json(const rf_calibration *cal) {
     json_object_set_new(e, "predicted_s", json_real(cal->samples[i].predicted_s));
     json_array_append_new(samples, e);
   }
-  json_object_set_new(o, "rates", knobs);
-  json_object_set_new(o, "worst_error", json_real(cal->fit.worst_error));
   json_object_set_new(o, "samples", samples);
   return o;
 }

@@ -37,6 +37,7 @@ typedef struct {
   const char *config_json; /* the whole effective configuration */
   const char *model, *model_type, *dtype, *trainer, *trainer_style, *trainer_order, *rollout,
       *placement, *plan, *mode, *transport, *verify;
+  const char *memory; /* where the weights were: "host", "device" (rf_mem_kind), or NULL */
   int64_t bucket_size, seed;
 
   const rf_run_result *result; /* timings [iteration][rank][phase] and the summary */
@@ -162,6 +163,7 @@ typedef struct {
   char model[128], trainer[64], rollout[64], placement[32], plan[16], mode[16], transport[16];
   char status[32], skip_reason[256], slurm_job_id[64], slurm_job[128], written[32];
   char dtype[16], trainer_style[16], trainer_order[16], gpu_versions[160], cluster[64];
+  char memory[16];   /* "host", "device"; "" in files written before refit recorded it */
   char *config_json; /* the run's whole configuration, or NULL when absent */
   int64_t bucket_size, iterations, ranks, wrong, checksum_bad; /* -1 where absent */
   int64_t sweep_index, sweep_size;                             /* -1 where absent */

@@ -177,6 +177,7 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       {"trainer_order", run->trainer_order, sizeof run->trainer_order},
       {"gpu_versions", run->gpu_versions, sizeof run->gpu_versions},
       {"cluster", run->cluster, sizeof run->cluster},
+      {"memory", run->memory, sizeof run->memory},
   };
   rf_status st = RF_OK;
   for (size_t i = 0; i < RF_ARRAY_LEN(text) && st == RF_OK; i++)

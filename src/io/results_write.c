@@ -104,6 +104,8 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(strings); i++)
     RF_TRY(rf_results_attr_str(g, ".", strings[i].name, strings[i].value));
+  if (run->memory)
+    RF_TRY(rf_results_attr_str(g, ".", "memory", run->memory));
   const struct {
     const char *name;
     int64_t value;
