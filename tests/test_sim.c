@@ -121,6 +121,18 @@ static void test_toy(void) {
     ASSERT_TRUE(r.fits);
     rf_sim_result_free(&r);
   }
+  /* The --calibrate limits as traces: every pair's bytes at once, the same 279808 bytes through
+   * the same adapters; and each rollout rank copying the 139904 bytes it receives. */
+  rf_sim_trace *t;
+  double s;
+  ASSERT_OK(rf_sim_trace_limit(&plan, &c, 1, RF_LIMIT_NCCL, &t));
+  ASSERT_OK(rf_sim_trace_time(t, &c, &s));
+  ASSERT_NEAR(s, 279808e-9, 1e-12);
+  rf_sim_trace_free(t);
+  ASSERT_OK(rf_sim_trace_limit(&plan, &c, 1, RF_LIMIT_DEVICE_COPY, &t));
+  ASSERT_OK(rf_sim_trace_time(t, &c, &s));
+  ASSERT_NEAR(s, 139904e-12, 1e-12);
+  rf_sim_trace_free(t);
   rf_plan_free(&plan);
   rf_layout_free(&lay);
   rf_model_free(&m);

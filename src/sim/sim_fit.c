@@ -111,7 +111,7 @@ rf_status rf_sim_trace_limit(const rf_plan *plan, const rf_cluster *c, int devic
       copies[ncopies++] = (sim_copy){d, in, 1};
   }
   sim_unit u = {RF_STAGE_TRANSFER, 0, 1, 0, 0, 0, pairs, copies, copies};
-  if (limit == RF_LIMIT_MEMCPY)
+  if (limit == RF_LIMIT_MEMCPY || limit == RF_LIMIT_DEVICE_COPY)
     u.npack = ncopies; /* the copies alone */
   else
     u.npairs = npairs; /* the exchange alone */
