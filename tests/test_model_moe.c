@@ -19,9 +19,10 @@ static const char *data(const char *file) {
   return path;
 }
 
-/* Counts derived from the shapes in the comments; the three MoE totals are the published ones
- * (Mixtral-8x7B 46.7B, Qwen3-30B-A3B 30.5B, DeepSeek-V3 671B without its MTP module), Qwen3-8B
- * is the model card's 8.2B (6.95B without embeddings) and DeepSeek-V2-Lite its 15.7B. */
+/* Counts derived from the shapes in the comments; the four MoE totals are the published ones
+ * (Mixtral-8x7B 46.7B, Qwen3-30B-A3B 30.5B, DeepSeek-V3 671B without its MTP module, Kimi-K2's
+ * 1.03T, which Moonshot's model card rounds to "1T total"), Qwen3-8B is the model card's 8.2B
+ * (6.95B without embeddings) and DeepSeek-V2-Lite its 15.7B. */
 static void test_shipped_counts(void) {
   static const struct {
     const char *name, *type;
@@ -47,6 +48,11 @@ static void test_shipped_counts(void) {
        * norms per layer, 2 * 129280*7168 and 7168. Layer 61 (MTP) is not counted. Tensors
        * 1 + 3*12 + 58*782 + 2. */
       {"deepseek-v3", "deepseek_v3", 671026419200, 45395, 58},
+      /* Kimi-K2, DeepSeek-V3's architecture with 64 heads and 384 experts: MLA of 101124096 per
+       * layer; layer 0 dense (396361728), 60 MoE layers of 384 experts of 2048, one shared,
+       * router and bias: 16958226816. Plus 14336 of norms per layer, 2 * 163840*7168 and 7168;
+       * no MTP layers. Tensors 1 + 12 + 60*1166 + 2. */
+      {"kimi-k2", "deepseek_v3", 1026408232448, 69975, 60},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     rf_model m;
@@ -248,6 +254,21 @@ static void test_tiny_deepseek(void) {
   ASSERT_EQ(rf_model_find(&m, "model.layers.61.self_attn.q_a_proj.weight"), -1);
   ASSERT_EQ(rf_model_find(&m, "model.layers.2.mlp.gate.weight"), -1);
   ASSERT_EQ(m.total_bytes, 2 * m.total_params + 58 * 256 * 2);
+  rf_model_free(&m);
+
+  /* Kimi-K2: half DeepSeek-V3's heads, so q_b_proj is 64 heads of 192 rows; 384 experts in
+   * layers 1 to 60; num_nextn_predict_layers 0. */
+  ASSERT_OK(rf_model_load("kimi-k2", &m));
+  ASSERT_EQ(m.mtp_layers, 0);
+  ASSERT_EQ(m.experts, 384);
+  expect_tensor(&m, "model.layers.0.mlp.down_proj.weight", RF_T_DOWN, 0, 7168, 18432);
+  expect_tensor(&m, "model.layers.1.mlp.experts.383.gate_proj.weight", RF_T_EXPERT_GATE, 1, 2048,
+                7168);
+  expect_tensor(&m, "model.layers.60.self_attn.q_b_proj.weight", RF_T_Q_B, 60, 12288, 1536);
+  expect_tensor(&m, "model.layers.60.self_attn.kv_b_proj.weight", RF_T_KV_B, 60, 16384, 512);
+  expect_tensor(&m, "model.layers.60.self_attn.o_proj.weight", RF_T_O, 60, 7168, 8192);
+  expect_tensor(&m, "lm_head.weight", RF_T_LM_HEAD, -1, 163840, 7168);
+  ASSERT_EQ(m.total_bytes, 2052816510976); /* 2 * params + 60 * 384 * 2 (the fp32 bias) */
   rf_model_free(&m);
 
   ASSERT_OK(rf_model_load("deepseek-v2-lite", &m));

@@ -3,7 +3,8 @@
  * and several bucket sizes: the chunks of every piece tile its box exactly, each chunk's bytes
  * in its tensor's own element size, no rank sends or receives more than a bucket's bytes in one
  * bucket, and the schedule is a pure function of plan, stage and bucket size (what lets every
- * rank build it alone and still agree). */
+ * rank build it alone and still agree), and a cursor's windows put together are the same
+ * schedule. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,44 @@ static const layout_case layouts[] = {
  * a 1B model into some 600,000 chunks a stage, so the 1B models take it on their first
  * layout only, to keep the test short on a loaded machine. */
 static const int64_t bucket_sizes[] = {0, 4096, 65536, 1 << 20, 64 << 20};
+
+/* A cursor's windows of about this many chunks; 1 hands out one bucket a time. */
+static const int window_sizes[] = {1, 7, 1000};
+
+/* Read a window at a time through a cursor, the schedule is the same: the same chunks in the
+ * same order, the same buckets with the same first chunk, each window's first_bucket where the
+ * one before it ended, and an empty window at the end. */
+static void check_windows(const rf_plan *plan, rf_stage stage, const rf_schedule *whole,
+                          int max_chunks) {
+  rf_schedule_cursor *c = NULL;
+  ASSERT_OK(rf_schedule_cursor_open(plan, stage, whole->bucket_size, &c));
+  int chunks = 0, buckets = 0;
+  for (;;) {
+    rf_schedule win;
+    ASSERT_OK(rf_schedule_cursor_next(c, max_chunks, &win));
+    if (win.bucket_count == 0) {
+      ASSERT_EQ(win.chunk_count, 0);
+      break;
+    }
+    ASSERT_EQ(win.first_bucket, buckets);
+    ASSERT_LE(buckets + win.bucket_count, whole->bucket_count);
+    for (int b = 0; b < win.bucket_count; b++) {
+      ASSERT_EQ(win.buckets[b].first + chunks, whole->buckets[buckets + b].first);
+      ASSERT_EQ(win.buckets[b].count, whole->buckets[buckets + b].count);
+    }
+    ASSERT_LE(chunks + win.chunk_count, whole->chunk_count);
+    if (win.chunk_count)
+      ASSERT_EQ(
+          memcmp(win.chunks, whole->chunks + chunks, (size_t)win.chunk_count * sizeof *win.chunks),
+          0);
+    chunks += win.chunk_count;
+    buckets += win.bucket_count;
+    rf_schedule_free(&win);
+  }
+  ASSERT_EQ(chunks, whole->chunk_count);
+  ASSERT_EQ(buckets, whole->bucket_count);
+  rf_schedule_cursor_close(c);
+}
 
 /* The chunks [first, end) of one piece tile its box: read in order, they scan the box in
  * row-major order, as the schedule promises (a piece is cut along its rows, and a single row
@@ -164,6 +203,9 @@ static int check_schedule(const rf_plan *plan, rf_stage stage, int step, int64_t
   if (s.bucket_count)
     ASSERT_EQ(memcmp(again.buckets, s.buckets, (size_t)s.bucket_count * sizeof *s.buckets), 0);
   rf_schedule_free(&again);
+  /* A cursor walks a whole stage; a forward step is a part of one. */
+  for (size_t w = 0; w < RF_ARRAY_LEN(window_sizes) && step < 0; w++)
+    check_windows(plan, stage, &s, window_sizes[w]);
   int chunks = s.chunk_count;
   rf_schedule_free(&s);
   return chunks;

@@ -37,6 +37,10 @@ static const struct {
      "write an HTML, Markdown and CSV report of results files (a "
      "second file is compared with the first)",
      1, RF_MAX_INPUTS, " RESULTS.h5..."},
+    {RF_CMD_SIMULATE, "simulate",
+     "predict a transfer's time, bottleneck link and memory per rank on a described cluster "
+     "(no MPI, no GPU)",
+     0, 0, ""},
 };
 
 static int command_row(rf_command cmd) {

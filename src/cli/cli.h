@@ -26,6 +26,7 @@ typedef enum {
   RF_CMD_VERIFY = 1 << 3,
   RF_CMD_TOPO = 1 << 4,
   RF_CMD_REPORT = 1 << 5,
+  RF_CMD_SIMULATE = 1 << 6,
 } rf_command;
 
 #define RF_PATH_MAX 1024
@@ -97,6 +98,8 @@ typedef struct {
   int dry_run;                    /* --dry-run: list a sweep's runs and skips, move nothing */
   int calibrate;                  /* --calibrate: measure the limits beside every run */
   char output_dir[RF_PATH_MAX];   /* --output-dir, -o DIR (report) */
+  char cluster[RF_PATH_MAX];      /* --cluster NAME|FILE (simulate) */
+  char calibration[RF_PATH_MAX];  /* --calibration RESULTS.h5 (simulate) */
 
   /* The command line as given, for headers and results files. */
   char command_line[4096];

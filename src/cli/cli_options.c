@@ -12,6 +12,7 @@
 #define VERIFY RF_CMD_VERIFY
 #define TOPO RF_CMD_TOPO
 #define REPORT RF_CMD_REPORT
+#define SIM RF_CMD_SIMULATE
 #define FIELD(f) .offset = offsetof(rf_config, f), .size = sizeof(((rf_config *)0)->f)
 #define NAMES(type, count) .names = type##_names, .name_count = (count)
 
@@ -41,7 +42,7 @@ const rf_cli_option rf_cli_options[] = {
      .def = "llama-3.2-1b",
      .unit = "",
      .metavar = "NAME|PATH",
-     .commands = RUN | PLAN | CKPT | TOPO,
+     .commands = RUN | PLAN | CKPT | TOPO | SIM,
      .help = "shipped model name or path to a HF config.json of type llama, mistral, qwen2, "
              "qwen3, gemma, gemma2, gemma3_text, mixtral, qwen3_moe, deepseek_v2 or deepseek_v3 "
              "(multi-token-prediction layers are not part of the rollout model and are left "
@@ -52,7 +53,7 @@ const rf_cli_option rf_cli_options[] = {
      FIELD(dtype),
      .def = "model",
      .unit = "",
-     .commands = RUN | PLAN | CKPT,
+     .commands = RUN | PLAN | CKPT | SIM,
      .help = "element type of the weights; model keeps the model's own; tensors with a type "
              "of their own (DeepSeek's fp32 router bias) keep it"},
     {.name = "trainer",
@@ -63,7 +64,7 @@ const rf_cli_option rf_cli_options[] = {
      .def = "fsdp=2",
      .unit = "",
      .metavar = "MESH",
-     .commands = RUN | PLAN | TOPO,
+     .commands = RUN | PLAN | TOPO | SIM,
      .help = "trainer mesh: fsdp=F,tp=T[,ep=E][,pp=S][,dp=D]; ep ranks hold whole experts, "
              "pp stages contiguous layers (the first L mod S stages get one layer more); ranks are "
              "numbered tp fastest, then fsdp, ep, pp, dp"},
@@ -73,7 +74,7 @@ const rf_cli_option rf_cli_options[] = {
      FIELD(trainer_style),
      .def = "tunix",
      .unit = "",
-     .commands = RUN | PLAN | TOPO,
+     .commands = RUN | PLAN | TOPO | SIM,
      .help = "how the trainer shards each tensor: JAX tunix or PyTorch FSDP2 with TP"},
     {.name = "trainer-order",
      .type = RF_OPT_ENUM,
@@ -81,7 +82,7 @@ const rf_cli_option rf_cli_options[] = {
      FIELD(trainer_order),
      .def = "hf",
      .unit = "",
-     .commands = RUN,
+     .commands = RUN | SIM,
      .help = "trainer storage order; jax stores some tensors transposed, as JAX does"},
     {.name = "rollout",
      .sweep = 1,
@@ -91,7 +92,7 @@ const rf_cli_option rf_cli_options[] = {
      .def = "tp=2",
      .unit = "",
      .metavar = "MESH",
-     .commands = RUN | PLAN | TOPO,
+     .commands = RUN | PLAN | TOPO | SIM,
      .help = "rollout engine: tp=R[,dp=P][,ep]; ep is vLLM's --enable-expert-parallel: "
              "whole experts over all R*P ranks"},
     {.name = "rollout-rank",
@@ -111,7 +112,7 @@ const rf_cli_option rf_cli_options[] = {
      FIELD(placement),
      .def = "disaggregated",
      .unit = "",
-     .commands = RUN | PLAN | TOPO,
+     .commands = RUN | PLAN | TOPO | SIM,
      .help = "trainer and rollout in separate processes, or sharing each GPU"},
     {.name = "plan",
      .sweep = 1,
@@ -120,7 +121,7 @@ const rf_cli_option rf_cli_options[] = {
      FIELD(plan),
      .def = "p2p",
      .unit = "",
-     .commands = RUN | PLAN | TOPO,
+     .commands = RUN | PLAN | TOPO | SIM,
      .help = "direct shard-to-shard pieces, the reference bridge's stars, or each element once "
              "to one replica that forwards it to the others"},
     {.name = "mode",
@@ -131,7 +132,7 @@ const rf_cli_option rf_cli_options[] = {
      FIELD(mode),
      .def = "grouped",
      .unit = "",
-     .commands = RUN,
+     .commands = RUN | SIM,
      .help = "a message per piece, a group per bucket, or one packed message per peer; a "
              "comma-separated list runs each in turn"},
     {.name = "bucket-size",
@@ -143,7 +144,7 @@ const rf_cli_option rf_cli_options[] = {
      .def = "256MiB",
      .unit = "bytes",
      .metavar = "SIZE",
-     .commands = RUN,
+     .commands = RUN | SIM,
      .help = "bytes moved per bucket; 0 = the whole model in one bucket"},
     {.name = "transport",
      .sweep = 1,
@@ -227,8 +228,9 @@ const rf_cli_option rf_cli_options[] = {
      .def = "",
      .unit = "",
      .metavar = "FILE",
-     .commands = RUN,
-     .help = "HDF5 results file (appended)"},
+     .commands = RUN | SIM,
+     .help = "HDF5 results file (appended; simulate appends its predictions as runs marked "
+             "simulated)"},
     {.name = "output-wait",
      .type = RF_OPT_DOUBLE,
      .dmin = 0,
@@ -237,14 +239,14 @@ const rf_cli_option rf_cli_options[] = {
      .def = "60",
      .unit = "s",
      .metavar = "SECONDS",
-     .commands = RUN,
+     .commands = RUN | SIM,
      .help = "how long to wait for another job appending to --output"},
     {.name = "json",
      .type = RF_OPT_FLAG,
      FIELD(json),
      .def = "false",
      .unit = "",
-     .commands = PLAN | TOPO,
+     .commands = PLAN | TOPO | SIM,
      .help = "print one JSON object"},
     {.name = "checkpoint",
      .type = RF_OPT_STRING,
@@ -339,9 +341,10 @@ const rf_cli_option rf_cli_options[] = {
      FIELD(memory),
      .def = "auto",
      .unit = "",
-     .commands = RUN,
+     .commands = RUN | SIM,
      .help = "where the weights live; auto = on the GPU when the transport or the machine has "
-             "one (mpi then stages through pinned host memory), else in host memory"},
+             "one (mpi then stages through pinned host memory), else in host memory; for "
+             "simulate, on the GPU when the cluster has GPUs"},
     {.name = "dry-run",
      .type = RF_OPT_FLAG,
      FIELD(dry_run),
@@ -370,6 +373,25 @@ const rf_cli_option rf_cli_options[] = {
      .metavar = "DIR",
      .commands = REPORT,
      .help = "directory for report.html, report.md and the CSV tables"},
+    {.name = "cluster",
+     .type = RF_OPT_STRING,
+     FIELD(cluster),
+     .def = "",
+     .unit = "",
+     .metavar = "NAME|FILE",
+     .commands = SIM,
+     .help = "the cluster to simulate: a JSON file (configs/clusters/README.md) or the name of "
+             "one in configs/clusters (h100-hgx, h200-hgx, gb200-nvl72, h20-hgx, h800-hgx, "
+             "h200-lent, vm-2core)"},
+    {.name = "calibration",
+     .type = RF_OPT_STRING,
+     FIELD(calibration),
+     .def = "",
+     .unit = "",
+     .metavar = "RESULTS.h5",
+     .commands = SIM,
+     .help = "fit the cluster's rates to the measured runs and --calibrate limits of a results "
+             "file (weights in the same kind of memory) before predicting"},
 };
 
 const size_t rf_cli_option_count = RF_ARRAY_LEN(rf_cli_options);

@@ -24,6 +24,13 @@ rf_status rf_job_load_model(const rf_config *cfg, rf_model *model) {
 }
 
 rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job) {
+  RF_TRY(rf_job_build_layout(cfg, world_size, job));
+  RF_TRY(rf_plan_build(&job->plan, &job->layout, cfg->plan, NULL));
+  job->have_plan = 1;
+  return RF_OK;
+}
+
+rf_status rf_job_build_layout(const rf_config *cfg, int world_size, rf_job *job) {
   memset(job, 0, sizeof *job);
   /* Checked here rather than by the option table so that a sweep skips a bad value in a
    * list, as it skips any other combination that cannot run. */
@@ -46,8 +53,6 @@ rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job) {
    * that a layout that cannot work on any world says so first. */
   if (world_size > 0)
     RF_TRY(rf_layout_check_world(&job->trainer, &job->rollout, job->placement, world_size));
-  RF_TRY(rf_plan_build(&job->plan, &job->layout, cfg->plan, NULL));
-  job->have_plan = 1;
   return RF_OK;
 }
 
@@ -138,6 +143,9 @@ int rf_driver_main(int argc, char **argv) {
     break;
   case RF_CMD_REPORT:
     st = rf_cmd_report(&cfg);
+    break;
+  case RF_CMD_SIMULATE:
+    st = rf_cmd_simulate(&cfg);
     break;
   default:
     st = rf_fail(RF_ERR_USAGE, "no command given; see refit --help");

@@ -23,6 +23,9 @@ typedef struct {
  * anything is planned. Errors are one line each; the caller frees the job whatever
  * happens. */
 rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job);
+/* The same up to the plan: model and layouts, for a command that plans with options of its
+ * own (refit simulate, with the described cluster's distances). */
+rf_status rf_job_build_layout(const rf_config *cfg, int world_size, rf_job *job);
 /* The model of --model with the --dtype override; on error nothing is left to free. */
 rf_status rf_job_load_model(const rf_config *cfg, rf_model *model);
 /* Builds the job's plan again with `options` (the topology's distances), keeping its kind.
@@ -48,6 +51,11 @@ rf_status rf_cmd_topo(const rf_config *cfg);
 
 /* `refit report FILE.h5... -o DIR`: HTML, Markdown and CSV report of results files. */
 rf_status rf_cmd_report(const rf_config *cfg);
+
+/* `refit simulate`: the predicted time, bottleneck and memory of a transfer on the cluster of
+ * --cluster, optionally calibrated from a results file; text, JSON, and simulated runs appended
+ * to --output. No MPI, no GPU. */
+rf_status rf_cmd_simulate(const rf_config *cfg);
 
 /* The whole program: parses argv, runs the command and returns the exit code. */
 int rf_driver_main(int argc, char **argv);

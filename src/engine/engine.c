@@ -54,31 +54,94 @@ int engine_peer(const rf_engine *e, const rf_piece *p, int sending) {
   return sending ? rf_piece_dst_world(e->plan, p) : rf_piece_src_world(e->plan, p);
 }
 
-rf_region engine_source(const rf_engine *e, const rf_piece *p) {
-  const rf_plan *plan = e->plan;
-  if (p->stage == RF_STAGE_FORWARD) {
-    rf_box held;
-    return engine_rollout_region(e, p->tensor, &held);
-  }
+/* Rollout rank `rank`'s part of tensor `tensor` in its fused rollout tensor over `base`. */
+static rf_region rollout_over(const rf_plan *plan, int tensor, int rank, void *base, rf_box *held) {
+  const rf_layout *lay = plan->layout;
+  const rf_rollout_slot *slot = &lay->slots[tensor];
+  *held = rf_layout_rollout_box(lay, tensor, rank);
+  return rf_region_in_fused(base, lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col,
+                            held, rf_tensor_esize(&lay->model->tensors[tensor]));
+}
+
+/* A piece's source region over `base`: its source rank's trainer shard, star's coupling
+ * buffer, or (fanout's forward steps) the forwarding rollout rank's part of a fused tensor.
+ * The engine passes its own buffer (it is always the source's rank when it reads one);
+ * the cost functions below pass NULL, since where a region starts plays no part in whether a
+ * box of it is contiguous. */
+static rf_region source_over(const rf_plan *plan, const rf_piece *p, void *base) {
+  rf_box held;
+  if (p->stage == RF_STAGE_FORWARD)
+    return rollout_over(plan, p->tensor, p->src, base, &held);
   if (p->stage == RF_STAGE_TRANSFER && plan->kind == RF_PLAN_STAR) {
     const rf_box *c = &plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->src];
-    return rf_region_row_major(e->data->coupling[p->tensor], c, engine_esize(e, p->tensor));
+    return rf_region_row_major(base, c, rf_tensor_esize(&plan->layout->model->tensors[p->tensor]));
   }
-  return engine_shard_region(e, p->tensor);
+  return rf_shard_region(plan, p->src, p->tensor, base);
+}
+
+/* The region a piece lands in on its destination rank, over `base`, and the part of `box` the
+ * destination keeps. */
+static rf_region destination_over(const rf_plan *plan, const rf_piece *p, const rf_box *box,
+                                  void *base, rf_box *kept) {
+  const rf_layout *lay = plan->layout;
+  int esize = rf_tensor_esize(&lay->model->tensors[p->tensor]);
+  if (p->stage == RF_STAGE_RESHAPE) {
+    *kept = *box;
+    return rf_region_row_major(
+        base, &plan->coupling[(size_t)p->tensor * lay->trainer_ranks + p->dst], esize);
+  }
+  rf_box held;
+  rf_region r = rollout_over(plan, p->tensor, p->dst, base, &held);
+  rf_box_intersect(box, &held, kept);
+  return r;
+}
+
+rf_region engine_source(const rf_engine *e, const rf_piece *p) {
+  int star = p->stage == RF_STAGE_TRANSFER && e->plan->kind == RF_PLAN_STAR;
+  void *base = p->stage == RF_STAGE_FORWARD
+                   ? e->data->rollout[e->plan->layout->slots[p->tensor].local]
+               : star ? e->data->coupling[p->tensor]
+                      : e->data->shards[p->tensor];
+  return source_over(e->plan, p, base);
 }
 
 rf_region engine_destination(const rf_engine *e, const rf_piece *p, const rf_box *box,
                              rf_box *kept) {
-  const rf_plan *plan = e->plan;
-  if (p->stage == RF_STAGE_RESHAPE) {
-    *kept = *box;
-    const rf_box *c = &plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->dst];
-    return rf_region_row_major(e->data->coupling[p->tensor], c, engine_esize(e, p->tensor));
+  void *base = p->stage == RF_STAGE_RESHAPE
+                   ? e->data->coupling[p->tensor]
+                   : e->data->rollout[e->plan->layout->slots[p->tensor].local];
+  return destination_over(e->plan, p, box, base, kept);
+}
+
+int rf_engine_send_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, const rf_chunk *k) {
+  if (mode == RF_MODE_FUSED || staged_wire)
+    return 0;
+  rf_region src = source_over(plan, &plan->pieces[k->piece], NULL);
+  return rf_region_contiguous(&src, &k->box);
+}
+
+int rf_engine_recv_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, const rf_chunk *k) {
+  if (mode == RF_MODE_FUSED || staged_wire)
+    return 0;
+  rf_box kept;
+  rf_region dst = destination_over(plan, &plan->pieces[k->piece], &k->box, NULL, &kept);
+  return rf_box_equal(&kept, &k->box) && rf_region_contiguous(&dst, &k->box);
+}
+
+int rf_engine_joined_chunks(const rf_plan *plan, rf_mode mode, int staged_wire,
+                            const rf_chunk *chunks, int i, int end) {
+  if (mode == RF_MODE_FUSED || staged_wire)
+    return 1;
+  int n = 1;
+  while (i + n < end) {
+    const rf_piece *prev = &plan->pieces[chunks[i + n - 1].piece];
+    const rf_piece *cur = &plan->pieces[chunks[i + n].piece];
+    if (rf_piece_is_local(plan, cur) || !rf_box_equal(&chunks[i + n - 1].box, &prev->box) ||
+        !rf_box_equal(&chunks[i + n].box, &cur->box) || !rf_piece_continues(plan, prev, cur))
+      break;
+    n++;
   }
-  rf_box held;
-  rf_region r = engine_rollout_region(e, p->tensor, &held);
-  rf_box_intersect(box, &held, kept);
-  return r;
+  return n;
 }
 
 const rf_schedule *engine_stage(const rf_engine *e, int i) {

@@ -144,4 +144,23 @@ rf_status rf_engine_digests(rf_engine *e, rf_shard_digest **out, int *count);
  * that the forward stage carries the flipped byte to every replica downstream of it. */
 void rf_engine_corrupt(rf_engine *e);
 
+/* ---- what a chunk costs, from the plan alone -----------------------------------------------
+ *
+ * The rules by which the modes decide how a chunk travels, without buffers, so that refit
+ * simulate counts the same copies and messages that refit run makes. `staged_wire`: the wire
+ * is another kind of memory than the weights (device weights over a host transport), so every
+ * chunk goes through staging. */
+
+/* Whether the chunk is sent straight from its source buffer (1) or packed into staging first
+ * (0): in place when that part of the source is one contiguous run, never in fused. */
+int rf_engine_send_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, const rf_chunk *k);
+/* Whether it lands straight in the destination's buffer (1) or in staging, to be unpacked (0):
+ * in place when the destination keeps all of it as one contiguous run, never in fused. */
+int rf_engine_recv_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, const rf_chunk *k);
+/* How many chunks from chunks[i] (before `end`, the bucket's end) move as one message in
+ * unfused and grouped: whole pieces that continue each other in memory on both ends
+ * (rf_piece_continues); 1 in fused and on a staged wire. */
+int rf_engine_joined_chunks(const rf_plan *plan, rf_mode mode, int staged_wire,
+                            const rf_chunk *chunks, int i, int end);
+
 #endif

@@ -33,18 +33,14 @@ static int peer_of(const stage_ctx *c, const rf_piece *p, int sending) {
 
 static int is_local(const stage_ctx *c, const rf_piece *p) { return sends(c, p) && receives(c, p); }
 
-/* Whether a chunk can be sent from, or received into, its own buffer without staging. */
+/* Whether a chunk can be sent from, or received into, its own buffer without staging: the
+ * rules of engine.h's cost functions, which refit simulate reads too. */
 static int send_in_place(const stage_ctx *c, const rf_chunk *k) {
-  rf_region src = engine_source(c->e, piece_of(c, k));
-  return c->e->mode != RF_MODE_FUSED && c->e->wire == c->e->memory &&
-         rf_region_contiguous(&src, &k->box);
+  return rf_engine_send_in_place(c->e->plan, c->e->mode, c->e->wire != c->e->memory, k);
 }
 
 static int recv_in_place(const stage_ctx *c, const rf_chunk *k) {
-  rf_box kept;
-  rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
-  return c->e->mode != RF_MODE_FUSED && c->e->wire == c->e->memory &&
-         rf_box_equal(&kept, &k->box) && rf_region_contiguous(&dst, &k->box);
+  return rf_engine_recv_in_place(c->e->plan, c->e->mode, c->e->wire != c->e->memory, k);
 }
 
 /* Device weights over a host transport (mpi on a GPU): the pack kernels write pinned staging
@@ -180,23 +176,11 @@ static rf_status complete(stage_ctx *c, long ticket, pending_unpacks *pu, const 
   return wire_ready(c); /* the staging is received into again once the unpacks are done */
 }
 
-/* How many chunks from chunks[i] move as one block: whole pieces that continue each other in
- * memory on both ends (rf_piece_continues), sent from and received into their own buffers. Both
- * ends compute it from the plan alone, so they agree on every message's size. */
+/* How many chunks from chunks[i] move as one block (rf_engine_joined_chunks). Both ends compute
+ * it from the plan alone, so they agree on every message's size. */
 static int joined_run(const stage_ctx *c, int i, int end) {
   const rf_engine *e = c->e;
-  const rf_chunk *k = c->s->chunks;
-  if (e->mode == RF_MODE_FUSED || e->wire != e->memory)
-    return 1;
-  int n = 1;
-  while (i + n < end) {
-    const rf_piece *prev = piece_of(c, &k[i + n - 1]), *cur = piece_of(c, &k[i + n]);
-    if (rf_piece_is_local(e->plan, cur) || !rf_box_equal(&k[i + n - 1].box, &prev->box) ||
-        !rf_box_equal(&k[i + n].box, &cur->box) || !rf_piece_continues(e->plan, prev, cur))
-      break;
-    n++;
-  }
-  return n;
+  return rf_engine_joined_chunks(e->plan, e->mode, e->wire != e->memory, c->s->chunks, i, end);
 }
 
 /* One message for a run of joined chunks, from the first one's source and into the first

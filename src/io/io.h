@@ -37,6 +37,7 @@ typedef struct {
   const char *config_json; /* the whole effective configuration */
   const char *model, *model_type, *dtype, *trainer, *trainer_style, *trainer_order, *rollout,
       *placement, *plan, *mode, *transport, *verify;
+  const char *memory; /* where the weights were: "host", "device" (rf_mem_kind), or NULL */
   int64_t bucket_size, seed;
 
   const rf_run_result *result; /* timings [iteration][rank][phase] and the summary */
@@ -79,6 +80,12 @@ typedef struct {
   /* Calibrated limits in seconds (limit_<name>_s and limit_<name>_ratio); NULL or a value
    * <= 0 means not measured, and the attributes are left out. */
   const rf_results_limits *limits;
+  /* A simulated run (refit simulate --output): when set, the run is written with status
+   * "simulated", simulated = 1, the cluster's name and this JSON (the prediction, the cluster's
+   * rates, the calibration); its timings are the prediction, and it has no checksums, shards
+   * or links. */
+  const char *simulation_json;
+  const char *cluster;
 } rf_results_run;
 
 typedef struct rf_results rf_results;
@@ -159,12 +166,17 @@ typedef struct {
   int number;
   char model[128], trainer[64], rollout[64], placement[32], plan[16], mode[16], transport[16];
   char status[32], skip_reason[256], slurm_job_id[64], slurm_job[128], written[32];
+  char dtype[16], trainer_style[16], trainer_order[16], gpu_versions[160], cluster[64];
+  char memory[16];   /* "host", "device"; "" in files written before refit recorded it */
+  char *config_json; /* the run's whole configuration, or NULL when absent */
   int64_t bucket_size, iterations, ranks, wrong, checksum_bad; /* -1 where absent */
   int64_t sweep_index, sweep_size;                             /* -1 where absent */
   int64_t trainer_send_bytes; /* the plan group's transfer_bytes; -1 where absent */
+  int64_t messages, pieces;   /* -1 where absent */
   double time_median_s, time_p99_s, algbw_GBps; /* NAN where absent */
   double limit_s[RF_LIMIT_COUNT];               /* NAN where not calibrated */
   int skipped;
+  int simulated; /* written by refit simulate: a prediction, not a measurement */
   int has_summary;
   double phase_median[RF_PHASE_COUNT], phase_p99[RF_PHASE_COUNT]; /* summary, seconds */
   int timing_iterations, timing_ranks;

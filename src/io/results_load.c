@@ -172,12 +172,19 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       {"slurm_job_id", run->slurm_job_id, sizeof run->slurm_job_id},
       {"slurm_job", run->slurm_job, sizeof run->slurm_job},
       {"written", run->written, sizeof run->written},
+      {"dtype", run->dtype, sizeof run->dtype},
+      {"trainer_style", run->trainer_style, sizeof run->trainer_style},
+      {"trainer_order", run->trainer_order, sizeof run->trainer_order},
+      {"gpu_versions", run->gpu_versions, sizeof run->gpu_versions},
+      {"cluster", run->cluster, sizeof run->cluster},
+      {"memory", run->memory, sizeof run->memory},
   };
   rf_status st = RF_OK;
   for (size_t i = 0; i < RF_ARRAY_LEN(text) && st == RF_OK; i++)
     st = read_attr_text(src, g, text[i].attr, text[i].buf, text[i].len);
   run->bucket_size = run->iterations = run->ranks = run->wrong = run->checksum_bad = -1;
-  run->sweep_index = run->sweep_size = -1;
+  run->sweep_index = run->sweep_size = run->messages = run->pieces = -1;
+  int64_t simulated = 0;
   struct {
     const char *attr;
     int64_t *out;
@@ -189,6 +196,9 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       {"checksum_bad", &run->checksum_bad},
       {"sweep_index", &run->sweep_index},
       {"sweep_size", &run->sweep_size},
+      {"messages", &run->messages},
+      {"pieces", &run->pieces},
+      {"simulated", &simulated},
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(ints) && st == RF_OK; i++)
     st = read_attr_num(src, g, ints[i].attr, H5T_NATIVE_INT64, ints[i].out);
@@ -211,6 +221,15 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       st = read_attr_num(src, g, attr, H5T_NATIVE_DOUBLE, &run->limit_s[l]);
   }
   run->skipped = strcmp(run->status, "skipped") == 0;
+  run->simulated = simulated != 0 || strcmp(run->status, "simulated") == 0;
+  if (st == RF_OK && H5Aexists(g, "config_json") > 0) {
+    /* Read into the longest string refit reads, then kept at its own length. */
+    char *json = rf_malloc(RF_H5_STRING_MAX + 1, "a run's configuration");
+    st = json ? read_attr_text(src, g, "config_json", json, RF_H5_STRING_MAX + 1) : RF_ERR_NOMEM;
+    if (st == RF_OK && !(run->config_json = rf_strdup(json)))
+      st = RF_ERR_NOMEM;
+    free(json);
+  }
 
   if (st == RF_OK && !run->skipped && H5Lexists(g, "summary", H5P_DEFAULT) > 0)
     st = read_summary(src, g, run);
@@ -328,8 +347,10 @@ done:
 }
 
 void rf_loaded_results_free(rf_loaded_results *r) {
-  for (int i = 0; i < r->run_count; i++)
+  for (int i = 0; i < r->run_count; i++) {
     free(r->runs[i].timings);
+    free(r->runs[i].config_json);
+  }
   free(r->runs);
   r->runs = NULL;
   r->run_count = 0;

@@ -17,20 +17,26 @@ typedef struct {
   uint64_t trainer_checksum;
 } read_row;
 
-/* Whether run group `name` is a sweep combination that was skipped (status "skipped"). */
-static int run_skipped(hid_t runs, const char *name) {
-  char status[32] = "";
+/* The status of run group `name`: "skipped" for a sweep combination that could not run,
+ * "simulated" for refit simulate's prediction; neither holds checksums. */
+static void run_status(hid_t runs, const char *name, char *status, size_t len) {
+  status[0] = '\0';
   hid_t g = H5Gopen2(runs, name, H5P_DEFAULT);
   if (g < 0)
-    return 0;
-  int skipped = rf_results_read_attr_str(g, "status", status, sizeof status) == 0 &&
-                strcmp(status, "skipped") == 0;
+    return;
+  if (rf_results_read_attr_str(g, "status", status, len) != 0)
+    status[0] = '\0';
   H5Gclose(g);
-  return skipped;
 }
 
-/* Picks the run group: `run` itself, or for -1 the highest number that is not a skipped sweep
- * combination (which holds no checksums to compare). */
+static int run_skipped(hid_t runs, const char *name) {
+  char status[32];
+  run_status(runs, name, status, sizeof status);
+  return strcmp(status, "skipped") == 0 || strcmp(status, "simulated") == 0;
+}
+
+/* Picks the run group: `run` itself, or for -1 the highest number that is neither a skipped
+ * sweep combination nor a simulated run (which hold no checksums to compare). */
 static rf_status open_run(const char *path, hid_t f, int run, hid_t *group, int *number) {
   hid_t runs = H5Gopen2(f, "runs", H5P_DEFAULT);
   RF_H5(runs);
@@ -46,18 +52,26 @@ static rf_status open_run(const char *path, hid_t f, int run, hid_t *group, int 
         break;
     }
     if (*number < 0)
-      st = rf_fail(RF_ERR_RESULTS, "results file '%s' holds only skipped sweep combinations", path);
+      st = rf_fail(RF_ERR_RESULTS,
+                   "results file '%s' holds only skipped sweep combinations and simulated runs",
+                   path);
   } else if (st == RF_OK) {
     *number = run;
     snprintf(name, sizeof name, "%04d", *number);
     if (H5Lexists(runs, name, H5P_DEFAULT) <= 0)
       st = rf_fail(RF_ERR_RESULTS, "results file '%s' has no run %04d; its latest is %04d", path,
                    run, last);
-    else if (run_skipped(runs, name))
+    else if (run_skipped(runs, name)) {
+      char status[32];
+      run_status(runs, name, status, sizeof status);
       st = rf_fail(RF_ERR_RESULTS,
-                   "results file '%s': run %04d is a skipped sweep combination "
-                   "and holds no results; give another --run",
+                   strcmp(status, "simulated") == 0
+                       ? "results file '%s': run %04d is a simulated run (refit simulate) and "
+                         "holds no measured results; give another --run"
+                       : "results file '%s': run %04d is a skipped sweep combination "
+                         "and holds no results; give another --run",
                    path, run);
+    }
   }
   if (st == RF_OK && (*group = H5Gopen2(runs, name, H5P_DEFAULT)) < 0)
     st = rf_hdf5_failed("H5Gopen2(runs, name)", __FILE__, __LINE__);

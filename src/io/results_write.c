@@ -98,13 +98,15 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
       {"hosts", r->hosts},
       {"gpu_versions", r->gpu_versions},
       {"written", written},
-      {"status", rf_status_name(res->status)},
+      {"status", run->simulation_json ? "simulated" : rf_status_name(res->status)},
       {"formula_algbw", FORMULA_ALGBW},
       {"formula_aggbw", FORMULA_AGGBW},
       {"units", run_units},
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(strings); i++)
     RF_TRY(rf_results_attr_str(g, ".", strings[i].name, strings[i].value));
+  if (run->memory)
+    RF_TRY(rf_results_attr_str(g, ".", "memory", run->memory));
   const struct {
     const char *name;
     int64_t value;
@@ -132,6 +134,14 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
   RF_TRY(rf_results_attr_f64(g, ".", "algbw_GBps", res->algbw));
   RF_TRY(rf_results_attr_f64(g, ".", "aggbw_GBps", res->aggbw));
   RF_TRY(write_sweep_and_limits(g, run, res->total.median));
+  if (run->simulation_json) {
+    /* Marked three ways, so that no reader takes a prediction for a measurement: the status,
+     * a flag, and the prediction's own record. */
+    RF_TRY(rf_results_attr_i64(g, ".", "simulated", 1));
+    RF_TRY(rf_results_attr_str(g, ".", "cluster", run->cluster ? run->cluster : ""));
+    RF_TRY(rf_results_attr_str(g, ".", "simulation_json", run->simulation_json));
+    return RF_OK;
+  }
   RF_TRY(rf_results_slurm_attrs(g));
   return RF_OK;
 }

@@ -139,6 +139,7 @@ typedef struct {
   rf_chunk *chunks; /* in plan order */
   int bucket_count;
   rf_bucket *buckets;
+  int first_bucket; /* the stage's number of buckets[0]: 0, except in a cursor's windows */
 } rf_schedule;
 
 rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
@@ -148,5 +149,17 @@ rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_
 rf_status rf_schedule_build_forward(const rf_plan *plan, int step, int64_t bucket_size,
                                     rf_schedule *out);
 void rf_schedule_free(rf_schedule *s);
+
+/* The same schedule a window of whole buckets at a time, for callers that read a stage once
+ * and need not hold all of its chunks (refit simulate of a trillion-parameter model, whose
+ * schedule alone would take gigabytes). Each call fills *out with the next buckets, at least
+ * one and about max_chunks chunks; chunk.bucket counts from the stage's first bucket, as in
+ * rf_schedule_build, whose result is this run to the end in one window. A window without
+ * buckets means the stage is done. The caller frees each window with rf_schedule_free. */
+typedef struct rf_schedule_cursor rf_schedule_cursor;
+rf_status rf_schedule_cursor_open(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
+                                  rf_schedule_cursor **out);
+rf_status rf_schedule_cursor_next(rf_schedule_cursor *c, int max_chunks, rf_schedule *out);
+void rf_schedule_cursor_close(rf_schedule_cursor *c);
 
 #endif

@@ -1,4 +1,7 @@
-/* Cutting a plan stage into buckets that bound every rank's bytes in flight. */
+/* Cutting a plan stage into buckets that bound every rank's bytes in flight. The whole
+ * schedule (rf_schedule_build) is the cursor below run to the end in one step, so a caller that
+ * reads the buckets a window at a time gets exactly the same chunks. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +12,7 @@ typedef struct {
   int chunk_cap, bucket_cap;
   int64_t *sent, *received; /* this bucket's remote bytes per world rank */
   int world;
+  int base; /* the schedule's number of s->buckets[0]: buckets already handed out */
 } builder;
 
 static rf_status open_bucket(builder *b) {
@@ -30,7 +34,7 @@ static rf_status add_chunk(builder *b, int piece, const rf_box *box, int64_t byt
   RF_TRY(rf_grow((void **)&s->chunks, s->chunk_count, &b->chunk_cap, sizeof *s->chunks, "chunks"));
   rf_chunk *c = &s->chunks[s->chunk_count++];
   c->piece = piece;
-  c->bucket = s->bucket_count - 1;
+  c->bucket = b->base + s->bucket_count - 1;
   c->box = *box;
   c->bytes = bytes;
   s->buckets[s->bucket_count - 1].count++;
@@ -83,24 +87,113 @@ static rf_status place_piece(builder *b, const rf_plan *plan, int index) {
   return RF_OK;
 }
 
-/* The pieces [first, end) of `stage` into buckets. */
+struct rf_schedule_cursor {
+  const rf_plan *plan;
+  rf_stage stage;
+  builder b;
+  rf_schedule s; /* what has been cut and not handed out: the open bucket, at least */
+  int next;      /* the next piece to place */
+  int end;       /* one past the last piece to place (fanout's forward steps are ranges) */
+};
+
+void rf_schedule_cursor_close(rf_schedule_cursor *c) {
+  if (!c)
+    return;
+  free(c->b.sent);
+  free(c->b.received);
+  rf_schedule_free(&c->s);
+  free(c);
+}
+
+/* A cursor over the pieces [first, end) of `stage`. */
+static rf_status cursor_open(const rf_plan *plan, rf_stage stage, int first, int end,
+                             int64_t bucket_size, rf_schedule_cursor **out) {
+  rf_schedule_cursor *c = rf_calloc(1, sizeof *c, "a schedule cursor");
+  *out = NULL;
+  if (!c)
+    return RF_ERR_NOMEM;
+  c->plan = plan;
+  c->stage = stage;
+  c->next = first;
+  c->end = end;
+  c->s.stage = stage;
+  c->s.bucket_size = bucket_size;
+  c->b = (builder){&c->s, 0, 0, NULL, NULL, plan->layout->world_size, 0};
+  c->b.sent = rf_calloc((size_t)c->b.world, sizeof *c->b.sent, "schedule counters");
+  c->b.received = rf_calloc((size_t)c->b.world, sizeof *c->b.received, "schedule counters");
+  rf_status st = c->b.sent && c->b.received ? open_bucket(&c->b) : RF_ERR_NOMEM;
+  if (st != RF_OK) {
+    rf_schedule_cursor_close(c);
+    return st;
+  }
+  *out = c;
+  return RF_OK;
+}
+
+rf_status rf_schedule_cursor_open(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
+                                  rf_schedule_cursor **out) {
+  return cursor_open(plan, stage, 0, plan->piece_count, bucket_size, out);
+}
+
+/* Hands the closed buckets to `out` and keeps the open one, renumbered from 0 here and from
+ * `base` in the chunks' bucket numbers. */
+static rf_status hand_out_closed(rf_schedule_cursor *c, rf_schedule *out) {
+  rf_schedule *s = &c->s;
+  int closed = s->bucket_count - 1, split = s->buckets[closed].first;
+  out->chunks = rf_malloc((size_t)split * sizeof *out->chunks + 1, "a window of chunks");
+  out->buckets = rf_malloc((size_t)closed * sizeof *out->buckets + 1, "a window of buckets");
+  if (!out->chunks || !out->buckets)
+    return RF_ERR_NOMEM;
+  memcpy(out->chunks, s->chunks, (size_t)split * sizeof *out->chunks);
+  memcpy(out->buckets, s->buckets, (size_t)closed * sizeof *out->buckets);
+  out->chunk_count = split;
+  out->bucket_count = closed;
+  memmove(s->chunks, s->chunks + split, (size_t)(s->chunk_count - split) * sizeof *s->chunks);
+  s->chunk_count -= split;
+  s->buckets[0] = (rf_bucket){0, s->buckets[closed].count};
+  s->bucket_count = 1;
+  c->b.base += closed;
+  return RF_OK;
+}
+
+rf_status rf_schedule_cursor_next(rf_schedule_cursor *c, int max_chunks, rf_schedule *out) {
+  const rf_plan *plan = c->plan;
+  memset(out, 0, sizeof *out);
+  out->stage = c->stage;
+  out->bucket_size = c->s.bucket_size;
+  out->first_bucket = c->b.base;
+  rf_schedule *s = &c->s;
+  /* Whole pieces only, so that a window ends where the whole schedule could end too; and
+   * never before a bucket has closed, so that every window holds at least one bucket. */
+  while (c->next < c->end && (s->chunk_count < max_chunks || s->bucket_count < 2)) {
+    if (plan->pieces[c->next].stage == (int32_t)c->stage)
+      RF_TRY(place_piece(&c->b, plan, c->next));
+    c->next++;
+  }
+  if (c->next < c->end)
+    return hand_out_closed(c, out);
+  if (s->bucket_count == 0 || (s->bucket_count == 1 && s->chunk_count == 0 && c->b.base > 0))
+    return RF_OK; /* everything has been handed out: an empty window says so */
+  /* A trailing empty bucket (opened after the last split) carries nothing. */
+  if (s->bucket_count > 1 && s->buckets[s->bucket_count - 1].count == 0)
+    s->bucket_count--;
+  *out = *s;
+  out->first_bucket = c->b.base;
+  memset(s, 0, sizeof *s);
+  s->stage = out->stage;
+  s->bucket_size = out->bucket_size;
+  c->b.base += out->bucket_count;
+  return RF_OK;
+}
+
+/* The pieces [first, end) of `stage` into buckets, in one window. */
 static rf_status build(const rf_plan *plan, rf_stage stage, int first, int end, int64_t bucket_size,
                        rf_schedule *out) {
   memset(out, 0, sizeof *out);
-  out->stage = stage;
-  out->bucket_size = bucket_size;
-  builder b = {out, 0, 0, NULL, NULL, plan->layout->world_size};
-  b.sent = rf_calloc((size_t)b.world, sizeof *b.sent, "schedule counters");
-  b.received = rf_calloc((size_t)b.world, sizeof *b.received, "schedule counters");
-  rf_status st = b.sent && b.received ? open_bucket(&b) : RF_ERR_NOMEM;
-  for (int i = first; i < end && st == RF_OK; i++)
-    if (plan->pieces[i].stage == (int32_t)stage)
-      st = place_piece(&b, plan, i);
-  /* A trailing empty bucket (opened after the last split) carries nothing. */
-  if (st == RF_OK && out->bucket_count > 1 && out->buckets[out->bucket_count - 1].count == 0)
-    out->bucket_count--;
-  free(b.sent);
-  free(b.received);
+  rf_schedule_cursor *c = NULL;
+  RF_TRY(cursor_open(plan, stage, first, end, bucket_size, &c));
+  rf_status st = rf_schedule_cursor_next(c, INT_MAX, out);
+  rf_schedule_cursor_close(c);
   if (st != RF_OK)
     rf_schedule_free(out);
   return st;

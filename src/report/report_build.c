@@ -95,6 +95,8 @@ static void run_key(rf_report_cell *row, int file, const rf_loaded_run *r) {
 static const char *verdict(const rf_loaded_run *r) {
   if (r->skipped)
     return "skipped";
+  if (r->simulated)
+    return "simulated";
   return strcmp(r->status, "RF_OK") == 0 && r->wrong <= 0 && r->checksum_bad <= 0 ? "PASS" : "FAIL";
 }
 
@@ -128,8 +130,8 @@ static rf_status add_run(rf_report_tables *t, int file, const rf_loaded_run *r) 
   rf_cell_int(&row[6], r->checksum_bad);
   rf_cell_text(&row[7], "%s", verdict(r));
   rf_cell_text(&row[8], "%s", r->skip_reason);
-  if (r->skipped)
-    return RF_OK;
+  if (!report_measured(r))
+    return RF_OK; /* a prediction is not set beside the measurements it would be mistaken for */
 
   if (!(row = rf_report_table_row(&t->modes)))
     return RF_ERR_NOMEM;
@@ -170,7 +172,7 @@ static rf_status add_run(rf_report_tables *t, int file, const rf_loaded_run *r) 
  * apart the ranks' own medians lie. */
 static rf_status add_spread(rf_report_table *t, int file, const rf_loaded_run *r) {
   int n = r->timing_iterations * r->timing_ranks;
-  if (r->skipped || n == 0)
+  if (!report_measured(r) || n == 0)
     return RF_OK;
   double *all = rf_calloc((size_t)n, sizeof *all, "the spread of a run");
   double *per_rank = rf_calloc((size_t)r->timing_iterations, sizeof *per_rank, "a rank's times");
@@ -217,14 +219,14 @@ static rf_status add_layouts(rf_report_table *t, int file, const rf_loaded_resul
     int first = 1, runs = 0;
     for (int j = 0; j < f->run_count; j++) {
       const rf_loaded_run *o = &f->runs[j];
-      if (o->skipped || !same_layout(r, o))
+      if (!report_measured(o) || !same_layout(r, o))
         continue;
       first &= j >= i;
       runs++;
       if (!isnan(o->time_median_s) && (!best || o->time_median_s < best->time_median_s))
         best = o;
     }
-    if (r->skipped || !first || !best)
+    if (!report_measured(r) || !first || !best)
       continue;
     rf_report_cell *row = rf_report_table_row(t);
     if (!row)
@@ -259,11 +261,11 @@ static rf_status add_compare(rf_report_table *t, const rf_loaded_results *a,
   rf_status st = RF_OK;
   for (int i = 0; i < a->run_count && st == RF_OK; i++) {
     const rf_loaded_run *ra = &a->runs[i];
-    if (ra->skipped)
+    if (!report_measured(ra))
       continue;
     for (int j = 0; j < b->run_count; j++) {
       const rf_loaded_run *rb = &b->runs[j];
-      if (taken[j] || rb->skipped || !same_config(ra, rb))
+      if (taken[j] || !report_measured(rb) || !same_config(ra, rb))
         continue;
       taken[j] = 1;
       rf_report_cell *row = rf_report_table_row(t);

@@ -40,7 +40,7 @@ static int mixed_layouts(const rf_loaded_results *f) {
   const rf_loaded_run *first = NULL;
   for (int i = 0; i < f->run_count; i++) {
     const rf_loaded_run *r = &f->runs[i];
-    if (r->skipped)
+    if (!report_measured(r))
       continue;
     if (!first)
       first = r;
@@ -63,7 +63,7 @@ static void modes_chart(rf_report_chart *c, const rf_loaded_results *f, int file
   double key[256];
   for (int i = 0; i < f->run_count; i++) {
     const rf_loaded_run *r = &f->runs[i];
-    if (r->skipped)
+    if (!report_measured(r))
       continue;
     char series[RF_CHART_LABEL], bucket[32];
     if (mixed)

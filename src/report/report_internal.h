@@ -92,4 +92,8 @@ rf_status rf_report_html(const rf_loaded_results *files, int count, const rf_rep
 /* "whole model" for 0, else binary units ("256.00 MiB"). */
 const char *rf_report_bucket_label(int64_t bucket, char *buf, size_t len);
 
+/* A run that measured something: neither a skipped sweep combination nor refit simulate's
+ * prediction. Only these go into the charts and the tables that compare times. */
+static inline int report_measured(const rf_loaded_run *r) { return !r->skipped && !r->simulated; }
+
 #endif

@@ -183,12 +183,12 @@ void rf_report_table_html(const rf_report_table *t, rf_strbuf *out) {
     rf_strbuf_printf(out, "<tr>");
     for (int c = 0; c < t->cols; c++) {
       const char *text = cell_display(t, c, &row[c], buf, sizeof buf);
-      /* Verdicts are coloured so a failed or skipped run stands out in a long table. */
-      const char *cls = row[c].kind == RF_CELL_NUM || row[c].kind == RF_CELL_INT ? "num"
-                        : strcmp(text, "PASS") == 0                              ? "pass"
-                        : strcmp(text, "FAIL") == 0                              ? "fail"
-                        : strcmp(text, "skipped") == 0                           ? "skip"
-                                                                                 : "";
+      /* Verdicts are coloured so a failed, skipped or simulated run stands out in a long table. */
+      const char *cls = row[c].kind == RF_CELL_NUM || row[c].kind == RF_CELL_INT         ? "num"
+                        : strcmp(text, "PASS") == 0                                      ? "pass"
+                        : strcmp(text, "FAIL") == 0                                      ? "fail"
+                        : strcmp(text, "skipped") == 0 || strcmp(text, "simulated") == 0 ? "skip"
+                                                                                         : "";
       rf_strbuf_printf(out, "<td%s%s%s>", *cls ? " class=\"" : "", cls, *cls ? "\"" : "");
       rf_report_html_text(out, text);
       rf_strbuf_printf(out, "</td>");

@@ -1,0 +1,207 @@
+/* `refit simulate`: the job of `refit run`, planned as it would be planned on the described
+ * cluster, and timed by the link model instead of moved (src/sim/). No MPI, no GPU, nothing
+ * of the model's size is allocated. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/io.h"
+#include "simulate.h"
+
+/* --memory: auto puts the weights on the GPUs when the cluster has them, as refit run does
+ * on a machine with a GPU. */
+static int wants_device(const rf_config *cfg, const rf_cluster *c) {
+  if (cfg->memory == RF_MEM_REQUEST_AUTO)
+    return c->gpus > 0;
+  return cfg->memory == RF_MEM_REQUEST_DEVICE;
+}
+
+/* The cluster's placement as a results file's rank table: a node name, the GPU, the adapter. */
+static rf_rank_info *rank_table(const rf_job *job, const rf_cluster *c) {
+  int world = job->layout.world_size;
+  rf_rank_info *t = rf_calloc((size_t)world + 1, sizeof *t, "the rank table");
+  for (int w = 0; t && w < world; w++) {
+    int local = w % c->ranks_per_node;
+    rf_rank_info *r = &t[w];
+    r->rank = w;
+    /* "node" and its number: the cluster's name is in the run's attributes */
+    snprintf(r->host, sizeof r->host, "node%d", w / c->ranks_per_node);
+    rf_layout_roles(&job->layout, w, &r->trainer_rank, &r->rollout_rank);
+    r->gpu = c->gpus ? local % c->gpus : -1;
+    snprintf(r->bus_id, sizeof r->bus_id, "-");
+    snprintf(r->cpus, sizeof r->cpus, "-");
+    r->numa = -1;
+    if (c->nics)
+      snprintf(r->nic, sizeof r->nic, "adapter%d",
+               c->gpus ? r->gpu * c->nics / c->gpus : local * c->nics / c->ranks_per_node);
+    else
+      snprintf(r->nic, sizeof r->nic, "-");
+  }
+  return t;
+}
+
+/* Appends one mode's prediction as a simulated run: its timings are one iteration in which
+ * every rank shows the job's predicted phases (the model predicts the job, not each rank). */
+static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mode,
+                        const rf_sim_result *r, json_t *mode_json) {
+  const rf_job *job = x->job;
+  const rf_plan *plan = &job->plan;
+  int world = job->layout.world_size;
+  rf_run_result res;
+  memset(&res, 0, sizeof res);
+  snprintf(res.mode, sizeof res.mode, "%s", rf_mode_name(mode));
+  snprintf(res.plan, sizeof res.plan, "%s", rf_plan_kind_name(plan->kind));
+  snprintf(res.transport, sizeof res.transport, "simulated");
+  snprintf(res.verify, sizeof res.verify, "none");
+  res.model_bytes = job->model.total_bytes;
+  res.replica_bytes = plan->transfer_bytes / job->rollout.dp;
+  res.transfer_bytes = plan->transfer_bytes;
+  res.pieces = plan->piece_count;
+  res.messages = r->messages;
+  res.bucket_size = x->cfg->bucket_size;
+  res.iterations = 1;
+  res.ranks = world;
+  res.wrong = -1;
+  res.checksum_bad = -1;
+  for (int w = 0; w < world; w++)
+    res.peak_staging = RF_MAX(res.peak_staging, r->staging[w]);
+  res.status = RF_OK;
+  res.timings = rf_calloc((size_t)world * RF_PHASE_COUNT + 1, sizeof *res.timings, "timings");
+  rf_rank_info *ranks = rank_table(job, x->cluster);
+  json_t *whole = rf_sim_json(x);
+  json_array_append(json_object_get(whole, "runs"), mode_json);
+  char *text = json_dumps(whole, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  char *config = rf_cli_config_json(x->cfg);
+  json_decref(whole);
+  rf_status st = res.timings && ranks && text && config ? RF_OK : RF_ERR_NOMEM;
+  for (int w = 0; st == RF_OK && w < world; w++)
+    memcpy(res.timings + (size_t)w * RF_PHASE_COUNT, r->phase, sizeof r->phase);
+  if (st == RF_OK)
+    st = rf_run_result_summarise(&res);
+  char trainer[64], rollout[64];
+  rf_trainer_layout_format(&job->trainer, trainer, sizeof trainer);
+  rf_rollout_layout_format(&job->rollout, rollout, sizeof rollout);
+  rf_results_run run = {
+      .config_json = config,
+      .model = job->model.name,
+      .model_type = job->model.model_type,
+      .dtype = rf_dtype_name(job->model.dtype),
+      .trainer = trainer,
+      .trainer_style = rf_trainer_style_name(job->trainer.style),
+      .trainer_order = rf_trainer_order_name(x->cfg->trainer_order),
+      .rollout = rollout,
+      .placement = rf_placement_name(job->placement),
+      .plan = rf_plan_kind_name(plan->kind),
+      .mode = rf_mode_name(mode),
+      .transport = "simulated",
+      .verify = "none",
+      .memory = x->device ? "device" : "host",
+      .bucket_size = x->cfg->bucket_size,
+      .result = &res,
+      .model_spec = &job->model,
+      .replicas = job->rollout.dp,
+      .pieces = plan->piece_count,
+      .messages = r->messages,
+      .transfer_bytes = plan->transfer_bytes,
+      .reshape_bytes = plan->reshape_bytes,
+      .send_bytes = plan->send_bytes,
+      .trainer_ranks = job->layout.trainer_ranks,
+      .recv_bytes = plan->recv_bytes,
+      .rollout_ranks = job->layout.rollout_ranks,
+      .rank_table = ranks,
+      .ranks = world,
+      .env = "",
+      .simulation_json = text,
+      .cluster = x->cluster->name,
+  };
+  int number = 0;
+  if (st == RF_OK)
+    st = rf_results_add_run(results, &run, &number);
+  if (st == RF_OK)
+    RF_INFO("results: simulated run %04d appended to %s", number, x->cfg->output);
+  free(res.timings);
+  free(ranks);
+  free(text);
+  free(config);
+  return st;
+}
+
+/* Predicts each mode in turn, printing as it goes (text) or collecting (JSON). */
+static rf_status simulate_modes(const rf_sim_context *x, rf_results *results, json_t *all) {
+  rf_sim_options o = {RF_MODE_GROUPED, x->cfg->bucket_size, x->device};
+  for (int i = 0; i < x->cfg->mode.count; i++) {
+    o.mode = x->cfg->mode.items[i];
+    /* Calibrated, each mode with the rates its own runs gave (simulate.h). */
+    const rf_cluster *c = x->calibration ? &x->calibration->mode_cluster[o.mode] : x->cluster;
+    rf_sim_result r;
+    rf_status st = rf_simulate(&x->job->plan, c, &o, &r);
+    json_t *mj = st == RF_OK ? rf_sim_mode_json(x, o.mode, &r) : NULL;
+    if (st == RF_OK && !mj)
+      st = RF_ERR_NOMEM;
+    if (st == RF_OK && !x->cfg->json)
+      rf_sim_print_mode(x, o.mode, &r);
+    if (st == RF_OK && results)
+      st = record(x, results, o.mode, &r, mj);
+    if (st == RF_OK && all)
+      json_array_append(json_object_get(all, "runs"), mj);
+    json_decref(mj);
+    rf_sim_result_free(&r);
+    RF_TRY(st);
+  }
+  return RF_OK;
+}
+
+rf_status rf_cmd_simulate(const rf_config *cfg) {
+  if (!cfg->cluster[0])
+    return rf_fail(RF_ERR_USAGE, "refit simulate needs --cluster NAME|FILE (configs/clusters "
+                                 "holds h100-hgx, h200-hgx, gb200-nvl72, h20-hgx, h800-hgx, "
+                                 "h200-lent and vm-2core)");
+  rf_cluster cluster;
+  RF_TRY(rf_cluster_load(cfg->cluster, &cluster));
+  rf_job job;
+  rf_cluster_placement where = {0};
+  rf_calibration cal;
+  memset(&cal, 0, sizeof cal);
+  rf_results *results = NULL;
+  json_t *all = NULL;
+  rf_sim_context x = {cfg, &job, &cluster, wants_device(cfg, &cluster), NULL};
+  rf_plan_options po;
+  rf_status st = rf_job_build_layout(cfg, 0, &job);
+  /* Before the plan, the costly step: a job too large for the cluster fails at once. */
+  if (st == RF_OK)
+    st = rf_cluster_fits(&cluster, job.layout.world_size, x.device);
+  /* Planned with the cluster's distances, as refit run plans with the machine's. */
+  if (st == RF_OK)
+    st = rf_cluster_plan_options(&cluster, job.layout.world_size, &where, &po);
+  if (st == RF_OK)
+    st = rf_plan_build(&job.plan, &job.layout, cfg->plan, &po);
+  job.have_plan = st == RF_OK;
+  if (st == RF_OK && cfg->calibration[0]) {
+    st = rf_calibration_fit(cfg->calibration, &cluster, x.device, &cal);
+    x.calibration = &cal;
+  }
+  if (st == RF_OK && cfg->output[0]) {
+    rf_results_file_info info = {cfg->command_line, "", "", cfg->output_wait};
+    st = rf_results_open(cfg->output, &info, &results);
+  }
+  if (st == RF_OK && cfg->json)
+    st = (all = rf_sim_json(&x)) ? RF_OK : RF_ERR_NOMEM;
+  else if (st == RF_OK)
+    rf_sim_print_header(&x);
+  if (st == RF_OK)
+    st = simulate_modes(&x, results, all);
+  if (st == RF_OK && all) {
+    char *text = json_dumps(all, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    st = text ? RF_OK : rf_fail(RF_ERR_NOMEM, "out of memory formatting the prediction as JSON");
+    if (text)
+      printf("%s\n", text);
+    free(text);
+  }
+  json_decref(all);
+  if (results)
+    rf_results_close(results);
+  rf_calibration_free(&cal);
+  rf_cluster_placement_free(&where);
+  rf_job_free(&job);
+  return st;
+}

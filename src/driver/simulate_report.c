@@ -1,0 +1,239 @@
+/* What refit simulate says: a few header lines and a block per mode as text, or one JSON object
+ * whose fields are named so that a table of published refits can be built from many of them
+ * (model, GPUs, hardware, layouts, plan, mode, predicted seconds). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "simulate.h"
+
+#define GBPS(x) ((x) / 1e9)
+
+static const char *memory_name(int device) { return device ? "GPU" : "host"; }
+
+/* Rates read in the file's units: GB/s, latencies in microseconds. */
+static double knob_scale(const char *name) { return strncmp(name, "latency", 7) == 0 ? 1e6 : 1e-9; }
+
+static void print_fit(const char *label, const rf_sim_fit *f) {
+  printf("%-16s", label);
+  for (int k = 0; k < RF_SIM_KNOBS; k++)
+    printf(" %s %.4g -> %.4g%s", f->names[k], f->before[k] * knob_scale(f->names[k]),
+           f->after[k] * knob_scale(f->names[k]), k + 1 < RF_SIM_KNOBS ? "," : ";");
+  printf(" %d samples, worst error %.1f%%\n", f->samples, 100 * f->worst_error);
+}
+
+void rf_sim_print_header(const rf_sim_context *x) {
+  const rf_cluster *c = x->cluster;
+  const rf_job *job = x->job;
+  const rf_layout *lay = &job->layout;
+  const rf_plan *plan = &job->plan;
+  char trainer[64], rollout[64], size[32];
+  rf_trainer_layout_format(&job->trainer, trainer, sizeof trainer);
+  rf_rollout_layout_format(&job->rollout, rollout, sizeof rollout);
+  int nodes = (lay->world_size + c->ranks_per_node - 1) / c->ranks_per_node;
+  printf("# refit simulate: predicted, not measured; setup is not modelled "
+         "(docs/architecture.md, \"The simulation model\")\n");
+  printf("%-16s %s (%s): %d of %d node%s", "cluster", c->name, c->path, nodes, c->nodes,
+         c->nodes == 1 ? "" : "s");
+  if (c->gpus)
+    printf(", %d x %s %s, %s %g GB/s", c->gpus, c->gpu_name,
+           rf_format_bytes((int64_t)c->gpu_memory, size, sizeof size),
+           c->nvlink > 0 ? "NVLink" : "PCIe", GBPS(c->nvlink > 0 ? c->nvlink : c->pcie));
+  if (c->nics)
+    printf(", %d adapter%s of %g Gb/s", c->nics, c->nics == 1 ? "" : "s", c->nic * 8 / 1e9);
+  printf("\n");
+  printf("%-16s %s (%s, %s, %" PRId64 " bytes); trainer %s (%s, %d ranks), rollout %s (%d "
+         "ranks), %s\n",
+         "job", job->model.name, job->model.model_type, rf_dtype_name(job->model.dtype),
+         job->model.total_bytes, trainer, rf_trainer_style_name(job->trainer.style),
+         lay->trainer_ranks, rollout, lay->rollout_ranks, rf_placement_name(job->placement));
+  printf("%-16s %d ranks on %d node%s, %d a node; weights in %s memory\n", "placement",
+         lay->world_size, nodes, nodes == 1 ? "" : "s", c->ranks_per_node, memory_name(x->device));
+  printf("%-16s %s, %d pieces, %d blocks, %" PRId64 " transfer bytes", "plan",
+         rf_plan_kind_name(plan->kind), plan->piece_count, plan->block_count, plan->transfer_bytes);
+  if (plan->kind == RF_PLAN_STAR)
+    printf(", %" PRId64 " reshape bytes", plan->reshape_bytes);
+  printf("\n");
+  const rf_calibration *cal = x->calibration;
+  if (!cal)
+    return;
+  printf("%-16s %s: %d runs and %d limits (%d runs passed over)\n", "calibration", cal->path,
+         cal->runs, cal->limits, cal->skipped);
+  print_fit("  all runs", &cal->fit);
+  for (int m = 0; m < RF_MODE_COUNT; m++)
+    if (cal->mode_runs[m] >= RF_CALIBRATION_MODE_RUNS) {
+      char label[32];
+      snprintf(label, sizeof label, "  %s", rf_mode_name((rf_mode)m));
+      print_fit(label, &cal->mode_fit[m]);
+    }
+}
+
+void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_result *r) {
+  char bucket[32], a[32], b[32], c[32], d[32], e[32], f[32];
+  const double *ph = r->phase;
+  if (x->cfg->bucket_size)
+    rf_format_bytes(x->cfg->bucket_size, bucket, sizeof bucket);
+  else
+    snprintf(bucket, sizeof bucket, "whole stage");
+  printf("mode %-11s bucket %s: total %.4g s = pack %.4g + transfer %.4g + unpack %.4g",
+         rf_mode_name(mode), bucket, ph[RF_PHASE_TOTAL], ph[RF_PHASE_PACK], ph[RF_PHASE_TRANSFER],
+         ph[RF_PHASE_UNPACK]);
+  if (ph[RF_PHASE_RESHAPE] > 0)
+    printf(" + reshape %.4g", ph[RF_PHASE_RESHAPE]);
+  printf(" s; latency %.4g s of it; %" PRId64 " messages, %" PRId64 " units, %" PRId64 " buckets\n",
+         r->latency_s, r->messages, r->units, r->buckets);
+  printf("  %-14s %s: %.0f bytes at %g GB/s, bound %.4g s, busy %.1f%% of reshape and transfer\n",
+         "bottleneck", r->bottleneck, r->bottleneck_bytes, GBPS(r->bottleneck_capacity), r->bound_s,
+         100 * r->bottleneck_utilisation);
+  printf("  %-14s", "bytes");
+  for (int k = 0; k < RF_SIM_CLASS_COUNT; k++)
+    printf(" %s %" PRId64 "%s", rf_sim_class_name((rf_sim_class)k), r->class_bytes[k],
+           k + 1 < RF_SIM_CLASS_COUNT ? "," : "\n");
+  int w = r->peak_rank;
+  printf("  %-14s peak rank %d: %s (shards %s, coupling %s, rollout %s, staging %s); fullest %s "
+         "%s of %s: %s\n",
+         "memory", w, rf_format_bytes(r->peak_bytes, a, sizeof a),
+         rf_format_bytes(r->shards[w], b, sizeof b), rf_format_bytes(r->coupling[w], c, sizeof c),
+         rf_format_bytes(r->rollout[w], d, sizeof d), rf_format_bytes(r->staging[w], e, sizeof e),
+         x->device ? "GPU" : "node", rf_format_bytes(r->device_peak, f, sizeof f),
+         rf_format_bytes((int64_t)r->device_capacity, bucket, sizeof bucket),
+         r->fits ? "fits" : "does not fit");
+}
+
+static json_t *cluster_json(const rf_cluster *c) {
+  json_t *o = json_object(), *lat = json_object();
+  json_object_set_new(o, "name", json_string(c->name));
+  json_object_set_new(o, "path", json_string(c->path));
+  json_object_set_new(o, "description", json_string(c->description));
+  json_object_set_new(o, "nodes", json_integer(c->nodes));
+  json_object_set_new(o, "gpus_per_node", json_integer(c->gpus));
+  json_object_set_new(o, "ranks_per_node", json_integer(c->ranks_per_node));
+  json_object_set_new(o, "gpu", c->gpus ? json_string(c->gpu_name) : json_null());
+  json_object_set_new(o, "gpu_memory_bytes", json_real(c->gpu_memory));
+  json_object_set_new(o, "gpu_copy_GBps", json_real(GBPS(c->gpu_copy)));
+  json_object_set_new(o, "nvlink_GBps", json_real(GBPS(c->nvlink)));
+  json_object_set_new(o, "pcie_GBps", json_real(GBPS(c->pcie)));
+  json_object_set_new(o, "nics", json_integer(c->nics));
+  json_object_set_new(o, "nic_Gbps", json_real(c->nic * 8 / 1e9));
+  json_object_set_new(o, "host_memcpy_GBps", json_real(GBPS(c->host_memcpy)));
+  json_object_set_new(o, "host_mpi_GBps", json_real(GBPS(c->host_mpi)));
+  json_object_set_new(o, "host_memory_bytes", json_real(c->host_memory));
+  json_object_set_new(lat, "node", json_real(c->latency_node * 1e6));
+  json_object_set_new(lat, "network", json_real(c->latency_network * 1e6));
+  json_object_set_new(lat, "copy", json_real(c->latency_copy * 1e6));
+  json_object_set_new(o, "latency_us", lat);
+  return o;
+}
+
+static json_t *fit_json(const rf_sim_fit *f) {
+  json_t *o = json_object(), *knobs = json_array();
+  for (int k = 0; k < RF_SIM_KNOBS; k++) {
+    json_t *e = json_object();
+    json_object_set_new(e, "name", json_string(f->names[k]));
+    json_object_set_new(e, "before", json_real(f->before[k] * knob_scale(f->names[k])));
+    json_object_set_new(e, "after", json_real(f->after[k] * knob_scale(f->names[k])));
+    json_array_append_new(knobs, e);
+  }
+  json_object_set_new(o, "samples", json_integer(f->samples));
+  json_object_set_new(o, "rates", knobs);
+  json_object_set_new(o, "worst_error", json_real(f->worst_error));
+  return o;
+}
+
+static json_t *calibration_json(const rf_calibration *cal) {
+  json_t *o = json_object(), *modes = json_object(), *samples = json_array();
+  json_object_set_new(o, "file", json_string(cal->path));
+  json_object_set_new(o, "runs", json_integer(cal->runs));
+  json_object_set_new(o, "limits", json_integer(cal->limits));
+  json_object_set_new(o, "passed_over", json_integer(cal->skipped));
+  json_object_set_new(o, "all", fit_json(&cal->fit));
+  for (int m = 0; m < RF_MODE_COUNT; m++)
+    json_object_set_new(modes, rf_mode_name((rf_mode)m),
+                        cal->mode_runs[m] >= RF_CALIBRATION_MODE_RUNS ? fit_json(&cal->mode_fit[m])
+                                                                      : json_null());
+  json_object_set_new(o, "modes", modes);
+  for (int i = 0; i < cal->runs + cal->limits; i++) {
+    json_t *e = json_object();
+    json_object_set_new(e, "label", json_string(cal->samples[i].label));
+    json_object_set_new(e, "measured_s", json_real(cal->samples[i].measured_s));
+    json_object_set_new(e, "predicted_s", json_real(cal->samples[i].predicted_s));
+    json_array_append_new(samples, e);
+  }
+  json_object_set_new(o, "samples", samples);
+  return o;
+}
+
+json_t *rf_sim_json(const rf_sim_context *x) {
+  const rf_job *job = x->job;
+  const rf_layout *lay = &job->layout;
+  const rf_plan *plan = &job->plan;
+  char trainer[64], rollout[64];
+  rf_trainer_layout_format(&job->trainer, trainer, sizeof trainer);
+  rf_rollout_layout_format(&job->rollout, rollout, sizeof rollout);
+  json_t *o = json_object();
+  json_object_set_new(o, "simulated", json_true());
+  json_object_set_new(o, "refit_version", json_string(rf_version));
+  json_object_set_new(o, "model", json_string(job->model.name));
+  json_object_set_new(o, "model_type", json_string(job->model.model_type));
+  json_object_set_new(o, "dtype", json_string(rf_dtype_name(job->model.dtype)));
+  json_object_set_new(o, "total_params", json_integer(job->model.total_params));
+  json_object_set_new(o, "model_bytes", json_integer(job->model.total_bytes));
+  json_object_set_new(o, "trainer", json_string(trainer));
+  json_object_set_new(o, "trainer_style", json_string(rf_trainer_style_name(job->trainer.style)));
+  json_object_set_new(o, "trainer_ranks", json_integer(lay->trainer_ranks));
+  json_object_set_new(o, "rollout", json_string(rollout));
+  json_object_set_new(o, "rollout_ranks", json_integer(lay->rollout_ranks));
+  json_object_set_new(o, "placement", json_string(rf_placement_name(job->placement)));
+  json_object_set_new(o, "world_size", json_integer(lay->world_size));
+  json_object_set_new(o, "nodes_used",
+                      json_integer((lay->world_size + x->cluster->ranks_per_node - 1) /
+                                   x->cluster->ranks_per_node));
+  json_object_set_new(o, "memory", json_string(x->device ? "device" : "host"));
+  json_object_set_new(o, "plan", json_string(rf_plan_kind_name(plan->kind)));
+  json_object_set_new(o, "pieces", json_integer(plan->piece_count));
+  json_object_set_new(o, "blocks", json_integer(plan->block_count));
+  json_object_set_new(o, "transfer_bytes", json_integer(plan->transfer_bytes));
+  json_object_set_new(o, "reshape_bytes", json_integer(plan->reshape_bytes));
+  json_object_set_new(o, "bucket_size", json_integer(x->cfg->bucket_size));
+  json_object_set_new(o, "cluster", cluster_json(x->cluster));
+  json_object_set_new(o, "calibration",
+                      x->calibration ? calibration_json(x->calibration) : json_null());
+  json_object_set_new(o, "runs", json_array());
+  return o;
+}
+
+json_t *rf_sim_mode_json(const rf_sim_context *x, rf_mode mode, const rf_sim_result *r) {
+  json_t *o = json_object(), *ph = json_object(), *cls = json_object(), *bn = json_object(),
+         *mem = json_object();
+  json_object_set_new(o, "mode", json_string(rf_mode_name(mode)));
+  json_object_set_new(o, "bucket_size", json_integer(x->cfg->bucket_size));
+  for (int p = 0; p < RF_PHASE_COUNT; p++)
+    if (p != RF_PHASE_SETUP && p != RF_PHASE_VERIFY)
+      json_object_set_new(ph, rf_phase_name((rf_phase)p), json_real(r->phase[p]));
+  json_object_set_new(o, "predicted_s", ph);
+  json_object_set_new(o, "latency_s", json_real(r->latency_s));
+  json_object_set_new(o, "bound_s", json_real(r->bound_s));
+  json_object_set_new(o, "messages", json_integer(r->messages));
+  json_object_set_new(o, "units", json_integer(r->units));
+  json_object_set_new(o, "buckets", json_integer(r->buckets));
+  json_object_set_new(bn, "link", json_string(r->bottleneck));
+  json_object_set_new(bn, "bytes", json_real(r->bottleneck_bytes));
+  json_object_set_new(bn, "capacity_GBps", json_real(GBPS(r->bottleneck_capacity)));
+  json_object_set_new(bn, "utilisation", json_real(r->bottleneck_utilisation));
+  json_object_set_new(o, "bottleneck", bn);
+  for (int k = 0; k < RF_SIM_CLASS_COUNT; k++)
+    json_object_set_new(cls, rf_sim_class_name((rf_sim_class)k), json_integer(r->class_bytes[k]));
+  json_object_set_new(o, "class_bytes", cls);
+  int w = r->peak_rank;
+  json_object_set_new(mem, "peak_rank", json_integer(w));
+  json_object_set_new(mem, "peak_bytes", json_integer(r->peak_bytes));
+  json_object_set_new(mem, "shards", json_integer(r->shards[w]));
+  json_object_set_new(mem, "coupling", json_integer(r->coupling[w]));
+  json_object_set_new(mem, "rollout", json_integer(r->rollout[w]));
+  json_object_set_new(mem, "staging", json_integer(r->staging[w]));
+  json_object_set_new(mem, "fullest_device_bytes", json_integer(r->device_peak));
+  json_object_set_new(mem, "device_capacity_bytes", json_real(r->device_capacity));
+  json_object_set_new(mem, "fits", json_boolean(r->fits));
+  json_object_set_new(o, "memory", mem);
+  return o;
+}

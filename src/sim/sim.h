@@ -1,0 +1,166 @@
+/* sim: what `refit run` would take on a cluster that is not here (docs/architecture.md, "The
+ * simulation model").
+ *
+ * A cluster file describes the machine: nodes of GPUs (or of bare hosts), each GPU's NVLink or
+ * PCIe bandwidth per direction and its copy rate, each node's network adapters and which GPUs
+ * share them, a per-message and a per-copy latency. Ranks are placed as `refit run` places
+ * them: consecutive world ranks fill a node, node-local rank r on GPU r modulo the node's GPUs.
+ * The simulation walks the real plan's real schedule (the chunks, blocks, staging and messages
+ * the engine makes, from the engine's own rules) and times it with a flow model: within a
+ * synchronisation unit (a bucket; in unfused, a tensor of a bucket) every flow runs at once,
+ * links shared max-min fairly (progressive filling); units run one after the other; fused
+ * overlaps packing a bucket with the flight of the one before, as the engine does. Nothing is
+ * allocated for the model's weights, and the schedule is read a window at a time, so a
+ * trillion-parameter plan fits in the plan's own memory. */
+#ifndef RF_SIM_H
+#define RF_SIM_H
+
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "plan/plan.h"
+#include "result/result.h"
+
+/* ---- clusters ------------------------------------------------------------------------------ */
+
+#define RF_SIM_NAME_MAX 64
+#define RF_SIM_TEXT_MAX 256
+
+/* One cluster file (configs/clusters/README.md is the schema). Rates are bytes per second per
+ * direction, times seconds, sizes bytes. Every node is alike. */
+typedef struct {
+  char name[RF_SIM_NAME_MAX];
+  char description[RF_SIM_TEXT_MAX];
+  char path[1024];
+  int nodes;
+  int gpus;           /* per node; 0: hosts without GPUs */
+  int ranks_per_node; /* how many consecutive world ranks one node takes */
+  char gpu_name[RF_SIM_NAME_MAX];
+  double gpu_memory;      /* bytes per GPU */
+  double gpu_copy;        /* one GPU copying inside its own memory: packs, unpacks, two processes on
+                             one GPU */
+  double nvlink;          /* per GPU per direction; 0: GPUs of a node talk over PCIe */
+  double pcie;            /* per GPU per direction */
+  int nics;               /* network adapters per node; GPU g uses adapter g * nics / gpus */
+  double nic;             /* per adapter per direction */
+  double host_memcpy;     /* one rank's memcpy in host memory */
+  double host_mpi;        /* one rank sending, or receiving, to a process of its node */
+  double host_memory;     /* bytes per node */
+  double latency_node;    /* one message inside a node */
+  double latency_network; /* one message between nodes */
+  double latency_copy;    /* one pack or unpack copy (a kernel launch on a GPU) */
+} rf_cluster;
+
+/* Loads a cluster: a path to a JSON file, or the name of one shipped in configs/clusters
+ * ($REFIT_CLUSTER_DIR first). A missing key, a number that is not positive, an unknown key or
+ * a file that does not parse is one line naming the file and the key, and RF_ERR_CONFIG. */
+rf_status rf_cluster_load(const char *name_or_path, rf_cluster *out);
+
+/* RF_OK when a world of `world` ranks fits on the cluster and, with `device`, the cluster has
+ * GPUs; else one line and RF_ERR_CONFIG. Cheap: checked before the plan is built. */
+rf_status rf_cluster_fits(const rf_cluster *c, int world, int device);
+
+/* Where a job's ranks run on the cluster, for the planner: refit run's distance classes
+ * (topo.h: the same process, the same GPU, the same node, another node), so that p2p prefers
+ * the nearest of equal sources as it would there. */
+typedef struct {
+  const rf_cluster *cluster;
+  int world;
+  int *node_of; /* [world rank] */
+} rf_cluster_placement;
+/* Fills *out (valid while p lives) for a world of `world` ranks; RF_ERR_CONFIG (one line) when
+ * the cluster has too few ranks. */
+rf_status rf_cluster_plan_options(const rf_cluster *c, int world, rf_cluster_placement *p,
+                                  rf_plan_options *out);
+void rf_cluster_placement_free(rf_cluster_placement *p);
+
+/* ---- the link model ---------------------------------------------------------------------- */
+
+/* What a flow travels over, nearest first; the names are what reports print. */
+#define RF_SIM_CLASS_LIST(X)                                                                       \
+  X(RF_SIM_PROCESS, "process") /* a copy inside one process */                                     \
+  X(RF_SIM_GPU, "gpu")         /* two processes on one GPU */                                      \
+  X(RF_SIM_NVLINK, "nvlink")   /* GPUs of one node over NVLink */                                  \
+  X(RF_SIM_PCIE, "pcie")       /* GPUs of one node without NVLink */                               \
+  X(RF_SIM_HOST, "host")       /* processes of one node, weights in host memory */                 \
+  X(RF_SIM_NETWORK, "network") /* another node */
+typedef enum { RF_SIM_CLASS_LIST(RF_ENUM_ID) RF_SIM_CLASS_COUNT } rf_sim_class;
+RF_ENUM_DECLARE(rf_sim_class);
+
+typedef struct {
+  rf_mode mode;
+  int64_t bucket_size; /* as --bucket-size: 0 = one bucket per stage */
+  int device;          /* weights in GPU memory (1) or in host memory (0) */
+} rf_sim_options;
+
+/* The prediction. Phases follow result.h: setup is not modelled (0), reshape is star's first
+ * stage, pack/transfer/unpack as the engine times them, total their sum (fused: the pipeline's
+ * wall clock, with transfer what pack and unpack leave over). */
+typedef struct {
+  double phase[RF_PHASE_COUNT];
+  double latency_s; /* the part of transfer that is per-message latency */
+  double bound_s;   /* the sum over units of their tightest link's bytes / capacity: with units
+                       one after the other, no schedule of these buckets moves faster */
+  int64_t class_bytes[RF_SIM_CLASS_COUNT];
+  int64_t messages;                 /* per iteration, all ranks, as refit run counts them */
+  int64_t units, buckets;           /* synchronisation units and buckets, both stages */
+  char bottleneck[RF_SIM_NAME_MAX]; /* the link that was the tightest for the longest */
+  double bottleneck_bytes, bottleneck_capacity; /* its bytes over the run, its rate */
+  double bottleneck_utilisation; /* its bytes / capacity / (reshape + transfer time) */
+  int nodes_used, ranks;
+  /* Memory per world rank, bytes: trainer shards, star coupling buffers, rollout tensors and
+   * staging (the engine's arenas and buffers, counted, not allocated). */
+  int64_t *shards, *coupling, *rollout, *staging;
+  int peak_rank;
+  int64_t peak_bytes;  /* the largest rank's sum */
+  int64_t device_peak; /* the fullest GPU (or host), all its ranks together */
+  double device_capacity;
+  int fits; /* device_peak <= device_capacity */
+} rf_sim_result;
+
+/* Simulates one mode of a plan on a cluster. A job that needs more ranks than the cluster has,
+ * or device weights on a cluster without GPUs, is one line and RF_ERR_CONFIG. The caller frees
+ * the result with rf_sim_result_free whatever happens. */
+rf_status rf_simulate(const rf_plan *plan, const rf_cluster *cluster, const rf_sim_options *o,
+                      rf_sim_result *out);
+void rf_sim_result_free(rf_sim_result *r);
+
+/* ---- calibration ------------------------------------------------------------------------- */
+
+/* A job's synchronisation units, recorded once so that it can be timed again and again under
+ * other rates (the fit below). Small jobs only: it holds every unit's flows. */
+typedef struct rf_sim_trace rf_sim_trace;
+rf_status rf_sim_trace_record(const rf_plan *plan, const rf_cluster *cluster,
+                              const rf_sim_options *o, rf_sim_trace **out);
+/* The plain limits `refit run --calibrate` measures, as traces: every pair's bytes in one
+ * message, all pairs at once (limit_mpi_s), and each rank copying what it receives
+ * (limit_memcpy_s). */
+rf_status rf_sim_trace_limit(const rf_plan *plan, const rf_cluster *cluster, int device,
+                             rf_limit limit, rf_sim_trace **out);
+void rf_sim_trace_free(rf_sim_trace *t);
+/* The trace's total under the cluster's rates. */
+rf_status rf_sim_trace_time(const rf_sim_trace *t, const rf_cluster *cluster, double *seconds);
+
+typedef struct {
+  const rf_sim_trace *trace;
+  double measured_s; /* the run's median, or the limit */
+  const char *label; /* for the report: "run 0003 grouped", "run 0003 limit mpi" */
+} rf_sim_sample;
+
+/* The rates a calibration sets, and how well the fit came out. */
+#define RF_SIM_KNOBS 3
+typedef struct {
+  const char *names[RF_SIM_KNOBS]; /* "host.mpi_GBps", ... */
+  double before[RF_SIM_KNOBS], after[RF_SIM_KNOBS];
+  int samples;
+  double worst_error; /* max |predicted / measured - 1| over the samples */
+} rf_sim_fit;
+
+/* Fits the cluster's rates for weights in host (device = 0) or GPU memory to the samples:
+ * per-rank bandwidth, copy rate and per-message latency for host memory; GPU copy rate,
+ * per-message and per-copy latency for device memory. Least squares of log(predicted /
+ * measured) over all samples, by coordinate descent in log space; the cluster is updated. */
+rf_status rf_sim_calibrate(rf_cluster *cluster, int device, const rf_sim_sample *samples, int n,
+                           rf_sim_fit *out);
+
+#endif

@@ -1,0 +1,225 @@
+/* Calibration: the rates that make the simulation of measured runs come out as measured.
+ *
+ * Each measured run is walked once into a trace (its units, pairs and copies); its
+ * `--calibrate` limits become traces of their own (every pair's bytes in one message, each
+ * rank copying what it receives). The fit then times every trace again under trial rates,
+ * which costs microseconds a trace, and keeps the rates that minimise the sum over samples of
+ * log(predicted / measured)^2: relative errors, so a 0.1 ms run counts as much as a 1 s one.
+ * Three rates are fitted, those the samples can tell apart: for host memory a rank's MPI
+ * bandwidth (the limit_mpi exchange pins it), its memcpy rate (limit_memcpy and the packs) and
+ * the per-message latency (what the many small messages of unfused and of small buckets pay);
+ * for GPU memory the GPU's copy rate, the per-message and the per-copy latency. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_internal.h"
+
+typedef struct {
+  rf_stage stage;
+  int bucket, last_of_bucket;
+  int first_pair, npairs, first_pack, npack, first_unpack, nunpack;
+} trace_unit;
+
+struct rf_sim_trace {
+  sim_net net;
+  rf_mode mode;
+  trace_unit *units;
+  int nunits, units_cap;
+  sim_pair *pairs;
+  int npairs, pairs_cap;
+  sim_copy *copies;
+  int ncopies, copies_cap;
+};
+
+void rf_sim_trace_free(rf_sim_trace *t) {
+  if (!t)
+    return;
+  free(t->units);
+  free(t->pairs);
+  free(t->copies);
+  free(t);
+}
+
+static rf_status keep_copies(rf_sim_trace *t, const sim_copy *c, int n, int *first) {
+  *first = t->ncopies;
+  for (int i = 0; i < n; i++) {
+    RF_TRY(rf_grow((void **)&t->copies, t->ncopies, &t->copies_cap, sizeof *t->copies, "a trace"));
+    t->copies[t->ncopies++] = c[i];
+  }
+  return RF_OK;
+}
+
+static rf_status keep_unit(void *ctx, const sim_unit *u) {
+  rf_sim_trace *t = ctx;
+  RF_TRY(rf_grow((void **)&t->units, t->nunits, &t->units_cap, sizeof *t->units, "a trace"));
+  trace_unit *k = &t->units[t->nunits];
+  *k = (trace_unit){u->stage, u->bucket, u->last_of_bucket, t->npairs, u->npairs, 0,
+                    u->npack, 0,         u->nunpack};
+  for (int i = 0; i < u->npairs; i++) {
+    RF_TRY(rf_grow((void **)&t->pairs, t->npairs, &t->pairs_cap, sizeof *t->pairs, "a trace"));
+    t->pairs[t->npairs++] = u->pairs[i];
+  }
+  RF_TRY(keep_copies(t, u->pack, u->npack, &k->first_pack));
+  RF_TRY(keep_copies(t, u->unpack, u->nunpack, &k->first_unpack));
+  t->nunits++;
+  return RF_OK;
+}
+
+static rf_status trace_new(const rf_plan *plan, const rf_cluster *c, int device, rf_mode mode,
+                           rf_sim_trace **out) {
+  *out = rf_calloc(1, sizeof **out, "a trace");
+  if (!*out)
+    return RF_ERR_NOMEM;
+  (*out)->mode = mode;
+  return sim_net_init(&(*out)->net, c, plan->layout->world_size, device);
+}
+
+rf_status rf_sim_trace_record(const rf_plan *plan, const rf_cluster *c, const rf_sim_options *o,
+                              rf_sim_trace **out) {
+  RF_TRY(trace_new(plan, c, o->device, o->mode, out));
+  return sim_walk(plan, o, NULL, keep_unit, *out);
+}
+
+rf_status rf_sim_trace_limit(const rf_plan *plan, const rf_cluster *c, int device, rf_limit limit,
+                             rf_sim_trace **out) {
+  /* grouped: one unit, no staging, one message per slice as calibrate.c posts them */
+  RF_TRY(trace_new(plan, c, device, RF_MODE_GROUPED, out));
+  rf_sim_trace *t = *out;
+  int world = plan->layout->world_size;
+  int64_t *bytes = rf_calloc((size_t)world * (size_t)world + 1, sizeof *bytes, "pair bytes");
+  if (!bytes)
+    return RF_ERR_NOMEM;
+  for (int i = plan->reshape_count; i < plan->piece_count; i++) {
+    const rf_piece *p = &plan->pieces[i];
+    bytes[(size_t)rf_piece_src_world(plan, p) * (size_t)world +
+          (size_t)rf_piece_dst_world(plan, p)] += p->bytes;
+  }
+  sim_pair *pairs = rf_calloc((size_t)world * (size_t)world + 1, sizeof *pairs, "pairs");
+  sim_copy *copies = rf_calloc((size_t)world + 1, sizeof *copies, "copies");
+  int npairs = 0, ncopies = 0;
+  rf_status st = pairs && copies ? RF_OK : RF_ERR_NOMEM;
+  for (int d = 0; st == RF_OK && d < world; d++) {
+    int64_t in = 0;
+    for (int s = 0; s < world; s++) {
+      int64_t b = bytes[(size_t)s * (size_t)world + (size_t)d];
+      if (b > 0)
+        pairs[npairs++] = (sim_pair){s, d, b, (int)((b + (1LL << 30) - 1) >> 30)};
+      in += b;
+    }
+    if (in > 0)
+      copies[ncopies++] = (sim_copy){d, in, 1};
+  }
+  sim_unit u = {RF_STAGE_TRANSFER, 0, 1, 0, 0, 0, pairs, copies, copies};
+  if (limit == RF_LIMIT_MEMCPY || limit == RF_LIMIT_DEVICE_COPY)
+    u.npack = ncopies; /* the copies alone */
+  else
+    u.npairs = npairs; /* the exchange alone */
+  if (st == RF_OK)
+    st = keep_unit(t, &u);
+  free(bytes);
+  free(pairs);
+  free(copies);
+  return st;
+}
+
+rf_status rf_sim_trace_time(const rf_sim_trace *t, const rf_cluster *c, double *seconds) {
+  double *cap = rf_calloc((size_t)t->net.resources + 1, sizeof *cap, "link capacities");
+  if (!cap)
+    return RF_ERR_NOMEM;
+  sim_net_capacities(&t->net, c, cap);
+  sim_clock k;
+  rf_status st = sim_clock_init(&k, &t->net, c, t->mode, cap, 0);
+  for (int i = 0; st == RF_OK && i < t->nunits; i++) {
+    const trace_unit *x = &t->units[i];
+    sim_unit u = {x->stage,
+                  x->bucket,
+                  x->last_of_bucket,
+                  x->npairs,
+                  x->npack,
+                  x->nunpack,
+                  t->pairs + x->first_pair,
+                  t->copies + x->first_pack,
+                  t->copies + x->first_unpack};
+    st = sim_clock_unit(&k, &u);
+  }
+  double phase[RF_PHASE_COUNT];
+  if (st == RF_OK) {
+    sim_clock_finish(&k, phase);
+    *seconds = phase[RF_PHASE_TOTAL];
+  }
+  sim_clock_free(&k);
+  free(cap);
+  return st;
+}
+
+/* The rates the fit moves, as pointers into the cluster. */
+static void knobs(rf_cluster *c, int device, double **v, const char **names) {
+  if (device) {
+    v[0] = &c->gpu_copy, names[0] = "gpu.copy_GBps";
+    v[1] = &c->latency_node, names[1] = "latency_us.node";
+    v[2] = &c->latency_copy, names[2] = "latency_us.copy";
+  } else {
+    v[0] = &c->host_mpi, names[0] = "host.mpi_GBps";
+    v[1] = &c->host_memcpy, names[1] = "host.memcpy_GBps";
+    v[2] = &c->latency_node, names[2] = "latency_us.node";
+  }
+}
+
+static rf_status loss(rf_cluster *c, const rf_sim_sample *s, int n, double *out, double *worst) {
+  *out = 0.0;
+  if (worst)
+    *worst = 0.0;
+  for (int i = 0; i < n; i++) {
+    double t;
+    RF_TRY(rf_sim_trace_time(s[i].trace, c, &t));
+    double e = log(RF_MAX(t, 1e-12) / s[i].measured_s);
+    *out += e * e;
+    if (worst)
+      *worst = RF_MAX(*worst, fabs(t / s[i].measured_s - 1.0));
+  }
+  return RF_OK;
+}
+
+rf_status rf_sim_calibrate(rf_cluster *c, int device, const rf_sim_sample *s, int n,
+                           rf_sim_fit *out) {
+  memset(out, 0, sizeof *out);
+  double *v[RF_SIM_KNOBS];
+  knobs(c, device, v, out->names);
+  out->samples = n;
+  for (int k = 0; k < RF_SIM_KNOBS; k++) {
+    /* A latency of zero has no logarithm to move: start it at a microsecond. */
+    if (!(*v[k] > 0))
+      *v[k] = k == 0 ? 1e9 : 1e-6;
+    out->before[k] = *v[k];
+  }
+  if (n == 0)
+    return rf_fail(RF_ERR_RESULTS,
+                   "no measured runs to calibrate from; give a results file of "
+                   "refit run --output with runs of weights in %s memory",
+                   device ? "GPU" : "host");
+  double best;
+  RF_TRY(loss(c, s, n, &best, NULL));
+  /* Coordinate descent in log space: try each rate times and divided by a factor, keep what
+   * lowers the loss, halve the step (in log) when nothing does. */
+  for (double step = log(16.0); step > 1e-4;) {
+    int moved = 0;
+    for (int k = 0; k < RF_SIM_KNOBS; k++)
+      for (int sign = -1; sign <= 1; sign += 2) {
+        double keep = *v[k], trial;
+        *v[k] = keep * exp(sign * step);
+        RF_TRY(loss(c, s, n, &trial, NULL));
+        if (trial < best * (1 - 1e-12)) {
+          best = trial;
+          moved = 1;
+        } else {
+          *v[k] = keep;
+        }
+      }
+    if (!moved)
+      step /= 2;
+  }
+  for (int k = 0; k < RF_SIM_KNOBS; k++)
+    out->after[k] = *v[k];
+  return loss(c, s, n, &best, &out->worst_error);
+}

@@ -1,0 +1,174 @@
+/* Max-min fair flows by progressive filling. Every active flow's rate rises together until a
+ * link is full; the flows crossing it are frozen at its fair share and the rest rise on. That
+ * is the allocation TCP-like and NCCL-like transports tend to on shared links, and it needs no
+ * knowledge of packet-level behaviour. Rates are set again whenever a flow ends, so a unit's
+ * time is exact for fluid flows. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_internal.h"
+
+/* Workspace sized once for the job's resources, so a unit touching a few links costs work in
+ * the few, not in the thousands a large cluster has. */
+struct sim_solver {
+  int resources;
+  int *local;   /* [resources]: the unit's index of a resource, or -1 */
+  int *global;  /* [resources]: back, for the unit's first `used` */
+  double *left; /* capacity not yet given out in this round */
+  int *count;   /* unfrozen active flows crossing it */
+  int *first;   /* [resources + 1]: its flows are through[first[j] .. first[j + 1]) */
+  int *through;
+  double *remaining, *rate; /* [flows] */
+  char *frozen, *done;
+  int cap_flows;
+};
+
+rf_status sim_solver_new(int resources, sim_solver **out) {
+  sim_solver *s = rf_calloc(1, sizeof *s, "the flow solver");
+  *out = NULL;
+  if (!s)
+    return RF_ERR_NOMEM;
+  size_t n = (size_t)resources + 1;
+  s->resources = resources;
+  s->local = rf_malloc(n * sizeof *s->local, "the flow solver");
+  s->global = rf_malloc(n * sizeof *s->global, "the flow solver");
+  s->left = rf_malloc(n * sizeof *s->left, "the flow solver");
+  s->count = rf_malloc(n * sizeof *s->count, "the flow solver");
+  s->first = rf_malloc((n + 1) * sizeof *s->first, "the flow solver");
+  if (!s->local || !s->global || !s->left || !s->count || !s->first) {
+    sim_solver_free(s);
+    return RF_ERR_NOMEM;
+  }
+  for (int r = 0; r < resources; r++)
+    s->local[r] = -1;
+  *out = s;
+  return RF_OK;
+}
+
+void sim_solver_free(sim_solver *s) {
+  if (!s)
+    return;
+  free(s->local);
+  free(s->global);
+  free(s->left);
+  free(s->count);
+  free(s->first);
+  free(s->through);
+  free(s->remaining);
+  free(s->rate);
+  free(s->frozen);
+  free(s->done);
+  free(s);
+}
+
+static rf_status reserve(sim_solver *s, int flows) {
+  if (flows <= s->cap_flows)
+    return RF_OK;
+  int cap = RF_MAX(flows, 2 * s->cap_flows);
+  free(s->through), free(s->remaining), free(s->rate), free(s->frozen), free(s->done);
+  s->through = rf_malloc((size_t)cap * SIM_ROUTE_MAX * sizeof *s->through, "flows");
+  s->remaining = rf_malloc((size_t)cap * sizeof *s->remaining, "flows");
+  s->rate = rf_malloc((size_t)cap * sizeof *s->rate, "flows");
+  s->frozen = rf_malloc((size_t)cap, "flows");
+  s->done = rf_malloc((size_t)cap, "flows");
+  s->cap_flows = s->through && s->remaining && s->rate && s->frozen && s->done ? cap : 0;
+  return s->cap_flows ? RF_OK : RF_ERR_NOMEM;
+}
+
+/* Numbers the unit's resources and lists the flows through each. */
+static int index_links(sim_solver *s, const sim_flow *f, int n) {
+  int used = 0;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < f[i].nres; k++)
+      if (s->local[f[i].res[k]] < 0) {
+        s->global[used] = f[i].res[k];
+        s->count[used] = 0;
+        s->local[f[i].res[k]] = used++;
+      }
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < f[i].nres; k++)
+      s->count[s->local[f[i].res[k]]]++;
+  s->first[0] = 0;
+  for (int j = 0; j < used; j++)
+    s->first[j + 1] = s->first[j] + s->count[j];
+  for (int j = 0; j < used; j++)
+    s->count[j] = s->first[j];
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < f[i].nres; k++)
+      s->through[s->count[s->local[f[i].res[k]]]++] = i;
+  return used;
+}
+
+/* One round of progressive filling over the active flows: every unfrozen flow's rate rises to
+ * the smallest fair share of the links it crosses, link by link from the tightest. */
+static void fill(sim_solver *s, const sim_flow *f, int n, int used, const double *cap) {
+  for (int j = 0; j < used; j++) {
+    s->left[j] = cap[s->global[j]];
+    s->count[j] = 0;
+  }
+  for (int i = 0; i < n; i++) {
+    s->frozen[i] = s->done[i];
+    for (int k = 0; !s->done[i] && k < f[i].nres; k++)
+      s->count[s->local[f[i].res[k]]]++;
+  }
+  for (;;) {
+    int tight = -1;
+    double share = INFINITY;
+    for (int j = 0; j < used; j++)
+      if (s->count[j] > 0 && s->left[j] / s->count[j] < share) {
+        share = s->left[j] / s->count[j];
+        tight = j;
+      }
+    if (tight < 0)
+      return;
+    for (int t = s->first[tight]; t < s->first[tight + 1]; t++) {
+      int i = s->through[t];
+      if (s->frozen[i])
+        continue;
+      s->rate[i] = share;
+      s->frozen[i] = 1;
+      for (int k = 0; k < f[i].nres; k++) {
+        int j = s->local[f[i].res[k]];
+        s->left[j] -= share;
+        s->count[j]--;
+      }
+    }
+  }
+}
+
+rf_status sim_solve(sim_solver *s, const sim_flow *f, int n, const double *cap, double *end) {
+  *end = 0.0;
+  RF_TRY(reserve(s, n));
+  int used = index_links(s, f, n);
+  int active = 0;
+  for (int i = 0; i < n; i++) {
+    s->remaining[i] = f[i].bytes;
+    s->done[i] = !(f[i].bytes > 0) || f[i].nres == 0;
+    active += !s->done[i];
+  }
+  double now = 0.0;
+  while (active > 0) {
+    fill(s, f, n, used, cap);
+    double step = INFINITY;
+    for (int i = 0; i < n; i++)
+      if (!s->done[i])
+        step = RF_MIN(step, s->remaining[i] / s->rate[i]);
+    now += step;
+    /* Flows that end within a rounding error of the first end together, so equal flows give
+     * one event and exact times. */
+    for (int i = 0; i < n; i++) {
+      if (s->done[i])
+        continue;
+      s->remaining[i] -= s->rate[i] * step;
+      if (s->remaining[i] <= 1e-9 * f[i].bytes) {
+        s->done[i] = 1;
+        active--;
+      }
+    }
+  }
+  for (int j = 0; j < used; j++)
+    s->local[s->global[j]] = -1;
+  *end = now;
+  return RF_OK;
+}

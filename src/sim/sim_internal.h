@@ -1,0 +1,137 @@
+/* sim internals: the links of a placed job (sim_net.c), the max-min flow solver (sim_flow.c),
+ * the walk that turns a schedule into synchronisation units (sim_walk.c) and their timing
+ * (sim_time.c), shared by the simulation (sim.c) and the calibration (sim_fit.c). Nothing
+ * outside src/sim includes this header. */
+#ifndef RF_SIM_INTERNAL_H
+#define RF_SIM_INTERNAL_H
+
+#include "sim.h"
+
+/* ---- links --------------------------------------------------------------------------------
+ *
+ * A resource is one direction of one link, or one copy engine: each node has, per GPU, its copy
+ * rate, its NVLink (or PCIe) out and in, and per adapter its network out and in; each rank has,
+ * for host memory, its memcpy, and its send and receive paths to other processes. A flow uses
+ * up to four of them. */
+typedef enum {
+  SIM_RES_GPU_COPY,
+  SIM_RES_GPU_OUT,
+  SIM_RES_GPU_IN,
+  SIM_RES_NIC_OUT,
+  SIM_RES_NIC_IN,
+  SIM_RES_RANK_COPY,
+  SIM_RES_RANK_OUT,
+  SIM_RES_RANK_IN,
+  SIM_RES_KIND_COUNT
+} sim_res_kind;
+
+#define SIM_ROUTE_MAX 4
+
+typedef struct {
+  int world, device;
+  int nodes, gpus, nics, ranks_per_node;
+  int nvlink;    /* GPUs of a node talk over NVLink (else PCIe) */
+  int per_node;  /* resources per node: 3 per GPU, 2 per adapter */
+  int resources; /* nodes * per_node + 3 per world rank */
+} sim_net;
+
+/* Places `world` ranks; RF_ERR_CONFIG (one line) when the cluster is too small, or has no GPU
+ * for device weights. */
+rf_status sim_net_init(sim_net *n, const rf_cluster *c, int world, int device);
+/* The resources a flow from world rank src to dst uses, and its class; returns how many. */
+int sim_net_route(const sim_net *n, int src, int dst, int *res, rf_sim_class *cls);
+/* The copy engine a rank packs and unpacks with. */
+int sim_net_copy(const sim_net *n, int rank);
+sim_res_kind sim_net_kind(const sim_net *n, int res);
+/* Capacity of every resource under the cluster's rates, into cap[n->resources]. */
+void sim_net_capacities(const sim_net *n, const rf_cluster *c, double *cap);
+/* "nic_in node 3 adapter 1", "nvlink_out node 0 gpu 2", "host_out rank 5". */
+void sim_net_name(const sim_net *n, int res, char *buf, size_t len);
+double sim_latency(const rf_cluster *c, rf_sim_class cls);
+
+/* ---- max-min flows ----------------------------------------------------------------------- */
+
+typedef struct {
+  double bytes;
+  int nres;
+  int res[SIM_ROUTE_MAX];
+} sim_flow;
+
+typedef struct sim_solver sim_solver;
+rf_status sim_solver_new(int resources, sim_solver **out);
+void sim_solver_free(sim_solver *s);
+/* Runs the flows from time 0, every one at once, each link shared max-min fairly among the
+ * flows crossing it (progressive filling), rates set again whenever a flow ends; returns when
+ * the last ends. Flows of no bytes take no time. */
+rf_status sim_solve(sim_solver *s, const sim_flow *flows, int n, const double *cap, double *end);
+
+/* ---- synchronisation units ----------------------------------------------------------------
+ *
+ * What happens between two waits: flows between rank pairs (bytes, messages), and on each rank
+ * the bytes it packs into staging before and unpacks after, with the number of copies. */
+typedef struct {
+  int src, dst; /* world ranks; equal for a local copy */
+  int64_t bytes;
+  int messages;
+} sim_pair;
+
+typedef struct {
+  int rank;
+  int64_t bytes;
+  int copies;
+} sim_copy;
+
+typedef struct {
+  rf_stage stage;
+  int bucket; /* the stage's bucket number */
+  int last_of_bucket;
+  int npairs, npack, nunpack;
+  const sim_pair *pairs;
+  const sim_copy *pack, *unpack;
+} sim_unit;
+
+typedef rf_status (*sim_unit_fn)(void *ctx, const sim_unit *u);
+
+/* Walks both stages of the plan's schedule in `mode` and hands each unit to fn; fills the
+ * staging each world rank needs (the engine's alloc_staging, counted), staging[world]. */
+rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *staging, sim_unit_fn fn,
+                   void *ctx);
+
+/* ---- timing ------------------------------------------------------------------------------ */
+
+/* The running clock of one mode over the units of both stages. */
+typedef struct {
+  const sim_net *net;
+  const rf_cluster *c;
+  rf_mode mode;
+  const double *cap;
+  sim_solver *solver;
+  sim_flow *flows;
+  int flow_cap;
+  double *latency; /* [world] scratch */
+  /* per stage: */
+  double pack, transfer, unpack, latency_s;
+  double cpu, flight_end, pending_unpack; /* fused's pipeline */
+  rf_stage stage;
+  int started;
+  double reshape_total, stage_total[2];
+  /* totals over both stages */
+  double sum_pack, sum_unpack, sum_latency;
+  double *res_bytes; /* [resources] bytes per link over the run, or NULL */
+  /* With res_bytes: the unit's bytes per link (its links listed in touched), and per link the
+   * seconds of the units it was the tightest link of; bound sums each unit's tightest link's
+   * bytes over capacity, the max-over-links bound of units that run one after the other. */
+  double *unit_bytes, *limiting, bound;
+  int *touched, ntouched;
+  int64_t class_bytes[RF_SIM_CLASS_COUNT];
+  int64_t messages, units, buckets;
+} sim_clock;
+
+rf_status sim_clock_init(sim_clock *k, const sim_net *net, const rf_cluster *c, rf_mode mode,
+                         const double *cap, int count_links);
+void sim_clock_free(sim_clock *k);
+rf_status sim_clock_unit(sim_clock *k, const sim_unit *u);
+/* Ends the last stage; fills the phases (reshape, pack, transfer, unpack, total). */
+void sim_clock_finish(sim_clock *k, double *phase);
+
+#endif

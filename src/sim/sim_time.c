@@ -1,0 +1,188 @@
+/* The clock: each unit's pack, flight and unpack under the cluster's rates, and how the units
+ * of a mode add up.
+ *
+ * Within a unit every rank packs its staged chunks (copies sharing the rank's copy engine,
+ * max-min as any other link, plus the per-copy latency of each), then every pair's messages fly
+ * at once (max-min over the links, plus the busiest rank's per-message latencies, posted one
+ * after the other), then the receivers unpack. unfused and grouped run their units one after
+ * the other. fused runs the engine's pipeline: it packs bucket b+1 while bucket b flies, and
+ * unpacks b after waiting for it; the flights themselves follow one another. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_internal.h"
+
+rf_status sim_clock_init(sim_clock *k, const sim_net *net, const rf_cluster *c, rf_mode mode,
+                         const double *cap, int count_links) {
+  memset(k, 0, sizeof *k);
+  k->net = net;
+  k->c = c;
+  k->mode = mode;
+  k->cap = cap;
+  k->latency = rf_calloc((size_t)net->world + 1, sizeof *k->latency, "per-rank latencies");
+  if (!k->latency)
+    return RF_ERR_NOMEM;
+  size_t n = (size_t)net->resources + 1;
+  if (count_links) {
+    k->res_bytes = rf_calloc(n, sizeof *k->res_bytes, "link bytes");
+    k->unit_bytes = rf_calloc(n, sizeof *k->unit_bytes, "link bytes");
+    k->limiting = rf_calloc(n, sizeof *k->limiting, "link bytes");
+    k->touched = rf_calloc(n, sizeof *k->touched, "link bytes");
+    if (!k->res_bytes || !k->unit_bytes || !k->limiting || !k->touched)
+      return RF_ERR_NOMEM;
+  }
+  return sim_solver_new(net->resources, &k->solver);
+}
+
+void sim_clock_free(sim_clock *k) {
+  sim_solver_free(k->solver);
+  free(k->flows);
+  free(k->latency);
+  free(k->res_bytes);
+  free(k->unit_bytes);
+  free(k->limiting);
+  free(k->touched);
+  memset(k, 0, sizeof *k);
+}
+
+static rf_status room(sim_clock *k, int n) {
+  if (n <= k->flow_cap)
+    return RF_OK;
+  int cap = RF_MAX(n, 2 * k->flow_cap);
+  sim_flow *more = rf_realloc(k->flows, (size_t)cap * sizeof *more, "flows");
+  if (!more)
+    return RF_ERR_NOMEM;
+  k->flows = more;
+  k->flow_cap = cap;
+  return RF_OK;
+}
+
+/* Copies on each rank's copy engine: max-min time, plus the latency of the most copies any
+ * rank makes one after the other. */
+static rf_status copies_time(sim_clock *k, const sim_copy *cp, int n, double *out) {
+  RF_TRY(room(k, n));
+  int most = 0;
+  for (int i = 0; i < n; i++) {
+    k->flows[i] = (sim_flow){(double)cp[i].bytes, 1, {sim_net_copy(k->net, cp[i].rank)}};
+    most = RF_MAX(most, cp[i].copies);
+  }
+  RF_TRY(sim_solve(k->solver, k->flows, n, k->cap, out));
+  *out += most * k->c->latency_copy;
+  return RF_OK;
+}
+
+/* The unit's tightest link (most bytes for its capacity) is charged the unit's flight: summed
+ * over units, the link that held the transfer up longest. */
+static void tightest(sim_clock *k, double flight) {
+  if (!k->res_bytes)
+    return;
+  int best = -1;
+  for (int t = 0; t < k->ntouched; t++) {
+    int r = k->touched[t];
+    if (best < 0 || k->unit_bytes[r] / k->cap[r] > k->unit_bytes[best] / k->cap[best])
+      best = r;
+  }
+  if (best >= 0) {
+    k->limiting[best] += flight;
+    k->bound += k->unit_bytes[best] / k->cap[best];
+  }
+  for (int t = 0; t < k->ntouched; t++)
+    k->unit_bytes[k->touched[t]] = 0.0;
+  k->ntouched = 0;
+}
+
+/* The pairs' flight: max-min over their routes, plus the per-message latency of the rank that
+ * posts (or receives) the most, one message after the other. */
+static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out, double *latency) {
+  RF_TRY(room(k, u->npairs));
+  for (int i = 0; i < u->npairs; i++) {
+    const sim_pair *p = &u->pairs[i];
+    sim_flow *f = &k->flows[i];
+    rf_sim_class cls;
+    f->bytes = (double)p->bytes;
+    f->nres = sim_net_route(k->net, p->src, p->dst, f->res, &cls);
+    double l = p->messages * sim_latency(k->c, cls);
+    k->latency[p->src] += l;
+    if (p->dst != p->src)
+      k->latency[p->dst] += l;
+    k->class_bytes[cls] += p->bytes;
+    k->messages += p->messages;
+    for (int r = 0; k->res_bytes && r < f->nres; r++) {
+      k->res_bytes[f->res[r]] += (double)p->bytes;
+      if (k->unit_bytes[f->res[r]] == 0)
+        k->touched[k->ntouched++] = f->res[r];
+      k->unit_bytes[f->res[r]] += (double)p->bytes;
+    }
+  }
+  *latency = 0.0;
+  for (int i = 0; i < u->npairs; i++) {
+    const sim_pair *p = &u->pairs[i];
+    *latency = RF_MAX(*latency, RF_MAX(k->latency[p->src], k->latency[p->dst]));
+  }
+  for (int i = 0; i < u->npairs; i++)
+    k->latency[u->pairs[i].src] = k->latency[u->pairs[i].dst] = 0.0;
+  RF_TRY(sim_solve(k->solver, k->flows, u->npairs, k->cap, out));
+  tightest(k, *out);
+  *out += *latency;
+  return RF_OK;
+}
+
+/* Ends a stage: fused's last flight and unpack; the stage's wall clock. */
+static void end_stage(sim_clock *k) {
+  if (!k->started)
+    return;
+  double total = k->pack + k->transfer + k->unpack;
+  if (k->mode == RF_MODE_FUSED) {
+    total = RF_MAX(k->cpu, k->flight_end) + k->pending_unpack;
+    k->transfer = RF_MAX(0.0, total - k->pack - k->unpack);
+  }
+  k->stage_total[k->stage] = total;
+  k->sum_pack += k->stage == RF_STAGE_TRANSFER ? k->pack : 0.0;
+  k->sum_unpack += k->stage == RF_STAGE_TRANSFER ? k->unpack : 0.0;
+  k->started = 0;
+}
+
+rf_status sim_clock_unit(sim_clock *k, const sim_unit *u) {
+  if (k->started && u->stage != k->stage)
+    end_stage(k);
+  if (!k->started) {
+    k->started = 1;
+    k->stage = u->stage;
+    k->pack = k->transfer = k->unpack = 0.0;
+    k->cpu = k->flight_end = k->pending_unpack = 0.0;
+  }
+  double p, x, v, latency;
+  RF_TRY(copies_time(k, u->pack, u->npack, &p));
+  RF_TRY(flight_time(k, u, &x, &latency));
+  RF_TRY(copies_time(k, u->unpack, u->nunpack, &v));
+  k->pack += p;
+  k->transfer += x;
+  k->unpack += v;
+  k->sum_latency += latency;
+  k->units++;
+  k->buckets += u->last_of_bucket;
+  if (k->mode == RF_MODE_FUSED) {
+    /* post_bucket(b) packs b; the flight of b starts when it is packed and the one before
+     * has landed; then the wait for b - 1 and its unpack, before b + 1 is packed. */
+    k->cpu += p;
+    double start = RF_MAX(k->cpu, k->flight_end);
+    double previous_end = k->flight_end;
+    k->flight_end = start + x;
+    if (u->bucket > 0)
+      k->cpu = RF_MAX(k->cpu, previous_end) + k->pending_unpack;
+    k->pending_unpack = v;
+  }
+  return RF_OK;
+}
+
+void sim_clock_finish(sim_clock *k, double *phase) {
+  end_stage(k);
+  for (int i = 0; i < RF_PHASE_COUNT; i++)
+    phase[i] = 0.0;
+  phase[RF_PHASE_RESHAPE] = k->stage_total[RF_STAGE_RESHAPE];
+  phase[RF_PHASE_PACK] = k->sum_pack;
+  phase[RF_PHASE_UNPACK] = k->sum_unpack;
+  phase[RF_PHASE_TRANSFER] =
+      RF_MAX(0.0, k->stage_total[RF_STAGE_TRANSFER] - k->sum_pack - k->sum_unpack);
+  phase[RF_PHASE_TOTAL] = k->stage_total[RF_STAGE_RESHAPE] + k->stage_total[RF_STAGE_TRANSFER];
+}

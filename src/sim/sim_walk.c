@@ -1,0 +1,204 @@
+/* The walk: a plan's schedule, read a window at a time, turned into the units the engine
+ * synchronises on, with the messages, staging copies and local copies the engine's own rules
+ * make (engine.h's cost functions): grouped and fused wait once per bucket, unfused after every
+ * tensor of a bucket (docs/architecture.md, "Transfer modes"). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_internal.h"
+
+/* Chunks per window: enough that a window holds many buckets of a small job, little enough
+ * (48 MiB) beside a trillion-parameter plan. */
+#define WINDOW_CHUNKS (1 << 20)
+
+typedef struct {
+  const rf_plan *plan;
+  rf_mode mode;
+  int world;
+  sim_unit_fn fn;
+  void *ctx;
+  /* the open unit */
+  sim_pair *pairs;
+  int npairs, pairs_cap;
+  int64_t *pack_bytes, *unpack_bytes; /* [world] */
+  int *pack_copies, *unpack_copies;   /* [world] */
+  int *touched;                       /* ranks with copies in the unit, each once */
+  char *is_touched;
+  int ntouched;
+  sim_copy *pack, *unpack; /* [world] */
+  /* the open bucket's staging per rank, and the most any bucket needed */
+  int64_t *send_staged, *recv_staged, *send_need, *recv_need;
+  int *staged_ranks;
+  char *is_staged;
+  int nstaged;
+} walker;
+
+static void touch(walker *w, int rank) {
+  if (!w->is_touched[rank]) {
+    w->is_touched[rank] = 1;
+    w->touched[w->ntouched++] = rank;
+  }
+}
+
+static void stage_bytes(walker *w, int rank, int64_t *per_rank, int64_t bytes) {
+  if (!w->is_staged[rank]) {
+    w->is_staged[rank] = 1;
+    w->staged_ranks[w->nstaged++] = rank;
+  }
+  per_rank[rank] += bytes;
+}
+
+static rf_status add_pair(walker *w, int src, int dst, int64_t bytes, int messages) {
+  RF_TRY(rf_grow((void **)&w->pairs, w->npairs, &w->pairs_cap, sizeof *w->pairs, "unit pairs"));
+  w->pairs[w->npairs++] = (sim_pair){src, dst, bytes, messages};
+  return RF_OK;
+}
+
+static int by_pair(const void *a, const void *b) {
+  const sim_pair *x = a, *y = b;
+  if (x->src != y->src)
+    return x->src < y->src ? -1 : 1;
+  return x->dst < y->dst ? -1 : x->dst > y->dst;
+}
+
+/* Merges the unit's entries per rank pair and hands it on. In fused every pair's chunks of a
+ * bucket are one message. */
+static rf_status close_unit(walker *w, rf_stage stage, int bucket, int last_of_bucket) {
+  qsort(w->pairs, (size_t)w->npairs, sizeof *w->pairs, by_pair);
+  int n = 0;
+  for (int i = 0; i < w->npairs; i++) {
+    if (n > 0 && w->pairs[n - 1].src == w->pairs[i].src && w->pairs[n - 1].dst == w->pairs[i].dst) {
+      w->pairs[n - 1].bytes += w->pairs[i].bytes;
+      w->pairs[n - 1].messages += w->pairs[i].messages;
+    } else {
+      w->pairs[n++] = w->pairs[i];
+    }
+  }
+  for (int i = 0; w->mode == RF_MODE_FUSED && i < n; i++)
+    w->pairs[i].messages = w->pairs[i].src != w->pairs[i].dst;
+  int npack = 0, nunpack = 0;
+  for (int t = 0; t < w->ntouched; t++) {
+    int r = w->touched[t];
+    if (w->pack_bytes[r])
+      w->pack[npack++] = (sim_copy){r, w->pack_bytes[r], w->pack_copies[r]};
+    if (w->unpack_bytes[r])
+      w->unpack[nunpack++] = (sim_copy){r, w->unpack_bytes[r], w->unpack_copies[r]};
+    w->pack_bytes[r] = w->unpack_bytes[r] = 0;
+    w->pack_copies[r] = w->unpack_copies[r] = 0;
+    w->is_touched[r] = 0;
+  }
+  w->ntouched = 0;
+  sim_unit u = {stage, bucket, last_of_bucket, n, npack, nunpack, w->pairs, w->pack, w->unpack};
+  w->npairs = 0;
+  return w->fn(w->ctx, &u);
+}
+
+/* The staging the bucket needed, folded into the most any bucket needed. */
+static void close_bucket(walker *w) {
+  for (int t = 0; t < w->nstaged; t++) {
+    int r = w->staged_ranks[t];
+    w->send_need[r] = RF_MAX(w->send_need[r], w->send_staged[r]);
+    w->recv_need[r] = RF_MAX(w->recv_need[r], w->recv_staged[r]);
+    w->send_staged[r] = w->recv_staged[r] = 0;
+    w->is_staged[r] = 0;
+  }
+  w->nstaged = 0;
+}
+
+/* One message (or local copy) of `run` chunks from chunks[i], as post_chunk and post_block
+ * make it. */
+static rf_status walk_run(walker *w, const rf_schedule *s, int i, int run) {
+  const rf_plan *plan = w->plan;
+  const rf_chunk *k = &s->chunks[i];
+  const rf_piece *p = &plan->pieces[k->piece];
+  int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
+  int64_t bytes = 0;
+  for (int j = 0; j < run; j++)
+    bytes += k[j].bytes;
+  if (src == dst)
+    return add_pair(w, src, dst, bytes, 0);
+  if (run == 1 && !rf_engine_send_in_place(plan, w->mode, 0, k)) {
+    touch(w, src);
+    w->pack_bytes[src] += bytes;
+    w->pack_copies[src]++;
+    stage_bytes(w, src, w->send_staged, bytes);
+  }
+  if (run == 1 && !rf_engine_recv_in_place(plan, w->mode, 0, k)) {
+    touch(w, dst);
+    w->unpack_bytes[dst] += bytes;
+    w->unpack_copies[dst]++;
+    stage_bytes(w, dst, w->recv_staged, bytes);
+  }
+  return add_pair(w, src, dst, bytes, 1);
+}
+
+static rf_status walk_bucket(walker *w, const rf_schedule *s, int b) {
+  const rf_bucket *bk = &s->buckets[b];
+  int end = bk->first + bk->count, bucket = s->first_bucket + b;
+  for (int i = bk->first; i < end; i++) {
+    int run = rf_engine_joined_chunks(w->plan, w->mode, 0, s->chunks, i, end);
+    RF_TRY(walk_run(w, s, i, run));
+    i += run - 1;
+    int last = i + 1 == end;
+    /* unfused waits after the last chunk of each tensor, as run_per_chunk does */
+    if (w->mode == RF_MODE_UNFUSED && !last &&
+        w->plan->pieces[s->chunks[i + 1].piece].tensor !=
+            w->plan->pieces[s->chunks[i].piece].tensor)
+      RF_TRY(close_unit(w, s->stage, bucket, 0));
+  }
+  close_bucket(w);
+  return close_unit(w, s->stage, bucket, 1);
+}
+
+static rf_status walk_stage(walker *w, rf_stage stage, int64_t bucket_size) {
+  rf_schedule_cursor *c = NULL;
+  RF_TRY(rf_schedule_cursor_open(w->plan, stage, bucket_size, &c));
+  rf_status st = RF_OK;
+  for (;;) {
+    rf_schedule win;
+    st = rf_schedule_cursor_next(c, WINDOW_CHUNKS, &win);
+    /* A stage without chunks (p2p's reshape) is not run at all, as in rf_engine_iterate. */
+    int empty = st != RF_OK || win.bucket_count == 0 || (win.first_bucket == 0 && !win.chunk_count);
+    for (int b = 0; !empty && st == RF_OK && b < win.bucket_count; b++)
+      st = walk_bucket(w, &win, b);
+    rf_schedule_free(&win);
+    if (st != RF_OK || empty)
+      break;
+  }
+  rf_schedule_cursor_close(c);
+  return st;
+}
+
+rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *staging, sim_unit_fn fn,
+                   void *ctx) {
+  int world = plan->layout->world_size;
+  size_t n = (size_t)world + 1;
+  walker w = {.plan = plan, .mode = o->mode, .world = world, .fn = fn, .ctx = ctx};
+  int64_t *i64 = rf_calloc(6 * n, sizeof *i64, "the walk's counters");
+  int *ints = rf_calloc(4 * n, sizeof *ints, "the walk's counters");
+  char *flags = rf_calloc(2 * n, 1, "the walk's counters");
+  w.pack = rf_calloc(n, sizeof *w.pack, "the walk's copies");
+  w.unpack = rf_calloc(n, sizeof *w.unpack, "the walk's copies");
+  rf_status st = i64 && ints && flags && w.pack && w.unpack ? RF_OK : RF_ERR_NOMEM;
+  if (st == RF_OK) {
+    w.pack_bytes = i64, w.unpack_bytes = i64 + n, w.send_staged = i64 + 2 * n;
+    w.recv_staged = i64 + 3 * n, w.send_need = i64 + 4 * n, w.recv_need = i64 + 5 * n;
+    w.pack_copies = ints, w.unpack_copies = ints + n, w.touched = ints + 2 * n;
+    w.staged_ranks = ints + 3 * n;
+    w.is_touched = flags, w.is_staged = flags + n;
+    st = walk_stage(&w, RF_STAGE_RESHAPE, o->bucket_size);
+  }
+  if (st == RF_OK)
+    st = walk_stage(&w, RF_STAGE_TRANSFER, o->bucket_size);
+  /* alloc_staging: the largest bucket of either stage once per direction, twice for fused. */
+  int slots = o->mode == RF_MODE_FUSED ? 2 : 1;
+  for (int r = 0; st == RF_OK && staging && r < world; r++)
+    staging[r] = slots * (w.send_need[r] + w.recv_need[r]);
+  free(i64);
+  free(ints);
+  free(flags);
+  free(w.pack);
+  free(w.unpack);
+  free(w.pairs);
+  return st;
+}

@@ -1,0 +1,89 @@
+# `refit simulate`: the two-node toy cluster's hand-computed case through the command line
+# (text and JSON), simulated runs in a results file that refit verify and refit report keep apart
+# from measured ones, every shipped cluster file loading, and the one-line errors (exit 2) for
+# a missing cluster, a missing key, a bad number, an unknown key and a job too large.
+. "$(dirname "$0")/lib.sh"
+toy="$REFIT_SOURCE_DIR/tests/data/cluster-toy.json"
+job=(--model tiny --trainer fsdp=2 --rollout tp=2)
+see="see configs/clusters/README.md"
+
+# tiny, fsdp=2 on node 0 -> tp=2 on node 1: all 279808 bytes through each node's one 1 GB/s
+# adapter, 279.808 us; the packs (24576 bytes) and unpacks (98304) at 1000 GB/s on top.
+expect_exit 0 "$REFIT" simulate --cluster "$toy" "${job[@]}" --mode grouped --bucket-size 0 --json
+"${PY:-python3}" - "$TMP/out" <<'PYEOF' || fail "toy JSON: $(head -c 1500 "$TMP/out")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+r = o["runs"][0]
+assert o["simulated"] is True and o["world_size"] == 4 and o["nodes_used"] == 2, o
+assert o["model_bytes"] == 279168 and o["transfer_bytes"] == 279808 and o["memory"] == "device"
+assert o["cluster"]["name"] == "toy" and o["cluster"]["nic_Gbps"] == 8 and o["calibration"] is None
+p = r["predicted_s"]
+assert abs(p["transfer"] - 279808e-9) < 1e-18, p
+assert abs(p["pack"] - 24576e-12) < 1e-21 and abs(p["unpack"] - 98304e-12) < 1e-21, p
+assert abs(p["total"] - (279808e-9 + 122880e-12)) < 1e-18, p
+assert p["reshape"] == 0 and "setup" not in p
+assert r["bottleneck"]["link"] == "nic_out node 0 adapter 0" and r["bottleneck"]["bytes"] == 279808
+assert abs(r["bound_s"] - 279808e-9) < 1e-18
+assert r["class_bytes"] == {"process": 0, "gpu": 0, "nvlink": 0, "pcie": 0, "host": 0,
+                            "network": 279808}, r["class_bytes"]
+assert r["messages"] == 62 and r["buckets"] == 1 and r["units"] == 1
+m = r["memory"]
+assert m["staging"] == 98304 and m["rollout"] == 140544 and m["fits"] is True, m
+PYEOF
+
+# The same as text: one block per mode.
+expect_exit 0 "$REFIT" simulate --cluster "$toy" "${job[@]}" --mode unfused,fused
+expect_grep "placement        4 ranks on 2 nodes, 2 a node; weights in GPU memory" "$TMP/out"
+expect_grep "plan             p2p, 62 pieces, 62 blocks, 279808 transfer bytes" "$TMP/out"
+expect_grep "; 62 messages, 21 units, 1 buckets" "$TMP/out"
+expect_grep "; 4 messages, 1 units, 1 buckets" "$TMP/out"
+expect_grep "  bottleneck     nic_out node 0 adapter 0: 279808 bytes at 1 GB/s, bound 0.0002798 s" "$TMP/out"
+expect_grep "  bytes          process 0, gpu 0, nvlink 0, pcie 0, host 0, network 279808" "$TMP/out"
+
+# Every shipped cluster loads and simulates a job that fits it.
+for c in h100-hgx h200-hgx gb200-nvl72 h20-hgx h800-hgx h200-lent vm-2core; do
+  expect_exit 0 "$REFIT" simulate --cluster "$c" "${job[@]}" --json
+  expect_grep "\"name\": \"$c\"," "$TMP/out"
+done
+
+# Simulated runs in a results file: marked, passed over by verify, listed by report.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${job[@]}" --iters 1 --output "$TMP/r.h5"
+expect_exit 0 "$REFIT" simulate --cluster "$toy" "${job[@]}" --mode grouped,fused --output "$TMP/r.h5"
+expect_exit 0 "$REFIT" verify "$TMP/r.h5" --reference "$TMP/r.h5"
+expect_grep "# $TMP/r.h5 run 0000 against $TMP/r.h5: 0 of 21 tensors differ" "$TMP/out"
+expect_error 2 "refit: error: results file '$TMP/r.h5': run 0002 is a simulated run (refit simulate) and holds no measured results; give another --run" \
+  "$REFIT" verify "$TMP/r.h5" --reference "$TMP/r.h5" --run 2
+expect_exit 0 "$REFIT" report "$TMP/r.h5" -o "$TMP/report"
+grep -c ',simulated,' "$TMP/report/status.csv" >"$TMP/n" || true
+[ "$(cat "$TMP/n")" = 2 ] || fail "status.csv should list 2 simulated runs: $(cat "$TMP/report/status.csv")"
+[ "$(tail -n +2 "$TMP/report/modes_buckets.csv" | wc -l)" = 1 ] ||
+  fail "modes_buckets.csv should hold the measured run only: $(cat "$TMP/report/modes_buckets.csv")"
+if command -v h5dump >/dev/null; then
+  h5dump -a /runs/0001/simulated -a /runs/0001/status -a /runs/0001/cluster "$TMP/r.h5" >"$TMP/attrs"
+  expect_grep '"simulated"' "$TMP/attrs"
+  expect_grep '"toy"' "$TMP/attrs"
+  expect_grep '(0): 1' "$TMP/attrs"
+fi
+
+# Errors: one line each, exit 2.
+expect_error 2 "refit: error: refit simulate needs --cluster NAME|FILE (configs/clusters holds h100-hgx, h200-hgx, gb200-nvl72, h20-hgx, h800-hgx, h200-lent and vm-2core)" \
+  "$REFIT" simulate "${job[@]}"
+expect_error 2 "refit: error: unknown cluster 'nope'; give a cluster JSON file or the name of one in configs/clusters" \
+  "$REFIT" simulate --cluster nope "${job[@]}"
+sed 's/"pcie_GBps": 10,//' "$toy" >"$TMP/missing.json"
+expect_error 2 "refit: error: cluster $TMP/missing.json: key 'node.pcie_GBps' is missing or not a positive number; $see" \
+  "$REFIT" simulate --cluster "$TMP/missing.json" "${job[@]}"
+sed 's/"Gbps": 8/"Gbps": "fast"/' "$toy" >"$TMP/bad.json"
+expect_error 2 "refit: error: cluster $TMP/bad.json: key 'node.nics.Gbps' is missing or not a positive number; $see" \
+  "$REFIT" simulate --cluster "$TMP/bad.json" "${job[@]}"
+sed 's/"nvlink_GBps"/"nvlnk_GBps"/' "$toy" >"$TMP/typo.json"
+expect_error 2 "refit: error: cluster $TMP/typo.json: unknown key 'node.nvlnk_GBps'; $see" \
+  "$REFIT" simulate --cluster "$TMP/typo.json" "${job[@]}"
+expect_error 2 "refit: error: the job needs 6 ranks but cluster toy has 2 nodes of 2 ranks (4); choose smaller layouts or a cluster file with more nodes" \
+  "$REFIT" simulate --cluster "$toy" --model tiny --trainer fsdp=2 --rollout tp=4
+expect_error 2 "refit: error: cluster vm-2core has no GPUs, so the weights cannot be in GPU memory; use --memory host" \
+  "$REFIT" simulate --cluster vm-2core "${job[@]}" --memory device
+expect_error 2 "refit: error: option '--cluster' does not apply to 'refit plan'; see refit plan --help" \
+  "$REFIT" plan --cluster "$toy" "${job[@]}"
+
+finish

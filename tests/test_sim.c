@@ -1,0 +1,338 @@
+/* test_sim: refit simulate's model against hand-computed cases. The flow solver's max-min
+ * sharing on a three-flow example worked out on paper; a two-node toy cluster whose one
+ * adapter per node carries the whole model, so the prediction is the max-over-links bound to
+ * the byte; the messages and staging the walk counts, equal to what refit run reported for the
+ * same job; link classes of colocated and GPU-sharing placements; every cluster-file error as
+ * its exact line; and the calibration finding rates it was not told from times they produced. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sim/sim_internal.h"
+#include "test.h"
+
+#define ASSERT_NEAR(a, b, rel)                                                                     \
+  do {                                                                                             \
+    double rf_x_ = (a), rf_y_ = (b);                                                               \
+    if (!(fabs(rf_x_ - rf_y_) <= (rel)*fabs(rf_y_))) {                                             \
+      fprintf(stderr, "%s:%d: %s = %.17g, expected %.17g\n", __FILE__, __LINE__, #a, rf_x_,        \
+              rf_y_);                                                                              \
+      abort();                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+static char tmpdir[256];
+
+static const char *source_file(const char *rel) {
+  static char path[1024];
+  const char *src = getenv("REFIT_SOURCE_DIR");
+  snprintf(path, sizeof path, "%s/%s", src ? src : ".", rel);
+  return path;
+}
+
+/* Two links of 1 and 2 bytes/s; f1 (1 byte) on the first, f2 (1 byte) on both, f3 (4 bytes) on
+ * the second. The first link is the tighter (1/2 against 2/2), so f1 and f2 get 0.5 each and
+ * f3 what the second has left, 1.5. At t = 2 f1 and f2 are done and f3 has 1 byte left, which
+ * it moves alone at 2 bytes/s: the last flow ends at 2.5. */
+static void test_solver(void) {
+  sim_solver *s;
+  ASSERT_OK(sim_solver_new(2, &s));
+  const double cap[2] = {1.0, 2.0};
+  sim_flow f[3] = {{1, 1, {0}}, {1, 2, {0, 1}}, {4, 1, {1}}};
+  double end;
+  ASSERT_OK(sim_solve(s, f, 3, cap, &end));
+  ASSERT_TRUE(end == 2.5);
+  /* Three equal flows on one link of 3 bytes/s end together, at 3 s; no bytes, no time. */
+  sim_flow g[4] = {{3, 1, {1}}, {3, 1, {1}}, {3, 1, {1}}, {0, 1, {0}}};
+  const double three[2] = {1.0, 3.0};
+  ASSERT_OK(sim_solve(s, g, 4, three, &end));
+  ASSERT_TRUE(end == 3.0);
+  ASSERT_OK(sim_solve(s, g + 3, 1, three, &end));
+  ASSERT_TRUE(end == 0.0);
+  sim_solver_free(s);
+}
+
+static void build_plan(const char *model, const char *trainer, const char *rollout,
+                       rf_placement placement, rf_model *m, rf_layout *lay, rf_plan *plan) {
+  rf_trainer_layout t;
+  rf_rollout_layout r;
+  ASSERT_OK(rf_model_load(model, m));
+  ASSERT_OK(rf_trainer_layout_parse(trainer, &t));
+  ASSERT_OK(rf_rollout_layout_parse(rollout, &r));
+  ASSERT_OK(rf_layout_init(lay, m, &t, &r, placement));
+  ASSERT_OK(rf_plan_build(plan, lay, RF_PLAN_P2P, NULL));
+}
+
+/* tiny from trainer fsdp=2 (node 0, GPUs 0 and 1) to rollout tp=2 (node 1): every byte leaves
+ * node 0 by its one 8 Gb/s adapter and enters node 1 by its one, so both carry all 279808
+ * transfer bytes at 1 GB/s and the flight is 279808 / 1e9 s, the max-over-links bound itself.
+ * Each rank packs and unpacks on its own GPU's copy engine (1000 GB/s), all at once, so they
+ * add the largest rank's bytes / 1e12: in grouped a trainer rank packs 24576 bytes (its boxes
+ * that are not one contiguous run) and a rollout rank unpacks 98304 (what it cannot receive in
+ * place); in fused each packs or unpacks its whole half, 139904. refit run of the same job
+ * printed 62 messages (grouped) and 4 (fused) and staging of 98304 and 279808 bytes: the walk
+ * counts the same. */
+static void test_toy(void) {
+  rf_cluster c;
+  ASSERT_OK(rf_cluster_load(source_file("tests/data/cluster-toy.json"), &c));
+  ASSERT_EQ(c.nodes, 2);
+  ASSERT_EQ(c.ranks_per_node, 2);
+  ASSERT_TRUE(c.nic == 1e9);
+  rf_model m;
+  rf_layout lay;
+  rf_plan plan;
+  build_plan("tiny", "fsdp=2", "tp=2", RF_PLACEMENT_DISAGGREGATED, &m, &lay, &plan);
+  ASSERT_EQ(plan.transfer_bytes, 279808);
+  const struct {
+    rf_mode mode;
+    int64_t messages, staging, pack, unpack;
+  } cases[] = {{RF_MODE_GROUPED, 62, 98304, 24576, 98304},
+               {RF_MODE_FUSED, 4, 279808, 139904, 139904}};
+  for (size_t i = 0; i < RF_ARRAY_LEN(cases); i++) {
+    rf_sim_options o = {cases[i].mode, 0, 1};
+    rf_sim_result r;
+    ASSERT_OK(rf_simulate(&plan, &c, &o, &r));
+    ASSERT_NEAR(r.bound_s, 279808e-9, 1e-12);
+    ASSERT_NEAR(r.phase[RF_PHASE_PACK], cases[i].pack * 1e-12, 1e-12);
+    ASSERT_NEAR(r.phase[RF_PHASE_UNPACK], cases[i].unpack * 1e-12, 1e-12);
+    if (cases[i].mode == RF_MODE_GROUPED)
+      ASSERT_NEAR(r.phase[RF_PHASE_TRANSFER], 279808e-9, 1e-12);
+    ASSERT_NEAR(r.phase[RF_PHASE_TOTAL],
+                279808e-9 + (double)(cases[i].pack + cases[i].unpack) * 1e-12, 1e-12);
+    ASSERT_TRUE(r.phase[RF_PHASE_RESHAPE] == 0.0 && r.phase[RF_PHASE_SETUP] == 0.0);
+    ASSERT_STR_EQ(r.bottleneck, "nic_out node 0 adapter 0");
+    ASSERT_NEAR(r.bottleneck_bytes, 279808, 0);
+    ASSERT_NEAR(r.bottleneck_utilisation,
+                279808e-9 / (r.phase[RF_PHASE_TRANSFER] + r.phase[RF_PHASE_RESHAPE]), 1e-12);
+    ASSERT_EQ(r.class_bytes[RF_SIM_NETWORK], 279808);
+    ASSERT_EQ(r.class_bytes[RF_SIM_NVLINK] + r.class_bytes[RF_SIM_PROCESS], 0);
+    ASSERT_EQ(r.messages, cases[i].messages);
+    ASSERT_EQ(r.nodes_used, 2);
+    int64_t most = 0;
+    for (int w = 0; w < 4; w++)
+      most = RF_MAX(most, r.staging[w]);
+    ASSERT_EQ(most, cases[i].staging);
+    /* Trainer ranks hold half the model each (embeddings and norms split too), rollout ranks
+     * their half of the fused tensors: 279808 bytes over two, each tensor 256-byte aligned. */
+    ASSERT_EQ(r.shards[0] + r.shards[1], r.rollout[2] + r.rollout[3]);
+    ASSERT_EQ(r.rollout[2], 140544);
+    ASSERT_TRUE(r.fits);
+    rf_sim_result_free(&r);
+  }
+  /* The --calibrate limits as traces: every pair's bytes at once, the same 279808 bytes through
+   * the same adapters; and each rollout rank copying the 139904 bytes it receives. */
+  rf_sim_trace *t;
+  double s;
+  ASSERT_OK(rf_sim_trace_limit(&plan, &c, 1, RF_LIMIT_NCCL, &t));
+  ASSERT_OK(rf_sim_trace_time(t, &c, &s));
+  ASSERT_NEAR(s, 279808e-9, 1e-12);
+  rf_sim_trace_free(t);
+  ASSERT_OK(rf_sim_trace_limit(&plan, &c, 1, RF_LIMIT_DEVICE_COPY, &t));
+  ASSERT_OK(rf_sim_trace_time(t, &c, &s));
+  ASSERT_NEAR(s, 139904e-12, 1e-12);
+  rf_sim_trace_free(t);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
+/* Colocated on the toy: world 2 on node 0, one GPU each; what a rank keeps of its own shard is
+ * a local copy, the rest crosses NVLink. On the lent H200 the two ranks of a disaggregated
+ * fsdp=1 -> tp=1 job share its one GPU: everything is a copy inside it. */
+static void test_classes(void) {
+  rf_cluster toy, lent;
+  ASSERT_OK(rf_cluster_load(source_file("tests/data/cluster-toy.json"), &toy));
+  ASSERT_OK(rf_cluster_load(source_file("configs/clusters/h200-lent.json"), &lent));
+  rf_model m;
+  rf_layout lay;
+  rf_plan plan;
+  build_plan("tiny", "fsdp=2", "tp=2", RF_PLACEMENT_COLOCATED, &m, &lay, &plan);
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1};
+  rf_sim_result r;
+  ASSERT_OK(rf_simulate(&plan, &toy, &o, &r));
+  ASSERT_EQ(r.nodes_used, 1);
+  ASSERT_GT(r.class_bytes[RF_SIM_PROCESS], 0);
+  ASSERT_GT(r.class_bytes[RF_SIM_NVLINK], 0);
+  ASSERT_EQ(r.class_bytes[RF_SIM_PROCESS] + r.class_bytes[RF_SIM_NVLINK], plan.transfer_bytes);
+  ASSERT_EQ(r.class_bytes[RF_SIM_NETWORK], 0);
+  rf_sim_result_free(&r);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+
+  build_plan("tiny", "fsdp=1", "tp=1", RF_PLACEMENT_DISAGGREGATED, &m, &lay, &plan);
+  ASSERT_OK(rf_simulate(&plan, &lent, &o, &r));
+  ASSERT_EQ(r.class_bytes[RF_SIM_GPU], plan.transfer_bytes);
+  ASSERT_STR_EQ(r.bottleneck, "gpu_copy node 0 gpu 0");
+  /* The whole model, 279168 bytes (fsdp=2 -> tp=2 moved 640 more: both rollout ranks receive
+   * the five replicated 64-element norms), at the measured 2140 GB/s, plus the latency of the
+   * 15 blocks, one message each, at 25 us. */
+  ASSERT_EQ(plan.transfer_bytes, 279168);
+  ASSERT_EQ(r.messages, 15);
+  ASSERT_NEAR(r.latency_s, 15 * 25e-6, 1e-12);
+  ASSERT_NEAR(r.phase[RF_PHASE_TRANSFER], (double)plan.transfer_bytes / 2140e9 + r.latency_s,
+              1e-12);
+  rf_sim_result_free(&r);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
+static const char *write_cluster(const char *name, const char *text) {
+  static char path[512];
+  snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+  FILE *f = fopen(path, "w");
+  ASSERT_TRUE(f != NULL);
+  fputs(text, f);
+  fclose(f);
+  return path;
+}
+
+static void expect_cluster_error(const char *name, const char *text, const char *want) {
+  const char *path = write_cluster(name, text);
+  char got[512] = "", expected[768];
+  rf_cluster c;
+  rf_log_capture(got, sizeof got);
+  ASSERT_STATUS(rf_cluster_load(path, &c), RF_ERR_CONFIG);
+  rf_log_capture(NULL, 0);
+  snprintf(expected, sizeof expected, want, path);
+  ASSERT_STR_EQ(got, expected);
+}
+
+#define GOOD_NODE                                                                                  \
+  "\"gpus\": 2, \"gpu\": {\"name\": \"g\", \"memory_GiB\": 1, \"copy_GBps\": 100}, "               \
+  "\"pcie_GBps\": 10, \"host\": {\"memcpy_GBps\": 1, \"mpi_GBps\": 1, \"memory_GiB\": 1}"
+#define LATENCY "\"latency_us\": {\"node\": 1, \"copy\": 1}"
+
+static void test_cluster_errors(void) {
+  const char *see = "; see configs/clusters/README.md";
+  char want[512];
+  /* The good file loads; each error below is it with one thing wrong. */
+  rf_cluster c;
+  ASSERT_OK(rf_cluster_load(write_cluster("good.json",
+                                          "{\"name\": \"x\", \"nodes\": 1, \"node\": {" GOOD_NODE
+                                          "}, " LATENCY "}"),
+                            &c));
+  ASSERT_TRUE(c.pcie == 10e9 && c.gpu_memory == 1073741824.0 && c.latency_copy == 1e-6);
+  ASSERT_EQ(c.nics, 0);
+  snprintf(want, sizeof want,
+           "cluster %%s: key 'node.pcie_GBps' is missing or not a positive number%s", see);
+  expect_cluster_error(
+      "missing.json",
+      "{\"name\": \"x\", \"nodes\": 1, \"node\": {\"gpus\": 2, \"gpu\": {\"name\": "
+      "\"g\", \"memory_GiB\": 1, \"copy_GBps\": 100}, \"host\": {\"memcpy_GBps\": "
+      "1, \"mpi_GBps\": 1, \"memory_GiB\": 1}}, " LATENCY "}",
+      want);
+  snprintf(want, sizeof want,
+           "cluster %%s: key 'node.gpu.copy_GBps' is missing or not a positive number%s", see);
+  expect_cluster_error(
+      "negative.json",
+      "{\"name\": \"x\", \"nodes\": 1, \"node\": {\"gpus\": 2, \"gpu\": {\"name\": "
+      "\"g\", \"memory_GiB\": 1, \"copy_GBps\": -5}, \"pcie_GBps\": 10, \"host\": "
+      "{\"memcpy_GBps\": 1, \"mpi_GBps\": 1, \"memory_GiB\": 1}}, " LATENCY "}",
+      want);
+  snprintf(want, sizeof want,
+           "cluster %%s: key 'nodes' is missing or not an integer from 1 to 1048576%s", see);
+  expect_cluster_error(
+      "string.json", "{\"name\": \"x\", \"nodes\": \"2\", \"node\": {" GOOD_NODE "}, " LATENCY "}",
+      want);
+  snprintf(want, sizeof want, "cluster %%s: unknown key 'node.nvlnk_GBps'%s", see);
+  expect_cluster_error("typo.json",
+                       "{\"name\": \"x\", \"nodes\": 1, \"node\": {" GOOD_NODE
+                       ", \"nvlnk_GBps\": 450}, " LATENCY "}",
+                       want);
+  snprintf(want, sizeof want, "cluster %%s: key 'node.nics' is missing or not an object%s", see);
+  expect_cluster_error("nonics.json",
+                       "{\"name\": \"x\", \"nodes\": 2, \"node\": {" GOOD_NODE "}, " LATENCY "}",
+                       want);
+  expect_cluster_error(
+      "syntax.json", "{\"name\": \"x\",, }",
+      "cluster %s:1:14: string or '}' expected near ','; fix the JSON in this file");
+
+  /* A cluster too small for the job, and GPU weights where there are no GPUs. */
+  rf_model m;
+  rf_layout lay;
+  rf_plan plan;
+  build_plan("tiny", "fsdp=2", "tp=4", RF_PLACEMENT_DISAGGREGATED, &m, &lay, &plan);
+  rf_cluster toy, vm;
+  ASSERT_OK(rf_cluster_load(source_file("tests/data/cluster-toy.json"), &toy));
+  ASSERT_OK(rf_cluster_load(source_file("configs/clusters/vm-2core.json"), &vm));
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1};
+  rf_sim_result r;
+  char got[512];
+  rf_log_capture(got, sizeof got);
+  ASSERT_STATUS(rf_simulate(&plan, &toy, &o, &r), RF_ERR_CONFIG);
+  ASSERT_STR_EQ(got, "the job needs 6 ranks but cluster toy has 2 nodes of 2 ranks (4); choose "
+                     "smaller layouts or a cluster file with more nodes");
+  rf_sim_result_free(&r);
+  ASSERT_STATUS(rf_simulate(&plan, &vm, &o, &r), RF_ERR_CONFIG);
+  ASSERT_STR_EQ(got, "cluster vm-2core has no GPUs, so the weights cannot be in GPU memory; use "
+                     "--memory host");
+  rf_log_capture(NULL, 0);
+  rf_sim_result_free(&r);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
+/* The fit finds rates it was not told: times produced by a hidden host cluster (3 GB/s per
+ * rank, 5 GB/s memcpy, 40 us a message) for tiny and llama-3.2-1b in every mode and two bucket
+ * sizes, fitted from vm-2core's rates, come back within 1%, every sample within 0.1%. */
+static void test_fit(void) {
+  rf_cluster hidden, start;
+  ASSERT_OK(rf_cluster_load(source_file("configs/clusters/vm-2core.json"), &hidden));
+  start = hidden;
+  hidden.host_mpi = 3e9;
+  hidden.host_memcpy = 5e9;
+  hidden.latency_node = 40e-6;
+  static const char *const models[] = {"tiny", "llama-3.2-1b"};
+  static const int64_t buckets[] = {0, 64 << 20};
+  rf_sim_sample samples[12];
+  rf_sim_trace *traces[12];
+  int n = 0;
+  for (size_t mi = 0; mi < RF_ARRAY_LEN(models); mi++) {
+    rf_model m;
+    rf_layout lay;
+    rf_plan plan;
+    build_plan(models[mi], "fsdp=2", "tp=2", RF_PLACEMENT_DISAGGREGATED, &m, &lay, &plan);
+    for (int mode = 0; mode < RF_MODE_COUNT; mode++)
+      for (size_t b = 0; b < RF_ARRAY_LEN(buckets); b++) {
+        rf_sim_options o = {(rf_mode)mode, buckets[b], 0};
+        ASSERT_OK(rf_sim_trace_record(&plan, &start, &o, &traces[n]));
+        samples[n].trace = traces[n];
+        ASSERT_OK(rf_sim_trace_time(traces[n], &hidden, &samples[n].measured_s));
+        n++;
+      }
+    rf_plan_free(&plan);
+    rf_layout_free(&lay);
+    rf_model_free(&m);
+  }
+  rf_sim_fit fit;
+  ASSERT_OK(rf_sim_calibrate(&start, 0, samples, n, &fit));
+  ASSERT_EQ(fit.samples, 12);
+  ASSERT_STR_EQ(fit.names[0], "host.mpi_GBps");
+  ASSERT_NEAR(start.host_mpi, 3e9, 0.01);
+  ASSERT_NEAR(start.host_memcpy, 5e9, 0.01);
+  ASSERT_NEAR(start.latency_node, 40e-6, 0.01);
+  ASSERT_TRUE(fit.worst_error < 1e-3);
+  ASSERT_TRUE(fit.before[0] == 7.19e9 && fit.after[0] == start.host_mpi);
+  for (int i = 0; i < n; i++)
+    rf_sim_trace_free(traces[i]);
+}
+
+int main(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/test_sim.XXXXXX");
+  ASSERT_TRUE(mkdtemp(tmpdir) != NULL);
+  test_solver();
+  test_toy();
+  test_classes();
+  test_cluster_errors();
+  test_fit();
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+  ASSERT_EQ(system(cmd), 0);
+  printf("test_sim: all passed\n");
+  return 0;
+}
