@@ -258,6 +258,15 @@ int rf_open_input(const char *path, struct stat *sb, char *why, size_t len);
  * 16.00 MiB refit reads"); the caller frees. */
 char *rf_read_input(const char *path, size_t max, size_t *len, char *why, size_t why_len);
 
+/* The folders searched, in order, for a shipped data file of one kind ("models", "clusters"):
+ * the folder in $env_var (tests, and users with their own collection), the source tree's
+ * configs/<kind> (a build run in place), the install prefix's share/refit/<kind>. The last two
+ * are compile definitions given by CMake; a bare compile may lack them. Fills dirs (pointing
+ * into env or storage) and returns how many there are. */
+#define RF_SHIPPED_DIR_MAX 512
+int rf_shipped_dirs(const char *env_var, const char *kind, char storage[2][RF_SHIPPED_DIR_MAX],
+                    const char *dirs[3]);
+
 /* Formats a byte count with binary units ("1.50 GiB") into buf. */
 const char *rf_format_bytes(int64_t bytes, char *buf, size_t len);
 

@@ -109,3 +109,22 @@ char *rf_read_input(const char *path, size_t max, size_t *len, char *why, size_t
   *len = n;
   return text;
 }
+
+int rf_shipped_dirs(const char *env_var, const char *kind, char storage[2][RF_SHIPPED_DIR_MAX],
+                    const char *dirs[3]) {
+  int n = 0;
+  const char *env = getenv(env_var);
+  if (env && *env)
+    dirs[n++] = env;
+#ifdef REFIT_SOURCE_DIR
+  snprintf(storage[0], RF_SHIPPED_DIR_MAX, "%s/configs/%s", REFIT_SOURCE_DIR, kind);
+  dirs[n++] = storage[0];
+#endif
+#ifdef REFIT_INSTALL_DATADIR
+  snprintf(storage[1], RF_SHIPPED_DIR_MAX, "%s/%s", REFIT_INSTALL_DATADIR, kind);
+  dirs[n++] = storage[1];
+#endif
+  (void)kind;
+  (void)storage;
+  return n;
+}

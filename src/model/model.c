@@ -65,23 +65,6 @@ int rf_tensor_kind_is_mla(rf_tensor_kind kind) { return kind >= RF_T_Q_A && kind
 
 /* ---- finding the config file ------------------------------------------------------------- */
 
-/* The directories searched for a shipped name, in order: the environment (tests and users
- * with their own collection), the source tree (a build run in place), the install prefix.
- * The last two are compile definitions given by CMake; a bare compile may lack them. */
-static int search_dirs(const char *dirs[3]) {
-  int n = 0;
-  const char *env = getenv("REFIT_MODEL_DIR");
-  if (env && *env)
-    dirs[n++] = env;
-#ifdef REFIT_SOURCE_DIR
-  dirs[n++] = REFIT_SOURCE_DIR "/configs/models";
-#endif
-#ifdef REFIT_INSTALL_DATADIR
-  dirs[n++] = REFIT_INSTALL_DATADIR "/models";
-#endif
-  return n;
-}
-
 static int ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), m = strlen(suffix);
   return n >= m && strcmp(s + n - m, suffix) == 0;
@@ -111,7 +94,8 @@ static rf_status resolve(const char *arg, char *path, size_t len) {
     return RF_OK;
   }
   const char *dirs[3];
-  int n = search_dirs(dirs);
+  char storage[2][RF_SHIPPED_DIR_MAX];
+  int n = rf_shipped_dirs("REFIT_MODEL_DIR", "models", storage, dirs);
   for (int i = 0; i < n && *arg; i++) {
     if (snprintf(path, len, "%s/%s.json", dirs[i], arg) >= (int)len)
       continue;
@@ -245,7 +229,8 @@ static int cmp_names(const void *a, const void *b) {
  * the set of names rf_model_load accepts. */
 static int collect_shipped(char names[][RF_NAME_MAX]) {
   const char *dirs[3];
-  int ndirs = search_dirs(dirs), n = 0;
+  char storage[2][RF_SHIPPED_DIR_MAX];
+  int ndirs = rf_shipped_dirs("REFIT_MODEL_DIR", "models", storage, dirs), n = 0;
   for (int i = 0; i < ndirs; i++) {
     DIR *d = opendir(dirs[i]);
     if (!d)

@@ -167,16 +167,8 @@ static rf_status resolve(const char *arg, char *path, size_t len) {
     return RF_OK;
   }
   const char *dirs[3];
-  int n = 0;
-  const char *env = getenv("REFIT_CLUSTER_DIR");
-  if (env && *env)
-    dirs[n++] = env;
-#ifdef REFIT_SOURCE_DIR
-  dirs[n++] = REFIT_SOURCE_DIR "/configs/clusters";
-#endif
-#ifdef REFIT_INSTALL_DATADIR
-  dirs[n++] = REFIT_INSTALL_DATADIR "/clusters";
-#endif
+  char storage[2][RF_SHIPPED_DIR_MAX];
+  int n = rf_shipped_dirs("REFIT_CLUSTER_DIR", "clusters", storage, dirs);
   for (int i = 0; i < n && *arg && !strchr(arg, '.'); i++)
     if (snprintf(path, len, "%s/%s.json", dirs[i], arg) < (int)len && access(path, R_OK) == 0)
       return RF_OK;
