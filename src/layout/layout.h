@@ -153,8 +153,6 @@ int rf_layout_trainer_transposed(const rf_layout *lay, int tensor);
 /* The box of a tensor held by a rollout rank (empty for vocab ranges that fall wholly into
  * vLLM's padding, and with rollout ep for the experts of other ranks). */
 rf_box rf_layout_rollout_box(const rf_layout *lay, int tensor, int rollout_rank);
-/* Whether the rollout engine splits the tensor over its TP ranks (norms are replicated). */
-int rf_layout_rollout_sharded(const rf_layout *lay, int tensor);
 /* The rollout dimension that TP splits (0 for column-parallel, 1 for row-parallel), or -1
  * (replicated, or a whole expert on one rank under rollout ep). */
 int rf_layout_rollout_split_dim(const rf_layout *lay, int tensor);

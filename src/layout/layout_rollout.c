@@ -69,10 +69,6 @@ int rf_layout_rollout_split_dim(const rf_layout *lay, int tensor) {
   return row_parallel(t->kind) ? 1 : 0;
 }
 
-int rf_layout_rollout_sharded(const rf_layout *lay, int tensor) {
-  return rf_layout_rollout_split_dim(lay, tensor) >= 0;
-}
-
 int rf_layout_rollout_shared(const rf_layout *lay, int tensor) {
   return expert_parallel(lay, &lay->model->tensors[tensor]);
 }
