@@ -65,20 +65,27 @@ for locking in TRUE FALSE; do
 done
 
 # Another process takes the writers' lock as soon as the job has checked the file, and holds it
-# past --output-wait: the run goes to a side file, named in the one error line.
+# past --output-wait: the run goes to a side file, named in the one error line. The job's check
+# holds the lock for a moment only and empties the lock file again, so the locker does not look
+# for the holder's line (it missed it under load) but for the lock file's modification time
+# moving on from what it was before the job started; its lockf then waits for the check to end.
 "$PY" -c 'import fcntl, os, sys, time
 name = sys.argv[1] + ".lock"
-while not (os.path.exists(name) and open(name).read().startswith("pid ")):
-    time.sleep(0.005)
+before = os.stat(name).st_mtime_ns
+print("ready", flush=True)
+while os.stat(name).st_mtime_ns == before:
+    time.sleep(0.002)
 f = open(name, "r+"); fcntl.lockf(f, fcntl.LOCK_EX)
 f.truncate(0); f.write("pid 4242 on host elsewhere\n"); f.flush(); print("locked", flush=True)
 time.sleep(60)' "$OUT" >"$TMP/locker" 2>&1 &
 locker=$!
+while [ ! -s "$TMP/locker" ]; do sleep 0.05; done
 expect_exit 3 "${MPIRUN[@]}" -np 4 "$REFIT" "${JOB[@]}" --iters 30 --mode fused --output "$OUT" \
   --output-wait 1
 kill "$locker"
 wait "$locker" 2>/dev/null
-[ "$(cat "$TMP/locker")" = locked ] || fail "the locker did not take the lock: $(cat "$TMP/locker")"
+[ "$(cat "$TMP/locker")" = "ready
+locked" ] || fail "the locker did not take the lock: $(cat "$TMP/locker")"
 side=$(ls "$OUT".run-*.h5 2>/dev/null)
 [ "$(echo "$side" | grep -c .)" = 1 ] || fail "expected one side file, found: $side"
 grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' >"$TMP/refit_err"
