@@ -162,4 +162,33 @@ rf_status rf_schedule_cursor_open(const rf_plan *plan, rf_stage stage, int64_t b
 rf_status rf_schedule_cursor_next(rf_schedule_cursor *c, int max_chunks, rf_schedule *out);
 void rf_schedule_cursor_close(rf_schedule_cursor *c);
 
+/* ---- rounds ------------------------------------------------------------------------------
+ *
+ * How a stage and fanout's forward steps run together, so that forwarding overlaps receiving
+ * (rounds.c): round k posts the stage's bucket k and every forward bucket whose rows had all
+ * arrived at its sender (from the stage or an earlier step) by the end of round k - 1, then
+ * completes them. A pure function of the plan and the schedules, so every rank derives the
+ * same rounds and posts the same messages in the same order. Without forward steps, each of
+ * the stage's buckets is a round of its own. */
+
+typedef struct {
+  int32_t step;   /* -1: the stage's own schedule; s >= 0: forward step s */
+  int32_t bucket; /* in that schedule */
+} rf_round_item;
+
+typedef struct {
+  int round_count;
+  int *first;           /* [round_count + 1]: items[first[k] .. first[k + 1]) post in round k */
+  rf_round_item *items; /* in a round: the stage's bucket, then forward buckets by step, bucket */
+  int steps;
+  int *step_first;    /* [steps + 1] */
+  int *forward_round; /* [step_first[s] + bucket]: the round a forward step's bucket posts in */
+} rf_rounds;
+
+/* `stage` is the transfer's schedule (or any one stage's, with steps = 0), `forward` the
+ * schedules of forward steps 0 .. steps - 1. */
+rf_status rf_rounds_build(const rf_plan *plan, const rf_schedule *stage, const rf_schedule *forward,
+                          int steps, rf_rounds *out);
+void rf_rounds_free(rf_rounds *r);
+
 #endif
