@@ -148,16 +148,20 @@ const rf_schedule *engine_stage(const rf_engine *e, int i) {
   return i == 0 ? &e->reshape : i == 1 ? &e->transfer : &e->forward[i - 2];
 }
 
-/* Staging: the largest bucket of any stage, once per direction, twice for fused. */
+/* Staging: the largest round of the reshape or of the transfer with its forward steps (a
+ * round holds one bucket of the transfer, and the forward buckets ready by then), once per
+ * direction, twice for fused. */
 static rf_status alloc_staging(rf_engine *e) {
   int64_t need[2] = {0, 0};
-  for (int s = 0; s < 2 + e->plan->forward_depth; s++)
-    for (int b = 0; b < engine_stage(e, s)->bucket_count; b++) {
+  for (int s = 0; s < 2; s++) {
+    const rf_rounds *rounds = s == 0 ? &e->reshape_rounds : &e->rounds;
+    for (int k = 0; k < rounds->round_count; k++) {
       int64_t send, recv;
-      engine_bucket_staging(e, engine_stage(e, s), b, &send, &recv);
+      engine_round_staging(e, rounds, s, k, &send, &recv);
       need[0] = RF_MAX(need[0], send);
       need[1] = RF_MAX(need[1], recv);
     }
+  }
   int slots = e->mode == RF_MODE_FUSED ? 2 : 1;
   for (int dir = 0; dir < 2; dir++) {
     e->staging_bytes[dir] = (size_t)need[dir];
@@ -198,6 +202,9 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
     RF_TRY(rf_schedule_build_forward(plan, s, bucket_size, &e->forward[s]));
   if (tp->ops->peer_buffer)
     return engine_mapped_init(e); /* one end copies straight across: no staging */
+  RF_TRY(rf_rounds_build(plan, &e->reshape, NULL, 0, &e->reshape_rounds));
+  RF_TRY(rf_rounds_build(plan, &e->transfer, e->forward, plan->forward_depth, &e->rounds));
+  e->corrupt_round = engine_corrupt_round(e);
   RF_TRY(alloc_staging(e));
   return RF_OK;
 }
@@ -214,6 +221,8 @@ void rf_engine_free(rf_engine *e) {
   for (int f = 0; f < RF_FAMILY_COUNT; f++)
     free(e->peer_offsets[f]);
   free(e->notes);
+  rf_rounds_free(&e->reshape_rounds);
+  rf_rounds_free(&e->rounds);
   rf_schedule_free(&e->reshape);
   rf_schedule_free(&e->transfer);
   for (int s = 0; e->forward && s < e->plan->forward_depth; s++)
@@ -242,20 +251,24 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   if (e->reshape.chunk_count) {
     double scratch[RF_PHASE_COUNT] = {0};
     RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->reshape, scratch)
-                     : engine_run_stage(e, &e->reshape, scratch));
+                     : engine_run_rounds(e, &e->reshape_rounds, 0, scratch));
     times[RF_PHASE_RESHAPE] = rf_now() - start;
   }
-  RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->transfer, times)
-                   : engine_run_stage(e, &e->transfer, times));
+  if (!e->mapped) {
+    /* The transfer and the forward steps in rounds; the forward buckets' pack, transfer and
+     * unpack add to the transfer stage's phases. --inject corrupt strikes inside. */
+    RF_TRY(engine_run_rounds(e, &e->rounds, 1, times));
+    times[RF_PHASE_TOTAL] = rf_now() - start;
+    return RF_OK;
+  }
+  /* The mapped path runs each forward step as a stage of its own, after the transfer. */
+  RF_TRY(engine_run_stage_mapped(e, &e->transfer, times));
   if (e->corrupt_armed) {
     e->corrupt_armed = 0;
     RF_TRY(engine_apply_corrupt(e));
   }
-  /* Each forward step is a stage of its own: it sends on what the ones before delivered. Its
-   * pack, transfer and unpack add to the transfer stage's phases. */
   for (int s = 0; s < e->plan->forward_depth; s++)
-    RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->forward[s], times)
-                     : engine_run_stage(e, &e->forward[s], times));
+    RF_TRY(engine_run_stage_mapped(e, &e->forward[s], times));
   times[RF_PHASE_TOTAL] = rf_now() - start;
   return RF_OK;
 }
