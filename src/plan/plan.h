@@ -67,7 +67,8 @@ typedef struct {
 
   /* Fan-out (kind == RF_PLAN_FANOUT, plan_fanout.c): the trainer sends every element once, to
    * the tensor's root replica, and the forward stage copies it to the other replicas along a
-   * binomial tree, one step after another. Every kind has forward_first (depth 0: {count}). */
+   * binomial tree, a step trailing the one before (rf_rounds). Every kind has forward_first
+   * (depth 0: {count}). */
   int *root;          /* [tensor]: the replica the trainer sends it to; -1 where it is not
                        * replicated (experts under rollout ep: sent straight to their rank) */
   int forward_depth;  /* steps of the forward stage: ceil(log2 P), 0 without replicas */
@@ -144,8 +145,8 @@ typedef struct {
 
 rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
                             rf_schedule *out);
-/* One step of the forward stage (0 <= step < plan->forward_depth): the steps run one after
- * the other, since step s forwards what step s - 1 (or the transfer) delivered. */
+/* One step of the forward stage (0 <= step < plan->forward_depth): step s forwards what step
+ * s - 1 (or the transfer) delivered, a bucket as soon as its rows are there (rf_rounds). */
 rf_status rf_schedule_build_forward(const rf_plan *plan, int step, int64_t bucket_size,
                                     rf_schedule *out);
 void rf_schedule_free(rf_schedule *s);
