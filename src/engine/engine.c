@@ -261,7 +261,8 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
     times[RF_PHASE_TOTAL] = rf_now() - start;
     return RF_OK;
   }
-  /* The mapped path runs each forward step as a stage of its own, after the transfer. */
+  /* The mapped path (ipc) still runs the transfer, then each forward step, a stage after
+   * another: rounds there wait for a GPU to test them on. */
   RF_TRY(engine_run_stage_mapped(e, &e->transfer, times));
   if (e->corrupt_armed) {
     e->corrupt_armed = 0;
