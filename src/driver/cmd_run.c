@@ -25,12 +25,21 @@ typedef struct {
   run_record record;         /* what rank 0 writes to --output */
 } run_setup;
 
-/* --memory: GPU transports need the weights on the GPU; mpi takes them from wherever they
- * are, staging device weights through pinned host memory (the baseline GPU users compare
- * the GPU transports with). auto puts them on a GPU when this process sees one. */
+/* --memory: GPU transports need the weights on the GPU, shm in shared host memory; mpi takes
+ * them from wherever they are, staging device weights through pinned host memory (the
+ * baseline GPU users compare the GPU transports with). auto puts them on a GPU when this
+ * process sees one. */
 static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
   int gpu_transport = rs->transport->memory == RF_MEM_DEVICE;
-  if (cfg->memory == RF_MEM_REQUEST_HOST) {
+  if (rs->transport->memory == RF_MEM_SHARED) {
+    /* shm maps host memory between processes; it has no way to reach a GPU's. */
+    if (cfg->memory == RF_MEM_REQUEST_DEVICE)
+      return rf_fail(RF_ERR_USAGE,
+                     "option --memory device: the %s transport moves host memory; "
+                     "use --memory host or --transport ipc",
+                     rs->transport->name);
+    rs->memory = RF_MEM_SHARED;
+  } else if (cfg->memory == RF_MEM_REQUEST_HOST) {
     if (gpu_transport)
       return rf_fail(RF_ERR_USAGE,
                      "option --memory host: the %s transport moves GPU memory; "

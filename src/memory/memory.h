@@ -17,7 +17,8 @@
 typedef enum {
   RF_MEM_HOST = 0, /* pageable host memory */
   RF_MEM_PINNED,   /* page-locked host memory (GPU builds) */
-  RF_MEM_DEVICE    /* GPU memory (GPU builds) */
+  RF_MEM_DEVICE,   /* GPU memory (GPU builds) */
+  RF_MEM_SHARED    /* host memory other processes of the node can map (the shm transport) */
 } rf_mem_kind;
 const char *rf_mem_kind_name(rf_mem_kind kind);
 
@@ -40,6 +41,11 @@ typedef struct {
   int64_t peak_bytes;
 } rf_mem_stats;
 rf_mem_stats rf_mem_get_stats(void);
+
+/* The file descriptor behind a buffer rf_mem_alloc gave out as RF_MEM_SHARED (an anonymous
+ * memory file), and its size: another process of the node opens it as /proc/PID/fd/FD and
+ * maps the same pages. `ptr` must be the start of such a buffer. */
+rf_status rf_mem_shared_fd(const void *ptr, int *fd, size_t *bytes);
 void rf_mem_reset_peak(void);
 /* Peak resident set size of this process in bytes (getrusage). */
 int64_t rf_mem_peak_rss(void);

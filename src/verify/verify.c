@@ -249,7 +249,8 @@ static rf_gpu_walk gpu_walk_of(const rf_region *r, const rf_box *box, const rf_t
 }
 
 static rf_status kind_check(rf_mem_kind kind) {
-  if (kind == RF_MEM_HOST || kind == RF_MEM_PINNED || kind == RF_MEM_DEVICE)
+  if (kind == RF_MEM_HOST || kind == RF_MEM_PINNED || kind == RF_MEM_DEVICE ||
+      kind == RF_MEM_SHARED)
     return RF_OK;
   return rf_fail(RF_ERR_INTERNAL, "unknown memory kind %d", (int)kind);
 }
