@@ -440,7 +440,8 @@ static void test_config_file(void) {
   ASSERT_STR_EQ(c.sweep.axes[1].values[1], "1MiB");
   expect_config_error("run", "{\n\"seed\": [1, 2]}",
                       "2:1: key 'seed' holds a list; only mode, plan, transport, trainer, rollout, "
-                      "placement, bucket_size and model can be swept, by refit run");
+                      "rollout_dtype, placement, bucket_size and model can be swept, by refit "
+                      "run");
   expect_config_error("run", "{\"plan\": [\"p2p\", \"ring\"]}",
                       "1:2: key 'plan', value 2: 'ring' is not one of p2p|star|fanout");
   expect_config_error("run", "{\"bucket-size\": \"12XB\"}",
