@@ -39,6 +39,12 @@ rf_status rf_job_build_layout(const rf_config *cfg, int world_size, rf_job *job)
                    "option --bucket-size: %lld bytes is below the minimum of 4096 "
                    "(or 0 for the whole model in one bucket)",
                    (long long)cfg->bucket_size);
+  if (cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8 && cfg->bucket_size != 0 &&
+      cfg->bucket_size < RF_FP8_MIN_BUCKET)
+    return rf_fail(RF_ERR_USAGE,
+                   "option --bucket-size: %lld bytes is below the %d of one 128x128 fp8 block "
+                   "and its scale, which --rollout-dtype fp8 moves whole; use %d or more (or 0)",
+                   (long long)cfg->bucket_size, RF_FP8_MIN_BUCKET, RF_FP8_MIN_BUCKET);
   RF_TRY(rf_trainer_layout_parse(cfg->trainer, &job->trainer));
   RF_TRY(rf_rollout_layout_parse(cfg->rollout, &job->rollout));
   job->trainer.style = cfg->trainer_style;
