@@ -128,7 +128,7 @@ static rf_status refuse_cut(const rf_layout *lay, int tensor) {
   for (int tp = 1; tp <= MAX_SUGGESTED_TP; tp++) {
     if (!tp_fits(lay, tp))
       continue;
-    if (n++)
+    if (n++ && len < sizeof fits) /* 1 to 64 fit in fits; the test only keeps it in bounds */
       len += (size_t)snprintf(fits + len, sizeof fits - len, "%s%d", n > 2 ? ", " : "", last);
     last = tp;
   }
@@ -140,7 +140,8 @@ static rf_status refuse_cut(const rf_layout *lay, int tensor) {
                    t->name, (long long)t->shape[0], (long long)t->shape[1], lay->rollout.tp,
                    MAX_SUGGESTED_TP);
   /* "1, 2 or 4": the list so far, then the last one. */
-  snprintf(fits + len, sizeof fits - len, "%s%d", n > 1 ? " or " : "", last);
+  if (len < sizeof fits)
+    snprintf(fits + len, sizeof fits - len, "%s%d", n > 1 ? " or " : "", last);
   return rf_fail(RF_ERR_LAYOUT,
                  "--rollout-dtype fp8: tensor '%s' [%lld, %lld] is cut inside a 128x128 block by "
                  "rollout tp=%d; use tp=%s",
