@@ -93,7 +93,7 @@ typedef struct {
   int vllm_ndim;
   int64_t vllm_shape[3];
   int64_t numel;
-  rf_dtype dtype; /* its members' dtype */
+  rf_dtype dtype; /* its members' dtype, or fp8 for an fp8 rollout's linear weights */
   int64_t bytes;
 } rf_rollout_tensor;
 
