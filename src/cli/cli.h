@@ -64,6 +64,7 @@ typedef struct {
   rf_trainer_order trainer_order; /* --trainer-order hf|jax */
   char rollout[64];               /* --rollout tp=R[,dp=P][,ep] */
   int64_t rollout_rank;           /* --rollout-rank N: whose manifest plan --json lists */
+  rf_rollout_dtype rollout_dtype; /* --rollout-dtype model|fp8 */
   rf_placement placement;         /* --placement disaggregated|colocated */
   rf_plan_kind plan;              /* --plan p2p|star|fanout */
   rf_mode_list mode;              /* --mode unfused|grouped|fused, or a comma-separated list */

@@ -22,7 +22,7 @@ static const char *const format_names[] = {"auto", "safetensors", "hdf5"};
 
 /* Enum fields are stored as int, and a list as rf_mode_list's count and items. */
 _Static_assert(sizeof(rf_mode) == sizeof(int) && sizeof(rf_plan_kind) == sizeof(int) &&
-                   sizeof(rf_bind) == sizeof(int),
+                   sizeof(rf_bind) == sizeof(int) && sizeof(rf_rollout_dtype) == sizeof(int),
                "enum fields are stored as int");
 _Static_assert(offsetof(rf_mode_list, items) == sizeof(int), "rf_mode_list: count, then items");
 
@@ -105,6 +105,17 @@ const rf_cli_option rf_cli_options[] = {
      .metavar = "N",
      .commands = PLAN,
      .help = "the rollout rank whose tensors --json lists as rollout_manifest"},
+    {.name = "rollout-dtype",
+     .sweep = 1,
+     .type = RF_OPT_ENUM,
+     NAMES(rf_rollout_dtype, RF_ROLLOUT_DTYPE_COUNT),
+     FIELD(rollout_dtype),
+     .def = "model",
+     .unit = "",
+     .commands = RUN | PLAN | SIM,
+     .help = "what the rollout receives: every tensor in the trainer's dtype, or every linear "
+             "weight as float8_e4m3fn with an fp32 weight_scale_inv per 128x128 block (vLLM's "
+             "block FP8; planned and simulated, not moved yet)"},
     {.name = "placement",
      .sweep = 1,
      .type = RF_OPT_ENUM,

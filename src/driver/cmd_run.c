@@ -121,12 +121,13 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
     const rf_model *m = &job->model;
     char job_line[512];
     snprintf(job_line, sizeof job_line,
-             "%s (%s, %lld bytes, %d tensors); trainer %s (%s, %s order); rollout %s; %s; "
+             "%s (%s, %lld bytes, %d tensors); trainer %s (%s, %s order); rollout %s%s; %s; "
              "transport %s (weights in %s memory); verify %s; warmup %lld, iters %lld; "
              "seed %lld",
              m->name, rf_dtype_name(m->dtype), (long long)m->total_bytes, m->tensor_count,
              cfg->trainer, rf_trainer_style_name(cfg->trainer_style),
              rf_trainer_order_name(cfg->trainer_order), cfg->rollout,
+             cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8 ? " (fp8, block-quantized)" : "",
              rf_placement_name(cfg->placement), cfg->transport, rf_mem_kind_name(rs_memory),
              rf_verify_level_name(cfg->verify), (long long)cfg->warmup, (long long)cfg->iters,
              (long long)cfg->seed);

@@ -54,8 +54,9 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
   snprintf(res.transport, sizeof res.transport, "simulated");
   snprintf(res.verify, sizeof res.verify, "none");
   res.model_bytes = job->model.total_bytes;
-  res.replica_bytes = plan->transfer_bytes / job->rollout.dp;
-  res.transfer_bytes = plan->transfer_bytes;
+  /* The bytes on the wire: an fp8 rollout's are what the prediction moved. */
+  res.replica_bytes = plan->wire_transfer_bytes / job->rollout.dp;
+  res.transfer_bytes = plan->wire_transfer_bytes;
   res.pieces = plan->piece_count;
   res.messages = r->messages;
   res.bucket_size = x->cfg->bucket_size;
@@ -104,6 +105,14 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
       .messages = r->messages,
       .transfer_bytes = plan->transfer_bytes,
       .reshape_bytes = plan->reshape_bytes,
+      .rollout_dtype = rf_rollout_dtype_name(plan->layout->rollout.dtype),
+      .wire_send_bytes =
+          plan->layout->rollout.dtype == RF_ROLLOUT_DTYPE_FP8 ? plan->wire_send_bytes : NULL,
+      .wire_recv_bytes = plan->wire_recv_bytes,
+      .wire_transfer_bytes = plan->wire_transfer_bytes,
+      .wire_forward_bytes = plan->wire_forward_bytes,
+      .source_quantized_tensors = plan->source_tensors,
+      .destination_quantized_tensors = plan->destination_tensors,
       .send_bytes = plan->send_bytes,
       .trainer_ranks = job->layout.trainer_ranks,
       .recv_bytes = plan->recv_bytes,

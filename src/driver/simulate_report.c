@@ -54,6 +54,11 @@ void rf_sim_print_header(const rf_sim_context *x) {
   if (plan->kind == RF_PLAN_STAR)
     printf(", %" PRId64 " reshape bytes", plan->reshape_bytes);
   printf("\n");
+  if (job->rollout.dtype == RF_ROLLOUT_DTYPE_FP8)
+    printf("%-16s fp8: %" PRId64 " transfer bytes on the wire (what the prediction moves), %d "
+           "fp8 tensors quantized at their source, %d at their destination\n",
+           "rollout dtype", plan->wire_transfer_bytes, plan->source_tensors,
+           plan->destination_tensors);
   const rf_calibration *cal = x->calibration;
   if (!cal)
     return;
@@ -194,6 +199,13 @@ json_t *rf_sim_json(const rf_sim_context *x) {
   json_object_set_new(o, "blocks", json_integer(plan->block_count));
   json_object_set_new(o, "transfer_bytes", json_integer(plan->transfer_bytes));
   json_object_set_new(o, "reshape_bytes", json_integer(plan->reshape_bytes));
+  if (job->rollout.dtype == RF_ROLLOUT_DTYPE_FP8) { /* only with fp8: other jobs print as before */
+    json_object_set_new(o, "rollout_dtype", json_string("fp8"));
+    json_object_set_new(o, "wire_transfer_bytes", json_integer(plan->wire_transfer_bytes));
+    json_object_set_new(o, "source_quantized_tensors", json_integer(plan->source_tensors));
+    json_object_set_new(o, "destination_quantized_tensors",
+                        json_integer(plan->destination_tensors));
+  }
   json_object_set_new(o, "bucket_size", json_integer(x->cfg->bucket_size));
   json_object_set_new(o, "cluster", cluster_json(x->cluster));
   json_object_set_new(o, "calibration",

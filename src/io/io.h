@@ -62,6 +62,13 @@ typedef struct {
    * that forward nothing, which then write none of these. */
   const int64_t *forward_send_bytes, *forward_recv_bytes;
   int64_t forward_bytes, forward_depth;
+  /* --rollout-dtype ("model", "fp8"), or NULL to write none. With fp8 the plan group holds
+   * what crosses the wire (rf_plan's wire totals; NULL wire_send_bytes writes none of them):
+   * files without these attributes moved every byte in the trainer's dtype. */
+  const char *rollout_dtype;
+  const int64_t *wire_send_bytes, *wire_recv_bytes; /* [trainer rank], [rollout rank] */
+  int64_t wire_transfer_bytes, wire_forward_bytes;
+  int64_t source_quantized_tensors, destination_quantized_tensors;
 
   const rf_rank_info *rank_table; /* [rank]: host, pid, roles, GPU, cores (placement) */
   int ranks;

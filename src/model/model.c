@@ -21,7 +21,7 @@
 static const struct {
   const char *name;
   int size;
-} dtypes[] = {{"bf16", 2}, {"fp16", 2}, {"fp32", 4}};
+} dtypes[] = {{"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp8_e4m3fn", 1}};
 
 static int dtype_valid(rf_dtype dt) { return (int)dt >= 0 && (int)dt < (int)RF_ARRAY_LEN(dtypes); }
 
@@ -305,7 +305,8 @@ rf_status rf_model_set_tensor_dtype(rf_model *model, int index, rf_dtype dtype) 
   if (index < 0 || index >= model->tensor_count)
     return rf_fail(RF_ERR_INTERNAL, "model %s has no tensor %d; pass an index below %d",
                    model->name, index, model->tensor_count);
-  if (rf_dtype_size(dtype) == 0)
+  /* fp8 is the rollout's only: a trainer tensor in it would need scales refit does not move. */
+  if (rf_dtype_size(dtype) == 0 || dtype == RF_DTYPE_FP8)
     return rf_fail(RF_ERR_INTERNAL,
                    "model %s: %d is not a dtype to give tensor %s; pass an rf_dtype", model->name,
                    (int)dtype, model->tensors[index].name);

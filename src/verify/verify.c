@@ -178,6 +178,8 @@ void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, u
     case RF_DTYPE_FP32:
       fill_line(p, &bw, g, key, RF_DTYPE_FP32);
       break;
+    case RF_DTYPE_FP8: /* a rollout dtype only: no logical tensor has it (model.h) */
+      break;
     }
   }
 }
@@ -220,6 +222,8 @@ int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *
       break;
     case RF_DTYPE_FP32:
       wrong += check_line(p, &bw, g, t, key, RF_DTYPE_FP32, out, max_report, &nrep);
+      break;
+    case RF_DTYPE_FP8: /* a rollout dtype only: no logical tensor has it (model.h) */
       break;
     }
   }
