@@ -86,6 +86,10 @@ typedef struct {
    * or links. */
   const char *simulation_json;
   const char *cluster;
+  /* A simulated run's published reference (refit simulate --published-s, --published-label):
+   * another system's time for the same job; 0 writes neither attribute. */
+  double published_s;
+  const char *published_label;
 } rf_results_run;
 
 typedef struct rf_results rf_results;
@@ -176,7 +180,9 @@ typedef struct {
   double time_median_s, time_p99_s, algbw_GBps; /* NAN where absent */
   double limit_s[RF_LIMIT_COUNT];               /* NAN where not calibrated */
   int skipped;
-  int simulated; /* written by refit simulate: a prediction, not a measurement */
+  int simulated;             /* written by refit simulate: a prediction, not a measurement */
+  double published_s;        /* a simulated run's published reference; NAN where absent */
+  char published_label[128]; /* whose time published_s is; "" where absent */
   int has_summary;
   double phase_median[RF_PHASE_COUNT], phase_p99[RF_PHASE_COUNT]; /* summary, seconds */
   int timing_iterations, timing_ranks;

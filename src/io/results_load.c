@@ -178,6 +178,7 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       {"gpu_versions", run->gpu_versions, sizeof run->gpu_versions},
       {"cluster", run->cluster, sizeof run->cluster},
       {"memory", run->memory, sizeof run->memory},
+      {"published_label", run->published_label, sizeof run->published_label},
   };
   rf_status st = RF_OK;
   for (size_t i = 0; i < RF_ARRAY_LEN(text) && st == RF_OK; i++)
@@ -202,7 +203,7 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(ints) && st == RF_OK; i++)
     st = read_attr_num(src, g, ints[i].attr, H5T_NATIVE_INT64, ints[i].out);
-  run->time_median_s = run->time_p99_s = run->algbw_GBps = NAN;
+  run->time_median_s = run->time_p99_s = run->algbw_GBps = run->published_s = NAN;
   struct {
     const char *attr;
     double *out;
@@ -210,6 +211,7 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       {"time_median_s", &run->time_median_s},
       {"time_p99_s", &run->time_p99_s},
       {"algbw_GBps", &run->algbw_GBps},
+      {"published_s", &run->published_s},
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(reals) && st == RF_OK; i++)
     st = read_attr_num(src, g, reals[i].attr, H5T_NATIVE_DOUBLE, reals[i].out);
