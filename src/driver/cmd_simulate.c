@@ -115,6 +115,7 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
       .cluster = x->cluster->name,
       .published_s = x->cfg->published_s,
       .published_label = x->cfg->published_label,
+      .memory_fits = r->fits,
   };
   int number = 0;
   if (st == RF_OK)

@@ -184,7 +184,7 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
   for (size_t i = 0; i < RF_ARRAY_LEN(text) && st == RF_OK; i++)
     st = read_attr_text(src, g, text[i].attr, text[i].buf, text[i].len);
   run->bucket_size = run->iterations = run->ranks = run->wrong = run->checksum_bad = -1;
-  run->sweep_index = run->sweep_size = run->messages = run->pieces = -1;
+  run->sweep_index = run->sweep_size = run->messages = run->pieces = run->memory_fits = -1;
   int64_t simulated = 0;
   struct {
     const char *attr;
@@ -200,6 +200,7 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       {"messages", &run->messages},
       {"pieces", &run->pieces},
       {"simulated", &simulated},
+      {"memory_fits", &run->memory_fits},
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(ints) && st == RF_OK; i++)
     st = read_attr_num(src, g, ints[i].attr, H5T_NATIVE_INT64, ints[i].out);

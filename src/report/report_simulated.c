@@ -9,16 +9,28 @@
 
 #define MS(s) ((s)*1e3)
 
-static const char *const simulated_head[] = {"file",         "run",          "model",
-                                             "trainer",      "rollout",      "cluster",
-                                             "plan",         "mode",         "bucket_size_bytes",
-                                             "predicted_ms", "published_ms", "published_label",
+/* fits: whether the prediction's memory fits the cluster's GPUs (or nodes); empty in files
+ * written before refit recorded it. */
+static const char *const simulated_head[] = {"file",
+                                             "run",
+                                             "model",
+                                             "trainer",
+                                             "rollout",
+                                             "cluster",
+                                             "plan",
+                                             "mode",
+                                             "bucket_size_bytes",
+                                             "fits",
+                                             "predicted_ms",
+                                             "published_ms",
+                                             "published_label",
                                              "ratio"};
-static const int simulated_digits[] = {0, 0, -1, -1, -1, -1, -1, -1, 0, 3, 3, -1, 3};
+static const int simulated_digits[] = {0, 0, -1, -1, -1, -1, -1, -1, 0, -1, 3, 3, -1, 3};
 
 /* One row per published reference: refit's fastest prediction over the plans, modes and bucket
- * sizes simulated for it, and ratio = predicted / published (below 1: refit predicts itself
- * faster). runs says how many predictions the best was chosen from. */
+ * sizes simulated for it, among those whose memory fits when any does (best_fits says which),
+ * and ratio = predicted / published (below 1: refit predicts itself faster). runs says how many
+ * predictions the best was chosen from. */
 static const char *const published_head[] = {"file",
                                              "published_label",
                                              "model",
@@ -30,9 +42,23 @@ static const char *const published_head[] = {"file",
                                              "best_plan",
                                              "best_mode",
                                              "best_bucket_size_bytes",
+                                             "best_fits",
                                              "predicted_ms",
                                              "ratio"};
-static const int published_digits[] = {0, -1, -1, -1, -1, -1, 3, 0, -1, -1, 0, 3, 3};
+static const int published_digits[] = {0, -1, -1, -1, -1, -1, 3, 0, -1, -1, 0, -1, 3, 3};
+
+static const char *fits_text(const rf_loaded_run *r) {
+  return r->memory_fits < 0 ? "" : r->memory_fits ? "yes" : "no";
+}
+
+/* Is a better than b as the best prediction: one that fits beats one that does not (a file
+ * from before memory_fits counts as fitting), then the shorter time. */
+static int better(const rf_loaded_run *a, const rf_loaded_run *b) {
+  int fa = a->memory_fits != 0, fb = b->memory_fits != 0;
+  if (fa != fb)
+    return fa;
+  return a->time_median_s < b->time_median_s;
+}
 
 static int has_published(const rf_loaded_run *r) {
   return r->simulated && !isnan(r->published_s) && r->published_s > 0;
@@ -55,12 +81,13 @@ static rf_status add_simulated(rf_report_table *t, int file, const rf_loaded_run
   for (int i = 0; i < (int)RF_ARRAY_LEN(text); i++)
     rf_cell_text(&row[2 + i], "%s", text[i]);
   rf_cell_int(&row[8], r->bucket_size);
-  rf_cell_num(&row[9], MS(r->time_median_s));
+  rf_cell_text(&row[9], "%s", fits_text(r));
+  rf_cell_num(&row[10], MS(r->time_median_s));
   /* A prediction without a reference leaves the published cells empty, not zero. */
   int ref = has_published(r);
-  rf_cell_num(&row[10], ref ? MS(r->published_s) : NAN);
-  rf_cell_text(&row[11], "%s", ref ? r->published_label : "");
-  rf_cell_num(&row[12], ref ? r->time_median_s / r->published_s : NAN);
+  rf_cell_num(&row[11], ref ? MS(r->published_s) : NAN);
+  rf_cell_text(&row[12], "%s", ref ? r->published_label : "");
+  rf_cell_num(&row[13], ref ? r->time_median_s / r->published_s : NAN);
   return RF_OK;
 }
 
@@ -77,7 +104,7 @@ static rf_status add_published(rf_report_table *t, int file, const rf_loaded_res
         continue;
       first = j >= i;
       runs++;
-      if (!isnan(o->time_median_s) && (!best || o->time_median_s < best->time_median_s))
+      if (!isnan(o->time_median_s) && (!best || better(o, best)))
         best = o;
     }
     if (!first || !best)
@@ -94,8 +121,9 @@ static rf_status add_published(rf_report_table *t, int file, const rf_loaded_res
     rf_cell_text(&row[8], "%s", best->plan);
     rf_cell_text(&row[9], "%s", best->mode);
     rf_cell_int(&row[10], best->bucket_size);
-    rf_cell_num(&row[11], MS(best->time_median_s));
-    rf_cell_num(&row[12], best->time_median_s / r->published_s);
+    rf_cell_text(&row[11], "%s", fits_text(best));
+    rf_cell_num(&row[12], MS(best->time_median_s));
+    rf_cell_num(&row[13], best->time_median_s / r->published_s);
   }
   return RF_OK;
 }
