@@ -6,9 +6,9 @@
 #
 #   bench/published.sh [OUTDIR]        default OUTDIR: build/published
 # Environment: BUILD (build dir, default build), MD (the table, default results/published.md),
-# TABLE (the rows, default configs/published/refits.json). A few minutes on 2 cores: the
-# Kimi-K2 and DeepSeek-V3 rows (256 ranks) simulate fewer plans and bucket sizes, as their
-# rows' "bench" entries say.
+# TABLE (the rows, default configs/published/refits.json). About 4 minutes and 2.5 GB on the
+# 2-core VM (246 s measured while other builds ran); the rows whose every plan and bucket size
+# would take longer simulate fewer, as their "bench" entries say.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
