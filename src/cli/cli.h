@@ -101,6 +101,8 @@ typedef struct {
   char output_dir[RF_PATH_MAX];   /* --output-dir, -o DIR (report) */
   char cluster[RF_PATH_MAX];      /* --cluster NAME|FILE (simulate) */
   char calibration[RF_PATH_MAX];  /* --calibration RESULTS.h5 (simulate) */
+  double published_s;             /* --published-s: a published time of the same job; 0 = none */
+  char published_label[128];      /* --published-label TEXT: whose time, and where it appeared */
 
   /* The command line as given, for headers and results files. */
   char command_line[4096];

@@ -403,6 +403,25 @@ const rf_cli_option rf_cli_options[] = {
      .commands = SIM,
      .help = "fit the cluster's rates to the measured runs and --calibrate limits of a results "
              "file (weights in the same kind of memory) before predicting"},
+    {.name = "published-s",
+     .type = RF_OPT_DOUBLE,
+     .dmin = 0,
+     .dmax = 86400,
+     FIELD(published_s),
+     .def = "0",
+     .unit = "s",
+     .metavar = "SECONDS",
+     .commands = SIM,
+     .help = "another system's published time for the same job, recorded with the simulated "
+             "runs of --output so refit report sets the prediction beside it; 0 = none"},
+    {.name = "published-label",
+     .type = RF_OPT_STRING,
+     FIELD(published_label),
+     .def = "",
+     .unit = "",
+     .metavar = "TEXT",
+     .commands = SIM,
+     .help = "whose time --published-s is and where it was published, for the report"},
 };
 
 const size_t rf_cli_option_count = RF_ARRAY_LEN(rf_cli_options);

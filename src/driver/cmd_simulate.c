@@ -122,6 +122,9 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
       .env = "",
       .simulation_json = text,
       .cluster = x->cluster->name,
+      .published_s = x->cfg->published_s,
+      .published_label = x->cfg->published_label,
+      .memory_fits = r->fits,
   };
   int number = 0;
   if (st == RF_OK)
@@ -165,6 +168,9 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
     return rf_fail(RF_ERR_USAGE, "refit simulate needs --cluster NAME|FILE (configs/clusters "
                                  "holds h100-hgx, h200-hgx, gb200-nvl72, h20-hgx, h800-hgx, "
                                  "h200-lent and vm-2core)");
+  if (cfg->published_label[0] && !(cfg->published_s > 0))
+    return rf_fail(RF_ERR_USAGE, "refit simulate --published-label needs --published-s SECONDS, "
+                                 "the published time it labels");
   rf_cluster cluster;
   RF_TRY(rf_cluster_load(cfg->cluster, &cluster));
   rf_job job;

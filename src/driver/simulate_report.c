@@ -59,6 +59,9 @@ void rf_sim_print_header(const rf_sim_context *x) {
            "fp8 tensors quantized at their source, %d at their destination\n",
            "rollout dtype", plan->wire_transfer_bytes, plan->source_tensors,
            plan->destination_tensors);
+  if (x->cfg->published_s > 0)
+    printf("%-16s %.4g s (%s)\n", "published", x->cfg->published_s,
+           x->cfg->published_label[0] ? x->cfg->published_label : "no label");
   const rf_calibration *cal = x->calibration;
   if (!cal)
     return;
@@ -103,6 +106,9 @@ void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_resul
          x->device ? "GPU" : "node", rf_format_bytes(r->device_peak, f, sizeof f),
          rf_format_bytes((int64_t)r->device_capacity, bucket, sizeof bucket),
          r->fits ? "fits" : "does not fit");
+  if (x->cfg->published_s > 0)
+    printf("  %-14s predicted / published %.3g\n", "published",
+           ph[RF_PHASE_TOTAL] / x->cfg->published_s);
 }
 
 static json_t *cluster_json(const rf_cluster *c) {
@@ -210,6 +216,13 @@ json_t *rf_sim_json(const rf_sim_context *x) {
   json_object_set_new(o, "cluster", cluster_json(x->cluster));
   json_object_set_new(o, "calibration",
                       x->calibration ? calibration_json(x->calibration) : json_null());
+  json_t *published = NULL;
+  if (x->cfg->published_s > 0) {
+    published = json_object();
+    json_object_set_new(published, "s", json_real(x->cfg->published_s));
+    json_object_set_new(published, "label", json_string(x->cfg->published_label));
+  }
+  json_object_set_new(o, "published", published ? published : json_null());
   json_object_set_new(o, "runs", json_array());
   return o;
 }
@@ -247,5 +260,9 @@ json_t *rf_sim_mode_json(const rf_sim_context *x, rf_mode mode, const rf_sim_res
   json_object_set_new(mem, "device_capacity_bytes", json_real(r->device_capacity));
   json_object_set_new(mem, "fits", json_boolean(r->fits));
   json_object_set_new(o, "memory", mem);
+  json_object_set_new(o, "published_ratio",
+                      x->cfg->published_s > 0
+                          ? json_real(r->phase[RF_PHASE_TOTAL] / x->cfg->published_s)
+                          : json_null());
   return o;
 }

@@ -142,6 +142,12 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
     RF_TRY(rf_results_attr_i64(g, ".", "simulated", 1));
     RF_TRY(rf_results_attr_str(g, ".", "cluster", run->cluster ? run->cluster : ""));
     RF_TRY(rf_results_attr_str(g, ".", "simulation_json", run->simulation_json));
+    RF_TRY(rf_results_attr_i64(g, ".", "memory_fits", run->memory_fits != 0));
+    if (run->published_s > 0) {
+      RF_TRY(rf_results_attr_f64(g, ".", "published_s", run->published_s));
+      RF_TRY(rf_results_attr_str(g, ".", "published_label",
+                                 run->published_label ? run->published_label : ""));
+    }
     return RF_OK;
   }
   RF_TRY(rf_results_slurm_attrs(g));

@@ -256,9 +256,10 @@ static int collect_shipped(char names[][RF_NAME_MAX]) {
 void rf_model_list_shipped(char *buf, int len) {
   /* Used when no directory can be read, e.g. a binary moved away from its install prefix. */
   static const char *fallback[] = {
-      "deepseek-v2-lite", "deepseek-v3",  "gemma-2-9b",     "gemma-2b",      "gemma-3-1b",
-      "gemma-7b",         "kimi-k2",      "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b",
-      "llama-3.2-1b",     "mixtral-8x7b", "qwen3-30b-a3b",  "qwen3-8b",      "tiny"};
+      "deepseek-v2-lite", "deepseek-v3",   "gemma-2-9b",   "gemma-2b",
+      "gemma-3-1b",       "gemma-7b",      "kimi-k2",      "llama-3.1-405b",
+      "llama-3.1-70b",    "llama-3.1-8b",  "llama-3.2-1b", "mixtral-8x7b",
+      "qwen3-235b-a22b",  "qwen3-30b-a3b", "qwen3-8b",     "tiny"};
   if (!buf || len <= 0)
     return;
   char names[MAX_SHIPPED][RF_NAME_MAX];

@@ -188,6 +188,10 @@ void rf_schedule_free(rf_schedule *s);
 typedef struct rf_schedule_cursor rf_schedule_cursor;
 rf_status rf_schedule_cursor_open(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
                                   rf_schedule_cursor **out);
+/* The same over fanout's forward step `step` (0 .. forward_depth - 1), as
+ * rf_schedule_build_forward cuts it. */
+rf_status rf_schedule_cursor_open_forward(const rf_plan *plan, int step, int64_t bucket_size,
+                                          rf_schedule_cursor **out);
 rf_status rf_schedule_cursor_next(rf_schedule_cursor *c, int max_chunks, rf_schedule *out);
 void rf_schedule_cursor_close(rf_schedule_cursor *c);
 

@@ -251,6 +251,16 @@ rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_
   return build(plan, stage, 0, plan->piece_count, bucket_size, out);
 }
 
+rf_status rf_schedule_cursor_open_forward(const rf_plan *plan, int step, int64_t bucket_size,
+                                          rf_schedule_cursor **out) {
+  *out = NULL;
+  if (step < 0 || step >= plan->forward_depth)
+    return rf_fail(RF_ERR_INTERNAL, "schedule: forward step %d of a plan with %d steps", step,
+                   plan->forward_depth);
+  return cursor_open(plan, RF_STAGE_FORWARD, plan->forward_first[step],
+                     plan->forward_first[step + 1], bucket_size, out);
+}
+
 rf_status rf_schedule_build_forward(const rf_plan *plan, int step, int64_t bucket_size,
                                     rf_schedule *out) {
   if (step < 0 || step >= plan->forward_depth)
