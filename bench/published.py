@@ -39,6 +39,8 @@ def simulate(refit, row, plan, bucket, h5):
            "--plan", plan, "--bucket-size", bucket, "--mode", MODES, "--json",
            "--published-s", repr(row["published_s"]), "--published-label", row["label"],
            "--output", h5]
+    if "rollout_dtype" in r:
+        cmd += ["--rollout-dtype", r["rollout_dtype"]]
     start = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True)
     seconds = time.monotonic() - start
@@ -52,6 +54,8 @@ def simulate(refit, row, plan, bucket, h5):
 def command_line(row):
     r = row["refit"]
     extra = "" if r["placement"] == "disaggregated" else f" --placement {r['placement']}"
+    if "rollout_dtype" in r:
+        extra += f" --rollout-dtype {r['rollout_dtype']}"
     return (f"refit simulate --model {r['model']} --trainer {r['trainer']} --rollout "
             f"{r['rollout']}{extra} --cluster {r['cluster']}")
 
