@@ -22,7 +22,8 @@ static const char *const format_names[] = {"auto", "safetensors", "hdf5"};
 
 /* Enum fields are stored as int, and a list as rf_mode_list's count and items. */
 _Static_assert(sizeof(rf_mode) == sizeof(int) && sizeof(rf_plan_kind) == sizeof(int) &&
-                   sizeof(rf_bind) == sizeof(int) && sizeof(rf_rollout_dtype) == sizeof(int),
+                   sizeof(rf_bind) == sizeof(int) && sizeof(rf_rollout_dtype) == sizeof(int) &&
+                   sizeof(rf_copy_path) == sizeof(int),
                "enum fields are stored as int");
 _Static_assert(offsetof(rf_mode_list, items) == sizeof(int), "rf_mode_list: count, then items");
 
@@ -356,6 +357,16 @@ const rf_cli_option rf_cli_options[] = {
      .help = "where the weights live; auto = on the GPU when the transport or the machine has "
              "one (mpi then stages through pinned host memory), else in host memory; for "
              "simulate, on the GPU when the cluster has GPUs"},
+    {.name = "copy",
+     .type = RF_OPT_ENUM,
+     NAMES(rf_copy_path, RF_COPY_PATH_COUNT),
+     FIELD(copy),
+     .def = "auto",
+     .unit = "",
+     .commands = RUN,
+     .help = "what moves copies in GPU memory: auto = the copy engines (several streams) for "
+             "dense runs of 256 KiB or more, kernels for the rest; kernel or engine for all "
+             "(engine leaves only transposes to kernels)"},
     {.name = "dry-run",
      .type = RF_OPT_FLAG,
      FIELD(dry_run),

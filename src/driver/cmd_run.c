@@ -272,6 +272,7 @@ static rf_status select_gpu(rf_control *ctl, const rf_config *cfg,
   rf_log_pop_quiet();
   RF_TRY(rf_control_agree(ctl, st));
   RF_INFO("rank %d uses GPU %d (%s, %s)", ctl->world_rank, gpu.device, gpu.name, gpu.bus_id);
+  rf_mem_set_copy_path(cfg->copy);
   if (placement->this_machine && p->gpu >= 0 && !rf_topo_same_bus_id(gpu.bus_id, p->bus_id))
     RF_WARN("CUDA device %d is %s but the placement chose %s (cores %s); CUDA numbers GPUs "
             "differently: unset CUDA_VISIBLE_DEVICES and set CUDA_DEVICE_ORDER=PCI_BUS_ID",

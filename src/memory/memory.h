@@ -31,6 +31,20 @@ const char *rf_mem_kind_name(rf_mem_kind kind);
 typedef enum { RF_MEM_REQUEST_LIST(RF_ENUM_ID) RF_MEM_REQUEST_COUNT } rf_mem_request;
 RF_ENUM_DECLARE(rf_mem_request);
 
+/* --copy: what moves a device box copy. auto chooses per piece: the copy engines
+ * (cudaMemcpyAsync spread over several streams, so that their per-copy ramps overlap) for a
+ * dense run of at least RF_COPY_ENGINE_MIN bytes, kernels for strided and transposed boxes;
+ * kernel and engine force one way (engine moves 2-D strided boxes with cudaMemcpy2DAsync and
+ * leaves only transposes to kernels). Host copies ignore it. */
+#define RF_COPY_PATH_LIST(X)                                                                       \
+  X(RF_COPY_AUTO, "auto")                                                                          \
+  X(RF_COPY_KERNEL, "kernel")                                                                      \
+  X(RF_COPY_ENGINE, "engine")
+typedef enum { RF_COPY_PATH_LIST(RF_ENUM_ID) RF_COPY_PATH_COUNT } rf_copy_path;
+RF_ENUM_DECLARE(rf_copy_path);
+#define RF_COPY_ENGINE_MIN ((int64_t)256 << 10)
+void rf_mem_set_copy_path(rf_copy_path path);
+
 /* Allocates `bytes` of the given kind, 64-byte aligned, and counts them towards this rank's
  * staging or data total (see rf_mem_stats). `what` names the buffer in error messages. */
 rf_status rf_mem_alloc(rf_mem_kind kind, size_t bytes, const char *what, void **out);
