@@ -90,7 +90,7 @@ void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_resul
     printf(" + reshape %.4g", ph[RF_PHASE_RESHAPE]);
   printf(" s; latency %.4g s of it; %" PRId64 " messages, %" PRId64 " units, %" PRId64 " buckets\n",
          r->latency_s, r->messages, r->units, r->buckets);
-  printf("  %-14s %s: %.0f bytes at %g GB/s, bound %.4g s, busy %.1f%% of reshape and transfer\n",
+  printf("  %-14s %s: %.0f bytes at %g GB/s, bound %.4g s, busy %.1f%% of the refit\n",
          "bottleneck", r->bottleneck, r->bottleneck_bytes, GBPS(r->bottleneck_capacity), r->bound_s,
          100 * r->bottleneck_utilisation);
   printf("  %-14s", "bytes");
