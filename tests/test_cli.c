@@ -420,6 +420,15 @@ static void test_config_file(void) {
   ASSERT_EQ(c.bucket_size, 4096);
   ASSERT_TRUE(c.timeout == 0.5);
   ASSERT_OK(parse_config(&c, "run", "{}"));
+  ASSERT_EQ(c.rollout_dtype, RF_ROLLOUT_DTYPE_MODEL);
+  ASSERT_OK(parse_config(&c, "plan", "{\"rollout_dtype\": \"fp8\"}"));
+  ASSERT_EQ(c.rollout_dtype, RF_ROLLOUT_DTYPE_FP8);
+  ASSERT_OK(parse_config(&c, "run", "{\"rollout-dtype\": [\"model\", \"fp8\"]}"));
+  ASSERT_EQ(c.sweep.axis_count, 1);
+  ASSERT_STR_EQ(c.sweep.axes[0].name, "rollout-dtype");
+  ASSERT_STR_EQ(c.sweep.axes[0].values[1], "fp8");
+  expect_config_error("checkpoint", "{\"rollout_dtype\": \"fp8\"}",
+                      "1:2: key 'rollout_dtype' does not apply to 'refit checkpoint'");
   ASSERT_OK(parse_config(&c, "run", "{\"config\": \"elsewhere.json\"}")); /* not followed */
 
   expect_config_error("run", "{\n  \"mode\": \"fused\",\n    \"xyz\": 1\n}\n",
@@ -440,7 +449,8 @@ static void test_config_file(void) {
   ASSERT_STR_EQ(c.sweep.axes[1].values[1], "1MiB");
   expect_config_error("run", "{\n\"seed\": [1, 2]}",
                       "2:1: key 'seed' holds a list; only mode, plan, transport, trainer, rollout, "
-                      "placement, bucket_size and model can be swept, by refit run");
+                      "rollout_dtype, placement, bucket_size and model can be swept, by refit "
+                      "run");
   expect_config_error("run", "{\"plan\": [\"p2p\", \"ring\"]}",
                       "1:2: key 'plan', value 2: 'ring' is not one of p2p|star|fanout");
   expect_config_error("run", "{\"bucket-size\": \"12XB\"}",

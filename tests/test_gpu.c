@@ -10,7 +10,7 @@
  *     comparing the count and the list of first mismatches with the CPU's;
  *   - rf_copy_boxes batches of 1..200 copies between regions of those kinds (the copy box is
  *     the intersection of the two regions' boxes, as in a plan), element sizes 1, 2, 3, 4, 8,
- *     bases at odd offsets so that every access width is used;
+ *     bases at odd offsets so that every access width is used, under each --copy path;
  *   - zero, transfers between every pair of kinds, and device selection.
  * Exits 77 (skipped) in a build without CUDA or on a machine without a GPU. REFIT_TEST_SEED
  * replays another random sequence; the seed in use is printed first. */
@@ -439,12 +439,18 @@ int main(void) {
          " checks past the first pass)\n",
          covered_elems, covered_floods);
   test_copy_jax_slots();
+  /* Every batch under each --copy path: kernels alone, the copy engines for every run and
+   * 2-D box they can take, and auto's choice per piece between the two. */
   static const int batches[] = {1, 1, 2, 3, 7, 20, 50, 120, 200, 200};
-  for (int b = 0; b < (int)RF_ARRAY_LEN(batches); b++)
-    test_copy_batch(batches[b], (int64_t)192 << 20);
-  ASSERT_OK(rf_copy_boxes(RF_MEM_DEVICE, NULL, 0));
-  printf("test_gpu: box copies ok (%" PRId64 " copies, %" PRId64 " MiB)\n", covered_copies,
-         covered_bytes >> 20);
+  for (int path = 0; path < RF_COPY_PATH_COUNT; path++) {
+    rf_mem_set_copy_path((rf_copy_path)path);
+    for (int b = 0; b < (int)RF_ARRAY_LEN(batches); b++)
+      test_copy_batch(batches[b], (int64_t)192 << 20);
+    ASSERT_OK(rf_copy_boxes(RF_MEM_DEVICE, NULL, 0));
+    printf("test_gpu: box copies with --copy %s ok (%" PRId64 " copies, %" PRId64 " MiB)\n",
+           rf_copy_path_name((rf_copy_path)path), covered_copies, covered_bytes >> 20);
+  }
+  rf_mem_set_copy_path(RF_COPY_AUTO);
   ASSERT_EQ(rf_mem_get_stats().current_bytes, 0);
   printf("test_gpu: ok\n");
   return 0;

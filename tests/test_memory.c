@@ -1,6 +1,11 @@
 /* Memory: the allocator's counters, the region constructors, which boxes are contiguous, and
  * box copies between row-major, transposed and fused-slot regions checked element by element
  * against addresses computed independently of rf_region_at. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "memory/memory.h"
 #include "test.h"
 
@@ -69,6 +74,45 @@ static void test_alloc(void) {
     ASSERT_EQ(rf_mem_get_stats().current_bytes, s0.current_bytes);
   }
   ASSERT_GT(rf_mem_peak_rss(), 1 << 20);
+}
+
+/* Shared host memory (the shm transport's): another mapping of the same memory file, opened
+ * the way a peer process opens it (/proc/PID/fd/FD), sees every byte written through the
+ * first, and writes through it land in the first. */
+static void test_shared(void) {
+  ASSERT_STR_EQ(rf_mem_kind_name(RF_MEM_SHARED), "shared");
+  rf_mem_stats s0 = rf_mem_get_stats();
+  void *a, *b;
+  ASSERT_OK(rf_mem_alloc(RF_MEM_SHARED, 5000, "shared a", &a));
+  ASSERT_OK(rf_mem_alloc(RF_MEM_SHARED, 0, "shared empty", &b));
+  ASSERT_EQ(rf_mem_get_stats().current_bytes, s0.current_bytes + 5000);
+  ASSERT_EQ((uintptr_t)a % 4096, 0);
+  for (int i = 0; i < 5000; i++)
+    ((unsigned char *)a)[i] = (unsigned char)(i * 7);
+  int fd = -1;
+  size_t bytes = 0;
+  ASSERT_OK(rf_mem_shared_fd(a, &fd, &bytes));
+  ASSERT_EQ(bytes, 5000);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/fd/%d", (long)getpid(), fd);
+  int other = open(path, O_RDWR);
+  ASSERT_GE(other, 0);
+  unsigned char *view = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, other, 0);
+  close(other);
+  ASSERT_TRUE(view != MAP_FAILED);
+  ASSERT_TRUE(view != a);
+  for (int i = 0; i < 5000; i++)
+    ASSERT_EQ(view[i], (unsigned char)(i * 7));
+  view[4999] = 0xab;
+  ASSERT_EQ(((unsigned char *)a)[4999], 0xab);
+  munmap(view, bytes);
+  /* Only buffers it gave out are shared ones. */
+  int x;
+  ASSERT_EQ(rf_mem_shared_fd(&x, &fd, &bytes), RF_ERR_INTERNAL);
+  rf_mem_free(RF_MEM_SHARED, b, 0);
+  rf_mem_free(RF_MEM_SHARED, a, 5000);
+  ASSERT_EQ(rf_mem_shared_fd(a, &fd, &bytes), RF_ERR_INTERNAL);
+  ASSERT_EQ(rf_mem_get_stats().current_bytes, s0.current_bytes);
 }
 
 static void test_constructors(void) {
@@ -238,6 +282,7 @@ static void test_copy(void) {
 
 int main(void) {
   test_alloc();
+  test_shared();
   test_constructors();
   test_contiguous();
   test_copy();

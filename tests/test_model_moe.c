@@ -19,10 +19,10 @@ static const char *data(const char *file) {
   return path;
 }
 
-/* Counts derived from the shapes in the comments; the four MoE totals are the published ones
- * (Mixtral-8x7B 46.7B, Qwen3-30B-A3B 30.5B, DeepSeek-V3 671B without its MTP module, Kimi-K2's
- * 1.03T, which Moonshot's model card rounds to "1T total"), Qwen3-8B is the model card's 8.2B
- * (6.95B without embeddings) and DeepSeek-V2-Lite its 15.7B. */
+/* Counts derived from the shapes in the comments; the five MoE totals are the published ones
+ * (Mixtral-8x7B 46.7B, Qwen3-30B-A3B 30.5B, Qwen3-235B-A22B 235B, DeepSeek-V3 671B without its MTP
+ * module, Kimi-K2's 1.03T, which Moonshot's model card rounds to "1T total"), Qwen3-8B is the model
+ * card's 8.2B (6.95B without embeddings) and DeepSeek-V2-Lite its 15.7B. */
 static void test_shipped_counts(void) {
   static const struct {
     const char *name, *type;
@@ -39,6 +39,12 @@ static void test_shipped_counts(void) {
       /* 2 * 151936*2048 + 48 * (18874368 + 256 + 128*2048 + 128*3*768*2048 + 4096) + 2048;
        * tensors 1 + 48*(6 + 1 + 384 + 2) + 2. */
       {"qwen3-30b-a3b", "qwen3_moe", 30532122624, 18867, 48},
+      /* Qwen3-235B-A22B: 64 query heads and 4 KV heads of 128 over 4096, so attention is
+       * 2 * 8192*4096 + 2 * 512*4096 = 71303168 per layer; then 256 of head norms, the router
+       * 128*4096, 128 experts of 3*1536*4096 and 8192 of norms: 2487755008 per layer. Plus
+       * 2 * 151936*4096 and the final 4096: 235093634560, the model card's 235B. Tensors
+       * 1 + 94*(6 + 1 + 384 + 2) + 2. */
+      {"qwen3-235b-a22b", "qwen3_moe", 235093634560, 36945, 94},
       /* MLA without q_lora_rank: 13763072 per layer; layer 0 dense (67239936), 26 MoE layers of
        * 64 experts of 1408, 2 shared (2816 wide) and the router: 571080704. Plus 4096 of norms
        * per layer, 2 * 102400*2048 and the final 2048. Tensors 1 + 10 + 26*203 + 2. */

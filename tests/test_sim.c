@@ -2,8 +2,9 @@
  * sharing on a three-flow example worked out on paper; a two-node toy cluster whose one
  * adapter per node carries the whole model, so the prediction is the max-over-links bound to
  * the byte; the messages and staging the walk counts, equal to what refit run reported for the
- * same job; link classes of colocated and GPU-sharing placements; every cluster-file error as
- * its exact line; and the calibration finding rates it was not told from times they produced. */
+ * same job; link classes of colocated and GPU-sharing placements; fanout's forward stage after
+ * its transfer; every cluster-file error as its exact line; and the calibration finding rates it
+ * was not told from times they produced. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,7 +106,7 @@ static void test_toy(void) {
     ASSERT_STR_EQ(r.bottleneck, "nic_out node 0 adapter 0");
     ASSERT_NEAR(r.bottleneck_bytes, 279808, 0);
     ASSERT_NEAR(r.bottleneck_utilisation,
-                279808e-9 / (r.phase[RF_PHASE_TRANSFER] + r.phase[RF_PHASE_RESHAPE]), 1e-12);
+                279808e-9 / r.phase[RF_PHASE_TOTAL], 1e-12);
     ASSERT_EQ(r.class_bytes[RF_SIM_NETWORK], 279808);
     ASSERT_EQ(r.class_bytes[RF_SIM_NVLINK] + r.class_bytes[RF_SIM_PROCESS], 0);
     ASSERT_EQ(r.messages, cases[i].messages);
@@ -174,6 +175,46 @@ static void test_classes(void) {
   ASSERT_NEAR(r.latency_s, 15 * 25e-6, 1e-12);
   ASSERT_NEAR(r.phase[RF_PHASE_TRANSFER], (double)plan.transfer_bytes / 2140e9 + r.latency_s,
               1e-12);
+  rf_sim_result_free(&r);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
+/* fanout's forward stage on the toy: tiny from trainer fsdp=2 (node 0) to two replicas of tp=1
+ * (node 1). The transfer stage sends one copy, 279168 bytes, through node 0's 1 GB/s adapter;
+ * then the one forward step copies each tensor from its root replica to the other over NVLink
+ * (100 GB/s each way), 279168 bytes in all, the busier direction bounding the step. The two
+ * stages run one after the other, so the bound is their sum, and every piece of both stages is
+ * one message in grouped. */
+static void test_fanout(void) {
+  rf_cluster c;
+  ASSERT_OK(rf_cluster_load(source_file("tests/data/cluster-toy.json"), &c));
+  rf_model m;
+  rf_layout lay;
+  rf_plan plan;
+  rf_trainer_layout t;
+  rf_rollout_layout ro;
+  ASSERT_OK(rf_model_load("tiny", &m));
+  ASSERT_OK(rf_trainer_layout_parse("fsdp=2", &t));
+  ASSERT_OK(rf_rollout_layout_parse("tp=1,dp=2", &ro));
+  ASSERT_OK(rf_layout_init(&lay, &m, &t, &ro, RF_PLACEMENT_DISAGGREGATED));
+  ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_FANOUT, NULL));
+  ASSERT_EQ(plan.transfer_bytes, 279168);
+  ASSERT_EQ(plan.forward_bytes, 279168);
+  ASSERT_EQ(plan.forward_depth, 1);
+  ASSERT_EQ(plan.piece_count, 58);
+  int64_t busier = RF_MAX(plan.forward_send_bytes[0], plan.forward_send_bytes[1]);
+  ASSERT_GT(busier, 0);
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1};
+  rf_sim_result r;
+  ASSERT_OK(rf_simulate(&plan, &c, &o, &r));
+  ASSERT_EQ(r.class_bytes[RF_SIM_NETWORK], 279168);
+  ASSERT_EQ(r.class_bytes[RF_SIM_NVLINK], 279168);
+  ASSERT_EQ(r.messages, 58);
+  ASSERT_EQ(r.buckets, 2);
+  ASSERT_NEAR(r.bound_s, 279168e-9 + (double)busier / 100e9, 1e-12);
+  ASSERT_TRUE(r.phase[RF_PHASE_TOTAL] >= r.bound_s);
   rf_sim_result_free(&r);
   rf_plan_free(&plan);
   rf_layout_free(&lay);
@@ -328,6 +369,7 @@ int main(void) {
   test_solver();
   test_toy();
   test_classes();
+  test_fanout();
   test_cluster_errors();
   test_fit();
   char cmd[300];

@@ -173,8 +173,8 @@ void rf_cli_usage(FILE *out, rf_command cmd) {
   if (cmd == RF_CMD_RUN)
     fprintf(out, "A list (a file's, or values separated by ',' on the command line, by ';' for "
                  "--trainer\nand --rollout) of --plan, --transport, --trainer, --rollout, "
-                 "--placement, --bucket-size\nor --model sweeps its values; --mode a,b runs "
-                 "each mode in one job.\n");
+                 "--rollout-dtype,\n--placement, --bucket-size or --model sweeps its values; "
+                 "--mode a,b runs each mode in\none job.\n");
   if (help_notes[command_bit(cmd)])
     fprintf(out, "%s\n", help_notes[command_bit(cmd)]);
 }

@@ -64,6 +64,7 @@ typedef struct {
   rf_trainer_order trainer_order; /* --trainer-order hf|jax */
   char rollout[64];               /* --rollout tp=R[,dp=P][,ep] */
   int64_t rollout_rank;           /* --rollout-rank N: whose manifest plan --json lists */
+  rf_rollout_dtype rollout_dtype; /* --rollout-dtype model|fp8 */
   rf_placement placement;         /* --placement disaggregated|colocated */
   rf_plan_kind plan;              /* --plan p2p|star|fanout */
   rf_mode_list mode;              /* --mode unfused|grouped|fused, or a comma-separated list */
@@ -95,11 +96,14 @@ typedef struct {
   rf_bind bind;                   /* --bind auto|none|cores|numa */
   rf_nic nic;                     /* --nic none|auto: export NCCL_IB_HCA with auto */
   rf_mem_request memory;          /* --memory auto|host|device: where the weights live */
+  rf_copy_path copy;              /* --copy auto|kernel|engine: what moves device copies */
   int dry_run;                    /* --dry-run: list a sweep's runs and skips, move nothing */
   int calibrate;                  /* --calibrate: measure the limits beside every run */
   char output_dir[RF_PATH_MAX];   /* --output-dir, -o DIR (report) */
   char cluster[RF_PATH_MAX];      /* --cluster NAME|FILE (simulate) */
   char calibration[RF_PATH_MAX];  /* --calibration RESULTS.h5 (simulate) */
+  double published_s;             /* --published-s: a published time of the same job; 0 = none */
+  char published_label[128];      /* --published-label TEXT: whose time, and where it appeared */
 
   /* The command line as given, for headers and results files. */
   char command_line[4096];

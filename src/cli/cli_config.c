@@ -224,7 +224,8 @@ static rf_status apply_list(config_file *cf, const rf_cli_option *o, const char 
   if (!o->sweep || cfg->command != RF_CMD_RUN)
     return rf_fail(RF_ERR_USAGE,
                    "%s: key '%s' holds a list; only mode, plan, transport, trainer, "
-                   "rollout, placement, bucket_size and model can be swept, by refit run",
+                   "rollout, rollout_dtype, placement, bucket_size and model can be swept, by "
+                   "refit run",
                    at, key);
   if (n == 0 || n > RF_SWEEP_MAX_VALUES)
     return rf_fail(RF_ERR_USAGE, "%s: key '%s' holds %zu values; give 1 to %d", at, key, n,

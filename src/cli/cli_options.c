@@ -22,7 +22,8 @@ static const char *const format_names[] = {"auto", "safetensors", "hdf5"};
 
 /* Enum fields are stored as int, and a list as rf_mode_list's count and items. */
 _Static_assert(sizeof(rf_mode) == sizeof(int) && sizeof(rf_plan_kind) == sizeof(int) &&
-                   sizeof(rf_bind) == sizeof(int),
+                   sizeof(rf_bind) == sizeof(int) && sizeof(rf_rollout_dtype) == sizeof(int) &&
+                   sizeof(rf_copy_path) == sizeof(int),
                "enum fields are stored as int");
 _Static_assert(offsetof(rf_mode_list, items) == sizeof(int), "rf_mode_list: count, then items");
 
@@ -105,6 +106,17 @@ const rf_cli_option rf_cli_options[] = {
      .metavar = "N",
      .commands = PLAN,
      .help = "the rollout rank whose tensors --json lists as rollout_manifest"},
+    {.name = "rollout-dtype",
+     .sweep = 1,
+     .type = RF_OPT_ENUM,
+     NAMES(rf_rollout_dtype, RF_ROLLOUT_DTYPE_COUNT),
+     FIELD(rollout_dtype),
+     .def = "model",
+     .unit = "",
+     .commands = RUN | PLAN | SIM,
+     .help = "what the rollout receives: every tensor in the trainer's dtype, or every linear "
+             "weight as float8_e4m3fn with an fp32 weight_scale_inv per 128x128 block (vLLM's "
+             "block FP8; planned and simulated, not moved yet)"},
     {.name = "placement",
      .sweep = 1,
      .type = RF_OPT_ENUM,
@@ -345,6 +357,16 @@ const rf_cli_option rf_cli_options[] = {
      .help = "where the weights live; auto = on the GPU when the transport or the machine has "
              "one (mpi then stages through pinned host memory), else in host memory; for "
              "simulate, on the GPU when the cluster has GPUs"},
+    {.name = "copy",
+     .type = RF_OPT_ENUM,
+     NAMES(rf_copy_path, RF_COPY_PATH_COUNT),
+     FIELD(copy),
+     .def = "auto",
+     .unit = "",
+     .commands = RUN,
+     .help = "what moves copies in GPU memory: auto = the copy engines (several streams) for "
+             "dense runs of 256 KiB or more, kernels for the rest; kernel or engine for all "
+             "(engine leaves only transposes to kernels)"},
     {.name = "dry-run",
      .type = RF_OPT_FLAG,
      FIELD(dry_run),
@@ -392,6 +414,25 @@ const rf_cli_option rf_cli_options[] = {
      .commands = SIM,
      .help = "fit the cluster's rates to the measured runs and --calibrate limits of a results "
              "file (weights in the same kind of memory) before predicting"},
+    {.name = "published-s",
+     .type = RF_OPT_DOUBLE,
+     .dmin = 0,
+     .dmax = 86400,
+     FIELD(published_s),
+     .def = "0",
+     .unit = "s",
+     .metavar = "SECONDS",
+     .commands = SIM,
+     .help = "another system's published time for the same job, recorded with the simulated "
+             "runs of --output so refit report sets the prediction beside it; 0 = none"},
+    {.name = "published-label",
+     .type = RF_OPT_STRING,
+     FIELD(published_label),
+     .def = "",
+     .unit = "",
+     .metavar = "TEXT",
+     .commands = SIM,
+     .help = "whose time --published-s is and where it was published, for the report"},
 };
 
 const size_t rf_cli_option_count = RF_ARRAY_LEN(rf_cli_options);

@@ -33,6 +33,33 @@ static json_t *int_array(const int64_t *v, int n) {
   return a;
 }
 
+static json_t *count_array(const int *v, int n) {
+  json_t *a = json_array();
+  for (int i = 0; i < n; i++)
+    json_array_append_new(a, json_integer(v[i]));
+  return a;
+}
+
+/* With fp8 only, so that the plans of every other job print as they always have: the bytes on
+ * the wire (fp8 and scales where the source quantizes) and where each tensor is quantized. */
+static void json_fp8(json_t *o, const rf_plan *plan) {
+  const rf_layout *lay = plan->layout;
+  if (lay->rollout.dtype != RF_ROLLOUT_DTYPE_FP8)
+    return;
+  json_object_set_new(o, "rollout_dtype", json_string(rf_rollout_dtype_name(lay->rollout.dtype)));
+  json_object_set_new(o, "wire_transfer_bytes", json_integer(plan->wire_transfer_bytes));
+  json_object_set_new(o, "wire_send_bytes", int_array(plan->wire_send_bytes, lay->trainer_ranks));
+  json_object_set_new(o, "wire_recv_bytes", int_array(plan->wire_recv_bytes, lay->rollout_ranks));
+  if (plan->kind == RF_PLAN_FANOUT)
+    json_object_set_new(o, "wire_forward_bytes", json_integer(plan->wire_forward_bytes));
+  json_object_set_new(o, "source_quantized_tensors", json_integer(plan->source_tensors));
+  json_object_set_new(o, "destination_quantized_tensors", json_integer(plan->destination_tensors));
+  json_object_set_new(o, "source_quantized",
+                      count_array(plan->source_quantized, lay->trainer_ranks));
+  json_object_set_new(o, "destination_quantized",
+                      count_array(plan->destination_quantized, lay->rollout_ranks));
+}
+
 /* What one rollout rank receives, in vLLM's names and shapes, for comparison with the engine's
  * named_parameters(): every rank has every tensor (an expert-parallel rank's w13_weight holds
  * its own experts only). */
@@ -117,6 +144,7 @@ static rf_status print_json(const rf_job *job, int manifest_rank) {
     json_object_set_new(o, "forward_recv_bytes",
                         int_array(plan->forward_recv_bytes, lay->rollout_ranks));
   }
+  json_fp8(o, plan);
   json_object_set_new(o, "digest", json_string(digest));
   json_object_set_new(o, "rollout_manifest_rank", json_integer(manifest_rank));
   json_object_set_new(o, "rollout_manifest_experts", manifest_experts(lay, manifest_rank));
@@ -138,6 +166,38 @@ static void print_range(const char *label, const int64_t *v, int n, const char *
          rf_format_bytes(lo, a, sizeof a), hi, rf_format_bytes(hi, b, sizeof b), per);
 }
 
+static void print_count_range(const char *label, const int *v, int n, const char *per) {
+  int lo = n ? v[0] : 0, hi = lo;
+  for (int i = 1; i < n; i++) {
+    lo = RF_MIN(lo, v[i]);
+    hi = RF_MAX(hi, v[i]);
+  }
+  printf("%-16s min %d  max %d  %s\n", label, lo, hi, per);
+}
+
+static void print_fp8(const rf_plan *plan) {
+  const rf_layout *lay = plan->layout;
+  char size[32];
+  if (lay->rollout.dtype != RF_ROLLOUT_DTYPE_FP8)
+    return;
+  printf("%-16s %" PRId64 " (%s) of the transfer bytes, fp8 and scales where the source "
+         "quantizes\n",
+         "wire bytes", plan->wire_transfer_bytes,
+         rf_format_bytes(plan->wire_transfer_bytes, size, sizeof size));
+  if (plan->kind == RF_PLAN_FANOUT)
+    printf("%-16s %" PRId64 " (%s) between replicas, fp8 and scales\n", "forward wire",
+           plan->wire_forward_bytes, rf_format_bytes(plan->wire_forward_bytes, size, sizeof size));
+  printf("%-16s %d fp8 tensors at their source, %d at their destination (a piece cuts a block "
+         "or is transposed)\n",
+         "quantized", plan->source_tensors, plan->destination_tensors);
+  print_range("wire send", plan->wire_send_bytes, lay->trainer_ranks, "per trainer rank");
+  print_range("wire recv", plan->wire_recv_bytes, lay->rollout_ranks, "per rollout rank");
+  print_count_range("quantize send", plan->source_quantized, lay->trainer_ranks,
+                    "fp8 tensors per trainer rank");
+  print_count_range("quantize recv", plan->destination_quantized, lay->rollout_ranks,
+                    "fp8 tensors per rollout rank");
+}
+
 static void print_text(const rf_job *job) {
   const rf_plan *plan = &job->plan;
   const rf_layout *lay = &job->layout;
@@ -154,6 +214,10 @@ static void print_text(const rf_job *job) {
   printf("%-16s %s (%s), %d ranks, numbered tp fastest, then fsdp, ep, pp, dp\n", "trainer",
          trainer, job->trainer.style == RF_STYLE_FSDP2 ? "fsdp2" : "tunix", lay->trainer_ranks);
   printf("%-16s %s, %d ranks\n", "rollout", rollout, lay->rollout_ranks);
+  if (job->rollout.dtype == RF_ROLLOUT_DTYPE_FP8)
+    printf("%-16s fp8: linear weights float8_e4m3fn, an fp32 weight_scale_inv per 128x128 "
+           "block\n",
+           "rollout dtype");
   printf("%-16s %s, world size %d\n", "placement",
          job->placement == RF_PLACEMENT_COLOCATED ? "colocated" : "disaggregated", lay->world_size);
   if (plan->kind == RF_PLAN_STAR)
@@ -194,6 +258,7 @@ static void print_text(const rf_job *job) {
     print_range("forward send", plan->forward_send_bytes, lay->rollout_ranks, "per rollout rank");
     print_range("forward recv", plan->forward_recv_bytes, lay->rollout_ranks, "per rollout rank");
   }
+  print_fp8(plan);
   printf("%-16s %016" PRIx64 "\n", "digest", plan->digest);
 }
 

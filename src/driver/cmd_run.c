@@ -25,12 +25,21 @@ typedef struct {
   run_record record;         /* what rank 0 writes to --output */
 } run_setup;
 
-/* --memory: GPU transports need the weights on the GPU; mpi takes them from wherever they
- * are, staging device weights through pinned host memory (the baseline GPU users compare
- * the GPU transports with). auto puts them on a GPU when this process sees one. */
+/* --memory: GPU transports need the weights on the GPU, shm in shared host memory; mpi takes
+ * them from wherever they are, staging device weights through pinned host memory (the
+ * baseline GPU users compare the GPU transports with). auto puts them on a GPU when this
+ * process sees one. */
 static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
   int gpu_transport = rs->transport->memory == RF_MEM_DEVICE;
-  if (cfg->memory == RF_MEM_REQUEST_HOST) {
+  if (rs->transport->memory == RF_MEM_SHARED) {
+    /* shm maps host memory between processes; it has no way to reach a GPU's. */
+    if (cfg->memory == RF_MEM_REQUEST_DEVICE)
+      return rf_fail(RF_ERR_USAGE,
+                     "option --memory device: the %s transport moves host memory; "
+                     "use --memory host or --transport ipc",
+                     rs->transport->name);
+    rs->memory = RF_MEM_SHARED;
+  } else if (cfg->memory == RF_MEM_REQUEST_HOST) {
     if (gpu_transport)
       return rf_fail(RF_ERR_USAGE,
                      "option --memory host: the %s transport moves GPU memory; "
@@ -112,12 +121,13 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
     const rf_model *m = &job->model;
     char job_line[512];
     snprintf(job_line, sizeof job_line,
-             "%s (%s, %lld bytes, %d tensors); trainer %s (%s, %s order); rollout %s; %s; "
+             "%s (%s, %lld bytes, %d tensors); trainer %s (%s, %s order); rollout %s%s; %s; "
              "transport %s (weights in %s memory); verify %s; warmup %lld, iters %lld; "
              "seed %lld",
              m->name, rf_dtype_name(m->dtype), (long long)m->total_bytes, m->tensor_count,
              cfg->trainer, rf_trainer_style_name(cfg->trainer_style),
              rf_trainer_order_name(cfg->trainer_order), cfg->rollout,
+             cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8 ? " (fp8, block-quantized)" : "",
              rf_placement_name(cfg->placement), cfg->transport, rf_mem_kind_name(rs_memory),
              rf_verify_level_name(cfg->verify), (long long)cfg->warmup, (long long)cfg->iters,
              (long long)cfg->seed);
@@ -262,6 +272,7 @@ static rf_status select_gpu(rf_control *ctl, const rf_config *cfg,
   rf_log_pop_quiet();
   RF_TRY(rf_control_agree(ctl, st));
   RF_INFO("rank %d uses GPU %d (%s, %s)", ctl->world_rank, gpu.device, gpu.name, gpu.bus_id);
+  rf_mem_set_copy_path(cfg->copy);
   if (placement->this_machine && p->gpu >= 0 && !rf_topo_same_bus_id(gpu.bus_id, p->bus_id))
     RF_WARN("CUDA device %d is %s but the placement chose %s (cores %s); CUDA numbers GPUs "
             "differently: unset CUDA_VISIBLE_DEVICES and set CUDA_DEVICE_ORDER=PCI_BUS_ID",

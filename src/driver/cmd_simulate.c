@@ -54,8 +54,9 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
   snprintf(res.transport, sizeof res.transport, "simulated");
   snprintf(res.verify, sizeof res.verify, "none");
   res.model_bytes = job->model.total_bytes;
-  res.replica_bytes = plan->transfer_bytes / job->rollout.dp;
-  res.transfer_bytes = plan->transfer_bytes;
+  /* The bytes on the wire: an fp8 rollout's are what the prediction moved. */
+  res.replica_bytes = plan->wire_transfer_bytes / job->rollout.dp;
+  res.transfer_bytes = plan->wire_transfer_bytes;
   res.pieces = plan->piece_count;
   res.messages = r->messages;
   res.bucket_size = x->cfg->bucket_size;
@@ -104,6 +105,14 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
       .messages = r->messages,
       .transfer_bytes = plan->transfer_bytes,
       .reshape_bytes = plan->reshape_bytes,
+      .rollout_dtype = rf_rollout_dtype_name(plan->layout->rollout.dtype),
+      .wire_send_bytes =
+          plan->layout->rollout.dtype == RF_ROLLOUT_DTYPE_FP8 ? plan->wire_send_bytes : NULL,
+      .wire_recv_bytes = plan->wire_recv_bytes,
+      .wire_transfer_bytes = plan->wire_transfer_bytes,
+      .wire_forward_bytes = plan->wire_forward_bytes,
+      .source_quantized_tensors = plan->source_tensors,
+      .destination_quantized_tensors = plan->destination_tensors,
       .send_bytes = plan->send_bytes,
       .trainer_ranks = job->layout.trainer_ranks,
       .recv_bytes = plan->recv_bytes,
@@ -113,6 +122,9 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
       .env = "",
       .simulation_json = text,
       .cluster = x->cluster->name,
+      .published_s = x->cfg->published_s,
+      .published_label = x->cfg->published_label,
+      .memory_fits = r->fits,
   };
   int number = 0;
   if (st == RF_OK)
@@ -156,6 +168,9 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
     return rf_fail(RF_ERR_USAGE, "refit simulate needs --cluster NAME|FILE (configs/clusters "
                                  "holds h100-hgx, h200-hgx, gb200-nvl72, h20-hgx, h800-hgx, "
                                  "h200-lent and vm-2core)");
+  if (cfg->published_label[0] && !(cfg->published_s > 0))
+    return rf_fail(RF_ERR_USAGE, "refit simulate --published-label needs --published-s SECONDS, "
+                                 "the published time it labels");
   rf_cluster cluster;
   RF_TRY(rf_cluster_load(cfg->cluster, &cluster));
   rf_job job;

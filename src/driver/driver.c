@@ -39,10 +39,17 @@ rf_status rf_job_build_layout(const rf_config *cfg, int world_size, rf_job *job)
                    "option --bucket-size: %lld bytes is below the minimum of 4096 "
                    "(or 0 for the whole model in one bucket)",
                    (long long)cfg->bucket_size);
+  if (cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8 && cfg->bucket_size != 0 &&
+      cfg->bucket_size < RF_FP8_MIN_BUCKET)
+    return rf_fail(RF_ERR_USAGE,
+                   "option --bucket-size: %lld bytes is below the %d of one 128x128 fp8 block "
+                   "and its scale, which --rollout-dtype fp8 moves whole; use %d or more (or 0)",
+                   (long long)cfg->bucket_size, RF_FP8_MIN_BUCKET, RF_FP8_MIN_BUCKET);
   RF_TRY(rf_trainer_layout_parse(cfg->trainer, &job->trainer));
   RF_TRY(rf_rollout_layout_parse(cfg->rollout, &job->rollout));
   job->trainer.style = cfg->trainer_style;
   job->trainer.order = cfg->trainer_order;
+  job->rollout.dtype = cfg->rollout_dtype;
   job->placement = cfg->placement;
 
   RF_TRY(rf_job_load_model(cfg, &job->model));
@@ -107,6 +114,21 @@ static void leave_together(double timeout) {
   MPI_Finalize();
 }
 
+rf_status rf_run_check_rollout_dtype(const rf_config *cfg) {
+  if (cfg->rollout_dtype != RF_ROLLOUT_DTYPE_FP8)
+    return RF_OK;
+  return rf_fail(RF_ERR_USAGE, "--rollout-dtype fp8 is planned but not moved yet: use refit "
+                               "plan or refit simulate with it");
+}
+
+/* Whether a sweep lists the rollout dtype: then each combination is checked on its own. */
+static int sweeps_rollout_dtype(const rf_config *cfg) {
+  for (int a = 0; a < cfg->sweep.axis_count; a++)
+    if (strcmp(cfg->sweep.axes[a].name, "rollout-dtype") == 0)
+      return 1;
+  return 0;
+}
+
 int rf_driver_main(int argc, char **argv) {
   rf_results_library_init();
   rf_log_init_from_env();
@@ -120,6 +142,8 @@ int rf_driver_main(int argc, char **argv) {
   int launched = launcher_rank();
   rf_log_push_quiet(launched > 0);
   rf_status st = rf_cli_parse(argc, argv, &cfg);
+  if (st == RF_OK && !cfg.help && cfg.command == RF_CMD_RUN && !sweeps_rollout_dtype(&cfg))
+    st = rf_run_check_rollout_dtype(&cfg);
   rf_log_pop_quiet();
   if (st != RF_OK && launched >= 0)
     leave_together(cfg.timeout);

@@ -36,6 +36,12 @@ void rf_job_free(rf_job *job);
 /* `refit plan`: prints the plan's totals, as text or one JSON object. No MPI. */
 rf_status rf_cmd_plan(const rf_config *cfg);
 
+/* RF_OK when `refit run` can move a job of this configuration's rollout dtype, else one line
+ * and RF_ERR_USAGE: fp8 rollouts are planned and simulated, but the data plane does not move
+ * them yet. A plain run is refused before MPI is up or any file is made; a sweep skips its fp8
+ * combinations with this line as the reason. */
+rf_status rf_run_check_rollout_dtype(const rf_config *cfg);
+
 /* `refit run`: the MPI-launched transfer. Initialises and finalises MPI itself. */
 rf_status rf_cmd_run(const rf_config *cfg, int *argc, char ***argv);
 

@@ -54,6 +54,14 @@ void rf_sim_print_header(const rf_sim_context *x) {
   if (plan->kind == RF_PLAN_STAR)
     printf(", %" PRId64 " reshape bytes", plan->reshape_bytes);
   printf("\n");
+  if (job->rollout.dtype == RF_ROLLOUT_DTYPE_FP8)
+    printf("%-16s fp8: %" PRId64 " transfer bytes on the wire (what the prediction moves), %d "
+           "fp8 tensors quantized at their source, %d at their destination\n",
+           "rollout dtype", plan->wire_transfer_bytes, plan->source_tensors,
+           plan->destination_tensors);
+  if (x->cfg->published_s > 0)
+    printf("%-16s %.4g s (%s)\n", "published", x->cfg->published_s,
+           x->cfg->published_label[0] ? x->cfg->published_label : "no label");
   const rf_calibration *cal = x->calibration;
   if (!cal)
     return;
@@ -82,7 +90,7 @@ void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_resul
     printf(" + reshape %.4g", ph[RF_PHASE_RESHAPE]);
   printf(" s; latency %.4g s of it; %" PRId64 " messages, %" PRId64 " units, %" PRId64 " buckets\n",
          r->latency_s, r->messages, r->units, r->buckets);
-  printf("  %-14s %s: %.0f bytes at %g GB/s, bound %.4g s, busy %.1f%% of reshape and transfer\n",
+  printf("  %-14s %s: %.0f bytes at %g GB/s, bound %.4g s, busy %.1f%% of the refit\n",
          "bottleneck", r->bottleneck, r->bottleneck_bytes, GBPS(r->bottleneck_capacity), r->bound_s,
          100 * r->bottleneck_utilisation);
   printf("  %-14s", "bytes");
@@ -98,6 +106,9 @@ void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_resul
          x->device ? "GPU" : "node", rf_format_bytes(r->device_peak, f, sizeof f),
          rf_format_bytes((int64_t)r->device_capacity, bucket, sizeof bucket),
          r->fits ? "fits" : "does not fit");
+  if (x->cfg->published_s > 0)
+    printf("  %-14s predicted / published %.3g\n", "published",
+           ph[RF_PHASE_TOTAL] / x->cfg->published_s);
 }
 
 static json_t *cluster_json(const rf_cluster *c) {
@@ -194,10 +205,24 @@ json_t *rf_sim_json(const rf_sim_context *x) {
   json_object_set_new(o, "blocks", json_integer(plan->block_count));
   json_object_set_new(o, "transfer_bytes", json_integer(plan->transfer_bytes));
   json_object_set_new(o, "reshape_bytes", json_integer(plan->reshape_bytes));
+  if (job->rollout.dtype == RF_ROLLOUT_DTYPE_FP8) { /* only with fp8: other jobs print as before */
+    json_object_set_new(o, "rollout_dtype", json_string("fp8"));
+    json_object_set_new(o, "wire_transfer_bytes", json_integer(plan->wire_transfer_bytes));
+    json_object_set_new(o, "source_quantized_tensors", json_integer(plan->source_tensors));
+    json_object_set_new(o, "destination_quantized_tensors",
+                        json_integer(plan->destination_tensors));
+  }
   json_object_set_new(o, "bucket_size", json_integer(x->cfg->bucket_size));
   json_object_set_new(o, "cluster", cluster_json(x->cluster));
   json_object_set_new(o, "calibration",
                       x->calibration ? calibration_json(x->calibration) : json_null());
+  json_t *published = NULL;
+  if (x->cfg->published_s > 0) {
+    published = json_object();
+    json_object_set_new(published, "s", json_real(x->cfg->published_s));
+    json_object_set_new(published, "label", json_string(x->cfg->published_label));
+  }
+  json_object_set_new(o, "published", published ? published : json_null());
   json_object_set_new(o, "runs", json_array());
   return o;
 }
@@ -235,5 +260,9 @@ json_t *rf_sim_mode_json(const rf_sim_context *x, rf_mode mode, const rf_sim_res
   json_object_set_new(mem, "device_capacity_bytes", json_real(r->device_capacity));
   json_object_set_new(mem, "fits", json_boolean(r->fits));
   json_object_set_new(o, "memory", mem);
+  json_object_set_new(o, "published_ratio",
+                      x->cfg->published_s > 0
+                          ? json_real(r->phase[RF_PHASE_TOTAL] / x->cfg->published_s)
+                          : json_null());
   return o;
 }

@@ -59,6 +59,8 @@ static void check_combination(const rf_config *cfg, int world, combination *cb) 
   const rf_transport_ops *ops = NULL;
   rf_status st = rf_transport_find(cfg->transport, &ops);
   if (st == RF_OK)
+    st = rf_run_check_rollout_dtype(cfg);
+  if (st == RF_OK)
     st = rf_job_build(cfg, world, &job);
   rf_log_capture(NULL, 0);
   if (st != RF_OK && !cb->reason[0])

@@ -62,6 +62,13 @@ typedef struct {
    * that forward nothing, which then write none of these. */
   const int64_t *forward_send_bytes, *forward_recv_bytes;
   int64_t forward_bytes, forward_depth;
+  /* --rollout-dtype ("model", "fp8"), or NULL to write none. With fp8 the plan group holds
+   * what crosses the wire (rf_plan's wire totals; NULL wire_send_bytes writes none of them):
+   * files without these attributes moved every byte in the trainer's dtype. */
+  const char *rollout_dtype;
+  const int64_t *wire_send_bytes, *wire_recv_bytes; /* [trainer rank], [rollout rank] */
+  int64_t wire_transfer_bytes, wire_forward_bytes;
+  int64_t source_quantized_tensors, destination_quantized_tensors;
 
   const rf_rank_info *rank_table; /* [rank]: host, pid, roles, GPU, cores (placement) */
   int ranks;
@@ -86,6 +93,12 @@ typedef struct {
    * or links. */
   const char *simulation_json;
   const char *cluster;
+  /* A simulated run's published reference (refit simulate --published-s, --published-label):
+   * another system's time for the same job; 0 writes neither attribute. */
+  double published_s;
+  const char *published_label;
+  /* A simulated run: 1 when its predicted memory fits the cluster's GPUs (or nodes), else 0. */
+  int memory_fits;
 } rf_results_run;
 
 typedef struct rf_results rf_results;
@@ -176,7 +189,10 @@ typedef struct {
   double time_median_s, time_p99_s, algbw_GBps; /* NAN where absent */
   double limit_s[RF_LIMIT_COUNT];               /* NAN where not calibrated */
   int skipped;
-  int simulated; /* written by refit simulate: a prediction, not a measurement */
+  int simulated;             /* written by refit simulate: a prediction, not a measurement */
+  double published_s;        /* a simulated run's published reference; NAN where absent */
+  char published_label[128]; /* whose time published_s is; "" where absent */
+  int64_t memory_fits;       /* a simulated run's memory fits its cluster: 1, 0; -1 where absent */
   int has_summary;
   double phase_median[RF_PHASE_COUNT], phase_p99[RF_PHASE_COUNT]; /* summary, seconds */
   int timing_iterations, timing_ranks;

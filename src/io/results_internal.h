@@ -110,6 +110,9 @@ void rf_results_utc_now(char *buf, size_t len);
 rf_status rf_results_write_placement(hid_t g, const rf_results_run *run);
 rf_status rf_results_write_links(hid_t g, const rf_results_run *run);
 
+/* The run's `plan` group under the run group g (results_plan.c). */
+rf_status rf_results_write_plan(hid_t g, const rf_results_run *run);
+
 /* Under Slurm (SLURM_JOB_ID set), adds the str attributes slurm_job_id, slurm_array_task_id
  * (in an array job) and slurm_job (`scontrol show job`, "" when that fails) to the run group g.
  * Outside Slurm it writes nothing. Fails only when HDF5 does. */

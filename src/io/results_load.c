@@ -178,12 +178,13 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       {"gpu_versions", run->gpu_versions, sizeof run->gpu_versions},
       {"cluster", run->cluster, sizeof run->cluster},
       {"memory", run->memory, sizeof run->memory},
+      {"published_label", run->published_label, sizeof run->published_label},
   };
   rf_status st = RF_OK;
   for (size_t i = 0; i < RF_ARRAY_LEN(text) && st == RF_OK; i++)
     st = read_attr_text(src, g, text[i].attr, text[i].buf, text[i].len);
   run->bucket_size = run->iterations = run->ranks = run->wrong = run->checksum_bad = -1;
-  run->sweep_index = run->sweep_size = run->messages = run->pieces = -1;
+  run->sweep_index = run->sweep_size = run->messages = run->pieces = run->memory_fits = -1;
   int64_t simulated = 0;
   struct {
     const char *attr;
@@ -199,10 +200,11 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       {"messages", &run->messages},
       {"pieces", &run->pieces},
       {"simulated", &simulated},
+      {"memory_fits", &run->memory_fits},
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(ints) && st == RF_OK; i++)
     st = read_attr_num(src, g, ints[i].attr, H5T_NATIVE_INT64, ints[i].out);
-  run->time_median_s = run->time_p99_s = run->algbw_GBps = NAN;
+  run->time_median_s = run->time_p99_s = run->algbw_GBps = run->published_s = NAN;
   struct {
     const char *attr;
     double *out;
@@ -210,6 +212,7 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       {"time_median_s", &run->time_median_s},
       {"time_p99_s", &run->time_p99_s},
       {"algbw_GBps", &run->algbw_GBps},
+      {"published_s", &run->published_s},
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(reals) && st == RF_OK; i++)
     st = read_attr_num(src, g, reals[i].attr, H5T_NATIVE_DOUBLE, reals[i].out);

@@ -107,6 +107,8 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
     RF_TRY(rf_results_attr_str(g, ".", strings[i].name, strings[i].value));
   if (run->memory)
     RF_TRY(rf_results_attr_str(g, ".", "memory", run->memory));
+  if (run->rollout_dtype)
+    RF_TRY(rf_results_attr_str(g, ".", "rollout_dtype", run->rollout_dtype));
   const struct {
     const char *name;
     int64_t value;
@@ -140,6 +142,12 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
     RF_TRY(rf_results_attr_i64(g, ".", "simulated", 1));
     RF_TRY(rf_results_attr_str(g, ".", "cluster", run->cluster ? run->cluster : ""));
     RF_TRY(rf_results_attr_str(g, ".", "simulation_json", run->simulation_json));
+    RF_TRY(rf_results_attr_i64(g, ".", "memory_fits", run->memory_fits != 0));
+    if (run->published_s > 0) {
+      RF_TRY(rf_results_attr_f64(g, ".", "published_s", run->published_s));
+      RF_TRY(rf_results_attr_str(g, ".", "published_label",
+                                 run->published_label ? run->published_label : ""));
+    }
     return RF_OK;
   }
   RF_TRY(rf_results_slurm_attrs(g));
@@ -366,57 +374,6 @@ done:
   return st;
 }
 
-static rf_status write_bytes_per_rank(hid_t plan, const char *name, const int64_t *bytes, int count,
-                                      const char *description) {
-  hsize_t dims[1] = {(hsize_t)(bytes ? RF_MAX(count, 0) : 0)};
-  RF_TRY(rf_results_dataset(plan, name, H5T_NATIVE_INT64, 1, dims, bytes));
-  RF_TRY(rf_results_attr_str(plan, name, "units", "bytes"));
-  return rf_results_attr_str(plan, name, "description", description);
-}
-
-static rf_status write_forward(hid_t plan, const rf_results_run *run) {
-  RF_TRY(rf_results_attr_i64(plan, ".", "forward_bytes", run->forward_bytes));
-  RF_TRY(rf_results_attr_i64(plan, ".", "forward_depth", run->forward_depth));
-  RF_TRY(write_bytes_per_rank(plan, "forward_send_bytes", run->forward_send_bytes,
-                              run->rollout_ranks,
-                              "bytes each rollout rank forwards to other replicas per iteration"));
-  return write_bytes_per_rank(plan, "forward_recv_bytes", run->forward_recv_bytes,
-                              run->rollout_ranks,
-                              "bytes each rollout rank receives from other replicas per iteration");
-}
-
-static rf_status write_plan(hid_t g, const rf_results_run *run) {
-  rf_status st = RF_OK;
-  hid_t plan = H5I_INVALID_HID;
-  RF_H5_GOTO(plan = H5Gcreate2(g, "plan", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), done);
-  RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "pieces", run->pieces), done);
-  RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "messages", run->messages), done);
-  RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "transfer_bytes", run->transfer_bytes), done);
-  RF_TRY_GOTO(rf_results_attr_i64(plan, ".", "reshape_bytes", run->reshape_bytes), done);
-  /* Fanout's forward stage adds its totals; the other plans' groups stay as they were. */
-  int forward = run->forward_send_bytes != NULL;
-  char units[256];
-  snprintf(units, sizeof units,
-           "{\"pieces\": \"count\", \"messages\": \"count per iteration, all ranks\", "
-           "\"transfer_bytes\": \"bytes\", \"reshape_bytes\": \"bytes\"%s}",
-           forward ? ", \"forward_bytes\": \"bytes\", \"forward_depth\": \"steps\"" : "");
-  RF_TRY_GOTO(rf_results_attr_str(plan, ".", "units", units), done);
-  RF_TRY_GOTO(write_bytes_per_rank(plan, "send_bytes", run->send_bytes, run->trainer_ranks,
-                                   "bytes each trainer rank sends per iteration"),
-              done);
-  RF_TRY_GOTO(write_bytes_per_rank(plan, "recv_bytes", run->recv_bytes, run->rollout_ranks,
-                                   forward ? "bytes each rollout rank receives from the trainer "
-                                             "per iteration"
-                                           : "bytes each rollout rank receives per iteration"),
-              done);
-  if (forward)
-    st = write_forward(plan, run);
-done:
-  if (plan >= 0)
-    H5Gclose(plan);
-  return st;
-}
-
 /* env arrives as "NAME=value\n" lines; each non-empty line becomes one string. */
 static rf_status write_env(hid_t g, const char *env) {
   char *copy = rf_strdup(env ? env : "");
@@ -454,7 +411,7 @@ rf_status rf_results_write_run(hid_t g, const rf_results *r, const rf_results_ru
   RF_TRY(write_summary(g, run->result));
   RF_TRY(write_tensors(g, run));
   RF_TRY(write_shards(g, run));
-  RF_TRY(write_plan(g, run));
+  RF_TRY(rf_results_write_plan(g, run));
   RF_TRY(rf_results_write_placement(g, run));
   RF_TRY(rf_results_write_links(g, run));
   return write_env(g, run->env);

@@ -49,9 +49,18 @@ typedef struct {
   rf_trainer_order order;
 } rf_trainer_layout;
 
+/* --rollout-dtype: the rollout receives every tensor in the trainer's dtype, or its linear
+ * weights block-quantized to fp8 with their scales (layout_fp8.c). */
+#define RF_ROLLOUT_DTYPE_LIST(X)                                                                   \
+  X(RF_ROLLOUT_DTYPE_MODEL, "model")                                                               \
+  X(RF_ROLLOUT_DTYPE_FP8, "fp8")
+typedef enum { RF_ROLLOUT_DTYPE_LIST(RF_ENUM_ID) RF_ROLLOUT_DTYPE_COUNT } rf_rollout_dtype;
+RF_ENUM_DECLARE(rf_rollout_dtype);
+
 typedef struct {
-  int tp, dp; /* dp = engine replicas, each a vLLM TP group of tp ranks */
-  int ep;     /* 1 = vLLM's --enable-expert-parallel: experts over all tp*dp ranks */
+  int tp, dp;             /* dp = engine replicas, each a vLLM TP group of tp ranks */
+  int ep;                 /* 1 = vLLM's --enable-expert-parallel: experts over all tp*dp ranks */
+  rf_rollout_dtype dtype; /* not part of the layout's text: --rollout-dtype sets it */
 } rf_rollout_layout;
 
 /* Parse "fsdp=4,tp=2[,dp=2][,ep=8][,pp=4]" and "tp=4[,dp=2][,ep]"; missing axes are 1 (ep on
@@ -78,12 +87,13 @@ void rf_rollout_layout_format(const rf_rollout_layout *r, char *buf, int len);
  * is the same memory with the expert and row dimensions merged. */
 typedef struct {
   char name[RF_NAME_MAX];
+  int scale_of; /* a weight_scale_inv: the index of its weight's rollout tensor; else -1 */
   int ndim;
   int64_t shape[2];
   int vllm_ndim;
   int64_t vllm_shape[3];
   int64_t numel;
-  rf_dtype dtype; /* its members' dtype */
+  rf_dtype dtype; /* its members' dtype, or fp8 for an fp8 rollout's linear weights */
   int64_t bytes;
 } rf_rollout_tensor;
 
@@ -156,6 +166,20 @@ rf_box rf_layout_rollout_box(const rf_layout *lay, int tensor, int rollout_rank)
 /* The rollout dimension that TP splits (0 for column-parallel, 1 for row-parallel), or -1
  * (replicated, or a whole expert on one rank under rollout ep). */
 int rf_layout_rollout_split_dim(const rf_layout *lay, int tensor);
+/* ---- FP8 rollouts (layout_fp8.c) -----------------------------------------------------------
+ *
+ * With --rollout-dtype fp8 every linear weight of the rollout is float8_e4m3fn with an fp32
+ * weight_scale_inv of one element per 128x128 block, as vLLM's block-FP8 layers hold them;
+ * embeddings, lm_head, norms, biases and routers keep the trainer's dtype. */
+#define RF_FP8_BLOCK_EDGE 128
+/* Whether the rollout receives logical tensor `tensor` quantized to fp8. */
+int rf_layout_fp8(const rf_layout *lay, int tensor);
+/* The 128x128 blocks of the HF tensor's grid that a box touches. */
+int64_t rf_layout_fp8_blocks(const rf_box *box);
+/* Whether every edge of a box lies on the HF tensor's block grid (a multiple of 128, or the
+ * tensor's end), so that it holds whole blocks only. */
+int rf_layout_fp8_aligned(const rf_layout *lay, int tensor, const rf_box *box);
+
 /* Whether a rollout rank's copy of the tensor serves every engine replica (an expert under
  * rollout ep lives on one rank of the whole rollout group) rather than its own replica only. */
 int rf_layout_rollout_shared(const rf_layout *lay, int tensor);

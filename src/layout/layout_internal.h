@@ -12,5 +12,11 @@ static inline int layout_is_kv(rf_tensor_kind k) {
 rf_status layout_init_trainer(rf_layout *lay);
 /* Checks the rollout layout against the model and builds its tensors and slots. */
 rf_status layout_init_rollout(rf_layout *lay);
+/* vLLM's divisibility rules for the rollout tp (heads, kv heads, MLP widths, the vocabulary),
+ * without building anything: layout_fp8.c asks it which other tp would fit. */
+rf_status layout_check_rollout(const rf_layout *lay);
+/* With --rollout-dtype fp8, after the rollout tensors are built: refuses a rollout shard that
+ * cuts a 128x128 block, makes the linear weights fp8 and adds their weight_scale_inv tensors. */
+rf_status layout_init_fp8(rf_layout *lay);
 
 #endif

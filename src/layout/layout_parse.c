@@ -10,6 +10,7 @@
 RF_ENUM_DEFINE(rf_trainer_style, "trainer-style", RF_TRAINER_STYLE_LIST, RF_TRAINER_STYLE_COUNT)
 RF_ENUM_DEFINE(rf_trainer_order, "trainer-order", RF_TRAINER_ORDER_LIST, RF_TRAINER_ORDER_COUNT)
 RF_ENUM_DEFINE(rf_placement, "placement", RF_PLACEMENT_LIST, RF_PLACEMENT_COUNT)
+RF_ENUM_DEFINE(rf_rollout_dtype, "rollout-dtype", RF_ROLLOUT_DTYPE_LIST, RF_ROLLOUT_DTYPE_COUNT)
 
 rf_box rf_box_whole(const rf_tensor *t) {
   rf_box b = {{0, 0}, {t->shape[0], t->shape[1]}};
@@ -127,6 +128,7 @@ rf_status rf_rollout_layout_parse(const char *text, rf_rollout_layout *out) {
   out->tp = v[0];
   out->dp = v[1];
   out->ep = v[2];
+  out->dtype = RF_ROLLOUT_DTYPE_MODEL; /* --rollout-dtype, set apart from the text */
   return check_rank_count("rollout", text, (int64_t)v[0] * v[1]);
 }
 

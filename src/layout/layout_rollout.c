@@ -251,14 +251,21 @@ static int64_t slot_row(const rf_layout *lay, const rf_tensor *t) {
   }
 }
 
-rf_status layout_init_rollout(rf_layout *lay) {
+rf_status layout_check_rollout(const rf_layout *lay) {
   const rf_model *m = lay->model;
-  RF_TRY(init_expert_group(lay));
   for (int heads = 1; heads >= 0; heads--)
     for (int i = 0; i < m->tensor_count; i++)
       RF_TRY(check_rollout(lay, &m->tensors[i], heads));
+  return RF_OK;
+}
+
+rf_status layout_init_rollout(rf_layout *lay) {
+  const rf_model *m = lay->model;
+  RF_TRY(init_expert_group(lay));
+  RF_TRY(layout_check_rollout(lay));
+  /* Room for a weight_scale_inv beside every tensor, which fp8 rollouts add (layout_fp8.c). */
   lay->rollout_tensors =
-      rf_calloc((size_t)m->tensor_count, sizeof *lay->rollout_tensors, "rollout tensors");
+      rf_calloc(2 * (size_t)m->tensor_count, sizeof *lay->rollout_tensors, "rollout tensors");
   lay->slots = rf_calloc((size_t)m->tensor_count, sizeof *lay->slots, "rollout slots");
   if (!lay->rollout_tensors || !lay->slots)
     return RF_ERR_NOMEM;
@@ -276,6 +283,7 @@ rf_status layout_init_rollout(rf_layout *lay) {
     if (local < 0) {
       rf_rollout_tensor *rt = &lay->rollout_tensors[local = lay->rollout_tensor_count++];
       snprintf(rt->name, sizeof rt->name, "%s", name);
+      rt->scale_of = -1;
       rollout_shape(lay, t, strcmp(name, t->name) != 0, rt);
       rt->dtype = t->dtype;
       rt->numel = rt->shape[0] * rt->shape[1];
@@ -284,5 +292,5 @@ rf_status layout_init_rollout(rf_layout *lay) {
     lay->slots[i].local = local;
     lay->slots[i].row = slot_row(lay, t);
   }
-  return RF_OK;
+  return lay->rollout.dtype == RF_ROLLOUT_DTYPE_FP8 ? layout_init_fp8(lay) : RF_OK;
 }

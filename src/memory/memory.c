@@ -5,10 +5,13 @@
  * GPU kinds come from memory_gpu.h, implemented by memory_cuda.c or memory_gpu_none.c. Box
  * copies, zeroing and transfers on device memory go there too (region_cuda.cu has the copy
  * kernel); on host and pinned memory they run here. */
+#define _GNU_SOURCE /* memfd_create */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "memory/memory.h"
 #include "memory/memory_gpu.h"
@@ -41,6 +44,70 @@ static rf_status host_alloc(size_t bytes, const char *what, void **out) {
 
 static void host_free(void *ptr) { free(ptr); }
 
+/* Shared host memory is an anonymous memory file (memfd), mapped MAP_SHARED: the shm
+ * transport hands its descriptor to the other ranks of the node, which map the same pages
+ * (transport_shm.c). Unlike a name under /dev/shm it needs no unique name, leaves nothing
+ * behind when a job dies, and is not bounded by the small /dev/shm of containers. The
+ * descriptors of the buffers given out are kept here, a handful per rank. */
+typedef struct {
+  void *ptr;
+  size_t bytes;
+  int fd;
+} shared_buffer;
+
+static shared_buffer *shared_buffers;
+static int shared_count, shared_cap;
+
+static rf_status shared_alloc(size_t bytes, const char *what, void **out) {
+  char buf[32];
+  size_t size = bytes ? bytes : 64;
+  *out = NULL;
+  int fd = memfd_create("refit", MFD_CLOEXEC);
+  if (fd < 0)
+    return rf_fail(RF_ERR_NOMEM, "cannot create shared memory for %s: memfd_create: %s", what,
+                   strerror(errno));
+  void *p = MAP_FAILED;
+  if (ftruncate(fd, (off_t)size) == 0)
+    p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED || rf_grow((void **)&shared_buffers, shared_count, &shared_cap,
+                                 sizeof *shared_buffers, "shared memory list") != RF_OK) {
+    int err = errno;
+    if (p != MAP_FAILED)
+      munmap(p, size);
+    close(fd);
+    return rf_fail(RF_ERR_NOMEM, "out of memory allocating %s of shared host memory for %s: %s",
+                   rf_format_bytes((int64_t)bytes, buf, sizeof buf), what, strerror(err));
+  }
+  shared_buffers[shared_count++] = (shared_buffer){p, size, fd};
+  *out = p;
+  return RF_OK;
+}
+
+static void shared_free(void *ptr) {
+  for (int i = 0; i < shared_count; i++)
+    if (shared_buffers[i].ptr == ptr) {
+      munmap(ptr, shared_buffers[i].bytes);
+      close(shared_buffers[i].fd);
+      shared_buffers[i] = shared_buffers[--shared_count];
+      break;
+    }
+  if (shared_count == 0) {
+    free(shared_buffers);
+    shared_buffers = NULL;
+    shared_cap = 0;
+  }
+}
+
+rf_status rf_mem_shared_fd(const void *ptr, int *fd, size_t *bytes) {
+  for (int i = 0; i < shared_count; i++)
+    if (shared_buffers[i].ptr == ptr) {
+      *fd = shared_buffers[i].fd;
+      *bytes = shared_buffers[i].bytes;
+      return RF_OK;
+    }
+  return rf_fail(RF_ERR_INTERNAL, "memory: %p is not a shared buffer", ptr);
+}
+
 static const struct {
   const char *name;
   rf_status (*alloc)(size_t bytes, const char *what, void **out);
@@ -49,6 +116,7 @@ static const struct {
     [RF_MEM_HOST] = {"host", host_alloc, host_free},
     [RF_MEM_PINNED] = {"pinned", rf_mem_pinned_alloc, rf_mem_pinned_free},
     [RF_MEM_DEVICE] = {"device", rf_mem_device_alloc, rf_mem_device_free},
+    [RF_MEM_SHARED] = {"shared", shared_alloc, shared_free},
 };
 
 static int kind_valid(rf_mem_kind kind) {
@@ -59,6 +127,9 @@ static int kind_valid(rf_mem_kind kind) {
 static rf_mem_stats mem_stats;
 
 RF_ENUM_DEFINE(rf_mem_request, "memory", RF_MEM_REQUEST_LIST, RF_MEM_REQUEST_COUNT)
+RF_ENUM_DEFINE(rf_copy_path, "copy", RF_COPY_PATH_LIST, RF_COPY_PATH_COUNT)
+
+void rf_mem_set_copy_path(rf_copy_path path) { rf_gpu_set_copy_path((int)path); }
 
 const char *rf_mem_kind_name(rf_mem_kind kind) {
   return kind_valid(kind) ? mem_kinds[kind].name : "unknown";
@@ -268,7 +339,9 @@ void rf_region_copy(const rf_region *dst, const rf_region *src, const rf_box *bo
  * Host and pinned memory are both ordinary CPU memory to this code; device memory goes to
  * memory_gpu.h, which a build without CUDA implements as one-line failures. */
 
-static int kind_is_host(rf_mem_kind kind) { return kind == RF_MEM_HOST || kind == RF_MEM_PINNED; }
+static int kind_is_host(rf_mem_kind kind) {
+  return kind == RF_MEM_HOST || kind == RF_MEM_PINNED || kind == RF_MEM_SHARED;
+}
 
 rf_status rf_copy_boxes(rf_mem_kind kind, const rf_box_copy *copies, int count) {
   if (!kind_valid(kind))

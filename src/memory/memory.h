@@ -17,7 +17,8 @@
 typedef enum {
   RF_MEM_HOST = 0, /* pageable host memory */
   RF_MEM_PINNED,   /* page-locked host memory (GPU builds) */
-  RF_MEM_DEVICE    /* GPU memory (GPU builds) */
+  RF_MEM_DEVICE,   /* GPU memory (GPU builds) */
+  RF_MEM_SHARED    /* host memory other processes of the node can map (the shm transport) */
 } rf_mem_kind;
 const char *rf_mem_kind_name(rf_mem_kind kind);
 
@@ -30,6 +31,20 @@ const char *rf_mem_kind_name(rf_mem_kind kind);
 typedef enum { RF_MEM_REQUEST_LIST(RF_ENUM_ID) RF_MEM_REQUEST_COUNT } rf_mem_request;
 RF_ENUM_DECLARE(rf_mem_request);
 
+/* --copy: what moves a device box copy. auto chooses per piece: the copy engines
+ * (cudaMemcpyAsync spread over several streams, so that their per-copy ramps overlap) for a
+ * dense run of at least RF_COPY_ENGINE_MIN bytes, kernels for strided and transposed boxes;
+ * kernel and engine force one way (engine moves 2-D strided boxes with cudaMemcpy2DAsync and
+ * leaves only transposes to kernels). Host copies ignore it. */
+#define RF_COPY_PATH_LIST(X)                                                                       \
+  X(RF_COPY_AUTO, "auto")                                                                          \
+  X(RF_COPY_KERNEL, "kernel")                                                                      \
+  X(RF_COPY_ENGINE, "engine")
+typedef enum { RF_COPY_PATH_LIST(RF_ENUM_ID) RF_COPY_PATH_COUNT } rf_copy_path;
+RF_ENUM_DECLARE(rf_copy_path);
+#define RF_COPY_ENGINE_MIN ((int64_t)256 << 10)
+void rf_mem_set_copy_path(rf_copy_path path);
+
 /* Allocates `bytes` of the given kind, 64-byte aligned, and counts them towards this rank's
  * staging or data total (see rf_mem_stats). `what` names the buffer in error messages. */
 rf_status rf_mem_alloc(rf_mem_kind kind, size_t bytes, const char *what, void **out);
@@ -40,6 +55,11 @@ typedef struct {
   int64_t peak_bytes;
 } rf_mem_stats;
 rf_mem_stats rf_mem_get_stats(void);
+
+/* The file descriptor behind a buffer rf_mem_alloc gave out as RF_MEM_SHARED (an anonymous
+ * memory file), and its size: another process of the node opens it as /proc/PID/fd/FD and
+ * maps the same pages. `ptr` must be the start of such a buffer. */
+rf_status rf_mem_shared_fd(const void *ptr, int *fd, size_t *bytes);
 void rf_mem_reset_peak(void);
 /* Peak resident set size of this process in bytes (getrusage). */
 int64_t rf_mem_peak_rss(void);

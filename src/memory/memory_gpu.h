@@ -26,6 +26,9 @@ rf_status rf_gpu_zero(void *ptr, size_t bytes);
 rf_status rf_gpu_transfer(void *dst, const void *src, size_t bytes);
 rf_status rf_gpu_sync(void);
 
+/* rf_mem_set_copy_path's device half: an rf_copy_path, for every later rf_gpu_copy_boxes. */
+void rf_gpu_set_copy_path(int path);
+
 /* refit's one CUDA stream (a cudaStream_t), created on first use, so only after
  * rf_gpu_select has made this rank's GPU current. Every kernel and copy of the memory and
  * verify modules runs on it. The nccl transport sends on a stream of its own that waits for

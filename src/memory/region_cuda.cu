@@ -27,6 +27,13 @@
  * pack into fused slots, unpack, the JAX transpose and half-width rows all run at 0.93-0.95
  * of a device-to-device cudaMemcpyAsync of the same bytes.
  *
+ * Dense runs can instead go to the copy engines (--copy, rf_copy_path): cudaMemcpyAsync calls
+ * spread over a few streams forked from refit's stream and joined back into it, so that to
+ * the rest of refit the batch is still queued on one stream. Whole-tensor copies on one
+ * stream reach 0.89 of one contiguous copy on an H200, on four 0.98 (the engines overlap each
+ * other's ramps), where the best simple kernel stays at 0.93. Strided boxes take
+ * cudaMemcpy2DAsync only under --copy engine, and transposes always take kernels.
+ *
  * The piece table lives in a ring of pinned host buffers and matching device buffers, grown
  * only when a batch is larger than any before. An event per slot says when the kernels that
  * read it are done; the host waits for it only when it comes round to the slot again, so
@@ -441,37 +448,132 @@ rf_status launch_class(int cls, const piece *pieces, int count, int64_t units,
   }
 }
 
+/* ---- host side: the copy engines ------------------------------------------------------ */
+
+constexpr int kEngineStreams = 4;
+int copy_path = RF_COPY_AUTO;
+bool engine_ready;
+cudaStream_t engine_stream[kEngineStreams];
+cudaEvent_t engine_fork, engine_join[kEngineStreams];
+int64_t engine_load[kEngineStreams];
+bool engine_used[kEngineStreams];
+
+enum { BY_KERNEL, BY_ENGINE_RUN, BY_ENGINE_2D };
+
+/* Which way a planned piece goes (see the file comment). Only the line classes qualify: their
+ * rows are dense on both sides, so a row is one contiguous run of bytes. */
+int engine_way(const piece &pc) {
+  if (copy_path == RF_COPY_KERNEL || pc.cls > CLS_LINES1)
+    return BY_KERNEL;
+  const int64_t row = pc.n_in * pc.width;
+  if (pc.n_out == 1)
+    return copy_path == RF_COPY_ENGINE || row >= RF_COPY_ENGINE_MIN ? BY_ENGINE_RUN : BY_KERNEL;
+  const int64_t most = (int64_t)1 << 30; /* well inside every device's maximum pitch */
+  if (copy_path == RF_COPY_ENGINE && pc.d_out >= row && pc.s_out >= row && pc.d_out < most &&
+      pc.s_out < most)
+    return BY_ENGINE_2D;
+  return BY_KERNEL;
+}
+
+rf_status engine_setup(void) {
+  if (engine_ready)
+    return RF_OK;
+  for (int i = 0; i < kEngineStreams; i++) {
+    RF_CUDA(cudaStreamCreateWithFlags(&engine_stream[i], cudaStreamNonBlocking));
+    RF_CUDA(cudaEventCreateWithFlags(&engine_join[i], cudaEventDisableTiming));
+  }
+  RF_CUDA(cudaEventCreateWithFlags(&engine_fork, cudaEventDisableTiming));
+  engine_ready = true;
+  return RF_OK;
+}
+
+/* Forks the engine streams off refit's stream: what they copy starts after everything queued
+ * there so far. */
+rf_status engine_begin(cudaStream_t stream) {
+  RF_TRY(engine_setup());
+  RF_CUDA(cudaEventRecord(engine_fork, stream));
+  for (int i = 0; i < kEngineStreams; i++) {
+    engine_load[i] = 0, engine_used[i] = false;
+  }
+  return RF_OK;
+}
+
+/* Queues one piece on the least loaded engine stream, waiting for the fork on first use. */
+rf_status engine_copy(const piece &pc, int way) {
+  int best = 0;
+  for (int i = 1; i < kEngineStreams; i++)
+    if (engine_load[i] < engine_load[best])
+      best = i;
+  cudaStream_t s = engine_stream[best];
+  if (!engine_used[best])
+    RF_CUDA(cudaStreamWaitEvent(s, engine_fork, 0));
+  const size_t row = (size_t)(pc.n_in * pc.width);
+  if (way == BY_ENGINE_RUN)
+    RF_CUDA(cudaMemcpyAsync(pc.dst, pc.src, row, cudaMemcpyDefault, s));
+  else
+    RF_CUDA(cudaMemcpy2DAsync(pc.dst, (size_t)pc.d_out, pc.src, (size_t)pc.s_out, row,
+                              (size_t)pc.n_out, cudaMemcpyDefault, s));
+  engine_used[best] = true;
+  engine_load[best] += (int64_t)row * pc.n_out;
+  return RF_OK;
+}
+
+/* Joins the engine streams back: refit's stream goes on once they are done. */
+rf_status engine_end(cudaStream_t stream) {
+  for (int i = 0; i < kEngineStreams; i++)
+    if (engine_used[i]) {
+      RF_CUDA(cudaEventRecord(engine_join[i], engine_stream[i]));
+      RF_CUDA(cudaStreamWaitEvent(stream, engine_join[i], 0));
+    }
+  return RF_OK;
+}
+
 } // namespace
+
+extern "C" void rf_gpu_set_copy_path(int path) { copy_path = path; }
 
 /* The pieces are planned twice: once to count each class, once more straight into their
  * places in the table, grouped by class, so that each launch reads a contiguous range. */
 extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count) {
   if (count <= 0)
     return RF_OK;
-  int n_cls[CLS_COUNT] = {0}, at[CLS_COUNT];
+  int n_cls[CLS_COUNT] = {0}, at[CLS_COUNT], n_engine = 0;
   int64_t units[CLS_COUNT] = {0};
   for (int i = 0; i < count; i++) {
     if (copies[i].dst.esize != copies[i].src.esize)
       return rf_fail(RF_ERR_INTERNAL, "box copy %d of %d: element sizes differ (%d and %d bytes)",
                      i, count, copies[i].dst.esize, copies[i].src.esize);
     piece pc;
-    if (plan_piece(&copies[i], &pc) > 0)
-      n_cls[pc.cls]++;
+    if (plan_piece(&copies[i], &pc) > 0) {
+      if (engine_way(pc) != BY_KERNEL)
+        n_engine++;
+      else
+        n_cls[pc.cls]++;
+    }
   }
   int n = 0;
   for (int c = 0; c < CLS_COUNT; c++)
     at[c] = n, n += n_cls[c];
-  if (n == 0)
-    return RF_OK;
-
   cudaStream_t stream = (cudaStream_t)rf_gpu_stream();
+  if (n_engine > 0) {
+    RF_TRY(engine_begin(stream));
+    for (int i = 0; i < count; i++) {
+      piece pc;
+      int way = plan_piece(&copies[i], &pc) > 0 ? engine_way(pc) : BY_KERNEL;
+      if (way != BY_KERNEL)
+        RF_TRY(engine_copy(pc, way));
+    }
+  }
+  if (n == 0)
+    return n_engine > 0 ? engine_end(stream) : RF_OK;
+
   slot *sl = &ring[ring_next];
   ring_next = (ring_next + 1) % kRing;
   RF_TRY(slot_reserve(sl, n));
   for (int i = 0; i < count; i++) {
     piece pc;
     int64_t k = plan_piece(&copies[i], &pc);
-    if (k == 0)
+    if (k == 0 || engine_way(pc) != BY_KERNEL)
       continue;
     pc.unit_begin = units[pc.cls];
     units[pc.cls] += k;
@@ -484,5 +586,5 @@ extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count) {
       RF_TRY(launch_class(c, sl->dev + first, n_cls[c], units[c], stream));
   RF_CUDA(cudaEventRecord(sl->done, stream));
   sl->pending = 1;
-  return RF_OK;
+  return n_engine > 0 ? engine_end(stream) : RF_OK;
 }

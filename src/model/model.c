@@ -21,7 +21,7 @@
 static const struct {
   const char *name;
   int size;
-} dtypes[] = {{"bf16", 2}, {"fp16", 2}, {"fp32", 4}};
+} dtypes[] = {{"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp8_e4m3fn", 1}};
 
 static int dtype_valid(rf_dtype dt) { return (int)dt >= 0 && (int)dt < (int)RF_ARRAY_LEN(dtypes); }
 
@@ -256,9 +256,10 @@ static int collect_shipped(char names[][RF_NAME_MAX]) {
 void rf_model_list_shipped(char *buf, int len) {
   /* Used when no directory can be read, e.g. a binary moved away from its install prefix. */
   static const char *fallback[] = {
-      "deepseek-v2-lite", "deepseek-v3",  "gemma-2-9b",     "gemma-2b",      "gemma-3-1b",
-      "gemma-7b",         "kimi-k2",      "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b",
-      "llama-3.2-1b",     "mixtral-8x7b", "qwen3-30b-a3b",  "qwen3-8b",      "tiny"};
+      "deepseek-v2-lite", "deepseek-v3",   "gemma-2-9b",   "gemma-2b",
+      "gemma-3-1b",       "gemma-7b",      "kimi-k2",      "llama-3.1-405b",
+      "llama-3.1-70b",    "llama-3.1-8b",  "llama-3.2-1b", "mixtral-8x7b",
+      "qwen3-235b-a22b",  "qwen3-30b-a3b", "qwen3-8b",     "tiny"};
   if (!buf || len <= 0)
     return;
   char names[MAX_SHIPPED][RF_NAME_MAX];
@@ -305,7 +306,8 @@ rf_status rf_model_set_tensor_dtype(rf_model *model, int index, rf_dtype dtype) 
   if (index < 0 || index >= model->tensor_count)
     return rf_fail(RF_ERR_INTERNAL, "model %s has no tensor %d; pass an index below %d",
                    model->name, index, model->tensor_count);
-  if (rf_dtype_size(dtype) == 0)
+  /* fp8 is the rollout's only: a trainer tensor in it would need scales refit does not move. */
+  if (rf_dtype_size(dtype) == 0 || dtype == RF_DTYPE_FP8)
     return rf_fail(RF_ERR_INTERNAL,
                    "model %s: %d is not a dtype to give tensor %s; pass an rf_dtype", model->name,
                    (int)dtype, model->tensors[index].name);

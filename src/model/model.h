@@ -9,8 +9,11 @@
 
 #include "core/core.h"
 
-typedef enum { RF_DTYPE_BF16 = 0, RF_DTYPE_FP16, RF_DTYPE_FP32 } rf_dtype;
-const char *rf_dtype_name(rf_dtype dt);                 /* "bf16", "fp16", "fp32" */
+/* RF_DTYPE_FP8 (float8_e4m3fn) is a rollout dtype only: the block-FP8 weights the rollout
+ * receives with --rollout-dtype fp8 (layout_fp8.c). No model, trainer shard or checkpoint has
+ * it, so rf_dtype_parse does not accept it. */
+typedef enum { RF_DTYPE_BF16 = 0, RF_DTYPE_FP16, RF_DTYPE_FP32, RF_DTYPE_FP8 } rf_dtype;
+const char *rf_dtype_name(rf_dtype dt);                 /* "bf16", "fp16", "fp32", "fp8_e4m3fn" */
 int rf_dtype_size(rf_dtype dt);                         /* bytes per element */
 rf_status rf_dtype_parse(const char *s, rf_dtype *out); /* accepts HF torch_dtype names too */
 

@@ -145,6 +145,10 @@ static rf_status compute_totals(rf_plan *plan) {
   int32_t moe[3] = {lay->trainer.ep, lay->trainer.pp, lay->rollout.ep};
   if (moe[0] != 1 || moe[1] != 1 || moe[2] != 0)
     XXH3_64bits_update(h, moe, sizeof moe);
+  /* The rollout dtype only where it is fp8, for the same reason. */
+  int32_t dtype = lay->rollout.dtype;
+  if (dtype != RF_ROLLOUT_DTYPE_MODEL)
+    XXH3_64bits_update(h, &dtype, sizeof dtype);
   XXH3_64bits_update(h, plan->pieces, (size_t)plan->piece_count * sizeof *plan->pieces);
   plan->digest = XXH3_64bits_digest(h);
   XXH3_freeState(h);
@@ -162,6 +166,8 @@ rf_status rf_plan_build(rf_plan *plan, const rf_layout *lay, rf_plan_kind kind,
                                           : build_p2p(&b);
   if (st == RF_OK)
     st = compute_totals(plan);
+  if (st == RF_OK)
+    st = plan_count_wire(plan);
   if (st != RF_OK)
     rf_plan_free(plan);
   return st;
@@ -177,5 +183,9 @@ void rf_plan_free(rf_plan *plan) {
   free(plan->forward_recv_bytes);
   free(plan->forward_first);
   free(plan->root);
+  free(plan->wire_send_bytes);
+  free(plan->wire_recv_bytes);
+  free(plan->source_quantized);
+  free(plan->destination_quantized);
   memset(plan, 0, sizeof *plan);
 }

@@ -86,7 +86,20 @@ typedef struct {
   int64_t local_bytes;         /* bytes moved by local copies (either stage) */
   int64_t extra_bytes;         /* transferred but not kept (star's whole embeddings/norms) */
   int block_count;             /* transfer pieces once runs that continue are joined */
-  uint64_t digest;             /* xxh3-64 of kind, layouts and pieces */
+
+  /* What crosses the wire (plan_fp8.c): the bytes above, except that pieces an fp8 rollout's
+   * source quantizes, and its forward pieces, carry fp8 and scales. Without fp8 each equals
+   * its counterpart above. */
+  int64_t *wire_send_bytes; /* [trainer rank] transfer stage */
+  int64_t *wire_recv_bytes; /* [rollout rank] transfer stage */
+  int64_t wire_transfer_bytes;
+  int64_t wire_forward_bytes;
+  int *source_quantized;      /* [trainer rank]: fp8 tensors it quantizes pieces of */
+  int *destination_quantized; /* [rollout rank]: fp8 tensors it quantizes pieces of on arrival */
+  int source_tensors;         /* fp8 tensors whose every piece its source quantizes */
+  int destination_tensors;    /* fp8 tensors with a piece its destination quantizes */
+
+  uint64_t digest; /* xxh3-64 of kind, layouts and pieces */
 } rf_plan;
 
 /* Builds the plan. Star rejects trainer or rollout sizes that are not powers of two, and
@@ -103,6 +116,22 @@ void rf_plan_free(rf_plan *plan);
 int rf_piece_continues(const rf_plan *plan, const rf_piece *prev, const rf_piece *cur);
 /* Where every trainer shard (and every other buffer in an arena) starts: a multiple of this. */
 #define RF_BUFFER_ALIGN 256
+
+/* ---- FP8 rollouts (plan_fp8.c) ------------------------------------------------------------ */
+typedef enum {
+  RF_QUANT_NONE = 0,    /* not an fp8 tensor, or star's reshape: the trainer's dtype */
+  RF_QUANT_SOURCE,      /* whole blocks: the source quantizes, fp8 and scales on the wire */
+  RF_QUANT_DESTINATION, /* the trainer's dtype on the wire; the rollout rank quantizes */
+  RF_QUANT_FORWARDED    /* fanout's forward step: already fp8, with its scales */
+} rf_quant;
+rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece);
+/* The bytes that part `box` of a piece puts on the wire: per element one fp8 byte and per
+ * 128x128 block one fp32 scale where the piece carries fp8 (a box of such a piece holds whole
+ * blocks), else its elements in the tensor's dtype. */
+int64_t rf_piece_wire_bytes(const rf_plan *plan, const rf_piece *piece, const rf_box *box);
+/* The smallest bucket of an fp8 job, other than 0: one block and its scale, so that the
+ * schedule never needs to cut a block (128 * 128 fp8 bytes and 4 bytes of scale). */
+#define RF_FP8_MIN_BUCKET (RF_FP8_BLOCK_EDGE * RF_FP8_BLOCK_EDGE + 4)
 
 /* Whether a piece stays inside one process (a copy rather than a message). */
 int rf_piece_is_local(const rf_plan *plan, const rf_piece *piece);
@@ -160,6 +189,10 @@ void rf_schedule_free(rf_schedule *s);
 typedef struct rf_schedule_cursor rf_schedule_cursor;
 rf_status rf_schedule_cursor_open(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
                                   rf_schedule_cursor **out);
+/* The same over fanout's forward step `step` (0 .. forward_depth - 1), as
+ * rf_schedule_build_forward cuts it. */
+rf_status rf_schedule_cursor_open_forward(const rf_plan *plan, int step, int64_t bucket_size,
+                                          rf_schedule_cursor **out);
 rf_status rf_schedule_cursor_next(rf_schedule_cursor *c, int max_chunks, rf_schedule *out);
 void rf_schedule_cursor_close(rf_schedule_cursor *c);
 

@@ -27,6 +27,9 @@ void plan_sources_free(plan_sources *s);
 rf_status plan_cover_from_trainers(plan_builder *b, plan_sources *s, int tensor, rf_stage stage,
                                    int dst, int dst_world, const rf_box *target);
 
+/* The wire totals and fp8 counts of a built plan (plan_fp8.c). */
+rf_status plan_count_wire(rf_plan *plan);
+
 rf_status plan_build_star(plan_builder *b);
 rf_status plan_build_fanout(plan_builder *b);
 

@@ -45,10 +45,57 @@ static rf_status add_chunk(builder *b, int piece, const rf_box *box, int64_t byt
   return RF_OK;
 }
 
+/* A piece that carries fp8 (rf_piece_wire_bytes) is cut only at block edges, so that each
+ * chunk carries whole blocks with their scales: as many bands of 128 rows as fit, and a band
+ * larger than a whole bucket a run of 128-column blocks at a time. A block (16,388 bytes) fits
+ * any bucket an fp8 job accepts (RF_FP8_MIN_BUCKET). */
+static rf_status place_fp8_piece(builder *b, const rf_plan *plan, int index, int src, int dst) {
+  const rf_piece *p = &plan->pieces[index];
+  int64_t limit = b->s->bucket_size;
+  rf_box rest = p->box;
+  while (!rf_box_is_empty(&rest)) {
+    int64_t bytes = rf_piece_wire_bytes(plan, p, &rest);
+    if (limit == 0 || src == dst)
+      return add_chunk(b, index, &rest, bytes, src, dst);
+    int64_t room = limit - RF_MAX(b->sent[src], b->received[dst]);
+    if (bytes <= room)
+      return add_chunk(b, index, &rest, bytes, src, dst);
+    rf_box part = rest; /* one band: the piece's edges lie on the block grid */
+    part.hi[0] = RF_MIN(rest.hi[0], rest.lo[0] + RF_FP8_BLOCK_EDGE);
+    int64_t band = rf_piece_wire_bytes(plan, p, &part);
+    if (room >= band) {
+      part.hi[0] = RF_MIN(rest.hi[0], rest.lo[0] + room / band * RF_FP8_BLOCK_EDGE);
+      rest.lo[0] = part.hi[0];
+      RF_TRY(add_chunk(b, index, &part, rf_piece_wire_bytes(plan, p, &part), src, dst));
+    } else if (room < limit) {
+      RF_TRY(open_bucket(b)); /* not even one band fits: start afresh */
+      continue;
+    } else {
+      rf_box block = part;
+      block.hi[1] = RF_MIN(part.hi[1], part.lo[1] + RF_FP8_BLOCK_EDGE);
+      int64_t per = RF_MAX(1, limit / rf_piece_wire_bytes(plan, p, &block));
+      while (part.lo[1] < part.hi[1]) {
+        rf_box c = part;
+        c.hi[1] = RF_MIN(part.hi[1], part.lo[1] + per * RF_FP8_BLOCK_EDGE);
+        RF_TRY(add_chunk(b, index, &c, rf_piece_wire_bytes(plan, p, &c), src, dst));
+        RF_TRY(open_bucket(b));
+        part.lo[1] = c.hi[1];
+      }
+      rest.lo[0] = part.hi[0];
+      continue;
+    }
+    RF_TRY(open_bucket(b));
+  }
+  return RF_OK;
+}
+
 /* Places one piece, splitting it where the current bucket has no room for all of it. */
 static rf_status place_piece(builder *b, const rf_plan *plan, int index) {
   const rf_piece *p = &plan->pieces[index];
   int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
+  rf_quant q = rf_piece_quant(plan, p);
+  if (q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED)
+    return place_fp8_piece(b, plan, index, src, dst);
   int64_t esize = rf_tensor_esize(&plan->layout->model->tensors[p->tensor]);
   int64_t limit = b->s->bucket_size;
   rf_box rest = p->box;
@@ -202,6 +249,16 @@ static rf_status build(const rf_plan *plan, rf_stage stage, int first, int end, 
 rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
                             rf_schedule *out) {
   return build(plan, stage, 0, plan->piece_count, bucket_size, out);
+}
+
+rf_status rf_schedule_cursor_open_forward(const rf_plan *plan, int step, int64_t bucket_size,
+                                          rf_schedule_cursor **out) {
+  *out = NULL;
+  if (step < 0 || step >= plan->forward_depth)
+    return rf_fail(RF_ERR_INTERNAL, "schedule: forward step %d of a plan with %d steps", step,
+                   plan->forward_depth);
+  return cursor_open(plan, RF_STAGE_FORWARD, plan->forward_first[step],
+                     plan->forward_first[step + 1], bucket_size, out);
 }
 
 rf_status rf_schedule_build_forward(const rf_plan *plan, int step, int64_t bucket_size,

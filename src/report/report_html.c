@@ -232,6 +232,12 @@ rf_status rf_report_html(const rf_loaded_results *files, int count, const rf_rep
     }
     rf_report_table_html(&t->compare, out);
   }
+  if (rf_report_has_simulated(files, count)) {
+    section(out, &t->simulated);
+    rf_report_table_html(&t->simulated, out);
+    section(out, &t->published);
+    rf_report_table_html(&t->published, out);
+  }
   rf_strbuf_printf(out, "</body>\n</html>\n");
   return out->data ? RF_OK : rf_fail(RF_ERR_NOMEM, "out of memory building the report page");
 }

@@ -81,10 +81,17 @@ void rf_report_chart_svg(const rf_report_chart *c, rf_strbuf *out);
 /* The tables and charts of the report, built from the loaded files. */
 typedef struct {
   rf_report_table runs, status, modes, layouts, phases, spread, limits, compare;
+  rf_report_table simulated, published; /* refit simulate's predictions (report_simulated.c) */
 } rf_report_tables;
 
 rf_status rf_report_build_tables(const rf_loaded_results *files, int count, rf_report_tables *t);
 void rf_report_tables_free(rf_report_tables *t);
+
+/* The simulated runs and the published refits beside refit's best prediction of each. The two
+ * tables are written only when some file holds a simulated run, so reports of measured runs
+ * alone stay as they were. */
+rf_status rf_report_build_simulated(const rf_loaded_results *files, int count, rf_report_tables *t);
+int rf_report_has_simulated(const rf_loaded_results *files, int count);
 
 /* The page: every table and, for each file, its charts. */
 rf_status rf_report_html(const rf_loaded_results *files, int count, const rf_report_tables *t,

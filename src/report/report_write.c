@@ -74,9 +74,16 @@ static rf_status write_file(const char *dir, const char *name, const char *ext,
 
 static rf_status write_all(const rf_loaded_results *files, int count, const char *dir,
                            const rf_report_tables *t) {
-  const rf_report_table *tables[] = {&t->runs,   &t->status, &t->modes,  &t->layouts,
-                                     &t->phases, &t->spread, &t->limits, &t->compare};
-  int shown = count > 1 ? (int)RF_ARRAY_LEN(tables) : (int)RF_ARRAY_LEN(tables) - 1;
+  const rf_report_table *tables[10] = {&t->runs,   &t->status, &t->modes, &t->layouts,
+                                       &t->phases, &t->spread, &t->limits};
+  int shown = 7;
+  /* The comparison needs a second file, the predictions a simulated run. */
+  if (count > 1)
+    tables[shown++] = &t->compare;
+  if (rf_report_has_simulated(files, count)) {
+    tables[shown++] = &t->simulated;
+    tables[shown++] = &t->published;
+  }
   rf_strbuf md = {0};
   rf_strbuf_printf(&md, "# refit report\n\n| file | path | created | refit | runs |\n"
                         "|---:|---|---|---|---:|\n");

@@ -68,7 +68,7 @@ static void peaks(const sim_net *net, const rf_cluster *c, rf_sim_result *r) {
 }
 
 /* The bottleneck: the link that was the tightest of the units that took longest in all, with
- * its bytes, and its utilisation, its bytes over capacity against the time the transfer took.
+ * its bytes, and its utilisation, its bytes over capacity against the time the refit took.
  * The bound is the sum over units of their tightest link's bytes over capacity: with units one
  * after the other, no schedule of the same buckets is faster. */
 static void bottleneck(const sim_net *net, const sim_clock *k, rf_sim_result *r) {
@@ -84,7 +84,9 @@ static void bottleneck(const sim_net *net, const sim_clock *k, rf_sim_result *r)
   sim_net_name(net, best, r->bottleneck, sizeof r->bottleneck);
   r->bottleneck_bytes = k->res_bytes[best];
   r->bottleneck_capacity = k->cap[best];
-  double busy = r->phase[RF_PHASE_RESHAPE] + r->phase[RF_PHASE_TRANSFER];
+  /* Over the whole refit, not the transfer alone: a GPU's copy rate is the bottleneck of fused
+   * modes in pack and unpack, when the transfer phase itself takes next to nothing. */
+  double busy = r->phase[RF_PHASE_TOTAL];
   r->bottleneck_utilisation = busy > 0 ? k->res_bytes[best] / k->cap[best] / busy : 0.0;
 }
 

@@ -17,7 +17,7 @@
 
 typedef struct {
   rf_stage stage;
-  int bucket, last_of_bucket;
+  int step, bucket, last_of_bucket;
   int first_pair, npairs, first_pack, npack, first_unpack, nunpack;
 } trace_unit;
 
@@ -54,8 +54,8 @@ static rf_status keep_unit(void *ctx, const sim_unit *u) {
   rf_sim_trace *t = ctx;
   RF_TRY(rf_grow((void **)&t->units, t->nunits, &t->units_cap, sizeof *t->units, "a trace"));
   trace_unit *k = &t->units[t->nunits];
-  *k = (trace_unit){u->stage, u->bucket, u->last_of_bucket, t->npairs, u->npairs, 0,
-                    u->npack, 0,         u->nunpack};
+  *k = (trace_unit){u->stage, u->step,  u->bucket, u->last_of_bucket, t->npairs, u->npairs,
+                    0,        u->npack, 0,         u->nunpack};
   for (int i = 0; i < u->npairs; i++) {
     RF_TRY(rf_grow((void **)&t->pairs, t->npairs, &t->pairs_cap, sizeof *t->pairs, "a trace"));
     t->pairs[t->npairs++] = u->pairs[i];
@@ -110,7 +110,7 @@ rf_status rf_sim_trace_limit(const rf_plan *plan, const rf_cluster *c, int devic
     if (in > 0)
       copies[ncopies++] = (sim_copy){d, in, 1};
   }
-  sim_unit u = {RF_STAGE_TRANSFER, 0, 1, 0, 0, 0, pairs, copies, copies};
+  sim_unit u = {RF_STAGE_TRANSFER, 0, 0, 1, 0, 0, 0, pairs, copies, copies};
   if (limit == RF_LIMIT_MEMCPY || limit == RF_LIMIT_DEVICE_COPY)
     u.npack = ncopies; /* the copies alone */
   else
@@ -133,6 +133,7 @@ rf_status rf_sim_trace_time(const rf_sim_trace *t, const rf_cluster *c, double *
   for (int i = 0; st == RF_OK && i < t->nunits; i++) {
     const trace_unit *x = &t->units[i];
     sim_unit u = {x->stage,
+                  x->step,
                   x->bucket,
                   x->last_of_bucket,
                   x->npairs,

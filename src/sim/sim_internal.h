@@ -83,6 +83,7 @@ typedef struct {
 
 typedef struct {
   rf_stage stage;
+  int step;   /* fanout's forward stage: its step, each a stage of its own; 0 otherwise */
   int bucket; /* the stage's bucket number */
   int last_of_bucket;
   int npairs, npack, nunpack;
@@ -92,14 +93,15 @@ typedef struct {
 
 typedef rf_status (*sim_unit_fn)(void *ctx, const sim_unit *u);
 
-/* Walks both stages of the plan's schedule in `mode` and hands each unit to fn; fills the
+/* Walks every stage of the plan's schedule in `mode` (reshape, transfer, then fanout's forward
+ * steps one after another, as the engine runs them) and hands each unit to fn; fills the
  * staging each world rank needs (the engine's alloc_staging, counted), staging[world]. */
 rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *staging, sim_unit_fn fn,
                    void *ctx);
 
 /* ---- timing ------------------------------------------------------------------------------ */
 
-/* The running clock of one mode over the units of both stages. */
+/* The running clock of one mode over the units of every stage. */
 typedef struct {
   const sim_net *net;
   const rf_cluster *c;
@@ -113,9 +115,10 @@ typedef struct {
   double pack, transfer, unpack, latency_s;
   double cpu, flight_end, pending_unpack; /* fused's pipeline */
   rf_stage stage;
-  int started;
-  double reshape_total, stage_total[2];
-  /* totals over both stages */
+  int step, started;
+  /* wall clock per stage; the forward steps add up in stage_total[RF_STAGE_FORWARD] */
+  double stage_total[3];
+  /* totals over every stage */
   double sum_pack, sum_unpack, sum_latency;
   double *res_bytes; /* [resources] bytes per link over the run, or NULL */
   /* With res_bytes: the unit's bytes per link (its links listed in touched), and per link the

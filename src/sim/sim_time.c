@@ -136,18 +136,20 @@ static void end_stage(sim_clock *k) {
     total = RF_MAX(k->cpu, k->flight_end) + k->pending_unpack;
     k->transfer = RF_MAX(0.0, total - k->pack - k->unpack);
   }
-  k->stage_total[k->stage] = total;
-  k->sum_pack += k->stage == RF_STAGE_TRANSFER ? k->pack : 0.0;
-  k->sum_unpack += k->stage == RF_STAGE_TRANSFER ? k->unpack : 0.0;
+  k->stage_total[k->stage] += total;
+  /* The engine times the forward steps' copies as it times the transfer's. */
+  k->sum_pack += k->stage != RF_STAGE_RESHAPE ? k->pack : 0.0;
+  k->sum_unpack += k->stage != RF_STAGE_RESHAPE ? k->unpack : 0.0;
   k->started = 0;
 }
 
 rf_status sim_clock_unit(sim_clock *k, const sim_unit *u) {
-  if (k->started && u->stage != k->stage)
+  if (k->started && (u->stage != k->stage || u->step != k->step))
     end_stage(k);
   if (!k->started) {
     k->started = 1;
     k->stage = u->stage;
+    k->step = u->step;
     k->pack = k->transfer = k->unpack = 0.0;
     k->cpu = k->flight_end = k->pending_unpack = 0.0;
   }
@@ -182,7 +184,7 @@ void sim_clock_finish(sim_clock *k, double *phase) {
   phase[RF_PHASE_RESHAPE] = k->stage_total[RF_STAGE_RESHAPE];
   phase[RF_PHASE_PACK] = k->sum_pack;
   phase[RF_PHASE_UNPACK] = k->sum_unpack;
-  phase[RF_PHASE_TRANSFER] =
-      RF_MAX(0.0, k->stage_total[RF_STAGE_TRANSFER] - k->sum_pack - k->sum_unpack);
-  phase[RF_PHASE_TOTAL] = k->stage_total[RF_STAGE_RESHAPE] + k->stage_total[RF_STAGE_TRANSFER];
+  double moved = k->stage_total[RF_STAGE_TRANSFER] + k->stage_total[RF_STAGE_FORWARD];
+  phase[RF_PHASE_TRANSFER] = RF_MAX(0.0, moved - k->sum_pack - k->sum_unpack);
+  phase[RF_PHASE_TOTAL] = k->stage_total[RF_STAGE_RESHAPE] + moved;
 }

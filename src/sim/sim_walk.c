@@ -15,6 +15,7 @@ typedef struct {
   const rf_plan *plan;
   rf_mode mode;
   int world;
+  int step; /* the forward step being walked */
   sim_unit_fn fn;
   void *ctx;
   /* the open unit */
@@ -88,7 +89,8 @@ static rf_status close_unit(walker *w, rf_stage stage, int bucket, int last_of_b
     w->is_touched[r] = 0;
   }
   w->ntouched = 0;
-  sim_unit u = {stage, bucket, last_of_bucket, n, npack, nunpack, w->pairs, w->pack, w->unpack};
+  sim_unit u = {stage, w->step, bucket,   last_of_bucket, n,
+                npack, nunpack, w->pairs, w->pack,        w->unpack};
   w->npairs = 0;
   return w->fn(w->ctx, &u);
 }
@@ -150,9 +152,12 @@ static rf_status walk_bucket(walker *w, const rf_schedule *s, int b) {
   return close_unit(w, s->stage, bucket, 1);
 }
 
-static rf_status walk_stage(walker *w, rf_stage stage, int64_t bucket_size) {
+/* One stage, or one forward step (step >= 0), a window at a time. */
+static rf_status walk_stage(walker *w, rf_stage stage, int step, int64_t bucket_size) {
   rf_schedule_cursor *c = NULL;
-  RF_TRY(rf_schedule_cursor_open(w->plan, stage, bucket_size, &c));
+  w->step = RF_MAX(step, 0);
+  RF_TRY(step >= 0 ? rf_schedule_cursor_open_forward(w->plan, step, bucket_size, &c)
+                   : rf_schedule_cursor_open(w->plan, stage, bucket_size, &c));
   rf_status st = RF_OK;
   for (;;) {
     rf_schedule win;
@@ -186,10 +191,13 @@ rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *stagin
     w.pack_copies = ints, w.unpack_copies = ints + n, w.touched = ints + 2 * n;
     w.staged_ranks = ints + 3 * n;
     w.is_touched = flags, w.is_staged = flags + n;
-    st = walk_stage(&w, RF_STAGE_RESHAPE, o->bucket_size);
+    st = walk_stage(&w, RF_STAGE_RESHAPE, -1, o->bucket_size);
   }
   if (st == RF_OK)
-    st = walk_stage(&w, RF_STAGE_TRANSFER, o->bucket_size);
+    st = walk_stage(&w, RF_STAGE_TRANSFER, -1, o->bucket_size);
+  /* Each forward step sends on what the ones before delivered, so each is a stage of its own. */
+  for (int s = 0; st == RF_OK && s < plan->forward_depth; s++)
+    st = walk_stage(&w, RF_STAGE_FORWARD, s, o->bucket_size);
   /* alloc_staging: the largest bucket of either stage once per direction, twice for fused. */
   int slots = o->mode == RF_MODE_FUSED ? 2 : 1;
   for (int r = 0; st == RF_OK && staging && r < world; r++)

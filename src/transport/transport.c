@@ -1,6 +1,6 @@
-/* The registry of transports compiled into this build: ipc joins the table in builds with
- * CUDA, nccl in builds with CUDA and NCCL; this is the only place that knows which exist.
- * Those left out are still described (what they need, for `refit topo` planning another
+/* The registry of transports compiled into this build: mpi and shm always; ipc joins the table in
+ * builds with CUDA, nccl in builds with CUDA and NCCL; this is the only place that knows which
+ * exist. Those left out are still described (what they need, for `refit topo` planning another
  * machine's placement), by entries that cannot be opened. */
 #include <stdio.h>
 #include <string.h>
@@ -9,6 +9,7 @@
 
 static const rf_transport_ops *const registry[] = {
     &rf_transport_mpi,
+    &rf_transport_shm,
 #ifdef REFIT_HAVE_NCCL
     &rf_transport_nccl,
 #endif

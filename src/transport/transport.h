@@ -80,7 +80,7 @@ rf_status rf_transport_find(const char *name, const rf_transport_ops **out);
 /* Like rf_transport_find, but also finds the transports this build leaves out, to say what
  * they need (a GPU per rank) when planning for another machine; those cannot be opened. */
 rf_status rf_transport_describe(const char *name, const rf_transport_ops **out);
-/* "mpi, nccl, ipc": the names, for --help. */
+/* "mpi, shm, nccl, ipc": the names, for --help. */
 void rf_transport_names(char *buf, size_t len);
 
 rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, const rf_plan *plan,
@@ -89,6 +89,7 @@ void rf_transport_close(rf_transport *tp);
 
 /* The transports, each in its own file (nccl and ipc only in builds with CUDA and NCCL). */
 extern const rf_transport_ops rf_transport_mpi;
+extern const rf_transport_ops rf_transport_shm;
 extern const rf_transport_ops rf_transport_nccl;
 extern const rf_transport_ops rf_transport_ipc;
 

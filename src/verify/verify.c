@@ -178,6 +178,8 @@ void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, u
     case RF_DTYPE_FP32:
       fill_line(p, &bw, g, key, RF_DTYPE_FP32);
       break;
+    case RF_DTYPE_FP8: /* a rollout dtype only: no logical tensor has it (model.h) */
+      break;
     }
   }
 }
@@ -221,6 +223,8 @@ int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *
     case RF_DTYPE_FP32:
       wrong += check_line(p, &bw, g, t, key, RF_DTYPE_FP32, out, max_report, &nrep);
       break;
+    case RF_DTYPE_FP8: /* a rollout dtype only: no logical tensor has it (model.h) */
+      break;
     }
   }
   if (reported)
@@ -249,7 +253,8 @@ static rf_gpu_walk gpu_walk_of(const rf_region *r, const rf_box *box, const rf_t
 }
 
 static rf_status kind_check(rf_mem_kind kind) {
-  if (kind == RF_MEM_HOST || kind == RF_MEM_PINNED || kind == RF_MEM_DEVICE)
+  if (kind == RF_MEM_HOST || kind == RF_MEM_PINNED || kind == RF_MEM_DEVICE ||
+      kind == RF_MEM_SHARED)
     return RF_OK;
   return rf_fail(RF_ERR_INTERNAL, "unknown memory kind %d", (int)kind);
 }

@@ -41,6 +41,13 @@ expect_rows 2
 expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
   --placement colocated --transport ipc --mode grouped,fused
 expect_rows 2
+# Each --copy path on a 2:2 refit, every element checked: kernels alone, and the copy
+# engines taking every run and 2-D box (auto, above, takes runs of 256 KiB and more).
+for copy in kernel engine; do
+  expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+    --transport ipc --mode unfused,grouped,fused --copy $copy --verify full
+  expect_rows 3
+done
 
 # Mixture of experts on the GPU: DeepSeek-style (MLA, shared experts, fp32 router bias among
 # bf16) with trainer ep and pp into rollout ep over ipc, both orders, and colocated nccl.

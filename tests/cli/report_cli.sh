@@ -46,6 +46,8 @@ for f in report.html report.md runs.csv status.csv modes_buckets.csv layouts.csv
   [ -s "$R/$f" ] || fail "report did not write $f"
 done
 [ -e "$R/compare.csv" ] && fail "one file made a compare.csv"
+[ -e "$R/simulated.csv" ] && fail "a file of measured runs made a simulated.csv"
+grep -q "^## Simulated runs" "$R/report.md" && fail "a file of measured runs has a Simulated runs section"
 
 expect_eq "runs.csv header" "$(head -n 1 "$R/runs.csv")" \
   "file,run,model,trainer,rollout,placement,plan,mode,transport,bucket_size_bytes,iterations,ranks,time_median_ms,time_p99_ms,algbw_GBps,status,slurm_job_id"

@@ -133,14 +133,14 @@ expect_same "0001 sweep_size" "$(attr "$OUT" 0001 sweep_size)" 2
 # ---- lists where they are not allowed ------------------------------------------------------
 printf '{\n  "model": "tiny",\n  "seed": [1, 2]\n}\n' >"$TMP/seed.json"
 expect_error 2 "refit: error: $TMP/seed.json:3:3: key 'seed' holds a list; only mode, plan, \
-transport, trainer, rollout, placement, bucket_size and model can be swept, by refit run" \
+transport, trainer, rollout, rollout_dtype, placement, bucket_size and model can be swept, by refit run" \
   "$REFIT" run --config "$TMP/seed.json" --dry-run
 printf '{"plan": ["p2p", "ring"]}' >"$TMP/ring.json"
 expect_error 2 "refit: error: $TMP/ring.json:1:2: key 'plan', value 2: 'ring' is not one of \
 p2p|star|fanout" "$REFIT" run --config "$TMP/ring.json" --dry-run
 printf '{"plan": ["p2p", "star"]}' >"$TMP/plan.json"
 expect_error 2 "refit: error: $TMP/plan.json:1:2: key 'plan' holds a list; only mode, plan, \
-transport, trainer, rollout, placement, bucket_size and model can be swept, by refit run" \
+transport, trainer, rollout, rollout_dtype, placement, bucket_size and model can be swept, by refit run" \
   "$REFIT" plan --config "$TMP/plan.json"
 
 # ---- a verification failure is recorded and the sweep goes on, exiting 1 at the end --------

@@ -1,0 +1,96 @@
+/* FP8 rollouts in the plan: where each piece is quantized and the bytes it puts on the wire
+ * (docs/architecture.md, "FP8 rollouts").
+ *
+ * The rule, per transfer piece of a tensor the rollout receives as fp8:
+ *
+ * - Source: when the piece's box holds whole 128x128 blocks of the Hugging Face tensor (every
+ *   edge on the block grid) and its source stores them in HF order, the source holds every
+ *   element of every block it sends, so it quantizes them and the wire carries the fp8 bytes
+ *   and one fp32 scale per block: a little over half of bf16's bytes.
+ * - Destination: any other piece (a trainer shard edge inside a block, or a JAX-order shard,
+ *   which holds its blocks transposed) moves in the trainer's dtype, and the rollout rank
+ *   quantizes the blocks once all of their pieces have landed. The rollout shard always holds
+ *   whole blocks (layout_fp8.c refuses a tp that cuts one), so this needs no communication.
+ *
+ * We chose destination quantization over an amax exchange for the pieces whose blocks are cut
+ * at the source: an exchange adds a stage before the transfer, small messages between every
+ * pair of trainer ranks that share a block, waited for before a byte moves, and a plan whose
+ * pieces depend on values; destination quantization keeps one transfer stage, a pure plan and
+ * bit-exact bytes by the same reference. Its price is bf16 on the wire where trainer shards cut
+ * blocks (for instance fsdp shards narrower than 128 rows), which `refit plan` shows as wire
+ * bytes and destination-quantized tensors. Forward pieces (fanout) leave a rollout rank that
+ * holds the tensor quantized already, so they carry fp8 and scales; star's reshape moves the
+ * trainer's dtype between trainer ranks. */
+#include <stdlib.h>
+
+#include "plan_internal.h"
+
+rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece) {
+  const rf_layout *lay = plan->layout;
+  if (!rf_layout_fp8(lay, piece->tensor) || piece->stage == RF_STAGE_RESHAPE)
+    return RF_QUANT_NONE;
+  if (piece->stage == RF_STAGE_FORWARD)
+    return RF_QUANT_FORWARDED;
+  /* Star's transfer reads the coupling buffers, which hold HF order. */
+  int transposed = plan->kind != RF_PLAN_STAR && rf_layout_trainer_transposed(lay, piece->tensor);
+  return !transposed && rf_layout_fp8_aligned(lay, piece->tensor, &piece->box)
+             ? RF_QUANT_SOURCE
+             : RF_QUANT_DESTINATION;
+}
+
+int64_t rf_piece_wire_bytes(const rf_plan *plan, const rf_piece *piece, const rf_box *box) {
+  rf_quant q = rf_piece_quant(plan, piece);
+  if (q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED)
+    return rf_box_numel(box) * rf_dtype_size(RF_DTYPE_FP8) +
+           rf_layout_fp8_blocks(box) * rf_dtype_size(RF_DTYPE_FP32);
+  return rf_box_numel(box) * rf_tensor_esize(&plan->layout->model->tensors[piece->tensor]);
+}
+
+rf_status plan_count_wire(rf_plan *plan) {
+  const rf_layout *lay = plan->layout;
+  int T = lay->trainer_ranks, R = lay->rollout_ranks;
+  plan->wire_send_bytes = rf_calloc((size_t)T, sizeof(int64_t), "plan wire bytes");
+  plan->wire_recv_bytes = rf_calloc((size_t)R, sizeof(int64_t), "plan wire bytes");
+  plan->source_quantized = rf_calloc((size_t)T, sizeof(int), "plan fp8 counts");
+  plan->destination_quantized = rf_calloc((size_t)R, sizeof(int), "plan fp8 counts");
+  /* The last fp8 tensor each rank was counted for: a stage lists a tensor's pieces together
+   * (plan.h), so a rank's count grows once per tensor. */
+  int *last = rf_malloc((size_t)(T + R) * sizeof *last, "plan fp8 counts");
+  if (!plan->wire_send_bytes || !plan->wire_recv_bytes || !plan->source_quantized ||
+      !plan->destination_quantized || !last) {
+    free(last);
+    return RF_ERR_NOMEM;
+  }
+  for (int i = 0; i < T + R; i++)
+    last[i] = -1;
+  int tensor = -1, any_destination = 0;
+  for (int i = 0; i < plan->piece_count; i++) {
+    const rf_piece *p = &plan->pieces[i];
+    int64_t wire = rf_piece_wire_bytes(plan, p, &p->box);
+    rf_quant q = rf_piece_quant(plan, p);
+    if (p->stage == RF_STAGE_FORWARD)
+      plan->wire_forward_bytes += wire;
+    if (p->stage != RF_STAGE_TRANSFER)
+      continue;
+    plan->wire_send_bytes[p->src] += wire;
+    plan->wire_recv_bytes[p->dst] += wire;
+    plan->wire_transfer_bytes += wire;
+    if (q == RF_QUANT_NONE)
+      continue;
+    if (p->tensor != tensor) { /* the previous fp8 tensor is complete */
+      plan->source_tensors += tensor >= 0 && !any_destination;
+      plan->destination_tensors += tensor >= 0 && any_destination;
+      tensor = p->tensor, any_destination = 0;
+    }
+    any_destination |= q == RF_QUANT_DESTINATION;
+    int *seen = q == RF_QUANT_SOURCE ? &last[p->src] : &last[T + p->dst];
+    int *count = q == RF_QUANT_SOURCE ? &plan->source_quantized[p->src]
+                                      : &plan->destination_quantized[p->dst];
+    *count += *seen != p->tensor;
+    *seen = p->tensor;
+  }
+  plan->source_tensors += tensor >= 0 && !any_destination;
+  plan->destination_tensors += tensor >= 0 && any_destination;
+  free(last);
+  return RF_OK;
+}

@@ -1,0 +1,105 @@
+# --rollout-dtype fp8 through the command line: refit plan's fp8 lines (text and JSON, wire
+# bytes and where quantization happens, the manifest's scales), the block-cut error, refit run
+# refusing fp8 before anything is created (alone, under mpirun, and as a sweep's skipped
+# combination), and refit simulate moving the wire bytes. The figures are derived in
+# tests/test_layout_fp8.c and tests/test_plan_fp8.c.
+. "$(dirname "$0")/lib.sh"
+job=(--model llama-3.1-8b --trainer fsdp=4,tp=2 --rollout tp=4 --rollout-dtype fp8)
+not_moved="refit: error: --rollout-dtype fp8 is planned but not moved yet: use refit plan or refit simulate with it"
+
+# Llama-3.1-8B to tp=4: a rollout rank holds per layer 54525952 fp8 bytes and 13312 bytes of
+# scales, the embeddings and lm_head (32064 x 4096 bf16 each) and 65 norms: 2271125504 bytes,
+# all of them quantized by the trainer ranks, whose shards are whole blocks.
+expect_exit 0 "$REFIT" plan "${job[@]}"
+expect_grep "tensors          291 logical, 323 per rollout rank (fused)" "$TMP/out"
+expect_grep "rollout dtype    fp8: linear weights float8_e4m3fn, an fp32 weight_scale_inv per 128x128 block" "$TMP/out"
+expect_grep "transfer bytes   16062119936 (14.96 GiB)" "$TMP/out"
+expect_grep "wire bytes       9084502016 (8.46 GiB) of the transfer bytes, fp8 and scales where the source quantizes" "$TMP/out"
+expect_grep "quantized        224 fp8 tensors at their source, 0 at their destination (a piece cuts a block or is transposed)" "$TMP/out"
+expect_grep "wire recv        min 2271125504 (2.12 GiB)  max 2271125504 (2.12 GiB)  per rollout rank" "$TMP/out"
+expect_grep "quantize send    min 224  max 224  fp8 tensors per trainer rank" "$TMP/out"
+expect_grep "quantize recv    min 0  max 0  fp8 tensors per rollout rank" "$TMP/out"
+# Without fp8 the same plan prints none of these lines.
+expect_exit 0 "$REFIT" plan --model llama-3.1-8b --trainer fsdp=4,tp=2 --rollout tp=4
+grep -q "wire\|rollout dtype\|quantize" "$TMP/out" && fail "a plan without fp8 prints fp8 lines"
+
+# fsdp2 over 64 ranks cuts every tensor's rows into 64: every block is cut at the source, the
+# wire carries bf16 and each rollout rank quantizes all 224 tensors.
+expect_exit 0 "$REFIT" plan --model llama-3.1-8b --trainer fsdp=64 --trainer-style fsdp2 --rollout tp=4 --rollout-dtype fp8
+expect_grep "wire bytes       16062119936 (14.96 GiB) of the transfer bytes" "$TMP/out"
+expect_grep "quantized        0 fp8 tensors at their source, 224 at their destination" "$TMP/out"
+expect_grep "quantize recv    min 224  max 224  fp8 tensors per rollout rank" "$TMP/out"
+
+expect_exit 0 "$REFIT" plan "${job[@]}" --json
+"${PY:-python3}" - "$TMP/out" <<'PYEOF' || fail "fp8 plan JSON: $(head -c 1500 "$TMP/out")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["rollout_dtype"] == "fp8" and o["wire_transfer_bytes"] == 9084502016, o
+assert o["wire_recv_bytes"] == [2271125504] * 4 and sum(o["wire_send_bytes"]) == 9084502016
+assert o["source_quantized_tensors"] == 224 and o["destination_quantized_tensors"] == 0
+assert o["source_quantized"] == [224] * 8 and o["destination_quantized"] == [0] * 4
+m = {e["name"]: e for e in o["rollout_manifest"]}
+assert len(m) == 323
+q = m["model.layers.0.self_attn.qkv_proj.weight"]
+assert q["shape"] == [1536, 4096] and q["dtype"] == "fp8_e4m3fn" and q["bytes"] == 6291456, q
+s = m["model.layers.0.self_attn.qkv_proj.weight_scale_inv"]
+assert s["shape"] == [12, 32] and s["dtype"] == "fp32" and s["bytes"] == 1536, s
+assert m["model.layers.0.mlp.down_proj.weight_scale_inv"]["shape"] == [32, 28]
+assert m["lm_head.weight"]["dtype"] == "bf16"
+assert sum(e["bytes"] for e in o["rollout_manifest"]) == 2271125504
+PYEOF
+# DeepSeek-V3 with rollout ep: vLLM's stacked expert scales.
+expect_exit 0 "$REFIT" plan --model deepseek-v3 --trainer fsdp=8 --rollout tp=8,ep --rollout-dtype fp8 --json
+"${PY:-python3}" - "$TMP/out" <<'PYEOF' || fail "deepseek fp8 manifest: $(head -c 600 "$TMP/out")"
+import json, sys
+m = {e["name"]: e for e in json.load(open(sys.argv[1]))["rollout_manifest"]}
+w13 = m["model.layers.3.mlp.experts.w13_weight_scale_inv"]
+assert w13["shape"] == [32, 32, 56] and w13["bytes"] == 229376, w13
+assert m["model.layers.3.mlp.experts.w2_weight_scale_inv"]["shape"] == [32, 56, 16]
+assert m["model.layers.3.self_attn.fused_qkv_a_proj.weight_scale_inv"]["shape"] == [17, 56]
+assert m["model.layers.3.mlp.gate.weight"]["dtype"] == "bf16"
+assert m["model.layers.3.mlp.gate.e_score_correction_bias"]["dtype"] == "fp32"
+PYEOF
+
+# A rollout shard that cuts a block: one line naming the tensor and the tps that fit, exit 2.
+expect_error 2 "refit: error: --rollout-dtype fp8: tensor 'model.layers.0.mlp.gate_proj.weight' [14336, 4096] is cut inside a 128x128 block by rollout tp=32; use tp=1, 2, 4, 8 or 16" \
+  "$REFIT" plan --model llama-3.1-8b --trainer fsdp=1 --rollout tp=32 --rollout-dtype fp8
+expect_error 2 "refit: error: option --rollout-dtype: 'fp4' is not one of model|fp8" \
+  "$REFIT" plan --model llama-3.1-8b --rollout-dtype fp4
+
+# refit run refuses fp8 before MPI or any file: alone, and under mpirun printed once.
+expect_error 2 "$not_moved" "$REFIT" run --model tiny --rollout-dtype fp8 --output "$TMP/run.h5"
+[ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 created its results file"
+expect_error_mpi 2 "$not_moved" "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --rollout-dtype fp8 --output "$TMP/run.h5"
+[ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 under mpirun created its results file"
+# A sweep skips its fp8 combinations with the same reason.
+expect_exit 0 "$REFIT" run --model tiny --rollout-dtype model,fp8 --dry-run
+expect_grep "run 1/2: rollout_dtype=model" "$TMP/out"
+expect_grep "skip 2/2: rollout_dtype=fp8: --rollout-dtype fp8 is planned but not moved yet: use refit plan or refit simulate with it" "$TMP/out"
+expect_error 2 "refit: error: option --bucket-size: 8192 bytes is below the 16388 of one 128x128 fp8 block and its scale, which --rollout-dtype fp8 moves whole; use 16388 or more (or 0)" \
+  "$REFIT" simulate --cluster h200-hgx --model llama-3.1-8b --rollout-dtype fp8 --bucket-size 8192
+
+# refit simulate moves the wire bytes: tp=8 rollout ranks hold 1135828992 bytes each.
+sim=(simulate --cluster h200-hgx --model llama-3.1-8b --trainer fsdp=8 --rollout tp=8 --mode grouped)
+expect_exit 0 "$REFIT" "${sim[@]}" --rollout-dtype fp8
+expect_grep "rollout dtype    fp8: 9086631936 transfer bytes on the wire (what the prediction moves), 224 fp8 tensors quantized at their source, 0 at their destination" "$TMP/out"
+expect_grep "  bytes          process 0, gpu 0, nvlink 0, pcie 0, host 0, network 9086631936" "$TMP/out"
+expect_exit 0 "$REFIT" "${sim[@]}"
+expect_grep "  bytes          process 0, gpu 0, nvlink 0, pcie 0, host 0, network 16064249856" "$TMP/out"
+expect_exit 0 "$REFIT" "${sim[@]}" --rollout-dtype fp8 --json --output "$TMP/sim.h5"
+"${PY:-python3}" - "$TMP/out" <<'PYEOF' || fail "fp8 simulate JSON: $(head -c 1500 "$TMP/out")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["rollout_dtype"] == "fp8" and o["wire_transfer_bytes"] == 9086631936, o
+assert o["source_quantized_tensors"] == 224 and o["destination_quantized_tensors"] == 0
+PYEOF
+# The simulated run records the rollout dtype and the wire bytes.
+if command -v h5dump >/dev/null; then
+  h5dump -a /runs/0000/rollout_dtype -a /runs/0000/plan/wire_transfer_bytes "$TMP/sim.h5" >"$TMP/dump" 2>&1
+  expect_grep '(0): "fp8"' "$TMP/dump"
+  expect_grep "(0): 9086631936" "$TMP/dump"
+  h5dump -d /runs/0000/plan/wire_recv_bytes "$TMP/sim.h5" >"$TMP/dump" 2>&1
+  expect_grep "(0): 1135828992, 1135828992, 1135828992, 1135828992, 1135828992," "$TMP/dump"
+  expect_grep "(5): 1135828992, 1135828992, 1135828992" "$TMP/dump"
+fi
+finish
