@@ -148,29 +148,6 @@ const rf_schedule *engine_stage(const rf_engine *e, int i) {
   return i == 0 ? &e->reshape : i == 1 ? &e->transfer : &e->forward[i - 2];
 }
 
-/* Staging: the largest round of the reshape or of the transfer with its forward steps (a
- * round holds one bucket of the transfer, and the forward buckets ready by then), once per
- * direction, twice for fused. */
-static rf_status alloc_staging(rf_engine *e) {
-  int64_t need[2] = {0, 0};
-  for (int s = 0; s < 2; s++) {
-    const rf_rounds *rounds = s == 0 ? &e->reshape_rounds : &e->rounds;
-    for (int k = 0; k < rounds->round_count; k++) {
-      int64_t send, recv;
-      engine_round_staging(e, rounds, s, k, &send, &recv);
-      need[0] = RF_MAX(need[0], send);
-      need[1] = RF_MAX(need[1], recv);
-    }
-  }
-  int slots = e->mode == RF_MODE_FUSED ? 2 : 1;
-  for (int dir = 0; dir < 2; dir++) {
-    e->staging_bytes[dir] = (size_t)need[dir];
-    for (int k = 0; k < slots && need[dir] > 0; k++)
-      RF_TRY(rf_mem_alloc(e->wire, (size_t)need[dir], "a staging buffer", &e->staging[dir][k]));
-  }
-  return RF_OK;
-}
-
 rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mode mode,
                          int64_t bucket_size, uint64_t seed, rf_inject inject, int world_rank) {
   const rf_plan *plan = data->plan;
@@ -205,7 +182,7 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
   RF_TRY(rf_rounds_build(plan, &e->reshape, NULL, 0, &e->reshape_rounds));
   RF_TRY(rf_rounds_build(plan, &e->transfer, e->forward, plan->forward_depth, &e->rounds));
   e->corrupt_round = engine_corrupt_round(e);
-  RF_TRY(alloc_staging(e));
+  RF_TRY(engine_alloc_staging(e));
   return RF_OK;
 }
 
@@ -221,6 +198,7 @@ void rf_engine_free(rf_engine *e) {
   for (int f = 0; f < RF_FAMILY_COUNT; f++)
     free(e->peer_offsets[f]);
   free(e->notes);
+  free(e->group_break);
   rf_rounds_free(&e->reshape_rounds);
   rf_rounds_free(&e->rounds);
   rf_schedule_free(&e->reshape);

@@ -109,6 +109,8 @@ typedef struct {
   /* The message path runs the reshape a bucket per round, and the transfer with the forward
    * steps in rounds that let forwarding overlap receiving (plan.h, rf_rounds). */
   rf_rounds reshape_rounds, rounds;
+  char *group_break;   /* grouped: [item of rounds] 1 where a round's group ends early, so
+                        * that its staging fits (engine_staging.c) */
   int corrupt_round;   /* the round after which --inject corrupt flips its byte */
   int corrupt_armed;   /* rf_engine_corrupt: flip a byte in the next iteration */
   void *staging[2][2]; /* [send/recv][double buffer] */

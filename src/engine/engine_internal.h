@@ -36,8 +36,9 @@ const rf_schedule *engine_stage(const rf_engine *e, int i);
 /* ---- one bucket of a mode (engine_modes.c) ---- */
 
 /* What the posts of one round share: the transport's last ticket, the staging that unfused
- * and grouped have used so far, the local copies still to run as one batch, the receives that
- * landed in staging and are unpacked once the round's wait completes, and fused's peer tables. */
+ * and grouped have used since their last wait, the local copies still to run as one batch, the
+ * receives that landed in staging and are unpacked once the round's wait completes, and fused's
+ * peer tables. */
 typedef struct {
   rf_engine *e;
   long ticket;
@@ -54,7 +55,8 @@ void engine_round_free(engine_round *r);
 /* unfused and grouped: posts bucket b of s, a message per chunk or per run of joined chunks;
  * unfused completes after every tensor (or block), grouped leaves the wait to the caller. */
 rf_status engine_post_chunks(engine_round *r, const rf_schedule *s, int b);
-/* Runs the pending local copies, waits for everything posted, unpacks what landed in staging. */
+/* Runs the pending local copies, waits for everything posted, unpacks what landed in staging;
+ * staging is free again after it. */
 rf_status engine_complete(engine_round *r, const char *what);
 rf_status engine_flush_local(engine_round *r);
 /* fused: packs bucket b of s into send_base and posts one message per peer and direction,
@@ -71,9 +73,6 @@ rf_status engine_wire_ready(const rf_engine *e);
 /* Runs `rounds` over the engine's schedules, each item's step -1 being engine_stage(e, stage)
  * and step s forward step s; adds pack/transfer/unpack seconds into times. */
 rf_status engine_run_rounds(rf_engine *e, const rf_rounds *rounds, int stage, double *times);
-/* Bytes of staging one round needs on this rank, for sending and for receiving. */
-void engine_round_staging(const rf_engine *e, const rf_rounds *rounds, int stage, int round,
-                          int64_t *send, int64_t *recv);
 
 /* The same over a mapping transport: one end of each piece copies it straight between the
  * two processes' memory (engine_mapped.c). */
@@ -87,8 +86,8 @@ rf_status engine_mapped_init(rf_engine *e);
 rf_status engine_apply_corrupt(rf_engine *e);
 int engine_corrupt_round(const rf_engine *e);
 
-/* Bytes of staging one bucket needs on this rank, for sending and for receiving. */
-void engine_bucket_staging(const rf_engine *e, const rf_schedule *s, int bucket, int64_t *send,
-                           int64_t *recv);
+/* Allocates this rank's staging, the largest bucket of any stage per direction (twice for
+ * fused), and for grouped the group breaks that keep every round inside it (engine_staging.c). */
+rf_status engine_alloc_staging(rf_engine *e);
 
 #endif

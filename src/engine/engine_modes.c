@@ -11,7 +11,7 @@
 /* One bucket's view of the engine: its stage decides what this rank is called in its pieces. */
 typedef struct {
   rf_engine *e;
-  engine_round *r; /* what the round's posts share (NULL for engine_bucket_staging) */
+  engine_round *r; /* what the round's posts share */
   const rf_schedule *s;
   rf_channel channel;
   int my_src_rank; /* the rank numbers pieces use for me: trainer rank (rollout: forward) */
@@ -58,24 +58,6 @@ static void init_ctx(stage_ctx *c, rf_engine *e, engine_round *r, const rf_sched
   c->channel = engine_channel(s->stage);
   c->my_src_rank = engine_src_rank(e, s->stage);
   c->my_dst_rank = engine_dst_rank(e, s->stage);
-}
-
-void engine_bucket_staging(const rf_engine *e, const rf_schedule *s, int bucket, int64_t *send,
-                           int64_t *recv) {
-  stage_ctx c;
-  init_ctx(&c, (rf_engine *)e, NULL, s);
-  *send = *recv = 0;
-  const rf_bucket *b = &s->buckets[bucket];
-  for (int i = b->first; i < b->first + b->count; i++) {
-    const rf_chunk *k = &s->chunks[i];
-    const rf_piece *p = piece_of(&c, k);
-    if (is_local(&c, p))
-      continue;
-    if (sends(&c, p) && !send_in_place(&c, k))
-      *send += k->bytes;
-    if (receives(&c, p) && !recv_in_place(&c, k))
-      *recv += k->bytes;
-  }
 }
 
 /* Box copies go through the memory module, which runs them on the CPU or, for device
@@ -186,6 +168,7 @@ rf_status engine_complete(engine_round *r, const char *what) {
   for (int i = 0; i < r->unpack_count; i++)
     RF_TRY(unpack(&c, r->unpack_chunk[i], r->unpack_at[i]));
   r->unpack_count = 0;
+  r->send_off = r->recv_off = 0; /* so unfused and grouped hold at most a bucket's staging */
   return engine_wire_ready(c.e); /* the staging is received into again once the unpacks are done */
 }
 

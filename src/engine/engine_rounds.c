@@ -5,28 +5,20 @@
  * before k delivered, so no wait of round k waits for a later round. Star's reshape runs the
  * same way, a bucket per round. The mapped path (ipc) still runs a stage after another.
  *
- * unfused and grouped post all of a round's buckets and wait once (unfused also after every
- * tensor, as it always does); fused packs and posts round k's stage bucket while round k - 1
- * is in flight, as it overlapped bucket after bucket before, then completes round k - 1 and
- * only then packs the forward buckets of round k, which read what round k - 1 delivered. */
+ * Staging stays what it was when the stages ran one after another (engine_staging.c), however
+ * many buckets a round holds. unfused and grouped post a round's buckets and wait once
+ * (unfused also after every tensor, as it always does; grouped also where the next bucket's
+ * staging would not fit). fused runs the round's buckets as one sequence through its two
+ * staging slots, as it ran a stage's buckets before: bucket i is packed and posted while
+ * bucket i - 1 is in flight, then i - 1 completes and is unpacked. Only a forward bucket that
+ * opens a round waits for the bucket before it first, since it reads what that round
+ * delivered. */
 #include <stdlib.h>
 
 #include "engine_internal.h"
 
 static const rf_schedule *item_schedule(const rf_engine *e, int stage, const rf_round_item *it) {
   return it->step < 0 ? engine_stage(e, stage) : &e->forward[it->step];
-}
-
-void engine_round_staging(const rf_engine *e, const rf_rounds *rounds, int stage, int round,
-                          int64_t *send, int64_t *recv) {
-  *send = *recv = 0;
-  for (int i = rounds->first[round]; i < rounds->first[round + 1]; i++) {
-    int64_t s, r;
-    engine_bucket_staging(e, item_schedule(e, stage, &rounds->items[i]), rounds->items[i].bucket,
-                          &s, &r);
-    *send += s;
-    *recv += r;
-  }
 }
 
 /* The wait's name in a timeout error: a round of one bucket is just a bucket. */
@@ -48,12 +40,17 @@ static rf_status run_per_chunk(engine_round *r, const rf_rounds *rounds, int sta
   rf_transport *tp = e->transport;
   int grouped = e->mode == RF_MODE_GROUPED;
   for (int k = 0; k < rounds->round_count; k++) {
-    r->send_off = r->recv_off = 0; /* the round's staging starts afresh */
     if (grouped)
       RF_TRY(tp->ops->group_start(tp));
-    for (int i = rounds->first[k]; i < rounds->first[k + 1]; i++)
+    for (int i = rounds->first[k]; i < rounds->first[k + 1]; i++) {
+      if (grouped && stage == 1 && e->group_break[i]) { /* the staging is full */
+        RF_TRY(tp->ops->group_end(tp));
+        RF_TRY(engine_complete(r, "a round's groups of messages"));
+        RF_TRY(tp->ops->group_start(tp));
+      }
       RF_TRY(engine_post_chunks(r, item_schedule(e, stage, &rounds->items[i]),
                                 rounds->items[i].bucket));
+    }
     if (grouped) {
       RF_TRY(tp->ops->group_end(tp));
       RF_TRY(engine_complete(
@@ -64,58 +61,50 @@ static rf_status run_per_chunk(engine_round *r, const rf_rounds *rounds, int sta
   return RF_OK;
 }
 
-/* Posts the items [from, to) of round k, each at its place in staging slot k % 2 (`at` is
- * where item `from` starts, and moves past the items posted). */
-static rf_status post_fused(engine_round *r, const rf_rounds *rounds, int stage, int k, int from,
-                            int to, int64_t at[2]) {
+/* fused: item i of the rounds in staging slot i % 2. */
+static rf_status post_fused(engine_round *r, const rf_rounds *rounds, int stage, int i) {
   rf_engine *e = r->e;
-  for (int i = from; i < to; i++) {
-    const rf_schedule *s = item_schedule(e, stage, &rounds->items[i]);
-    int b = rounds->items[i].bucket;
-    int64_t send, recv;
-    engine_bucket_staging(e, s, b, &send, &recv);
-    RF_TRY(engine_post_fused(r, s, b, (char *)e->staging[0][k % 2] + at[0],
-                             (char *)e->staging[1][k % 2] + at[1]));
-    at[0] += send, at[1] += recv;
-  }
+  const rf_round_item *it = &rounds->items[i];
+  return engine_post_fused(r, item_schedule(e, stage, it), it->bucket, e->staging[0][i % 2],
+                           e->staging[1][i % 2]);
+}
+
+/* Waits for item i (everything posted up to done_at) and unpacks it; the rounds it finishes
+ * are done (*done counts them). */
+static rf_status complete_fused(engine_round *r, const rf_rounds *rounds, int stage, int i,
+                                long done_at, int *done) {
+  rf_engine *e = r->e;
+  const rf_round_item *it = &rounds->items[i];
+  int last = i + 1 == rounds->first[rounds->round_count];
+  RF_TRY(e->transport->ops->wait(e->transport, done_at,
+                                 last ? "the last fused bucket" : "a fused bucket"));
+  RF_TRY(engine_unpack_fused(r, item_schedule(e, stage, it), it->bucket, e->staging[1][i % 2]));
+  RF_TRY(engine_wire_ready(e));
+  while (*done < rounds->round_count && (last || rounds->first[*done + 1] <= i + 1))
+    RF_TRY(round_done(e, stage, (*done)++));
   return RF_OK;
 }
 
-/* Waits for round k (everything posted up to done_at) and unpacks its buckets. */
-static rf_status complete_fused(engine_round *r, const rf_rounds *rounds, int stage, int k,
-                                long done_at, const char *one, const char *more) {
-  rf_engine *e = r->e;
-  RF_TRY(e->transport->ops->wait(e->transport, done_at, wait_name(rounds, k, one, more)));
-  int64_t at = 0;
-  for (int i = rounds->first[k]; i < rounds->first[k + 1]; i++) {
-    const rf_schedule *s = item_schedule(e, stage, &rounds->items[i]);
-    int b = rounds->items[i].bucket;
-    int64_t send, recv;
-    engine_bucket_staging(e, s, b, &send, &recv);
-    RF_TRY(engine_unpack_fused(r, s, b, (char *)e->staging[1][k % 2] + at));
-    at += recv;
-  }
-  RF_TRY(engine_wire_ready(e));
-  return round_done(e, stage, k);
-}
-
 static rf_status run_fused(engine_round *r, const rf_rounds *rounds, int stage) {
-  long done_at = 0; /* the ticket bound of the round before */
-  for (int k = 0; k < rounds->round_count; k++) {
-    int first = rounds->first[k], end = rounds->first[k + 1];
-    int own = first < end && rounds->items[first].step < 0; /* the stage's bucket leads */
-    int64_t at[2] = {0, 0};
-    RF_TRY(post_fused(r, rounds, stage, k, first, first + own, at));
-    if (k > 0)
-      RF_TRY(complete_fused(r, rounds, stage, k - 1, done_at, "a fused bucket",
-                            "a round of fused buckets"));
-    RF_TRY(post_fused(r, rounds, stage, k, first + own, end, at));
-    done_at = r->ticket + 1;
-  }
-  int last = rounds->round_count - 1;
-  if (last >= 0)
-    RF_TRY(complete_fused(r, rounds, stage, last, done_at, "the last fused bucket",
-                          "the last round of fused buckets"));
+  int open = -1, open_round = -1; /* the item in flight (-1: none) and its round */
+  long done_at = 0;               /* its ticket bound */
+  int done = 0;
+  for (int k = 0; k < rounds->round_count; k++)
+    for (int i = rounds->first[k]; i < rounds->first[k + 1]; i++) {
+      /* A forward bucket reads what the rounds before its own delivered: if the item in
+       * flight belongs to one of them, it must land first. */
+      if (open >= 0 && open_round < k && rounds->items[i].step >= 0) {
+        RF_TRY(complete_fused(r, rounds, stage, open, done_at, &done));
+        open = -1;
+      }
+      RF_TRY(post_fused(r, rounds, stage, i));
+      /* Item i - 1 completes while i is in flight; then slot (i + 1) % 2 is free again. */
+      if (open >= 0)
+        RF_TRY(complete_fused(r, rounds, stage, open, done_at, &done));
+      open = i, open_round = k, done_at = r->ticket + 1;
+    }
+  if (open >= 0)
+    RF_TRY(complete_fused(r, rounds, stage, open, done_at, &done));
   return RF_OK;
 }
 
@@ -130,7 +119,7 @@ rf_status engine_run_rounds(rf_engine *e, const rf_rounds *rounds, int stage, do
     st = rf_mem_sync(e->memory); /* the stage ends when its last copy has landed */
   engine_round_free(&r);
   /* On a GPU the copies' own time, read from events once the stage has synchronised; fused
-   * packs overlap the flight of the previous round, so the transfer phase is what the wall
+   * packs overlap the flight of the bucket before, so the transfer phase is what the wall
    * clock leaves over. */
   double wall = rf_now() - start;
   double packing = rf_mem_timer_take(&e->pack_timer);
