@@ -364,9 +364,11 @@ const rf_cli_option rf_cli_options[] = {
      .def = "auto",
      .unit = "",
      .commands = RUN,
-     .help = "what moves copies in GPU memory: auto = the copy engines (several streams) for "
-             "dense runs of 256 KiB or more, kernels for the rest; kernel or engine for all "
-             "(engine leaves only transposes to kernels)"},
+     .help = "what moves copies in GPU memory: auto = the copy engines (four streams) for "
+             "dense runs of 256 KiB or more in this process's memory, refit's copy kernels for "
+             "the rest and for copies through another process's mapping (ipc); kernel = the "
+             "kernels alone; engine = the copy engines for every run and 2-D box (transposes "
+             "stay kernels)"},
     {.name = "dry-run",
      .type = RF_OPT_FLAG,
      FIELD(dry_run),

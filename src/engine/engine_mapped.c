@@ -193,7 +193,7 @@ static rf_status exchange_notes(mapped_ctx *c, const char *to, const char *from,
 }
 
 static rf_status flush(mapped_ctx *c, int wait) {
-  rf_status st = c->count ? rf_copy_boxes(c->e->memory, c->batch, c->count) : RF_OK;
+  rf_status st = c->count ? rf_copy_boxes_mapped(c->e->memory, c->batch, c->count) : RF_OK;
   c->count = 0;
   if (st == RF_OK && wait)
     st = rf_mem_sync(c->e->memory);
