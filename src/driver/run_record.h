@@ -23,6 +23,8 @@ typedef struct {
   rf_results_limits limits;  /* rank 0: the last run's limits, when --calibrate measured them */
   int calibrated;
   rf_limit compared_with; /* the limit the run's transport stands for (its ops' `limit`) */
+  double job_setup[RF_SETUP_STEP_COUNT]; /* rank 0: the job's setup, slowest rank's seconds */
+  int job_setup_known;
 } run_record;
 
 /* Rank 0 opens (or creates) --output, refusing files that are not refit's results. */
