@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/io.h"
+#include "run_record.h"
 #include "simulate.h"
 
 /* --memory: auto puts the weights on the GPUs when the cluster has them, as refit run does
@@ -101,22 +102,7 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
       .result = &res,
       .model_spec = &job->model,
       .replicas = job->rollout.dp,
-      .pieces = plan->piece_count,
       .messages = r->messages,
-      .transfer_bytes = plan->transfer_bytes,
-      .reshape_bytes = plan->reshape_bytes,
-      .rollout_dtype = rf_rollout_dtype_name(plan->layout->rollout.dtype),
-      .wire_send_bytes =
-          plan->layout->rollout.dtype == RF_ROLLOUT_DTYPE_FP8 ? plan->wire_send_bytes : NULL,
-      .wire_recv_bytes = plan->wire_recv_bytes,
-      .wire_transfer_bytes = plan->wire_transfer_bytes,
-      .wire_forward_bytes = plan->wire_forward_bytes,
-      .source_quantized_tensors = plan->source_tensors,
-      .destination_quantized_tensors = plan->destination_tensors,
-      .send_bytes = plan->send_bytes,
-      .trainer_ranks = job->layout.trainer_ranks,
-      .recv_bytes = plan->recv_bytes,
-      .rollout_ranks = job->layout.rollout_ranks,
       .rank_table = ranks,
       .ranks = world,
       .env = "",
@@ -126,6 +112,7 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
       .published_label = x->cfg->published_label,
       .memory_fits = r->fits,
   };
+  rf_record_plan_fields(&run, job);
   int number = 0;
   if (st == RF_OK)
     st = rf_results_add_run(results, &run, &number);

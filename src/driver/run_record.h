@@ -41,4 +41,8 @@ void rf_record_print_limits(run_record *rec, const rf_run_result *res);
 
 void rf_record_free(run_record *rec);
 
+/* The plan's part of a results run, the same for measured and simulated runs: pieces, bytes
+ * per rank and link, fp8 wire bytes and where they were quantized, fanout's forward bytes. */
+void rf_record_plan_fields(rf_results_run *run, const rf_job *job);
+
 #endif
