@@ -105,8 +105,7 @@ static void test_toy(void) {
     ASSERT_TRUE(r.phase[RF_PHASE_RESHAPE] == 0.0 && r.phase[RF_PHASE_SETUP] == 0.0);
     ASSERT_STR_EQ(r.bottleneck, "nic_out node 0 adapter 0");
     ASSERT_NEAR(r.bottleneck_bytes, 279808, 0);
-    ASSERT_NEAR(r.bottleneck_utilisation,
-                279808e-9 / r.phase[RF_PHASE_TOTAL], 1e-12);
+    ASSERT_NEAR(r.bottleneck_utilisation, 279808e-9 / r.phase[RF_PHASE_TOTAL], 1e-12);
     ASSERT_EQ(r.class_bytes[RF_SIM_NETWORK], 279808);
     ASSERT_EQ(r.class_bytes[RF_SIM_NVLINK] + r.class_bytes[RF_SIM_PROCESS], 0);
     ASSERT_EQ(r.messages, cases[i].messages);

@@ -283,8 +283,8 @@ static rf_status select_gpu(rf_control *ctl, const rf_config *cfg,
 /* The job's own setup, the slowest rank's time of each step, to rank 0: printed under the
  * header, and kept for every run's results (setup_<step>_s). */
 static rf_status report_setup(rf_control *ctl, const double *mine, run_record *rec) {
-  RF_TRY(rf_control_reduce(ctl, ctl->world, mine, rec->job_setup, RF_SETUP_STEP_COUNT,
-                           MPI_DOUBLE, MPI_MAX, "every rank's setup times"));
+  RF_TRY(rf_control_reduce(ctl, ctl->world, mine, rec->job_setup, RF_SETUP_STEP_COUNT, MPI_DOUBLE,
+                           MPI_MAX, "every rank's setup times"));
   if (ctl->world_rank != 0)
     return RF_OK;
   rec->job_setup_known = 1;

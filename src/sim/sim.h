@@ -106,7 +106,7 @@ typedef struct {
   int64_t units, buckets;           /* synchronisation units and buckets, every stage */
   char bottleneck[RF_SIM_NAME_MAX]; /* the link that was the tightest for the longest */
   double bottleneck_bytes, bottleneck_capacity; /* its bytes over the run, its rate */
-  double bottleneck_utilisation; /* its bytes / capacity / the refit's total time */
+  double bottleneck_utilisation;                /* its bytes / capacity / the refit's total time */
   int nodes_used, ranks;
   /* Memory per world rank, bytes: trainer shards, star coupling buffers, rollout tensors and
    * staging (the engine's arenas and buffers, counted, not allocated). */
