@@ -184,7 +184,7 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
   rf_status st = rf_job_build_layout(cfg, 0, &job);
   /* Before the plan, the costly step: a job too large for the cluster fails at once. */
   if (st == RF_OK)
-    st = rf_cluster_fits(&cluster, job.layout.world_size, x.device);
+    st = rf_cluster_fits(&cluster, job.layout.world_size, x.device, 0);
   /* Planned with the cluster's distances, as refit run plans with the machine's. */
   if (st == RF_OK)
     st = rf_cluster_plan_options(&cluster, job.layout.world_size, &where, &po);
