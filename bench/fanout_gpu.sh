@@ -11,22 +11,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: bench/fanout_gpu.sh OUTDIR}
 . bench/gpu_env.sh
-[ -x build-gpu/refit ] || {
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/build.txt" 2>&1 &&
-    cmake --build build-gpu -j"$(nproc)" >>"$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
-}
+BUILT=${BUILT:-1} build_gpu || exit 1
 R=build-gpu/refit
 H5="$OUT/fanout.h5"
-MPI=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE=0)
 MODEL=${MODEL:-llama-3.1-8b}
-job() {
-  local name=$1
-  shift
-  log "$name: $*"
-  timeout 300 "$@" >"$OUT/$name.txt" 2>&1
-  echo "exit $?" >>"$OUT/$name.txt"
-  grep -v '^refit\[' "$OUT/$name.txt" | grep -v '^#  rank' | tail -14 | tee -a "$OUT/summary.txt"
-}
+JOB_TAIL=14 JOB_TIMEOUT=300
 for dp in 2 4; do
   job "plans-dp$dp" "${MPI[@]}" -np $((dp + 1)) $R run --model "$MODEL" --trainer fsdp=1 \
     --rollout "tp=1,dp=$dp" --transport ipc --plan p2p,star,fanout --mode grouped,fused \

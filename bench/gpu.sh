@@ -24,9 +24,7 @@ log "machine"
     echo "sysfs $dev: local_cpulist $(cat "$dev/local_cpulist") numa_node $(cat "$dev/numa_node")"
   done
 } >"$OUT/machine.txt" 2>&1
-log "build"
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/build.txt" 2>&1 &&
-  cmake --build build-gpu -j"$(nproc)" >>"$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
+build_gpu || exit 1
 grep "refit: CUDA" "$OUT/build.txt" | tee -a "$OUT/summary.txt"
 
 log "tests (gpu, unit)"
@@ -41,15 +39,7 @@ R=build-gpu/refit
 MODEL=${MODEL:-llama-3.1-8b}
 H5="$OUT/h200.h5"
 # One refit job: its output to a file and the summary, its exit code beside it.
-job() {
-  local name=$1
-  shift
-  log "$name: $*"
-  timeout 300 "$@" >"$OUT/$name.txt" 2>&1
-  echo "exit $?" >>"$OUT/$name.txt"
-  grep -v '^refit\[' "$OUT/$name.txt" | tail -12 | tee -a "$OUT/summary.txt"
-}
-MPI=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE=0)
+JOB_TAIL=12 JOB_TIMEOUT=300
 ONE=(--model "$MODEL" --trainer fsdp=1 --rollout tp=1 --iters 10 --output "$H5")
 
 job placement $R topo --trainer fsdp=1 --rollout tp=1 --transport ipc

@@ -14,9 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: bench/moe_gpu.sh OUTDIR}
 . bench/gpu_env.sh
-log "build"
-cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/build.txt" 2>&1 &&
-  cmake --build build-gpu -j"$(nproc)" >>"$OUT/build.txt" 2>&1 || { tail -40 "$OUT/build.txt"; exit 1; }
+build_gpu || exit 1
 if [ "${TESTS:-1}" = 1 ]; then # TESTS=0 when the same call runs them elsewhere
   log "tests (gpu)"
   ctest --test-dir build-gpu -L gpu --output-on-failure >"$OUT/ctest.txt" 2>&1
@@ -25,16 +23,8 @@ fi
 
 R=build-gpu/refit
 H5="$OUT/moe.h5"
-MPI=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE=0)
 MODEL=${MODEL:-deepseek-v2-lite}
-job() {
-  local name=$1
-  shift
-  log "$name: $*"
-  timeout 400 "$@" >"$OUT/$name.txt" 2>&1
-  echo "exit $?" >>"$OUT/$name.txt"
-  grep -v '^refit\[' "$OUT/$name.txt" | grep -v '^#  rank' | tail -8 | tee -a "$OUT/summary.txt"
-}
+JOB_TAIL=8 JOB_TIMEOUT=400
 # 1:1 (two processes), then ep=2 -> tp=2,ep (four processes: whole experts, the same ones on
 # both ends, move as blocks), each verified element by element.
 job moe-1to1 "${MPI[@]}" -np 2 $R run --model "$MODEL" --trainer fsdp=1 --rollout tp=1 \

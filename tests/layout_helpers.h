@@ -2,6 +2,10 @@
 #ifndef RF_TEST_LAYOUT_HELPERS_H
 #define RF_TEST_LAYOUT_HELPERS_H
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "layout/layout.h"
 #include "test.h"
 
@@ -21,6 +25,15 @@ static inline rf_status make(rf_layout *lay, const rf_model *m, const char *trai
   t.style = style;
   t.order = RF_ORDER_HF;
   return rf_layout_init(lay, m, &t, &r, placement);
+}
+
+/* The rollout tensor of that name; aborts the test when the layout has none. */
+static inline const rf_rollout_tensor *rollout_tensor(const rf_layout *lay, const char *name) {
+  for (int i = 0; i < lay->rollout_tensor_count; i++)
+    if (strcmp(lay->rollout_tensors[i].name, name) == 0)
+      return &lay->rollout_tensors[i];
+  fprintf(stderr, "no rollout tensor %s\n", name);
+  abort();
 }
 
 #endif

@@ -7,14 +7,6 @@
 
 #include "layout_helpers.h"
 
-static const rf_rollout_tensor *rollout_tensor(const rf_layout *lay, const char *name) {
-  for (int i = 0; i < lay->rollout_tensor_count; i++)
-    if (strcmp(lay->rollout_tensors[i].name, name) == 0)
-      return &lay->rollout_tensors[i];
-  fprintf(stderr, "no rollout tensor %s\n", name);
-  abort();
-}
-
 static rf_status make_fp8(rf_layout *lay, const rf_model *m, const char *trainer,
                           const char *rollout) {
   rf_trainer_layout t;

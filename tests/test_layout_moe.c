@@ -19,14 +19,6 @@ static int find(const rf_model *m, const char *name) {
   return i;
 }
 
-static const rf_rollout_tensor *rollout_tensor(const rf_layout *lay, const char *name) {
-  for (int i = 0; i < lay->rollout_tensor_count; i++)
-    if (strcmp(lay->rollout_tensors[i].name, name) == 0)
-      return &lay->rollout_tensors[i];
-  fprintf(stderr, "no rollout tensor %s\n", name);
-  abort();
-}
-
 /* vLLM's shape of a rollout tensor (3-D for the stacked experts, else 1-D or 2-D). */
 static void expect_shape(const rf_layout *lay, const char *name, int64_t a, int64_t b, int64_t c) {
   const rf_rollout_tensor *rt = rollout_tensor(lay, name);

@@ -3,7 +3,8 @@
  * adapter per node carries the whole model, so the prediction is the max-over-links bound to
  * the byte; the messages and staging the walk counts, equal to what refit run reported for the
  * same job; link classes of colocated and GPU-sharing placements; fanout's forward stage after
- * its transfer; every cluster-file error as its exact line; and the calibration finding rates it
+ * its transfer; every cluster-file error as its exact line; a mapping transport's one copy a
+ * piece, pulled or pushed, and one process's local copies; and the calibration finding rates it
  * was not told from times they produced. */
 #include <math.h>
 #include <stdio.h>
@@ -92,7 +93,7 @@ static void test_toy(void) {
   } cases[] = {{RF_MODE_GROUPED, 62, 98304, 24576, 98304},
                {RF_MODE_FUSED, 4, 279808, 139904, 139904}};
   for (size_t i = 0; i < RF_ARRAY_LEN(cases); i++) {
-    rf_sim_options o = {cases[i].mode, 0, 1};
+    rf_sim_options o = {cases[i].mode, 0, 1, 0};
     rf_sim_result r;
     ASSERT_OK(rf_simulate(&plan, &c, &o, &r));
     ASSERT_NEAR(r.bound_s, 279808e-9, 1e-12);
@@ -149,7 +150,7 @@ static void test_classes(void) {
   rf_layout lay;
   rf_plan plan;
   build_plan("tiny", "fsdp=2", "tp=2", RF_PLACEMENT_COLOCATED, &m, &lay, &plan);
-  rf_sim_options o = {RF_MODE_GROUPED, 0, 1};
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0};
   rf_sim_result r;
   ASSERT_OK(rf_simulate(&plan, &toy, &o, &r));
   ASSERT_EQ(r.nodes_used, 1);
@@ -205,7 +206,7 @@ static void test_fanout(void) {
   ASSERT_EQ(plan.piece_count, 58);
   int64_t busier = RF_MAX(plan.forward_send_bytes[0], plan.forward_send_bytes[1]);
   ASSERT_GT(busier, 0);
-  rf_sim_options o = {RF_MODE_GROUPED, 0, 1};
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0};
   rf_sim_result r;
   ASSERT_OK(rf_simulate(&plan, &c, &o, &r));
   ASSERT_EQ(r.class_bytes[RF_SIM_NETWORK], 279168);
@@ -299,7 +300,7 @@ static void test_cluster_errors(void) {
   rf_cluster toy, vm;
   ASSERT_OK(rf_cluster_load(source_file("tests/data/cluster-toy.json"), &toy));
   ASSERT_OK(rf_cluster_load(source_file("configs/clusters/vm-2core.json"), &vm));
-  rf_sim_options o = {RF_MODE_GROUPED, 0, 1};
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0};
   rf_sim_result r;
   char got[512];
   rf_log_capture(got, sizeof got);
@@ -312,6 +313,136 @@ static void test_cluster_errors(void) {
                      "--memory host");
   rf_log_capture(NULL, 0);
   rf_sim_result_free(&r);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
+/* A mapping transport (ipc) on the lent H200: tiny from fsdp=1 to tp=1, two processes on its
+ * one GPU. Every byte is one copy inside the GPU at its 2140 GB/s: no pack, no unpack, no
+ * message, no staging. Each unit launches its copies once (5 us), and the stage adds two
+ * notes (ready, done) between the rank pair at 25 us each: grouped in one bucket and fused in
+ * any buckets (one launch a stage) pay one launch, unfused one a tensor. */
+static void test_mapping(void) {
+  rf_cluster lent;
+  ASSERT_OK(rf_cluster_load(source_file("configs/clusters/h200-lent.json"), &lent));
+  rf_model m;
+  rf_layout lay;
+  rf_plan plan;
+  build_plan("tiny", "fsdp=1", "tp=1", RF_PLACEMENT_DISAGGREGATED, &m, &lay, &plan);
+  ASSERT_EQ(plan.transfer_bytes, 279168);
+  ASSERT_EQ(m.tensor_count, 21);
+  const double copy = 279168 / 2140e9, notes = 2 * 25e-6, launch = 5e-6;
+  const struct {
+    rf_mode mode;
+    int64_t bucket_size;
+    int launches, buckets;
+  } cases[] = {
+      {RF_MODE_GROUPED, 0, 1, 1}, {RF_MODE_FUSED, 4096, 1, 69}, {RF_MODE_UNFUSED, 0, 21, 1}};
+  for (size_t i = 0; i < RF_ARRAY_LEN(cases); i++) {
+    rf_sim_options o = {cases[i].mode, cases[i].bucket_size, 1, 1};
+    rf_sim_result r;
+    ASSERT_OK(rf_simulate(&plan, &lent, &o, &r));
+    double latency = cases[i].launches * launch + notes;
+    ASSERT_NEAR(r.latency_s, latency, 1e-12);
+    ASSERT_NEAR(r.phase[RF_PHASE_TOTAL], copy + latency, 1e-12);
+    ASSERT_NEAR(r.phase[RF_PHASE_TRANSFER], copy + latency, 1e-12);
+    ASSERT_TRUE(r.phase[RF_PHASE_PACK] == 0.0 && r.phase[RF_PHASE_UNPACK] == 0.0);
+    ASSERT_NEAR(r.bound_s, copy, 1e-12);
+    ASSERT_EQ(r.class_bytes[RF_SIM_GPU], 279168);
+    ASSERT_EQ(r.messages, 0);
+    ASSERT_EQ(r.units, cases[i].launches + 1); /* the copies' units, and the notes */
+    ASSERT_EQ(r.buckets, cases[i].buckets);
+    ASSERT_TRUE(r.staging[0] == 0 && r.staging[1] == 0);
+    /* Over messages the same schedule has as many buckets, and fused stages everything. */
+    rf_sim_result msg;
+    o.mapping = 0;
+    ASSERT_OK(rf_simulate(&plan, &lent, &o, &msg));
+    ASSERT_EQ(msg.buckets, cases[i].buckets);
+    if (cases[i].mode == RF_MODE_FUSED)
+      ASSERT_GT(msg.staging[0] + msg.staging[1], 0);
+    rf_sim_result_free(&msg);
+    ASSERT_STR_EQ(r.bottleneck, "gpu_copy node 0 gpu 0");
+    rf_sim_result_free(&r);
+  }
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+
+  /* Between GPUs, the copy crosses the source's NVLink out and the destination's in, on the
+   * copying rank's copy engine. On a node of four GPUs whose copy rate (100 GB/s) is below
+   * NVLink's (1000), tiny from fsdp=2 (GPUs 0, 1) to tp=1 (GPU 2): pulled, the rollout rank
+   * copies all of it on its own engine; pushed (a JAX-order trainer), each trainer rank copies
+   * its half on its own, both at once. A mapping job of two nodes cannot run. */
+  const char *path = write_cluster(
+      "quad.json", "{\"name\": \"quad\", \"nodes\": 2, \"node\": {\"gpus\": 4, \"gpu\": {"
+                   "\"name\": \"g\", \"memory_GiB\": 1, \"copy_GBps\": 100}, \"nvlink_GBps\": "
+                   "1000, \"pcie_GBps\": 10, \"nics\": {\"count\": 1, \"Gbps\": 8}, \"host\": "
+                   "{\"memcpy_GBps\": 1, \"mpi_GBps\": 1, \"memory_GiB\": 1}}, \"latency_us\": "
+                   "{\"node\": 0, \"network\": 0, \"copy\": 0}}");
+  rf_cluster quad;
+  ASSERT_OK(rf_cluster_load(path, &quad));
+  for (int order = RF_ORDER_HF; order <= RF_ORDER_JAX; order++) {
+    rf_trainer_layout t;
+    rf_rollout_layout ro;
+    ASSERT_OK(rf_model_load("tiny", &m));
+    ASSERT_OK(rf_trainer_layout_parse("fsdp=2", &t));
+    ASSERT_OK(rf_rollout_layout_parse("tp=1", &ro));
+    t.order = (rf_trainer_order)order;
+    ASSERT_OK(rf_layout_init(&lay, &m, &t, &ro, RF_PLACEMENT_DISAGGREGATED));
+    ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
+    int64_t half = RF_MAX(plan.send_bytes[0], plan.send_bytes[1]);
+    ASSERT_TRUE(half < plan.transfer_bytes);
+    rf_sim_options o = {RF_MODE_FUSED, 0, 1, 1};
+    rf_sim_result r;
+    ASSERT_OK(rf_simulate(&plan, &quad, &o, &r));
+    double expected = (double)(order == RF_ORDER_JAX ? half : plan.transfer_bytes) / 100e9;
+    ASSERT_NEAR(r.phase[RF_PHASE_TOTAL], expected, 1e-12);
+    ASSERT_EQ(r.class_bytes[RF_SIM_NVLINK], plan.transfer_bytes);
+    ASSERT_STR_EQ(r.bottleneck,
+                  order == RF_ORDER_JAX ? "gpu_copy node 0 gpu 0" : "gpu_copy node 0 gpu 2");
+    rf_sim_result_free(&r);
+    rf_plan_free(&plan);
+    rf_layout_free(&lay);
+    rf_model_free(&m);
+  }
+  char got[512];
+  rf_log_capture(got, sizeof got);
+  ASSERT_STATUS(rf_cluster_fits(&quad, 5, 1, 1), RF_ERR_CONFIG);
+  rf_log_capture(NULL, 0);
+  ASSERT_STR_EQ(got, "a mapping transport (ipc, shm) reaches the processes of one node, but the "
+                     "job's 5 ranks take 2 nodes of cluster quad (4 ranks a node); use --transport "
+                     "nccl or mpi, or smaller layouts");
+  ASSERT_OK(rf_cluster_fits(&quad, 5, 1, 0));
+}
+
+/* Colocated in one process (tiny, fsdp=1 -> tp=1 on the lent H200, as `refit run -np 1
+ * --placement colocated`): every piece is local, copied once by the engine's local path at
+ * 2140 GB/s, whatever the transport, with one 5 us launch a unit: once in grouped and fused
+ * (one bucket), once a tensor in unfused. No messages, no notes, no staging. */
+static void test_local(void) {
+  rf_cluster lent;
+  ASSERT_OK(rf_cluster_load(source_file("configs/clusters/h200-lent.json"), &lent));
+  rf_model m;
+  rf_layout lay;
+  rf_plan plan;
+  build_plan("tiny", "fsdp=1", "tp=1", RF_PLACEMENT_COLOCATED, &m, &lay, &plan);
+  ASSERT_EQ(lay.world_size, 1);
+  const double copy = 279168 / 2140e9;
+  for (int mapping = 0; mapping <= 1; mapping++)
+    for (int mode = 0; mode < RF_MODE_COUNT; mode++) {
+      rf_sim_options o = {(rf_mode)mode, 0, 1, mapping};
+      rf_sim_result r;
+      ASSERT_OK(rf_simulate(&plan, &lent, &o, &r));
+      int launches = mode == RF_MODE_UNFUSED ? 21 : 1;
+      ASSERT_NEAR(r.phase[RF_PHASE_TOTAL], copy + launches * 5e-6, 1e-12);
+      ASSERT_NEAR(r.latency_s, launches * 5e-6, 1e-12);
+      ASSERT_EQ(r.class_bytes[RF_SIM_PROCESS], 279168);
+      ASSERT_EQ(r.messages, 0);
+      ASSERT_EQ(r.units, launches);
+      ASSERT_EQ(r.staging[0], 0);
+      rf_sim_result_free(&r);
+    }
   rf_plan_free(&plan);
   rf_layout_free(&lay);
   rf_model_free(&m);
@@ -339,7 +470,7 @@ static void test_fit(void) {
     build_plan(models[mi], "fsdp=2", "tp=2", RF_PLACEMENT_DISAGGREGATED, &m, &lay, &plan);
     for (int mode = 0; mode < RF_MODE_COUNT; mode++)
       for (size_t b = 0; b < RF_ARRAY_LEN(buckets); b++) {
-        rf_sim_options o = {(rf_mode)mode, buckets[b], 0};
+        rf_sim_options o = {(rf_mode)mode, buckets[b], 0, 0};
         ASSERT_OK(rf_sim_trace_record(&plan, &start, &o, &traces[n]));
         samples[n].trace = traces[n];
         ASSERT_OK(rf_sim_trace_time(traces[n], &hidden, &samples[n].measured_s));
@@ -370,6 +501,8 @@ int main(void) {
   test_classes();
   test_fanout();
   test_cluster_errors();
+  test_mapping();
+  test_local();
   test_fit();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -165,8 +165,9 @@ const rf_cli_option rf_cli_options[] = {
      .def = "mpi",
      .unit = "",
      .metavar = "NAME",
-     .commands = RUN | TOPO,
-     .help = "what moves the bytes: mpi, nccl or ipc"},
+     .commands = RUN | TOPO | SIM,
+     .help = "what moves the bytes: mpi or nccl (messages), ipc or shm (each piece copied once "
+             "straight between processes of one node); simulate needs no build of it"},
     {.name = "device",
      .type = RF_OPT_INT,
      .imin = -1,
@@ -356,7 +357,8 @@ const rf_cli_option rf_cli_options[] = {
      .commands = RUN | SIM,
      .help = "where the weights live; auto = on the GPU when the transport or the machine has "
              "one (mpi then stages through pinned host memory), else in host memory; for "
-             "simulate, on the GPU when the cluster has GPUs"},
+             "simulate, where the transport moves them (ipc, nccl: GPU; shm: host), and for mpi "
+             "on the GPU when the cluster has GPUs"},
     {.name = "copy",
      .type = RF_OPT_ENUM,
      NAMES(rf_copy_path, RF_COPY_PATH_COUNT),
@@ -364,9 +366,11 @@ const rf_cli_option rf_cli_options[] = {
      .def = "auto",
      .unit = "",
      .commands = RUN,
-     .help = "what moves copies in GPU memory: auto = the copy engines (several streams) for "
-             "dense runs of 256 KiB or more, kernels for the rest; kernel or engine for all "
-             "(engine leaves only transposes to kernels)"},
+     .help = "what moves copies in GPU memory: auto = the copy engines (four streams) for "
+             "dense runs of 256 KiB or more in this process's memory, refit's copy kernels for "
+             "the rest and for copies through another process's mapping (ipc); kernel = the "
+             "kernels alone; engine = the copy engines for every run and 2-D box (transposes "
+             "stay kernels)"},
     {.name = "dry-run",
      .type = RF_OPT_FLAG,
      FIELD(dry_run),

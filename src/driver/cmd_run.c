@@ -280,6 +280,23 @@ static rf_status select_gpu(rf_control *ctl, const rf_config *cfg,
   return RF_OK;
 }
 
+/* The job's own setup, the slowest rank's time of each step, to rank 0: printed under the
+ * header, and kept for every run's results (setup_<step>_s). */
+static rf_status report_setup(rf_control *ctl, const double *mine, run_record *rec) {
+  RF_TRY(rf_control_reduce(ctl, ctl->world, mine, rec->job_setup, RF_SETUP_STEP_COUNT, MPI_DOUBLE,
+                           MPI_MAX, "every rank's setup times"));
+  if (ctl->world_rank != 0)
+    return RF_OK;
+  rec->job_setup_known = 1;
+  printf("# setup (slowest rank, once per job):");
+  for (int i = 0; i < RF_SETUP_STEP_COUNT; i++)
+    printf("%s %s %.1f ms", i ? "," : "", rf_setup_step_name((rf_setup_step)i),
+           rec->job_setup[i] * 1e3);
+  printf("\n");
+  fflush(stdout);
+  return RF_OK;
+}
+
 /* Every mode of the job over the same data, one result row each (and the calibrated limits
  * after it) on rank 0. Returns the agreed status; *failed_mode names the mode that ended it. */
 static rf_status run_modes(rf_control *ctl, const rf_config *cfg, const rf_sweep_slot *slot,
@@ -317,7 +334,9 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
   run_setup rs;
   memset(&rs, 0, sizeof rs);
   rs.record.slot = slot;
+  double setup[RF_SETUP_STEP_COUNT] = {0}, t0 = rf_now();
   rf_status st = build_setup(cfg, &rs);
+  setup[RF_SETUP_PLAN] = rf_now() - t0, t0 = rf_now();
   if (st == RF_OK)
     st = rf_control_init(ctl, &rs.job.layout, cfg->timeout);
   rf_log_pop_quiet();
@@ -332,6 +351,7 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
   describe_job(cfg, &rs.job, &desc);
   if (st == RF_OK)
     st = rf_control_handshake(ctl, &desc);
+  setup[RF_SETUP_CONTROL] = rf_now() - t0;
   if (st == RF_OK)
     st = rf_control_agree(ctl, print_header(ctl, cfg, &rs.job, rs.memory, &rs.record));
   /* A checkpoint that does not match the model (a missing expert, a truncated file) stops the
@@ -341,18 +361,24 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
     st = open_checkpoint(ctl, cfg, &rs);
   if (st == RF_OK)
     st = rf_control_agree(ctl, rf_record_open(&rs.record, ctl, cfg));
+  t0 = rf_now();
   if (st == RF_OK && rs.memory == RF_MEM_DEVICE)
     st = select_gpu(ctl, cfg, &placement);
+  setup[RF_SETUP_GPU] = rf_now() - t0, t0 = rf_now();
   rf_transport tp;
   memset(&tp, 0, sizeof tp);
   if (st == RF_OK)
     st = rf_control_agree(ctl, rf_transport_open(rs.transport, ctl, &rs.job.plan, &tp));
+  setup[RF_SETUP_TRANSPORT] = rf_now() - t0, t0 = rf_now();
   /* The weights are generated once; every mode moves the same data. */
   rf_buffers data;
   memset(&data, 0, sizeof data);
   if (st == RF_OK)
     st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.memory, (uint64_t)cfg->seed,
                                                rs.checkpoint, ctl->world_rank));
+  setup[RF_SETUP_ARENAS] = rf_now() - t0;
+  if (st == RF_OK)
+    st = report_setup(ctl, setup, &rs.record);
   const char *failed_mode = NULL;
   if (st == RF_OK)
     st = run_modes(ctl, cfg, slot, &rs, &tp, &data, &failed_mode);

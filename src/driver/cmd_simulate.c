@@ -6,14 +6,32 @@
 #include <string.h>
 
 #include "io/io.h"
+#include "run_record.h"
 #include "simulate.h"
 
-/* --memory: auto puts the weights on the GPUs when the cluster has them, as refit run does
- * on a machine with a GPU. */
-static int wants_device(const rf_config *cfg, const rf_cluster *c) {
-  if (cfg->memory == RF_MEM_REQUEST_AUTO)
-    return c->gpus > 0;
-  return cfg->memory == RF_MEM_REQUEST_DEVICE;
+/* --memory, by refit run's rules (cmd_run.c, choose_memory): ipc and nccl move GPU memory,
+ * shm host memory, mpi either; auto puts the weights where the transport moves them, and for
+ * mpi on the GPUs when the cluster has them, as refit run does on a machine with a GPU (the
+ * model does not stage them through pinned memory as mpi would). */
+static rf_status wants_device(const rf_config *cfg, const rf_transport_ops *t, const rf_cluster *c,
+                              int *device) {
+  if (t->memory == RF_MEM_SHARED && cfg->memory == RF_MEM_REQUEST_DEVICE)
+    return rf_fail(RF_ERR_USAGE,
+                   "option --memory device: the %s transport moves host memory; "
+                   "use --memory host or --transport ipc",
+                   t->name);
+  if (t->memory == RF_MEM_DEVICE && cfg->memory == RF_MEM_REQUEST_HOST)
+    return rf_fail(RF_ERR_USAGE,
+                   "option --memory host: the %s transport moves GPU memory; "
+                   "use --memory device or --transport mpi",
+                   t->name);
+  if (t->memory == RF_MEM_SHARED || t->memory == RF_MEM_DEVICE)
+    *device = t->memory == RF_MEM_DEVICE;
+  else if (cfg->memory == RF_MEM_REQUEST_AUTO)
+    *device = c->gpus > 0;
+  else
+    *device = cfg->memory == RF_MEM_REQUEST_DEVICE;
+  return RF_OK;
 }
 
 /* The cluster's placement as a results file's rank table: a node name, the GPU, the adapter. */
@@ -101,22 +119,7 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
       .result = &res,
       .model_spec = &job->model,
       .replicas = job->rollout.dp,
-      .pieces = plan->piece_count,
       .messages = r->messages,
-      .transfer_bytes = plan->transfer_bytes,
-      .reshape_bytes = plan->reshape_bytes,
-      .rollout_dtype = rf_rollout_dtype_name(plan->layout->rollout.dtype),
-      .wire_send_bytes =
-          plan->layout->rollout.dtype == RF_ROLLOUT_DTYPE_FP8 ? plan->wire_send_bytes : NULL,
-      .wire_recv_bytes = plan->wire_recv_bytes,
-      .wire_transfer_bytes = plan->wire_transfer_bytes,
-      .wire_forward_bytes = plan->wire_forward_bytes,
-      .source_quantized_tensors = plan->source_tensors,
-      .destination_quantized_tensors = plan->destination_tensors,
-      .send_bytes = plan->send_bytes,
-      .trainer_ranks = job->layout.trainer_ranks,
-      .recv_bytes = plan->recv_bytes,
-      .rollout_ranks = job->layout.rollout_ranks,
       .rank_table = ranks,
       .ranks = world,
       .env = "",
@@ -126,6 +129,7 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
       .published_label = x->cfg->published_label,
       .memory_fits = r->fits,
   };
+  rf_record_plan_fields(&run, job);
   int number = 0;
   if (st == RF_OK)
     st = rf_results_add_run(results, &run, &number);
@@ -140,7 +144,7 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
 
 /* Predicts each mode in turn, printing as it goes (text) or collecting (JSON). */
 static rf_status simulate_modes(const rf_sim_context *x, rf_results *results, json_t *all) {
-  rf_sim_options o = {RF_MODE_GROUPED, x->cfg->bucket_size, x->device};
+  rf_sim_options o = {RF_MODE_GROUPED, x->cfg->bucket_size, x->device, x->transport->mapping};
   for (int i = 0; i < x->cfg->mode.count; i++) {
     o.mode = x->cfg->mode.items[i];
     /* Calibrated, each mode with the rates its own runs gave (simulate.h). */
@@ -171,20 +175,26 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
   if (cfg->published_label[0] && !(cfg->published_s > 0))
     return rf_fail(RF_ERR_USAGE, "refit simulate --published-label needs --published-s SECONDS, "
                                  "the published time it labels");
+  /* Only what the transport is matters here (whether it maps memory, which memory it moves),
+   * so one this build leaves out simulates as well as any. */
+  const rf_transport_ops *transport;
+  RF_TRY(rf_transport_describe(cfg->transport, &transport));
   rf_cluster cluster;
   RF_TRY(rf_cluster_load(cfg->cluster, &cluster));
+  int device = 0;
+  RF_TRY(wants_device(cfg, transport, &cluster, &device));
   rf_job job;
   rf_cluster_placement where = {0};
   rf_calibration cal;
   memset(&cal, 0, sizeof cal);
   rf_results *results = NULL;
   json_t *all = NULL;
-  rf_sim_context x = {cfg, &job, &cluster, wants_device(cfg, &cluster), NULL};
+  rf_sim_context x = {cfg, &job, &cluster, transport, device, NULL};
   rf_plan_options po;
   rf_status st = rf_job_build_layout(cfg, 0, &job);
   /* Before the plan, the costly step: a job too large for the cluster fails at once. */
   if (st == RF_OK)
-    st = rf_cluster_fits(&cluster, job.layout.world_size, x.device);
+    st = rf_cluster_fits(&cluster, job.layout.world_size, x.device, transport->mapping);
   /* Planned with the cluster's distances, as refit run plans with the machine's. */
   if (st == RF_OK)
     st = rf_cluster_plan_options(&cluster, job.layout.world_size, &where, &po);

@@ -122,6 +122,7 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, 
       .transport = cfg->transport,
       .verify = rf_verify_level_name(cfg->verify),
       .memory = rf_mem_kind_name(e->memory),
+      .job_setup = rec->job_setup_known ? rec->job_setup : NULL,
       .bucket_size = cfg->bucket_size,
       .seed = cfg->seed,
       .result = res,
@@ -132,26 +133,7 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, 
       .reference_checksum = rec->reference,
       .shards = digests,
       .shard_count = count,
-      .pieces = plan->piece_count,
       .messages = res->messages,
-      .transfer_bytes = plan->transfer_bytes,
-      .reshape_bytes = plan->reshape_bytes,
-      .rollout_dtype = rf_rollout_dtype_name(plan->layout->rollout.dtype),
-      .wire_send_bytes =
-          plan->layout->rollout.dtype == RF_ROLLOUT_DTYPE_FP8 ? plan->wire_send_bytes : NULL,
-      .wire_recv_bytes = plan->wire_recv_bytes,
-      .wire_transfer_bytes = plan->wire_transfer_bytes,
-      .wire_forward_bytes = plan->wire_forward_bytes,
-      .source_quantized_tensors = plan->source_tensors,
-      .destination_quantized_tensors = plan->destination_tensors,
-      .send_bytes = plan->send_bytes,
-      .trainer_ranks = job->layout.trainer_ranks,
-      .recv_bytes = plan->recv_bytes,
-      .rollout_ranks = job->layout.rollout_ranks,
-      .forward_send_bytes = plan->kind == RF_PLAN_FANOUT ? plan->forward_send_bytes : NULL,
-      .forward_recv_bytes = plan->kind == RF_PLAN_FANOUT ? plan->forward_recv_bytes : NULL,
-      .forward_bytes = plan->forward_bytes,
-      .forward_depth = plan->forward_depth,
       .rank_table = rec->placement,
       .ranks = ctl->world_size,
       .links = rec->links,
@@ -161,6 +143,7 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, 
       .sweep_size = rec->slot ? rec->slot->size : 0,
       .limits = rec->calibrated ? &rec->limits : NULL,
   };
+  rf_record_plan_fields(&run, job);
   int number = 0;
   rf_status st = rf_results_add_run(rec->results, &run, &number);
   if (st == RF_OK)
@@ -169,6 +152,30 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, 
   free(env);
   free(digests);
   return st;
+}
+
+void rf_record_plan_fields(rf_results_run *run, const rf_job *job) {
+  const rf_plan *plan = &job->plan;
+  int fp8 = plan->layout->rollout.dtype == RF_ROLLOUT_DTYPE_FP8;
+  int fanout = plan->kind == RF_PLAN_FANOUT;
+  run->pieces = plan->piece_count;
+  run->transfer_bytes = plan->transfer_bytes;
+  run->reshape_bytes = plan->reshape_bytes;
+  run->rollout_dtype = rf_rollout_dtype_name(plan->layout->rollout.dtype);
+  run->wire_send_bytes = fp8 ? plan->wire_send_bytes : NULL;
+  run->wire_recv_bytes = plan->wire_recv_bytes;
+  run->wire_transfer_bytes = plan->wire_transfer_bytes;
+  run->wire_forward_bytes = plan->wire_forward_bytes;
+  run->source_quantized_tensors = plan->source_tensors;
+  run->destination_quantized_tensors = plan->destination_tensors;
+  run->send_bytes = plan->send_bytes;
+  run->recv_bytes = plan->recv_bytes;
+  run->trainer_ranks = job->layout.trainer_ranks;
+  run->rollout_ranks = job->layout.rollout_ranks;
+  run->forward_send_bytes = fanout ? plan->forward_send_bytes : NULL;
+  run->forward_recv_bytes = fanout ? plan->forward_recv_bytes : NULL;
+  run->forward_bytes = plan->forward_bytes;
+  run->forward_depth = plan->forward_depth;
 }
 
 /* Seconds with millisecond digits, or three significant ones for the times a tiny model

@@ -23,6 +23,8 @@ typedef struct {
   rf_results_limits limits;  /* rank 0: the last run's limits, when --calibrate measured them */
   int calibrated;
   rf_limit compared_with; /* the limit the run's transport stands for (its ops' `limit`) */
+  double job_setup[RF_SETUP_STEP_COUNT]; /* rank 0: the job's setup, slowest rank's seconds */
+  int job_setup_known;
 } run_record;
 
 /* Rank 0 opens (or creates) --output, refusing files that are not refit's results. */
@@ -38,5 +40,9 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, 
 void rf_record_print_limits(run_record *rec, const rf_run_result *res);
 
 void rf_record_free(run_record *rec);
+
+/* The plan's part of a results run, the same for measured and simulated runs: pieces, bytes
+ * per rank and link, fp8 wire bytes and where they were quantized, fanout's forward bytes. */
+void rf_record_plan_fields(rf_results_run *run, const rf_job *job);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "driver.h"
 #include "sim/sim.h"
+#include "transport/transport.h"
 
 /* One measured figure the calibration fitted, and what the calibrated cluster predicts for it. */
 typedef struct {
@@ -44,6 +45,7 @@ typedef struct {
   const rf_config *cfg;
   const rf_job *job;
   const rf_cluster *cluster;
+  const rf_transport_ops *transport; /* --transport, described (it need not be in this build) */
   int device;
   const rf_calibration *calibration; /* NULL without --calibration */
 } rf_sim_context;

@@ -1,9 +1,10 @@
 /* Calibrating a cluster from a results file: every measured run whose weights were in the kind
  * of memory being simulated is built again from its attributes (model, dtype, layouts, plan,
- * placement, mode, bucket size), planned on the cluster as refit simulate plans, and walked
- * into a trace; its median is what the trace must come to. Its --calibrate limits add the
- * plain transfers of the same bytes: every pair at once in one message (mpi, or nccl on GPUs)
- * and each rank copying what it receives (memcpy, or the device copy). The fit is sim's. */
+ * placement, transport, mode, bucket size), planned on the cluster as refit simulate plans, and
+ * walked into a trace, over a mapping transport (ipc, shm) as one copy a piece; its median is
+ * what the trace must come to. Its --calibrate limits add the plain transfers of the same
+ * bytes: every pair at once in one message (mpi, or nccl on GPUs) and each rank copying what it
+ * receives (memcpy, or the device copy). The fit is sim's. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,15 +16,16 @@
 
 #define LIMIT_MIN_BYTES ((int64_t)64 << 20)
 
-/* Where the run's weights were: 1 GPU, 0 host, -1 not known. Runs record it (memory); in files
- * of an earlier refit it is inferred from the options, except for an mpi run of a GPU build
- * left to --memory auto, which may have staged GPU weights through pinned memory. */
+/* Where the run's weights were: 1 GPU, 0 host (shm's shared host memory too), -1 not known.
+ * Runs record it (memory); in files of an earlier refit it is inferred from the options, except
+ * for an mpi run of a GPU build left to --memory auto, which may have staged GPU weights through
+ * pinned memory. */
 static int run_memory(const rf_loaded_run *r) {
   int staged = strcmp(r->transport, "mpi") == 0; /* GPU weights over mpi go through pinned memory */
   if (r->memory[0])
-    return strcmp(r->memory, "host") == 0                ? 0
-           : strcmp(r->memory, "device") == 0 && !staged ? 1
-                                                         : -1;
+    return strcmp(r->memory, "host") == 0 || strcmp(r->memory, "shared") == 0 ? 0
+           : strcmp(r->memory, "device") == 0 && !staged                      ? 1
+                                                                              : -1;
   char memory[16] = "auto";
   json_t *cfg = r->config_json ? json_loads(r->config_json, 0, NULL) : NULL;
   json_t *m = cfg ? json_object_get(cfg, "memory") : NULL;
@@ -52,6 +54,7 @@ static rf_status rebuild(const rf_loaded_run *r, const rf_cluster *c, rf_config 
       {"rollout", r->rollout},
       {"trainer-order", r->trainer_order[0] ? r->trainer_order : "hf"},
       {"placement", r->placement},
+      {"transport", r->transport},
       {"plan", r->plan},
       {"mode", r->mode},
   };
@@ -111,7 +114,11 @@ static rf_status add_run(sample_list *l, rf_calibration *cal, const rf_loaded_ru
   memset(&job, 0, sizeof job);
   rf_cluster_placement where = {0};
   rf_status st = rebuild(r, c, cfg, &job, &where);
-  rf_sim_options o = {cfg->mode.items[0], r->bucket_size, device};
+  /* The run's own transport decides how its pieces moved: one copy each over a mapping one. */
+  const rf_transport_ops *transport = NULL;
+  if (st == RF_OK)
+    st = rf_transport_describe(r->transport, &transport);
+  rf_sim_options o = {cfg->mode.items[0], r->bucket_size, device, transport && transport->mapping};
   rf_sim_trace *t = NULL;
   if (st == RF_OK)
     st = rf_sim_trace_record(&job.plan, c, &o, &t);

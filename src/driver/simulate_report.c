@@ -47,8 +47,10 @@ void rf_sim_print_header(const rf_sim_context *x) {
          "job", job->model.name, job->model.model_type, rf_dtype_name(job->model.dtype),
          job->model.total_bytes, trainer, rf_trainer_style_name(job->trainer.style),
          lay->trainer_ranks, rollout, lay->rollout_ranks, rf_placement_name(job->placement));
-  printf("%-16s %d ranks on %d node%s, %d a node; weights in %s memory\n", "placement",
-         lay->world_size, nodes, nodes == 1 ? "" : "s", c->ranks_per_node, memory_name(x->device));
+  printf("%-16s %d ranks on %d node%s, %d a node; weights in %s memory; transport %s (%s)\n",
+         "placement", lay->world_size, nodes, nodes == 1 ? "" : "s", c->ranks_per_node,
+         memory_name(x->device), x->transport->name,
+         x->transport->mapping ? "one copy a piece, straight across" : "messages");
   printf("%-16s %s, %d pieces, %d blocks, %" PRId64 " transfer bytes", "plan",
          rf_plan_kind_name(plan->kind), plan->piece_count, plan->block_count, plan->transfer_bytes);
   if (plan->kind == RF_PLAN_STAR)
@@ -200,6 +202,8 @@ json_t *rf_sim_json(const rf_sim_context *x) {
                       json_integer((lay->world_size + x->cluster->ranks_per_node - 1) /
                                    x->cluster->ranks_per_node));
   json_object_set_new(o, "memory", json_string(x->device ? "device" : "host"));
+  json_object_set_new(o, "transport", json_string(x->transport->name));
+  json_object_set_new(o, "mapping", json_boolean(x->transport->mapping));
   json_object_set_new(o, "plan", json_string(rf_plan_kind_name(plan->kind)));
   json_object_set_new(o, "pieces", json_integer(plan->piece_count));
   json_object_set_new(o, "blocks", json_integer(plan->block_count));

@@ -169,5 +169,9 @@ int rf_engine_recv_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, 
  * (rf_piece_continues); 1 in fused and on a staged wire. */
 int rf_engine_joined_chunks(const rf_plan *plan, rf_mode mode, int staged_wire,
                             const rf_chunk *chunks, int i, int end);
+/* Over a mapping transport, whether each piece's source copies it into the destination's
+ * memory (push, 1) or the destination reads it out of the source's (pull, 0): a JAX-order
+ * trainer pushes (engine_mapped.c says why). */
+int rf_engine_pushes(const rf_plan *plan);
 
 #endif

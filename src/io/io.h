@@ -87,6 +87,8 @@ typedef struct {
   /* Calibrated limits in seconds (limit_<name>_s and limit_<name>_ratio); NULL or a value
    * <= 0 means not measured, and the attributes are left out. */
   const rf_results_limits *limits;
+  /* The job's own setup in seconds, [RF_SETUP_STEP_COUNT] (setup_<name>_s); NULL: left out. */
+  const double *job_setup;
   /* A simulated run (refit simulate --output): when set, the run is written with status
    * "simulated", simulated = 1, the cluster's name and this JSON (the prediction, the cluster's
    * rates, the calibration); its timings are the prediction, and it has no checksums, shards

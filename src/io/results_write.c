@@ -107,6 +107,11 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
     RF_TRY(rf_results_attr_str(g, ".", strings[i].name, strings[i].value));
   if (run->memory)
     RF_TRY(rf_results_attr_str(g, ".", "memory", run->memory));
+  for (int i = 0; run->job_setup && i < RF_SETUP_STEP_COUNT; i++) {
+    char name[48];
+    snprintf(name, sizeof name, "setup_%s_s", rf_setup_step_name((rf_setup_step)i));
+    RF_TRY(rf_results_attr_f64(g, ".", name, run->job_setup[i]));
+  }
   if (run->rollout_dtype)
     RF_TRY(rf_results_attr_str(g, ".", "rollout_dtype", run->rollout_dtype));
   const struct {

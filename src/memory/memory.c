@@ -343,14 +343,22 @@ static int kind_is_host(rf_mem_kind kind) {
   return kind == RF_MEM_HOST || kind == RF_MEM_PINNED || kind == RF_MEM_SHARED;
 }
 
-rf_status rf_copy_boxes(rf_mem_kind kind, const rf_box_copy *copies, int count) {
+static rf_status copy_boxes(rf_mem_kind kind, const rf_box_copy *copies, int count, int mapped) {
   if (!kind_valid(kind))
     return rf_fail(RF_ERR_INTERNAL, "unknown memory kind %d for a box copy", (int)kind);
   if (kind == RF_MEM_DEVICE)
-    return rf_gpu_copy_boxes(copies, count);
+    return rf_gpu_copy_boxes(copies, count, mapped);
   for (int i = 0; i < count; i++)
     rf_region_copy(&copies[i].dst, &copies[i].src, &copies[i].box);
   return RF_OK;
+}
+
+rf_status rf_copy_boxes(rf_mem_kind kind, const rf_box_copy *copies, int count) {
+  return copy_boxes(kind, copies, count, 0);
+}
+
+rf_status rf_copy_boxes_mapped(rf_mem_kind kind, const rf_box_copy *copies, int count) {
+  return copy_boxes(kind, copies, count, 1);
 }
 
 rf_status rf_mem_zero(rf_mem_kind kind, void *ptr, size_t bytes) {

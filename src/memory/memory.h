@@ -31,11 +31,13 @@ const char *rf_mem_kind_name(rf_mem_kind kind);
 typedef enum { RF_MEM_REQUEST_LIST(RF_ENUM_ID) RF_MEM_REQUEST_COUNT } rf_mem_request;
 RF_ENUM_DECLARE(rf_mem_request);
 
-/* --copy: what moves a device box copy. auto chooses per piece: the copy engines
- * (cudaMemcpyAsync spread over several streams, so that their per-copy ramps overlap) for a
- * dense run of at least RF_COPY_ENGINE_MIN bytes, kernels for strided and transposed boxes;
- * kernel and engine force one way (engine moves 2-D strided boxes with cudaMemcpy2DAsync and
- * leaves only transposes to kernels). Host copies ignore it. */
+/* --copy: what moves a device box copy. auto (the default) chooses per piece, as an H200
+ * measured (results/h200/README.md, "Copy engines"): the copy engines (cudaMemcpyAsync spread
+ * over several streams, so that their per-copy ramps overlap) for a dense run of at least
+ * RF_COPY_ENGINE_MIN bytes in this process's memory, kernels for strided and transposed boxes
+ * and for copies through another process's mapping (rf_copy_boxes_mapped). kernel always
+ * takes refit's kernels; engine moves every run and 2-D strided box (cudaMemcpy2DAsync) on the
+ * engines and leaves only transposes to kernels. Host copies ignore it. */
 #define RF_COPY_PATH_LIST(X)                                                                       \
   X(RF_COPY_AUTO, "auto")                                                                          \
   X(RF_COPY_KERNEL, "kernel")                                                                      \
@@ -105,8 +107,14 @@ typedef struct {
 
 /* Runs `count` box copies between regions that both live in `kind` memory: on the host one
  * after the other; on the device as one kernel launch for the whole batch (16-byte accesses
- * where alignment allows), so packing a bucket costs one launch, not one per piece. */
+ * where alignment allows), so packing a bucket costs one launch, not one per piece, or on
+ * the copy engines as --copy says. */
 rf_status rf_copy_boxes(rf_mem_kind kind, const rf_box_copy *copies, int count);
+
+/* The same for copies that read or write another process's memory mapped into this one (the
+ * ipc transport): under --copy auto they take kernels, which an H200 measured faster there
+ * than the copy engines (results/h200/README.md, "Copy engines"). */
+rf_status rf_copy_boxes_mapped(rf_mem_kind kind, const rf_box_copy *copies, int count);
 
 /* Sets `bytes` of `kind` memory to zero. */
 rf_status rf_mem_zero(rf_mem_kind kind, void *ptr, size_t bytes);

@@ -21,7 +21,7 @@ void rf_mem_device_free(void *ptr);
 
 /* The device halves of rf_copy_boxes, rf_mem_zero, rf_mem_transfer and rf_mem_sync. Work is
  * queued on refit's stream; zero and transfer wait for it, the box copies do not. */
-rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count);
+rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count, int mapped);
 rf_status rf_gpu_zero(void *ptr, size_t bytes);
 rf_status rf_gpu_transfer(void *dst, const void *src, size_t bytes);
 rf_status rf_gpu_sync(void);

@@ -21,7 +21,10 @@ rf_status rf_mem_device_alloc(size_t bytes, const char *what, void **out) {
 
 void rf_mem_device_free(void *ptr) { (void)ptr; }
 
-rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count) { return no_cuda(); }
+rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count, int mapped) {
+  (void)copies, (void)count, (void)mapped;
+  return no_cuda();
+}
 rf_status rf_gpu_zero(void *ptr, size_t bytes) { return no_cuda(); }
 rf_status rf_gpu_transfer(void *dst, const void *src, size_t bytes) { return no_cuda(); }
 rf_status rf_gpu_sync(void) { return no_cuda(); }

@@ -31,8 +31,11 @@
  * spread over a few streams forked from refit's stream and joined back into it, so that to
  * the rest of refit the batch is still queued on one stream. Whole-tensor copies on one
  * stream reach 0.89 of one contiguous copy on an H200, on four 0.98 (the engines overlap each
- * other's ramps), where the best simple kernel stays at 0.93. Strided boxes take
- * cudaMemcpy2DAsync only under --copy engine, and transposes always take kernels.
+ * other's ramps), where the best simple kernel stays at 0.93; a one-process refit measured
+ * the same gain (0.94 of a device copy with kernels, 1.00 under --copy auto). Copies through
+ * another process's mapping measured the other way (0.84 with kernels, 0.78 on the engines),
+ * so auto leaves those (`mapped`) to kernels. Strided boxes take cudaMemcpy2DAsync only under
+ * --copy engine, and transposes always take kernels.
  *
  * The piece table lives in a ring of pinned host buffers and matching device buffers, grown
  * only when a batch is larger than any before. An event per slot says when the kernels that
@@ -462,8 +465,8 @@ enum { BY_KERNEL, BY_ENGINE_RUN, BY_ENGINE_2D };
 
 /* Which way a planned piece goes (see the file comment). Only the line classes qualify: their
  * rows are dense on both sides, so a row is one contiguous run of bytes. */
-int engine_way(const piece &pc) {
-  if (copy_path == RF_COPY_KERNEL || pc.cls > CLS_LINES1)
+int engine_way(const piece &pc, int mapped) {
+  if (copy_path == RF_COPY_KERNEL || (copy_path == RF_COPY_AUTO && mapped) || pc.cls > CLS_LINES1)
     return BY_KERNEL;
   const int64_t row = pc.n_in * pc.width;
   if (pc.n_out == 1)
@@ -534,7 +537,7 @@ extern "C" void rf_gpu_set_copy_path(int path) { copy_path = path; }
 
 /* The pieces are planned twice: once to count each class, once more straight into their
  * places in the table, grouped by class, so that each launch reads a contiguous range. */
-extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count) {
+extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count, int mapped) {
   if (count <= 0)
     return RF_OK;
   int n_cls[CLS_COUNT] = {0}, at[CLS_COUNT], n_engine = 0;
@@ -545,7 +548,7 @@ extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count) {
                      i, count, copies[i].dst.esize, copies[i].src.esize);
     piece pc;
     if (plan_piece(&copies[i], &pc) > 0) {
-      if (engine_way(pc) != BY_KERNEL)
+      if (engine_way(pc, mapped) != BY_KERNEL)
         n_engine++;
       else
         n_cls[pc.cls]++;
@@ -559,7 +562,7 @@ extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count) {
     RF_TRY(engine_begin(stream));
     for (int i = 0; i < count; i++) {
       piece pc;
-      int way = plan_piece(&copies[i], &pc) > 0 ? engine_way(pc) : BY_KERNEL;
+      int way = plan_piece(&copies[i], &pc) > 0 ? engine_way(pc, mapped) : BY_KERNEL;
       if (way != BY_KERNEL)
         RF_TRY(engine_copy(pc, way));
     }
@@ -573,7 +576,7 @@ extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count) {
   for (int i = 0; i < count; i++) {
     piece pc;
     int64_t k = plan_piece(&copies[i], &pc);
-    if (k == 0 || engine_way(pc) != BY_KERNEL)
+    if (k == 0 || engine_way(pc, mapped) != BY_KERNEL)
       continue;
     pc.unit_begin = units[pc.cls];
     units[pc.cls] += k;

@@ -6,6 +6,7 @@
 
 RF_ENUM_DEFINE(rf_phase, "phase", RF_PHASE_LIST, RF_PHASE_COUNT)
 RF_ENUM_DEFINE(rf_limit, "limit", RF_LIMIT_LIST, RF_LIMIT_COUNT)
+RF_ENUM_DEFINE(rf_setup_step, "setup step", RF_SETUP_STEP_LIST, RF_SETUP_STEP_COUNT)
 
 /* ---- statistics ------------------------------------------------------------------------- */
 

@@ -36,6 +36,18 @@ RF_ENUM_DECLARE(rf_phase);
 typedef enum { RF_LIMIT_LIST(RF_ENUM_ID) RF_LIMIT_COUNT } rf_limit;
 RF_ENUM_DECLARE(rf_limit);
 
+/* The job's own setup, once before its first mode, timed apart from the steady state (each
+ * mode's `setup` phase above is only its engine's): stored as setup_<name>_s attributes of
+ * every run of the job, the slowest rank's seconds. */
+#define RF_SETUP_STEP_LIST(X)                                                                      \
+  X(RF_SETUP_PLAN, "plan")           /* model, layouts, plan and schedule, on every rank */        \
+  X(RF_SETUP_CONTROL, "control")     /* communicators, placement and the handshake */              \
+  X(RF_SETUP_GPU, "gpu")             /* choosing the GPU and creating its CUDA context */          \
+  X(RF_SETUP_TRANSPORT, "transport") /* NCCL communicators, IPC or shared-memory handles */        \
+  X(RF_SETUP_ARENAS, "arenas")       /* allocating and registering the weights, and filling */
+typedef enum { RF_SETUP_STEP_LIST(RF_ENUM_ID) RF_SETUP_STEP_COUNT } rf_setup_step;
+RF_ENUM_DECLARE(rf_setup_step);
+
 /* Order statistics of a sample (sorted copy; p99 by nearest rank). */
 typedef struct {
   double min, median, p99, max, mean;

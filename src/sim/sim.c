@@ -95,7 +95,8 @@ rf_status rf_simulate(const rf_plan *plan, const rf_cluster *c, const rf_sim_opt
   memset(r, 0, sizeof *r);
   int world = plan->layout->world_size;
   sim_net net;
-  RF_TRY(sim_net_init(&net, c, world, o->device));
+  RF_TRY(sim_net_init(&net, c, world, o->device, o->mapping));
+  net.push = o->mapping && rf_engine_pushes(plan);
   r->ranks = world;
   r->nodes_used = net.nodes;
   size_t n = (size_t)world + 1;

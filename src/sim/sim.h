@@ -56,9 +56,10 @@ typedef struct {
  * a file that does not parse is one line naming the file and the key, and RF_ERR_CONFIG. */
 rf_status rf_cluster_load(const char *name_or_path, rf_cluster *out);
 
-/* RF_OK when a world of `world` ranks fits on the cluster and, with `device`, the cluster has
- * GPUs; else one line and RF_ERR_CONFIG. Cheap: checked before the plan is built. */
-rf_status rf_cluster_fits(const rf_cluster *c, int world, int device);
+/* RF_OK when a world of `world` ranks fits on the cluster, with `device` the cluster has GPUs,
+ * and with `mapping` (a transport that maps its peers' memory) the world fits on one node;
+ * else one line and RF_ERR_CONFIG. Cheap: checked before the plan is built. */
+rf_status rf_cluster_fits(const rf_cluster *c, int world, int device, int mapping);
 
 /* Where a job's ranks run on the cluster, for the planner: refit run's distance classes
  * (topo.h: the same process, the same GPU, the same node, another node), so that p2p prefers
@@ -91,6 +92,9 @@ typedef struct {
   rf_mode mode;
   int64_t bucket_size; /* as --bucket-size: 0 = one bucket per stage */
   int device;          /* weights in GPU memory (1) or in host memory (0) */
+  int mapping;         /* the transport maps its peers' memory (ipc, shm): every piece is one
+                          copy straight across, no messages, no staging; else messages (mpi,
+                          nccl) */
 } rf_sim_options;
 
 /* The prediction. Phases follow result.h: setup is not modelled (0), reshape is star's first

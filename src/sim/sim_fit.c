@@ -17,7 +17,7 @@
 
 typedef struct {
   rf_stage stage;
-  int step, bucket, last_of_bucket;
+  int step, bucket, buckets, notes;
   int first_pair, npairs, first_pack, npack, first_unpack, nunpack;
 } trace_unit;
 
@@ -54,8 +54,15 @@ static rf_status keep_unit(void *ctx, const sim_unit *u) {
   rf_sim_trace *t = ctx;
   RF_TRY(rf_grow((void **)&t->units, t->nunits, &t->units_cap, sizeof *t->units, "a trace"));
   trace_unit *k = &t->units[t->nunits];
-  *k = (trace_unit){u->stage, u->step,  u->bucket, u->last_of_bucket, t->npairs, u->npairs,
-                    0,        u->npack, 0,         u->nunpack};
+  *k = (trace_unit){.stage = u->stage,
+                    .step = u->step,
+                    .bucket = u->bucket,
+                    .buckets = u->buckets,
+                    .notes = u->notes,
+                    .first_pair = t->npairs,
+                    .npairs = u->npairs,
+                    .npack = u->npack,
+                    .nunpack = u->nunpack};
   for (int i = 0; i < u->npairs; i++) {
     RF_TRY(rf_grow((void **)&t->pairs, t->npairs, &t->pairs_cap, sizeof *t->pairs, "a trace"));
     t->pairs[t->npairs++] = u->pairs[i];
@@ -66,25 +73,27 @@ static rf_status keep_unit(void *ctx, const sim_unit *u) {
   return RF_OK;
 }
 
-static rf_status trace_new(const rf_plan *plan, const rf_cluster *c, int device, rf_mode mode,
-                           rf_sim_trace **out) {
+static rf_status trace_new(const rf_plan *plan, const rf_cluster *c, int device, int mapping,
+                           rf_mode mode, rf_sim_trace **out) {
   *out = rf_calloc(1, sizeof **out, "a trace");
   if (!*out)
     return RF_ERR_NOMEM;
   (*out)->mode = mode;
-  return sim_net_init(&(*out)->net, c, plan->layout->world_size, device);
+  RF_TRY(sim_net_init(&(*out)->net, c, plan->layout->world_size, device, mapping));
+  (*out)->net.push = mapping && rf_engine_pushes(plan);
+  return RF_OK;
 }
 
 rf_status rf_sim_trace_record(const rf_plan *plan, const rf_cluster *c, const rf_sim_options *o,
                               rf_sim_trace **out) {
-  RF_TRY(trace_new(plan, c, o->device, o->mode, out));
+  RF_TRY(trace_new(plan, c, o->device, o->mapping, o->mode, out));
   return sim_walk(plan, o, NULL, keep_unit, *out);
 }
 
 rf_status rf_sim_trace_limit(const rf_plan *plan, const rf_cluster *c, int device, rf_limit limit,
                              rf_sim_trace **out) {
   /* grouped: one unit, no staging, one message per slice as calibrate.c posts them */
-  RF_TRY(trace_new(plan, c, device, RF_MODE_GROUPED, out));
+  RF_TRY(trace_new(plan, c, device, 0, RF_MODE_GROUPED, out));
   rf_sim_trace *t = *out;
   int world = plan->layout->world_size;
   int64_t *bytes = rf_calloc((size_t)world * (size_t)world + 1, sizeof *bytes, "pair bytes");
@@ -110,7 +119,8 @@ rf_status rf_sim_trace_limit(const rf_plan *plan, const rf_cluster *c, int devic
     if (in > 0)
       copies[ncopies++] = (sim_copy){d, in, 1};
   }
-  sim_unit u = {RF_STAGE_TRANSFER, 0, 0, 1, 0, 0, 0, pairs, copies, copies};
+  sim_unit u = {
+      .stage = RF_STAGE_TRANSFER, .buckets = 1, .pairs = pairs, .pack = copies, .unpack = copies};
   if (limit == RF_LIMIT_MEMCPY || limit == RF_LIMIT_DEVICE_COPY)
     u.npack = ncopies; /* the copies alone */
   else
@@ -132,16 +142,17 @@ rf_status rf_sim_trace_time(const rf_sim_trace *t, const rf_cluster *c, double *
   rf_status st = sim_clock_init(&k, &t->net, c, t->mode, cap, 0);
   for (int i = 0; st == RF_OK && i < t->nunits; i++) {
     const trace_unit *x = &t->units[i];
-    sim_unit u = {x->stage,
-                  x->step,
-                  x->bucket,
-                  x->last_of_bucket,
-                  x->npairs,
-                  x->npack,
-                  x->nunpack,
-                  t->pairs + x->first_pair,
-                  t->copies + x->first_pack,
-                  t->copies + x->first_unpack};
+    sim_unit u = {.stage = x->stage,
+                  .step = x->step,
+                  .bucket = x->bucket,
+                  .buckets = x->buckets,
+                  .npairs = x->npairs,
+                  .npack = x->npack,
+                  .nunpack = x->nunpack,
+                  .pairs = t->pairs + x->first_pair,
+                  .pack = t->copies + x->first_pack,
+                  .unpack = t->copies + x->first_unpack,
+                  .notes = x->notes};
     st = sim_clock_unit(&k, &u);
   }
   double phase[RF_PHASE_COUNT];

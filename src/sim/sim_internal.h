@@ -29,16 +29,20 @@ typedef enum {
 
 typedef struct {
   int world, device;
+  int mapping, push; /* a mapping transport; its sources copy (push) rather than the
+                        destinations (pull), as rf_engine_pushes decides */
   int nodes, gpus, nics, ranks_per_node;
   int nvlink;    /* GPUs of a node talk over NVLink (else PCIe) */
   int per_node;  /* resources per node: 3 per GPU, 2 per adapter */
   int resources; /* nodes * per_node + 3 per world rank */
 } sim_net;
 
-/* Places `world` ranks; RF_ERR_CONFIG (one line) when the cluster is too small, or has no GPU
- * for device weights. */
-rf_status sim_net_init(sim_net *n, const rf_cluster *c, int world, int device);
-/* The resources a flow from world rank src to dst uses, and its class; returns how many. */
+/* Places `world` ranks; RF_ERR_CONFIG (one line) when the cluster is too small, has no GPU for
+ * device weights, or (`mapping`) needs more than one node for a transport that maps memory.
+ * push starts at 0: the caller sets it from the plan. */
+rf_status sim_net_init(sim_net *n, const rf_cluster *c, int world, int device, int mapping);
+/* The resources a flow from world rank src to dst uses, and its class; returns how many. Over a
+ * mapping transport the flow is the one copy of the rank that copies. */
 int sim_net_route(const sim_net *n, int src, int dst, int *res, rf_sim_class *cls);
 /* The copy engine a rank packs and unpacks with. */
 int sim_net_copy(const sim_net *n, int rank);
@@ -68,7 +72,9 @@ rf_status sim_solve(sim_solver *s, const sim_flow *flows, int n, const double *c
 /* ---- synchronisation units ----------------------------------------------------------------
  *
  * What happens between two waits: flows between rank pairs (bytes, messages), and on each rank
- * the bytes it packs into staging before and unpacks after, with the number of copies. */
+ * the bytes it packs into staging before and unpacks after, with the number of copies. A pair
+ * of no messages is a copy (a local one, or any over a mapping transport): its copying ranks
+ * launch their unit's copies as one batch. */
 typedef struct {
   int src, dst; /* world ranks; equal for a local copy */
   int64_t bytes;
@@ -83,12 +89,15 @@ typedef struct {
 
 typedef struct {
   rf_stage stage;
-  int step;   /* fanout's forward stage: its step, each a stage of its own; 0 otherwise */
-  int bucket; /* the stage's bucket number */
-  int last_of_bucket;
+  int step;    /* fanout's forward stage: its step, each a stage of its own; 0 otherwise */
+  int bucket;  /* the stage's bucket number (of the first, for a unit of several) */
+  int buckets; /* buckets that end with this unit: 1, 0 inside a bucket (unfused), all the
+                  stage's for fused over a mapping transport (one launch a stage) */
   int npairs, npack, nunpack;
   const sim_pair *pairs;
   const sim_copy *pack, *unpack;
+  int notes; /* mapping transports: the ready and done notes of the stage's busiest rank, one
+                per-message latency each */
 } sim_unit;
 
 typedef rf_status (*sim_unit_fn)(void *ctx, const sim_unit *u);

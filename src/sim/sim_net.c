@@ -11,9 +11,10 @@
 
 RF_ENUM_DEFINE(rf_sim_class, "link class", RF_SIM_CLASS_LIST, RF_SIM_CLASS_COUNT)
 
-rf_status sim_net_init(sim_net *n, const rf_cluster *c, int world, int device) {
+rf_status sim_net_init(sim_net *n, const rf_cluster *c, int world, int device, int mapping) {
   *n = (sim_net){.world = world,
                  .device = device,
+                 .mapping = mapping,
                  .nodes = (world + c->ranks_per_node - 1) / c->ranks_per_node,
                  .gpus = c->gpus,
                  .nics = c->nics,
@@ -30,6 +31,14 @@ rf_status sim_net_init(sim_net *n, const rf_cluster *c, int world, int device) {
                    "cluster %s has no GPUs, so the weights cannot be in GPU memory; "
                    "use --memory host",
                    c->name);
+  /* ipc and shm map memory between the processes of one node; refit run over them needs
+   * every rank there. */
+  if (mapping && n->nodes > 1)
+    return rf_fail(RF_ERR_CONFIG,
+                   "a mapping transport (ipc, shm) reaches the processes of one node, but the "
+                   "job's %d ranks take %d nodes of cluster %s (%d ranks a node); use --transport "
+                   "nccl or mpi, or smaller layouts",
+                   world, n->nodes, c->name, c->ranks_per_node);
   n->per_node = 3 * c->gpus + 2 * c->nics;
   n->resources = n->nodes * n->per_node + 3 * world;
   return RF_OK;
@@ -63,6 +72,30 @@ int sim_net_copy(const sim_net *n, int rank) {
   return n->device ? gpu_res(n, rank, SIM_RES_GPU_COPY) : rank_res(n, rank, SIM_RES_RANK_COPY);
 }
 
+/* A mapping transport's piece is one copy, made by the rank that copies (the destination
+ * pulling, or the source pushing) on its own copy engine (a GPU's copy rate, or the rank's
+ * memcpy for host memory): on one GPU, or in host memory, that is all it uses. Between two
+ * GPUs of a node the copy also crosses NVLink (or PCIe) out of the source and into the
+ * destination, so it goes at the slowest of the three, each shared with the other copies on
+ * it: the copying GPU's kernels read or write over the link at no more than their local copy
+ * rate, and no faster than the link. */
+static int mapped_route(const sim_net *n, int src, int dst, int *res, rf_sim_class *cls) {
+  int k = 0;
+  res[k++] = sim_net_copy(n, n->push ? src : dst);
+  if (!n->device) {
+    *cls = RF_SIM_HOST;
+    return k;
+  }
+  if (gpu_of(n, src) == gpu_of(n, dst)) {
+    *cls = RF_SIM_GPU;
+    return k;
+  }
+  *cls = n->nvlink ? RF_SIM_NVLINK : RF_SIM_PCIE;
+  res[k++] = gpu_res(n, src, SIM_RES_GPU_OUT);
+  res[k++] = gpu_res(n, dst, SIM_RES_GPU_IN);
+  return k;
+}
+
 int sim_net_route(const sim_net *n, int src, int dst, int *res, rf_sim_class *cls) {
   int k = 0;
   if (src == dst) {
@@ -70,6 +103,8 @@ int sim_net_route(const sim_net *n, int src, int dst, int *res, rf_sim_class *cl
     res[k++] = sim_net_copy(n, src);
     return k;
   }
+  if (n->mapping) /* sim_net_init refused a mapping job of more than one node */
+    return mapped_route(n, src, dst, res, cls);
   if (!n->device) {
     /* Host memory: each process's own send and receive path, and between nodes the adapters. */
     res[k++] = rank_res(n, src, SIM_RES_RANK_OUT);
@@ -141,7 +176,7 @@ void sim_net_name(const sim_net *n, int res, char *buf, size_t len) {
 
 double sim_latency(const rf_cluster *c, rf_sim_class cls) {
   if (cls == RF_SIM_PROCESS)
-    return 0.0; /* local copies go in one batch with the stage's other work */
+    return 0.0; /* no message: a local copy's launch is the clock's, once a unit */
   return cls == RF_SIM_NETWORK ? c->latency_network : c->latency_node;
 }
 
@@ -161,7 +196,7 @@ rf_status rf_cluster_plan_options(const rf_cluster *c, int world, rf_cluster_pla
                                   rf_plan_options *out) {
   sim_net n;
   *p = (rf_cluster_placement){c, world, NULL};
-  RF_TRY(sim_net_init(&n, c, world, 0));
+  RF_TRY(sim_net_init(&n, c, world, 0, 0));
   p->node_of = rf_calloc((size_t)world + 1, sizeof *p->node_of, "the node table");
   if (!p->node_of)
     return RF_ERR_NOMEM;
@@ -176,7 +211,7 @@ void rf_cluster_placement_free(rf_cluster_placement *p) {
   p->node_of = NULL;
 }
 
-rf_status rf_cluster_fits(const rf_cluster *c, int world, int device) {
+rf_status rf_cluster_fits(const rf_cluster *c, int world, int device, int mapping) {
   sim_net n;
-  return sim_net_init(&n, c, world, device);
+  return sim_net_init(&n, c, world, device, mapping);
 }

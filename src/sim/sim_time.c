@@ -4,9 +4,13 @@
  * Within a unit every rank packs its staged chunks (copies sharing the rank's copy engine,
  * max-min as any other link, plus the per-copy latency of each), then every pair's messages fly
  * at once (max-min over the links, plus the busiest rank's per-message latencies, posted one
- * after the other), then the receivers unpack. unfused and grouped run their units one after
+ * after the other), then the receivers unpack. Copies straight from source to destination (a
+ * local piece, or any over a mapping transport) fly with the messages, on the copy engines
+ * their routes name, and add one per-copy latency a unit: each copying rank launches its
+ * unit's copies as one batch and waits for them. unfused and grouped run their units one after
  * the other. fused runs the engine's pipeline: it packs bucket b+1 while bucket b flies, and
- * unpacks b after waiting for it; the flights themselves follow one another. */
+ * unpacks b after waiting for it; the flights themselves follow one another (over a mapping
+ * transport nothing is packed, and a stage is one unit). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,9 +96,11 @@ static void tightest(sim_clock *k, double flight) {
 }
 
 /* The pairs' flight: max-min over their routes, plus the per-message latency of the rank that
- * posts (or receives) the most, one message after the other. */
+ * posts (or receives) the most, one message after the other, the launch of the unit's copies
+ * and the stage's notes. */
 static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out, double *latency) {
   RF_TRY(room(k, u->npairs));
+  int copies = 0;
   for (int i = 0; i < u->npairs; i++) {
     const sim_pair *p = &u->pairs[i];
     sim_flow *f = &k->flows[i];
@@ -107,6 +113,7 @@ static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out, doubl
       k->latency[p->dst] += l;
     k->class_bytes[cls] += p->bytes;
     k->messages += p->messages;
+    copies |= p->messages == 0 && p->bytes > 0;
     for (int r = 0; k->res_bytes && r < f->nres; r++) {
       k->res_bytes[f->res[r]] += (double)p->bytes;
       if (k->unit_bytes[f->res[r]] == 0)
@@ -121,6 +128,7 @@ static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out, doubl
   }
   for (int i = 0; i < u->npairs; i++)
     k->latency[u->pairs[i].src] = k->latency[u->pairs[i].dst] = 0.0;
+  *latency += copies * k->c->latency_copy + u->notes * k->c->latency_node;
   RF_TRY(sim_solve(k->solver, k->flows, u->npairs, k->cap, out));
   tightest(k, *out);
   *out += *latency;
@@ -162,7 +170,7 @@ rf_status sim_clock_unit(sim_clock *k, const sim_unit *u) {
   k->unpack += v;
   k->sum_latency += latency;
   k->units++;
-  k->buckets += u->last_of_bucket;
+  k->buckets += u->buckets;
   if (k->mode == RF_MODE_FUSED) {
     /* post_bucket(b) packs b; the flight of b starts when it is packed and the one before
      * has landed; then the wait for b - 1 and its unpack, before b + 1 is packed. */

@@ -1,7 +1,11 @@
 /* The walk: a plan's schedule, read a window at a time, turned into the units the engine
  * synchronises on, with the messages, staging copies and local copies the engine's own rules
  * make (engine.h's cost functions): grouped and fused wait once per bucket, unfused after every
- * tensor of a bucket (docs/architecture.md, "Transfer modes"). */
+ * tensor of a bucket (docs/architecture.md, "Transfer modes").
+ *
+ * Over a mapping transport (engine_mapped.c) every piece is one copy straight across: no
+ * messages, packs, unpacks or staging. unfused launches and waits once a tensor, grouped once a
+ * bucket, fused once a stage; each stage adds the two rounds of ready and done notes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +18,7 @@
 typedef struct {
   const rf_plan *plan;
   rf_mode mode;
+  int mapping; /* rf_sim_options.mapping */
   int world;
   int step; /* the forward step being walked */
   sim_unit_fn fn;
@@ -32,6 +37,11 @@ typedef struct {
   int *staged_ranks;
   char *is_staged;
   int nstaged;
+  /* Mapping transports: the stage's rank pairs that share pieces, peer[src * world + dst] (a
+   * mapping job runs on one node, so these stay small), for the notes; and the buckets fused
+   * has walked into its one unit of the stage. */
+  char *peer;
+  int open_buckets;
 } walker;
 
 static void touch(walker *w, int rank) {
@@ -63,8 +73,8 @@ static int by_pair(const void *a, const void *b) {
 }
 
 /* Merges the unit's entries per rank pair and hands it on. In fused every pair's chunks of a
- * bucket are one message. */
-static rf_status close_unit(walker *w, rf_stage stage, int bucket, int last_of_bucket) {
+ * bucket are one message (over a message transport). */
+static rf_status close_unit(walker *w, rf_stage stage, int bucket, int buckets) {
   qsort(w->pairs, (size_t)w->npairs, sizeof *w->pairs, by_pair);
   int n = 0;
   for (int i = 0; i < w->npairs; i++) {
@@ -75,7 +85,7 @@ static rf_status close_unit(walker *w, rf_stage stage, int bucket, int last_of_b
       w->pairs[n++] = w->pairs[i];
     }
   }
-  for (int i = 0; w->mode == RF_MODE_FUSED && i < n; i++)
+  for (int i = 0; w->mode == RF_MODE_FUSED && !w->mapping && i < n; i++)
     w->pairs[i].messages = w->pairs[i].src != w->pairs[i].dst;
   int npack = 0, nunpack = 0;
   for (int t = 0; t < w->ntouched; t++) {
@@ -89,9 +99,40 @@ static rf_status close_unit(walker *w, rf_stage stage, int bucket, int last_of_b
     w->is_touched[r] = 0;
   }
   w->ntouched = 0;
-  sim_unit u = {stage, w->step, bucket,   last_of_bucket, n,
-                npack, nunpack, w->pairs, w->pack,        w->unpack};
+  sim_unit u = {.stage = stage,
+                .step = w->step,
+                .bucket = bucket,
+                .buckets = buckets,
+                .npairs = n,
+                .npack = npack,
+                .nunpack = nunpack,
+                .pairs = w->pairs,
+                .pack = w->pack,
+                .unpack = w->unpack};
   w->npairs = 0;
+  return w->fn(w->ctx, &u);
+}
+
+/* The end of a stage over a mapping transport: fused's one unit, then the notes. Each rank
+ * sends a ready note to (pull) or receives one from (push) every rank it shares pieces with,
+ * and a done note the other way once the copies have landed: two notes per peer, for the rank
+ * with the most peers, as engine_run_stage_mapped exchanges them. */
+static rf_status close_mapped_stage(walker *w, rf_stage stage) {
+  if (w->open_buckets) {
+    RF_TRY(close_unit(w, stage, 0, w->open_buckets));
+    w->open_buckets = 0;
+  }
+  int most = 0, world = w->world;
+  for (int r = 0; r < world; r++) {
+    int peers = 0;
+    for (int q = 0; q < world; q++)
+      peers += w->peer[(size_t)r * world + q] + w->peer[(size_t)q * world + r];
+    most = RF_MAX(most, peers);
+  }
+  memset(w->peer, 0, (size_t)world * world);
+  if (most == 0)
+    return RF_OK;
+  sim_unit u = {.stage = stage, .step = w->step, .notes = 2 * most};
   return w->fn(w->ctx, &u);
 }
 
@@ -119,6 +160,10 @@ static rf_status walk_run(walker *w, const rf_schedule *s, int i, int run) {
     bytes += k[j].bytes;
   if (src == dst)
     return add_pair(w, src, dst, bytes, 0);
+  if (w->mapping) {
+    w->peer[(size_t)src * w->world + dst] = 1;
+    return add_pair(w, src, dst, bytes, 0);
+  }
   if (run == 1 && !rf_engine_send_in_place(plan, w->mode, 0, k)) {
     touch(w, src);
     w->pack_bytes[src] += bytes;
@@ -138,7 +183,8 @@ static rf_status walk_bucket(walker *w, const rf_schedule *s, int b) {
   const rf_bucket *bk = &s->buckets[b];
   int end = bk->first + bk->count, bucket = s->first_bucket + b;
   for (int i = bk->first; i < end; i++) {
-    int run = rf_engine_joined_chunks(w->plan, w->mode, 0, s->chunks, i, end);
+    /* A mapping transport copies chunk by chunk (joined runs are messages). */
+    int run = w->mapping ? 1 : rf_engine_joined_chunks(w->plan, w->mode, 0, s->chunks, i, end);
     RF_TRY(walk_run(w, s, i, run));
     i += run - 1;
     int last = i + 1 == end;
@@ -149,6 +195,10 @@ static rf_status walk_bucket(walker *w, const rf_schedule *s, int b) {
       RF_TRY(close_unit(w, s->stage, bucket, 0));
   }
   close_bucket(w);
+  if (w->mapping && w->mode == RF_MODE_FUSED) {
+    w->open_buckets++; /* one launch for the whole stage */
+    return RF_OK;
+  }
   return close_unit(w, s->stage, bucket, 1);
 }
 
@@ -171,6 +221,8 @@ static rf_status walk_stage(walker *w, rf_stage stage, int step, int64_t bucket_
       break;
   }
   rf_schedule_cursor_close(c);
+  if (st == RF_OK && w->mapping)
+    st = close_mapped_stage(w, stage);
   return st;
 }
 
@@ -178,13 +230,17 @@ rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *stagin
                    void *ctx) {
   int world = plan->layout->world_size;
   size_t n = (size_t)world + 1;
-  walker w = {.plan = plan, .mode = o->mode, .world = world, .fn = fn, .ctx = ctx};
+  walker w = {
+      .plan = plan, .mode = o->mode, .mapping = o->mapping, .world = world, .fn = fn, .ctx = ctx};
   int64_t *i64 = rf_calloc(6 * n, sizeof *i64, "the walk's counters");
   int *ints = rf_calloc(4 * n, sizeof *ints, "the walk's counters");
   char *flags = rf_calloc(2 * n, 1, "the walk's counters");
   w.pack = rf_calloc(n, sizeof *w.pack, "the walk's copies");
   w.unpack = rf_calloc(n, sizeof *w.unpack, "the walk's copies");
-  rf_status st = i64 && ints && flags && w.pack && w.unpack ? RF_OK : RF_ERR_NOMEM;
+  if (o->mapping)
+    w.peer = rf_calloc((size_t)world * (size_t)world + 1, 1, "the walk's peers");
+  rf_status st =
+      i64 && ints && flags && w.pack && w.unpack && (w.peer || !o->mapping) ? RF_OK : RF_ERR_NOMEM;
   if (st == RF_OK) {
     w.pack_bytes = i64, w.unpack_bytes = i64 + n, w.send_staged = i64 + 2 * n;
     w.recv_staged = i64 + 3 * n, w.send_need = i64 + 4 * n, w.recv_need = i64 + 5 * n;
@@ -207,6 +263,7 @@ rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *stagin
   free(flags);
   free(w.pack);
   free(w.unpack);
+  free(w.peer);
   free(w.pairs);
   return st;
 }

@@ -41,6 +41,7 @@ static const rf_transport_ops *const absent[] = {
                               .memory = RF_MEM_DEVICE,
                               .gpu_per_rank = 0,
                               .limit = RF_LIMIT_DEVICE_COPY,
+                              .mapping = 1,
                               .init = absent_init},
 #endif
     NULL,
@@ -77,7 +78,19 @@ rf_status rf_transport_describe(const char *name, const rf_transport_ops **out) 
       *out = absent[i];
       return RF_OK;
     }
-  return rf_transport_find(name, out);
+  for (int i = 0; i < rf_transport_count(); i++)
+    if (strcmp(registry[i]->name, name) == 0) {
+      *out = registry[i];
+      return RF_OK;
+    }
+  /* Every transport refit has, built here or not, since the caller describes another machine. */
+  char names[256];
+  rf_transport_names(names, sizeof names);
+  size_t used = strlen(names);
+  for (int i = 0; absent[i] && used < sizeof names; i++)
+    used += (size_t)snprintf(names + used, sizeof names - used, ", %s", absent[i]->name);
+  return rf_fail(RF_ERR_USAGE, "option --transport: '%s' is not a transport; refit has %s", name,
+                 names);
 }
 
 rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, const rf_plan *plan,

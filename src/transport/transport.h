@@ -29,6 +29,9 @@ typedef struct {
   rf_mem_kind memory; /* where the buffers it moves must live */
   int gpu_per_rank;   /* each rank needs a GPU of its own (NCCL refuses two ranks on one) */
   rf_limit limit;     /* the calibrated limit (--calibrate) a run over it is compared with */
+  int mapping;        /* it maps its peers' memory (expose and peer_buffer below, as ipc and shm
+                         do): the engine copies each piece once, straight across, and refit
+                         simulate times it so even for a transport this build leaves out */
   rf_status (*init)(rf_transport *tp);
   void (*finalize)(rf_transport *tp);
   /* Optional: tells the transport a buffer will be used repeatedly (NULL when unneeded). */
@@ -78,7 +81,8 @@ const rf_transport_ops *rf_transport_at(int index);
 /* Finds a transport by name; an unknown name logs one line listing the available ones. */
 rf_status rf_transport_find(const char *name, const rf_transport_ops **out);
 /* Like rf_transport_find, but also finds the transports this build leaves out, to say what
- * they need (a GPU per rank) when planning for another machine; those cannot be opened. */
+ * they need (a GPU per rank, a mapping) when planning or simulating another machine; those
+ * cannot be opened. An unknown name logs one line listing every transport refit has. */
 rf_status rf_transport_describe(const char *name, const rf_transport_ops **out);
 /* "mpi, shm, nccl, ipc": the names, for --help. */
 void rf_transport_names(char *buf, size_t len);

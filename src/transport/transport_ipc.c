@@ -141,6 +141,7 @@ const rf_transport_ops rf_transport_ipc = {
     .memory = RF_MEM_DEVICE,
     .gpu_per_rank = 0, /* processes may share a GPU */
     .limit = RF_LIMIT_DEVICE_COPY,
+    .mapping = 1,
     .init = ipc_init,
     .finalize = ipc_finalize,
     .register_buffer = NULL,

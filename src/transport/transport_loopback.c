@@ -247,6 +247,7 @@ static const rf_transport_ops loopback_mapped_ops = {
     .description = "tests only: ranks as threads of one process, each copying straight out of "
                    "(or into) the others' memory",
     .memory = RF_MEM_HOST,
+    .mapping = 1,
     .init = lb_init,
     .finalize = lb_finalize,
     .group_start = lb_noop,

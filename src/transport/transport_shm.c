@@ -153,6 +153,7 @@ const rf_transport_ops rf_transport_shm = {
     .memory = RF_MEM_SHARED,
     .gpu_per_rank = 0,
     .limit = RF_LIMIT_MEMCPY,
+    .mapping = 1,
     .init = shm_init,
     .finalize = shm_finalize,
     .register_buffer = NULL,

@@ -41,8 +41,9 @@ expect_rows 2
 expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
   --placement colocated --transport ipc --mode grouped,fused
 expect_rows 2
-# Each --copy path on a 2:2 refit, every element checked: kernels alone, and the copy
-# engines taking every run and 2-D box (auto, above, takes runs of 256 KiB and more).
+# The other --copy paths on a 2:2 refit, every element checked (the jobs above take auto's
+# choice): kernels alone, and the copy engines for every run and 2-D box, through the peer's
+# mapping too.
 for copy in kernel engine; do
   expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
     --transport ipc --mode unfused,grouped,fused --copy $copy --verify full

@@ -26,6 +26,10 @@ for round in 1 2; do
   expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" "${JOB[@]}" --mode grouped,fused --iters 2 \
     --output "$OUT"
   expect_rows 2
+  # The job's own setup, once, under the header: every step named, in order.
+  grep -Eq '^# setup \(slowest rank, once per job\): plan [0-9]+\.[0-9] ms, control [0-9]+\.[0-9] ms, gpu 0\.0 ms, transport [0-9]+\.[0-9] ms, arenas [0-9]+\.[0-9] ms$' "$TMP/out" ||
+    fail "no setup line: $(grep '^# setup' "$TMP/out")"
+  [ "$(grep -c '^# setup' "$TMP/out")" = 1 ] || fail "the setup line is not printed once"
 done
 h5dump -H "$OUT" >"$TMP/dump" 2>&1 || fail "h5dump -H failed: $(head -c 600 "$TMP/dump")"
 for run in 0000 0001 0002 0003; do

@@ -163,6 +163,7 @@ def check_tensors(g, where, replicas, want_ok):
 SKIPPED_STRINGS = ["model", "trainer", "rollout", "placement", "plan", "mode", "transport",
                    "config_json", "command_line", "written", "status", "skip_reason"]
 LIMITS = ["memcpy", "device_copy", "mpi", "nccl"]
+SETUP_STEPS = ["plan", "control", "gpu", "transport", "arenas"]
 
 
 def check_sweep_and_limits(g, where):
@@ -207,6 +208,11 @@ def check_run(f, name, want_ok):
             fail(where, f"{key} is not JSON")
     if not ISO_UTC.match(str(g.attrs.get("written", ""))):
         fail(where, "written is not UTC ISO-8601")
+    # The job's own setup, the slowest rank's seconds per step: every measured run has it.
+    setup = [f"setup_{step}_s" for step in SETUP_STEPS]
+    want_attrs(g, where, setup, "float")
+    if any(not float(g.attrs.get(k, -1)) >= 0 for k in setup):
+        fail(where, "a setup_<step>_s attribute is negative")
     iterations, ranks = int(g.attrs.get("iterations", -1)), int(g.attrs.get("ranks", -1))
     check_timings(g, where, iterations, ranks)
     check_summary(g, where, iterations)

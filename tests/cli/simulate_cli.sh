@@ -1,7 +1,9 @@
 # `refit simulate`: the two-node toy cluster's hand-computed case through the command line
 # (text and JSON), simulated runs in a results file that refit verify and refit report keep apart
-# from measured ones, every shipped cluster file loading, and the one-line errors (exit 2) for
-# a missing cluster, a missing key, a bad number, an unknown key and a job too large.
+# from measured ones, a mapping transport (--transport ipc) timed as one copy a piece, every
+# shipped cluster file loading, and the one-line errors (exit 2) for a missing cluster, a
+# missing key, a bad number, an unknown key, a job too large, an unknown transport and a
+# mapping one across nodes.
 . "$(dirname "$0")/lib.sh"
 toy="$REFIT_SOURCE_DIR/tests/data/cluster-toy.json"
 job=(--model tiny --trainer fsdp=2 --rollout tp=2)
@@ -39,6 +41,29 @@ expect_grep "; 62 messages, 21 units, 1 buckets" "$TMP/out"
 expect_grep "; 4 messages, 1 units, 1 buckets" "$TMP/out"
 expect_grep "  bottleneck     nic_out node 0 adapter 0: 279808 bytes at 1 GB/s, bound 0.0002798 s" "$TMP/out"
 expect_grep "  bytes          process 0, gpu 0, nvlink 0, pcie 0, host 0, network 279808" "$TMP/out"
+
+# --transport ipc, a mapping transport (simulated though a host build has none): tiny from
+# fsdp=1 on GPU 0 to tp=1 on GPU 1 of the toy's node 0, every byte copied once by the rollout
+# rank across NVLink (100 GB/s each way, below the 1000 GB/s copy rate): 279168 bytes / 100e9,
+# the toy's latencies being 0; no messages, no packs, no staging; the copy and the notes are
+# the two units of fused's one stage.
+one=(--model tiny --trainer fsdp=1 --rollout tp=1)
+expect_exit 0 "$REFIT" simulate --cluster "$toy" "${one[@]}" --transport ipc --mode fused --json
+"${PY:-python3}" - "$TMP/out" <<'PYEOF' || fail "toy ipc JSON: $(head -c 1500 "$TMP/out")"
+import json, sys
+o = json.load(open(sys.argv[1]))
+r = o["runs"][0]
+assert o["transport"] == "ipc" and o["mapping"] is True and o["memory"] == "device", o
+p = r["predicted_s"]
+assert abs(p["total"] - 279168e-11) < 1e-18 and p["pack"] == 0 and p["unpack"] == 0, p
+assert r["messages"] == 0 and r["units"] == 2 and r["buckets"] == 1, r
+assert r["memory"]["staging"] == 0, r["memory"]
+assert r["class_bytes"]["nvlink"] == 279168 and r["bottleneck"]["link"] == "nvlink_out node 0 gpu 0"
+PYEOF
+expect_exit 0 "$REFIT" simulate --cluster "$toy" "${one[@]}" --transport ipc --mode fused
+expect_grep "weights in GPU memory; transport ipc (one copy a piece, straight across)" "$TMP/out"
+expect_exit 0 "$REFIT" simulate --cluster "$toy" "${one[@]}" --transport nccl --mode fused
+expect_grep "weights in GPU memory; transport nccl (messages)" "$TMP/out"
 
 # Every shipped cluster loads and simulates a job that fits it.
 for c in h100-hgx h200-hgx gb200-nvl72 h20-hgx h800-hgx h200-lent vm-2core; do
@@ -83,6 +108,12 @@ expect_error 2 "refit: error: the job needs 6 ranks but cluster toy has 2 nodes 
   "$REFIT" simulate --cluster "$toy" --model tiny --trainer fsdp=2 --rollout tp=4
 expect_error 2 "refit: error: cluster vm-2core has no GPUs, so the weights cannot be in GPU memory; use --memory host" \
   "$REFIT" simulate --cluster vm-2core "${job[@]}" --memory device
+expect_error 2 "refit: error: option --transport: 'ucx' is not a transport; refit has mpi, shm, nccl, ipc" \
+  "$REFIT" simulate --cluster "$toy" "${job[@]}" --transport ucx
+expect_error 2 "refit: error: a mapping transport (ipc, shm) reaches the processes of one node, but the job's 4 ranks take 2 nodes of cluster toy (2 ranks a node); use --transport nccl or mpi, or smaller layouts" \
+  "$REFIT" simulate --cluster "$toy" "${job[@]}" --transport ipc
+expect_error 2 "refit: error: option --memory device: the shm transport moves host memory; use --memory host or --transport ipc" \
+  "$REFIT" simulate --cluster "$toy" "${one[@]}" --transport shm --memory device
 expect_error 2 "refit: error: option '--cluster' does not apply to 'refit plan'; see refit plan --help" \
   "$REFIT" plan --cluster "$toy" "${job[@]}"
 
