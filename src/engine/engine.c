@@ -177,11 +177,11 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
     return RF_ERR_NOMEM;
   for (int s = 0; s < plan->forward_depth; s++)
     RF_TRY(rf_schedule_build_forward(plan, s, bucket_size, &e->forward[s]));
+  RF_TRY(rf_rounds_build(plan, &e->transfer, e->forward, plan->forward_depth, &e->rounds));
+  e->corrupt_round = engine_corrupt_round(e);
   if (tp->ops->peer_buffer)
     return engine_mapped_init(e); /* one end copies straight across: no staging */
   RF_TRY(rf_rounds_build(plan, &e->reshape, NULL, 0, &e->reshape_rounds));
-  RF_TRY(rf_rounds_build(plan, &e->transfer, e->forward, plan->forward_depth, &e->rounds));
-  e->corrupt_round = engine_corrupt_round(e);
   RF_TRY(engine_alloc_staging(e));
   return RF_OK;
 }
@@ -239,15 +239,18 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
     times[RF_PHASE_TOTAL] = rf_now() - start;
     return RF_OK;
   }
-  /* The mapped path (ipc) still runs the transfer, then each forward step, a stage after
-   * another: rounds there wait for a GPU to test them on. */
-  RF_TRY(engine_run_stage_mapped(e, &e->transfer, times));
-  if (e->corrupt_armed) {
-    e->corrupt_armed = 0;
-    RF_TRY(engine_apply_corrupt(e));
+  /* The mapped path (ipc, shm): fanout in rounds; without forward steps one exchange for the
+   * whole transfer, since a round per bucket would only add notes and launches (there is no
+   * staging to bound). */
+  if (e->plan->forward_depth > 0) {
+    RF_TRY(engine_run_rounds_mapped(e, times));
+  } else {
+    RF_TRY(engine_run_stage_mapped(e, &e->transfer, times));
+    if (e->corrupt_armed) {
+      e->corrupt_armed = 0;
+      RF_TRY(engine_apply_corrupt(e));
+    }
   }
-  for (int s = 0; s < e->plan->forward_depth; s++)
-    RF_TRY(engine_run_stage_mapped(e, &e->forward[s], times));
   times[RF_PHASE_TOTAL] = rf_now() - start;
   return RF_OK;
 }

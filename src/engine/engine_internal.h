@@ -77,6 +77,10 @@ rf_status engine_run_rounds(rf_engine *e, const rf_rounds *rounds, int stage, do
 /* The same over a mapping transport: one end of each piece copies it straight between the
  * two processes' memory (engine_mapped.c). */
 rf_status engine_run_stage_mapped(rf_engine *e, const rf_schedule *s, double *times);
+/* fanout over a mapping transport: the transfer and the forward steps in rounds (plan.h,
+ * rf_rounds), each round one exchange of notes around its buckets' copies, so that a replica
+ * forwards the buckets of earlier rounds while the trainer's next ones arrive. */
+rf_status engine_run_rounds_mapped(rf_engine *e, double *times);
 /* Maps the arenas this rank copies from or into (ipc setup, once per mode). */
 rf_status engine_mapped_init(rf_engine *e);
 

@@ -3,7 +3,7 @@
  * the later ones are still on their way. Round k posts its buckets in the rounds' order (every
  * rank the same), then completes them; a forward bucket in round k sends only what rounds
  * before k delivered, so no wait of round k waits for a later round. Star's reshape runs the
- * same way, a bucket per round. The mapped path (ipc) still runs a stage after another.
+ * same way, a bucket per round. The mapped path runs fanout's rounds in engine_mapped.c.
  *
  * Staging stays what it was when the stages ran one after another (engine_staging.c), however
  * many buckets a round holds. unfused and grouped post a round's buckets and wait once
