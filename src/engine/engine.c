@@ -148,25 +148,6 @@ const rf_schedule *engine_stage(const rf_engine *e, int i) {
   return i == 0 ? &e->reshape : i == 1 ? &e->transfer : &e->forward[i - 2];
 }
 
-/* Staging: the largest bucket of any stage, once per direction, twice for fused. */
-static rf_status alloc_staging(rf_engine *e) {
-  int64_t need[2] = {0, 0};
-  for (int s = 0; s < 2 + e->plan->forward_depth; s++)
-    for (int b = 0; b < engine_stage(e, s)->bucket_count; b++) {
-      int64_t send, recv;
-      engine_bucket_staging(e, engine_stage(e, s), b, &send, &recv);
-      need[0] = RF_MAX(need[0], send);
-      need[1] = RF_MAX(need[1], recv);
-    }
-  int slots = e->mode == RF_MODE_FUSED ? 2 : 1;
-  for (int dir = 0; dir < 2; dir++) {
-    e->staging_bytes[dir] = (size_t)need[dir];
-    for (int k = 0; k < slots && need[dir] > 0; k++)
-      RF_TRY(rf_mem_alloc(e->wire, (size_t)need[dir], "a staging buffer", &e->staging[dir][k]));
-  }
-  return RF_OK;
-}
-
 rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mode mode,
                          int64_t bucket_size, uint64_t seed, rf_inject inject, int world_rank) {
   const rf_plan *plan = data->plan;
@@ -196,9 +177,12 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
     return RF_ERR_NOMEM;
   for (int s = 0; s < plan->forward_depth; s++)
     RF_TRY(rf_schedule_build_forward(plan, s, bucket_size, &e->forward[s]));
+  RF_TRY(rf_rounds_build(plan, &e->transfer, e->forward, plan->forward_depth, &e->rounds));
+  e->corrupt_round = engine_corrupt_round(e);
   if (tp->ops->peer_buffer)
     return engine_mapped_init(e); /* one end copies straight across: no staging */
-  RF_TRY(alloc_staging(e));
+  RF_TRY(rf_rounds_build(plan, &e->reshape, NULL, 0, &e->reshape_rounds));
+  RF_TRY(engine_alloc_staging(e));
   return RF_OK;
 }
 
@@ -214,6 +198,9 @@ void rf_engine_free(rf_engine *e) {
   for (int f = 0; f < RF_FAMILY_COUNT; f++)
     free(e->peer_offsets[f]);
   free(e->notes);
+  free(e->group_break);
+  rf_rounds_free(&e->reshape_rounds);
+  rf_rounds_free(&e->rounds);
   rf_schedule_free(&e->reshape);
   rf_schedule_free(&e->transfer);
   for (int s = 0; e->forward && s < e->plan->forward_depth; s++)
@@ -242,20 +229,28 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   if (e->reshape.chunk_count) {
     double scratch[RF_PHASE_COUNT] = {0};
     RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->reshape, scratch)
-                     : engine_run_stage(e, &e->reshape, scratch));
+                     : engine_run_rounds(e, &e->reshape_rounds, 0, scratch));
     times[RF_PHASE_RESHAPE] = rf_now() - start;
   }
-  RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->transfer, times)
-                   : engine_run_stage(e, &e->transfer, times));
-  if (e->corrupt_armed) {
-    e->corrupt_armed = 0;
-    RF_TRY(engine_apply_corrupt(e));
+  if (!e->mapped) {
+    /* The transfer and the forward steps in rounds; the forward buckets' pack, transfer and
+     * unpack add to the transfer stage's phases. --inject corrupt strikes inside. */
+    RF_TRY(engine_run_rounds(e, &e->rounds, 1, times));
+    times[RF_PHASE_TOTAL] = rf_now() - start;
+    return RF_OK;
   }
-  /* Each forward step is a stage of its own: it sends on what the ones before delivered. Its
-   * pack, transfer and unpack add to the transfer stage's phases. */
-  for (int s = 0; s < e->plan->forward_depth; s++)
-    RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->forward[s], times)
-                     : engine_run_stage(e, &e->forward[s], times));
+  /* The mapped path (ipc, shm): fanout in rounds; without forward steps one exchange for the
+   * whole transfer, since a round per bucket would only add notes and launches (there is no
+   * staging to bound). */
+  if (e->plan->forward_depth > 0) {
+    RF_TRY(engine_run_rounds_mapped(e, times));
+  } else {
+    RF_TRY(engine_run_stage_mapped(e, &e->transfer, times));
+    if (e->corrupt_armed) {
+      e->corrupt_armed = 0;
+      RF_TRY(engine_apply_corrupt(e));
+    }
+  }
   times[RF_PHASE_TOTAL] = rf_now() - start;
   return RF_OK;
 }

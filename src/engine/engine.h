@@ -106,8 +106,14 @@ typedef struct {
 
   rf_schedule reshape, transfer;
   rf_schedule *forward; /* [plan->forward_depth]: one per step of fanout's forward stage */
-  int corrupt_armed;    /* rf_engine_corrupt: flip a byte in the next iteration */
-  void *staging[2][2];  /* [send/recv][double buffer] */
+  /* The message path runs the reshape a bucket per round, and the transfer with the forward
+   * steps in rounds that let forwarding overlap receiving (plan.h, rf_rounds). */
+  rf_rounds reshape_rounds, rounds;
+  char *group_break;   /* grouped: [item of rounds] 1 where a round's group ends early, so
+                        * that its staging fits (engine_staging.c) */
+  int corrupt_round;   /* the round after which --inject corrupt flips its byte */
+  int corrupt_armed;   /* rf_engine_corrupt: flip a byte in the next iteration */
+  void *staging[2][2]; /* [send/recv][double buffer] */
   size_t staging_bytes[2];
   int64_t messages;                      /* messages this rank sent in the last iteration */
   rf_mem_timer pack_timer, unpack_timer; /* the pack and unpack phases' copies */
@@ -138,10 +144,11 @@ rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout
  * data back) *out is NULL and *count 0. */
 rf_status rf_engine_digests(rf_engine *e, rf_shard_digest **out, int *count);
 
-/* Arms --inject corrupt for the next iteration: after its transfer stage, before any
- * forwarding, one received byte flips on the corrupting rank: the last rollout rank, or, when
- * the plan forwards, the last tp rank of the replica the trainer sends the first tensor to, so
- * that the forward stage carries the flipped byte to every replica downstream of it. */
+/* Arms --inject corrupt for the next iteration: one received byte flips on the corrupting
+ * rank, the last rollout rank, after the transfer; or, when the plan forwards, the last tp rank
+ * of the replica the trainer sends the first tensor to, in the round that brings the byte and
+ * before any round forwards it, so that the forward stage carries the flipped byte to every
+ * replica downstream of it. */
 void rf_engine_corrupt(rf_engine *e);
 
 /* ---- what a chunk costs, from the plan alone -----------------------------------------------

@@ -1,8 +1,8 @@
 /* The checks that run after the last iteration: every element a rollout rank holds against
  * the generator or the checkpoint, the layout-invariant checksums, the per-shard digests, and
- * the fault that --inject corrupt plants (inside the last iteration, between the transfer and
- * the forward stage). Element checks and checksums run where the data
- * lives (CPU or GPU); comparisons with a checkpoint and digests read device data back. */
+ * the fault that --inject corrupt plants (inside the last iteration, once the byte has arrived
+ * and before it is forwarded). Element checks and checksums run where the data lives (CPU or
+ * GPU); comparisons with a checkpoint and digests read device data back. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,4 +268,21 @@ rf_status engine_apply_corrupt(rf_engine *e) {
           e->plan->layout->model->tensors[0].name, (long long)held.lo[0], (long long)held.lo[1],
           e->rollout_rank, e->plan->forward_depth > 0 ? ", before forwarding it" : "");
   return RF_OK;
+}
+
+int engine_corrupt_round(const rf_engine *e) {
+  const rf_plan *plan = e->plan;
+  int last = e->rounds.round_count - 1, rank = corrupting_rank(plan);
+  if (plan->forward_depth == 0)
+    return last;
+  /* The transfer bucket (transfer bucket k is in round k) that brings the flipped element. */
+  rf_box held = rf_layout_rollout_box(plan->layout, 0, rank);
+  for (int i = 0; i < e->transfer.chunk_count; i++) {
+    const rf_chunk *k = &e->transfer.chunks[i];
+    const rf_piece *p = &plan->pieces[k->piece];
+    if (p->tensor == 0 && p->dst == rank && k->box.lo[0] <= held.lo[0] &&
+        held.lo[0] < k->box.hi[0] && k->box.lo[1] <= held.lo[1] && held.lo[1] < k->box.hi[1])
+      return k->bucket;
+  }
+  return last;
 }

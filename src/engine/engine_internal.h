@@ -33,20 +33,65 @@ rf_region engine_destination(const rf_engine *e, const rf_piece *p, const rf_box
 /* The engine's schedules in the order they run: 0 reshape, 1 transfer, 2 + s forward step s. */
 const rf_schedule *engine_stage(const rf_engine *e, int i);
 
-/* Runs one stage of the plan; adds pack/transfer/unpack seconds into times. */
-rf_status engine_run_stage(rf_engine *e, const rf_schedule *s, double *times);
+/* ---- one bucket of a mode (engine_modes.c) ---- */
+
+/* What the posts of one round share: the transport's last ticket, the staging that unfused
+ * and grouped have used since their last wait, the local copies still to run as one batch, the
+ * receives that landed in staging and are unpacked once the round's wait completes, and fused's
+ * peer tables. */
+typedef struct {
+  rf_engine *e;
+  long ticket;
+  int64_t send_off, recv_off;
+  rf_box_copy *local;
+  int local_count, local_cap;
+  const rf_chunk **unpack_chunk;
+  char **unpack_at;
+  int unpack_count, unpack_cap;
+  int64_t *peers;
+} engine_round;
+void engine_round_free(engine_round *r);
+
+/* unfused and grouped: posts bucket b of s, a message per chunk or per run of joined chunks;
+ * unfused completes after every tensor (or block), grouped leaves the wait to the caller. */
+rf_status engine_post_chunks(engine_round *r, const rf_schedule *s, int b);
+/* Runs the pending local copies, waits for everything posted, unpacks what landed in staging;
+ * staging is free again after it. */
+rf_status engine_complete(engine_round *r, const char *what);
+rf_status engine_flush_local(engine_round *r);
+/* fused: packs bucket b of s into send_base and posts one message per peer and direction,
+ * receiving into recv_base; after the wait, unpacks it from recv_base. */
+rf_status engine_post_fused(engine_round *r, const rf_schedule *s, int b, char *send_base,
+                            char *recv_base);
+rf_status engine_unpack_fused(engine_round *r, const rf_schedule *s, int b, char *recv_base);
+/* Device weights over a host transport: the staging copies must have finished before the
+ * transport reads staging, or writes it again. */
+rf_status engine_wire_ready(const rf_engine *e);
+
+/* ---- rounds (engine_rounds.c) ---- */
+
+/* Runs `rounds` over the engine's schedules, each item's step -1 being engine_stage(e, stage)
+ * and step s forward step s; adds pack/transfer/unpack seconds into times. */
+rf_status engine_run_rounds(rf_engine *e, const rf_rounds *rounds, int stage, double *times);
 
 /* The same over a mapping transport: one end of each piece copies it straight between the
  * two processes' memory (engine_mapped.c). */
 rf_status engine_run_stage_mapped(rf_engine *e, const rf_schedule *s, double *times);
+/* fanout over a mapping transport: the transfer and the forward steps in rounds (plan.h,
+ * rf_rounds), each round one exchange of notes around its buckets' copies, so that a replica
+ * forwards the buckets of earlier rounds while the trainer's next ones arrive. */
+rf_status engine_run_rounds_mapped(rf_engine *e, double *times);
 /* Maps the arenas this rank copies from or into (ipc setup, once per mode). */
 rf_status engine_mapped_init(rf_engine *e);
 
-/* --inject corrupt, once armed: flips one byte on the corrupting rank (engine_check.c). */
+/* --inject corrupt, once armed: flips one byte on the corrupting rank (engine_check.c), at
+ * the end of the round engine_corrupt_round names: the one in which that byte arrives there,
+ * before any round forwards it (the last round where the plan does not forward). */
 rf_status engine_apply_corrupt(rf_engine *e);
+int engine_corrupt_round(const rf_engine *e);
 
-/* Bytes of staging one bucket needs on this rank, for sending and for receiving. */
-void engine_bucket_staging(const rf_engine *e, const rf_schedule *s, int bucket, int64_t *send,
-                           int64_t *recv);
+/* Allocates this rank's staging, the largest bucket of any stage per direction (twice for
+ * fused), and for grouped the group breaks that keep every round inside it (engine_staging.c). */
+rf_status engine_alloc_staging(rf_engine *e);
 
 #endif

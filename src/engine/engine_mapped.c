@@ -5,15 +5,19 @@
  *         done notes back once it has read);
  *   push  the source writes into its destinations' memory (ready notes from the
  *         destinations first, written notes back once the copies have landed).
- * A stage is: 1. the first notes (each side first waits for its own GPU work, so what it
+ * An exchange is: 1. the first notes (each side first waits for its own GPU work, so what it
  * offers is complete); 2. the copies, local and remote alike, as batches of box copies: one
  * kernel launch and wait per tensor (unfused) or per bucket (grouped), or one launch for the
  * whole stage (fused: buckets bound staging memory, and a mapping transport needs none, while
  * on a GPU shared by two processes every launch costs more than in one, see
  * results/h200/README.md); 3. the second notes, after which no one touches the other's memory.
  *
- * Fanout's forward steps are stages like the others, between rollout ranks: a forwarding rank
- * gives its first note only once the step before has landed in its memory.
+ * Fanout runs in rounds (plan.h, rf_rounds), each round such an exchange around its buckets:
+ * the transfer's and the forward buckets whose rows earlier rounds delivered, so a replica
+ * forwards while the trainer's later buckets arrive. A forwarding rank's rows have landed
+ * before it gives its first note: it copied them itself (pull) or was told so (push).
+ * Without forward steps the transfer is one exchange: a round per bucket would only add notes
+ * and launches, since no staging needs bounding.
  *
  * The notes ride on the transport's messages (MPI inside ipc) and every wait is
  * bounded by --timeout, so a stalled peer ends the run with an error. Offsets inside a peer's
@@ -168,9 +172,17 @@ rf_status engine_mapped_init(rf_engine *e) {
   return RF_OK;
 }
 
+/* One bucket of an exchange: a bucket of the stage's schedule or of a forward step's. */
+typedef struct {
+  const rf_schedule *s;
+  int bucket;
+} mapped_item;
+
+/* One exchange: the buckets copied between one pair of notes. */
 typedef struct {
   rf_engine *e;
-  const rf_schedule *s;
+  const mapped_item *items;
+  int item_count;
   rf_channel channel;
   int ranks; /* ranks of the channel */
   rf_box_copy *batch;
@@ -195,7 +207,7 @@ static rf_status exchange_notes(mapped_ctx *c, const char *to, const char *from,
 }
 
 static rf_status flush(mapped_ctx *c, int wait) {
-  rf_status st = c->count ? rf_copy_boxes_mapped(c->e->memory, c->batch, c->count) : RF_OK;
+  rf_status st = c->count ? rf_copy_boxes(c->e->memory, c->batch, c->count) : RF_OK;
   c->count = 0;
   if (st == RF_OK && wait)
     st = rf_mem_sync(c->e->memory);
@@ -212,11 +224,11 @@ static rf_status add_copy(mapped_ctx *c, const rf_chunk *k) {
   return RF_OK;
 }
 
-static rf_status copy_stage(mapped_ctx *c) {
-  const rf_schedule *s = c->s;
+static rf_status copy_items(mapped_ctx *c) {
   rf_mode mode = c->e->mode;
-  for (int b = 0; b < s->bucket_count; b++) {
-    const rf_bucket *bk = &s->buckets[b];
+  for (int it = 0; it < c->item_count; it++) {
+    const rf_schedule *s = c->items[it].s;
+    const rf_bucket *bk = &s->buckets[c->items[it].bucket];
     for (int i = bk->first; i < bk->first + bk->count; i++) {
       const rf_piece *p = &c->e->plan->pieces[s->chunks[i].piece];
       if (copies_here(c->e, p))
@@ -232,12 +244,15 @@ static rf_status copy_stage(mapped_ctx *c) {
   return flush(c, 1);
 }
 
-rf_status engine_run_stage_mapped(rf_engine *e, const rf_schedule *s, double *times) {
+/* Copies the buckets `items` (all on channel `channel`) between the two notes. */
+static rf_status run_exchange(rf_engine *e, rf_channel channel, const mapped_item *items,
+                              int item_count, double *times) {
   mapped_ctx c;
   memset(&c, 0, sizeof c);
   c.e = e;
-  c.s = s;
-  c.channel = engine_channel(s->stage);
+  c.items = items;
+  c.item_count = item_count;
+  c.channel = channel;
   c.ranks = c.channel == RF_CHANNEL_TRAINER ? e->plan->layout->trainer_ranks
                                             : e->plan->layout->world_size;
   double start = rf_now();
@@ -246,15 +261,19 @@ rf_status engine_run_stage_mapped(rf_engine *e, const rf_schedule *s, double *ti
   if (!flags)
     return RF_ERR_NOMEM;
   char *feeds = flags, *fed_by = flags + c.ranks;
-  int src_rank = engine_src_rank(e, s->stage), dst_rank = engine_dst_rank(e, s->stage);
-  for (int i = 0; i < s->chunk_count; i++) {
-    const rf_piece *p = &e->plan->pieces[s->chunks[i].piece];
-    int from_me = p->src == src_rank && src_rank >= 0;
-    int to_me = p->dst == dst_rank && dst_rank >= 0;
-    if (from_me && !to_me)
-      feeds[engine_peer(e, p, 1)] = 1;
-    if (to_me && !from_me)
-      fed_by[engine_peer(e, p, 0)] = 1;
+  for (int it = 0; it < item_count; it++) {
+    const rf_schedule *s = items[it].s;
+    const rf_bucket *bk = &s->buckets[items[it].bucket];
+    int src_rank = engine_src_rank(e, s->stage), dst_rank = engine_dst_rank(e, s->stage);
+    for (int i = bk->first; i < bk->first + bk->count; i++) {
+      const rf_piece *p = &e->plan->pieces[s->chunks[i].piece];
+      int from_me = p->src == src_rank && src_rank >= 0;
+      int to_me = p->dst == dst_rank && dst_rank >= 0;
+      if (from_me && !to_me)
+        feeds[engine_peer(e, p, 1)] = 1;
+      if (to_me && !from_me)
+        fed_by[engine_peer(e, p, 0)] = 1;
+    }
   }
   /* Pull: sources say ready, destinations copy and say done. Push: destinations say ready,
    * sources copy and say written. The side that copies waits for the other's first note. */
@@ -264,12 +283,47 @@ rf_status engine_run_stage_mapped(rf_engine *e, const rf_schedule *s, double *ti
     st = exchange_notes(&c, first_to, first_from,
                         e->push ? "the destinations' ready notes" : "the sources' ready notes");
   if (st == RF_OK)
-    st = copy_stage(&c);
+    st = copy_items(&c);
   if (st == RF_OK)
     st = exchange_notes(&c, first_from, first_to,
                         e->push ? "the sources' written notes" : "the destinations' done notes");
   free(c.batch);
   free(flags);
   times[RF_PHASE_TRANSFER] += rf_now() - start;
+  return st;
+}
+
+rf_status engine_run_stage_mapped(rf_engine *e, const rf_schedule *s, double *times) {
+  mapped_item *items = rf_calloc((size_t)s->bucket_count + 1, sizeof *items, "mapped buckets");
+  if (!items)
+    return RF_ERR_NOMEM;
+  for (int b = 0; b < s->bucket_count; b++)
+    items[b] = (mapped_item){s, b};
+  rf_status st = run_exchange(e, engine_channel(s->stage), items, s->bucket_count, times);
+  free(items);
+  return st;
+}
+
+rf_status engine_run_rounds_mapped(rf_engine *e, double *times) {
+  const rf_rounds *rounds = &e->rounds;
+  mapped_item *items =
+      rf_calloc((size_t)rounds->first[rounds->round_count] + 1, sizeof *items, "mapped buckets");
+  if (!items)
+    return RF_ERR_NOMEM;
+  for (int i = 0; i < rounds->first[rounds->round_count]; i++) {
+    const rf_round_item *it = &rounds->items[i];
+    items[i] = (mapped_item){it->step < 0 ? &e->transfer : &e->forward[it->step], it->bucket};
+  }
+  rf_status st = RF_OK;
+  for (int k = 0; k < rounds->round_count && st == RF_OK; k++) {
+    /* The transfer and the forward steps share the world channel. */
+    st = run_exchange(e, engine_channel(e->transfer.stage), items + rounds->first[k],
+                      rounds->first[k + 1] - rounds->first[k], times);
+    if (st == RF_OK && e->corrupt_armed && k == engine_corrupt_round(e)) {
+      e->corrupt_armed = 0;
+      st = engine_apply_corrupt(e);
+    }
+  }
+  free(items);
   return st;
 }

@@ -67,7 +67,8 @@ typedef struct {
 
   /* Fan-out (kind == RF_PLAN_FANOUT, plan_fanout.c): the trainer sends every element once, to
    * the tensor's root replica, and the forward stage copies it to the other replicas along a
-   * binomial tree, one step after another. Every kind has forward_first (depth 0: {count}). */
+   * binomial tree, a step trailing the one before (rf_rounds). Every kind has forward_first
+   * (depth 0: {count}). */
   int *root;          /* [tensor]: the replica the trainer sends it to; -1 where it is not
                        * replicated (experts under rollout ep: sent straight to their rank) */
   int forward_depth;  /* steps of the forward stage: ceil(log2 P), 0 without replicas */
@@ -173,8 +174,8 @@ typedef struct {
 
 rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
                             rf_schedule *out);
-/* One step of the forward stage (0 <= step < plan->forward_depth): the steps run one after
- * the other, since step s forwards what step s - 1 (or the transfer) delivered. */
+/* One step of the forward stage (0 <= step < plan->forward_depth): step s forwards what step
+ * s - 1 (or the transfer) delivered, a bucket as soon as its rows are there (rf_rounds). */
 rf_status rf_schedule_build_forward(const rf_plan *plan, int step, int64_t bucket_size,
                                     rf_schedule *out);
 void rf_schedule_free(rf_schedule *s);
@@ -194,5 +195,34 @@ rf_status rf_schedule_cursor_open_forward(const rf_plan *plan, int step, int64_t
                                           rf_schedule_cursor **out);
 rf_status rf_schedule_cursor_next(rf_schedule_cursor *c, int max_chunks, rf_schedule *out);
 void rf_schedule_cursor_close(rf_schedule_cursor *c);
+
+/* ---- rounds ------------------------------------------------------------------------------
+ *
+ * How a stage and fanout's forward steps run together, so that forwarding overlaps receiving
+ * (rounds.c): round k posts the stage's bucket k and every forward bucket whose rows had all
+ * arrived at its sender (from the stage or an earlier step) by the end of round k - 1, then
+ * completes them. A pure function of the plan and the schedules, so every rank derives the
+ * same rounds and posts the same messages in the same order. Without forward steps, each of
+ * the stage's buckets is a round of its own. */
+
+typedef struct {
+  int32_t step;   /* -1: the stage's own schedule; s >= 0: forward step s */
+  int32_t bucket; /* in that schedule */
+} rf_round_item;
+
+typedef struct {
+  int round_count;
+  int *first;           /* [round_count + 1]: items[first[k] .. first[k + 1]) post in round k */
+  rf_round_item *items; /* in a round: the stage's bucket, then forward buckets by step, bucket */
+  int steps;
+  int *step_first;    /* [steps + 1] */
+  int *forward_round; /* [step_first[s] + bucket]: the round a forward step's bucket posts in */
+} rf_rounds;
+
+/* `stage` is the transfer's schedule (or any one stage's, with steps = 0), `forward` the
+ * schedules of forward steps 0 .. steps - 1. */
+rf_status rf_rounds_build(const rf_plan *plan, const rf_schedule *stage, const rf_schedule *forward,
+                          int steps, rf_rounds *out);
+void rf_rounds_free(rf_rounds *r);
 
 #endif

@@ -11,10 +11,10 @@
  *
  * The replicas forward along a binomial tree over an order of the replicas that starts at the
  * root. With depth D = ceil(log2 P), step s (0-based) has every position i that is a multiple
- * of 2^(D-s) send to position i + 2^(D-s-1). A tree rather than a chain because the steps run
- * one after another (step s forwards what step s-1 delivered): the stage pays a
- * synchronisation per step, log2 P of them for a tree against P - 1 for a chain. The volume
- * is the same either way: with the roots spread over the replicas, every replica sends and
+ * of 2^(D-s) send to position i + 2^(D-s-1). A tree rather than a chain because step s
+ * forwards what step s-1 delivered, so each step ends at least a round (rounds.c) after the one
+ * before: log2 P rounds for a tree against P - 1 for a chain. The volume is the same either
+ * way: with the roots spread over the replicas, every replica sends and
  * receives (P-1)/P of one replica's bytes in all, the least an all-gather can.
  *
  * The order puts the root first, then the rest of the root's node, nearest first, then the

@@ -1,8 +1,8 @@
 # `refit run --transport shm`: shared host memory between the processes of one node. Every
 # mode and plan on the layouts users meet, pulled (HF order) and pushed (JAX order), dense and
 # MoE, each verified element by element; the same checksums as the mpi transport's run of the
-# same job; a silent peer and a flipped byte end the job as over mpi; --memory device is
-# refused in one line.
+# same job; a silent peer and a flipped byte (also on a forwarding rank) end the job as over
+# mpi; --memory device is refused in one line.
 . "$(dirname "$0")/lib.sh"
 DATA="$REFIT_SOURCE_DIR/tests/data"
 MODELS="$REFIT_SOURCE_DIR/configs/models"
@@ -26,6 +26,8 @@ for plan in p2p star; do
   run 2 $plan --model tiny --trainer fsdp=2 --rollout tp=2 --placement colocated
 done
 run 10 fanout --model tiny --trainer fsdp=2 --rollout tp=2,dp=4
+run 10 fanout --model tiny --trainer fsdp=2 --rollout tp=2,dp=4 --trainer-order jax # push
+run 4 fanout --model tiny --trainer fsdp=2 --rollout tp=2,dp=2 --placement colocated
 run 8 p2p --model "$MODELS/tiny-mixtral.json" --trainer ep=2,fsdp=2 --rollout tp=2,dp=2,ep
 run 6 p2p --model "$MODELS/tiny-deepseek.json" --trainer ep=2,pp=2 --rollout tp=2,ep --trainer-order jax
 
@@ -43,6 +45,23 @@ expect_exit 1 "${MPIRUN[@]}" -np 4 "$REFIT" run --transport shm --model tiny --t
 expect_grep "# FAIL: verification failed in mode fused" "$TMP/out"
 grep -v '^#' "$TMP/out" | awk '$14 != "1" || $15 != "1bad" { exit 1 }' ||
   fail "the corrupt row should show #wrong 1 and 1bad: $(grep -v '^#' "$TMP/out")"
+
+# A byte flipped on a forwarding rank reaches every replica downstream of it, as over mpi
+# (fanout_cli.sh): the forward steps run in rounds over shm too.
+cat >"$TMP/want" <<'EOF'
+refit: error: verify: checksum of model.embed_tokens.weight differs: trainer 5cfaa7fbe693231d, rollout c8804093617f848e
+refit: error: verify: model.embed_tokens.weight on rollout rank 1: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6
+refit: error: verify: model.embed_tokens.weight on rollout rank 3: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6 (received from rollout rank 1 via forwarding)
+refit: error: verify: model.embed_tokens.weight on rollout rank 5: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6 (received from rollout rank 1 via forwarding)
+refit: error: verify: model.embed_tokens.weight on rollout rank 7: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6 (received from rollout rank 5 via forwarding)
+refit: warning: inject corrupt: flipped bits of model.embed_tokens.weight element (256, 0) on rollout rank 1, before forwarding it
+EOF
+for mode in unfused fused; do
+  expect_exit 1 "${MPIRUN[@]}" -np 10 "$REFIT" run --transport shm --model tiny --trainer fsdp=2 \
+    --rollout tp=2,dp=4 --plan fanout --mode $mode --iters 1 --bucket-size 16KiB --inject corrupt
+  grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' | sort -u >"$TMP/lines"
+  diff "$TMP/want" "$TMP/lines" >"$TMP/diff" || fail "corrupt forward over shm, $mode: $(cat "$TMP/diff")"
+done
 
 # A rank that never offers its weights: the others give up after --timeout (exit 3), no hang.
 expect_exit 3 timeout 60 "${MPIRUN[@]}" -np 2 "$REFIT" run --transport shm --model tiny \

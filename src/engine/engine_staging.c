@@ -1,0 +1,131 @@
+/* Staging on the message path: how much each rank allocates, and where grouped closes a
+ * round's group early so that it stays inside it.
+ *
+ * Running in rounds does not raise the bound the stages had when they ran one after another:
+ * the largest bucket of any stage, once per direction and twice for fused, which is also what
+ * refit simulate counts. A round may hold a transfer bucket and several forward buckets, so
+ * sizing staging for the largest round held up to (1 + depth) buckets per slot, and fused
+ * refits with four replicas of a 1B model at 256 MiB buckets no longer fitted a 23 GB host.
+ * Instead fused keeps at most two buckets in flight, one per slot (engine_rounds.c), unfused
+ * completes after every bucket, and grouped ends its group before a bucket whose staging would
+ * overflow some rank's buffer. That last decision is taken for every rank from the plan alone,
+ * so all ranks close their groups at the same bucket: a rank never waits on a group whose
+ * messages a peer posts only in a later group (NCCL groups progress only as a whole). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+
+/* Per world rank: a bucket's staging (need), the open group's (open) and the largest
+ * bucket's (most), each for sending [0] and receiving [1]; the ranks the bucket touched. */
+typedef struct {
+  int64_t *need[2], *open[2], *most[2];
+  int *touched;
+  int ntouched;
+} rank_needs;
+
+static void add_need(rank_needs *n, int rank, int dir, int64_t bytes) {
+  if (!n->need[0][rank] && !n->need[1][rank])
+    n->touched[n->ntouched++] = rank;
+  n->need[dir][rank] += bytes;
+}
+
+/* Every rank's staging for bucket b of s: chunks that are neither local copies nor sent or
+ * received in place, as engine_modes.c posts them (joined blocks are counted chunk by chunk,
+ * which can only overstate them). */
+static void bucket_needs(const rf_engine *e, const rf_schedule *s, int b, rank_needs *n) {
+  const rf_plan *plan = e->plan;
+  /* Every rank of a job has the same memory and wire, so this rank's answer is every rank's. */
+  int staged_wire = e->wire != e->memory;
+  const rf_bucket *bk = &s->buckets[b];
+  for (int i = bk->first; i < bk->first + bk->count; i++) {
+    const rf_chunk *k = &s->chunks[i];
+    const rf_piece *p = &plan->pieces[k->piece];
+    int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
+    if (src == dst || !k->bytes)
+      continue;
+    if (!rf_engine_send_in_place(plan, e->mode, staged_wire, k))
+      add_need(n, src, 0, k->bytes);
+    if (!rf_engine_recv_in_place(plan, e->mode, staged_wire, k))
+      add_need(n, dst, 1, k->bytes);
+  }
+}
+
+static void clear_needs(rank_needs *n) {
+  for (int t = 0; t < n->ntouched; t++)
+    n->need[0][n->touched[t]] = n->need[1][n->touched[t]] = 0;
+  n->ntouched = 0;
+}
+
+/* Whether bucket b of s, added to the open group, would overflow some rank's staging. */
+static int overflows(const rank_needs *n) {
+  for (int t = 0; t < n->ntouched; t++)
+    for (int dir = 0; dir < 2; dir++) {
+      int r = n->touched[t];
+      if (n->open[dir][r] + n->need[dir][r] > n->most[dir][r])
+        return 1;
+    }
+  return 0;
+}
+
+/* grouped: group_break[i] for item i of e->rounds, greedily, a round at a time. */
+static rf_status find_breaks(rf_engine *e, rank_needs *n, size_t world) {
+  const rf_rounds *rounds = &e->rounds;
+  e->group_break = rf_calloc((size_t)rounds->first[rounds->round_count] + 1, 1, "group breaks");
+  if (!e->group_break)
+    return RF_ERR_NOMEM;
+  for (int k = 0; k < rounds->round_count; k++) {
+    for (int i = rounds->first[k]; i < rounds->first[k + 1]; i++) {
+      const rf_round_item *it = &rounds->items[i];
+      bucket_needs(e, it->step < 0 ? &e->transfer : &e->forward[it->step], it->bucket, n);
+      if (i > rounds->first[k] && overflows(n)) {
+        e->group_break[i] = 1;
+        memset(n->open[0], 0, world * sizeof(int64_t));
+        memset(n->open[1], 0, world * sizeof(int64_t));
+      }
+      for (int t = 0; t < n->ntouched; t++)
+        for (int dir = 0; dir < 2; dir++)
+          n->open[dir][n->touched[t]] += n->need[dir][n->touched[t]];
+      clear_needs(n);
+    }
+    memset(n->open[0], 0, world * sizeof(int64_t));
+    memset(n->open[1], 0, world * sizeof(int64_t));
+  }
+  return RF_OK;
+}
+
+rf_status engine_alloc_staging(rf_engine *e) {
+  size_t world = (size_t)e->plan->layout->world_size;
+  int64_t *mem = rf_calloc(6 * world + 1, sizeof *mem, "staging per rank");
+  rank_needs n = {.touched = rf_malloc(world * sizeof(int) + 1, "staging per rank")};
+  if (!mem || !n.touched) {
+    free(mem), free(n.touched);
+    return RF_ERR_NOMEM;
+  }
+  for (int dir = 0; dir < 2; dir++) {
+    n.need[dir] = mem + dir * world;
+    n.open[dir] = mem + (2 + dir) * world;
+    n.most[dir] = mem + (4 + dir) * world;
+  }
+  for (int s = 0; s < 2 + e->plan->forward_depth; s++)
+    for (int b = 0; b < engine_stage(e, s)->bucket_count; b++) {
+      bucket_needs(e, engine_stage(e, s), b, &n);
+      for (int t = 0; t < n.ntouched; t++)
+        for (int dir = 0; dir < 2; dir++) {
+          int r = n.touched[t];
+          n.most[dir][r] = RF_MAX(n.most[dir][r], n.need[dir][r]);
+        }
+      clear_needs(&n);
+    }
+  rf_status st = e->mode == RF_MODE_GROUPED ? find_breaks(e, &n, world) : RF_OK;
+  int slots = e->mode == RF_MODE_FUSED ? 2 : 1;
+  for (int dir = 0; dir < 2 && st == RF_OK; dir++) {
+    int64_t need = n.most[dir][e->world_rank];
+    e->staging_bytes[dir] = (size_t)need;
+    for (int k = 0; k < slots && need > 0 && st == RF_OK; k++)
+      st = rf_mem_alloc(e->wire, (size_t)need, "a staging buffer", &e->staging[dir][k]);
+  }
+  free(mem);
+  free(n.touched);
+  return st;
+}
