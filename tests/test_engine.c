@@ -1,7 +1,8 @@
 /* The engine end to end without mpirun: every rank of a job is a thread of this process and
  * the loopback transport carries the bytes (transport_loopback.h). For each model, layout,
  * plan kind (p2p, star with its reshape stage, fanout with its forward steps), transport
- * variant (messages, or mapped like ipc) and bucket size, every rank runs all three modes over
+ * variant (messages, or mapped like ipc; fanout's mapped worlds with --mapped-rounds off at one
+ * bucket size and on at the other) and bucket size, every rank runs all three modes over
  * its host buffers and then proves the result: the full element check finds no wrong element,
  * the checksums of both sides equal the generator's, the shard digests are all there, and one
  * byte flipped in a last iteration is found as exactly one wrong element, on the corrupting
@@ -73,6 +74,8 @@ static const layout_case odd_layouts[] = {
 };
 
 static const int64_t bucket_sizes[] = {0, 4096};
+/* --mapped-rounds of the next world (read by its threads, set between worlds). */
+static rf_mapped_rounds mapped_rounds = RF_MAPPED_ROUNDS_OFF;
 
 /* One simulated rank: what it runs and what it found. */
 typedef struct {
@@ -95,6 +98,8 @@ static rf_status run_modes(rank_job *j, rf_buffers *data, rf_transport *tp) {
     rf_status st =
         rf_engine_init(&e, data, tp, (rf_mode)m, j->bucket_size, SEED, RF_INJECT_NONE, j->rank);
     j->mapped = e.mapped;
+    if (st == RF_OK)
+      rf_engine_set_mapped_rounds(&e, mapped_rounds, 0);
     /* Two iterations, poisoned before each, as refit run does: the second must rewrite
      * every element the first wrote. */
     for (int it = 0; it < 2 && st == RF_OK; it++) {
@@ -343,6 +348,7 @@ static int test_model(const char *model, const layout_case *cases, int ncases, i
       ASSERT_EQ(plan.forward_depth > 0, kind == RF_PLAN_FANOUT && lay.rollout.dp > 1);
       for (int mapped = 0; mapped <= 1; mapped++)
         for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++) {
+          mapped_rounds = bi % 2 ? RF_MAPPED_ROUNDS_ON : RF_MAPPED_ROUNDS_OFF;
           run_world(&plan, mapped, bucket_sizes[bi], 60.0, -1, jobs);
           for (int r = 0; r < lay.world_size; r++)
             if (jobs[r].status != RF_OK)

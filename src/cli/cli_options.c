@@ -23,7 +23,7 @@ static const char *const format_names[] = {"auto", "safetensors", "hdf5"};
 /* Enum fields are stored as int, and a list as rf_mode_list's count and items. */
 _Static_assert(sizeof(rf_mode) == sizeof(int) && sizeof(rf_plan_kind) == sizeof(int) &&
                    sizeof(rf_bind) == sizeof(int) && sizeof(rf_rollout_dtype) == sizeof(int) &&
-                   sizeof(rf_copy_path) == sizeof(int),
+                   sizeof(rf_copy_path) == sizeof(int) && sizeof(rf_mapped_rounds) == sizeof(int),
                "enum fields are stored as int");
 _Static_assert(offsetof(rf_mode_list, items) == sizeof(int), "rf_mode_list: count, then items");
 
@@ -371,6 +371,18 @@ const rf_cli_option rf_cli_options[] = {
              "the rest and for copies through another process's mapping (ipc); kernel = the "
              "kernels alone; engine = the copy engines for every run and 2-D box (transposes "
              "stay kernels)"},
+    {.name = "mapped-rounds",
+     .type = RF_OPT_ENUM,
+     NAMES(rf_mapped_rounds, RF_MAPPED_ROUNDS_COUNT),
+     FIELD(mapped_rounds),
+     .def = "auto",
+     .unit = "",
+     .commands = RUN,
+     .help = "fanout over a mapping transport (ipc, shm): on = the forward steps in rounds "
+             "beside the transfer, so a replica forwards while later buckets arrive; off = the "
+             "transfer, then each forward step; auto = on for GPU memory when a forward step "
+             "joins two GPUs, off where the processes share one GPU or host memory (there "
+             "rounds only add notes and launches); the message transports always run rounds"},
     {.name = "dry-run",
      .type = RF_OPT_FLAG,
      FIELD(dry_run),

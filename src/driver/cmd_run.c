@@ -23,6 +23,7 @@ typedef struct {
   int verify_full, verify_checksum;
   rf_checkpoint *checkpoint; /* the trainer's weights, when --checkpoint is given */
   run_record record;         /* what rank 0 writes to --output */
+  int forward_crosses_gpus;  /* --mapped-rounds auto (rf_job_forward_crosses_gpus) */
 } run_setup;
 
 /* --memory: GPU transports need the weights on the GPU, shm in shared host memory; mpi takes
@@ -91,6 +92,7 @@ static rf_status place_job(rf_control *ctl, const rf_config *cfg, run_setup *rs,
   rs->record.place = placement->mine;
   rf_plan_options popt = rf_job_placement_plan_options(placement);
   rf_status st = rf_job_replan(&rs->job, &popt);
+  rs->forward_crosses_gpus = st == RF_OK && rf_job_forward_crosses_gpus(&rs->job.plan, &popt);
   if (st == RF_OK && ctl->world_rank == 0)
     st = rf_job_plan_links(&rs->job.plan, ctl->world_size, &popt, &rs->record.links,
                            &rs->record.link_count);
@@ -225,6 +227,8 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
                      ? rf_engine_init(&e, data, tp, mode, cfg->bucket_size, (uint64_t)cfg->seed,
                                       cfg->inject, ctl->world_rank)
                      : RF_ERR_NOMEM;
+  if (st == RF_OK)
+    rf_engine_set_mapped_rounds(&e, cfg->mapped_rounds, rs->forward_crosses_gpus);
   double setup = rf_now() - t0;
   st = rf_control_agree(ctl, st);
   if (st == RF_OK)

@@ -140,6 +140,18 @@ void rf_job_placement_free(rf_job_placement *job) {
   memset(job, 0, sizeof *job);
 }
 
+int rf_job_forward_crosses_gpus(const rf_plan *plan, const rf_plan_options *distance) {
+  if (!distance->distance || plan->forward_depth == 0)
+    return 0;
+  for (int i = plan->forward_first[0]; i < plan->forward_first[plan->forward_depth]; i++) {
+    const rf_piece *p = &plan->pieces[i];
+    if (distance->distance(distance->distance_ctx, rf_piece_src_world(plan, p),
+                           rf_piece_dst_world(plan, p)) > RF_DIST_GPU)
+      return 1;
+  }
+  return 0;
+}
+
 rf_status rf_job_plan_links(const rf_plan *plan, int world, const rf_plan_options *distance,
                             rf_link_info **out, int *count) {
   *out = NULL;

@@ -35,6 +35,9 @@ rf_status rf_job_place(rf_control *ctl, const rf_job_placement_options *options,
 rf_plan_options rf_job_placement_plan_options(rf_job_placement *job);
 
 void rf_job_placement_free(rf_job_placement *job);
+/* Whether some piece of fanout's forward steps joins two ranks on different GPUs (or nodes):
+ * --mapped-rounds auto runs rounds only then. 0 without a distance. */
+int rf_job_forward_crosses_gpus(const rf_plan *plan, const rf_plan_options *distance);
 
 /* The plan's trainer->rollout links between world ranks (bytes summed over pieces, the star
  * plan's reshape stage left out), each with its distance class; `distance` NULL knows only

@@ -9,6 +9,7 @@
 
 RF_ENUM_DEFINE(rf_mode, "mode", RF_MODE_LIST, RF_MODE_COUNT)
 RF_ENUM_DEFINE(rf_inject, "inject", RF_INJECT_LIST, RF_INJECT_COUNT)
+RF_ENUM_DEFINE(rf_mapped_rounds, "mapped-rounds", RF_MAPPED_ROUNDS_LIST, RF_MAPPED_ROUNDS_COUNT)
 
 const char *rf_mode_list_format(const rf_mode_list *modes, char *buf, size_t len) {
   size_t used = 0;
@@ -186,6 +187,12 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
   return RF_OK;
 }
 
+void rf_engine_set_mapped_rounds(rf_engine *e, rf_mapped_rounds choice, int forward_crosses_gpus) {
+  e->mapped_rounds =
+      choice == RF_MAPPED_ROUNDS_ON ||
+      (choice == RF_MAPPED_ROUNDS_AUTO && e->memory == RF_MEM_DEVICE && forward_crosses_gpus);
+}
+
 void rf_engine_free(rf_engine *e) {
   if (!e->plan)
     return;
@@ -239,10 +246,10 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
     times[RF_PHASE_TOTAL] = rf_now() - start;
     return RF_OK;
   }
-  /* The mapped path (ipc, shm): fanout in rounds; without forward steps one exchange for the
-   * whole transfer, since a round per bucket would only add notes and launches (there is no
-   * staging to bound). */
-  if (e->plan->forward_depth > 0) {
+  /* The mapped path (ipc, shm): fanout in rounds where --mapped-rounds says so, else the
+   * transfer as one exchange, then each forward step (a round per bucket without forward
+   * steps would only add notes and launches: there is no staging to bound). */
+  if (e->plan->forward_depth > 0 && e->mapped_rounds) {
     RF_TRY(engine_run_rounds_mapped(e, times));
   } else {
     RF_TRY(engine_run_stage_mapped(e, &e->transfer, times));
@@ -250,6 +257,8 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
       e->corrupt_armed = 0;
       RF_TRY(engine_apply_corrupt(e));
     }
+    for (int s = 0; s < e->plan->forward_depth; s++)
+      RF_TRY(engine_run_stage_mapped(e, &e->forward[s], times));
   }
   times[RF_PHASE_TOTAL] = rf_now() - start;
   return RF_OK;

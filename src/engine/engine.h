@@ -49,6 +49,20 @@ const char *rf_mode_list_format(const rf_mode_list *modes, char *buf, size_t len
 typedef enum { RF_INJECT_LIST(RF_ENUM_ID) RF_INJECT_COUNT } rf_inject;
 RF_ENUM_DECLARE(rf_inject);
 
+/* --mapped-rounds: whether fanout over a mapping transport (ipc, shm) runs its forward steps
+ * in rounds beside the transfer (on) or after it, one exchange a step (off). Rounds overlap a
+ * replica's forwarding with its receiving, which pays where the copies run on different GPUs;
+ * where every process shares one GPU or the host's cores, the copies queue on the same engine
+ * anyway and each round's notes and launches are a cost (results/h200/README.md, "Rollout
+ * replicas"). auto: on for GPU memory when a forward step joins two GPUs, off otherwise. The
+ * message transports always run rounds: their staging is what bounds a bucket. */
+#define RF_MAPPED_ROUNDS_LIST(X)                                                                   \
+  X(RF_MAPPED_ROUNDS_AUTO, "auto")                                                                 \
+  X(RF_MAPPED_ROUNDS_ON, "on")                                                                     \
+  X(RF_MAPPED_ROUNDS_OFF, "off")
+typedef enum { RF_MAPPED_ROUNDS_LIST(RF_ENUM_ID) RF_MAPPED_ROUNDS_COUNT } rf_mapped_rounds;
+RF_ENUM_DECLARE(rf_mapped_rounds);
+
 /* This rank's data, allocated and generated once per job and shared by the runs of every
  * mode (buffers.c): trainer shards (filled with the generator or read from a checkpoint),
  * star coupling buffers and the fused rollout tensors. Each family lives in one arena;
@@ -100,7 +114,8 @@ typedef struct {
   rf_mem_kind wire;   /* where staging lives: pinned host memory when device weights travel
                          over a host transport (mpi on a GPU), else the weights' kind */
   /* Mapping transports (ipc): each destination copies out of its sources' arenas. */
-  int mapped, push;                       /* a mapping transport; the source copies (JAX order) */
+  int mapped, push;  /* a mapping transport; the source copies (JAX order) */
+  int mapped_rounds; /* fanout over it in rounds (rf_engine_set_mapped_rounds), else stages */
   int64_t *peer_offsets[RF_FAMILY_COUNT]; /* [family][rank * tensors + tensor]; rollout: rank 0 */
   char *notes;                            /* one byte per world rank and direction for the notes */
 
@@ -123,6 +138,10 @@ typedef struct {
 rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mode mode,
                          int64_t bucket_size, uint64_t seed, rf_inject inject, int world_rank);
 void rf_engine_free(rf_engine *e);
+/* --mapped-rounds for this engine: `choice`, with auto decided by `forward_crosses_gpus`
+ * (rf_job_forward_crosses_gpus in the driver). The same on every rank, since it changes which
+ * notes the ranks exchange. */
+void rf_engine_set_mapped_rounds(rf_engine *e, rf_mapped_rounds choice, int forward_crosses_gpus);
 
 /* Overwrites every destination buffer with a pattern the generator never produces, so an
  * element the next iteration fails to write cannot pass verification. */

@@ -67,17 +67,23 @@ expect_exit 0 "${RUN[@]}" -np 1 "$REFIT" run --model "$DS" --trainer fsdp=1 --ro
   --placement colocated --transport nccl --mode unfused,grouped,fused --verify full
 expect_rows 3
 # Fanout over ipc: two replicas on the GPU forward to each other (pull in HF order, push in
-# JAX order), and a byte flipped before forwarding is caught on the replica it reached.
-expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=1,dp=2 \
-  --transport ipc --plan fanout --mode unfused,grouped,fused --bucket-size 64KiB
-expect_rows 3
-expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=1,dp=2 \
-  --transport ipc --plan fanout --mode grouped,fused --trainer-order jax
-expect_rows 2
-expect_exit 1 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=1,dp=2 \
-  --transport ipc --plan fanout --mode fused --inject corrupt --iters 1
-expect_grep "on rollout rank 1: element 0 (row 0, col 0)" "$TMP/err"
-expect_grep "(received from rollout rank 0 via forwarding)" "$TMP/err"
+# JAX order), and a byte flipped before forwarding is caught on the replica it reached; with
+# the forward steps after the transfer (auto, on one GPU) and in rounds (--mapped-rounds on).
+for rounds in auto on; do
+  expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=1,dp=2 \
+    --transport ipc --plan fanout --mode unfused,grouped,fused --bucket-size 64KiB \
+    --mapped-rounds $rounds
+  expect_rows 3
+  expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=1,dp=2 \
+    --transport ipc --plan fanout --mode grouped,fused --trainer-order jax --bucket-size 64KiB \
+    --mapped-rounds $rounds
+  expect_rows 2
+  expect_exit 1 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=1,dp=2 \
+    --transport ipc --plan fanout --mode fused --inject corrupt --iters 1 --bucket-size 64KiB \
+    --mapped-rounds $rounds
+  expect_grep "on rollout rank 1: element 0 (row 0, col 0)" "$TMP/err"
+  expect_grep "(received from rollout rank 0 via forwarding)" "$TMP/err"
+done
 
 # A flipped byte is caught; a silent trainer ends every rank within the timeout.
 expect_exit 1 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \

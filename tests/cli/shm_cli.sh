@@ -25,9 +25,14 @@ for plan in p2p star; do
   run 6 $plan --model "$DATA/tiny-qwen3.json" --trainer fsdp=2,tp=2 --rollout tp=2
   run 2 $plan --model tiny --trainer fsdp=2 --rollout tp=2 --placement colocated
 done
-run 10 fanout --model tiny --trainer fsdp=2 --rollout tp=2,dp=4
-run 10 fanout --model tiny --trainer fsdp=2 --rollout tp=2,dp=4 --trainer-order jax # push
-run 4 fanout --model tiny --trainer fsdp=2 --rollout tp=2,dp=2 --placement colocated
+# Fanout: the forward steps after the transfer (auto, in host memory) and in rounds.
+for rounds in auto on; do
+  run 10 fanout --model tiny --trainer fsdp=2 --rollout tp=2,dp=4 --mapped-rounds $rounds
+  run 10 fanout --model tiny --trainer fsdp=2 --rollout tp=2,dp=4 --trainer-order jax \
+    --mapped-rounds $rounds # push
+  run 4 fanout --model tiny --trainer fsdp=2 --rollout tp=2,dp=2 --placement colocated \
+    --mapped-rounds $rounds
+done
 run 8 p2p --model "$MODELS/tiny-mixtral.json" --trainer ep=2,fsdp=2 --rollout tp=2,dp=2,ep
 run 6 p2p --model "$MODELS/tiny-deepseek.json" --trainer ep=2,pp=2 --rollout tp=2,ep --trainer-order jax
 
@@ -47,7 +52,7 @@ grep -v '^#' "$TMP/out" | awk '$14 != "1" || $15 != "1bad" { exit 1 }' ||
   fail "the corrupt row should show #wrong 1 and 1bad: $(grep -v '^#' "$TMP/out")"
 
 # A byte flipped on a forwarding rank reaches every replica downstream of it, as over mpi
-# (fanout_cli.sh): the forward steps run in rounds over shm too.
+# (fanout_cli.sh), with the forward steps in rounds (unfused) or after the transfer (fused).
 cat >"$TMP/want" <<'EOF'
 refit: error: verify: checksum of model.embed_tokens.weight differs: trainer 5cfaa7fbe693231d, rollout c8804093617f848e
 refit: error: verify: model.embed_tokens.weight on rollout rank 1: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6
@@ -57,8 +62,11 @@ refit: error: verify: model.embed_tokens.weight on rollout rank 7: element 16384
 refit: warning: inject corrupt: flipped bits of model.embed_tokens.weight element (256, 0) on rollout rank 1, before forwarding it
 EOF
 for mode in unfused fused; do
+  rounds=on
+  [ $mode = fused ] && rounds=off
   expect_exit 1 "${MPIRUN[@]}" -np 10 "$REFIT" run --transport shm --model tiny --trainer fsdp=2 \
-    --rollout tp=2,dp=4 --plan fanout --mode $mode --iters 1 --bucket-size 16KiB --inject corrupt
+    --rollout tp=2,dp=4 --plan fanout --mode $mode --iters 1 --bucket-size 16KiB --inject corrupt \
+    --mapped-rounds $rounds
   grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' | sort -u >"$TMP/lines"
   diff "$TMP/want" "$TMP/lines" >"$TMP/diff" || fail "corrupt forward over shm, $mode: $(cat "$TMP/diff")"
 done
