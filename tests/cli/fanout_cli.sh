@@ -89,14 +89,7 @@ PYEOF
 # Rollout rank 1 (tp rank 1 of replica 0, the embeddings' root) flips row 256 of embed_tokens
 # before forwarding; replica 0 forwards to replicas 2 (step 0) and 1 (step 1), replica 2 to 3:
 # rollout ranks 3 and 5 get it from 1, rank 7 from 5. Every mode finds all four.
-cat >"$TMP/want" <<'EOF'
-refit: error: verify: checksum of model.embed_tokens.weight differs: trainer 5cfaa7fbe693231d, rollout c8804093617f848e
-refit: error: verify: model.embed_tokens.weight on rollout rank 1: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6
-refit: error: verify: model.embed_tokens.weight on rollout rank 3: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6 (received from rollout rank 1 via forwarding)
-refit: error: verify: model.embed_tokens.weight on rollout rank 5: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6 (received from rollout rank 1 via forwarding)
-refit: error: verify: model.embed_tokens.weight on rollout rank 7: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6 (received from rollout rank 5 via forwarding)
-refit: warning: inject corrupt: flipped bits of model.embed_tokens.weight element (256, 0) on rollout rank 1, before forwarding it
-EOF
+cp "$REFIT_SOURCE_DIR/tests/data/fanout-corrupt-forward.txt" "$TMP/want"
 for mode in unfused grouped fused; do
   expect_exit 1 "${MPIRUN[@]}" -np 10 "$REFIT" run --model tiny --trainer fsdp=2 \
     --rollout tp=2,dp=4 --plan fanout --mode $mode --iters 1 --bucket-size 16KiB --inject corrupt

@@ -53,14 +53,7 @@ grep -v '^#' "$TMP/out" | awk '$14 != "1" || $15 != "1bad" { exit 1 }' ||
 
 # A byte flipped on a forwarding rank reaches every replica downstream of it, as over mpi
 # (fanout_cli.sh), with the forward steps in rounds (unfused) or after the transfer (fused).
-cat >"$TMP/want" <<'EOF'
-refit: error: verify: checksum of model.embed_tokens.weight differs: trainer 5cfaa7fbe693231d, rollout c8804093617f848e
-refit: error: verify: model.embed_tokens.weight on rollout rank 1: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6
-refit: error: verify: model.embed_tokens.weight on rollout rank 3: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6 (received from rollout rank 1 via forwarding)
-refit: error: verify: model.embed_tokens.weight on rollout rank 5: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6 (received from rollout rank 1 via forwarding)
-refit: error: verify: model.embed_tokens.weight on rollout rank 7: element 16384 (row 256, col 0) is 0xbdec, expected 0xbdb6 (received from rollout rank 5 via forwarding)
-refit: warning: inject corrupt: flipped bits of model.embed_tokens.weight element (256, 0) on rollout rank 1, before forwarding it
-EOF
+cp "$REFIT_SOURCE_DIR/tests/data/fanout-corrupt-forward.txt" "$TMP/want"
 for mode in unfused fused; do
   rounds=on
   [ $mode = fused ] && rounds=off
