@@ -4,14 +4,19 @@
 // two-process refit of Llama-3.1-8B, made of 291 whole-tensor copies, is not. This probe
 // copies Llama-3.1-8B's 291 tensors (destination order reversed, as ../shared/probes/
 // piececopy.cu does) from a source in this process's memory and from the same bytes in a
-// parent process's cudaMalloc opened with cudaIpcOpenMemHandle, each way: one contiguous
-// copy, the 291 cudaMemcpyAsync on 4 streams (refit's copy engines), and one kernel of 1 MiB
-// chunks (one block each, 16-byte accesses, like refit's run class). Median of 10 after 2,
-// CUDA events on the copying stream.
-//   nvcc -O3 -arch=sm_90 -std=c++17 -o ipcpieces bench/ipcpieces.cu && ./ipcpieces
+// parent process's memory, mapped three ways: a cudaMalloc of exactly the bytes (as refit's
+// arenas are), one rounded up to a multiple of 2 MiB (as ipccopy.cu's are), both opened with
+// cudaIpcOpenMemHandle, and a CUDA VMM allocation (cuMemCreate, 2 MiB granularity) passed as
+// a POSIX file descriptor. Each way: one contiguous copy, the 291 cudaMemcpyAsync on 4 streams
+// (refit's copy engines) and on 1, and one kernel of 1 MiB chunks (one block each, 16-byte
+// accesses, like refit's run class). Median of 10 after 2, CUDA events on the copying stream.
+//   nvcc -O3 -arch=sm_90 -std=c++17 -o ipcpieces bench/ipcpieces.cu -lcuda && ./ipcpieces
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +33,83 @@
       exit(1);                                                                                     \
     }                                                                                              \
   } while (0)
+
+#define CU(x)                                                                                      \
+  do {                                                                                             \
+    CUresult r_ = (x);                                                                             \
+    if (r_ != CUDA_SUCCESS) {                                                                      \
+      const char *s_;                                                                              \
+      cuGetErrorString(r_, &s_);                                                                   \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_);                               \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+// The parent's three exports, and (SCM_RIGHTS) the VMM allocation's file descriptor.
+struct Msg {
+  cudaIpcMemHandle_t exact, rounded;
+  size_t vmm_bytes;
+};
+
+static void send_msg(int sock, int fd, const Msg &m) {
+  struct msghdr h = {};
+  struct iovec io = {(void *)&m, sizeof m};
+  char ctl[CMSG_SPACE(sizeof(int))] = {};
+  h.msg_iov = &io;
+  h.msg_iovlen = 1;
+  h.msg_control = ctl;
+  h.msg_controllen = sizeof ctl;
+  struct cmsghdr *c = CMSG_FIRSTHDR(&h);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  if (sendmsg(sock, &h, 0) != (ssize_t)sizeof m) {
+    perror("sendmsg");
+    exit(1);
+  }
+}
+
+static int recv_msg(int sock, Msg *m) {
+  struct msghdr h = {};
+  struct iovec io = {m, sizeof *m};
+  char ctl[CMSG_SPACE(sizeof(int))] = {};
+  h.msg_iov = &io;
+  h.msg_iovlen = 1;
+  h.msg_control = ctl;
+  h.msg_controllen = sizeof ctl;
+  if (recvmsg(sock, &h, MSG_WAITALL) != (ssize_t)sizeof *m) {
+    perror("recvmsg");
+    exit(1);
+  }
+  struct cmsghdr *c = CMSG_FIRSTHDR(&h);
+  int fd = -1;
+  if (c && c->cmsg_type == SCM_RIGHTS)
+    memcpy(&fd, CMSG_DATA(c), sizeof(int));
+  return fd;
+}
+
+static CUmemAllocationProp vmm_prop() {
+  CUmemAllocationProp p = {};
+  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.location.id = 0;
+  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return p;
+}
+
+// Maps `h` (`bytes`, a multiple of the granularity) read-write for device 0.
+static char *vmm_map(CUmemGenericAllocationHandle h, size_t bytes) {
+  CUdeviceptr va;
+  CU(cuMemAddressReserve(&va, bytes, 0, 0, 0));
+  CU(cuMemMap(va, bytes, 0, h, 0));
+  CUmemAccessDesc a = {};
+  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  a.location.id = 0;
+  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU(cuMemSetAccess(va, bytes, &a, 1));
+  return (char *)va;
+}
 
 struct Piece {
   const int4 *src;
@@ -67,16 +149,30 @@ int main() {
     return 1;
   }
   pid_t pid = fork();
+  const size_t mib2 = (size_t)2 << 20, rounded = (total + mib2 - 1) / mib2 * mib2;
   if (pid > 0) { // the owner: a trainer's arena, exported; waits (blocked) until the child is done
     CK(cudaSetDevice(0));
-    void *src;
-    CK(cudaMalloc(&src, total));
-    CK(cudaMemset(src, 7, total));
+    CU(cuInit(0));
+    Msg m = {};
+    void *exact, *round;
+    CK(cudaMalloc(&exact, total));
+    CK(cudaMalloc(&round, rounded));
+    CK(cudaMemset(exact, 7, total));
+    CK(cudaMemset(round, 7, rounded));
+    CK(cudaIpcGetMemHandle(&m.exact, exact));
+    CK(cudaIpcGetMemHandle(&m.rounded, round));
+    CUmemAllocationProp p = vmm_prop();
+    size_t g = 0;
+    CU(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    m.vmm_bytes = (total + g - 1) / g * g;
+    CUmemGenericAllocationHandle h;
+    CU(cuMemCreate(&h, m.vmm_bytes, &p, 0));
+    char *v = vmm_map(h, m.vmm_bytes);
+    CK(cudaMemset(v, 7, m.vmm_bytes));
     CK(cudaDeviceSynchronize());
-    cudaIpcMemHandle_t h;
-    CK(cudaIpcGetMemHandle(&h, src));
-    if (write(sv[0], &h, sizeof h) != (ssize_t)sizeof h)
-      perror("write");
+    int fd;
+    CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    send_msg(sv[0], fd, m);
     char done;
     if (read(sv[0], &done, 1) != 1)
       perror("read");
@@ -85,16 +181,19 @@ int main() {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
   }
   CK(cudaSetDevice(0));
-  cudaIpcMemHandle_t h;
-  if (read(sv[1], &h, sizeof h) != (ssize_t)sizeof h) {
-    perror("read");
-    return 1;
-  }
-  char *peer, *own, *dst;
-  CK(cudaIpcOpenMemHandle((void **)&peer, h, cudaIpcMemLazyEnablePeerAccess));
+  CU(cuInit(0));
+  Msg m;
+  int fd = recv_msg(sv[1], &m);
+  char *own, *dst, *exact, *round;
   CK(cudaMalloc(&own, total));
   CK(cudaMalloc(&dst, total));
   CK(cudaMemset(own, 7, total));
+  CK(cudaIpcOpenMemHandle((void **)&exact, m.exact, cudaIpcMemLazyEnablePeerAccess));
+  CK(cudaIpcOpenMemHandle((void **)&round, m.rounded, cudaIpcMemLazyEnablePeerAccess));
+  CUmemGenericAllocationHandle vh;
+  CU(cuMemImportFromShareableHandle(&vh, (void *)(uintptr_t)fd,
+                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+  char *vmm = vmm_map(vh, m.vmm_bytes);
   cudaStream_t s, st[4];
   CK(cudaStreamCreate(&s));
   cudaEvent_t a, b, go, join[4];
@@ -122,14 +221,16 @@ int main() {
     double med = t[t.size() / 2];
     if (ref == 0)
       ref = med;
-    printf("%-48s %8.3f ms %8.1f GB/s  %5.3f of own contiguous\n", name, med, total / med / 1e6,
+    printf("%-52s %8.3f ms %8.1f GB/s  %5.3f of own contiguous\n", name, med, total / med / 1e6,
            ref / med);
   };
-  printf("# %zu bytes in %zu pieces, one GPU, two processes (the parent owns `peer`)\n", total,
-         sizes.size());
-  for (int from_peer = 0; from_peer < 2; from_peer++) {
-    char *src = from_peer ? peer : own;
-    const char *who = from_peer ? "peer (cudaIpc)" : "own";
+  printf("# %zu bytes in %zu pieces, one GPU, two processes (the parent owns the peer sources)\n",
+         total, sizes.size());
+  char *const sources[] = {own, exact, round, vmm};
+  const char *const names[] = {"own", "peer cudaIpc exact", "peer cudaIpc 2MiB", "peer VMM fd"};
+  for (int from = 0; from < 4; from++) {
+    char *src = sources[from];
+    const char *who = names[from];
     std::vector<Piece> pcs;
     size_t so = 0, doff = total;
     for (size_t bytes : sizes) { // destinations in reverse order
@@ -182,7 +283,8 @@ int main() {
     CK(cudaFree(dcp));
     CK(cudaFree(dco));
   }
-  CK(cudaIpcCloseMemHandle(peer));
+  CK(cudaIpcCloseMemHandle(exact));
+  CK(cudaIpcCloseMemHandle(round));
   char done = 1;
   if (write(sv[1], &done, 1) != 1)
     perror("write");

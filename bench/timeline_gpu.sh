@@ -19,7 +19,7 @@ BUDGET=${BUDGET:-480}
 if [ ! -x build-gpu/refit ]; then
   log "build (REFIT_GIT_COMMIT=${REFIT_GIT_COMMIT:-from .git})"
   mkdir -p build-gpu
-  (nvcc -O3 -arch=sm_90 -std=c++17 -o build-gpu/ipcpieces bench/ipcpieces.cu >"$OUT/probe-build.txt" 2>&1) &
+  (nvcc -O3 -arch=sm_90 -std=c++17 -o build-gpu/ipcpieces bench/ipcpieces.cu -lcuda >"$OUT/probe-build.txt" 2>&1) &
   cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/build.txt" 2>&1 &&
     cmake --build build-gpu -j"$(nproc)" --target refit >>"$OUT/build.txt" 2>&1 || {
     tail -40 "$OUT/build.txt"
