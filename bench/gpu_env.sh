@@ -7,15 +7,16 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABL
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
 MPI=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE=0)
 # job NAME CMD...: one refit job, its output in $OUT/NAME.txt with its exit code, the last
-# JOB_TAIL lines (default 12) without the per-rank log and placement lines in the summary;
-# each job ends after JOB_TIMEOUT seconds (default 300).
+# JOB_TAIL lines (default 12) without the per-rank log, placement and REFIT_TIMELINE lines in
+# the summary; each job ends after JOB_TIMEOUT seconds (default 300).
 job() {
   local name=$1
   shift
   log "$name: $*"
   timeout "${JOB_TIMEOUT:-300}" "$@" >"$OUT/$name.txt" 2>&1
   echo "exit $?" >>"$OUT/$name.txt"
-  grep -v '^refit\[' "$OUT/$name.txt" | grep -v '^#  rank' | tail -"${JOB_TAIL:-12}" |
+  grep -v '^refit\[' "$OUT/$name.txt" | grep -v '^#  rank' | grep -v '^timeline rank' |
+    tail -"${JOB_TAIL:-12}" |
     tee -a "$OUT/summary.txt"
 }
 # build_gpu: configures and builds build-gpu (Release) unless BUILT=1 says it is there.

@@ -202,6 +202,7 @@ void rf_engine_free(rf_engine *e) {
         rf_mem_free(e->wire, e->staging[dir][k], e->staging_bytes[dir]);
   rf_mem_timer_free(&e->pack_timer);
   rf_mem_timer_free(&e->unpack_timer);
+  rf_mem_timer_free(&e->timeline_timer);
   for (int f = 0; f < RF_FAMILY_COUNT; f++)
     free(e->peer_offsets[f]);
   free(e->notes);

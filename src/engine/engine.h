@@ -118,6 +118,11 @@ typedef struct {
   int mapped_rounds; /* fanout over it in rounds (rf_engine_set_mapped_rounds), else stages */
   int64_t *peer_offsets[RF_FAMILY_COUNT]; /* [family][rank * tensors + tensor]; rollout: rank 0 */
   char *notes;                            /* one byte per world rank and direction for the notes */
+  /* REFIT_TIMELINE set (and not 0): each mapped stage prints a line of its steps' host times
+   * and its copies' GPU time (engine_mapped.c); timeline_calls numbers the stages run. */
+  int timeline;
+  long timeline_calls;
+  rf_mem_timer timeline_timer;
 
   rf_schedule reshape, transfer;
   rf_schedule *forward; /* [plan->forward_depth]: one per step of fanout's forward stage */

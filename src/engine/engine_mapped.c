@@ -21,7 +21,15 @@
  *
  * The notes ride on the transport's messages (MPI inside ipc) and every wait is
  * bounded by --timeout, so a stalled peer ends the run with an error. Offsets inside a peer's
- * arenas come from rf_buffers_offsets, a pure function of the plan. */
+ * arenas come from rf_buffers_offsets, a pure function of the plan.
+ *
+ * REFIT_TIMELINE=1 in the environment (issue 16) makes every rank print one line per exchange
+ * to stderr: its start on CLOCK_MONOTONIC (shared by the processes of a node, so the ranks'
+ * lines line up) and the milliseconds of each step: the GPU sync before the first notes, the
+ * first notes, the copies' launches (host), the waits for them (host) and their GPU time
+ * (CUDA events around each launch, on refit's stream), the second notes. Off, it costs one
+ * branch a step. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +148,9 @@ rf_status engine_mapped_init(rf_engine *e) {
    * writes into the rollout's (H200, Llama-3.1-8B: 12.1 ms push against 14.2 ms pull; in
    * HF order both take 9.3 ms and pull stays). */
   e->push = rf_engine_pushes(plan);
+  const char *tl = getenv("REFIT_TIMELINE");
+  e->timeline = tl && *tl && strcmp(tl, "0") != 0;
+  e->timeline_timer.kind = e->memory;
   if (!data->exposed) {
     /* Every rank learns the worst outcome: over the control plane, or, for a transport that
      * has none (the in-process loopback of the tests), from its own collective expose. */
@@ -187,6 +198,8 @@ typedef struct {
   int ranks; /* ranks of the channel */
   rf_box_copy *batch;
   int count, cap;
+  double launch, wait; /* REFIT_TIMELINE: host seconds in the copies' launches and waits */
+  int launches;
 } mapped_ctx;
 
 /* Sends a note to every rank flagged in `to` and receives one from every rank flagged in
@@ -207,10 +220,23 @@ static rf_status exchange_notes(mapped_ctx *c, const char *to, const char *from,
 }
 
 static rf_status flush(mapped_ctx *c, int wait) {
-  rf_status st = c->count ? rf_copy_boxes(c->e->memory, c->batch, c->count) : RF_OK;
+  int timed = c->e->timeline && c->count;
+  double t0 = timed ? rf_now() : 0;
+  if (timed) {
+    rf_mem_timer_begin(&c->e->timeline_timer);
+    c->launches++;
+  }
+  rf_status st = c->count ? rf_copy_boxes_mapped(c->e->memory, c->batch, c->count) : RF_OK;
+  if (timed)
+    rf_mem_timer_end(&c->e->timeline_timer);
   c->count = 0;
+  double t1 = c->e->timeline ? rf_now() : 0;
   if (st == RF_OK && wait)
     st = rf_mem_sync(c->e->memory);
+  if (timed)
+    c->launch += t1 - t0;
+  if (c->e->timeline && wait)
+    c->wait += rf_now() - t1;
   return st;
 }
 
@@ -278,18 +304,34 @@ static rf_status run_exchange(rf_engine *e, rf_channel channel, const mapped_ite
   /* Pull: sources say ready, destinations copy and say done. Push: destinations say ready,
    * sources copy and say written. The side that copies waits for the other's first note. */
   char *first_to = e->push ? fed_by : feeds, *first_from = e->push ? feeds : fed_by;
+  double at[5] = {start, start, start, start, start}; /* REFIT_TIMELINE: after each step */
   rf_status st = rf_mem_sync(e->memory); /* what I offer is complete before anyone copies */
+  at[1] = rf_now();
   if (st == RF_OK)
     st = exchange_notes(&c, first_to, first_from,
                         e->push ? "the destinations' ready notes" : "the sources' ready notes");
+  at[2] = rf_now();
   if (st == RF_OK)
     st = copy_items(&c);
+  at[3] = rf_now();
   if (st == RF_OK)
     st = exchange_notes(&c, first_from, first_to,
                         e->push ? "the sources' written notes" : "the destinations' done notes");
+  at[4] = rf_now();
   free(c.batch);
   free(flags);
-  times[RF_PHASE_TRANSFER] += rf_now() - start;
+  times[RF_PHASE_TRANSFER] += at[4] - start;
+  if (e->timeline && st == RF_OK) {
+    double gpu = rf_mem_timer_take(&e->timeline_timer);
+    fprintf(stderr,
+            "timeline rank %d %s stage %d call %ld: start %.6f s; sync %.3f notes1 %.3f "
+            "copies %.3f (launch %.3f wait %.3f gpu %.3f, %d launches) notes2 %.3f "
+            "total %.3f ms\n",
+            e->world_rank, rf_mode_name(e->mode), item_count ? (int)items[0].s->stage : -1,
+            e->timeline_calls++, start, 1e3 * (at[1] - at[0]), 1e3 * (at[2] - at[1]),
+            1e3 * (at[3] - at[2]), 1e3 * c.launch, 1e3 * c.wait, 1e3 * gpu, c.launches,
+            1e3 * (at[4] - at[3]), 1e3 * (at[4] - at[0]));
+  }
   return st;
 }
 

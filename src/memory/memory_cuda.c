@@ -6,6 +6,7 @@
  * synchronize that stream, not the device, so they never wait for another library's work. */
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "memory/memory_gpu.h"
@@ -128,9 +129,18 @@ void rf_mem_pinned_free(void *ptr) {
     RF_WARN("cudaFreeHost failed: %s", cudaGetErrorString(cudaGetLastError()));
 }
 
+/* REFIT_DEVICE_ALLOC_ROUND=N (bytes, an experiment of issue 16): every device allocation is
+ * rounded up to a multiple of N, to measure whether the size of an arena that another process
+ * maps (ipc) changes how fast it is read there (bench/timeline_gpu.sh). Unset: sizes as asked. */
+static size_t alloc_round(size_t bytes) {
+  const char *env = getenv("REFIT_DEVICE_ALLOC_ROUND");
+  unsigned long long n = env ? strtoull(env, NULL, 10) : 0;
+  return n > 1 && bytes % n ? (bytes / n + 1) * n : bytes;
+}
+
 rf_status rf_mem_device_alloc(size_t bytes, const char *what, void **out) {
   *out = NULL;
-  cudaError_t rc = cudaMalloc(out, bytes ? bytes : 64);
+  cudaError_t rc = cudaMalloc(out, bytes ? alloc_round(bytes) : 64);
   if (rc != cudaSuccess) {
     *out = NULL;
     return alloc_failed(rc, "device", bytes, what);

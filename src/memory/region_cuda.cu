@@ -34,8 +34,12 @@
  * other's ramps), where the best simple kernel stays at 0.93; a one-process refit measured
  * the same gain (0.94 of a device copy with kernels, 1.00 under --copy auto). Copies through
  * another process's mapping measured the other way (0.84 with kernels, 0.78 on the engines),
- * so auto leaves those (`mapped`) to kernels. Strided boxes take cudaMemcpy2DAsync only under
- * --copy engine, and transposes always take kernels.
+ * so auto leaves those (`mapped`) to kernels. The cost was later traced to the exported
+ * allocation's size, not to the mapping: an arena that is not a multiple of 2 MiB is read at
+ * 0.78-0.84 through another process's cudaIpc mapping, one rounded up to 2 MiB at full speed,
+ * and then the engines win there too (results/h200/README.md, REFIT_DEVICE_ALLOC_ROUND).
+ * Strided boxes take cudaMemcpy2DAsync only under --copy engine, and transposes always take
+ * kernels.
  *
  * The piece table lives in a ring of pinned host buffers and matching device buffers, grown
  * only when a batch is larger than any before. An event per slot says when the kernels that
