@@ -367,10 +367,10 @@ const rf_cli_option rf_cli_options[] = {
      .unit = "",
      .commands = RUN,
      .help = "what moves copies in GPU memory: auto = the copy engines (four streams) for "
-             "dense runs of 256 KiB or more in this process's memory, refit's copy kernels for "
-             "the rest and for copies through another process's mapping (ipc); kernel = the "
-             "kernels alone; engine = the copy engines for every run and 2-D box (transposes "
-             "stay kernels)"},
+             "dense runs of 256 KiB or more, also through another process's mapping (ipc), "
+             "refit's copy kernels for strided and transposed boxes; kernel = the kernels "
+             "alone; engine = the copy engines for every run and 2-D box (transposes stay "
+             "kernels)"},
     {.name = "mapped-rounds",
      .type = RF_OPT_ENUM,
      NAMES(rf_mapped_rounds, RF_MAPPED_ROUNDS_COUNT),

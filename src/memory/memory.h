@@ -34,8 +34,9 @@ RF_ENUM_DECLARE(rf_mem_request);
 /* --copy: what moves a device box copy. auto (the default) chooses per piece, as an H200
  * measured (results/h200/README.md, "Copy engines"): the copy engines (cudaMemcpyAsync spread
  * over several streams, so that their per-copy ramps overlap) for a dense run of at least
- * RF_COPY_ENGINE_MIN bytes in this process's memory, kernels for strided and transposed boxes
- * and for copies through another process's mapping (rf_copy_boxes_mapped). kernel always
+ * RF_COPY_ENGINE_MIN bytes, in this process's memory or through another process's mapping
+ * (device allocations are rounded up to 2 MiB, without which reads through a mapping lose on
+ * the engines: rf_copy_boxes_mapped), kernels for strided and transposed boxes. kernel always
  * takes refit's kernels; engine moves every run and 2-D strided box (cudaMemcpy2DAsync) on the
  * engines and leaves only transposes to kernels. Host copies ignore it. */
 #define RF_COPY_PATH_LIST(X)                                                                       \
@@ -112,8 +113,10 @@ typedef struct {
 rf_status rf_copy_boxes(rf_mem_kind kind, const rf_box_copy *copies, int count);
 
 /* The same for copies that read or write another process's memory mapped into this one (the
- * ipc transport): under --copy auto they take kernels, which an H200 measured faster there
- * than the copy engines (results/h200/README.md, "Copy engines"). */
+ * ipc transport): under --copy auto they take the engines like the others, unless
+ * REFIT_DEVICE_ALLOC_ROUND turned off the 2 MiB rounding of device allocations; then kernels,
+ * which an H200 measured faster through a mapping of an allocation of another size
+ * (results/h200/README.md, "The cause: the size of the exported allocation"). */
 rf_status rf_copy_boxes_mapped(rf_mem_kind kind, const rf_box_copy *copies, int count);
 
 /* Sets `bytes` of `kind` memory to zero. */

@@ -129,12 +129,19 @@ void rf_mem_pinned_free(void *ptr) {
     RF_WARN("cudaFreeHost failed: %s", cudaGetErrorString(cudaGetLastError()));
 }
 
-/* REFIT_DEVICE_ALLOC_ROUND=N (bytes, an experiment of issue 16): every device allocation is
- * rounded up to a multiple of N, to measure whether the size of an arena that another process
- * maps (ipc) changes how fast it is read there (bench/timeline_gpu.sh). Unset: sizes as asked. */
-static size_t alloc_round(size_t bytes) {
+/* Every device allocation is rounded up to a multiple of 2 MiB. On the H200 an arena that is
+ * not one is read at 0.78-0.84 of a device copy through another process's cudaIpc mapping,
+ * and at full speed once rounded (results/h200/README.md, "Where the two-process ipc time
+ * goes"); the waste is under 2 MiB an arena. REFIT_DEVICE_ALLOC_ROUND=N (bytes) sets another
+ * granule, 1 for the sizes as asked, to measure the difference (bench/mapping_gpu.sh). */
+size_t rf_gpu_alloc_granule(void) {
   const char *env = getenv("REFIT_DEVICE_ALLOC_ROUND");
-  unsigned long long n = env ? strtoull(env, NULL, 10) : 0;
+  unsigned long long n = env && *env ? strtoull(env, NULL, 10) : 0;
+  return n >= 1 ? (size_t)n : (size_t)2 << 20;
+}
+
+static size_t alloc_round(size_t bytes) {
+  size_t n = rf_gpu_alloc_granule();
   return n > 1 && bytes % n ? (bytes / n + 1) * n : bytes;
 }
 

@@ -28,6 +28,8 @@ rf_status rf_gpu_sync(void);
 
 /* rf_mem_set_copy_path's device half: an rf_copy_path, for every later rf_gpu_copy_boxes. */
 void rf_gpu_set_copy_path(int path);
+/* The multiple every device allocation is rounded up to (2 MiB; REFIT_DEVICE_ALLOC_ROUND). */
+size_t rf_gpu_alloc_granule(void);
 
 /* refit's one CUDA stream (a cudaStream_t), created on first use, so only after
  * rf_gpu_select has made this rank's GPU current. Every kernel and copy of the memory and

@@ -34,10 +34,12 @@
  * other's ramps), where the best simple kernel stays at 0.93; a one-process refit measured
  * the same gain (0.94 of a device copy with kernels, 1.00 under --copy auto). Copies through
  * another process's mapping measured the other way (0.84 with kernels, 0.78 on the engines),
- * so auto leaves those (`mapped`) to kernels. The cost was later traced to the exported
+ * and auto left those (`mapped`) to kernels. The cost was then traced to the exported
  * allocation's size, not to the mapping: an arena that is not a multiple of 2 MiB is read at
  * 0.78-0.84 through another process's cudaIpc mapping, one rounded up to 2 MiB at full speed,
- * and then the engines win there too (results/h200/README.md, REFIT_DEVICE_ALLOC_ROUND).
+ * and then the engines win there too (results/h200/README.md). refit rounds every device
+ * allocation up to 2 MiB (memory_cuda.c), so auto takes the engines through mappings as well,
+ * and kernels there only when REFIT_DEVICE_ALLOC_ROUND turns the rounding off.
  * Strided boxes take cudaMemcpy2DAsync only under --copy engine, and transposes always take
  * kernels.
  *
@@ -470,7 +472,11 @@ enum { BY_KERNEL, BY_ENGINE_RUN, BY_ENGINE_2D };
 /* Which way a planned piece goes (see the file comment). Only the line classes qualify: their
  * rows are dense on both sides, so a row is one contiguous run of bytes. */
 int engine_way(const piece &pc, int mapped) {
-  if (copy_path == RF_COPY_KERNEL || (copy_path == RF_COPY_AUTO && mapped) || pc.cls > CLS_LINES1)
+  /* Through a mapping of an allocation that is not a multiple of 2 MiB the engines lose (see
+   * the file comment); refit's own are rounded, unless REFIT_DEVICE_ALLOC_ROUND says not to. */
+  const bool slow_mapping = mapped && rf_gpu_alloc_granule() % ((size_t)2 << 20) != 0;
+  if (copy_path == RF_COPY_KERNEL || (copy_path == RF_COPY_AUTO && slow_mapping) ||
+      pc.cls > CLS_LINES1)
     return BY_KERNEL;
   const int64_t row = pc.n_in * pc.width;
   if (pc.n_out == 1)
