@@ -29,6 +29,27 @@ build_gpu() {
     return 1
   }
 }
+# build_refit_and_probes: unless build-gpu/refit is there, builds its refit target with
+# bench/ipcpieces.cu beside it, and ../shared/probes/ipccopy.cu when carried as
+# carry/probes/ipccopy.cu (bench/timeline_gpu.sh, bench/mapping_gpu.sh).
+build_refit_and_probes() {
+  [ -x build-gpu/refit ] && return 0
+  log "build (REFIT_GIT_COMMIT=${REFIT_GIT_COMMIT:-from .git})"
+  mkdir -p build-gpu
+  (nvcc -O3 -arch=sm_90 -std=c++17 -o build-gpu/ipcpieces bench/ipcpieces.cu -lcuda \
+    >"$OUT/probe-build.txt" 2>&1) &
+  if [ -f carry/probes/ipccopy.cu ]; then
+    (nvcc -O3 -arch=sm_90 -o build-gpu/ipccopy carry/probes/ipccopy.cu -lcuda \
+      >>"$OUT/probe-build.txt" 2>&1) &
+  fi
+  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/build.txt" 2>&1 &&
+    cmake --build build-gpu -j"$(nproc)" --target refit >>"$OUT/build.txt" 2>&1 || {
+    tail -40 "$OUT/build.txt"
+    return 1
+  }
+  wait
+  log "built in $SECONDS s"
+}
 if [ -d carry/deps/usr/include ]; then
   lib=carry/deps/usr/lib/x86_64-linux-gnu
   ln -sfn /usr/lib/x86_64-linux-gnu/libjansson.so.4 $lib/libjansson.so

@@ -13,23 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: bench/mapping_gpu.sh OUTDIR}
 . bench/gpu_env.sh
-if [ ! -x build-gpu/refit ]; then
-  log "build (REFIT_GIT_COMMIT=${REFIT_GIT_COMMIT:-from .git})"
-  mkdir -p build-gpu
-  (nvcc -O3 -arch=sm_90 -std=c++17 -o build-gpu/ipcpieces bench/ipcpieces.cu -lcuda \
-    >"$OUT/probe-build.txt" 2>&1) &
-  if [ -f carry/probes/ipccopy.cu ]; then
-    (nvcc -O3 -arch=sm_90 -o build-gpu/ipccopy carry/probes/ipccopy.cu -lcuda \
-      >>"$OUT/probe-build.txt" 2>&1) &
-  fi
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/build.txt" 2>&1 &&
-    cmake --build build-gpu -j"$(nproc)" --target refit >>"$OUT/build.txt" 2>&1 || {
-    tail -40 "$OUT/build.txt"
-    exit 1
-  }
-  wait
-  log "built in $SECONDS s"
-fi
+build_refit_and_probes || exit 1
 for p in ipcpieces ipccopy; do
   if [ -x build-gpu/$p ]; then
     log "$p"

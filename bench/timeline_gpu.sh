@@ -16,18 +16,7 @@ cd "$(dirname "$0")/.."
 OUT=${1:?usage: bench/timeline_gpu.sh OUTDIR}
 . bench/gpu_env.sh
 BUDGET=${BUDGET:-480}
-if [ ! -x build-gpu/refit ]; then
-  log "build (REFIT_GIT_COMMIT=${REFIT_GIT_COMMIT:-from .git})"
-  mkdir -p build-gpu
-  (nvcc -O3 -arch=sm_90 -std=c++17 -o build-gpu/ipcpieces bench/ipcpieces.cu -lcuda >"$OUT/probe-build.txt" 2>&1) &
-  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release >"$OUT/build.txt" 2>&1 &&
-    cmake --build build-gpu -j"$(nproc)" --target refit >>"$OUT/build.txt" 2>&1 || {
-    tail -40 "$OUT/build.txt"
-    exit 1
-  }
-  wait
-  log "built in $SECONDS s"
-fi
+build_refit_and_probes || exit 1
 R=build-gpu/refit
 export REFIT_TIMELINE=1
 MPI+=(-x REFIT_TIMELINE)
