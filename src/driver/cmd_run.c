@@ -29,7 +29,8 @@ typedef struct {
 /* --memory: GPU transports need the weights on the GPU, shm in shared host memory; mpi takes
  * them from wherever they are, staging device weights through pinned host memory (the
  * baseline GPU users compare the GPU transports with). auto puts them on a GPU when this
- * process sees one. */
+ * process sees one, except for fp8 rollouts, which the engine quantizes in host memory only so
+ * far. */
 static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
   int gpu_transport = rs->transport->memory == RF_MEM_DEVICE;
   if (rs->transport->memory == RF_MEM_SHARED) {
@@ -49,6 +50,8 @@ static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
     rs->memory = RF_MEM_HOST;
   } else if (cfg->memory == RF_MEM_REQUEST_DEVICE || gpu_transport) {
     rs->memory = RF_MEM_DEVICE;
+  } else if (cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8) {
+    rs->memory = RF_MEM_HOST; /* fp8 rollouts move in host memory so far (engine_fp8.c) */
   } else {
     rs->memory = rf_gpu_count() > 0 ? RF_MEM_DEVICE : RF_MEM_HOST;
   }
@@ -62,7 +65,8 @@ static rf_status build_setup(const rf_config *cfg, run_setup *rs) {
   rs->verify_checksum = cfg->verify != RF_VERIFY_NONE;
   int world = 0;
   RF_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  return rf_job_build(cfg, world, &rs->job);
+  RF_TRY(rf_job_build(cfg, world, &rs->job));
+  return rf_run_check_fp8_plan(&rs->job.plan);
 }
 
 static void describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d) {
@@ -121,15 +125,23 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
                            "the rank table");
   if (st == RF_OK && all) {
     const rf_model *m = &job->model;
-    char job_line[512];
+    /* An fp8 rollout says what its plan puts on the wire: fp8 and scales where the sources
+     * quantize, the trainer's dtype where the destinations do. */
+    char fp8[160] = "";
+    if (cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8)
+      snprintf(fp8, sizeof fp8,
+               " (fp8, block-quantized; wire %lld bytes, %d tensors quantized at the source, "
+               "%d at the destination)",
+               (long long)job->plan.wire_transfer_bytes, job->plan.source_tensors,
+               job->plan.destination_tensors);
+    char job_line[640];
     snprintf(job_line, sizeof job_line,
              "%s (%s, %lld bytes, %d tensors); trainer %s (%s, %s order); rollout %s%s; %s; "
              "transport %s (weights in %s memory); verify %s; warmup %lld, iters %lld; "
              "seed %lld",
              m->name, rf_dtype_name(m->dtype), (long long)m->total_bytes, m->tensor_count,
              cfg->trainer, rf_trainer_style_name(cfg->trainer_style),
-             rf_trainer_order_name(cfg->trainer_order), cfg->rollout,
-             cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8 ? " (fp8, block-quantized)" : "",
+             rf_trainer_order_name(cfg->trainer_order), cfg->rollout, fp8,
              rf_placement_name(cfg->placement), cfg->transport, rf_mem_kind_name(rs_memory),
              rf_verify_level_name(cfg->verify), (long long)cfg->warmup, (long long)cfg->iters,
              (long long)cfg->seed);

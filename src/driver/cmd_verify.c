@@ -57,6 +57,17 @@ static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, uin
   return st;
 }
 
+/* Whether a run moved fp8 rollouts: its rollout checksums are then of fp8 bytes and scales
+ * (rf_fp8_checksum), comparable only with another fp8 run's. Runs written before fp8 have no
+ * rollout_dtype attribute and moved the model's dtype. */
+static int run_is_fp8(const char *path, int run) {
+  char dtype[16] = "";
+  rf_log_push_quiet(1);
+  rf_status st = rf_results_run_attribute(path, run, "rollout_dtype", dtype, sizeof dtype);
+  rf_log_pop_quiet();
+  return st == RF_OK && strcmp(dtype, "fp8") == 0;
+}
+
 rf_status rf_cmd_verify(const rf_config *cfg) {
   if (!cfg->reference[0] == !cfg->checkpoint[0])
     return rf_fail(RF_ERR_USAGE, "refit verify needs exactly one of --reference RESULTS.h5 or "
@@ -64,19 +75,34 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
   run_sums mine, ref;
   memset(&ref, 0, sizeof ref);
   RF_TRY(read_sums(cfg->inputs[0], (int)cfg->run, &mine));
-  uint64_t *expected = NULL;
+  uint64_t *expected = NULL, *expected_rollout = NULL;
   rf_status st = RF_OK;
   const char *against = cfg->reference[0] ? cfg->reference : cfg->checkpoint;
-  if (cfg->reference[0]) {
+  int fp8 = run_is_fp8(cfg->inputs[0], mine.run);
+  if (fp8 && !cfg->reference[0])
+    st = rf_fail(RF_ERR_USAGE,
+                 "run %04d of '%s' moved fp8 rollouts, whose checksums are of fp8 bytes and "
+                 "scales that a checkpoint of the model's dtype does not hold; compare it with "
+                 "--reference RESULTS.h5 holding an fp8 run",
+                 mine.run, cfg->inputs[0]);
+  else if (cfg->reference[0]) {
     st = read_sums(cfg->reference, -1, &ref);
+    if (st == RF_OK && fp8 != run_is_fp8(cfg->reference, ref.run))
+      st = rf_fail(RF_ERR_USAGE,
+                   "run %04d of '%s' moved %s rollouts but the reference run %04d of '%s' moved "
+                   "%s; compare fp8 runs with fp8 runs",
+                   mine.run, cfg->inputs[0], fp8 ? "fp8" : "model-dtype", ref.run, cfg->reference,
+                   fp8 ? "model-dtype" : "fp8");
     if (st == RF_OK && ref.count != mine.count)
       st = rf_fail(RF_ERR_RESULTS,
                    "'%s' has %d tensors but the reference '%s' has %d; compare "
                    "runs of the same model",
                    cfg->inputs[0], mine.count, cfg->reference, ref.count);
     expected = ref.trainer;
+    expected_rollout = fp8 ? ref.rollout : ref.trainer;
   } else {
     st = checkpoint_sums(cfg, &mine, &expected);
+    expected_rollout = expected;
   }
   int differ = 0;
   for (int i = 0; i < mine.count && st == RF_OK; i++) {
@@ -88,7 +114,7 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
       break;
     }
     uint64_t want = expected[i];
-    if (mine.trainer[i] == want && mine.rollout[i] == want)
+    if (mine.trainer[i] == want && mine.rollout[i] == expected_rollout[i])
       continue;
     differ++;
     printf("differs: %s  trainer %016llx  rollout %016llx  %s %016llx\n", mine.names[i],

@@ -117,8 +117,22 @@ static void leave_together(double timeout) {
 rf_status rf_run_check_rollout_dtype(const rf_config *cfg) {
   if (cfg->rollout_dtype != RF_ROLLOUT_DTYPE_FP8)
     return RF_OK;
-  return rf_fail(RF_ERR_USAGE, "--rollout-dtype fp8 is planned but not moved yet: use refit "
-                               "plan or refit simulate with it");
+  if (strcmp(cfg->transport, "mpi") != 0)
+    return rf_fail(RF_ERR_USAGE,
+                   "--rollout-dtype fp8 is not moved over the %s transport yet: use --transport "
+                   "mpi --memory host, or refit plan and refit simulate",
+                   cfg->transport);
+  if (cfg->memory == RF_MEM_REQUEST_DEVICE)
+    return rf_fail(RF_ERR_USAGE, "--rollout-dtype fp8 is not moved in GPU memory yet: use "
+                                 "--memory host, or refit plan and refit simulate");
+  return RF_OK;
+}
+
+rf_status rf_run_check_fp8_plan(const rf_plan *plan) {
+  if (plan->layout->rollout.dtype != RF_ROLLOUT_DTYPE_FP8 || plan->forward_depth == 0)
+    return RF_OK;
+  return rf_fail(RF_ERR_USAGE, "--rollout-dtype fp8 is not moved over fanout's forward steps yet: "
+                               "use --plan p2p or star, or refit plan and refit simulate");
 }
 
 /* Whether a sweep lists the rollout dtype: then each combination is checked on its own. */

@@ -36,11 +36,13 @@ void rf_job_free(rf_job *job);
 /* `refit plan`: prints the plan's totals, as text or one JSON object. No MPI. */
 rf_status rf_cmd_plan(const rf_config *cfg);
 
-/* RF_OK when `refit run` can move a job of this configuration's rollout dtype, else one line
- * and RF_ERR_USAGE: fp8 rollouts are planned and simulated, but the data plane does not move
- * them yet. A plain run is refused before MPI is up or any file is made; a sweep skips its fp8
- * combinations with this line as the reason. */
+/* Whether `refit run` can move the rollout dtype the configuration asks for: RF_OK, or
+ * RF_ERR_USAGE with one line. fp8 rollouts move so far in host memory over the mpi transport
+ * (the engine's fp8 path, engine_fp8.c); GPU memory and the other transports are refused
+ * before MPI is up or any file is made, and a sweep skips such combinations with this line as
+ * the reason. rf_run_check_fp8_plan refuses, once the plan is built, fanout's forward steps. */
 rf_status rf_run_check_rollout_dtype(const rf_config *cfg);
+rf_status rf_run_check_fp8_plan(const rf_plan *plan);
 
 /* `refit run`: the MPI-launched transfer. Initialises and finalises MPI itself. */
 rf_status rf_cmd_run(const rf_config *cfg, int *argc, char ***argv);

@@ -33,11 +33,27 @@ rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_che
   if (st == RF_OK && ctl->world_rank == 0) {
     res->checksum_bad = 0;
     for (int t = 0; t < nt; t++) {
-      int bad = ref && ref[t] != sum[t];
+      /* An fp8 tensor's rollout checksum is of its fp8 bytes and scales (rf_fp8_checksum), which
+       * no trainer shard holds: its replicas must agree with each other, and --verify full
+       * compares every byte and scale with the reference quantization. */
+      int fp8 = rf_layout_fp8(&job->layout, t);
+      uint64_t want = fp8 ? sum[nt + t] : sum[t];
+      int bad = !fp8 && ref && ref[t] != sum[t];
       for (int p = 0; p < replicas; p++)
-        bad |= sum[nt + (size_t)p * nt + t] != sum[t];
+        bad |= sum[nt + (size_t)p * nt + t] != want;
       if (!bad || res->checksum_bad++ >= 4)
         continue;
+      if (fp8) {
+        for (int p = 1; p < replicas; p++)
+          if (sum[nt + (size_t)p * nt + t] != want) {
+            RF_ERROR("verify: checksum of %s (fp8) differs between rollout replicas: replica 0 "
+                     "%016llx, replica %d %016llx",
+                     m->tensors[t].name, (unsigned long long)want, p,
+                     (unsigned long long)sum[nt + (size_t)p * nt + t]);
+            break;
+          }
+        continue;
+      }
       /* The checkpoint's checksum only where there is one (no zeros standing in for it). */
       char checkpoint[48] = "";
       if (ref)

@@ -34,7 +34,7 @@ rf_region engine_rollout_region(const rf_engine *e, int tensor, rf_box *held) {
   *held = rf_layout_rollout_box(lay, tensor, e->rollout_rank);
   return rf_region_in_fused(e->data->rollout[slot->local],
                             lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col, held,
-                            engine_esize(e, tensor));
+                            rf_layout_rollout_esize(lay, tensor));
 }
 
 rf_channel engine_channel(rf_stage stage) {
@@ -61,7 +61,7 @@ static rf_region rollout_over(const rf_plan *plan, int tensor, int rank, void *b
   const rf_rollout_slot *slot = &lay->slots[tensor];
   *held = rf_layout_rollout_box(lay, tensor, rank);
   return rf_region_in_fused(base, lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col,
-                            held, rf_tensor_esize(&lay->model->tensors[tensor]));
+                            held, rf_layout_rollout_esize(lay, tensor));
 }
 
 /* A piece's source region over `base`: its source rank's trainer shard, star's coupling
@@ -94,6 +94,10 @@ static rf_region destination_over(const rf_plan *plan, const rf_piece *p, const 
   rf_box held;
   rf_region r = rollout_over(plan, p->tensor, p->dst, base, &held);
   rf_box_intersect(box, &held, kept);
+  /* A destination-quantized fp8 piece lands in the trainer's dtype, row-major over the held
+   * box (the rank's landing buffer), and is quantized after the transfer. */
+  if (rf_piece_quant(plan, p) == RF_QUANT_DESTINATION)
+    return rf_region_row_major(base, &held, esize);
   return r;
 }
 
@@ -108,21 +112,29 @@ rf_region engine_source(const rf_engine *e, const rf_piece *p) {
 
 rf_region engine_destination(const rf_engine *e, const rf_piece *p, const rf_box *box,
                              rf_box *kept) {
-  void *base = p->stage == RF_STAGE_RESHAPE
-                   ? e->data->coupling[p->tensor]
+  void *base = p->stage == RF_STAGE_RESHAPE ? e->data->coupling[p->tensor]
+               : rf_piece_quant(e->plan, p) == RF_QUANT_DESTINATION
+                   ? e->data->landing[p->tensor]
                    : e->data->rollout[e->plan->layout->slots[p->tensor].local];
   return destination_over(e->plan, p, box, base, kept);
 }
 
+/* A source-quantized or forwarded fp8 chunk is fp8 bytes and scales on the wire, which no
+ * buffer holds as one run: it always goes through staging. */
+static int carries_fp8(const rf_plan *plan, const rf_chunk *k) {
+  rf_quant q = rf_piece_quant(plan, &plan->pieces[k->piece]);
+  return q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED;
+}
+
 int rf_engine_send_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, const rf_chunk *k) {
-  if (mode == RF_MODE_FUSED || staged_wire)
+  if (mode == RF_MODE_FUSED || staged_wire || carries_fp8(plan, k))
     return 0;
   rf_region src = source_over(plan, &plan->pieces[k->piece], NULL);
   return rf_region_contiguous(&src, &k->box);
 }
 
 int rf_engine_recv_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, const rf_chunk *k) {
-  if (mode == RF_MODE_FUSED || staged_wire)
+  if (mode == RF_MODE_FUSED || staged_wire || carries_fp8(plan, k))
     return 0;
   rf_box kept;
   rf_region dst = destination_over(plan, &plan->pieces[k->piece], &k->box, NULL, &kept);
@@ -131,13 +143,14 @@ int rf_engine_recv_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, 
 
 int rf_engine_joined_chunks(const rf_plan *plan, rf_mode mode, int staged_wire,
                             const rf_chunk *chunks, int i, int end) {
-  if (mode == RF_MODE_FUSED || staged_wire)
+  if (mode == RF_MODE_FUSED || staged_wire || carries_fp8(plan, &chunks[i]))
     return 1;
   int n = 1;
   while (i + n < end) {
     const rf_piece *prev = &plan->pieces[chunks[i + n - 1].piece];
     const rf_piece *cur = &plan->pieces[chunks[i + n].piece];
-    if (rf_piece_is_local(plan, cur) || !rf_box_equal(&chunks[i + n - 1].box, &prev->box) ||
+    if (rf_piece_is_local(plan, cur) || carries_fp8(plan, &chunks[i + n]) ||
+        !rf_box_equal(&chunks[i + n - 1].box, &prev->box) ||
         !rf_box_equal(&chunks[i + n].box, &cur->box) || !rf_piece_continues(plan, prev, cur))
       break;
     n++;
@@ -147,6 +160,24 @@ int rf_engine_joined_chunks(const rf_plan *plan, rf_mode mode, int staged_wire,
 
 const rf_schedule *engine_stage(const rf_engine *e, int i) {
   return i == 0 ? &e->reshape : i == 1 ? &e->transfer : &e->forward[i - 2];
+}
+
+/* What --rollout-dtype fp8 moves so far: host memory over a message transport, without
+ * fanout's forward steps. The rest is refused before anything is built. */
+static rf_status check_fp8(const rf_engine *e, const rf_transport *tp) {
+  const rf_plan *plan = e->plan;
+  if (plan->layout->rollout.dtype != RF_ROLLOUT_DTYPE_FP8)
+    return RF_OK;
+  const char *missing = e->memory == RF_MEM_DEVICE ? "GPU memory (the quantize kernels)"
+                        : tp->ops->peer_buffer     ? "a mapping transport"
+                        : plan->forward_depth > 0  ? "fanout's forward steps"
+                                                   : NULL;
+  if (!missing)
+    return RF_OK;
+  return rf_fail(RF_ERR_USAGE,
+                 "--rollout-dtype fp8 is not moved over %s yet (%s transport, %s plan); use "
+                 "--memory host with --transport mpi and --plan p2p or star, or refit plan",
+                 missing, tp->ops->name, rf_plan_kind_name(plan->kind));
 }
 
 rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mode mode,
@@ -169,6 +200,7 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
                    "the %s transport moves GPU memory, but the weights are in %s "
                    "memory; drop --memory host",
                    tp->ops->name, rf_mem_kind_name(e->memory));
+  RF_TRY(check_fp8(e, tp));
   e->pack_timer.kind = e->unpack_timer.kind = e->memory;
   rf_layout_roles(plan->layout, world_rank, &e->trainer_rank, &e->rollout_rank);
   RF_TRY(rf_schedule_build(plan, RF_STAGE_RESHAPE, bucket_size, &e->reshape));
@@ -224,6 +256,8 @@ rf_status rf_engine_poison(rf_engine *e) {
     if (e->data->arena[families[i]])
       RF_TRY(
           rf_mem_zero(e->memory, e->data->arena[families[i]], e->data->arena_bytes[families[i]]));
+  if (e->data->landing_arena)
+    RF_TRY(rf_mem_zero(e->memory, e->data->landing_arena, e->data->landing_bytes));
   return rf_mem_sync(e->memory);
 }
 
@@ -244,6 +278,11 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
     /* The transfer and the forward steps in rounds; the forward buckets' pack, transfer and
      * unpack add to the transfer stage's phases. --inject corrupt strikes inside. */
     RF_TRY(engine_run_rounds(e, &e->rounds, 1, times));
+    if (e->data->landing_arena) { /* fp8: the blocks quantized on arrival count as unpacking */
+      double q0 = rf_now();
+      RF_TRY(engine_fp8_finish(e));
+      times[RF_PHASE_UNPACK] += rf_now() - q0;
+    }
     times[RF_PHASE_TOTAL] = rf_now() - start;
     return RF_OK;
   }

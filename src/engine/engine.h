@@ -83,8 +83,15 @@ typedef struct {
   size_t arena_bytes[RF_FAMILY_COUNT];
   void **ptr[RF_FAMILY_COUNT];
   void **shards, **coupling, **rollout; /* = ptr[family], indexed by tensor / rollout tensor */
-  double fill_seconds;                  /* generating or reading the trainer's weights */
-  int exposed;                          /* offered to a mapping transport (ipc) already */
+  /* --rollout-dtype fp8: where destination-quantized pieces land in the trainer's dtype,
+   * [tensor] row-major over this rank's held box (NULL where no such piece comes here), and
+   * [tensor] one mark per block of the held box that such pieces cover (engine_fp8.c). */
+  void *landing_arena;
+  size_t landing_bytes;
+  void **landing;
+  uint8_t **landing_blocks;
+  double fill_seconds; /* generating or reading the trainer's weights */
+  int exposed;         /* offered to a mapping transport (ipc) already */
 } rf_buffers;
 
 /* The trainer shards are read from `checkpoint` when given, else generated from `seed`. */

@@ -104,6 +104,13 @@ int64_t rf_engine_check(rf_engine *e, rf_checkpoint *checkpoint) {
     rf_region r = engine_rollout_region(e, t, &held);
     if (rf_box_is_empty(&held))
       continue;
+    if (rf_layout_fp8(e->plan->layout, t)) { /* bytes and scales against the quantized reference */
+      int64_t w = engine_fp8_check(e, checkpoint, t, &reported);
+      if (w < 0)
+        return -1;
+      wrong += w;
+      continue;
+    }
     rf_mismatch first[4];
     int n = 0;
     int64_t w = 0;
@@ -168,8 +175,11 @@ rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout
       rf_region r = engine_rollout_region(e, t, &held);
       int replica = e->rollout_rank / lay->rollout.tp;
       if (!rf_box_is_empty(&held) && lowest_rollout_holder(lay, t, e->rollout_rank, &held)) {
-        RF_TRY(
-            rf_checksum_region_on(e->memory, &r, &held, &m->tensors[t], m->tensors[t].dtype, &sum));
+        if (rf_layout_fp8(lay, t))
+          sum = engine_fp8_checksum(e, t); /* host memory only (check_fp8 in engine.c) */
+        else
+          RF_TRY(rf_checksum_region_on(e->memory, &r, &held, &m->tensors[t], m->tensors[t].dtype,
+                                       &sum));
         /* An expert under rollout ep lives on one rank and serves every replica. */
         int shared = rf_layout_rollout_shared(lay, t);
         for (int p = shared ? 0 : replica; p < (shared ? lay->rollout.dp : replica + 1); p++)

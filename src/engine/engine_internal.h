@@ -94,4 +94,29 @@ int engine_corrupt_round(const rf_engine *e);
  * fused), and for grouped the group breaks that keep every round inside it (engine_staging.c). */
 rf_status engine_alloc_staging(rf_engine *e);
 
+/* ---- fp8 rollouts (engine_fp8.c) ---- */
+
+/* The 128x128 blocks a box touches, in block coordinates. */
+rf_box engine_fp8_blocks_of(const rf_box *box);
+/* Rollout rank `rollout_rank`'s scales of fp8 tensor `tensor` in block coordinates (*blocks:
+ * the blocks of its held box), over the rollout tensors at `rollout` (NULL: geometry only). */
+rf_region engine_fp8_scale_region(const rf_plan *plan, void *const *rollout, int tensor,
+                                  int rollout_rank, rf_box *blocks);
+/* A source-quantized chunk: packs `box` of src as fp8 bytes and scales at `to`; unpacks them
+ * from `from` into this rank's fp8 tensor and scales; or, for a local piece, quantizes `box`
+ * straight from its source into them. */
+rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region *src,
+                          const rf_box *box, char *to);
+rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box *box, char *from);
+rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_box *box);
+/* After the transfer: quantizes every block that destination-quantized pieces brought into
+ * this rank's landing buffers. */
+rf_status engine_fp8_finish(rf_engine *e);
+/* Every fp8 byte and scale of this rank's part of fp8 tensor t against the reference from the
+ * generator (or the checkpoint): the count of wrong ones (-1: the reference failed); logs the
+ * first few while *reported is below 4. */
+int64_t engine_fp8_check(const rf_engine *e, rf_checkpoint *ckpt, int t, int *reported);
+/* rf_fp8_checksum of this rank's part of fp8 tensor t. */
+uint64_t engine_fp8_checksum(const rf_engine *e, int t);
+
 #endif

@@ -68,11 +68,17 @@ static rf_status copy_box(stage_ctx *c, const rf_region *dst, const rf_region *s
   return rf_box_is_empty(box) ? RF_OK : rf_copy_boxes(c->e->memory, &copy, 1);
 }
 
+/* Whether a chunk's piece travels as fp8 bytes and scales that its source quantizes. */
+static int source_quantized(const stage_ctx *c, const rf_chunk *k) {
+  return rf_piece_quant(c->e->plan, piece_of(c, k)) == RF_QUANT_SOURCE;
+}
+
 static rf_status pack(stage_ctx *c, const rf_chunk *k, char *to) {
   rf_region src = engine_source(c->e, piece_of(c, k));
   rf_region staging = rf_region_row_major(to, &k->box, engine_esize(c->e, piece_of(c, k)->tensor));
   rf_mem_timer_begin(&c->e->pack_timer);
-  rf_status st = copy_box(c, &staging, &src, &k->box);
+  rf_status st = source_quantized(c, k) ? engine_fp8_pack(c->e, piece_of(c, k), &src, &k->box, to)
+                                        : copy_box(c, &staging, &src, &k->box);
   rf_mem_timer_end(&c->e->pack_timer);
   return st;
 }
@@ -83,7 +89,8 @@ static rf_status unpack(stage_ctx *c, const rf_chunk *k, char *from) {
   rf_region staging =
       rf_region_row_major(from, &k->box, engine_esize(c->e, piece_of(c, k)->tensor));
   rf_mem_timer_begin(&c->e->unpack_timer);
-  rf_status st = copy_box(c, &dst, &staging, &kept);
+  rf_status st = source_quantized(c, k) ? engine_fp8_unpack(c->e, piece_of(c, k), &k->box, from)
+                                        : copy_box(c, &dst, &staging, &kept);
   rf_mem_timer_end(&c->e->unpack_timer);
   return st;
 }
@@ -92,6 +99,8 @@ static rf_status unpack(stage_ctx *c, const rf_chunk *k, char *from) {
  * batch: on a GPU that is one kernel launch instead of one per piece. */
 static rf_status copy_local(stage_ctx *c, const rf_chunk *k) {
   engine_round *r = c->r;
+  if (source_quantized(c, k)) /* quantized on the way, at once: not a plain box copy */
+    return engine_fp8_local(c->e, piece_of(c, k), &k->box);
   rf_box kept;
   rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
   rf_region src = engine_source(c->e, piece_of(c, k));

@@ -174,6 +174,9 @@ int rf_layout_rollout_split_dim(const rf_layout *lay, int tensor);
 #define RF_FP8_BLOCK_EDGE 128
 /* Whether the rollout receives logical tensor `tensor` quantized to fp8. */
 int rf_layout_fp8(const rf_layout *lay, int tensor);
+/* Bytes per element of logical tensor `tensor` in the rollout's tensors: 1 where the rollout
+ * receives it as fp8, else its own dtype's. */
+int rf_layout_rollout_esize(const rf_layout *lay, int tensor);
 /* The 128x128 blocks of the HF tensor's grid that a box touches. */
 int64_t rf_layout_fp8_blocks(const rf_box *box);
 /* Whether every edge of a box lies on the HF tensor's block grid (a multiple of 128, or the

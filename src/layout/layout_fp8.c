@@ -48,6 +48,11 @@ int rf_layout_fp8(const rf_layout *lay, int tensor) {
   }
 }
 
+int rf_layout_rollout_esize(const rf_layout *lay, int tensor) {
+  return rf_layout_fp8(lay, tensor) ? rf_dtype_size(RF_DTYPE_FP8)
+                                    : rf_tensor_esize(&lay->model->tensors[tensor]);
+}
+
 int64_t rf_layout_fp8_blocks(const rf_box *b) {
   if (rf_box_is_empty(b))
     return 0;

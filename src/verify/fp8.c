@@ -12,6 +12,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "verify/values.h"
+
 _Static_assert(FLT_EVAL_METHOD == 0, "fp8.c needs float arithmetic evaluated in float (SSE)");
 
 static uint32_t bits_of(float f) {
@@ -172,4 +174,22 @@ rf_status rf_fp8_quantize_ref(const char *name, const void *x, rf_dtype dt, int6
       rf_fp8_quantize_with_amax(bx, dt, row_stride, nr, nc, amax, q + r0 * cols + c0, cols);
     }
   return RF_OK;
+}
+
+/* Scale terms are told apart from the weights' by a tensor id no tensor has (the top bit). */
+uint64_t rf_fp8_checksum(const rf_tensor *t, const rf_region *q, const rf_box *held,
+                         const rf_region *scale, const rf_box *blocks) {
+  int32_t scale_id = (int32_t)((uint32_t)t->id | 0x80000000u);
+  int64_t grid = (t->shape[1] + RF_FP8_BLOCK - 1) / RF_FP8_BLOCK;
+  uint64_t sum = 0;
+  for (int64_t i = held->lo[0]; i < held->hi[0]; i++)
+    for (int64_t j = held->lo[1]; j < held->hi[1]; j++)
+      sum += rf_checksum_term(t->id, i * t->shape[1] + j, *(const uint8_t *)rf_region_at(q, i, j));
+  for (int64_t bi = blocks->lo[0]; bi < blocks->hi[0]; bi++)
+    for (int64_t bj = blocks->lo[1]; bj < blocks->hi[1]; bj++) {
+      uint32_t bits;
+      memcpy(&bits, rf_region_at(scale, bi, bj), sizeof bits);
+      sum += rf_checksum_term(scale_id, bi * grid + bj, bits);
+    }
+  return sum;
 }

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "memory/memory.h"
 #include "model/model.h"
 
 /* The side of a scaling block, and the largest finite e4m3fn value (code 0x7e). */
@@ -55,5 +56,13 @@ void rf_fp8_quantize_with_amax(const void *x, rf_dtype dt, int64_t row_stride, i
  * that holds inf or NaN, which has no finite scale (RF_ERR_CHECKPOINT). */
 rf_status rf_fp8_quantize_ref(const char *name, const void *x, rf_dtype dt, int64_t rows,
                               int64_t cols, int64_t row_stride, uint8_t *q, float *scale_inv);
+
+/* The layout-invariant checksum of an fp8 rollout tensor's part: the checksum terms
+ * (verify.h) of its fp8 bytes at their global row-major indices, plus those of its fp32 scales
+ * at their global block indices (block row * block columns + block column) under tensor id
+ * id | 2^31, so that a scale cannot stand in for a weight byte. `q` holds `held` (fp8), `scale`
+ * holds `blocks` (one fp32 per block, in block coordinates); host memory. */
+uint64_t rf_fp8_checksum(const rf_tensor *t, const rf_region *q, const rf_box *held,
+                         const rf_region *scale, const rf_box *blocks);
 
 #endif

@@ -67,15 +67,69 @@ expect_error 2 "refit: error: --rollout-dtype fp8: tensor 'model.layers.0.mlp.ga
 expect_error 2 "refit: error: option --rollout-dtype: 'fp4' is not one of model|fp8" \
   "$REFIT" plan --model llama-3.1-8b --rollout-dtype fp4
 
-# refit run refuses fp8 before MPI or any file: alone, and under mpirun printed once.
-expect_error 2 "$not_moved" "$REFIT" run --model tiny --rollout-dtype fp8 --output "$TMP/run.h5"
-[ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 created its results file"
-expect_error_mpi 2 "$not_moved" "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --rollout-dtype fp8 --output "$TMP/run.h5"
+# refit run moves fp8 in host memory over mpi (engine_fp8.c). Everything else is refused before
+# MPI or any file: alone, under mpirun printed once, and as a sweep's skipped combination.
+not_moved="refit: error: --rollout-dtype fp8 is not moved over the shm transport yet: use --transport mpi --memory host, or refit plan and refit simulate"
+expect_error 2 "$not_moved" "$REFIT" run --model tiny --rollout-dtype fp8 --transport shm --output "$TMP/run.h5"
+[ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 --transport shm created its results file"
+expect_error_mpi 2 "$not_moved" "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --rollout-dtype fp8 --transport shm --output "$TMP/run.h5"
 [ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 under mpirun created its results file"
-# A sweep skips its fp8 combinations with the same reason.
-expect_exit 0 "$REFIT" run --model tiny --rollout-dtype model,fp8 --dry-run
+expect_error 2 "refit: error: --rollout-dtype fp8 is not moved in GPU memory yet: use --memory host, or refit plan and refit simulate" \
+  "$REFIT" run --model tiny --rollout-dtype fp8 --memory device
+expect_exit 0 "$REFIT" run --model tiny --rollout-dtype model,fp8 --transport shm --dry-run
 expect_grep "run 1/2: rollout_dtype=model" "$TMP/out"
-expect_grep "skip 2/2: rollout_dtype=fp8: --rollout-dtype fp8 is planned but not moved yet: use refit plan or refit simulate with it" "$TMP/out"
+expect_grep "skip 2/2: rollout_dtype=fp8: --rollout-dtype fp8 is not moved over the shm transport yet: use --transport mpi --memory host, or refit plan and refit simulate" "$TMP/out"
+# Fanout's forward steps are refused once the plan is built (two replicas forward).
+small="$REFIT_SOURCE_DIR/tests/data/fp8-small.json"
+expect_error_mpi 2 "refit: error: --rollout-dtype fp8 is not moved over fanout's forward steps yet: use --plan p2p or star, or refit plan and refit simulate" \
+  "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=1,dp=2 --plan fanout --rollout-dtype fp8 --output "$TMP/run.h5"
+[ -e "$TMP/run.h5" ] && fail "refit run --plan fanout --rollout-dtype fp8 created its results file"
+
+# A real fp8 refit: fp8-small (every tensor whole blocks) from fsdp=2 to tp=2, p2p and star,
+# every mode, --verify full. The trainer's shards hold whole blocks: 7 tensors are quantized at
+# the source, and the wire carries 1182880 of p2p's 1838080 bytes and 1707168 of star's
+# (refit plan's figures; star's transfer moves whole coupling buffers).
+for plan in p2p:1182880 star:1707168; do
+  wire=${plan#*:} plan=${plan%:*}
+  expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
+    --rollout-dtype fp8 --plan $plan --mode unfused,grouped,fused --iters 2 --verify full --output "$TMP/fp8-$plan.h5"
+  expect_grep "rollout tp=2 (fp8, block-quantized; wire $wire bytes, 7 tensors quantized at the source, 0 at the destination)" "$TMP/out"
+  expect_grep "# PASS" "$TMP/out"
+  [ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "fp8 $plan: not three verified rows: $(cat "$TMP/out")"
+done
+# JAX order stores the shards transposed: every fp8 tensor is quantized at its destination and
+# the wire carries the trainer's bf16.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --trainer-order jax --rollout tp=2 \
+  --rollout-dtype fp8 --mode unfused,grouped,fused --iters 2 --verify full --output "$TMP/fp8-jax.h5"
+expect_grep "(fp8, block-quantized; wire 1838080 bytes, 0 tensors quantized at the source, 7 at the destination)" "$TMP/out"
+expect_grep "# PASS" "$TMP/out"
+# A small Mixtral-style MoE (whole blocks per expert) from trainer ep and pp: to rollout ep
+# with p2p, and to plain tp with star (a star cannot feed rollout ep).
+moe="$REFIT_SOURCE_DIR/tests/data/fp8-moe.json"
+for rollout in "tp=2,ep p2p" "tp=2 star"; do
+  expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$moe" --trainer fsdp=1,ep=2,pp=2 --rollout ${rollout% *} \
+    --rollout-dtype fp8 --plan ${rollout#* } --mode unfused,grouped,fused --iters 2 --verify full --output "$TMP/fp8-moe.h5"
+  expect_grep "# PASS" "$TMP/out"
+  [ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "fp8 moe $rollout: not three verified rows: $(cat "$TMP/out")"
+done
+
+# The runs' checksums are of fp8 bytes and scales: the same under p2p, star and JAX order, and
+# refit verify compares fp8 runs with fp8 runs only.
+expect_exit 0 "$REFIT" verify "$TMP/fp8-p2p.h5" --reference "$TMP/fp8-star.h5"
+expect_grep "# PASS" "$TMP/out"
+expect_exit 0 "$REFIT" verify "$TMP/fp8-jax.h5" --reference "$TMP/fp8-p2p.h5"
+expect_grep "# PASS" "$TMP/out"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 --iters 1 --output "$TMP/bf16.h5"
+expect_error 2 "refit: error: run 0002 of '$TMP/fp8-p2p.h5' moved fp8 rollouts but the reference run 0000 of '$TMP/bf16.h5' moved model-dtype; compare fp8 runs with fp8 runs" \
+  "$REFIT" verify "$TMP/fp8-p2p.h5" --reference "$TMP/bf16.h5"
+expect_exit 0 "$REFIT" checkpoint --model "$small" --checkpoint "$TMP/small.safetensors"
+expect_error 2 "refit: error: run 0002 of '$TMP/fp8-p2p.h5' moved fp8 rollouts, whose checksums are of fp8 bytes and scales that a checkpoint of the model's dtype does not hold; compare it with --reference RESULTS.h5 holding an fp8 run" \
+  "$REFIT" verify "$TMP/fp8-p2p.h5" --checkpoint "$TMP/small.safetensors"
+if command -v h5dump >/dev/null; then
+  h5dump -a /runs/0000/rollout_dtype -a /runs/0000/plan/wire_transfer_bytes "$TMP/fp8-p2p.h5" >"$TMP/dump" 2>&1
+  expect_grep '(0): "fp8"' "$TMP/dump"
+  expect_grep "(0): 1182880" "$TMP/dump"
+fi
 expect_error 2 "refit: error: option --bucket-size: 8192 bytes is below the 16388 of one 128x128 fp8 block and its scale, which --rollout-dtype fp8 moves whole; use 16388 or more (or 0)" \
   "$REFIT" simulate --cluster h200-hgx --model llama-3.1-8b --rollout-dtype fp8 --bucket-size 8192
 

@@ -1,0 +1,240 @@
+/* FP8 rollouts in the engine (docs/architecture.md, "FP8 rollouts"): the quantization of the
+ * pieces the plan marks (plan_fp8.c), where the bytes land, and the checks of fp8 tensors.
+ *
+ * A source-quantized chunk travels as its box's fp8 bytes in row-major order followed by one
+ * fp32 weight_scale_inv per 128x128 block of the box, row-major over the blocks; the schedule
+ * cuts such pieces at block edges only, so each chunk holds whole blocks. A destination-
+ * quantized piece travels in the trainer's dtype into this rank's landing buffer for the
+ * tensor (buffers.c), and once the transfer stage is done every block that such pieces cover
+ * is quantized from there (engine_fp8_finish). A block is never split between the two ways: a
+ * source-quantized piece holds its blocks whole, and every piece that touches a block cut at
+ * the source is destination-quantized. Each block is quantized by the same reference
+ * (verify/fp8.h), so the bytes do not depend on where it ran.
+ *
+ * So far this runs on host memory over the message transports; rf_engine_init refuses the rest
+ * in one line. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_internal.h"
+#include "io/io.h"
+#include "verify/fp8.h"
+#include "verify/verify.h"
+
+#define EDGE RF_FP8_BLOCK_EDGE
+
+rf_box engine_fp8_blocks_of(const rf_box *b) {
+  rf_box r;
+  for (int d = 0; d < 2; d++) {
+    r.lo[d] = b->lo[d] / EDGE;
+    r.hi[d] = (b->hi[d] + EDGE - 1) / EDGE;
+  }
+  return r;
+}
+
+/* The first row of a rollout tensor's scales that belongs to the member at `slot`: a stacked
+ * expert tensor's scales are [experts, block rows, block columns], so an expert's member starts
+ * at its expert's block rows plus its own offset; in a 2-D fused tensor every member before the
+ * last holds whole blocks (layout_fp8.c), so its row offset is a whole number of blocks. */
+static int64_t scale_row(const rf_rollout_tensor *w, const rf_rollout_tensor *s, int64_t row) {
+  if (w->vllm_ndim == 3) {
+    int64_t per = w->vllm_shape[1];
+    return row / per * s->vllm_shape[1] + row % per / EDGE;
+  }
+  return row / EDGE;
+}
+
+rf_region engine_fp8_scale_region(const rf_plan *plan, void *const *rollout, int tensor,
+                                  int rollout_rank, rf_box *blocks) {
+  const rf_layout *lay = plan->layout;
+  const rf_rollout_slot *slot = &lay->slots[tensor];
+  const rf_rollout_tensor *w = &lay->rollout_tensors[slot->local];
+  const rf_rollout_tensor *s = &lay->rollout_tensors[slot->local + 1]; /* layout_fp8.c */
+  rf_box held = rf_layout_rollout_box(lay, tensor, rollout_rank);
+  *blocks = engine_fp8_blocks_of(&held);
+  void *base = rollout ? rollout[slot->local + 1] : NULL;
+  return rf_region_in_fused(base, s->shape[1], scale_row(w, s, slot->row), slot->col / EDGE, blocks,
+                            rf_dtype_size(s->dtype));
+}
+
+/* Quantizes the whole blocks of `box` (on the block grid, or ending at the tensor's end) from
+ * src into q (fp8) and scale (one fp32 per block, in block coordinates, written with memcpy:
+ * in staging it may sit at any offset). Both src and q must be dense along a row. */
+static rf_status quantize_blocks(const rf_tensor *t, const rf_region *src, const rf_box *box,
+                                 const rf_region *q, const rf_region *scale) {
+  rf_box blocks = engine_fp8_blocks_of(box);
+  for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0]; bi++)
+    for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1]; bj++) {
+      int64_t r0 = RF_MAX(bi * EDGE, box->lo[0]), r1 = RF_MIN((bi + 1) * EDGE, box->hi[0]);
+      int64_t c0 = RF_MAX(bj * EDGE, box->lo[1]), c1 = RF_MIN((bj + 1) * EDGE, box->hi[1]);
+      const char *x = rf_region_at(src, r0, c0);
+      float amax = rf_fp8_block_amax(x, t->dtype, src->stride[0], r1 - r0, c1 - c0);
+      if (!isfinite(amax))
+        return rf_fail(RF_ERR_CHECKPOINT,
+                       "fp8: tensor %s holds %s in the block of rows %lld..%lld, columns "
+                       "%lld..%lld; block-FP8 weights need finite values, check where the "
+                       "weights came from",
+                       t->name, isnan(amax) ? "NaN" : "inf", (long long)r0, (long long)(r1 - 1),
+                       (long long)c0, (long long)(c1 - 1));
+      rf_fp8_quantize_with_amax(x, t->dtype, src->stride[0], r1 - r0, c1 - c0, amax,
+                                (uint8_t *)rf_region_at(q, r0, c0), q->stride[0]);
+      float s = rf_fp8_scale_of(amax).scale_inv;
+      memcpy(rf_region_at(scale, bi, bj), &s, sizeof s);
+    }
+  return RF_OK;
+}
+
+static rf_status require_rows_dense(const rf_tensor *t, const rf_region *r) {
+  if (r->stride[1] == 1 || r->box.hi[1] - r->box.lo[1] <= 1)
+    return RF_OK;
+  return rf_fail(RF_ERR_INTERNAL,
+                 "fp8: a piece of %s to quantize is stored transposed; the plan quantizes such "
+                 "pieces at their destination",
+                 t->name);
+}
+
+/* The fp8 and scale parts of a source-quantized chunk's wire bytes at `at`. */
+static void wire_regions(char *at, const rf_box *box, rf_region *q, rf_region *scale) {
+  rf_box blocks = engine_fp8_blocks_of(box);
+  *q = rf_region_row_major(at, box, 1);
+  *scale = rf_region_row_major(at + rf_box_numel(box), &blocks, (int)sizeof(float));
+}
+
+rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region *src,
+                          const rf_box *box, char *to) {
+  const rf_tensor *t = &e->plan->layout->model->tensors[p->tensor];
+  RF_TRY(require_rows_dense(t, src));
+  rf_region q, scale;
+  wire_regions(to, box, &q, &scale);
+  return quantize_blocks(t, src, box, &q, &scale);
+}
+
+/* This rank's fp8 part of a tensor and its scales. */
+static void rollout_fp8(const rf_engine *e, int tensor, rf_region *q, rf_box *held,
+                        rf_region *scale, rf_box *blocks) {
+  *q = engine_rollout_region(e, tensor, held);
+  *scale = engine_fp8_scale_region(e->plan, e->data->rollout, tensor, e->rollout_rank, blocks);
+}
+
+rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box *box, char *from) {
+  rf_region q, scale, wq, wscale;
+  rf_box held, blocks, kept;
+  rollout_fp8(e, p->tensor, &q, &held, &scale, &blocks);
+  wire_regions(from, box, &wq, &wscale);
+  if (!rf_box_intersect(box, &held, &kept))
+    return RF_OK;
+  rf_box kept_blocks = engine_fp8_blocks_of(&kept);
+  rf_region_copy(&q, &wq, &kept);
+  rf_region_copy(&scale, &wscale, &kept_blocks);
+  return RF_OK;
+}
+
+rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_box *box) {
+  const rf_tensor *t = &e->plan->layout->model->tensors[p->tensor];
+  rf_region src = engine_source(e, p), q, scale;
+  rf_box held, blocks, kept;
+  RF_TRY(require_rows_dense(t, &src));
+  rollout_fp8(e, p->tensor, &q, &held, &scale, &blocks);
+  if (!rf_box_intersect(box, &held, &kept))
+    return RF_OK;
+  return quantize_blocks(t, &src, &kept, &q, &scale);
+}
+
+rf_status engine_fp8_finish(rf_engine *e) {
+  const rf_layout *lay = e->plan->layout;
+  for (int t = 0; t < lay->model->tensor_count && e->rollout_rank >= 0; t++) {
+    const uint8_t *marks = e->data->landing_blocks ? e->data->landing_blocks[t] : NULL;
+    if (!marks)
+      continue;
+    const rf_tensor *tensor = &lay->model->tensors[t];
+    rf_region q, scale;
+    rf_box held, blocks;
+    rollout_fp8(e, t, &q, &held, &scale, &blocks);
+    rf_region land = rf_region_row_major(e->data->landing[t], &held, rf_tensor_esize(tensor));
+    int64_t width = blocks.hi[1] - blocks.lo[1];
+    for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0]; bi++)
+      for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1]; bj++) {
+        if (!marks[(bi - blocks.lo[0]) * width + bj - blocks.lo[1]])
+          continue;
+        rf_box one = {{bi * EDGE, bj * EDGE},
+                      {RF_MIN((bi + 1) * EDGE, held.hi[0]), RF_MIN((bj + 1) * EDGE, held.hi[1])}};
+        RF_TRY(quantize_blocks(tensor, &land, &one, &q, &scale));
+      }
+  }
+  return RF_OK;
+}
+
+/* ---- checks --------------------------------------------------------------------------------- */
+
+/* The reference of this rank's part of fp8 tensor t: its elements from the generator (or the
+ * checkpoint) in the trainer's dtype, quantized by the CPU reference. */
+static rf_status reference(const rf_engine *e, rf_checkpoint *ckpt, int t, const rf_box *held,
+                           uint8_t *q, float *scale) {
+  const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
+  int64_t rows = held->hi[0] - held->lo[0], cols = held->hi[1] - held->lo[1];
+  void *x = rf_malloc((size_t)(rows * cols * rf_tensor_esize(tensor)), "an fp8 reference");
+  if (!x)
+    return RF_ERR_NOMEM;
+  rf_region r = rf_region_row_major(x, held, rf_tensor_esize(tensor));
+  rf_status st = RF_OK;
+  if (ckpt)
+    st = rf_checkpoint_read(ckpt, t, held, &r);
+  else
+    rf_fill_region(&r, held, tensor, e->seed, tensor->dtype);
+  if (st == RF_OK)
+    st = rf_fp8_quantize_ref(tensor->name, x, tensor->dtype, rows, cols, cols, q, scale);
+  free(x);
+  return st;
+}
+
+static void report(const rf_engine *e, const char *name, const char *suffix, int64_t index,
+                   int64_t row, int64_t col, uint32_t got, uint32_t want, int *reported) {
+  if ((*reported)++ >= 4)
+    return;
+  RF_ERROR("verify: %s%s on rollout rank %d: element %lld (row %lld, col %lld) is 0x%x, "
+           "expected 0x%x",
+           name, suffix, e->rollout_rank, (long long)index, (long long)row, (long long)col, got,
+           want);
+}
+
+int64_t engine_fp8_check(const rf_engine *e, rf_checkpoint *ckpt, int t, int *reported) {
+  const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
+  rf_region q, scale;
+  rf_box held, blocks;
+  rollout_fp8(e, t, &q, &held, &scale, &blocks);
+  int64_t cols = held.hi[1] - held.lo[1], bcols = blocks.hi[1] - blocks.lo[1];
+  uint8_t *want_q = rf_malloc((size_t)rf_box_numel(&held), "an fp8 reference");
+  float *want_s = rf_malloc((size_t)rf_box_numel(&blocks) * sizeof(float), "an fp8 reference");
+  int64_t wrong = -1;
+  if (want_q && want_s && reference(e, ckpt, t, &held, want_q, want_s) == RF_OK) {
+    wrong = 0;
+    for (int64_t i = held.lo[0]; i < held.hi[0]; i++)
+      for (int64_t j = held.lo[1]; j < held.hi[1]; j++) {
+        uint8_t got = *(const uint8_t *)rf_region_at(&q, i, j);
+        uint8_t want = want_q[(i - held.lo[0]) * cols + j - held.lo[1]];
+        if (got != want && ++wrong)
+          report(e, tensor->name, "", i * tensor->shape[1] + j, i, j, got, want, reported);
+      }
+    int64_t grid = (tensor->shape[1] + EDGE - 1) / EDGE;
+    for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0]; bi++)
+      for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1]; bj++) {
+        uint32_t got, want;
+        memcpy(&got, rf_region_at(&scale, bi, bj), 4);
+        memcpy(&want, &want_s[(bi - blocks.lo[0]) * bcols + bj - blocks.lo[1]], 4);
+        if (got != want && ++wrong)
+          report(e, tensor->name, "_scale_inv", bi * grid + bj, bi, bj, got, want, reported);
+      }
+  }
+  free(want_q);
+  free(want_s);
+  return wrong;
+}
+
+uint64_t engine_fp8_checksum(const rf_engine *e, int t) {
+  rf_region q, scale;
+  rf_box held, blocks;
+  rollout_fp8(e, t, &q, &held, &scale, &blocks);
+  return rf_fp8_checksum(&e->plan->layout->model->tensors[t], &q, &held, &scale, &blocks);
+}
