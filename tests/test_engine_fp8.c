@@ -6,8 +6,9 @@
  * p2p and star, all three modes, a whole-stage bucket and one smaller than a band of blocks.
  * Every rollout rank's fp8 bytes and scales must equal the CPU reference quantization of the
  * generator's values, the checksums of each replica the reference's, the trainer's the
- * generator's; one flipped fp8 byte and one flipped scale are each named in one line. What
- * the engine does not move yet (a mapping transport, fanout's forward steps) is refused. */
+ * generator's; one flipped fp8 byte and one flipped scale are each named in one line. Fanout's
+ * replicas forward fp8 and scales. What the engine does not move yet (a mapping transport) is
+ * refused. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,11 @@ static const layout_case layouts[] = {
     {"fsdp=8", "tp=2", RF_STYLE_FSDP2, RF_ORDER_HF, RF_PLACEMENT_DISAGGREGATED},
     {"fsdp=2,tp=2", "tp=2", RF_STYLE_TUNIX, RF_ORDER_JAX, RF_PLACEMENT_DISAGGREGATED},
     {"fsdp=4", "tp=2", RF_STYLE_FSDP2, RF_ORDER_HF, RF_PLACEMENT_COLOCATED},
+    /* Replicas: fanout forwards fp8 and scales; with fsdp=8 the root replica quantizes each
+     * block at the end of the round that brings its last piece, before a later round forwards
+     * it (two steps for three replicas). */
     {"fsdp=2", "tp=1,dp=2", RF_STYLE_TUNIX, RF_ORDER_HF, RF_PLACEMENT_DISAGGREGATED},
+    {"fsdp=8", "tp=1,dp=3", RF_STYLE_FSDP2, RF_ORDER_HF, RF_PLACEMENT_DISAGGREGATED},
 };
 /* 0: each stage one bucket; 20000: less than one 128-row band of a 512-column tensor, so the
  * schedule cuts source-quantized pieces into runs of blocks. */
@@ -186,8 +191,13 @@ static void check_world(const rf_plan *plan, rank_job *jobs, const uint64_t *tra
       int trainer, rollout;
       rf_layout_roles(lay, r, &trainer, &rollout);
       ASSERT_EQ(jobs[r].wrong[m], 0);
-      /* --inject corrupt flips the first byte of the embedding on the last rollout rank. */
-      ASSERT_EQ(jobs[r].wrong_after_corrupt[m], rollout == lay->rollout_ranks - 1 ? 1 : 0);
+      /* --inject corrupt flips the first byte of the embedding on the last rollout rank, or,
+       * where the plan forwards, on the last tp rank of its root replica, which forwards it to
+       * the last tp rank of every other replica. */
+      int R = lay->rollout.tp;
+      int hit = plan->forward_depth > 0 ? rollout >= 0 && rollout % R == R - 1
+                                        : rollout == lay->rollout_ranks - 1;
+      ASSERT_EQ(jobs[r].wrong_after_corrupt[m], hit ? 1 : 0);
     }
   }
 }
@@ -225,8 +235,9 @@ static void expect_refused(const rf_plan *plan, int mapped, const char *want) {
   rf_loopback_free(lb);
 }
 
-/* Returns the worlds run; adds the plans' source- and destination-quantized tensors. */
-static int run_layouts(const rf_model *m, int *source, int *destination) {
+/* Returns the worlds run; adds the plans' source- and destination-quantized tensors and their
+ * forwarded wire bytes. */
+static int run_layouts(const rf_model *m, int *source, int *destination, int64_t *forwarded) {
   int worlds = 0, nt = m->tensor_count;
   uint64_t *trainer_want = calloc((size_t)nt, 8), *rollout_want = calloc((size_t)nt, 8);
   ASSERT_TRUE(trainer_want && rollout_want);
@@ -239,14 +250,7 @@ static int run_layouts(const rf_model *m, int *source, int *destination) {
         continue;
       rf_plan plan;
       ASSERT_OK(rf_plan_build(&plan, &lay, (rf_plan_kind)kind, NULL));
-      if (plan.forward_depth > 0) {
-        expect_refused(&plan, 0,
-                       "--rollout-dtype fp8 is not moved over fanout's forward steps yet "
-                       "(loopback transport, fanout plan); use --memory host with --transport "
-                       "mpi and --plan p2p or star, or refit plan");
-        rf_plan_free(&plan);
-        continue;
-      }
+      *forwarded += plan.wire_forward_bytes;
       *source += plan.source_tensors;
       *destination += plan.destination_tensors;
       for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++) {
@@ -263,11 +267,10 @@ static int run_layouts(const rf_model *m, int *source, int *destination) {
         worlds++;
       }
       if (li == 0 && kind == RF_PLAN_P2P)
-        expect_refused(
-            &plan, 1,
-            "--rollout-dtype fp8 is not moved over a mapping transport yet (loopback-mapped "
-            "transport, p2p plan); use --memory host with --transport mpi and --plan "
-            "p2p or star, or refit plan");
+        expect_refused(&plan, 1,
+                       "--rollout-dtype fp8 is not moved over a mapping transport yet (the "
+                       "loopback-mapped transport); use --memory host with --transport mpi, or "
+                       "refit plan and refit simulate");
       rf_plan_free(&plan);
     }
     rf_layout_free(&lay);
@@ -350,14 +353,16 @@ int main(void) {
   test_flipped_bytes(&m);
   rf_log_push_quiet(getenv("REFIT_TEST_VERBOSE") == NULL); /* the corrupt byte is logged */
   int source = 0, destination = 0;
-  int worlds = run_layouts(&m, &source, &destination);
+  int64_t forwarded = 0;
+  int worlds = run_layouts(&m, &source, &destination, &forwarded);
   rf_log_pop_quiet();
   printf("fp8 worlds run: %d, each in %d modes; tensors quantized at the source %d, at the "
-         "destination %d\n",
-         worlds, MODES, source, destination);
-  /* 4 layouts of one replica with p2p, star and fanout (the same as p2p there), 1 of two
-   * replicas with p2p only; two bucket sizes each. */
-  ASSERT_EQ(worlds, (4 * 3 + 1) * 2);
+         "destination %d; fp8 bytes forwarded %lld\n",
+         worlds, MODES, source, destination, (long long)forwarded);
+  /* 4 layouts of one replica with p2p, star and fanout (the same as p2p there), 2 of several
+   * replicas with p2p and fanout; two bucket sizes each. */
+  ASSERT_EQ(worlds, (4 * 3 + 2 * 2) * 2);
+  ASSERT_GT(forwarded, 0);
   ASSERT_GT(source, 0);
   ASSERT_GT(destination, 0);
   rf_model_free(&m);

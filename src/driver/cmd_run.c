@@ -65,8 +65,7 @@ static rf_status build_setup(const rf_config *cfg, run_setup *rs) {
   rs->verify_checksum = cfg->verify != RF_VERIFY_NONE;
   int world = 0;
   RF_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  RF_TRY(rf_job_build(cfg, world, &rs->job));
-  return rf_run_check_fp8_plan(&rs->job.plan);
+  return rf_job_build(cfg, world, &rs->job);
 }
 
 static void describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d) {

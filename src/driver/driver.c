@@ -128,13 +128,6 @@ rf_status rf_run_check_rollout_dtype(const rf_config *cfg) {
   return RF_OK;
 }
 
-rf_status rf_run_check_fp8_plan(const rf_plan *plan) {
-  if (plan->layout->rollout.dtype != RF_ROLLOUT_DTYPE_FP8 || plan->forward_depth == 0)
-    return RF_OK;
-  return rf_fail(RF_ERR_USAGE, "--rollout-dtype fp8 is not moved over fanout's forward steps yet: "
-                               "use --plan p2p or star, or refit plan and refit simulate");
-}
-
 /* Whether a sweep lists the rollout dtype: then each combination is checked on its own. */
 static int sweeps_rollout_dtype(const rf_config *cfg) {
   for (int a = 0; a < cfg->sweep.axis_count; a++)

@@ -40,9 +40,8 @@ rf_status rf_cmd_plan(const rf_config *cfg);
  * RF_ERR_USAGE with one line. fp8 rollouts move so far in host memory over the mpi transport
  * (the engine's fp8 path, engine_fp8.c); GPU memory and the other transports are refused
  * before MPI is up or any file is made, and a sweep skips such combinations with this line as
- * the reason. rf_run_check_fp8_plan refuses, once the plan is built, fanout's forward steps. */
+ * the reason. */
 rf_status rf_run_check_rollout_dtype(const rf_config *cfg);
-rf_status rf_run_check_fp8_plan(const rf_plan *plan);
 
 /* `refit run`: the MPI-launched transfer. Initialises and finalises MPI itself. */
 rf_status rf_cmd_run(const rf_config *cfg, int *argc, char ***argv);

@@ -62,8 +62,6 @@ static void check_combination(const rf_config *cfg, int world, combination *cb) 
     st = rf_run_check_rollout_dtype(cfg);
   if (st == RF_OK)
     st = rf_job_build(cfg, world, &job);
-  if (st == RF_OK)
-    st = rf_run_check_fp8_plan(&job.plan);
   rf_log_capture(NULL, 0);
   if (st != RF_OK && !cb->reason[0])
     snprintf(cb->reason, sizeof cb->reason, "%s", rf_status_text(st));

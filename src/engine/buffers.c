@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_internal.h"
+#include "engine.h"
 #include "io/io.h"
 #include "verify/verify.h"
 
@@ -86,47 +86,36 @@ static rf_status check_rollout_sizes(const rf_layout *lay) {
 }
 
 /* --rollout-dtype fp8: a landing buffer for every tensor that a destination-quantized piece
- * brings to this rank, the size of its held box in the trainer's dtype, and the marks of the
- * blocks those pieces cover (engine_fp8.c quantizes them after the transfer). */
+ * brings to this rank, the size of its held box in the trainer's dtype (engine_fp8.c
+ * quantizes its blocks from there). */
 static rf_status alloc_landing(rf_buffers *b) {
   const rf_plan *plan = b->plan;
   const rf_layout *lay = plan->layout;
   int nt = lay->model->tensor_count;
   b->landing = rf_calloc((size_t)nt, sizeof *b->landing, "fp8 landing buffers");
-  b->landing_blocks = rf_calloc((size_t)nt, sizeof *b->landing_blocks, "fp8 landing buffers");
-  int64_t *off = rf_calloc((size_t)nt, sizeof *off, "fp8 landing buffers");
-  rf_status st = b->landing && b->landing_blocks && off ? RF_OK : RF_ERR_NOMEM;
+  int64_t *off = rf_malloc((size_t)nt * sizeof *off, "fp8 landing buffers");
+  if (!b->landing || !off) {
+    free(off);
+    return RF_ERR_NOMEM;
+  }
+  for (int t = 0; t < nt; t++)
+    off[t] = -1;
   int64_t at = 0;
-  for (int i = 0; i < plan->piece_count && st == RF_OK; i++) {
+  for (int i = 0; i < plan->piece_count; i++) {
     const rf_piece *p = &plan->pieces[i];
-    if (p->stage != RF_STAGE_TRANSFER || p->dst != b->rollout_rank ||
+    if (p->stage != RF_STAGE_TRANSFER || p->dst != b->rollout_rank || off[p->tensor] >= 0 ||
         rf_piece_quant(plan, p) != RF_QUANT_DESTINATION)
       continue;
-    int t = p->tensor;
-    rf_box held = rf_layout_rollout_box(lay, t, b->rollout_rank), kept;
-    rf_box blocks = engine_fp8_blocks_of(&held);
-    if (!b->landing_blocks[t]) {
-      b->landing_blocks[t] = rf_calloc((size_t)rf_box_numel(&blocks), 1, "fp8 block marks");
-      if (!b->landing_blocks[t]) {
-        st = RF_ERR_NOMEM;
-        break;
-      }
-      off[t] = at;
-      at = align_up(at + rf_box_numel(&held) * rf_tensor_esize(&lay->model->tensors[t]));
-    }
-    if (!rf_box_intersect(&p->box, &held, &kept))
-      continue;
-    rf_box mine = engine_fp8_blocks_of(&kept);
-    int64_t width = blocks.hi[1] - blocks.lo[1];
-    for (int64_t bi = mine.lo[0]; bi < mine.hi[0]; bi++)
-      memset(b->landing_blocks[t] + (bi - blocks.lo[0]) * width + mine.lo[1] - blocks.lo[1], 1,
-             (size_t)(mine.hi[1] - mine.lo[1]));
+    rf_box held = rf_layout_rollout_box(lay, p->tensor, b->rollout_rank);
+    off[p->tensor] = at;
+    at = align_up(at + rf_box_numel(&held) * rf_tensor_esize(&lay->model->tensors[p->tensor]));
   }
   b->landing_bytes = (size_t)at;
-  if (st == RF_OK && at)
+  rf_status st = RF_OK;
+  if (at)
     st = rf_mem_alloc(b->memory, b->landing_bytes, "the fp8 landing buffers", &b->landing_arena);
   for (int t = 0; t < nt && st == RF_OK; t++)
-    if (b->landing_blocks[t])
+    if (off[t] >= 0)
       b->landing[t] = (char *)b->landing_arena + off[t];
   free(off);
   return st;
@@ -194,9 +183,6 @@ void rf_buffers_free(rf_buffers *b) {
   }
   if (b->landing_arena)
     rf_mem_free(b->memory, b->landing_arena, b->landing_bytes);
-  for (int t = 0; b->landing_blocks && t < b->plan->layout->model->tensor_count; t++)
-    free(b->landing_blocks[t]);
-  free(b->landing_blocks);
   free(b->landing);
   memset(b, 0, sizeof *b);
 }

@@ -162,22 +162,21 @@ const rf_schedule *engine_stage(const rf_engine *e, int i) {
   return i == 0 ? &e->reshape : i == 1 ? &e->transfer : &e->forward[i - 2];
 }
 
-/* What --rollout-dtype fp8 moves so far: host memory over a message transport, without
- * fanout's forward steps. The rest is refused before anything is built. */
+/* What --rollout-dtype fp8 moves so far: host memory over a message transport. The rest is
+ * refused before anything is built. */
 static rf_status check_fp8(const rf_engine *e, const rf_transport *tp) {
   const rf_plan *plan = e->plan;
   if (plan->layout->rollout.dtype != RF_ROLLOUT_DTYPE_FP8)
     return RF_OK;
-  const char *missing = e->memory == RF_MEM_DEVICE ? "GPU memory (the quantize kernels)"
-                        : tp->ops->peer_buffer     ? "a mapping transport"
-                        : plan->forward_depth > 0  ? "fanout's forward steps"
+  const char *missing = e->memory == RF_MEM_DEVICE ? "in GPU memory"
+                        : tp->ops->peer_buffer     ? "over a mapping transport"
                                                    : NULL;
   if (!missing)
     return RF_OK;
   return rf_fail(RF_ERR_USAGE,
-                 "--rollout-dtype fp8 is not moved over %s yet (%s transport, %s plan); use "
-                 "--memory host with --transport mpi and --plan p2p or star, or refit plan",
-                 missing, tp->ops->name, rf_plan_kind_name(plan->kind));
+                 "--rollout-dtype fp8 is not moved %s yet (the %s transport); use --memory host "
+                 "with --transport mpi, or refit plan and refit simulate",
+                 missing, tp->ops->name);
 }
 
 rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mode mode,
@@ -215,6 +214,7 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
   if (tp->ops->peer_buffer)
     return engine_mapped_init(e); /* one end copies straight across: no staging */
   RF_TRY(rf_rounds_build(plan, &e->reshape, NULL, 0, &e->reshape_rounds));
+  RF_TRY(engine_fp8_blocks_init(e));
   RF_TRY(engine_alloc_staging(e));
   return RF_OK;
 }
@@ -239,6 +239,7 @@ void rf_engine_free(rf_engine *e) {
     free(e->peer_offsets[f]);
   free(e->notes);
   free(e->group_break);
+  free(e->fp8_blocks);
   rf_rounds_free(&e->reshape_rounds);
   rf_rounds_free(&e->rounds);
   rf_schedule_free(&e->reshape);
@@ -277,12 +278,8 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   if (!e->mapped) {
     /* The transfer and the forward steps in rounds; the forward buckets' pack, transfer and
      * unpack add to the transfer stage's phases. --inject corrupt strikes inside. */
+    e->fp8_next = 0; /* fp8: the blocks quantized round by round as their pieces land */
     RF_TRY(engine_run_rounds(e, &e->rounds, 1, times));
-    if (e->data->landing_arena) { /* fp8: the blocks quantized on arrival count as unpacking */
-      double q0 = rf_now();
-      RF_TRY(engine_fp8_finish(e));
-      times[RF_PHASE_UNPACK] += rf_now() - q0;
-    }
     times[RF_PHASE_TOTAL] = rf_now() - start;
     return RF_OK;
   }

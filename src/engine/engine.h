@@ -84,12 +84,10 @@ typedef struct {
   void **ptr[RF_FAMILY_COUNT];
   void **shards, **coupling, **rollout; /* = ptr[family], indexed by tensor / rollout tensor */
   /* --rollout-dtype fp8: where destination-quantized pieces land in the trainer's dtype,
-   * [tensor] row-major over this rank's held box (NULL where no such piece comes here), and
-   * [tensor] one mark per block of the held box that such pieces cover (engine_fp8.c). */
+   * [tensor] row-major over this rank's held box (NULL where no such piece comes here). */
   void *landing_arena;
   size_t landing_bytes;
   void **landing;
-  uint8_t **landing_blocks;
   double fill_seconds; /* generating or reading the trainer's weights */
   int exposed;         /* offered to a mapping transport (ipc) already */
 } rf_buffers;
@@ -144,6 +142,10 @@ typedef struct {
   size_t staging_bytes[2];
   int64_t messages;                      /* messages this rank sent in the last iteration */
   rf_mem_timer pack_timer, unpack_timer; /* the pack and unpack phases' copies */
+  /* fp8: the blocks this rank quantizes from its landing buffers, by the transfer round whose
+   * end brings their last piece (engine_fp8.c), and the next one to quantize. */
+  struct rf_fp8_block *fp8_blocks;
+  int fp8_block_count, fp8_next;
 } rf_engine;
 
 /* Builds the schedules of one mode over the job's buffers and allocates the staging. */

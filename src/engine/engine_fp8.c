@@ -5,14 +5,15 @@
  * fp32 weight_scale_inv per 128x128 block of the box, row-major over the blocks; the schedule
  * cuts such pieces at block edges only, so each chunk holds whole blocks. A destination-
  * quantized piece travels in the trainer's dtype into this rank's landing buffer for the
- * tensor (buffers.c), and once the transfer stage is done every block that such pieces cover
- * is quantized from there (engine_fp8_finish). A block is never split between the two ways: a
- * source-quantized piece holds its blocks whole, and every piece that touches a block cut at
- * the source is destination-quantized. Each block is quantized by the same reference
- * (verify/fp8.h), so the bytes do not depend on where it ran.
+ * tensor (buffers.c), and at the end of the transfer round that brings a block's last such piece
+ * the block is quantized from there (engine_fp8_round_done), before any later round forwards
+ * it (fanout's forward pieces carry fp8 and scales from the rank that holds them). A block is never
+ * split between the two ways: a source-quantized piece holds its blocks whole, and every piece that
+ * touches a block cut at the source is destination-quantized. Each block is quantized by the same
+ * reference (verify/fp8.h), so the bytes do not depend on where it ran.
  *
- * So far this runs on host memory over the message transports; rf_engine_init refuses the rest
- * in one line. */
+ * So far this runs on host memory over the message transports; rf_engine_init refuses GPU
+ * memory and the mapping transports in one line. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,6 +119,18 @@ static void rollout_fp8(const rf_engine *e, int tensor, rf_region *q, rf_box *he
   *scale = engine_fp8_scale_region(e->plan, e->data->rollout, tensor, e->rollout_rank, blocks);
 }
 
+rf_status engine_fp8_pack_forward(const rf_engine *e, const rf_piece *p, const rf_box *box,
+                                  char *to) {
+  rf_region q, scale, wq, wscale;
+  rf_box held, blocks;
+  rollout_fp8(e, p->tensor, &q, &held, &scale, &blocks);
+  wire_regions(to, box, &wq, &wscale);
+  rf_box box_blocks = engine_fp8_blocks_of(box);
+  rf_region_copy(&wq, &q, box);
+  rf_region_copy(&wscale, &scale, &box_blocks);
+  return RF_OK;
+}
+
 rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box *box, char *from) {
   rf_region q, scale, wq, wscale;
   rf_box held, blocks, kept;
@@ -142,28 +155,83 @@ rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_box *
   return quantize_blocks(t, &src, &kept, &q, &scale);
 }
 
-rf_status engine_fp8_finish(rf_engine *e) {
-  const rf_layout *lay = e->plan->layout;
-  for (int t = 0; t < lay->model->tensor_count && e->rollout_rank >= 0; t++) {
-    const uint8_t *marks = e->data->landing_blocks ? e->data->landing_blocks[t] : NULL;
-    if (!marks)
+static int by_block(const void *pa, const void *pb) {
+  const struct rf_fp8_block *a = pa, *b = pb;
+  if (a->tensor != b->tensor)
+    return a->tensor < b->tensor ? -1 : 1;
+  if (a->bi != b->bi)
+    return a->bi < b->bi ? -1 : 1;
+  return (a->bj > b->bj) - (a->bj < b->bj);
+}
+
+static int by_round(const void *pa, const void *pb) {
+  const struct rf_fp8_block *a = pa, *b = pb;
+  if (a->round != b->round)
+    return a->round < b->round ? -1 : 1;
+  return by_block(pa, pb);
+}
+
+rf_status engine_fp8_blocks_init(rf_engine *e) {
+  const rf_plan *plan = e->plan;
+  const rf_schedule *s = &e->transfer;
+  struct rf_fp8_block *list = NULL;
+  int n = 0, cap = 0;
+  for (int i = 0; i < s->chunk_count && e->rollout_rank >= 0; i++) {
+    const rf_chunk *k = &s->chunks[i];
+    const rf_piece *p = &plan->pieces[k->piece];
+    if (p->dst != e->rollout_rank || rf_piece_quant(plan, p) != RF_QUANT_DESTINATION)
       continue;
-    const rf_tensor *tensor = &lay->model->tensors[t];
-    rf_region q, scale;
-    rf_box held, blocks;
-    rollout_fp8(e, t, &q, &held, &scale, &blocks);
-    rf_region land = rf_region_row_major(e->data->landing[t], &held, rf_tensor_esize(tensor));
-    int64_t width = blocks.hi[1] - blocks.lo[1];
+    rf_box held = rf_layout_rollout_box(plan->layout, p->tensor, e->rollout_rank), kept;
+    if (!rf_box_intersect(&k->box, &held, &kept))
+      continue;
+    rf_box blocks = engine_fp8_blocks_of(&kept);
     for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0]; bi++)
       for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1]; bj++) {
-        if (!marks[(bi - blocks.lo[0]) * width + bj - blocks.lo[1]])
-          continue;
-        rf_box one = {{bi * EDGE, bj * EDGE},
-                      {RF_MIN((bi + 1) * EDGE, held.hi[0]), RF_MIN((bj + 1) * EDGE, held.hi[1])}};
-        RF_TRY(quantize_blocks(tensor, &land, &one, &q, &scale));
+        if (rf_grow((void **)&list, n, &cap, sizeof *list, "fp8 blocks") != RF_OK) {
+          free(list);
+          return RF_ERR_NOMEM;
+        }
+        /* Transfer bucket k completes in round k (plan.h, rf_rounds). */
+        list[n++] = (struct rf_fp8_block){p->tensor, k->bucket - s->first_bucket, bi, bj};
       }
   }
+  /* One entry per block, at the latest round that brings a piece of it. */
+  if (n)
+    qsort(list, (size_t)n, sizeof *list, by_block);
+  int kept = 0;
+  for (int i = 0; i < n; i++) {
+    if (kept && by_block(&list[kept - 1], &list[i]) == 0)
+      list[kept - 1].round = RF_MAX(list[kept - 1].round, list[i].round);
+    else
+      list[kept++] = list[i];
+  }
+  if (kept)
+    qsort(list, (size_t)kept, sizeof *list, by_round);
+  e->fp8_blocks = list;
+  e->fp8_block_count = kept;
   return RF_OK;
+}
+
+rf_status engine_fp8_round_done(rf_engine *e, int round) {
+  const rf_layout *lay = e->plan->layout;
+  rf_mem_timer_begin(&e->unpack_timer);
+  rf_status st = RF_OK;
+  for (; e->fp8_next < e->fp8_block_count && st == RF_OK; e->fp8_next++) {
+    const struct rf_fp8_block *b = &e->fp8_blocks[e->fp8_next];
+    if (b->round > round)
+      break;
+    const rf_tensor *tensor = &lay->model->tensors[b->tensor];
+    rf_region q, scale;
+    rf_box held, blocks;
+    rollout_fp8(e, b->tensor, &q, &held, &scale, &blocks);
+    rf_region land =
+        rf_region_row_major(e->data->landing[b->tensor], &held, rf_tensor_esize(tensor));
+    rf_box one = {{b->bi * EDGE, b->bj * EDGE},
+                  {RF_MIN((b->bi + 1) * EDGE, held.hi[0]), RF_MIN((b->bj + 1) * EDGE, held.hi[1])}};
+    st = quantize_blocks(tensor, &land, &one, &q, &scale);
+  }
+  rf_mem_timer_end(&e->unpack_timer);
+  return st;
 }
 
 /* ---- checks --------------------------------------------------------------------------------- */

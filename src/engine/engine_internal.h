@@ -109,9 +109,18 @@ rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region
                           const rf_box *box, char *to);
 rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box *box, char *from);
 rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_box *box);
-/* After the transfer: quantizes every block that destination-quantized pieces brought into
- * this rank's landing buffers. */
-rf_status engine_fp8_finish(rf_engine *e);
+/* fanout: packs the fp8 bytes and scales of `box` that this rank holds, for forwarding. */
+rf_status engine_fp8_pack_forward(const rf_engine *e, const rf_piece *p, const rf_box *box,
+                                  char *to);
+/* A block this rank quantizes from its landing buffer once `round` of the transfer is done. */
+struct rf_fp8_block {
+  int32_t tensor, round;
+  int64_t bi, bj;
+};
+/* Lists them from the transfer's schedule (rf_engine_init); at the end of each transfer round,
+ * quantizes those whose last piece that round brought (fp8_next must be 0 at the first). */
+rf_status engine_fp8_blocks_init(rf_engine *e);
+rf_status engine_fp8_round_done(rf_engine *e, int round);
 /* Every fp8 byte and scale of this rank's part of fp8 tensor t against the reference from the
  * generator (or the checkpoint): the count of wrong ones (-1: the reference failed); logs the
  * first few while *reported is below 4. */

@@ -68,17 +68,22 @@ static rf_status copy_box(stage_ctx *c, const rf_region *dst, const rf_region *s
   return rf_box_is_empty(box) ? RF_OK : rf_copy_boxes(c->e->memory, &copy, 1);
 }
 
-/* Whether a chunk's piece travels as fp8 bytes and scales that its source quantizes. */
+/* Whether a chunk's piece travels as fp8 bytes and scales: quantized by its source, or
+ * forwarded by a replica that holds them. */
 static int source_quantized(const stage_ctx *c, const rf_chunk *k) {
-  return rf_piece_quant(c->e->plan, piece_of(c, k)) == RF_QUANT_SOURCE;
+  rf_quant q = rf_piece_quant(c->e->plan, piece_of(c, k));
+  return q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED;
 }
 
 static rf_status pack(stage_ctx *c, const rf_chunk *k, char *to) {
   rf_region src = engine_source(c->e, piece_of(c, k));
   rf_region staging = rf_region_row_major(to, &k->box, engine_esize(c->e, piece_of(c, k)->tensor));
   rf_mem_timer_begin(&c->e->pack_timer);
-  rf_status st = source_quantized(c, k) ? engine_fp8_pack(c->e, piece_of(c, k), &src, &k->box, to)
-                                        : copy_box(c, &staging, &src, &k->box);
+  rf_quant quant = rf_piece_quant(c->e->plan, piece_of(c, k));
+  rf_status st = quant == RF_QUANT_SOURCE ? engine_fp8_pack(c->e, piece_of(c, k), &src, &k->box, to)
+                 : quant == RF_QUANT_FORWARDED
+                     ? engine_fp8_pack_forward(c->e, piece_of(c, k), &k->box, to)
+                     : copy_box(c, &staging, &src, &k->box);
   rf_mem_timer_end(&c->e->pack_timer);
   return st;
 }
@@ -99,8 +104,13 @@ static rf_status unpack(stage_ctx *c, const rf_chunk *k, char *from) {
  * batch: on a GPU that is one kernel launch instead of one per piece. */
 static rf_status copy_local(stage_ctx *c, const rf_chunk *k) {
   engine_round *r = c->r;
-  if (source_quantized(c, k)) /* quantized on the way, at once: not a plain box copy */
+  rf_quant quant = rf_piece_quant(c->e->plan, piece_of(c, k));
+  if (quant == RF_QUANT_SOURCE) /* quantized on the way, at once: not a plain box copy */
     return engine_fp8_local(c->e, piece_of(c, k), &k->box);
+  if (quant == RF_QUANT_FORWARDED) /* replicas are different ranks: never local */
+    return rf_fail(RF_ERR_INTERNAL, "fp8: a forward piece of %s is local to rank %d",
+                   c->e->plan->layout->model->tensors[piece_of(c, k)->tensor].name,
+                   c->e->world_rank);
   rf_box kept;
   rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
   rf_region src = engine_source(c->e, piece_of(c, k));

@@ -1,7 +1,10 @@
 # --rollout-dtype fp8 through the command line: refit plan's fp8 lines (text and JSON, wire
 # bytes and where quantization happens, the manifest's scales), the block-cut error, refit run
-# refusing fp8 before anything is created (alone, under mpirun, and as a sweep's skipped
-# combination), and refit simulate moving the wire bytes. The figures are derived in
+# moving fp8 in host memory over mpi (p2p, star and fanout, every mode, a dense and an MoE
+# model, quantized at the source and at the destination, verified in full) and refusing the
+# transports and memory it cannot use yet before anything is created (alone, under mpirun, and
+# as a sweep's skipped combination), refit verify between fp8 runs, and refit simulate moving
+# the wire bytes. The figures are derived in
 # tests/test_layout_fp8.c and tests/test_plan_fp8.c.
 . "$(dirname "$0")/lib.sh"
 job=(--model llama-3.1-8b --trainer fsdp=4,tp=2 --rollout tp=4 --rollout-dtype fp8)
@@ -67,8 +70,9 @@ expect_error 2 "refit: error: --rollout-dtype fp8: tensor 'model.layers.0.mlp.ga
 expect_error 2 "refit: error: option --rollout-dtype: 'fp4' is not one of model|fp8" \
   "$REFIT" plan --model llama-3.1-8b --rollout-dtype fp4
 
-# refit run moves fp8 in host memory over mpi (engine_fp8.c). Everything else is refused before
-# MPI or any file: alone, under mpirun printed once, and as a sweep's skipped combination.
+# refit run moves fp8 in host memory over mpi (engine_fp8.c). GPU memory and the other
+# transports are refused before MPI or any file: alone, under mpirun printed once, and as a
+# sweep's skipped combination.
 not_moved="refit: error: --rollout-dtype fp8 is not moved over the shm transport yet: use --transport mpi --memory host, or refit plan and refit simulate"
 expect_error 2 "$not_moved" "$REFIT" run --model tiny --rollout-dtype fp8 --transport shm --output "$TMP/run.h5"
 [ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 --transport shm created its results file"
@@ -79,11 +83,12 @@ expect_error 2 "refit: error: --rollout-dtype fp8 is not moved in GPU memory yet
 expect_exit 0 "$REFIT" run --model tiny --rollout-dtype model,fp8 --transport shm --dry-run
 expect_grep "run 1/2: rollout_dtype=model" "$TMP/out"
 expect_grep "skip 2/2: rollout_dtype=fp8: --rollout-dtype fp8 is not moved over the shm transport yet: use --transport mpi --memory host, or refit plan and refit simulate" "$TMP/out"
-# Fanout's forward steps are refused once the plan is built (two replicas forward).
 small="$REFIT_SOURCE_DIR/tests/data/fp8-small.json"
-expect_error_mpi 2 "refit: error: --rollout-dtype fp8 is not moved over fanout's forward steps yet: use --plan p2p or star, or refit plan and refit simulate" \
-  "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=1,dp=2 --plan fanout --rollout-dtype fp8 --output "$TMP/run.h5"
-[ -e "$TMP/run.h5" ] && fail "refit run --plan fanout --rollout-dtype fp8 created its results file"
+# Fanout: the trainer sends every element once, to replica 0, which forwards fp8 and scales.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=1,dp=2 --plan fanout \
+  --rollout-dtype fp8 --mode unfused,grouped,fused --iters 2 --verify full --output "$TMP/fp8-fanout.h5"
+expect_grep "# PASS" "$TMP/out"
+[ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "fp8 fanout: not three verified rows: $(cat "$TMP/out")"
 
 # A real fp8 refit: fp8-small (every tensor whole blocks) from fsdp=2 to tp=2, p2p and star,
 # every mode, --verify full. The trainer's shards hold whole blocks: 7 tensors are quantized at
