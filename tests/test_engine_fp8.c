@@ -7,8 +7,9 @@
  * Every rollout rank's fp8 bytes and scales must equal the CPU reference quantization of the
  * generator's values, the checksums of each replica the reference's, the trainer's the
  * generator's; one flipped fp8 byte and one flipped scale are each named in one line. Fanout's
- * replicas forward fp8 and scales. What the engine does not move yet (a mapping transport) is
- * refused. */
+ * replicas forward fp8 and scales. Each world runs over messages (like mpi) and over a
+ * mapping (like shm: the destination quantizes out of its source's memory), fanout's mapped
+ * worlds with --mapped-rounds off at one bucket size and on at the other. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,8 @@ static const layout_case layouts[] = {
 /* 0: each stage one bucket; 20000: less than one 128-row band of a 512-column tensor, so the
  * schedule cuts source-quantized pieces into runs of blocks. */
 static const int64_t bucket_sizes[] = {0, 20000};
+/* --mapped-rounds of the next world: off with the first bucket size, on with the second. */
+static rf_mapped_rounds mapped_rounds = RF_MAPPED_ROUNDS_OFF;
 
 typedef struct {
   const rf_plan *plan;
@@ -69,6 +72,8 @@ static rf_status run_modes(rank_job *j, rf_buffers *data, rf_transport *tp) {
     rf_engine e;
     rf_status st =
         rf_engine_init(&e, data, tp, (rf_mode)m, j->bucket_size, SEED, RF_INJECT_NONE, j->rank);
+    if (st == RF_OK)
+      rf_engine_set_mapped_rounds(&e, mapped_rounds, 0);
     for (int it = 0; it < 2 && st == RF_OK; it++) { /* poisoned before each, as refit run does */
       st = rf_engine_poison(&e);
       if (st == RF_OK)
@@ -213,28 +218,6 @@ static void make_layout(rf_layout *lay, const rf_model *m, const layout_case *c)
   ASSERT_OK(rf_layout_init(lay, m, &t, &r, c->placement));
 }
 
-/* The first error line of rank `rank`'s engine over a plan it may not move. */
-static void expect_refused(const rf_plan *plan, int mapped, const char *want) {
-  rf_loopback *lb;
-  ASSERT_OK(rf_loopback_create(plan, mapped, 5.0, &lb));
-  rf_buffers data;
-  rf_transport tp;
-  int rank = plan->layout->world_size - 1;
-  ASSERT_OK(rf_buffers_init(&data, plan, RF_MEM_HOST, SEED, NULL, rank));
-  ASSERT_OK(rf_loopback_open(lb, rank, &tp));
-  rf_engine e;
-  char err[512] = "";
-  rf_log_capture(err, sizeof err);
-  rf_status st = rf_engine_init(&e, &data, &tp, RF_MODE_FUSED, 0, SEED, RF_INJECT_NONE, rank);
-  rf_log_capture(NULL, 0);
-  ASSERT_STATUS(st, RF_ERR_USAGE);
-  ASSERT_STR_EQ(err, want);
-  rf_engine_free(&e);
-  rf_transport_close(&tp);
-  rf_buffers_free(&data);
-  rf_loopback_free(lb);
-}
-
 /* Returns the worlds run; adds the plans' source- and destination-quantized tensors and their
  * forwarded wire bytes. */
 static int run_layouts(const rf_model *m, int *source, int *destination, int64_t *forwarded) {
@@ -253,24 +236,22 @@ static int run_layouts(const rf_model *m, int *source, int *destination, int64_t
       *forwarded += plan.wire_forward_bytes;
       *source += plan.source_tensors;
       *destination += plan.destination_tensors;
-      for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++) {
-        rank_job *jobs = run_world(&plan, 0, bucket_sizes[bi]);
-        for (int r = 0; r < lay.world_size; r++)
-          if (jobs[r].status != RF_OK)
-            fprintf(stderr, "%s -> %s %s, bucket %lld: rank %d: %s\n", layouts[li].trainer,
-                    layouts[li].rollout, rf_plan_kind_name(plan.kind), (long long)bucket_sizes[bi],
-                    r, rf_status_name(jobs[r].status));
-        for (int r = 0; r < lay.world_size; r++)
-          ASSERT_OK(jobs[r].status);
-        check_world(&plan, jobs, trainer_want, rollout_want);
-        free_jobs(jobs, lay.world_size);
-        worlds++;
-      }
-      if (li == 0 && kind == RF_PLAN_P2P)
-        expect_refused(&plan, 1,
-                       "--rollout-dtype fp8 is not moved over a mapping transport yet (the "
-                       "loopback-mapped transport); use --memory host with --transport mpi, or "
-                       "refit plan and refit simulate");
+      for (int mapped = 0; mapped <= 1; mapped++)
+        for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++) {
+          mapped_rounds = bi % 2 ? RF_MAPPED_ROUNDS_ON : RF_MAPPED_ROUNDS_OFF;
+          rank_job *jobs = run_world(&plan, mapped, bucket_sizes[bi]);
+          for (int r = 0; r < lay.world_size; r++)
+            if (jobs[r].status != RF_OK)
+              fprintf(stderr, "%s -> %s %s, %s, bucket %lld: rank %d: %s\n", layouts[li].trainer,
+                      layouts[li].rollout, rf_plan_kind_name(plan.kind),
+                      mapped ? "mapped" : "messages", (long long)bucket_sizes[bi], r,
+                      rf_status_name(jobs[r].status));
+          for (int r = 0; r < lay.world_size; r++)
+            ASSERT_OK(jobs[r].status);
+          check_world(&plan, jobs, trainer_want, rollout_want);
+          free_jobs(jobs, lay.world_size);
+          worlds++;
+        }
       rf_plan_free(&plan);
     }
     rf_layout_free(&lay);
@@ -360,8 +341,8 @@ int main(void) {
          "destination %d; fp8 bytes forwarded %lld\n",
          worlds, MODES, source, destination, (long long)forwarded);
   /* 4 layouts of one replica with p2p, star and fanout (the same as p2p there), 2 of several
-   * replicas with p2p and fanout; two bucket sizes each. */
-  ASSERT_EQ(worlds, (4 * 3 + 2 * 2) * 2);
+   * replicas with p2p and fanout; messages and mapped, two bucket sizes each. */
+  ASSERT_EQ(worlds, (4 * 3 + 2 * 2) * 2 * 2);
   ASSERT_GT(forwarded, 0);
   ASSERT_GT(source, 0);
   ASSERT_GT(destination, 0);

@@ -117,10 +117,11 @@ static void leave_together(double timeout) {
 rf_status rf_run_check_rollout_dtype(const rf_config *cfg) {
   if (cfg->rollout_dtype != RF_ROLLOUT_DTYPE_FP8)
     return RF_OK;
-  if (strcmp(cfg->transport, "mpi") != 0)
+  if (strcmp(cfg->transport, "mpi") != 0 && strcmp(cfg->transport, "shm") != 0)
     return rf_fail(RF_ERR_USAGE,
-                   "--rollout-dtype fp8 is not moved over the %s transport yet: use --transport "
-                   "mpi --memory host, or refit plan and refit simulate",
+                   "--rollout-dtype fp8 is not moved over the %s transport yet (GPU memory, "
+                   "whose quantize kernels are not written): use --transport mpi or shm, or "
+                   "refit plan and refit simulate",
                    cfg->transport);
   if (cfg->memory == RF_MEM_REQUEST_DEVICE)
     return rf_fail(RF_ERR_USAGE, "--rollout-dtype fp8 is not moved in GPU memory yet: use "

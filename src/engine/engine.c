@@ -1,5 +1,6 @@
 /* The engine's buffers: allocation, the generator's fill, regions, and the checks that run
  * after the last iteration. The modes themselves live in engine_modes.c. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,21 +163,18 @@ const rf_schedule *engine_stage(const rf_engine *e, int i) {
   return i == 0 ? &e->reshape : i == 1 ? &e->transfer : &e->forward[i - 2];
 }
 
-/* What --rollout-dtype fp8 moves so far: host memory over a message transport. The rest is
- * refused before anything is built. */
+/* What --rollout-dtype fp8 moves so far: host memory (over messages or a host mapping). GPU
+ * memory is refused before anything is built. */
 static rf_status check_fp8(const rf_engine *e, const rf_transport *tp) {
   const rf_plan *plan = e->plan;
   if (plan->layout->rollout.dtype != RF_ROLLOUT_DTYPE_FP8)
     return RF_OK;
-  const char *missing = e->memory == RF_MEM_DEVICE ? "in GPU memory"
-                        : tp->ops->peer_buffer     ? "over a mapping transport"
-                                                   : NULL;
-  if (!missing)
+  if (e->memory != RF_MEM_DEVICE)
     return RF_OK;
   return rf_fail(RF_ERR_USAGE,
-                 "--rollout-dtype fp8 is not moved %s yet (the %s transport); use --memory host "
-                 "with --transport mpi, or refit plan and refit simulate",
-                 missing, tp->ops->name);
+                 "--rollout-dtype fp8 is not moved in GPU memory yet (the %s transport); use "
+                 "--memory host with --transport mpi or shm, or refit plan and refit simulate",
+                 tp->ops->name);
 }
 
 rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mode mode,
@@ -211,10 +209,10 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
     RF_TRY(rf_schedule_build_forward(plan, s, bucket_size, &e->forward[s]));
   RF_TRY(rf_rounds_build(plan, &e->transfer, e->forward, plan->forward_depth, &e->rounds));
   e->corrupt_round = engine_corrupt_round(e);
+  RF_TRY(engine_fp8_blocks_init(e));
   if (tp->ops->peer_buffer)
     return engine_mapped_init(e); /* one end copies straight across: no staging */
   RF_TRY(rf_rounds_build(plan, &e->reshape, NULL, 0, &e->reshape_rounds));
-  RF_TRY(engine_fp8_blocks_init(e));
   RF_TRY(engine_alloc_staging(e));
   return RF_OK;
 }
@@ -286,10 +284,13 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   /* The mapped path (ipc, shm): fanout in rounds where --mapped-rounds says so, else the
    * transfer as one exchange, then each forward step (a round per bucket without forward
    * steps would only add notes and launches: there is no staging to bound). */
+  e->fp8_next = 0;
   if (e->plan->forward_depth > 0 && e->mapped_rounds) {
     RF_TRY(engine_run_rounds_mapped(e, times));
   } else {
     RF_TRY(engine_run_stage_mapped(e, &e->transfer, times));
+    if (e->fp8_next < e->fp8_block_count) /* fp8: every round's blocks, before forwarding */
+      RF_TRY(engine_fp8_round_done(e, INT_MAX));
     if (e->corrupt_armed) {
       e->corrupt_armed = 0;
       RF_TRY(engine_apply_corrupt(e));

@@ -47,17 +47,16 @@ static int64_t scale_row(const rf_rollout_tensor *w, const rf_rollout_tensor *s,
   return row / EDGE;
 }
 
-rf_region engine_fp8_scale_region(const rf_plan *plan, void *const *rollout, int tensor,
-                                  int rollout_rank, rf_box *blocks) {
+rf_region engine_fp8_scale_region(const rf_plan *plan, void *scales, int tensor, int rollout_rank,
+                                  rf_box *blocks) {
   const rf_layout *lay = plan->layout;
   const rf_rollout_slot *slot = &lay->slots[tensor];
   const rf_rollout_tensor *w = &lay->rollout_tensors[slot->local];
   const rf_rollout_tensor *s = &lay->rollout_tensors[slot->local + 1]; /* layout_fp8.c */
   rf_box held = rf_layout_rollout_box(lay, tensor, rollout_rank);
   *blocks = engine_fp8_blocks_of(&held);
-  void *base = rollout ? rollout[slot->local + 1] : NULL;
-  return rf_region_in_fused(base, s->shape[1], scale_row(w, s, slot->row), slot->col / EDGE, blocks,
-                            rf_dtype_size(s->dtype));
+  return rf_region_in_fused(scales, s->shape[1], scale_row(w, s, slot->row), slot->col / EDGE,
+                            blocks, rf_dtype_size(s->dtype));
 }
 
 /* Quantizes the whole blocks of `box` (on the block grid, or ending at the tensor's end) from
@@ -116,7 +115,8 @@ rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region
 static void rollout_fp8(const rf_engine *e, int tensor, rf_region *q, rf_box *held,
                         rf_region *scale, rf_box *blocks) {
   *q = engine_rollout_region(e, tensor, held);
-  *scale = engine_fp8_scale_region(e->plan, e->data->rollout, tensor, e->rollout_rank, blocks);
+  void *scales = e->data->rollout[e->plan->layout->slots[tensor].local + 1]; /* layout_fp8.c */
+  *scale = engine_fp8_scale_region(e->plan, scales, tensor, e->rollout_rank, blocks);
 }
 
 rf_status engine_fp8_pack_forward(const rf_engine *e, const rf_piece *p, const rf_box *box,
@@ -144,15 +144,29 @@ rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box 
   return RF_OK;
 }
 
-rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_box *box) {
+rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_region *src,
+                           const rf_box *box) {
   const rf_tensor *t = &e->plan->layout->model->tensors[p->tensor];
-  rf_region src = engine_source(e, p), q, scale;
+  rf_region q, scale;
   rf_box held, blocks, kept;
-  RF_TRY(require_rows_dense(t, &src));
+  RF_TRY(require_rows_dense(t, src));
   rollout_fp8(e, p->tensor, &q, &held, &scale, &blocks);
   if (!rf_box_intersect(box, &held, &kept))
     return RF_OK;
-  return quantize_blocks(t, &src, &kept, &q, &scale);
+  return quantize_blocks(t, src, &kept, &q, &scale);
+}
+
+rf_status engine_fp8_copy(const rf_engine *e, const rf_piece *p, const rf_region *src_q,
+                          const rf_region *src_scale, const rf_box *box) {
+  rf_region q, scale;
+  rf_box held, blocks, kept;
+  rollout_fp8(e, p->tensor, &q, &held, &scale, &blocks);
+  if (!rf_box_intersect(box, &held, &kept))
+    return RF_OK;
+  rf_box kept_blocks = engine_fp8_blocks_of(&kept);
+  rf_region_copy(&q, src_q, &kept);
+  rf_region_copy(&scale, src_scale, &kept_blocks);
+  return RF_OK;
 }
 
 static int by_block(const void *pa, const void *pb) {

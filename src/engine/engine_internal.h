@@ -99,16 +99,21 @@ rf_status engine_alloc_staging(rf_engine *e);
 /* The 128x128 blocks a box touches, in block coordinates. */
 rf_box engine_fp8_blocks_of(const rf_box *box);
 /* Rollout rank `rollout_rank`'s scales of fp8 tensor `tensor` in block coordinates (*blocks:
- * the blocks of its held box), over the rollout tensors at `rollout` (NULL: geometry only). */
-rf_region engine_fp8_scale_region(const rf_plan *plan, void *const *rollout, int tensor,
-                                  int rollout_rank, rf_box *blocks);
+ * the blocks of its held box), in the scale tensor that starts at `scales` (its weight's
+ * rollout tensor's next one, layout_fp8.c; NULL: geometry only). */
+rf_region engine_fp8_scale_region(const rf_plan *plan, void *scales, int tensor, int rollout_rank,
+                                  rf_box *blocks);
 /* A source-quantized chunk: packs `box` of src as fp8 bytes and scales at `to`; unpacks them
- * from `from` into this rank's fp8 tensor and scales; or, for a local piece, quantizes `box`
- * straight from its source into them. */
+ * from `from` into this rank's fp8 tensor and scales; or quantizes `box` of src (this rank's or
+ * a mapped peer's) straight into them. engine_fp8_copy copies fp8 bytes and scales another
+ * replica holds (fanout over a mapping) into this rank's. */
 rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region *src,
                           const rf_box *box, char *to);
 rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box *box, char *from);
-rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_box *box);
+rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_region *src,
+                           const rf_box *box);
+rf_status engine_fp8_copy(const rf_engine *e, const rf_piece *p, const rf_region *src_q,
+                          const rf_region *src_scale, const rf_box *box);
 /* fanout: packs the fp8 bytes and scales of `box` that this rank holds, for forwarding. */
 rf_status engine_fp8_pack_forward(const rf_engine *e, const rf_piece *p, const rf_box *box,
                                   char *to);

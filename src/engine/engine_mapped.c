@@ -71,7 +71,7 @@ static rf_status remote_rollout(rf_engine *e, int tensor, int rank, rf_region *o
   RF_TRY(peer_arena(e, RF_FAMILY_ROLLOUT, rank, &base));
   *out = rf_region_in_fused(base + peer_offset(e, RF_FAMILY_ROLLOUT, rank, slot->local),
                             lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col, &held,
-                            engine_esize(e, tensor));
+                            rf_layout_rollout_esize(lay, tensor));
   return RF_OK;
 }
 
@@ -92,6 +92,28 @@ static rf_status remote_source(rf_engine *e, const rf_piece *p, rf_region *out) 
         at, &plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->src],
         engine_esize(e, p->tensor));
   return RF_OK;
+}
+
+/* fp8: the chunks that carry fp8 are not box copies. Over a mapping every fp8 job pulls
+ * (rf_engine_pushes), so this rank is the destination: a source-quantized chunk is quantized
+ * out of its source's memory into this rank's fp8 tensor and scales, a forward chunk's fp8
+ * bytes and scales are copied out of the forwarding replica's. Host memory only (engine.c). */
+static rf_status fp8_chunk(rf_engine *e, const rf_piece *p, rf_quant quant, const rf_box *box) {
+  rf_region src;
+  if (p->src == engine_src_rank(e, p->stage))
+    src = engine_source(e, p);
+  else
+    RF_TRY(remote_source(e, p, &src));
+  if (quant == RF_QUANT_SOURCE)
+    return engine_fp8_local(e, p, &src, box);
+  char *base;
+  rf_box blocks;
+  RF_TRY(peer_arena(e, RF_FAMILY_ROLLOUT, p->src, &base));
+  int scales = e->plan->layout->slots[p->tensor].local + 1; /* layout_fp8.c */
+  rf_region scale =
+      engine_fp8_scale_region(e->plan, base + peer_offset(e, RF_FAMILY_ROLLOUT, p->src, scales),
+                              p->tensor, p->src, &blocks);
+  return engine_fp8_copy(e, p, &src, &scale, box);
 }
 
 /* Where another rank keeps piece p: its coupling buffer (star's reshape) or its part of the
@@ -135,7 +157,11 @@ static rf_status chunk_copy(rf_engine *e, const rf_piece *p, const rf_box *box, 
   return remote_source(e, p, &copy->src);
 }
 
-int rf_engine_pushes(const rf_plan *plan) { return plan->layout->trainer.order == RF_ORDER_JAX; }
+int rf_engine_pushes(const rf_plan *plan) {
+  /* An fp8 rollout pulls: its destination quantizes, or lands pieces in buffers no peer maps. */
+  return plan->layout->trainer.order == RF_ORDER_JAX &&
+         plan->layout->rollout.dtype != RF_ROLLOUT_DTYPE_FP8;
+}
 
 rf_status engine_mapped_init(rf_engine *e) {
   const rf_plan *plan = e->plan;
@@ -241,6 +267,10 @@ static rf_status flush(mapped_ctx *c, int wait) {
 }
 
 static rf_status add_copy(mapped_ctx *c, const rf_chunk *k) {
+  const rf_piece *p = &c->e->plan->pieces[k->piece];
+  rf_quant quant = rf_piece_quant(c->e->plan, p);
+  if (quant == RF_QUANT_SOURCE || quant == RF_QUANT_FORWARDED)
+    return fp8_chunk(c->e, p, quant, &k->box);
   rf_box_copy copy;
   RF_TRY(chunk_copy(c->e, &c->e->plan->pieces[k->piece], &k->box, &copy));
   if (rf_box_is_empty(&copy.box))
@@ -361,6 +391,8 @@ rf_status engine_run_rounds_mapped(rf_engine *e, double *times) {
     /* The transfer and the forward steps share the world channel. */
     st = run_exchange(e, engine_channel(e->transfer.stage), items + rounds->first[k],
                       rounds->first[k + 1] - rounds->first[k], times);
+    if (st == RF_OK && e->fp8_next < e->fp8_block_count) /* before a later round forwards them */
+      st = engine_fp8_round_done(e, k);
     if (st == RF_OK && e->corrupt_armed && k == engine_corrupt_round(e)) {
       e->corrupt_armed = 0;
       st = engine_apply_corrupt(e);

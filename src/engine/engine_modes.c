@@ -105,8 +105,10 @@ static rf_status unpack(stage_ctx *c, const rf_chunk *k, char *from) {
 static rf_status copy_local(stage_ctx *c, const rf_chunk *k) {
   engine_round *r = c->r;
   rf_quant quant = rf_piece_quant(c->e->plan, piece_of(c, k));
-  if (quant == RF_QUANT_SOURCE) /* quantized on the way, at once: not a plain box copy */
-    return engine_fp8_local(c->e, piece_of(c, k), &k->box);
+  if (quant == RF_QUANT_SOURCE) { /* quantized on the way, at once: not a plain box copy */
+    rf_region src = engine_source(c->e, piece_of(c, k));
+    return engine_fp8_local(c->e, piece_of(c, k), &src, &k->box);
+  }
   if (quant == RF_QUANT_FORWARDED) /* replicas are different ranks: never local */
     return rf_fail(RF_ERR_INTERNAL, "fp8: a forward piece of %s is local to rank %d",
                    c->e->plan->layout->model->tensors[piece_of(c, k)->tensor].name,

@@ -73,16 +73,15 @@ expect_error 2 "refit: error: option --rollout-dtype: 'fp4' is not one of model|
 # refit run moves fp8 in host memory over mpi (engine_fp8.c). GPU memory and the other
 # transports are refused before MPI or any file: alone, under mpirun printed once, and as a
 # sweep's skipped combination.
-not_moved="refit: error: --rollout-dtype fp8 is not moved over the shm transport yet: use --transport mpi --memory host, or refit plan and refit simulate"
-expect_error 2 "$not_moved" "$REFIT" run --model tiny --rollout-dtype fp8 --transport shm --output "$TMP/run.h5"
-[ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 --transport shm created its results file"
-expect_error_mpi 2 "$not_moved" "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --rollout-dtype fp8 --transport shm --output "$TMP/run.h5"
+not_moved="refit: error: --rollout-dtype fp8 is not moved over the ipc transport yet (GPU memory, whose quantize kernels are not written): use --transport mpi or shm, or refit plan and refit simulate"
+expect_error 2 "$not_moved" "$REFIT" run --model tiny --rollout-dtype fp8 --transport ipc --output "$TMP/run.h5"
+[ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 --transport ipc created its results file"
+expect_error_mpi 2 "$not_moved" "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --rollout-dtype fp8 --transport ipc --output "$TMP/run.h5"
 [ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 under mpirun created its results file"
 expect_error 2 "refit: error: --rollout-dtype fp8 is not moved in GPU memory yet: use --memory host, or refit plan and refit simulate" \
   "$REFIT" run --model tiny --rollout-dtype fp8 --memory device
-expect_exit 0 "$REFIT" run --model tiny --rollout-dtype model,fp8 --transport shm --dry-run
-expect_grep "run 1/2: rollout_dtype=model" "$TMP/out"
-expect_grep "skip 2/2: rollout_dtype=fp8: --rollout-dtype fp8 is not moved over the shm transport yet: use --transport mpi --memory host, or refit plan and refit simulate" "$TMP/out"
+expect_exit 0 "$REFIT" run --model tiny --rollout-dtype model,fp8 --memory device --dry-run
+expect_grep "skip 2/2: rollout_dtype=fp8: --rollout-dtype fp8 is not moved in GPU memory yet: use --memory host, or refit plan and refit simulate" "$TMP/out"
 small="$REFIT_SOURCE_DIR/tests/data/fp8-small.json"
 # Fanout: the trainer sends every element once, to replica 0, which forwards fp8 and scales.
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=1,dp=2 --plan fanout \
@@ -108,6 +107,13 @@ expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=
   --rollout-dtype fp8 --mode unfused,grouped,fused --iters 2 --verify full --output "$TMP/fp8-jax.h5"
 expect_grep "(fp8, block-quantized; wire 1838080 bytes, 0 tensors quantized at the source, 7 at the destination)" "$TMP/out"
 expect_grep "# PASS" "$TMP/out"
+# Over shm the rollout rank reads its sources' memory and quantizes (JAX order pulls too).
+for order in hf jax; do
+  expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --trainer-order $order --rollout tp=2 \
+    --rollout-dtype fp8 --transport shm --mode unfused,grouped,fused --iters 2 --verify full --output "$TMP/fp8-shm-$order.h5"
+  expect_grep "# PASS" "$TMP/out"
+  [ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "fp8 shm $order: not three verified rows: $(cat "$TMP/out")"
+done
 # A small Mixtral-style MoE (whole blocks per expert) from trainer ep and pp: to rollout ep
 # with p2p, and to plain tp with star (a star cannot feed rollout ep).
 moe="$REFIT_SOURCE_DIR/tests/data/fp8-moe.json"
