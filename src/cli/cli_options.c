@@ -17,7 +17,7 @@
 #define NAMES(type, count) .names = type##_names, .name_count = (count)
 
 /* Choices that stay text: the driver hands them on to the model and the checkpoint code. */
-static const char *const dtype_names[] = {"model", "bf16", "fp16", "fp32"};
+static const char *const dtype_names[] = {"model", "bf16", "fp16", "fp32", "fp8"};
 static const char *const format_names[] = {"auto", "safetensors", "hdf5"};
 
 /* Enum fields are stored as int, and a list as rf_mode_list's count and items. */
@@ -50,13 +50,14 @@ const rf_cli_option rf_cli_options[] = {
              "out)"},
     {.name = "dtype",
      .type = RF_OPT_CHOICE,
-     NAMES(dtype, 4),
+     NAMES(dtype, 5),
      FIELD(dtype),
      .def = "model",
      .unit = "",
      .commands = RUN | PLAN | CKPT | SIM,
      .help = "element type of the weights; model keeps the model's own; tensors with a type "
-             "of their own (DeepSeek's fp32 router bias) keep it"},
+             "of their own (DeepSeek's fp32 router bias) keep it; fp8 is for refit checkpoint "
+             "only: a block-FP8 checkpoint (DeepSeek-V3's layout) of the model's weights"},
     {.name = "trainer",
      .sweep = 1,
      .separator = ';',

@@ -9,10 +9,35 @@
 #include "driver.h"
 #include "io/io.h"
 
+/* --dtype fp8: the model's weights in its own dtype, quantized to a block-FP8 checkpoint. One
+ * safetensors file: the layout DeepSeek's checkpoints use, which refit verify reads. */
+static rf_status write_fp8(const rf_config *cfg) {
+  const char *format = rf_checkpoint_format_for(cfg->checkpoint, cfg->format);
+  if (strcmp(format, "safetensors") != 0 || cfg->shard_size > 0)
+    return rf_fail(RF_ERR_USAGE, "refit checkpoint --dtype fp8 writes one safetensors file: drop "
+                                 "--shard-size and --format hdf5 (and a .h5 name)");
+  rf_model model;
+  RF_TRY(rf_model_load(cfg->model, &model));
+  int64_t bytes = 0;
+  rf_status st = rf_checkpoint_check_target(cfg->checkpoint, 0, cfg->force);
+  if (st == RF_OK)
+    st = rf_checkpoint_write_fp8(cfg->checkpoint, &model, (uint64_t)cfg->seed, &bytes);
+  if (st == RF_OK) {
+    printf("wrote %s: %s, %d tensors, %" PRId64 " bytes, safetensors, block-FP8 (linear weights "
+           "F8_E4M3 with weight_scale_inv)\n",
+           cfg->checkpoint, model.name, model.tensor_count, bytes);
+    fflush(stdout);
+  }
+  rf_model_free(&model);
+  return st;
+}
+
 rf_status rf_cmd_checkpoint(const rf_config *cfg) {
   if (!cfg->checkpoint[0])
     return rf_fail(RF_ERR_USAGE, "refit checkpoint needs --checkpoint PATH (where to write)");
   rf_model model;
+  if (strcmp(cfg->dtype, "fp8") == 0)
+    return write_fp8(cfg);
   RF_TRY(rf_job_load_model(cfg, &model));
   /* Without --format the name decides, so that `--checkpoint x.h5` writes the HDF5 file that
    * `refit run --checkpoint x.h5` expects. */

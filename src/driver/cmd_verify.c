@@ -1,9 +1,11 @@
 /* `refit verify`: compares the per-tensor checksums of a run in a results file with a
  * reference results file, or with the checksums computed from a checkpoint. Exit 0 when every
  * tensor agrees, 1 when some differ (each named), 2 when the files cannot be compared. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "driver.h"
 #include "io/io.h"
@@ -27,30 +29,63 @@ static rf_status read_sums(const char *path, int run, run_sums *s) {
                                    &s->rollout);
 }
 
-/* The reference checksums of the run's tensors from a checkpoint, for the run's model. */
-static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, uint64_t **out) {
+/* The model a run moved: the path its configuration gave, for a model read from a config.json
+ * (the run records that model's stem as its name), else its name. */
+static rf_status run_model(const char *path, int run, char *model, size_t len) {
+  enum { CONFIG_MAX = (1 << 16) + 1 }; /* results strings are read up to 64 KiB */
+  char *config = rf_malloc(CONFIG_MAX, "a run's configuration");
+  if (!config)
+    return RF_ERR_NOMEM;
+  rf_log_push_quiet(1); /* runs written before config_json have none */
+  rf_status st = rf_results_run_attribute(path, run, "config_json", config, CONFIG_MAX);
+  rf_log_pop_quiet();
+  json_t *cfg = st == RF_OK ? json_loads(config, 0, NULL) : NULL;
+  const char *given = cfg ? json_string_value(json_object_get(cfg, "model")) : NULL;
+  if (given && strchr(given, '/') && access(given, R_OK) == 0)
+    snprintf(model, len, "%s", given);
+  json_decref(cfg);
+  free(config);
+  return RF_OK;
+}
+
+/* The reference checksums of the run's tensors from a checkpoint, for the run's model. An fp8
+ * run is compared with a block-FP8 checkpoint: its linear weights' checksums are of fp8 bytes
+ * and scales (fp8_tensor[i] = 1), the trainer's weights behind them are not in the file. */
+static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, int fp8,
+                                 uint64_t **out, int **fp8_tensor) {
   char model_name[RF_PATH_MAX] = "", dtype[16] = "";
   RF_TRY(
       rf_results_run_attribute(cfg->inputs[0], mine->run, "model", model_name, sizeof model_name));
   RF_TRY(rf_results_run_attribute(cfg->inputs[0], mine->run, "dtype", dtype, sizeof dtype));
   rf_model model;
+  RF_TRY(run_model(cfg->inputs[0], mine->run, model_name, sizeof model_name));
   RF_TRY(rf_model_load(model_name, &model));
   rf_dtype dt;
   if (rf_dtype_parse(dtype, &dt) == RF_OK)
     rf_model_set_dtype(&model, dt);
-  rf_checkpoint *ckpt = NULL;
-  rf_status st = rf_checkpoint_open(cfg->checkpoint, &model, &ckpt);
+  /* With fp8, every tensor's checksum from the block-FP8 checkpoint first, by model tensor. */
+  size_t nt = (size_t)model.tensor_count + 1;
+  uint64_t *fp8_sums = fp8 ? rf_calloc(nt, sizeof *fp8_sums, "fp8 checksums") : NULL;
+  int *is_fp8 = fp8 ? rf_calloc(nt, sizeof *is_fp8, "fp8 tensors") : NULL;
   *out = rf_calloc((size_t)mine->count + 1, sizeof **out, "reference checksums");
-  if (st == RF_OK && !*out)
-    st = RF_ERR_NOMEM;
+  *fp8_tensor = rf_calloc((size_t)mine->count + 1, sizeof **fp8_tensor, "fp8 tensors");
+  rf_checkpoint *ckpt = NULL;
+  rf_status st = *out && *fp8_tensor && (!fp8 || (fp8_sums && is_fp8)) ? RF_OK : RF_ERR_NOMEM;
+  if (st == RF_OK)
+    st = fp8 ? rf_checkpoint_fp8_checksums(cfg->checkpoint, &model, fp8_sums, is_fp8)
+             : rf_checkpoint_open(cfg->checkpoint, &model, &ckpt);
   for (int i = 0; i < mine->count && st == RF_OK; i++) {
     int t = rf_model_find(&model, mine->names[i]);
     if (t < 0)
       st = rf_fail(RF_ERR_CHECKPOINT, "model %s has no tensor %s of the results file", model.name,
                    mine->names[i]);
+    else if (fp8)
+      (*out)[i] = fp8_sums[t], (*fp8_tensor)[i] = is_fp8[t];
     else
       st = rf_checkpoint_checksum(ckpt, t, &(*out)[i]);
   }
+  free(fp8_sums);
+  free(is_fp8);
   if (ckpt)
     rf_checkpoint_close(ckpt);
   rf_model_free(&model);
@@ -79,13 +114,8 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
   rf_status st = RF_OK;
   const char *against = cfg->reference[0] ? cfg->reference : cfg->checkpoint;
   int fp8 = run_is_fp8(cfg->inputs[0], mine.run);
-  if (fp8 && !cfg->reference[0])
-    st = rf_fail(RF_ERR_USAGE,
-                 "run %04d of '%s' moved fp8 rollouts, whose checksums are of fp8 bytes and "
-                 "scales that a checkpoint of the model's dtype does not hold; compare it with "
-                 "--reference RESULTS.h5 holding an fp8 run",
-                 mine.run, cfg->inputs[0]);
-  else if (cfg->reference[0]) {
+  int *fp8_tensor = NULL; /* with --checkpoint: compared by their rollout checksums only */
+  if (cfg->reference[0]) {
     st = read_sums(cfg->reference, -1, &ref);
     if (st == RF_OK && fp8 != run_is_fp8(cfg->reference, ref.run))
       st = rf_fail(RF_ERR_USAGE,
@@ -101,7 +131,7 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
     expected = ref.trainer;
     expected_rollout = fp8 ? ref.rollout : ref.trainer;
   } else {
-    st = checkpoint_sums(cfg, &mine, &expected);
+    st = checkpoint_sums(cfg, &mine, fp8, &expected, &fp8_tensor);
     expected_rollout = expected;
   }
   int differ = 0;
@@ -114,7 +144,8 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
       break;
     }
     uint64_t want = expected[i];
-    if (mine.trainer[i] == want && mine.rollout[i] == expected_rollout[i])
+    int trainer_ok = mine.trainer[i] == want || (fp8_tensor && fp8_tensor[i]);
+    if (trainer_ok && mine.rollout[i] == expected_rollout[i])
       continue;
     differ++;
     printf("differs: %s  trainer %016llx  rollout %016llx  %s %016llx\n", mine.names[i],
@@ -129,6 +160,7 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
   }
   if (!cfg->reference[0])
     free(expected);
+  free(fp8_tensor);
   sums_free(&mine);
   sums_free(&ref);
   return st;

@@ -10,6 +10,10 @@
 #include "transport/transport.h"
 
 rf_status rf_job_load_model(const rf_config *cfg, rf_model *model) {
+  if (strcmp(cfg->dtype, "fp8") == 0)
+    return rf_fail(RF_ERR_USAGE, "option --dtype fp8 writes a block-FP8 checkpoint (refit "
+                                 "checkpoint); the trainer's weights are model, bf16, fp16 or "
+                                 "fp32: use --rollout-dtype fp8 to move fp8 rollouts");
   RF_TRY(rf_model_load(cfg->model, model));
   if (strcmp(cfg->dtype, "model") == 0)
     return RF_OK;

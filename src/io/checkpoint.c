@@ -21,8 +21,10 @@
 
 /* ---- checks and their messages ------------------------------------------------------------ */
 
-static const char *const dtype_tags[] = {
-    [RF_DTYPE_BF16] = "BF16", [RF_DTYPE_FP16] = "F16", [RF_DTYPE_FP32] = "F32"};
+static const char *const dtype_tags[] = {[RF_DTYPE_BF16] = "BF16",
+                                         [RF_DTYPE_FP16] = "F16",
+                                         [RF_DTYPE_FP32] = "F32",
+                                         [RF_DTYPE_FP8] = "F8_E4M3"};
 
 const char *ck_dtype_tag(rf_dtype dt) {
   return (int)dt >= 0 && (int)dt < (int)RF_ARRAY_LEN(dtype_tags) ? dtype_tags[dt] : "?";
@@ -64,6 +66,18 @@ rf_status ck_fail_shape(const char *file, const rf_tensor *t, int ndim, const in
 
 rf_status ck_fail_dtype(const char *file, const rf_tensor *t, const char *got, int readable) {
   rf_dtype dt, want = t->dtype;
+  if (want == RF_DTYPE_FP8) /* the view of a block-FP8 checkpoint (checkpoint_fp8.c) */
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s is %s, but a block-FP8 checkpoint holds it as "
+                   "F8_E4M3 with its weight_scale_inv; compare an fp8 run with a block-FP8 "
+                   "checkpoint (refit checkpoint --dtype fp8 writes one)",
+                   file, t->name, got);
+  if (readable && ck_dtype_from_tag(got, &dt) && dt == RF_DTYPE_FP8)
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s is %s (a block-FP8 checkpoint), which refit does "
+                   "not read as trainer weights yet; the model needs %s (refit verify "
+                   "--checkpoint compares an fp8 run with it)",
+                   file, t->name, got, ck_dtype_tag(want));
   if (readable && ck_dtype_from_tag(got, &dt) && t->own_dtype)
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s is %s, the model needs %s (its own dtype, which "
@@ -347,7 +361,11 @@ rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out) {
   *out = 0;
   if (tensor < 0 || tensor >= c->model->tensor_count)
     return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': no tensor %d in the model", c->path, tensor);
-  const rf_tensor *t = &c->model->tensors[tensor];
+  return ck_checksum_as(c, tensor, &c->model->tensors[tensor], out);
+}
+
+rf_status ck_checksum_as(rf_checkpoint *c, int tensor, const rf_tensor *t, uint64_t *out) {
+  *out = 0;
   int es = rf_tensor_esize(t);
   int64_t rows = RF_MIN(ck_batch_rows(t, t->shape[1], es), t->shape[0]);
   size_t cap = (size_t)(rows * t->shape[1] * es);

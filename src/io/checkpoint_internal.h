@@ -105,6 +105,19 @@ typedef rf_status (*ck_emit_fn)(void *ctx, const rf_tensor *t, int64_t row0, int
                                 const void *data, size_t bytes);
 rf_status ck_generate(const rf_tensor *t, uint64_t seed, ck_emit_fn emit, void *ctx);
 
+/* Streams tensor i of the model being written through `emit`; `gen` is the generator's own
+ * state. ck_st_write_file writes one safetensors file of every tensor of `m` with it (the
+ * block-FP8 checkpoint, checkpoint_fp8.c). */
+typedef rf_status (*ck_gen_fn)(void *gen, const rf_model *m, int i, uint64_t seed, ck_emit_fn emit,
+                               void *ctx);
+rf_status ck_st_write_file(const char *path, const rf_model *m, uint64_t seed, ck_gen_fn generate,
+                           void *gen);
+
+/* rf_checkpoint_checksum of the checkpoint's tensor `tensor`, its terms under tensor t's id
+ * (t has the same shape and dtype): a view of a model (checkpoint_fp8.c) numbers its tensors
+ * apart from the model whose checksums it computes. */
+rf_status ck_checksum_as(rf_checkpoint *c, int tensor, const rf_tensor *t, uint64_t *out);
+
 /* Greedy packing of tensors, in order, into shards of at most shard_size bytes (a larger
  * tensor gets a shard of its own). Fills shard_of[tensor] and returns the shard count. */
 int ck_shard_plan(const rf_model *model, int64_t shard_size, int *shard_of);

@@ -28,9 +28,17 @@ static rf_status emit_to_file(void *ctx, const rf_tensor *t, int64_t row0, int64
   return ck_write_all(e->fd, data, bytes, e->path);
 }
 
-/* One safetensors file holding tensors [first, last) of the model, in order. */
-static rf_status write_file(const char *path, const rf_model *m, uint64_t seed, int first,
-                            int last) {
+/* The plain generator: tensor i's values in its own dtype. */
+static rf_status generate_plain(void *gen, const rf_model *m, int i, uint64_t seed, ck_emit_fn emit,
+                                void *ctx) {
+  (void)gen;
+  return ck_generate(&m->tensors[i], seed, emit, ctx);
+}
+
+/* One safetensors file holding tensors [first, last) of the model, in order, each streamed by
+ * `generate`. */
+static rf_status write_file(const char *path, const rf_model *m, uint64_t seed, int first, int last,
+                            ck_gen_fn generate, void *gen) {
   char seed_text[32];
   snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
   json_t *h = json_object(), *meta = json_object();
@@ -77,7 +85,7 @@ static rf_status write_file(const char *path, const rf_model *m, uint64_t seed, 
     st = ck_write_all(fd, head, 8 + padded, path);
     emit_ctx e = {fd, path};
     for (int i = first; i < last && st == RF_OK; i++)
-      st = ck_generate(&m->tensors[i], seed, emit_to_file, &e);
+      st = generate(gen, m, i, seed, emit_to_file, &e);
     if (close(fd) != 0 && st == RF_OK)
       st = rf_fail(RF_ERR_IO, "checkpoint '%s': writing failed: %s", path, strerror(errno));
     st = st == RF_OK ? ck_commit(path, tmp) : st;
@@ -129,7 +137,7 @@ rf_status ck_st_write(const char *path, const rf_model *m, uint64_t seed, int64_
                      "checkpoint '%s' is a directory: give a file name, or "
                      "--shard-size for a sharded checkpoint",
                      path);
-    return write_file(path, m, seed, 0, m->tensor_count);
+    return write_file(path, m, seed, 0, m->tensor_count, generate_plain, NULL);
   }
   if (exists && !S_ISDIR(sb.st_mode))
     return rf_fail(RF_ERR_USAGE,
@@ -150,11 +158,19 @@ rf_status ck_st_write(const char *path, const rf_model *m, uint64_t seed, int64_
       last++;
     char file[CK_PATH_MAX + 64];
     snprintf(file, sizeof file, "%s/model-%05d-of-%05d.safetensors", path, s + 1, shards);
-    st = write_file(file, m, seed, first, last);
+    st = write_file(file, m, seed, first, last, generate_plain, NULL);
     first = last;
   }
   if (st == RF_OK)
     st = write_index(path, m, shard_of, shards);
   free(shard_of);
   return st;
+}
+
+rf_status ck_st_write_file(const char *path, const rf_model *m, uint64_t seed, ck_gen_fn generate,
+                           void *gen) {
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+    return rf_fail(RF_ERR_USAGE, "checkpoint '%s' is a directory: give a file name", path);
+  return write_file(path, m, seed, 0, m->tensor_count, generate, gen);
 }

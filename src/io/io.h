@@ -151,6 +151,18 @@ rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box, co
 /* The layout-invariant checksum of a whole tensor as stored in the file. */
 rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out);
 
+/* Block-FP8 checkpoints (checkpoint_fp8.c): every linear weight X.weight F8_E4M3 followed by
+ * X.weight_scale_inv F32 (one per 128x128 block), the other tensors in their own dtype, as
+ * DeepSeek-V3's checkpoints hold them. rf_checkpoint_write_fp8 writes the synthetic weights
+ * quantized by the CPU reference as one safetensors file (*bytes: its data bytes).
+ * rf_checkpoint_fp8_checksums reads one (a file or a directory with its index) for `model` and
+ * sets, per model tensor, the checksum an fp8 run records for its rollout: rf_fp8_checksum of
+ * the fp8 bytes and scales for a linear weight (fp8[t] = 1), the ordinary one otherwise. */
+rf_status rf_checkpoint_write_fp8(const char *path, const rf_model *model, uint64_t seed,
+                                  int64_t *bytes);
+rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, uint64_t *sums,
+                                      int *fp8);
+
 /* Writes the synthetic weights value(seed, tensor, index) of `model` as a checkpoint:
  * format "safetensors" (one file at path, or with shard_size > 0 a directory of shards of at
  * most shard_size bytes each plus model.safetensors.index.json) or "hdf5" (one file, one

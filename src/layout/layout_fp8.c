@@ -21,31 +21,8 @@
 static int64_t ceil_blocks(int64_t n) { return (n + EDGE - 1) / EDGE; }
 
 int rf_layout_fp8(const rf_layout *lay, int tensor) {
-  if (lay->rollout.dtype != RF_ROLLOUT_DTYPE_FP8)
-    return 0;
-  switch (lay->model->tensors[tensor].kind) {
-  case RF_T_Q:
-  case RF_T_K:
-  case RF_T_V:
-  case RF_T_O:
-  case RF_T_GATE:
-  case RF_T_UP:
-  case RF_T_DOWN:
-  case RF_T_EXPERT_GATE:
-  case RF_T_EXPERT_UP:
-  case RF_T_EXPERT_DOWN:
-  case RF_T_SHARED_GATE:
-  case RF_T_SHARED_UP:
-  case RF_T_SHARED_DOWN:
-  case RF_T_Q_A:
-  case RF_T_Q_B:
-  case RF_T_MLA_Q:
-  case RF_T_KV_A:
-  case RF_T_KV_B:
-    return 1;
-  default: /* embeddings, lm_head, norms, biases and routers keep the trainer's dtype */
-    return 0;
-  }
+  return lay->rollout.dtype == RF_ROLLOUT_DTYPE_FP8 &&
+         rf_tensor_kind_is_linear(lay->model->tensors[tensor].kind);
 }
 
 int rf_layout_rollout_esize(const rf_layout *lay, int tensor) {

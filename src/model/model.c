@@ -63,6 +63,32 @@ int rf_tensor_kind_is_moe(rf_tensor_kind kind) {
 
 int rf_tensor_kind_is_mla(rf_tensor_kind kind) { return kind >= RF_T_Q_A && kind <= RF_T_KV_B; }
 
+int rf_tensor_kind_is_linear(rf_tensor_kind kind) {
+  switch (kind) {
+  case RF_T_Q:
+  case RF_T_K:
+  case RF_T_V:
+  case RF_T_O:
+  case RF_T_GATE:
+  case RF_T_UP:
+  case RF_T_DOWN:
+  case RF_T_EXPERT_GATE:
+  case RF_T_EXPERT_UP:
+  case RF_T_EXPERT_DOWN:
+  case RF_T_SHARED_GATE:
+  case RF_T_SHARED_UP:
+  case RF_T_SHARED_DOWN:
+  case RF_T_Q_A:
+  case RF_T_Q_B:
+  case RF_T_MLA_Q:
+  case RF_T_KV_A:
+  case RF_T_KV_B:
+    return 1;
+  default: /* embeddings, lm_head, norms, biases and routers */
+    return 0;
+  }
+}
+
 /* ---- finding the config file ------------------------------------------------------------- */
 
 static int ends_with(const char *s, const char *suffix) {

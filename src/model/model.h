@@ -65,6 +65,10 @@ const char *rf_tensor_kind_name(rf_tensor_kind kind);
 int rf_tensor_kind_is_moe(rf_tensor_kind kind);
 /* The kinds of multi-head latent attention, except its o_proj (an ordinary RF_T_O). */
 int rf_tensor_kind_is_mla(rf_tensor_kind kind);
+/* The linear weights (attention, MLA projections, dense MLP, routed and shared experts): the
+ * tensors that block-FP8 rollouts and checkpoints hold as float8_e4m3fn with scales.
+ * Embeddings, lm_head, norms, biases and routers are not. */
+int rf_tensor_kind_is_linear(rf_tensor_kind kind);
 
 #define RF_NAME_MAX 96
 

@@ -132,9 +132,89 @@ expect_grep "# PASS" "$TMP/out"
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 --iters 1 --output "$TMP/bf16.h5"
 expect_error 2 "refit: error: run 0002 of '$TMP/fp8-p2p.h5' moved fp8 rollouts but the reference run 0000 of '$TMP/bf16.h5' moved model-dtype; compare fp8 runs with fp8 runs" \
   "$REFIT" verify "$TMP/fp8-p2p.h5" --reference "$TMP/bf16.h5"
+
+# A block-FP8 checkpoint (DeepSeek-V3's layout) of the same synthetic weights: refit verify
+# compares the fp8 run's rollout checksums with its fp8 bytes and scales.
+expect_exit 0 "$REFIT" checkpoint --model "$small" --dtype fp8 --checkpoint "$TMP/small-fp8.safetensors"
+expect_grep "wrote $TMP/small-fp8.safetensors: fp8-small, 12 tensors, 1181344 bytes, safetensors, block-FP8 (linear weights F8_E4M3 with weight_scale_inv)" "$TMP/out"
+expect_exit 0 "$REFIT" verify "$TMP/fp8-p2p.h5" --checkpoint "$TMP/small-fp8.safetensors"
+expect_grep "run 0002 against $TMP/small-fp8.safetensors: 0 of 12 tensors differ" "$TMP/out"
+expect_exit 0 "$REFIT" checkpoint --model "$small" --dtype fp8 --seed 2 --checkpoint "$TMP/seed2-fp8.safetensors"
+expect_exit 1 "$REFIT" verify "$TMP/fp8-p2p.h5" --checkpoint "$TMP/seed2-fp8.safetensors"
+expect_grep "# FAIL: 12 tensors differ" "$TMP/out"
 expect_exit 0 "$REFIT" checkpoint --model "$small" --checkpoint "$TMP/small.safetensors"
-expect_error 2 "refit: error: run 0002 of '$TMP/fp8-p2p.h5' moved fp8 rollouts, whose checksums are of fp8 bytes and scales that a checkpoint of the model's dtype does not hold; compare it with --reference RESULTS.h5 holding an fp8 run" \
+expect_error 2 "refit: error: checkpoint '$TMP/small.safetensors': tensor model.layers.0.self_attn.q_proj.weight is BF16, but a block-FP8 checkpoint holds it as F8_E4M3 with its weight_scale_inv; compare an fp8 run with a block-FP8 checkpoint (refit checkpoint --dtype fp8 writes one)" \
   "$REFIT" verify "$TMP/fp8-p2p.h5" --checkpoint "$TMP/small.safetensors"
+expect_error 2 "refit: error: option --dtype fp8 writes a block-FP8 checkpoint (refit checkpoint); the trainer's weights are model, bf16, fp16 or fp32: use --rollout-dtype fp8 to move fp8 rollouts" \
+  "$REFIT" plan --model "$small" --dtype fp8
+# The fp8 file against an independent quantizer: numpy re-quantizes the bf16 checkpoint of the
+# same weights by DeepGEMM's per_block_cast_to_fp8 (fp32 steps, e4m3 nearest-even by its own
+# code) and every fp8 byte and scale must match; and the header is DeepSeek-V3's layout.
+PY=/usr/bin/python3
+"$PY" -c "import numpy" || fail "numpy is missing for $PY (make deps installs python3-numpy)"
+"$PY" - "$TMP/small.safetensors" "$TMP/small-fp8.safetensors" <<'PYEOF' || fail "the fp8 checkpoint is not the numpy quantization of the bf16 one"
+import json, struct, sys
+import numpy as np
+
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    head.pop("__metadata__", None)
+    return head, raw[8 + n:]
+
+def tensor(head, data, name, dt):
+    e = head[name]
+    a, b = e["data_offsets"]
+    return np.frombuffer(data[a:b], dtype=dt).reshape(e["shape"])
+
+def e4m3(x):  # float32 -> float8_e4m3fn codes, nearest even, saturating at 448
+    a = np.abs(x).astype(np.float64)  # exact: every float32 is a float64
+    sign = np.where(np.signbit(x), 0x80, 0).astype(np.uint8)
+    _, e = np.frexp(a)  # a = m * 2^e, 0.5 <= m < 1: e - 1 is the binary exponent
+    e = e - 1
+    normal = e >= -6
+    q_n = np.rint(a / np.exp2(e - 3))  # 8..16 steps, half to even
+    code_n = (e + 6) * 8 + q_n
+    code_s = np.rint(a / 2.0 ** -9)
+    code = np.where(normal, code_n, code_s)
+    code = np.where(a >= 448, 0x7E, code)
+    code = np.where(a == 0, 0, code)
+    return sign | code.astype(np.uint8)
+
+bf_head, bf = load(sys.argv[1])
+f8_head, f8 = load(sys.argv[2])
+names = [k for k in f8_head if not k.endswith("_scale_inv")]
+assert len(names) == 12 and list(bf_head) == names, (list(bf_head), names)
+checked = 0
+for name in names:
+    e = f8_head[name]
+    if e["dtype"] != "F8_E4M3":
+        assert e["dtype"] == bf_head[name]["dtype"] and name + "_scale_inv" not in f8_head, name
+        a, b = e["data_offsets"]
+        c, d = bf_head[name]["data_offsets"]
+        assert f8[a:b] == bf[c:d], name
+        continue
+    x = (tensor(bf_head, bf, name, np.uint16).astype(np.uint32) << 16).view(np.float32)
+    rows, cols = x.shape
+    br, bc = -(-rows // 128), -(-cols // 128)
+    s = f8_head[name + "_scale_inv"]
+    assert s["dtype"] == "F32" and s["shape"] == [br, bc], s
+    got_q = tensor(f8_head, f8, name, np.uint8)
+    got_s = tensor(f8_head, f8, name + "_scale_inv", np.uint32)
+    for i in range(br):
+        for j in range(bc):
+            blk = x[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]
+            amax = np.maximum(np.max(np.abs(blk)), np.float32(1e-4)).astype(np.float32)
+            factor = (np.float32(1) / amax) * np.float32(448)
+            q = e4m3((blk * factor).astype(np.float32))
+            scale = (amax * (np.float32(1) / np.float32(448))).astype(np.float32)
+            assert (q == got_q[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128]).all(), (name, i, j)
+            assert scale.view(np.uint32) == got_s[i, j], (name, i, j)
+            checked += 1
+assert checked == 4 * 4 + 3 * 8, checked  # q, k, v, o: 2x2 blocks; gate, up, down: 8
+print("numpy agrees on", checked, "blocks")
+PYEOF
 if command -v h5dump >/dev/null; then
   h5dump -a /runs/0000/rollout_dtype -a /runs/0000/plan/wire_transfer_bytes "$TMP/fp8-p2p.h5" >"$TMP/dump" 2>&1
   expect_grep '(0): "fp8"' "$TMP/dump"

@@ -1,0 +1,194 @@
+/* Block-FP8 checkpoints (docs/architecture.md, "FP8 checkpoints"): the layout of DeepSeek-V3's
+ * and Kimi-K2's safetensors files, in which every linear weight X.weight is F8_E4M3 and is
+ * followed by X.weight_scale_inv, F32, one element per 128x128 block; embeddings, lm_head,
+ * norms and routers stay in their own dtype.
+ *
+ * Both directions go through the checkpoint's view of the model: the model's tensors with each
+ * linear weight turned fp8 and its scale tensor inserted after it. Writing streams the view
+ * (the synthetic weights quantized by the CPU reference, 128-row bands at a time); reading
+ * opens the view with the ordinary reader, so every header, dtype, shape and truncation check
+ * applies unchanged, and computes the checksums an fp8 run records for its rollout. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/checkpoint_internal.h"
+#include "verify/fp8.h"
+#include "verify/verify.h"
+
+#define EDGE RF_FP8_BLOCK
+
+static int64_t blocks(int64_t n) { return (n + EDGE - 1) / EDGE; }
+
+/* The view of `m`; source[i] is the model tensor behind view tensor i, scale[i] whether it is
+ * a weight_scale_inv. The caller frees view->tensors (rf_model_free), source and scale. */
+static rf_status fp8_view(const rf_model *m, rf_model *view, int **source, int **scale) {
+  *view = *m;
+  view->tensors = rf_calloc((size_t)m->tensor_count * 2 + 1, sizeof *view->tensors, "fp8 view");
+  *source = rf_calloc((size_t)m->tensor_count * 2 + 1, sizeof **source, "fp8 view");
+  *scale = rf_calloc((size_t)m->tensor_count * 2 + 1, sizeof **scale, "fp8 view");
+  if (!view->tensors || !*source || !*scale) {
+    free(view->tensors), free(*source), free(*scale);
+    view->tensors = NULL, *source = *scale = NULL;
+    return RF_ERR_NOMEM;
+  }
+  int n = 0;
+  view->total_bytes = 0;
+  for (int t = 0; t < m->tensor_count; t++) {
+    rf_tensor *w = &view->tensors[n];
+    *w = m->tensors[t];
+    w->id = n;
+    (*source)[n++] = t;
+    if (!rf_tensor_kind_is_linear(w->kind)) {
+      view->total_bytes += w->bytes;
+      continue;
+    }
+    w->dtype = RF_DTYPE_FP8;
+    w->own_dtype = 1;
+    w->bytes = w->numel;
+    view->total_bytes += w->bytes;
+    rf_tensor *s = &view->tensors[n];
+    *s = *w;
+    if ((size_t)snprintf(s->name, sizeof s->name, "%s_scale_inv", w->name) >= sizeof s->name) {
+      free(view->tensors), free(*source), free(*scale);
+      view->tensors = NULL, *source = *scale = NULL;
+      return rf_fail(RF_ERR_MODEL,
+                     "fp8 checkpoint: the scale of %s has a name longer than %d "
+                     "characters",
+                     w->name, RF_NAME_MAX - 1);
+    }
+    s->id = n;
+    s->ndim = 2;
+    s->shape[0] = blocks(w->shape[0]);
+    s->shape[1] = blocks(w->shape[1]);
+    s->numel = s->shape[0] * s->shape[1];
+    s->dtype = RF_DTYPE_FP32;
+    s->bytes = s->numel * 4;
+    view->total_bytes += s->bytes;
+    (*scale)[n] = 1;
+    (*source)[n++] = t;
+  }
+  view->tensor_count = n;
+  return RF_OK;
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+typedef struct {
+  const rf_model *model;
+  const int *source, *scale;
+  float *scales; /* the last fp8 weight's scales, emitted as the next tensor */
+} fp8_writer;
+
+/* An fp8 weight: 128-row bands of the generator's values, quantized, their scales kept for
+ * the scale tensor that follows. */
+static rf_status write_weight(fp8_writer *w, const rf_tensor *t, uint64_t seed, ck_emit_fn emit,
+                              void *ctx) {
+  int64_t rows = RF_MAX(ck_batch_rows(t, t->shape[1], rf_tensor_esize(t)) / EDGE, 1) * EDGE;
+  int64_t cols = t->shape[1];
+  void *x = rf_malloc((size_t)(rows * cols * rf_tensor_esize(t)), "a band of fp8 weights");
+  uint8_t *q = rf_malloc((size_t)(rows * cols), "a band of fp8 weights");
+  free(w->scales);
+  w->scales = rf_malloc((size_t)(blocks(t->shape[0]) * blocks(cols)) * sizeof(float), "fp8 scales");
+  rf_status st = x && q && w->scales ? RF_OK : RF_ERR_NOMEM;
+  for (int64_t r0 = 0; r0 < t->shape[0] && st == RF_OK; r0 += rows) {
+    int64_t r1 = RF_MIN(r0 + rows, t->shape[0]);
+    rf_box b = {{r0, 0}, {r1, cols}};
+    rf_region reg = rf_region_row_major(x, &b, rf_tensor_esize(t));
+    rf_fill_region(&reg, &b, t, seed, t->dtype);
+    st = rf_fp8_quantize_ref(t->name, x, t->dtype, r1 - r0, cols, cols, q,
+                             w->scales + r0 / EDGE * blocks(cols));
+    if (st == RF_OK)
+      st = emit(ctx, t, r0, r1, q, (size_t)((r1 - r0) * cols));
+  }
+  free(x);
+  free(q);
+  return st;
+}
+
+static rf_status generate_fp8(void *gen, const rf_model *view, int i, uint64_t seed,
+                              ck_emit_fn emit, void *ctx) {
+  fp8_writer *w = gen;
+  const rf_tensor *t = &w->model->tensors[w->source[i]];
+  if (w->scale[i]) {
+    rf_status st = emit(ctx, &view->tensors[i], 0, view->tensors[i].shape[0], w->scales,
+                        (size_t)view->tensors[i].bytes);
+    free(w->scales);
+    w->scales = NULL;
+    return st;
+  }
+  if (view->tensors[i].dtype == RF_DTYPE_FP8)
+    return write_weight(w, t, seed, emit, ctx);
+  return ck_generate(t, seed, emit, ctx);
+}
+
+rf_status rf_checkpoint_write_fp8(const char *path, const rf_model *model, uint64_t seed,
+                                  int64_t *bytes) {
+  rf_model view;
+  int *source, *scale;
+  RF_TRY(fp8_view(model, &view, &source, &scale));
+  fp8_writer w = {model, source, scale, NULL};
+  rf_status st = ck_st_write_file(path, &view, seed, generate_fp8, &w);
+  *bytes = view.total_bytes;
+  free(w.scales);
+  free(source);
+  free(scale);
+  rf_model_free(&view);
+  return st;
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+/* The fp8 checksum (rf_fp8_checksum) of model tensor t from view tensors i (fp8) and i + 1
+ * (its scales), 128-row bands at a time. */
+static rf_status fp8_sum(rf_checkpoint *c, const rf_tensor *t, int i, uint64_t *out) {
+  const rf_tensor *s = &c->model->tensors[i + 1];
+  rf_box all = {{0, 0}, {s->shape[0], s->shape[1]}};
+  int64_t rows = RF_MAX(ck_batch_rows(t, t->shape[1], 1) / EDGE, 1) * EDGE;
+  float *scales = rf_malloc((size_t)s->bytes, "fp8 scales");
+  uint8_t *q = rf_malloc((size_t)(rows * t->shape[1]), "a band of fp8 weights");
+  rf_status st = scales && q ? RF_OK : RF_ERR_NOMEM;
+  rf_region sreg = rf_region_row_major(scales, &all, 4);
+  if (st == RF_OK)
+    st = rf_checkpoint_read(c, i + 1, &all, &sreg);
+  uint64_t sum = 0;
+  for (int64_t r0 = 0; r0 < t->shape[0] && st == RF_OK; r0 += rows) {
+    rf_box b = {{r0, 0}, {RF_MIN(r0 + rows, t->shape[0]), t->shape[1]}};
+    rf_box bb = {{r0 / EDGE, 0}, {blocks(b.hi[0]), s->shape[1]}};
+    rf_region qreg = rf_region_row_major(q, &b, 1);
+    st = rf_checkpoint_read(c, i, &b, &qreg);
+    if (st == RF_OK)
+      sum += rf_fp8_checksum(t, &qreg, &b, &sreg, &bb);
+  }
+  free(scales);
+  free(q);
+  *out = sum;
+  return st;
+}
+
+rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, uint64_t *sums,
+                                      int *fp8) {
+  rf_model view;
+  int *source, *scale;
+  RF_TRY(fp8_view(model, &view, &source, &scale));
+  rf_checkpoint *c = NULL;
+  rf_status st = rf_checkpoint_open(path, &view, &c);
+  for (int i = 0; i < view.tensor_count && st == RF_OK; i++) {
+    if (scale[i])
+      continue;
+    const rf_tensor *t = &model->tensors[source[i]];
+    fp8[source[i]] = view.tensors[i].dtype == RF_DTYPE_FP8;
+    if (fp8[source[i]]) {
+      st = fp8_sum(c, t, i, &sums[source[i]]);
+      continue;
+    }
+    /* The checksum under the model's tensor id, read through the view's tensor. */
+    st = ck_checksum_as(c, i, t, &sums[source[i]]);
+  }
+  if (c)
+    rf_checkpoint_close(c);
+  free(source);
+  free(scale);
+  rf_model_free(&view);
+  return st;
+}
