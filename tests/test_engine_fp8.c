@@ -10,20 +10,13 @@
  * replicas forward fp8 and scales. Each world runs over messages (like mpi) and over a
  * mapping (like shm: the destination quantizes out of its source's memory), fanout's mapped
  * worlds with --mapped-rounds off at one bucket size and on at the other. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/engine.h"
-#include "test.h"
-#include "transport/transport_loopback.h"
+#include "engine_worlds.h"
 #include "verify/fp8.h"
-#include "verify/verify.h"
-
-#define SEED 20261204u
-#define MODES 3
 
 static const char fp8_llama[] =
     "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\",\n"
@@ -31,13 +24,6 @@ static const char fp8_llama[] =
     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 2,\n"
     " \"rms_norm_eps\": 1e-05, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\",\n"
     " \"vocab_size\": 1000}\n";
-
-typedef struct {
-  const char *trainer, *rollout;
-  rf_trainer_style style;
-  rf_trainer_order order;
-  rf_placement placement;
-} layout_case;
 
 static const layout_case layouts[] = {
     {"fsdp=2", "tp=2", RF_STYLE_TUNIX, RF_ORDER_HF, RF_PLACEMENT_DISAGGREGATED},
@@ -53,98 +39,6 @@ static const layout_case layouts[] = {
 /* 0: each stage one bucket; 20000: less than one 128-row band of a 512-column tensor, so the
  * schedule cuts source-quantized pieces into runs of blocks. */
 static const int64_t bucket_sizes[] = {0, 20000};
-/* --mapped-rounds of the next world: off with the first bucket size, on with the second. */
-static rf_mapped_rounds mapped_rounds = RF_MAPPED_ROUNDS_OFF;
-
-typedef struct {
-  const rf_plan *plan;
-  rf_loopback *lb;
-  int rank;
-  int64_t bucket_size;
-  rf_status status;
-  int64_t wrong[MODES], wrong_after_corrupt[MODES];
-  uint64_t *trainer_sum[MODES], *rollout_sum[MODES];
-} rank_job;
-
-static rf_status run_modes(rank_job *j, rf_buffers *data, rf_transport *tp) {
-  double times[RF_PHASE_COUNT];
-  for (int m = 0; m < MODES; m++) {
-    rf_engine e;
-    rf_status st =
-        rf_engine_init(&e, data, tp, (rf_mode)m, j->bucket_size, SEED, RF_INJECT_NONE, j->rank);
-    if (st == RF_OK)
-      rf_engine_set_mapped_rounds(&e, mapped_rounds, 0);
-    for (int it = 0; it < 2 && st == RF_OK; it++) { /* poisoned before each, as refit run does */
-      st = rf_engine_poison(&e);
-      if (st == RF_OK)
-        st = rf_engine_iterate(&e, times, 0);
-    }
-    if (st == RF_OK) {
-      j->wrong[m] = rf_engine_check(&e, NULL);
-      st = rf_engine_checksums(&e, j->trainer_sum[m], j->rollout_sum[m]);
-    }
-    if (st == RF_OK) {
-      rf_engine_corrupt(&e);
-      st = rf_engine_poison(&e);
-      if (st == RF_OK)
-        st = rf_engine_iterate(&e, times, 0);
-    }
-    if (st == RF_OK)
-      j->wrong_after_corrupt[m] = rf_engine_check(&e, NULL);
-    rf_engine_free(&e);
-    if (st != RF_OK)
-      return st;
-  }
-  return RF_OK;
-}
-
-static void *run_rank(void *arg) {
-  rank_job *j = arg;
-  rf_buffers data;
-  rf_transport tp;
-  j->status = rf_buffers_init(&data, j->plan, RF_MEM_HOST, SEED, NULL, j->rank);
-  if (j->status == RF_OK) {
-    j->status = rf_loopback_open(j->lb, j->rank, &tp);
-    if (j->status == RF_OK)
-      j->status = run_modes(j, &data, &tp);
-    rf_transport_close(&tp);
-  }
-  rf_buffers_free(&data);
-  return NULL;
-}
-
-static rank_job *run_world(const rf_plan *plan, int mapped, int64_t bucket_size) {
-  int n = plan->layout->world_size, nt = plan->layout->model->tensor_count;
-  rf_loopback *lb;
-  ASSERT_OK(rf_loopback_create(plan, mapped, 60.0, &lb));
-  rank_job *jobs = calloc((size_t)n, sizeof *jobs);
-  pthread_t *threads = calloc((size_t)n, sizeof *threads);
-  ASSERT_TRUE(jobs && threads);
-  for (int r = 0; r < n; r++) {
-    jobs[r] = (rank_job){.plan = plan, .lb = lb, .rank = r, .bucket_size = bucket_size};
-    for (int m = 0; m < MODES; m++) {
-      jobs[r].trainer_sum[m] = calloc((size_t)nt, sizeof(uint64_t));
-      jobs[r].rollout_sum[m] = calloc((size_t)nt * (size_t)plan->layout->rollout.dp, 8);
-      ASSERT_TRUE(jobs[r].trainer_sum[m] && jobs[r].rollout_sum[m]);
-    }
-  }
-  for (int r = 0; r < n; r++)
-    ASSERT_EQ(pthread_create(&threads[r], NULL, run_rank, &jobs[r]), 0);
-  for (int r = 0; r < n; r++)
-    ASSERT_EQ(pthread_join(threads[r], NULL), 0);
-  free(threads);
-  rf_loopback_free(lb);
-  return jobs;
-}
-
-static void free_jobs(rank_job *jobs, int n) {
-  for (int r = 0; r < n; r++)
-    for (int m = 0; m < MODES; m++) {
-      free(jobs[r].trainer_sum[m]);
-      free(jobs[r].rollout_sum[m]);
-    }
-  free(jobs);
-}
 
 /* The checksums of every whole tensor: the generator's in the trainer's dtype, and what the
  * rollout holds: for fp8 tensors the CPU reference quantization of the generator's values. */
@@ -175,49 +69,6 @@ static void expected_checksums(const rf_layout *lay, uint64_t *trainer, uint64_t
   }
 }
 
-static void check_world(const rf_plan *plan, rank_job *jobs, const uint64_t *trainer_want,
-                        const uint64_t *rollout_want) {
-  const rf_layout *lay = plan->layout;
-  int nt = lay->model->tensor_count;
-  for (int m = 0; m < MODES; m++) {
-    for (int t = 0; t < nt; t++) {
-      uint64_t trainer = 0;
-      for (int r = 0; r < lay->world_size; r++)
-        trainer += jobs[r].trainer_sum[m][t];
-      ASSERT_U64_EQ(trainer, trainer_want[t]);
-      for (int p = 0; p < lay->rollout.dp; p++) {
-        uint64_t rollout = 0;
-        for (int r = 0; r < lay->world_size; r++)
-          rollout += jobs[r].rollout_sum[m][(size_t)p * nt + t];
-        ASSERT_U64_EQ(rollout, rollout_want[t]);
-      }
-    }
-    for (int r = 0; r < lay->world_size; r++) {
-      int trainer, rollout;
-      rf_layout_roles(lay, r, &trainer, &rollout);
-      ASSERT_EQ(jobs[r].wrong[m], 0);
-      /* --inject corrupt flips the first byte of the embedding on the last rollout rank, or,
-       * where the plan forwards, on the last tp rank of its root replica, which forwards it to
-       * the last tp rank of every other replica. */
-      int R = lay->rollout.tp;
-      int hit = plan->forward_depth > 0 ? rollout >= 0 && rollout % R == R - 1
-                                        : rollout == lay->rollout_ranks - 1;
-      ASSERT_EQ(jobs[r].wrong_after_corrupt[m], hit ? 1 : 0);
-    }
-  }
-}
-
-static void make_layout(rf_layout *lay, const rf_model *m, const layout_case *c) {
-  rf_trainer_layout t;
-  rf_rollout_layout r;
-  ASSERT_OK(rf_trainer_layout_parse(c->trainer, &t));
-  ASSERT_OK(rf_rollout_layout_parse(c->rollout, &r));
-  t.style = c->style;
-  t.order = c->order;
-  r.dtype = RF_ROLLOUT_DTYPE_FP8;
-  ASSERT_OK(rf_layout_init(lay, m, &t, &r, c->placement));
-}
-
 /* Returns the worlds run; adds the plans' source- and destination-quantized tensors and their
  * forwarded wire bytes. */
 static int run_layouts(const rf_model *m, int *source, int *destination, int64_t *forwarded) {
@@ -226,8 +77,10 @@ static int run_layouts(const rf_model *m, int *source, int *destination, int64_t
   ASSERT_TRUE(trainer_want && rollout_want);
   for (size_t li = 0; li < RF_ARRAY_LEN(layouts); li++) {
     rf_layout lay;
-    make_layout(&lay, m, &layouts[li]);
+    make_layout(&lay, m, &layouts[li], RF_ROLLOUT_DTYPE_FP8);
     expected_checksums(&lay, trainer_want, rollout_want);
+    rank_job *jobs = calloc((size_t)lay.world_size, sizeof *jobs);
+    ASSERT_TRUE(jobs);
     for (int kind = RF_PLAN_P2P; kind <= RF_PLAN_FANOUT; kind++) {
       if (kind == RF_PLAN_STAR && lay.rollout.dp > 1)
         continue;
@@ -239,7 +92,7 @@ static int run_layouts(const rf_model *m, int *source, int *destination, int64_t
       for (int mapped = 0; mapped <= 1; mapped++)
         for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++) {
           mapped_rounds = bi % 2 ? RF_MAPPED_ROUNDS_ON : RF_MAPPED_ROUNDS_OFF;
-          rank_job *jobs = run_world(&plan, mapped, bucket_sizes[bi]);
+          run_world(&plan, mapped, bucket_sizes[bi], 60.0, -1, jobs);
           for (int r = 0; r < lay.world_size; r++)
             if (jobs[r].status != RF_OK)
               fprintf(stderr, "%s -> %s %s, %s, bucket %lld: rank %d: %s\n", layouts[li].trainer,
@@ -254,11 +107,21 @@ static int run_layouts(const rf_model *m, int *source, int *destination, int64_t
         }
       rf_plan_free(&plan);
     }
+    free(jobs);
     rf_layout_free(&lay);
   }
   free(trainer_want);
   free(rollout_want);
   return worlds;
+}
+
+/* The element check finds exactly one wrong element, and says so in the one line `want`. */
+static void expect_one_wrong(rf_engine *e, const char *want) {
+  char err[512] = "";
+  rf_log_capture(err, sizeof err);
+  ASSERT_EQ(rf_engine_check(e, NULL), 1);
+  rf_log_capture(NULL, 0);
+  ASSERT_STR_EQ(err, want);
 }
 
 /* One rank that is both trainer and rollout (colocated fsdp=1 -> tp=1): a flipped fp8 byte of
@@ -267,7 +130,7 @@ static void test_flipped_bytes(const rf_model *m) {
   static const layout_case one = {"fsdp=1", "tp=1", RF_STYLE_TUNIX, RF_ORDER_HF,
                                   RF_PLACEMENT_COLOCATED};
   rf_layout lay;
-  make_layout(&lay, m, &one);
+  make_layout(&lay, m, &one, RF_ROLLOUT_DTYPE_FP8);
   rf_plan plan;
   ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
   rf_loopback *lb;
@@ -295,25 +158,19 @@ static void test_flipped_bytes(const rf_model *m) {
   ASSERT_STR_EQ(lay.rollout_tensors[lay.slots[down].local + 1].name,
                 "model.layers.1.mlp.down_proj.weight_scale_inv");
   uint32_t scale_was = scales[29];
-  char err[512] = "", want[512];
-  rf_log_capture(err, sizeof err);
-  ASSERT_EQ(rf_engine_check(&e, NULL), 1);
-  rf_log_capture(NULL, 0);
+  char want[512];
   snprintf(want, sizeof want,
            "verify: model.layers.0.self_attn.q_proj.weight on rollout rank 0: element 514 "
            "(row 1, col 2) is 0x%x, expected 0x%x",
            (unsigned)(uint8_t)(was ^ 0x01), (unsigned)was);
-  ASSERT_STR_EQ(err, want);
+  expect_one_wrong(&e, want);
   qkv[514] = was;
   scales[29] ^= 0x80000000u; /* the scale's sign */
-  rf_log_capture(err, sizeof err);
-  ASSERT_EQ(rf_engine_check(&e, NULL), 1);
-  rf_log_capture(NULL, 0);
   snprintf(want, sizeof want,
            "verify: model.layers.1.mlp.down_proj.weight_scale_inv on rollout rank 0: element 29 "
            "(row 3, col 5) is 0x%x, expected 0x%x",
            scale_was ^ 0x80000000u, scale_was);
-  ASSERT_STR_EQ(err, want);
+  expect_one_wrong(&e, want);
   rf_engine_free(&e);
   rf_transport_close(&tp);
   rf_buffers_free(&data);
