@@ -121,6 +121,29 @@ static rf_status alloc_landing(rf_buffers *b) {
   return st;
 }
 
+int64_t rf_buffers_landing_bytes(const rf_plan *plan, int64_t *per_rank) {
+  const rf_layout *lay = plan->layout;
+  int R = lay->rollout_ranks;
+  int *last = rf_malloc((size_t)R * sizeof *last + 1, "fp8 landing buffers");
+  if (!last)
+    return -1;
+  for (int r = 0; r < R; r++)
+    last[r] = -1, per_rank[r] = 0;
+  /* A stage lists a tensor's pieces together (plan.h): a rank's last tensor tells a new one. */
+  for (int i = 0; i < plan->piece_count && lay->rollout.dtype == RF_ROLLOUT_DTYPE_FP8; i++) {
+    const rf_piece *p = &plan->pieces[i];
+    if (p->stage != RF_STAGE_TRANSFER || last[p->dst] == p->tensor ||
+        rf_piece_quant(plan, p) != RF_QUANT_DESTINATION)
+      continue;
+    last[p->dst] = p->tensor;
+    rf_box held = rf_layout_rollout_box(lay, p->tensor, p->dst);
+    per_rank[p->dst] = align_up(
+        per_rank[p->dst] + rf_box_numel(&held) * rf_tensor_esize(&lay->model->tensors[p->tensor]));
+  }
+  free(last);
+  return 0;
+}
+
 /* Allocates one family's arena and points its tensors into it. */
 static rf_status alloc_family(rf_buffers *b, rf_buffer_family f, int rank, const char *what) {
   const rf_layout *lay = b->plan->layout;

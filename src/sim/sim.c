@@ -18,13 +18,21 @@ void rf_sim_result_free(rf_sim_result *r) {
 static rf_status clock_unit(void *ctx, const sim_unit *u) { return sim_clock_unit(ctx, u); }
 
 /* Each rank's arenas as rf_buffers_init would allocate them: shards and coupling buffers on
- * trainer ranks, the fused rollout tensors (alike on every rollout rank) on rollout ranks. */
+ * trainer ranks, the fused rollout tensors (alike on every rollout rank) and, for fp8, the
+ * landing buffers of destination-quantized tensors on rollout ranks. */
 static rf_status count_memory(const rf_plan *plan, rf_sim_result *r) {
   const rf_layout *lay = plan->layout;
   int n = RF_MAX(lay->model->tensor_count, lay->rollout_tensor_count);
   int64_t *off = rf_calloc((size_t)n + 1, sizeof *off, "arena offsets");
   if (!off)
     return RF_ERR_NOMEM;
+  /* fp8: the landing buffers of destination-quantized tensors count with the rollout's. */
+  int64_t *landing = rf_calloc((size_t)lay->rollout_ranks + 1, sizeof *landing, "landing bytes");
+  if (!landing || rf_buffers_landing_bytes(plan, landing) < 0) {
+    free(off);
+    free(landing);
+    return RF_ERR_NOMEM;
+  }
   int64_t rollout = rf_buffers_offsets(plan, RF_FAMILY_ROLLOUT, 0, off);
   for (int w = 0; w < lay->world_size; w++) {
     int t, ro;
@@ -34,9 +42,10 @@ static rf_status count_memory(const rf_plan *plan, rf_sim_result *r) {
       r->coupling[w] = rf_buffers_offsets(plan, RF_FAMILY_COUPLING, t, off);
     }
     if (ro >= 0)
-      r->rollout[w] = rollout;
+      r->rollout[w] = rollout + landing[ro];
   }
   free(off);
+  free(landing);
   return RF_OK;
 }
 

@@ -237,6 +237,16 @@ o = json.load(open(sys.argv[1]))
 assert o["rollout_dtype"] == "fp8" and o["wire_transfer_bytes"] == 9086631936, o
 assert o["source_quantized_tensors"] == 224 and o["destination_quantized_tensors"] == 0
 PYEOF
+# A rollout rank that quantizes on arrival holds a landing buffer in the trainer's dtype beside
+# its fp8 tensors: fsdp=64 cuts every block, so at tp=4 each rank holds its 2271125504 fp8 bytes
+# (the plan above) and the bf16 of its 32 x 54525952 linear weight elements, 3489660928 bytes.
+expect_exit 0 "$REFIT" simulate --cluster h200-hgx --model llama-3.1-8b --trainer fsdp=64 --trainer-style fsdp2 \
+  --rollout tp=4 --rollout-dtype fp8 --json
+"${PY:-python3}" - "$TMP/out" <<'PYEOF' || fail "fp8 landing memory: $(head -c 1500 "$TMP/out")"
+import json, sys
+m = json.load(open(sys.argv[1]))["runs"][0]["memory"]
+assert m["rollout"] == 2271125504 + 3489660928 == m["peak_bytes"], m
+PYEOF
 # The simulated run records the rollout dtype and the wire bytes.
 if command -v h5dump >/dev/null; then
   h5dump -a /runs/0000/rollout_dtype -a /runs/0000/plan/wire_transfer_bytes "$TMP/sim.h5" >"$TMP/dump" 2>&1
