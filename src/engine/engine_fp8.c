@@ -5,15 +5,16 @@
  * fp32 weight_scale_inv per 128x128 block of the box, row-major over the blocks; the schedule
  * cuts such pieces at block edges only, so each chunk holds whole blocks. A destination-
  * quantized piece travels in the trainer's dtype into this rank's landing buffer for the
- * tensor (buffers.c), and at the end of the transfer round that brings a block's last such piece
- * the block is quantized from there (engine_fp8_round_done), before any later round forwards
- * it (fanout's forward pieces carry fp8 and scales from the rank that holds them). A block is never
- * split between the two ways: a source-quantized piece holds its blocks whole, and every piece that
- * touches a block cut at the source is destination-quantized. Each block is quantized by the same
- * reference (verify/fp8.h), so the bytes do not depend on where it ran.
+ * tensor (buffers.c), and at the end of the transfer round that brings a block's last such
+ * piece the block is quantized from there (engine_fp8_round_done), before any later round
+ * forwards it (fanout's forward pieces carry fp8 and scales from the rank that holds them). A
+ * block is never split between the two ways: a source-quantized piece holds its blocks whole,
+ * and every piece that touches a block cut at the source is destination-quantized. Each block
+ * is quantized by the same reference (verify/fp8.h), so the bytes do not depend on where it
+ * ran.
  *
- * So far this runs on host memory over the message transports; rf_engine_init refuses GPU
- * memory and the mapping transports in one line. */
+ * Over a mapping (shm) the destination does all of it, reading its sources' memory. So far this
+ * runs on host memory; rf_engine_init refuses GPU memory in one line. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,16 +133,9 @@ rf_status engine_fp8_pack_forward(const rf_engine *e, const rf_piece *p, const r
 }
 
 rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box *box, char *from) {
-  rf_region q, scale, wq, wscale;
-  rf_box held, blocks, kept;
-  rollout_fp8(e, p->tensor, &q, &held, &scale, &blocks);
+  rf_region wq, wscale;
   wire_regions(from, box, &wq, &wscale);
-  if (!rf_box_intersect(box, &held, &kept))
-    return RF_OK;
-  rf_box kept_blocks = engine_fp8_blocks_of(&kept);
-  rf_region_copy(&q, &wq, &kept);
-  rf_region_copy(&scale, &wscale, &kept_blocks);
-  return RF_OK;
+  return engine_fp8_copy(e, p, &wq, &wscale, box);
 }
 
 rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_region *src,
