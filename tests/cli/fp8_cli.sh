@@ -147,6 +147,15 @@ expect_error 2 "refit: error: checkpoint '$TMP/small.safetensors': tensor model.
   "$REFIT" verify "$TMP/fp8-p2p.h5" --checkpoint "$TMP/small.safetensors"
 expect_error 2 "refit: error: option --dtype fp8 writes a block-FP8 checkpoint (refit checkpoint); the trainer's weights are model, bf16, fp16 or fp32: use --rollout-dtype fp8 to move fp8 rollouts" \
   "$REFIT" plan --model "$small" --dtype fp8
+# Weights read from a checkpoint (seed 7): --verify full quantizes the file's rows for its
+# reference, and the run agrees with the block-FP8 checkpoint of the same weights only.
+expect_exit 0 "$REFIT" checkpoint --model "$small" --seed 7 --checkpoint "$TMP/seed7.safetensors"
+expect_exit 0 "$REFIT" checkpoint --model "$small" --dtype fp8 --seed 7 --checkpoint "$TMP/seed7-fp8.safetensors"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 --rollout-dtype fp8 \
+  --checkpoint "$TMP/seed7.safetensors" --mode grouped --iters 1 --verify full --output "$TMP/seed7.h5"
+expect_grep "# PASS" "$TMP/out"
+expect_exit 0 "$REFIT" verify "$TMP/seed7.h5" --checkpoint "$TMP/seed7-fp8.safetensors"
+expect_exit 1 "$REFIT" verify "$TMP/seed7.h5" --checkpoint "$TMP/small-fp8.safetensors"
 # The fp8 file against an independent quantizer: numpy re-quantizes the bf16 checkpoint of the
 # same weights by DeepGEMM's per_block_cast_to_fp8 (fp32 steps, e4m3 nearest-even by its own
 # code) and every fp8 byte and scale must match; and the header is DeepSeek-V3's layout.
