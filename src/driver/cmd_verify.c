@@ -1,11 +1,9 @@
 /* `refit verify`: compares the per-tensor checksums of a run in a results file with a
  * reference results file, or with the checksums computed from a checkpoint. Exit 0 when every
  * tensor agrees, 1 when some differ (each named), 2 when the files cannot be compared. */
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "driver.h"
 #include "io/io.h"
@@ -29,21 +27,18 @@ static rf_status read_sums(const char *path, int run, run_sums *s) {
                                    &s->rollout);
 }
 
-/* The model a run moved: the path its configuration gave, for a model read from a config.json
- * (the run records that model's stem as its name), else its name. */
+/* The model a run moved (rf_job_model_of_run), from its name and its configuration. */
 static rf_status run_model(const char *path, int run, char *model, size_t len) {
   enum { CONFIG_MAX = (1 << 16) + 1 }; /* results strings are read up to 64 KiB */
   char *config = rf_malloc(CONFIG_MAX, "a run's configuration");
+  char name[RF_PATH_MAX];
   if (!config)
     return RF_ERR_NOMEM;
+  snprintf(name, sizeof name, "%s", model);
   rf_log_push_quiet(1); /* runs written before config_json have none */
   rf_status st = rf_results_run_attribute(path, run, "config_json", config, CONFIG_MAX);
   rf_log_pop_quiet();
-  json_t *cfg = st == RF_OK ? json_loads(config, 0, NULL) : NULL;
-  const char *given = cfg ? json_string_value(json_object_get(cfg, "model")) : NULL;
-  if (given && strchr(given, '/') && access(given, R_OK) == 0)
-    snprintf(model, len, "%s", given);
-  json_decref(cfg);
+  rf_job_model_of_run(name, st == RF_OK ? config : NULL, model, len);
   free(config);
   return RF_OK;
 }

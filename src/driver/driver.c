@@ -1,13 +1,24 @@
 /* Command dispatch and the job every command starts from. */
+#include <jansson.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "control/control.h"
 #include "driver.h"
 #include "io/io.h"
 #include "transport/transport.h"
+
+void rf_job_model_of_run(const char *name, const char *config_json, char *out, size_t len) {
+  snprintf(out, len, "%s", name);
+  json_t *cfg = config_json ? json_loads(config_json, 0, NULL) : NULL;
+  const char *given = cfg ? json_string_value(json_object_get(cfg, "model")) : NULL;
+  if (given && strchr(given, '/') && access(given, R_OK) == 0)
+    snprintf(out, len, "%s", given);
+  json_decref(cfg);
+}
 
 rf_status rf_job_load_model(const rf_config *cfg, rf_model *model) {
   if (strcmp(cfg->dtype, "fp8") == 0)

@@ -26,6 +26,10 @@ rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job);
 /* The same up to the plan: model and layouts, for a command that plans with options of its
  * own (refit simulate, with the described cluster's distances). */
 rf_status rf_job_build_layout(const rf_config *cfg, int world_size, rf_job *job);
+/* The model a recorded run moved, for rebuilding or checking it: its name, unless the run was
+ * given a config.json by path (its options, config_json, keep what --model said; NULL: none)
+ * and that file is still there. */
+void rf_job_model_of_run(const char *name, const char *config_json, char *out, size_t len);
 /* The model of --model with the --dtype override; on error nothing is left to free. */
 rf_status rf_job_load_model(const rf_config *cfg, rf_model *model);
 /* Builds the job's plan again with `options` (the topology's distances), keeping its kind.

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "io/io.h"
 #include "simulate.h"
@@ -40,22 +39,11 @@ static int run_memory(const rf_loaded_run *r) {
   return strcmp(memory, "device") == 0 || r->gpu_versions[0] ? -1 : 0;
 }
 
-/* The model to rebuild the run with: its name, unless the run was given a config.json by path
- * (its options, config_json, keep what --model said) and that file is still there. */
-static void run_model(const rf_loaded_run *r, char *out, size_t len) {
-  snprintf(out, len, "%s", r->model);
-  json_t *cfg = r->config_json ? json_loads(r->config_json, 0, NULL) : NULL;
-  const char *given = cfg ? json_string_value(json_object_get(cfg, "model")) : NULL;
-  if (given && strchr(given, '/') && access(given, R_OK) == 0)
-    snprintf(out, len, "%s", given);
-  json_decref(cfg);
-}
-
 /* The run's job, as refit simulate would build it from the same options. */
 static rf_status rebuild(const rf_loaded_run *r, const rf_cluster *c, rf_config *cfg, rf_job *job,
                          rf_cluster_placement *where) {
   char model[4096];
-  run_model(r, model, sizeof model);
+  rf_job_model_of_run(r->model, r->config_json, model, sizeof model);
   rf_cli_defaults(cfg);
   cfg->command = RF_CMD_SIMULATE;
   const struct {

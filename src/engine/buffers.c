@@ -85,63 +85,60 @@ static rf_status check_rollout_sizes(const rf_layout *lay) {
   return RF_OK;
 }
 
-/* --rollout-dtype fp8: a landing buffer for every tensor that a destination-quantized piece
- * brings to this rank, the size of its held box in the trainer's dtype (engine_fp8.c
- * quantizes its blocks from there). */
-static rf_status alloc_landing(rf_buffers *b) {
-  const rf_plan *plan = b->plan;
-  const rf_layout *lay = plan->layout;
-  int nt = lay->model->tensor_count;
-  b->landing = rf_calloc((size_t)nt, sizeof *b->landing, "fp8 landing buffers");
-  int64_t *off = rf_malloc((size_t)nt * sizeof *off, "fp8 landing buffers");
-  if (!b->landing || !off) {
-    free(off);
-    return RF_ERR_NOMEM;
-  }
-  for (int t = 0; t < nt; t++)
-    off[t] = -1;
-  int64_t at = 0;
-  for (int i = 0; i < plan->piece_count; i++) {
-    const rf_piece *p = &plan->pieces[i];
-    if (p->stage != RF_STAGE_TRANSFER || p->dst != b->rollout_rank || off[p->tensor] >= 0 ||
-        rf_piece_quant(plan, p) != RF_QUANT_DESTINATION)
-      continue;
-    rf_box held = rf_layout_rollout_box(lay, p->tensor, b->rollout_rank);
-    off[p->tensor] = at;
-    at = align_up(at + rf_box_numel(&held) * rf_tensor_esize(&lay->model->tensors[p->tensor]));
-  }
-  b->landing_bytes = (size_t)at;
-  rf_status st = RF_OK;
-  if (at)
-    st = rf_mem_alloc(b->memory, b->landing_bytes, "the fp8 landing buffers", &b->landing_arena);
-  for (int t = 0; t < nt && st == RF_OK; t++)
-    if (off[t] >= 0)
-      b->landing[t] = (char *)b->landing_arena + off[t];
-  free(off);
-  return st;
-}
-
-int64_t rf_buffers_landing_bytes(const rf_plan *plan, int64_t *per_rank) {
+/* --rollout-dtype fp8: a rollout rank holds a landing buffer for every tensor that a
+ * destination-quantized piece brings to it, the size of its held box in the trainer's dtype
+ * (engine_fp8.c quantizes its blocks from there). One walk of the plan: per_rank[r] gets rank
+ * r's bytes and, for rank `mine` (>= 0), off[tensor] each of its buffers' offset (-1: none). A
+ * stage lists a tensor's pieces together (plan.h), so a rank's last tensor tells a new one. */
+static rf_status landing_walk(const rf_plan *plan, int mine, int64_t *per_rank, int64_t *off) {
   const rf_layout *lay = plan->layout;
   int R = lay->rollout_ranks;
   int *last = rf_malloc((size_t)R * sizeof *last + 1, "fp8 landing buffers");
   if (!last)
-    return -1;
+    return RF_ERR_NOMEM;
   for (int r = 0; r < R; r++)
     last[r] = -1, per_rank[r] = 0;
-  /* A stage lists a tensor's pieces together (plan.h): a rank's last tensor tells a new one. */
+  for (int t = 0; off && t < lay->model->tensor_count; t++)
+    off[t] = -1;
   for (int i = 0; i < plan->piece_count && lay->rollout.dtype == RF_ROLLOUT_DTYPE_FP8; i++) {
     const rf_piece *p = &plan->pieces[i];
     if (p->stage != RF_STAGE_TRANSFER || last[p->dst] == p->tensor ||
-        rf_piece_quant(plan, p) != RF_QUANT_DESTINATION)
+        (mine >= 0 && p->dst != mine) || rf_piece_quant(plan, p) != RF_QUANT_DESTINATION)
       continue;
     last[p->dst] = p->tensor;
+    if (p->dst == mine)
+      off[p->tensor] = per_rank[p->dst];
     rf_box held = rf_layout_rollout_box(lay, p->tensor, p->dst);
     per_rank[p->dst] = align_up(
         per_rank[p->dst] + rf_box_numel(&held) * rf_tensor_esize(&lay->model->tensors[p->tensor]));
   }
   free(last);
-  return 0;
+  return RF_OK;
+}
+
+rf_status rf_buffers_landing_bytes(const rf_plan *plan, int64_t *per_rank) {
+  return landing_walk(plan, -1, per_rank, NULL);
+}
+
+static rf_status alloc_landing(rf_buffers *b) {
+  const rf_layout *lay = b->plan->layout;
+  int nt = lay->model->tensor_count;
+  b->landing = rf_calloc((size_t)nt, sizeof *b->landing, "fp8 landing buffers");
+  int64_t *off = rf_malloc((size_t)nt * sizeof *off, "fp8 landing buffers");
+  int64_t *per_rank = rf_malloc((size_t)lay->rollout_ranks * sizeof *per_rank, "fp8 landing");
+  rf_status st = b->landing && off && per_rank ? RF_OK : RF_ERR_NOMEM;
+  if (st == RF_OK)
+    st = landing_walk(b->plan, b->rollout_rank, per_rank, off);
+  if (st == RF_OK && per_rank[b->rollout_rank]) {
+    b->landing_bytes = (size_t)per_rank[b->rollout_rank];
+    st = rf_mem_alloc(b->memory, b->landing_bytes, "the fp8 landing buffers", &b->landing_arena);
+  }
+  for (int t = 0; t < nt && st == RF_OK; t++)
+    if (off[t] >= 0)
+      b->landing[t] = (char *)b->landing_arena + off[t];
+  free(off);
+  free(per_rank);
+  return st;
 }
 
 /* Allocates one family's arena and points its tensors into it. */

@@ -120,11 +120,10 @@ rf_region engine_destination(const rf_engine *e, const rf_piece *p, const rf_box
   return destination_over(e->plan, p, box, base, kept);
 }
 
-/* A source-quantized or forwarded fp8 chunk is fp8 bytes and scales on the wire, which no
- * buffer holds as one run: it always goes through staging. */
+/* A chunk that carries fp8 is fp8 bytes and scales on the wire, which no buffer holds as one
+ * run: it always goes through staging. */
 static int carries_fp8(const rf_plan *plan, const rf_chunk *k) {
-  rf_quant q = rf_piece_quant(plan, &plan->pieces[k->piece]);
-  return q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED;
+  return rf_piece_carries_fp8(plan, &plan->pieces[k->piece]);
 }
 
 int rf_engine_send_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, const rf_chunk *k) {
@@ -273,10 +272,10 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
                      : engine_run_rounds(e, &e->reshape_rounds, 0, scratch));
     times[RF_PHASE_RESHAPE] = rf_now() - start;
   }
+  e->fp8_next = 0; /* fp8: the blocks quantized round by round as their pieces land */
   if (!e->mapped) {
     /* The transfer and the forward steps in rounds; the forward buckets' pack, transfer and
      * unpack add to the transfer stage's phases. --inject corrupt strikes inside. */
-    e->fp8_next = 0; /* fp8: the blocks quantized round by round as their pieces land */
     RF_TRY(engine_run_rounds(e, &e->rounds, 1, times));
     times[RF_PHASE_TOTAL] = rf_now() - start;
     return RF_OK;
@@ -284,13 +283,11 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   /* The mapped path (ipc, shm): fanout in rounds where --mapped-rounds says so, else the
    * transfer as one exchange, then each forward step (a round per bucket without forward
    * steps would only add notes and launches: there is no staging to bound). */
-  e->fp8_next = 0;
   if (e->plan->forward_depth > 0 && e->mapped_rounds) {
     RF_TRY(engine_run_rounds_mapped(e, times));
   } else {
     RF_TRY(engine_run_stage_mapped(e, &e->transfer, times));
-    if (e->fp8_next < e->fp8_block_count) /* fp8: every round's blocks, before forwarding */
-      RF_TRY(engine_fp8_round_done(e, INT_MAX));
+    RF_TRY(engine_fp8_round_done(e, INT_MAX)); /* fp8: every round's blocks, before forwarding */
     if (e->corrupt_armed) {
       e->corrupt_armed = 0;
       RF_TRY(engine_apply_corrupt(e));

@@ -102,9 +102,9 @@ void rf_buffers_free(rf_buffers *b);
 int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int rank,
                            int64_t *offsets);
 
-/* Every rollout rank's fp8 landing buffers in bytes, per_rank[rollout rank] (the rule of
- * rf_buffers_init, for refit simulate's memory); -1 when out of memory, else 0. */
-int64_t rf_buffers_landing_bytes(const rf_plan *plan, int64_t *per_rank);
+/* Every rollout rank's fp8 landing buffers in bytes, per_rank[rollout rank]: the rule of
+ * rf_buffers_init, for refit simulate's memory. */
+rf_status rf_buffers_landing_bytes(const rf_plan *plan, int64_t *per_rank);
 
 /* A trainer rank's shard of `tensor` stored at `base`, in its storage order. */
 rf_region rf_shard_region(const rf_plan *plan, int trainer_rank, int tensor, void *base);

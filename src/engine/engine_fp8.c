@@ -222,6 +222,8 @@ rf_status engine_fp8_blocks_init(rf_engine *e) {
 
 rf_status engine_fp8_round_done(rf_engine *e, int round) {
   const rf_layout *lay = e->plan->layout;
+  if (e->fp8_next >= e->fp8_block_count || e->fp8_blocks[e->fp8_next].round > round)
+    return RF_OK; /* nothing this round: not even a timer span */
   rf_mem_timer_begin(&e->unpack_timer);
   rf_status st = RF_OK;
   for (; e->fp8_next < e->fp8_block_count && st == RF_OK; e->fp8_next++) {

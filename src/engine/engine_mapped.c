@@ -268,9 +268,8 @@ static rf_status flush(mapped_ctx *c, int wait) {
 
 static rf_status add_copy(mapped_ctx *c, const rf_chunk *k) {
   const rf_piece *p = &c->e->plan->pieces[k->piece];
-  rf_quant quant = rf_piece_quant(c->e->plan, p);
-  if (quant == RF_QUANT_SOURCE || quant == RF_QUANT_FORWARDED)
-    return fp8_chunk(c->e, p, quant, &k->box);
+  if (rf_piece_carries_fp8(c->e->plan, p))
+    return fp8_chunk(c->e, p, rf_piece_quant(c->e->plan, p), &k->box);
   rf_box_copy copy;
   RF_TRY(chunk_copy(c->e, &c->e->plan->pieces[k->piece], &k->box, &copy));
   if (rf_box_is_empty(&copy.box))
@@ -391,7 +390,7 @@ rf_status engine_run_rounds_mapped(rf_engine *e, double *times) {
     /* The transfer and the forward steps share the world channel. */
     st = run_exchange(e, engine_channel(e->transfer.stage), items + rounds->first[k],
                       rounds->first[k + 1] - rounds->first[k], times);
-    if (st == RF_OK && e->fp8_next < e->fp8_block_count) /* before a later round forwards them */
+    if (st == RF_OK) /* fp8: before a later round forwards them */
       st = engine_fp8_round_done(e, k);
     if (st == RF_OK && e->corrupt_armed && k == engine_corrupt_round(e)) {
       e->corrupt_armed = 0;

@@ -68,13 +68,6 @@ static rf_status copy_box(stage_ctx *c, const rf_region *dst, const rf_region *s
   return rf_box_is_empty(box) ? RF_OK : rf_copy_boxes(c->e->memory, &copy, 1);
 }
 
-/* Whether a chunk's piece travels as fp8 bytes and scales: quantized by its source, or
- * forwarded by a replica that holds them. */
-static int source_quantized(const stage_ctx *c, const rf_chunk *k) {
-  rf_quant q = rf_piece_quant(c->e->plan, piece_of(c, k));
-  return q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED;
-}
-
 static rf_status pack(stage_ctx *c, const rf_chunk *k, char *to) {
   rf_region src = engine_source(c->e, piece_of(c, k));
   rf_region staging = rf_region_row_major(to, &k->box, engine_esize(c->e, piece_of(c, k)->tensor));
@@ -94,8 +87,9 @@ static rf_status unpack(stage_ctx *c, const rf_chunk *k, char *from) {
   rf_region staging =
       rf_region_row_major(from, &k->box, engine_esize(c->e, piece_of(c, k)->tensor));
   rf_mem_timer_begin(&c->e->unpack_timer);
-  rf_status st = source_quantized(c, k) ? engine_fp8_unpack(c->e, piece_of(c, k), &k->box, from)
-                                        : copy_box(c, &dst, &staging, &kept);
+  rf_status st = rf_piece_carries_fp8(c->e->plan, piece_of(c, k))
+                     ? engine_fp8_unpack(c->e, piece_of(c, k), &k->box, from)
+                     : copy_box(c, &dst, &staging, &kept);
   rf_mem_timer_end(&c->e->unpack_timer);
   return st;
 }

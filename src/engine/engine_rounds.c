@@ -31,7 +31,7 @@ static const char *wait_name(const rf_rounds *rounds, int round, const char *one
  * brought are quantized (before a later round forwards them), and --inject corrupt flips its
  * byte if this round delivered it. */
 static rf_status round_done(rf_engine *e, int stage, int round) {
-  if (stage == 1 && e->fp8_next < e->fp8_block_count)
+  if (stage == 1)
     RF_TRY(engine_fp8_round_done(e, round));
   if (!e->corrupt_armed || stage != 1 || round != engine_corrupt_round(e))
     return RF_OK;

@@ -125,6 +125,9 @@ typedef enum {
   RF_QUANT_FORWARDED    /* fanout's forward step: already fp8, with its scales */
 } rf_quant;
 rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece);
+/* Whether a piece travels as fp8 bytes and scales (quantized by its source, or forwarded by a
+ * replica that holds them): its chunks hold whole blocks and always go through staging. */
+int rf_piece_carries_fp8(const rf_plan *plan, const rf_piece *piece);
 /* The bytes that part `box` of a piece puts on the wire: per element one fp8 byte and per
  * 128x128 block one fp32 scale where the piece carries fp8 (a box of such a piece holds whole
  * blocks), else its elements in the tensor's dtype. */

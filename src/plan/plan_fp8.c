@@ -38,9 +38,13 @@ rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece) {
              : RF_QUANT_DESTINATION;
 }
 
-int64_t rf_piece_wire_bytes(const rf_plan *plan, const rf_piece *piece, const rf_box *box) {
+int rf_piece_carries_fp8(const rf_plan *plan, const rf_piece *piece) {
   rf_quant q = rf_piece_quant(plan, piece);
-  if (q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED)
+  return q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED;
+}
+
+int64_t rf_piece_wire_bytes(const rf_plan *plan, const rf_piece *piece, const rf_box *box) {
+  if (rf_piece_carries_fp8(plan, piece))
     return rf_box_numel(box) * rf_dtype_size(RF_DTYPE_FP8) +
            rf_layout_fp8_blocks(box) * rf_dtype_size(RF_DTYPE_FP32);
   return rf_box_numel(box) * rf_tensor_esize(&plan->layout->model->tensors[piece->tensor]);

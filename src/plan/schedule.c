@@ -93,8 +93,7 @@ static rf_status place_fp8_piece(builder *b, const rf_plan *plan, int index, int
 static rf_status place_piece(builder *b, const rf_plan *plan, int index) {
   const rf_piece *p = &plan->pieces[index];
   int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
-  rf_quant q = rf_piece_quant(plan, p);
-  if (q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED)
+  if (rf_piece_carries_fp8(plan, p))
     return place_fp8_piece(b, plan, index, src, dst);
   int64_t esize = rf_tensor_esize(&plan->layout->model->tensors[p->tensor]);
   int64_t limit = b->s->bucket_size;

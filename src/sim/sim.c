@@ -28,7 +28,7 @@ static rf_status count_memory(const rf_plan *plan, rf_sim_result *r) {
     return RF_ERR_NOMEM;
   /* fp8: the landing buffers of destination-quantized tensors count with the rollout's. */
   int64_t *landing = rf_calloc((size_t)lay->rollout_ranks + 1, sizeof *landing, "landing bytes");
-  if (!landing || rf_buffers_landing_bytes(plan, landing) < 0) {
+  if (!landing || rf_buffers_landing_bytes(plan, landing) != RF_OK) {
     free(off);
     free(landing);
     return RF_ERR_NOMEM;
