@@ -57,6 +57,41 @@ void rf_fp8_quantize_with_amax(const void *x, rf_dtype dt, int64_t row_stride, i
 rf_status rf_fp8_quantize_ref(const char *name, const void *x, rf_dtype dt, int64_t rows,
                               int64_t cols, int64_t row_stride, uint8_t *q, float *scale_inv);
 
+/* One box of a 2-D tensor to quantize, whole 128x128 blocks: its origin is on the tensor's
+ * block grid and its edges are on the grid or at the tensor's end. Rows of x are x_stride
+ * elements apart, rows of q q_stride bytes; the fp32 scale of block (i, j) of the box is at
+ * scale + (i * scale_stride + j) * 4, at any byte offset (a staging buffer's). `tag` and the
+ * box's origin in its tensor (row0, col0) come back with the first block that holds inf or NaN
+ * (rf_fp8_device_bad). */
+typedef struct {
+  const void *x;
+  rf_dtype dtype;
+  int64_t x_stride, rows, cols;
+  uint8_t *q;
+  int64_t q_stride;
+  char *scale;
+  int64_t scale_stride;
+  int tag;
+  int64_t row0, col0;
+} rf_fp8_job;
+
+/* Quantizes a job in device memory (or through another process's mapping of it): one CUDA
+ * block per 128x128 block, queued on refit's stream (memory_gpu.h), with the operations of
+ * rf_fp8_quantize_with_amax and rf_fp8_scale_of, so the bytes are the reference's (test_fp8_gpu).
+ * A block that holds inf or NaN is left unwritten and recorded instead of failing here, so the
+ * launch does not wait; rf_fp8_device_bad says which, once the stream is done. Builds without
+ * CUDA fail with one line. */
+rf_status rf_fp8_quantize_device(const rf_fp8_job *job);
+
+/* The first block since the last call that a device job refused (inf or NaN): waits for refit's
+ * stream, then `found` is 0, or 1 with the job's tag, the block's first row and column in the
+ * tensor and whether it held a NaN. */
+typedef struct {
+  int found, tag, nan;
+  int64_t row, col;
+} rf_fp8_bad;
+rf_status rf_fp8_device_bad(rf_fp8_bad *bad);
+
 /* The layout-invariant checksum of an fp8 rollout tensor's part: the checksum terms
  * (verify.h) of its fp8 bytes at their global row-major indices, plus those of its fp32 scales
  * at their global block indices (block row * block columns + block column) under tensor id

@@ -1,5 +1,8 @@
 /* The device half of verify in a build without CUDA: a device region cannot exist here, so
  * asking for one is the user's build, not the data, and the answer says what to rebuild. */
+#include <string.h>
+
+#include "verify/fp8.h"
 #include "verify/verify_gpu.h"
 
 static rf_status no_cuda(void) {
@@ -20,4 +23,11 @@ rf_status rf_gpu_check(const rf_gpu_walk *w, uint64_t key, int32_t tensor_id, rf
     *reported = 0;
   *wrong = 0;
   return no_cuda();
+}
+
+rf_status rf_fp8_quantize_device(const rf_fp8_job *job) { return no_cuda(); }
+
+rf_status rf_fp8_device_bad(rf_fp8_bad *bad) {
+  memset(bad, 0, sizeof *bad);
+  return RF_OK; /* nothing ran on a device, so nothing was refused */
 }

@@ -1,0 +1,239 @@
+/* fp8_cuda: block-FP8 quantization on the GPU, the bytes of the CPU reference (fp8.c).
+ *
+ * One CUDA block of 256 threads quantizes one 128x128 block: the threads take the block's
+ * maximum |x| as an integer maximum of the values' bit patterns (exact and order-free, as on
+ * the CPU; inf and NaN sort above every finite value), then each multiplies its elements by
+ * the block's factor and converts them. Every step is the CPU's single correctly rounded fp32
+ * operation, written as the round-to-nearest intrinsics so that no compiler option can fuse
+ * or approximate one: the reciprocal (__frcp_rn), the two multiplies (__fmul_rn), and the
+ * hardware's cvt.rn.satfinite e4m3 conversion (__nv_cvt_float_to_fp8), which rounds to
+ * nearest even and saturates at ±448 like rf_fp8_e4m3_from_float. test_fp8_gpu compares the
+ * two on every kind of block.
+ *
+ * Full-width blocks of 2-byte elements whose rows are 16-byte aligned (every weight of the
+ * models refit knows) read 16 bytes per access and keep them in registers between the two
+ * passes, and write 8 fp8 bytes per access; any other block (edges, fp32, odd offsets) goes
+ * element by element and reads its elements twice, the second time from cache. */
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+extern "C" {
+#include "memory/memory_gpu.h"
+#include "verify/fp8.h"
+}
+
+namespace {
+
+constexpr int kEdge = RF_FP8_BLOCK, kThreads = 256, kWarps = kThreads / 32;
+constexpr int kRowsPerPass = kThreads / (kEdge / 8), kPasses = kEdge / kRowsPerPass;
+constexpr uint32_t kInfBits = 0x7f800000u;
+
+struct job_dev {
+  const char *x;
+  int64_t x_stride, rows, cols; /* x_stride in elements */
+  uint8_t *q;
+  int64_t q_stride;
+  char *scale;
+  int64_t scale_stride;
+  float inv_max; /* fp32(1 / 448), rounded on the host as fp8.c rounds it */
+  int tag;
+  int64_t row0, col0;
+};
+
+/* The first refused block since rf_fp8_device_bad last read it. */
+struct bad_record {
+  int found, tag, nan;
+  long long row, col;
+};
+__device__ bad_record g_bad;
+
+template <rf_dtype D> __device__ __forceinline__ float from_bits(uint32_t b) {
+  if (D == RF_DTYPE_BF16)
+    return __uint_as_float(b << 16);
+  if (D == RF_DTYPE_FP16)
+    return __half2float(__ushort_as_half((unsigned short)b));
+  return __uint_as_float(b);
+}
+
+template <rf_dtype D> __device__ __forceinline__ float load(const char *p) {
+  if (D == RF_DTYPE_FP32)
+    return *(const float *)p;
+  return from_bits<D>(*(const uint16_t *)p);
+}
+
+__device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+__device__ __forceinline__ uint32_t to_e4m3(float v, float factor) {
+  return (uint32_t)__nv_cvt_float_to_fp8(__fmul_rn(v, factor), __NV_SATFINITE, __NV_E4M3);
+}
+
+/* The block's maximum of m; every thread gets it. */
+__device__ __forceinline__ uint32_t block_max(uint32_t m, uint32_t *smem) {
+  for (int o = 16; o > 0; o >>= 1)
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if ((threadIdx.x & 31) == 0)
+    smem[threadIdx.x >> 5] = m;
+  __syncthreads();
+  uint32_t r = smem[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; w++)
+    r = max(r, smem[w]);
+  return r;
+}
+
+/* rf_fp8_scale_of, with the same roundings: factor = fp32(fp32(1 / amax) * 448) and
+ * weight_scale_inv = fp32(amax * fp32(1 / 448)). */
+__device__ __forceinline__ void scale_of(uint32_t amax_bits, float inv_max, float *factor,
+                                         float *scale_inv) {
+  float a = __uint_as_float(amax_bits);
+  a = a < RF_FP8_AMAX_MIN ? RF_FP8_AMAX_MIN : a;
+  *factor = __fmul_rn(__frcp_rn(a), RF_FP8_E4M3_MAX);
+  *scale_inv = __fmul_rn(a, inv_max);
+}
+
+template <rf_dtype D> __global__ void __launch_bounds__(kThreads) quantize(job_dev j) {
+  constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
+  __shared__ uint32_t smem[kWarps];
+  const int64_t r0 = (int64_t)blockIdx.y * kEdge, c0 = (int64_t)blockIdx.x * kEdge;
+  const int nr = (int)min((int64_t)kEdge, j.rows - r0), nc = (int)min((int64_t)kEdge, j.cols - c0);
+  const char *x = j.x + (r0 * j.x_stride + c0) * es;
+  uint8_t *q = j.q + r0 * j.q_stride + c0;
+  const bool wide = es == 2 && nc == kEdge && ((uintptr_t)x & 15) == 0 &&
+                    (j.x_stride * es) % 16 == 0 && ((uintptr_t)q & 7) == 0 && j.q_stride % 8 == 0;
+  uint32_t m = 0;
+  float factor, scale_inv;
+  if (wide) {
+    /* 16 threads per row of 128 elements, 8 each; 16 rows per pass, 8 passes. */
+    const int col = (threadIdx.x % (kEdge / 8)) * 8, row = threadIdx.x / (kEdge / 8);
+    uint4 v[kPasses];
+#pragma unroll
+    for (int k = 0; k < kPasses; k++) {
+      const int r = row + k * kRowsPerPass;
+      if (r < nr) {
+        v[k] = __ldg((const uint4 *)(x + ((int64_t)r * j.x_stride + col) * es));
+        const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+        for (int h = 0; h < 4; h++)
+          m = max(m,
+                  max(abs_bits(from_bits<D>(w[h] & 0xffffu)), abs_bits(from_bits<D>(w[h] >> 16))));
+      }
+    }
+    m = block_max(m, smem);
+    if (m >= kInfBits)
+      goto refuse;
+    scale_of(m, j.inv_max, &factor, &scale_inv);
+#pragma unroll
+    for (int k = 0; k < kPasses; k++) {
+      const int r = row + k * kRowsPerPass;
+      if (r < nr) {
+        const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+        uint32_t out[2] = {0, 0};
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+          uint32_t pair = to_e4m3(from_bits<D>(w[h] & 0xffffu), factor) |
+                          to_e4m3(from_bits<D>(w[h] >> 16), factor) << 8;
+          out[h / 2] |= pair << (16 * (h % 2));
+        }
+        *(uint2 *)(q + (int64_t)r * j.q_stride + col) = make_uint2(out[0], out[1]);
+      }
+    }
+  } else {
+    for (int e = threadIdx.x; e < nr * kEdge; e += kThreads) {
+      const int r = e / kEdge, c = e % kEdge;
+      if (c < nc)
+        m = max(m, abs_bits(load<D>(x + ((int64_t)r * j.x_stride + c) * es)));
+    }
+    m = block_max(m, smem);
+    if (m >= kInfBits)
+      goto refuse;
+    scale_of(m, j.inv_max, &factor, &scale_inv);
+    for (int e = threadIdx.x; e < nr * kEdge; e += kThreads) {
+      const int r = e / kEdge, c = e % kEdge;
+      if (c < nc)
+        q[(int64_t)r * j.q_stride + c] =
+            (uint8_t)to_e4m3(load<D>(x + ((int64_t)r * j.x_stride + c) * es), factor);
+    }
+  }
+  if (threadIdx.x == 0) {
+    /* A staging buffer may hold the scale at any byte offset. */
+    char *s = j.scale + ((int64_t)blockIdx.y * j.scale_stride + blockIdx.x) * 4;
+    const uint32_t b = __float_as_uint(scale_inv);
+    if (((uintptr_t)s & 3) == 0)
+      *(uint32_t *)s = b;
+    else
+      for (int i = 0; i < 4; i++)
+        s[i] = (char)(b >> (8 * i));
+  }
+  return;
+refuse:
+  if (threadIdx.x == 0 && atomicCAS(&g_bad.found, 0, 1) == 0) {
+    g_bad.tag = j.tag;
+    g_bad.nan = m > kInfBits;
+    g_bad.row = j.row0 + r0;
+    g_bad.col = j.col0 + c0;
+  }
+}
+
+} // namespace
+
+extern "C" rf_status rf_fp8_quantize_device(const rf_fp8_job *job) {
+  if (job->rows <= 0 || job->cols <= 0)
+    return RF_OK;
+  const int64_t block_rows = (job->rows + kEdge - 1) / kEdge;
+  const int64_t block_cols = (job->cols + kEdge - 1) / kEdge;
+  if (block_rows > 65535 || block_cols > INT32_MAX)
+    return rf_fail(RF_ERR_UNSUPPORTED,
+                   "fp8: a box of %lld x %lld elements is more blocks than one launch takes; "
+                   "use a larger --rollout tp",
+                   (long long)job->rows, (long long)job->cols);
+  job_dev d = {(const char *)job->x,
+               job->x_stride,
+               job->rows,
+               job->cols,
+               job->q,
+               job->q_stride,
+               job->scale,
+               job->scale_stride,
+               1.0f / RF_FP8_E4M3_MAX,
+               job->tag,
+               job->row0,
+               job->col0};
+  const dim3 grid((unsigned)block_cols, (unsigned)block_rows);
+  cudaStream_t s = (cudaStream_t)rf_gpu_stream();
+  switch (job->dtype) {
+  case RF_DTYPE_BF16:
+    quantize<RF_DTYPE_BF16><<<grid, kThreads, 0, s>>>(d);
+    break;
+  case RF_DTYPE_FP16:
+    quantize<RF_DTYPE_FP16><<<grid, kThreads, 0, s>>>(d);
+    break;
+  case RF_DTYPE_FP32:
+    quantize<RF_DTYPE_FP32><<<grid, kThreads, 0, s>>>(d);
+    break;
+  default:
+    return rf_fail(RF_ERR_INTERNAL, "fp8: the device quantizer reads bf16, fp16 or fp32, not %s",
+                   rf_dtype_name(job->dtype));
+  }
+  RF_CUDA(cudaGetLastError());
+  return RF_OK;
+}
+
+extern "C" rf_status rf_fp8_device_bad(rf_fp8_bad *bad) {
+  memset(bad, 0, sizeof *bad);
+  RF_CUDA(cudaStreamSynchronize((cudaStream_t)rf_gpu_stream()));
+  bad_record h;
+  RF_CUDA(cudaMemcpyFromSymbol(&h, g_bad, sizeof h));
+  if (!h.found)
+    return RF_OK;
+  bad->found = 1;
+  bad->tag = h.tag;
+  bad->nan = h.nan;
+  bad->row = h.row;
+  bad->col = h.col;
+  const bad_record none = {0, 0, 0, 0, 0};
+  RF_CUDA(cudaMemcpyToSymbol(g_bad, &none, sizeof none));
+  return RF_OK;
+}

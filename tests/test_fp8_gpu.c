@@ -1,0 +1,328 @@
+/* fp8 on the GPU: the device quantizer (fp8_cuda.cu) against the CPU reference (fp8.c), byte
+ * for byte and scale for scale.
+ *
+ * Cases: blocks made to reach every corner of the rule (all zeros, negative zeros, only bf16
+ * subnormals so that the amax clamps, one huge value among small ones, every e4m3 value times
+ * a power of two, values just below and above the saturation point); random tensors of bf16,
+ * fp16 and fp32 bit patterns (every finite exponent, so products land on e4m3 subnormals,
+ * zeros and saturation) and of values spread over 60 binades; random shapes with edge blocks,
+ * row strides, and fp8 and scale buffers at odd offsets and pitches, so that both the 16-byte
+ * path and the element path run; and the refusal of a block holding NaN or inf, which must
+ * leave the block's bytes and scale untouched and name the block once. Buffers start as random
+ * bytes, and the bytes around each job's output must come back unchanged.
+ * Exits 77 (skipped) in a build without CUDA or on a machine without a GPU. */
+#include <math.h>
+
+#include "memory/memory.h"
+#include "test.h"
+#include "verify/fp8.h"
+#include "verify/values.h"
+
+static uint64_t rng_state = 0xf8f8f8f8ULL;
+static uint64_t rng(void) { return rf_mix64(rng_state += 0x9e3779b97f4a7c15ULL); }
+static int64_t rng_range(int64_t lo, int64_t hi) {
+  return lo + (int64_t)(rng() % (uint64_t)(hi - lo));
+}
+
+static uint32_t bits_of(float f) {
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+/* A finite random bit pattern of dtype dt. */
+static uint32_t random_bits(rf_dtype dt) {
+  uint32_t r = (uint32_t)rng();
+  switch (dt) {
+  case RF_DTYPE_BF16:
+    r &= 0xffff;
+    return (r & 0x7f80) == 0x7f80 ? r & ~0x4000u : r;
+  case RF_DTYPE_FP16:
+    r &= 0xffff;
+    return (r & 0x7c00) == 0x7c00 ? r & ~0x4000u : r;
+  default:
+    return (r & 0x7f800000u) == 0x7f800000u ? r & ~0x40000000u : r;
+  }
+}
+
+/* A value in ±[2^-30, 2^30) as dtype dt's bits (bf16 and fp16 truncated from fp32; fp16
+ * flushes what it cannot hold to its largest finite value or zero, still finite). */
+static uint32_t spread_bits(rf_dtype dt) {
+  float v = ldexpf((float)(rng() >> 40) / (float)(1 << 24) + 0.5f, (int)rng_range(-30, 30));
+  if (rng() & 1)
+    v = -v;
+  if (dt == RF_DTYPE_BF16)
+    return bits_of(v) >> 16;
+  if (dt == RF_DTYPE_FP16) {
+    float a = fabsf(v);
+    uint32_t sign = v < 0 ? 0x8000 : 0;
+    if (a >= 65504.0f)
+      return sign | 0x7bff;
+    if (a < 0x1p-24f)
+      return sign;
+    int e;
+    float m = frexpf(a, &e); /* a = m · 2^e, m in [0.5, 1) */
+    if (e - 1 < -14)         /* subnormal: a / 2^-24, truncated */
+      return sign | (uint32_t)(a * 0x1p24f);
+    return sign | (uint32_t)(e - 1 + 15) << 10 | ((uint32_t)(m * 2048.0f) & 0x3ff);
+  }
+  return bits_of(v);
+}
+
+static void put(void *x, rf_dtype dt, int64_t i, uint32_t bits) {
+  if (dt == RF_DTYPE_FP32)
+    memcpy((char *)x + i * 4, &bits, 4);
+  else {
+    uint16_t h = (uint16_t)bits;
+    memcpy((char *)x + i * 2, &h, 2);
+  }
+}
+
+static void *device_copy_of(const void *host, size_t bytes) {
+  void *d = NULL;
+  ASSERT_OK(rf_mem_alloc(RF_MEM_DEVICE, bytes, "test device buffer", &d));
+  ASSERT_OK(rf_mem_transfer(d, RF_MEM_DEVICE, host, RF_MEM_HOST, bytes));
+  return d;
+}
+
+static char *random_host(size_t bytes) {
+  char *h = malloc(bytes);
+  ASSERT_TRUE(h != NULL);
+  for (size_t i = 0; i < bytes; i++)
+    h[i] = (char)rng();
+  return h;
+}
+
+/* Where a job's output goes: fp8 rows q_stride bytes apart after q_off bytes, scale rows
+ * s_stride floats apart after s_off bytes; x's rows x_stride elements apart after x_off. */
+typedef struct {
+  int64_t x_off, x_stride, q_off, q_stride, s_off, s_stride;
+} geometry;
+
+static int64_t blocks_of(int64_t n) { return (n + RF_FP8_BLOCK - 1) / RF_FP8_BLOCK; }
+
+/* Quantizes x (host, rows x cols of dt at g's stride) on the device and on the CPU and
+ * compares every byte of the fp8 and scale buffers, inside and around the output. */
+static int64_t compare(rf_dtype dt, int64_t rows, int64_t cols, const void *x, const geometry *g) {
+  size_t es = (size_t)rf_dtype_size(dt);
+  int64_t br = blocks_of(rows), bc = blocks_of(cols);
+  uint8_t *want_q = malloc((size_t)(rows * cols) + 1);
+  float *want_s = malloc((size_t)(br * bc) * sizeof(float) + 1);
+  ASSERT_OK(rf_fp8_quantize_ref("case", (const char *)x + g->x_off * es, dt, rows, cols,
+                                g->x_stride, want_q, want_s));
+
+  size_t x_bytes = (size_t)(g->x_off + rows * g->x_stride) * es;
+  size_t q_bytes = (size_t)(g->q_off + rows * g->q_stride) + 64;
+  size_t s_bytes = (size_t)g->s_off + (size_t)(br * g->s_stride) * 4 + 64;
+  char *q0 = random_host(q_bytes), *s0 = random_host(s_bytes);
+  char *dx = device_copy_of(x, x_bytes), *dq = device_copy_of(q0, q_bytes);
+  char *ds = device_copy_of(s0, s_bytes);
+  rf_fp8_job job = {.x = dx + g->x_off * (int64_t)es,
+                    .dtype = dt,
+                    .x_stride = g->x_stride,
+                    .rows = rows,
+                    .cols = cols,
+                    .q = (uint8_t *)dq + g->q_off,
+                    .q_stride = g->q_stride,
+                    .scale = ds + g->s_off,
+                    .scale_stride = g->s_stride,
+                    .tag = 3};
+  ASSERT_OK(rf_fp8_quantize_device(&job));
+  rf_fp8_bad bad;
+  ASSERT_OK(rf_fp8_device_bad(&bad));
+  ASSERT_EQ(bad.found, 0);
+  char *q1 = malloc(q_bytes), *s1 = malloc(s_bytes);
+  ASSERT_OK(rf_mem_transfer(q1, RF_MEM_HOST, dq, RF_MEM_DEVICE, q_bytes));
+  ASSERT_OK(rf_mem_transfer(s1, RF_MEM_HOST, ds, RF_MEM_DEVICE, s_bytes));
+
+  /* Every byte: an output byte is the reference's, any other is what was there before. */
+  for (size_t i = 0; i < q_bytes; i++) {
+    int64_t at = (int64_t)i - g->q_off, r = at / g->q_stride, c = at % g->q_stride;
+    int inside = at >= 0 && r < rows && c < cols;
+    uint8_t want = inside ? want_q[r * cols + c] : (uint8_t)q0[i];
+    if ((uint8_t)q1[i] != want) {
+      fprintf(stderr, "%s %lldx%lld: fp8 byte %zu (row %lld, col %lld) is 0x%02x, want 0x%02x\n",
+              rf_dtype_name(dt), (long long)rows, (long long)cols, i, (long long)r, (long long)c,
+              (uint8_t)q1[i], want);
+      ASSERT_EQ((uint8_t)q1[i], want);
+    }
+  }
+  for (size_t i = 0; i < s_bytes; i++) {
+    int64_t at = (int64_t)i - g->s_off, word = at / 4;
+    int64_t r = word / g->s_stride, c = word % g->s_stride;
+    int inside = at >= 0 && r < br && c < bc;
+    uint8_t want = (uint8_t)s0[i];
+    if (inside)
+      want = (uint8_t)(bits_of(want_s[r * bc + c]) >> (8 * (at % 4)));
+    ASSERT_EQ((uint8_t)s1[i], want);
+  }
+  rf_mem_free(RF_MEM_DEVICE, dx, x_bytes);
+  rf_mem_free(RF_MEM_DEVICE, dq, q_bytes);
+  rf_mem_free(RF_MEM_DEVICE, ds, s_bytes);
+  free(want_q), free(want_s), free(q0), free(s0), free(q1), free(s1);
+  return rows * cols;
+}
+
+static geometry dense(int64_t rows, int64_t cols) {
+  (void)rows;
+  return (geometry){0, cols, 0, cols, 0, blocks_of(cols)};
+}
+
+/* Nine 128x128 bf16 blocks, one corner of the rule each. */
+static void test_crafted_blocks(void) {
+  const int64_t n = 3 * RF_FP8_BLOCK;
+  uint16_t *x = calloc((size_t)(n * n), 2);
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = 0; c < n; c++) {
+      int blk = (int)(r / 128 * 3 + c / 128), k = (int)((r % 128) * 128 + c % 128);
+      uint16_t v = 0;
+      switch (blk) {
+      case 0: /* all zeros */
+        break;
+      case 1: /* negative zeros and one tiny positive value */
+        v = k == 77 ? 0x0001 : 0x8000;
+        break;
+      case 2: /* bf16 subnormals only: the amax clamps to 1e-4 */
+        v = (uint16_t)((k & 0x7f) | (k & 0x80 ? 0x8000 : 0));
+        break;
+      case 3: /* one huge value (the largest finite bf16) among small ones */
+        v = k == 5000 ? 0x7f7f : (uint16_t)(0x3c00 + (k % 256));
+        break;
+      case 4: { /* every e4m3 magnitude times 2^-3, both signs, so its products are e4m3 values
+                   scaled by the block's factor */
+        int code = k % 127;
+        int e = code >> 3, m = code & 7;
+        float v32 = e == 0 ? ldexpf((float)m, -12) : ldexpf((float)(8 + m), e - 13);
+        v = (uint16_t)(bits_of(k & 128 ? -v32 : v32) >> 16);
+        break;
+      }
+      case 5: /* around the saturation point: amax 448 and values near it */
+        v = (uint16_t)(0x43d0 + k % 17);
+        break;
+      case 6: /* one value per binade from 2^-133 up: most products are e4m3 subnormals or 0 */
+        v = (uint16_t)((k % 255) << 7 | (k * 37 & 0x7f));
+        break;
+      case 7: /* constant block */
+        v = 0xbf80;
+        break;
+      default: /* random finite bits */
+        v = (uint16_t)random_bits(RF_DTYPE_BF16);
+      }
+      x[r * n + c] = v;
+    }
+  geometry g = dense(n, n);
+  compare(RF_DTYPE_BF16, n, n, x, &g);
+  free(x);
+  printf("test_fp8_gpu: crafted blocks ok\n");
+}
+
+static void test_random(void) {
+  static const rf_dtype dts[] = {RF_DTYPE_BF16, RF_DTYPE_FP16, RF_DTYPE_FP32};
+  int64_t elems = 0;
+  for (int n = 0; n < 72; n++) {
+    rf_dtype dt = dts[n % 3];
+    int wide = n % 4 != 3; /* three in four on the 16-byte path's geometry */
+    int64_t rows = rng_range(1, 520), cols = wide ? 128 * rng_range(1, 5) : rng_range(1, 520);
+    geometry g = {0, cols, 0, cols, 0, blocks_of(cols)};
+    if (!wide || n % 2) {
+      g.x_off = wide ? 8 * rng_range(0, 4) : rng_range(0, 9);
+      g.x_stride = cols + (wide ? 8 * rng_range(0, 4) : rng_range(0, 9));
+      g.q_off = wide ? 8 * rng_range(0, 4) : rng_range(0, 9);
+      g.q_stride = cols + (wide ? 8 * rng_range(0, 4) : rng_range(0, 9));
+      g.s_off = rng_range(0, 9);
+      g.s_stride = blocks_of(cols) + rng_range(0, 4);
+    }
+    size_t es = (size_t)rf_dtype_size(dt);
+    void *x = malloc((size_t)(g.x_off + rows * g.x_stride) * es);
+    for (int64_t i = 0; i < g.x_off + rows * g.x_stride; i++)
+      put(x, dt, i, n % 2 ? random_bits(dt) : spread_bits(dt));
+    elems += compare(dt, rows, cols, x, &g);
+    free(x);
+  }
+  /* One large bf16 weight, as refit packs it: 2048 x 4096. */
+  int64_t rows = 2048, cols = 4096;
+  uint16_t *x = malloc((size_t)(rows * cols) * 2);
+  for (int64_t i = 0; i < rows * cols; i++)
+    x[i] = (uint16_t)spread_bits(RF_DTYPE_BF16);
+  geometry g = dense(rows, cols);
+  elems += compare(RF_DTYPE_BF16, rows, cols, x, &g);
+  free(x);
+  printf("test_fp8_gpu: %" PRId64 " random elements ok\n", elems);
+}
+
+/* A NaN (bf16) or an inf (fp16) in block (1, 1) of a 256 x 384 tensor: that block keeps its
+ * bytes and scale, the others are quantized, and rf_fp8_device_bad names it once. */
+static void test_refused(rf_dtype dt, uint32_t bad_bits, int nan) {
+  const int64_t rows = 256, cols = 384;
+  uint16_t *x = malloc((size_t)(rows * cols) * 2);
+  for (int64_t i = 0; i < rows * cols; i++)
+    x[i] = (uint16_t)spread_bits(dt);
+  x[200 * cols + 130] = (uint16_t)bad_bits;
+  char *q0 = random_host((size_t)(rows * cols)), *s0 = random_host(6 * 4);
+  char *dx = device_copy_of(x, (size_t)(rows * cols) * 2);
+  char *dq = device_copy_of(q0, (size_t)(rows * cols)), *ds = device_copy_of(s0, 24);
+  rf_fp8_job job = {.x = dx,
+                    .dtype = dt,
+                    .x_stride = cols,
+                    .rows = rows,
+                    .cols = cols,
+                    .q = (uint8_t *)dq,
+                    .q_stride = cols,
+                    .scale = ds,
+                    .scale_stride = 3,
+                    .tag = 41,
+                    .row0 = 1024,
+                    .col0 = 512};
+  ASSERT_OK(rf_fp8_quantize_device(&job));
+  rf_fp8_bad bad;
+  ASSERT_OK(rf_fp8_device_bad(&bad));
+  ASSERT_EQ(bad.found, 1);
+  ASSERT_EQ(bad.tag, 41);
+  ASSERT_EQ(bad.nan, nan);
+  ASSERT_EQ(bad.row, 1024 + 128);
+  ASSERT_EQ(bad.col, 512 + 128);
+  ASSERT_OK(rf_fp8_device_bad(&bad)); /* read once */
+  ASSERT_EQ(bad.found, 0);
+  char *q1 = malloc((size_t)(rows * cols)), s1[24];
+  ASSERT_OK(rf_mem_transfer(q1, RF_MEM_HOST, dq, RF_MEM_DEVICE, (size_t)(rows * cols)));
+  ASSERT_OK(rf_mem_transfer(s1, RF_MEM_HOST, ds, RF_MEM_DEVICE, 24));
+  uint8_t want_q[128 * 128];
+  float want_s;
+  for (int64_t r = 128; r < 256; r++)
+    for (int64_t c = 128; c < 256; c++)
+      ASSERT_EQ((uint8_t)q1[r * cols + c], (uint8_t)q0[r * cols + c]);
+  ASSERT_EQ(memcmp(s1 + 16, s0 + 16, 4), 0);
+  /* A neighbouring block came out as the reference says. */
+  ASSERT_OK(rf_fp8_quantize_ref("neighbour", x + 128 * cols, dt, 128, 128, cols, want_q, &want_s));
+  for (int64_t r = 0; r < 128; r++)
+    ASSERT_EQ(memcmp(q1 + (128 + r) * cols, want_q + r * 128, 128), 0);
+  uint32_t got_s;
+  memcpy(&got_s, s1 + 12, 4);
+  ASSERT_EQ(got_s, bits_of(want_s));
+  rf_mem_free(RF_MEM_DEVICE, dx, (size_t)(rows * cols) * 2);
+  rf_mem_free(RF_MEM_DEVICE, dq, (size_t)(rows * cols));
+  rf_mem_free(RF_MEM_DEVICE, ds, 24);
+  free(x), free(q0), free(s0), free(q1);
+  printf("test_fp8_gpu: a block holding %s is refused and named\n", nan ? "NaN" : "inf");
+}
+
+int main(void) {
+  if (!rf_gpu_built()) {
+    printf("test_fp8_gpu: skipped: this build has no CUDA\n");
+    return RF_TEST_SKIP;
+  }
+  rf_gpu_info info;
+  rf_status st = rf_gpu_select(0, -1, &info);
+  if (st == RF_ERR_UNSUPPORTED) {
+    printf("test_fp8_gpu: skipped: no GPU is visible to this process\n");
+    return RF_TEST_SKIP;
+  }
+  ASSERT_OK(st);
+  printf("test_fp8_gpu: GPU %d: %s\n", info.device, info.name);
+  test_crafted_blocks();
+  test_random();
+  test_refused(RF_DTYPE_BF16, 0x7fc0, 1);
+  test_refused(RF_DTYPE_FP16, 0xfc00, 0);
+  printf("test_fp8_gpu: ok\n");
+  return 0;
+}
