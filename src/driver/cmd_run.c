@@ -29,8 +29,8 @@ typedef struct {
 /* --memory: GPU transports need the weights on the GPU, shm in shared host memory; mpi takes
  * them from wherever they are, staging device weights through pinned host memory (the
  * baseline GPU users compare the GPU transports with). auto puts them on a GPU when this
- * process sees one, except for fp8 rollouts, which the engine quantizes in host memory only so
- * far. */
+ * process sees one, except for fp8 rollouts over mpi, which quantize on the GPU only where the
+ * transport keeps the bytes there (engine.c, check_fp8). */
 static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
   int gpu_transport = rs->transport->memory == RF_MEM_DEVICE;
   if (rs->transport->memory == RF_MEM_SHARED) {
@@ -51,7 +51,7 @@ static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
   } else if (cfg->memory == RF_MEM_REQUEST_DEVICE || gpu_transport) {
     rs->memory = RF_MEM_DEVICE;
   } else if (cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8) {
-    rs->memory = RF_MEM_HOST; /* fp8 rollouts move in host memory so far (engine_fp8.c) */
+    rs->memory = RF_MEM_HOST; /* mpi stages GPU weights through host memory */
   } else {
     rs->memory = rf_gpu_count() > 0 ? RF_MEM_DEVICE : RF_MEM_HOST;
   }

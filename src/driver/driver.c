@@ -132,15 +132,12 @@ static void leave_together(double timeout) {
 rf_status rf_run_check_rollout_dtype(const rf_config *cfg) {
   if (cfg->rollout_dtype != RF_ROLLOUT_DTYPE_FP8)
     return RF_OK;
-  if (strcmp(cfg->transport, "mpi") != 0 && strcmp(cfg->transport, "shm") != 0)
+  /* mpi takes GPU weights through pinned host buffers, where the quantize kernels would read
+   * and write across the bus (engine.c, check_fp8); shm never holds GPU memory (cmd_run.c). */
+  if (cfg->memory == RF_MEM_REQUEST_DEVICE && strcmp(cfg->transport, "mpi") == 0)
     return rf_fail(RF_ERR_USAGE,
-                   "--rollout-dtype fp8 is not moved over the %s transport yet (GPU memory, "
-                   "whose quantize kernels are not written): use --transport mpi or shm, or "
-                   "refit plan and refit simulate",
-                   cfg->transport);
-  if (cfg->memory == RF_MEM_REQUEST_DEVICE)
-    return rf_fail(RF_ERR_USAGE, "--rollout-dtype fp8 is not moved in GPU memory yet: use "
-                                 "--memory host, or refit plan and refit simulate");
+                   "--rollout-dtype fp8 with --memory device needs a transport that keeps the "
+                   "bytes on the GPU: use --transport ipc or nccl, or --memory host with mpi");
   return RF_OK;
 }
 

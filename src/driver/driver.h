@@ -41,9 +41,9 @@ void rf_job_free(rf_job *job);
 rf_status rf_cmd_plan(const rf_config *cfg);
 
 /* Whether `refit run` can move the rollout dtype the configuration asks for: RF_OK, or
- * RF_ERR_USAGE with one line. fp8 rollouts move so far in host memory, over the mpi and shm
- * transports (engine_fp8.c); GPU memory and the GPU transports are refused before MPI is up or
- * any file is made, and a sweep skips such combinations with this line as the reason. */
+ * RF_ERR_USAGE with one line. fp8 rollouts move in host memory over mpi and shm, in GPU memory
+ * over ipc and nccl (engine_fp8.c); GPU memory over mpi is refused before MPI is up or any
+ * file is made, and a sweep skips such combinations with this line as the reason. */
 rf_status rf_run_check_rollout_dtype(const rf_config *cfg);
 
 /* `refit run`: the MPI-launched transfer. Initialises and finalises MPI itself. */

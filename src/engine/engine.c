@@ -162,17 +162,19 @@ const rf_schedule *engine_stage(const rf_engine *e, int i) {
   return i == 0 ? &e->reshape : i == 1 ? &e->transfer : &e->forward[i - 2];
 }
 
-/* What --rollout-dtype fp8 moves so far: host memory (over messages or a host mapping). GPU
- * memory is refused before anything is built. */
+/* Where --rollout-dtype fp8 moves: host memory (over messages or a host mapping) and GPU
+ * memory that stays on the GPU (ipc's mappings, nccl's device buffers), where the kernels
+ * quantize. GPU weights staged through host memory for mpi would quantize into pinned
+ * buffers across the bus: refused before anything is built. */
 static rf_status check_fp8(const rf_engine *e, const rf_transport *tp) {
   const rf_plan *plan = e->plan;
   if (plan->layout->rollout.dtype != RF_ROLLOUT_DTYPE_FP8)
     return RF_OK;
-  if (e->memory != RF_MEM_DEVICE)
+  if (e->memory != RF_MEM_DEVICE || e->wire == RF_MEM_DEVICE)
     return RF_OK;
   return rf_fail(RF_ERR_USAGE,
-                 "--rollout-dtype fp8 is not moved in GPU memory yet (the %s transport); use "
-                 "--memory host with --transport mpi or shm, or refit plan and refit simulate",
+                 "--rollout-dtype fp8 with the weights in GPU memory needs a GPU transport, not "
+                 "%s staged through host memory; use --transport ipc or nccl, or --memory host",
                  tp->ops->name);
 }
 
@@ -277,6 +279,7 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
     /* The transfer and the forward steps in rounds; the forward buckets' pack, transfer and
      * unpack add to the transfer stage's phases. --inject corrupt strikes inside. */
     RF_TRY(engine_run_rounds(e, &e->rounds, 1, times));
+    RF_TRY(engine_fp8_device_done(e));
     times[RF_PHASE_TOTAL] = rf_now() - start;
     return RF_OK;
   }
@@ -295,6 +298,7 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
     for (int s = 0; s < e->plan->forward_depth; s++)
       RF_TRY(engine_run_stage_mapped(e, &e->forward[s], times));
   }
+  RF_TRY(engine_fp8_device_done(e));
   times[RF_PHASE_TOTAL] = rf_now() - start;
   return RF_OK;
 }

@@ -176,7 +176,7 @@ rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout
       int replica = e->rollout_rank / lay->rollout.tp;
       if (!rf_box_is_empty(&held) && lowest_rollout_holder(lay, t, e->rollout_rank, &held)) {
         if (rf_layout_fp8(lay, t))
-          sum = engine_fp8_checksum(e, t); /* host memory only (check_fp8 in engine.c) */
+          RF_TRY(engine_fp8_checksum(e, t, &sum));
         else
           RF_TRY(rf_checksum_region_on(e->memory, &r, &held, &m->tensors[t], m->tensors[t].dtype,
                                        &sum));

@@ -13,8 +13,10 @@
  * is quantized by the same reference (verify/fp8.h), so the bytes do not depend on where it
  * ran.
  *
- * Over a mapping (shm) the destination does all of it, reading its sources' memory. So far this
- * runs on host memory; rf_engine_init refuses GPU memory in one line. */
+ * Over a mapping (shm, ipc) the destination does all of it, reading its sources' memory. In
+ * GPU memory the quantization runs as kernels (fp8_cuda.cu) on refit's stream, the copies of
+ * fp8 bytes and scales as box copies, and the checks read the rank's part back to the host and
+ * compare it with the CPU reference. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,12 +62,42 @@ rf_region engine_fp8_scale_region(const rf_plan *plan, void *scales, int tensor,
                             blocks, rf_dtype_size(s->dtype));
 }
 
-/* Quantizes the whole blocks of `box` (on the block grid, or ending at the tensor's end) from
- * src into q (fp8) and scale (one fp32 per block, in block coordinates, written with memcpy:
- * in staging it may sit at any offset). Both src and q must be dense along a row. */
-static rf_status quantize_blocks(const rf_tensor *t, const rf_region *src, const rf_box *box,
-                                 const rf_region *q, const rf_region *scale) {
+static rf_status non_finite(const rf_tensor *t, int nan, int64_t r0, int64_t r1, int64_t c0,
+                            int64_t c1) {
+  return rf_fail(RF_ERR_CHECKPOINT,
+                 "fp8: tensor %s holds %s in the block of rows %lld..%lld, columns %lld..%lld; "
+                 "block-FP8 weights need finite values, check where the weights came from",
+                 t->name, nan ? "NaN" : "inf", (long long)r0, (long long)(r1 - 1), (long long)c0,
+                 (long long)(c1 - 1));
+}
+
+/* Quantizes the whole blocks of `box` (its origin on the block grid, its edges on the grid or
+ * at the tensor's end) of tensor `tensor` from src into q (fp8) and scale (one fp32 per block,
+ * in block coordinates, at any byte offset: in staging it may sit anywhere). Both src and q
+ * must be dense along a row. Host memory runs the reference block by block; device memory
+ * queues one launch for the box (fp8_cuda.cu), whose refusal of a block that is not finite
+ * engine_fp8_device_done reports once the launches are done. */
+static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region *src,
+                                 const rf_box *box, const rf_region *q, const rf_region *scale) {
+  const rf_tensor *t = &e->plan->layout->model->tensors[tensor];
   rf_box blocks = engine_fp8_blocks_of(box);
+  if (rf_box_is_empty(box))
+    return RF_OK;
+  if (e->memory == RF_MEM_DEVICE) {
+    rf_fp8_job job = {.x = rf_region_at(src, box->lo[0], box->lo[1]),
+                      .dtype = t->dtype,
+                      .x_stride = src->stride[0],
+                      .rows = box->hi[0] - box->lo[0],
+                      .cols = box->hi[1] - box->lo[1],
+                      .q = (uint8_t *)rf_region_at(q, box->lo[0], box->lo[1]),
+                      .q_stride = q->stride[0],
+                      .scale = rf_region_at(scale, blocks.lo[0], blocks.lo[1]),
+                      .scale_stride = scale->stride[0],
+                      .tag = tensor,
+                      .row0 = box->lo[0],
+                      .col0 = box->lo[1]};
+    return rf_fp8_quantize_device(&job);
+  }
   for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0]; bi++)
     for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1]; bj++) {
       int64_t r0 = RF_MAX(bi * EDGE, box->lo[0]), r1 = RF_MIN((bi + 1) * EDGE, box->hi[0]);
@@ -73,18 +105,38 @@ static rf_status quantize_blocks(const rf_tensor *t, const rf_region *src, const
       const char *x = rf_region_at(src, r0, c0);
       float amax = rf_fp8_block_amax(x, t->dtype, src->stride[0], r1 - r0, c1 - c0);
       if (!isfinite(amax))
-        return rf_fail(RF_ERR_CHECKPOINT,
-                       "fp8: tensor %s holds %s in the block of rows %lld..%lld, columns "
-                       "%lld..%lld; block-FP8 weights need finite values, check where the "
-                       "weights came from",
-                       t->name, isnan(amax) ? "NaN" : "inf", (long long)r0, (long long)(r1 - 1),
-                       (long long)c0, (long long)(c1 - 1));
+        return non_finite(t, isnan(amax), r0, r1, c0, c1);
       rf_fp8_quantize_with_amax(x, t->dtype, src->stride[0], r1 - r0, c1 - c0, amax,
                                 (uint8_t *)rf_region_at(q, r0, c0), q->stride[0]);
       float s = rf_fp8_scale_of(amax).scale_inv;
       memcpy(rf_region_at(scale, bi, bj), &s, sizeof s);
     }
   return RF_OK;
+}
+
+rf_status engine_fp8_device_done(const rf_engine *e) {
+  if (e->memory != RF_MEM_DEVICE || e->plan->layout->rollout.dtype != RF_ROLLOUT_DTYPE_FP8)
+    return RF_OK;
+  rf_fp8_bad bad;
+  RF_TRY(rf_fp8_device_bad(&bad));
+  if (!bad.found)
+    return RF_OK;
+  const rf_tensor *t = &e->plan->layout->model->tensors[bad.tag];
+  return non_finite(t, bad.nan, bad.row, RF_MIN(bad.row + EDGE, t->shape[0]), bad.col,
+                    RF_MIN(bad.col + EDGE, t->shape[1]));
+}
+
+/* Copies `box` between regions in this rank's memory kind; src may be a mapped peer's. */
+static rf_status move_box(const rf_engine *e, const rf_region *dst, const rf_region *src,
+                          const rf_box *box) {
+  if (rf_box_is_empty(box))
+    return RF_OK;
+  if (e->memory != RF_MEM_DEVICE) {
+    rf_region_copy(dst, src, box);
+    return RF_OK;
+  }
+  rf_box_copy c = {*dst, *src, *box};
+  return e->mapped ? rf_copy_boxes_mapped(e->memory, &c, 1) : rf_copy_boxes(e->memory, &c, 1);
 }
 
 static rf_status require_rows_dense(const rf_tensor *t, const rf_region *r) {
@@ -109,7 +161,7 @@ rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region
   RF_TRY(require_rows_dense(t, src));
   rf_region q, scale;
   wire_regions(to, box, &q, &scale);
-  return quantize_blocks(t, src, box, &q, &scale);
+  return quantize_blocks(e, p->tensor, src, box, &q, &scale);
 }
 
 /* This rank's fp8 part of a tensor and its scales. */
@@ -127,9 +179,8 @@ rf_status engine_fp8_pack_forward(const rf_engine *e, const rf_piece *p, const r
   rollout_fp8(e, p->tensor, &q, &held, &scale, &blocks);
   wire_regions(to, box, &wq, &wscale);
   rf_box box_blocks = engine_fp8_blocks_of(box);
-  rf_region_copy(&wq, &q, box);
-  rf_region_copy(&wscale, &scale, &box_blocks);
-  return RF_OK;
+  RF_TRY(move_box(e, &wq, &q, box));
+  return move_box(e, &wscale, &scale, &box_blocks);
 }
 
 rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box *box, char *from) {
@@ -147,7 +198,7 @@ rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_regio
   rollout_fp8(e, p->tensor, &q, &held, &scale, &blocks);
   if (!rf_box_intersect(box, &held, &kept))
     return RF_OK;
-  return quantize_blocks(t, src, &kept, &q, &scale);
+  return quantize_blocks(e, p->tensor, src, &kept, &q, &scale);
 }
 
 rf_status engine_fp8_copy(const rf_engine *e, const rf_piece *p, const rf_region *src_q,
@@ -158,9 +209,8 @@ rf_status engine_fp8_copy(const rf_engine *e, const rf_piece *p, const rf_region
   if (!rf_box_intersect(box, &held, &kept))
     return RF_OK;
   rf_box kept_blocks = engine_fp8_blocks_of(&kept);
-  rf_region_copy(&q, src_q, &kept);
-  rf_region_copy(&scale, src_scale, &kept_blocks);
-  return RF_OK;
+  RF_TRY(move_box(e, &q, src_q, &kept));
+  return move_box(e, &scale, src_scale, &kept_blocks);
 }
 
 static int by_block(const void *pa, const void *pb) {
@@ -220,26 +270,51 @@ rf_status engine_fp8_blocks_init(rf_engine *e) {
   return RF_OK;
 }
 
+/* Whether block k extends the run of blocks of tensor `tensor` in `round` at (bi, bj). */
+static int block_at(const rf_engine *e, int k, const struct rf_fp8_block *first, int64_t bi,
+                    int64_t bj) {
+  const struct rf_fp8_block *b = &e->fp8_blocks[k];
+  return k < e->fp8_block_count && b->round == first->round && b->tensor == first->tensor &&
+         b->bi == bi && b->bj == bj;
+}
+
 rf_status engine_fp8_round_done(rf_engine *e, int round) {
   const rf_layout *lay = e->plan->layout;
   if (e->fp8_next >= e->fp8_block_count || e->fp8_blocks[e->fp8_next].round > round)
     return RF_OK; /* nothing this round: not even a timer span */
   rf_mem_timer_begin(&e->unpack_timer);
   rf_status st = RF_OK;
-  for (; e->fp8_next < e->fp8_block_count && st == RF_OK; e->fp8_next++) {
-    const struct rf_fp8_block *b = &e->fp8_blocks[e->fp8_next];
-    if (b->round > round)
-      break;
+  /* The blocks are sorted by round, tensor, block row and column, so the blocks of a tensor
+   * that make a rectangle follow each other row by row: each rectangle is one box (one launch
+   * on the device, rather than one per block). */
+  int i = e->fp8_next;
+  while (st == RF_OK && i < e->fp8_block_count && e->fp8_blocks[i].round <= round) {
+    const struct rf_fp8_block *b = &e->fp8_blocks[i];
+    int64_t bi1 = b->bi + 1, bj1 = b->bj + 1;
+    int n = i + 1;
+    while (block_at(e, n, b, b->bi, bj1))
+      n++, bj1++;
+    for (;;) { /* the next block row, if it holds exactly the same columns */
+      int k = n;
+      int64_t bj = b->bj;
+      while (bj < bj1 && block_at(e, k, b, bi1, bj))
+        k++, bj++;
+      if (bj < bj1)
+        break;
+      n = k, bi1++;
+    }
     const rf_tensor *tensor = &lay->model->tensors[b->tensor];
     rf_region q, scale;
     rf_box held, blocks;
     rollout_fp8(e, b->tensor, &q, &held, &scale, &blocks);
     rf_region land =
         rf_region_row_major(e->data->landing[b->tensor], &held, rf_tensor_esize(tensor));
-    rf_box one = {{b->bi * EDGE, b->bj * EDGE},
-                  {RF_MIN((b->bi + 1) * EDGE, held.hi[0]), RF_MIN((b->bj + 1) * EDGE, held.hi[1])}};
-    st = quantize_blocks(tensor, &land, &one, &q, &scale);
+    rf_box rect = {{b->bi * EDGE, b->bj * EDGE},
+                   {RF_MIN(bi1 * EDGE, held.hi[0]), RF_MIN(bj1 * EDGE, held.hi[1])}};
+    st = quantize_blocks(e, b->tensor, &land, &rect, &q, &scale);
+    i = n;
   }
+  e->fp8_next = i;
   rf_mem_timer_end(&e->unpack_timer);
   return st;
 }
@@ -277,11 +352,53 @@ static void report(const rf_engine *e, const char *name, const char *suffix, int
            want);
 }
 
+/* `box` of region r readable on the host: r itself in host memory; out of device memory, a
+ * row-major copy in *buf (to free). */
+static rf_status host_view(const rf_engine *e, const rf_region *r, const rf_box *box,
+                           rf_region *out, void **buf) {
+  *buf = NULL;
+  *out = *r;
+  if (e->memory != RF_MEM_DEVICE)
+    return RF_OK;
+  size_t bytes = (size_t)rf_box_numel(box) * (size_t)r->esize + 1;
+  void *dev = NULL;
+  RF_TRY(rf_mem_alloc(RF_MEM_DEVICE, bytes, "a device copy of an fp8 tensor to check", &dev));
+  rf_box_copy c = {rf_region_row_major(dev, box, r->esize), *r, *box};
+  rf_status st = rf_copy_boxes(RF_MEM_DEVICE, &c, 1);
+  if (st == RF_OK && !(*buf = rf_malloc(bytes, "a host copy of an fp8 tensor to check")))
+    st = RF_ERR_NOMEM;
+  if (st == RF_OK)
+    st = rf_mem_transfer(*buf, RF_MEM_HOST, dev, RF_MEM_DEVICE, bytes);
+  rf_mem_free(RF_MEM_DEVICE, dev, bytes);
+  if (st != RF_OK) {
+    free(*buf);
+    *buf = NULL;
+    return st;
+  }
+  *out = rf_region_row_major(*buf, box, r->esize);
+  return RF_OK;
+}
+
+/* This rank's fp8 part of tensor t and its scales, readable on the host (*bufs to free). */
+static rf_status rollout_fp8_on_host(const rf_engine *e, int t, rf_region *q, rf_box *held,
+                                     rf_region *scale, rf_box *blocks, void *bufs[2]) {
+  rf_region dq, dscale;
+  rollout_fp8(e, t, &dq, held, &dscale, blocks);
+  bufs[1] = NULL;
+  RF_TRY(host_view(e, &dq, held, q, &bufs[0]));
+  rf_status st = host_view(e, &dscale, blocks, scale, &bufs[1]);
+  if (st != RF_OK)
+    free(bufs[0]);
+  return st;
+}
+
 int64_t engine_fp8_check(const rf_engine *e, rf_checkpoint *ckpt, int t, int *reported) {
   const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
   rf_region q, scale;
   rf_box held, blocks;
-  rollout_fp8(e, t, &q, &held, &scale, &blocks);
+  void *bufs[2];
+  if (rollout_fp8_on_host(e, t, &q, &held, &scale, &blocks, bufs) != RF_OK)
+    return -1;
   int64_t cols = held.hi[1] - held.lo[1], bcols = blocks.hi[1] - blocks.lo[1];
   uint8_t *want_q = rf_malloc((size_t)rf_box_numel(&held), "an fp8 reference");
   float *want_s = rf_malloc((size_t)rf_box_numel(&blocks) * sizeof(float), "an fp8 reference");
@@ -307,12 +424,18 @@ int64_t engine_fp8_check(const rf_engine *e, rf_checkpoint *ckpt, int t, int *re
   }
   free(want_q);
   free(want_s);
+  free(bufs[0]);
+  free(bufs[1]);
   return wrong;
 }
 
-uint64_t engine_fp8_checksum(const rf_engine *e, int t) {
+rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum) {
   rf_region q, scale;
   rf_box held, blocks;
-  rollout_fp8(e, t, &q, &held, &scale, &blocks);
-  return rf_fp8_checksum(&e->plan->layout->model->tensors[t], &q, &held, &scale, &blocks);
+  void *bufs[2];
+  RF_TRY(rollout_fp8_on_host(e, t, &q, &held, &scale, &blocks, bufs));
+  *sum = rf_fp8_checksum(&e->plan->layout->model->tensors[t], &q, &held, &scale, &blocks);
+  free(bufs[0]);
+  free(bufs[1]);
+  return RF_OK;
 }

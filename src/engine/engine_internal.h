@@ -131,6 +131,9 @@ rf_status engine_fp8_round_done(rf_engine *e, int round);
  * first few while *reported is below 4. */
 int64_t engine_fp8_check(const rf_engine *e, rf_checkpoint *ckpt, int t, int *reported);
 /* rf_fp8_checksum of this rank's part of fp8 tensor t. */
-uint64_t engine_fp8_checksum(const rf_engine *e, int t);
+rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum);
+/* GPU memory: waits for the quantization kernels queued so far and fails in one line, naming
+ * the tensor and block, if one of them met inf or NaN. A no-op elsewhere. */
+rf_status engine_fp8_device_done(const rf_engine *e);
 
 #endif

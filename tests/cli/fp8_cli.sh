@@ -69,18 +69,16 @@ expect_error 2 "refit: error: --rollout-dtype fp8: tensor 'model.layers.0.mlp.ga
 expect_error 2 "refit: error: option --rollout-dtype: 'fp4' is not one of model|fp8" \
   "$REFIT" plan --model llama-3.1-8b --rollout-dtype fp4
 
-# refit run moves fp8 in host memory over mpi (engine_fp8.c). GPU memory and the other
-# transports are refused before MPI or any file: alone, under mpirun printed once, and as a
-# sweep's skipped combination.
-not_moved="refit: error: --rollout-dtype fp8 is not moved over the ipc transport yet (GPU memory, whose quantize kernels are not written): use --transport mpi or shm, or refit plan and refit simulate"
-expect_error 2 "$not_moved" "$REFIT" run --model tiny --rollout-dtype fp8 --transport ipc --output "$TMP/run.h5"
-[ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 --transport ipc created its results file"
-expect_error_mpi 2 "$not_moved" "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --rollout-dtype fp8 --transport ipc --output "$TMP/run.h5"
+# refit run moves fp8 in host memory over mpi and shm, in GPU memory over ipc and nccl
+# (engine_fp8.c; gpu_run checks those). GPU memory staged through mpi is refused before MPI or
+# any file: alone, under mpirun printed once, and as a sweep's skipped combination.
+not_moved="refit: error: --rollout-dtype fp8 with --memory device needs a transport that keeps the bytes on the GPU: use --transport ipc or nccl, or --memory host with mpi"
+expect_error 2 "$not_moved" "$REFIT" run --model tiny --rollout-dtype fp8 --transport mpi --memory device --output "$TMP/run.h5"
+[ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 --memory device created its results file"
+expect_error_mpi 2 "$not_moved" "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --rollout-dtype fp8 --memory device --output "$TMP/run.h5"
 [ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 under mpirun created its results file"
-expect_error 2 "refit: error: --rollout-dtype fp8 is not moved in GPU memory yet: use --memory host, or refit plan and refit simulate" \
-  "$REFIT" run --model tiny --rollout-dtype fp8 --memory device
 expect_exit 0 "$REFIT" run --model tiny --rollout-dtype model,fp8 --memory device --dry-run
-expect_grep "skip 2/2: rollout_dtype=fp8: --rollout-dtype fp8 is not moved in GPU memory yet: use --memory host, or refit plan and refit simulate" "$TMP/out"
+expect_grep "skip 2/2: rollout_dtype=fp8: ${not_moved#refit: error: }" "$TMP/out"
 small="$REFIT_SOURCE_DIR/tests/data/fp8-small.json"
 # Fanout: the trainer sends every element once, to replica 0, which forwards fp8 and scales.
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=1,dp=2 --plan fanout \

@@ -99,6 +99,48 @@ expect_exit 3 timeout 60 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer f
   --rollout tp=1 --transport ipc --inject stall --timeout 2 --iters 1 --trainer-order jax
 expect_grep "timed out after 2.0 s waiting for the sources' written notes" "$TMP/err"
 
+# fp8 rollouts on the GPU: the kernels quantize (fp8_cuda.cu) and every fp8 byte and scale is
+# checked against the CPU reference. ipc in HF order quantizes each source's whole blocks out of
+# its mapped memory; JAX order lands the trainer's bf16 and quantizes at the destination; star
+# and fanout (a replica forwards fp8 and scales); a MoE from trainer ep and pp; colocated nccl.
+small="$REFIT_SOURCE_DIR/tests/data/fp8-small.json"
+fp8_rows() {
+  expect_grep "# PASS" "$TMP/out"
+  [ "$(grep -c "  full            0        ok" "$TMP/out")" -eq "$1" ] ||
+    fail "fp8: not $1 verified rows: $(cat "$TMP/out")"
+}
+for order in hf jax; do
+  expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
+    --trainer-order $order --rollout-dtype fp8 --transport ipc --mode unfused,grouped,fused \
+    --iters 2 --verify full --output "$TMP/fp8-ipc-$order.h5"
+  expect_grep "transport ipc (weights in device memory)" "$TMP/out"
+  fp8_rows 3
+done
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
+  --plan star --rollout-dtype fp8 --transport ipc --mode grouped,fused --verify full
+fp8_rows 2
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=1,dp=2 \
+  --plan fanout --rollout-dtype fp8 --transport ipc --mode unfused,grouped,fused --verify full
+fp8_rows 3
+expect_exit 0 "${RUN[@]}" -np 6 "$REFIT" run --model "$REFIT_SOURCE_DIR/tests/data/fp8-moe.json" \
+  --trainer fsdp=1,ep=2,pp=2 --rollout tp=2,ep --rollout-dtype fp8 --transport ipc \
+  --mode unfused,grouped,fused --verify full
+fp8_rows 3
+expect_exit 0 "${RUN[@]}" -np 1 "$REFIT" run --model "$small" --trainer fsdp=1 --rollout tp=1 \
+  --placement colocated --rollout-dtype fp8 --transport nccl --mode unfused,grouped,fused \
+  --verify full --output "$TMP/fp8-nccl.h5"
+fp8_rows 3
+# The GPU's bytes are the block-FP8 checkpoint's (the CPU reference's) and the host run's.
+expect_exit 0 "$REFIT" checkpoint --model "$small" --dtype fp8 --checkpoint "$TMP/small-fp8.safetensors"
+for run in fp8-ipc-hf fp8-ipc-jax fp8-nccl; do
+  expect_exit 0 "$REFIT" verify "$TMP/$run.h5" --checkpoint "$TMP/small-fp8.safetensors"
+  expect_grep "against $TMP/small-fp8.safetensors: 0 of 12 tensors differ" "$TMP/out"
+done
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
+  --rollout-dtype fp8 --transport mpi --memory host --iters 1 --output "$TMP/fp8-host.h5"
+expect_exit 0 "$REFIT" verify "$TMP/fp8-ipc-hf.h5" --reference "$TMP/fp8-host.h5"
+expect_grep "# PASS" "$TMP/out"
+
 # mpi with the weights on the GPU stages through pinned host memory, in every mode.
 expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
   --transport mpi --memory device --mode unfused,grouped,fused --bucket-size 64KiB
