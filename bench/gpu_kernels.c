@@ -13,10 +13,14 @@
  *   pack halves    each tensor's left and right column halves into tensors of their own
  *                  (lines of 4 KiB with unequal pitches, as a row-parallel split gives);
  *   fill, checksum, check   rf_*_region_on over the source buffer seen as one tensor;
- *   checksum x N   the same checksum tensor by tensor, one call each, as the engine calls it.
+ *   checksum x N   the same checksum tensor by tensor, one call each, as the engine calls it;
+ *   quantize fp8   the block-FP8 quantizer (--rollout-dtype fp8) alone: every tensor into fp8
+ *                  bytes and one fp32 scale per 128x128 block, one launch per tensor, as the
+ *                  engine quantizes a whole tensor's piece.
  * GB/s is the data set's bytes over the time (10^9 bytes/s): a copy counts each byte once,
  * as the d2d figure does (it reads and writes each once), a checksum or check counts the bytes
- * it reads, a fill those it writes. "vs d2d" is the d2d time over the row's time.
+ * it reads, a fill those it writes, quantize the bf16 bytes it reads. "vs d2d" is the d2d
+ * time over the row's time.
  *
  * Usage: refit-gpu-bench [layers]. Exits 77 without a GPU. */
 #include <cuda_runtime.h>
@@ -27,6 +31,7 @@
 #include "layout/layout.h"
 #include "memory/memory.h"
 #include "memory/memory_gpu.h"
+#include "verify/fp8.h"
 #include "verify/verify.h"
 
 #define WARMUP 2
@@ -39,7 +44,7 @@ static const int64_t tensor_rows[5] = {4096, 1024, 1024, 14336, 14336};
 
 typedef struct {
   int layers;
-  char *src, *dst;
+  char *src, *dst, *scales;
   size_t bytes;
   rf_box_copy *copies; /* 5 per layer, or 10 for the halves */
   int count;
@@ -196,6 +201,28 @@ static rf_status step_checksum_each(bench *b) {
   return RF_OK;
 }
 
+/* Every tensor of the data set, row-major in src, into fp8 bytes at the same element offset in
+ * dst and its scales after each other in `scales`. */
+static rf_status step_quantize(bench *b) {
+  size_t scale_at = 0;
+  for (int l = 0; l < b->layers; l++)
+    for (int k = 0; k < 5; k++) {
+      size_t at = tensor_offset(l, k) / 2;
+      rf_fp8_job job = {.x = b->src + at * 2,
+                        .dtype = RF_DTYPE_BF16,
+                        .x_stride = HIDDEN,
+                        .rows = tensor_rows[k],
+                        .cols = HIDDEN,
+                        .q = (uint8_t *)b->dst + at,
+                        .q_stride = HIDDEN,
+                        .scale = b->scales + scale_at,
+                        .scale_stride = HIDDEN / RF_FP8_BLOCK};
+      RF_TRY(rf_fp8_quantize_device(&job));
+      scale_at += (size_t)(tensor_rows[k] / RF_FP8_BLOCK) * (HIDDEN / RF_FP8_BLOCK) * 4;
+    }
+  return RF_OK;
+}
+
 int main(int argc, char **argv) {
   bench b;
   memset(&b, 0, sizeof b);
@@ -239,6 +266,15 @@ int main(int argc, char **argv) {
   bad |= time_step(&b, "checksum", step_checksum);
   bad |= time_step(&b, "check", step_check);
   bad |= time_step(&b, "checksum x N", step_checksum_each);
+  /* The weights the fill wrote are finite, so no block is refused. */
+  size_t scale_bytes = b.bytes / 2 / (RF_FP8_BLOCK * RF_FP8_BLOCK) * 4;
+  if (rf_mem_alloc(RF_MEM_DEVICE, scale_bytes, "bench scales", (void **)&b.scales))
+    return 3;
+  bad |= time_step(&b, "quantize fp8", step_quantize);
+  rf_fp8_bad refused;
+  if (rf_fp8_device_bad(&refused) != RF_OK || refused.found)
+    bad = 1;
+  rf_mem_free(RF_MEM_DEVICE, b.scales, scale_bytes);
   rf_mem_free(RF_MEM_DEVICE, b.src, b.bytes);
   rf_mem_free(RF_MEM_DEVICE, b.dst, b.bytes);
   free(b.copies);
