@@ -117,7 +117,8 @@ const rf_cli_option rf_cli_options[] = {
      .commands = RUN | PLAN | SIM,
      .help = "what the rollout receives: every tensor in the trainer's dtype, or every linear "
              "weight as float8_e4m3fn with an fp32 weight_scale_inv per 128x128 block (vLLM's "
-             "block FP8; refit run moves it in host memory, over mpi or shm)"},
+             "block FP8; refit run moves it in host memory over mpi or shm, in GPU memory over "
+             "ipc or nccl)"},
     {.name = "placement",
      .sweep = 1,
      .type = RF_OPT_ENUM,
