@@ -74,9 +74,9 @@ rf_status ck_fail_dtype(const char *file, const rf_tensor *t, const char *got, i
                    file, t->name, got);
   if (readable && ck_dtype_from_tag(got, &dt) && dt == RF_DTYPE_FP8)
     return rf_fail(RF_ERR_CHECKPOINT,
-                   "checkpoint '%s': tensor %s is %s (a block-FP8 checkpoint), which refit does "
-                   "not read as trainer weights yet; the model needs %s (refit verify "
-                   "--checkpoint compares an fp8 run with it)",
+                   "checkpoint '%s': tensor %s is %s (a block-FP8 checkpoint), which refit "
+                   "reads as trainer weights for fp8 rollouts only: add --rollout-dtype fp8, "
+                   "or use a %s checkpoint",
                    file, t->name, got, ck_dtype_tag(want));
   if (readable && ck_dtype_from_tag(got, &dt) && t->own_dtype)
     return rf_fail(RF_ERR_CHECKPOINT,
@@ -303,6 +303,10 @@ void rf_checkpoint_close(rf_checkpoint *c) {
     ck_st_close(c);
   free(c->scratch);
   free(c->path);
+  if (c->view)
+    rf_model_free(c->view);
+  free(c->view);
+  free(c->view_of);
   free(c);
 }
 
@@ -317,6 +321,12 @@ static rf_status read_rows(rf_checkpoint *c, int tensor, const rf_box *b, void *
  * scratch buffer and is placed by rf_region_copy, which transposes in tiles. */
 rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box,
                              const rf_region *dst) {
+  if (c->view_of && tensor >= 0 && tensor < c->run_model->tensor_count)
+    tensor = c->view_of[tensor];
+  return ck_read(c, tensor, box, dst);
+}
+
+rf_status ck_read(rf_checkpoint *c, int tensor, const rf_box *box, const rf_region *dst) {
   if (tensor < 0 || tensor >= c->model->tensor_count)
     return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': no tensor %d in the model", c->path, tensor);
   const rf_tensor *t = &c->model->tensors[tensor];
@@ -359,6 +369,8 @@ rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box,
 
 rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out) {
   *out = 0;
+  if (c->view_of)
+    return ck_fp8_checksum(c, tensor, out);
   if (tensor < 0 || tensor >= c->model->tensor_count)
     return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': no tensor %d in the model", c->path, tensor);
   return ck_checksum_as(c, tensor, &c->model->tensors[tensor], out);
@@ -377,7 +389,7 @@ rf_status ck_checksum_as(rf_checkpoint *c, int tensor, const rf_tensor *t, uint6
   for (int64_t r0 = 0; r0 < t->shape[0]; r0 += rows) {
     rf_box b = {{r0, 0}, {RF_MIN(r0 + rows, t->shape[0]), t->shape[1]}};
     rf_region reg = rf_region_row_major(buf, &b, es);
-    st = rf_checkpoint_read(c, tensor, &b, &reg);
+    st = ck_read(c, tensor, &b, &reg);
     if (st != RF_OK)
       break;
     sum += rf_checksum_region(&reg, &b, t, t->dtype);

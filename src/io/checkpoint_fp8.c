@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
 
 #include "io/checkpoint_internal.h"
 #include "verify/fp8.h"
@@ -150,13 +153,13 @@ static rf_status fp8_sum(rf_checkpoint *c, const rf_tensor *t, int i, uint64_t *
   rf_status st = scales && q ? RF_OK : RF_ERR_NOMEM;
   rf_region sreg = rf_region_row_major(scales, &all, 4);
   if (st == RF_OK)
-    st = rf_checkpoint_read(c, i + 1, &all, &sreg);
+    st = ck_read(c, i + 1, &all, &sreg);
   uint64_t sum = 0;
   for (int64_t r0 = 0; r0 < t->shape[0] && st == RF_OK; r0 += rows) {
     rf_box b = {{r0, 0}, {RF_MIN(r0 + rows, t->shape[0]), t->shape[1]}};
     rf_box bb = {{r0 / EDGE, 0}, {blocks(b.hi[0]), s->shape[1]}};
     rf_region qreg = rf_region_row_major(q, &b, 1);
-    st = rf_checkpoint_read(c, i, &b, &qreg);
+    st = ck_read(c, i, &b, &qreg);
     if (st == RF_OK)
       sum += rf_fp8_checksum(t, &qreg, &b, &sreg, &bb);
   }
@@ -191,4 +194,107 @@ rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, u
   free(scale);
   rf_model_free(&view);
   return st;
+}
+
+/* ---- reading as trainer weights ----------------------------------------------------------- */
+
+rf_status rf_checkpoint_open_fp8(const char *path, const rf_model *model, rf_checkpoint **out) {
+  *out = NULL;
+  rf_model *view = rf_calloc(1, sizeof *view, "the fp8 checkpoint's view");
+  int *source = NULL, *scale = NULL;
+  if (!view)
+    return RF_ERR_NOMEM;
+  rf_status st = fp8_view(model, view, &source, &scale);
+  if (st != RF_OK) {
+    free(view);
+    return st;
+  }
+  int *view_of = rf_calloc((size_t)model->tensor_count + 1, sizeof *view_of, "fp8 view");
+  for (int i = 0; i < view->tensor_count && view_of; i++)
+    if (!scale[i])
+      view_of[source[i]] = i;
+  free(source);
+  free(scale);
+  rf_checkpoint *c = NULL;
+  st = view_of ? rf_checkpoint_open(path, view, &c) : RF_ERR_NOMEM;
+  if (st != RF_OK) {
+    free(view_of);
+    rf_model_free(view);
+    free(view);
+    return st;
+  }
+  c->view = view;
+  c->view_of = view_of;
+  c->run_model = model;
+  *out = c;
+  return RF_OK;
+}
+
+/* The safetensors file that holds tensor `name` under `path` (a file, or a directory with its
+ * index), or "" when there is no telling. */
+static void file_of(const char *path, const char *name, char *out, size_t len) {
+  struct stat sb;
+  out[0] = '\0';
+  if (stat(path, &sb) != 0)
+    return;
+  if (!S_ISDIR(sb.st_mode)) {
+    snprintf(out, len, "%s", path);
+    return;
+  }
+  char index[4096];
+  snprintf(index, sizeof index, "%s/model.safetensors.index.json", path);
+  json_t *root = json_load_file(index, 0, NULL);
+  const char *shard = json_string_value(json_object_get(json_object_get(root, "weight_map"), name));
+  if (shard && !strchr(shard, '/'))
+    snprintf(out, len, "%s/%s", path, shard);
+  else if (!root)
+    snprintf(out, len, "%s/model.safetensors", path);
+  json_decref(root);
+}
+
+/* Whether the header of the file that holds the model's first linear weight gives it dtype
+ * F8_E4M3: read from the header alone, so that a damaged block-FP8 file is still opened as
+ * one, and its damage described in those terms. */
+rf_status rf_checkpoint_is_fp8(const char *path, const rf_model *model, int *fp8) {
+  *fp8 = 0;
+  const rf_tensor *w = NULL;
+  for (int t = 0; t < model->tensor_count && !w; t++)
+    if (rf_tensor_kind_is_linear(model->tensors[t].kind))
+      w = &model->tensors[t];
+  char file[4096];
+  if (!w)
+    return RF_OK;
+  file_of(path, w->name, file, sizeof file);
+  FILE *f = file[0] ? fopen(file, "rb") : NULL;
+  uint64_t n = 0;
+  if (!f)
+    return RF_OK;
+  char *head = NULL;
+  if (fread(&n, 8, 1, f) == 1 && n > 0 && n < ((uint64_t)1 << 30) &&
+      (head = rf_malloc((size_t)n + 1, "a safetensors header")) && fread(head, 1, n, f) == n) {
+    head[n] = '\0';
+    json_t *root = json_loads(head, 0, NULL);
+    const char *dtype = json_string_value(json_object_get(json_object_get(root, w->name), "dtype"));
+    *fp8 = dtype && strcmp(dtype, "F8_E4M3") == 0;
+    json_decref(root);
+  }
+  free(head);
+  fclose(f);
+  return RF_OK;
+}
+
+rf_status rf_checkpoint_read_scales(rf_checkpoint *c, int tensor, const rf_box *blocks,
+                                    const rf_region *dst) {
+  if (!c->view_of || c->view->tensors[c->view_of[tensor]].dtype != RF_DTYPE_FP8)
+    return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': tensor %d has no weight_scale_inv", c->path,
+                   tensor);
+  return ck_read(c, c->view_of[tensor] + 1, blocks, dst);
+}
+
+rf_status ck_fp8_checksum(rf_checkpoint *c, int t, uint64_t *out) {
+  const rf_tensor *run = &c->run_model->tensors[t];
+  int i = c->view_of[t];
+  if (c->view->tensors[i].dtype == RF_DTYPE_FP8)
+    return fp8_sum(c, run, i, out);
+  return ck_checksum_as(c, i, run, out);
 }

@@ -44,7 +44,17 @@ struct rf_checkpoint {
   /* Rows read for a strided destination land here before they are placed. */
   void *scratch;
   size_t scratch_cap;
+
+  /* A block-FP8 checkpoint read as trainer weights (rf_checkpoint_open_fp8): `model` is its
+   * view, owned here, and view_of[t] the view tensor of the run's model tensor t (its scales
+   * follow it). NULL for every other checkpoint, whose model is the run's. */
+  rf_model *view;
+  int *view_of;
+  const rf_model *run_model; /* borrowed, like model */
 };
+
+/* Reads `box` of tensor `tensor` of c->model (the view, for a block-FP8 checkpoint). */
+rf_status ck_read(rf_checkpoint *c, int tensor, const rf_box *box, const rf_region *dst);
 
 /* ---- the formats --------------------------------------------------------------------------
  * open fills c (whose path and model are set) and logs one line on failure;
@@ -117,6 +127,8 @@ rf_status ck_st_write_file(const char *path, const rf_model *m, uint64_t seed, c
  * (t has the same shape and dtype): a view of a model (checkpoint_fp8.c) numbers its tensors
  * apart from the model whose checksums it computes. */
 rf_status ck_checksum_as(rf_checkpoint *c, int tensor, const rf_tensor *t, uint64_t *out);
+/* rf_checkpoint_checksum of run tensor t of a block-FP8 checkpoint opened for reading. */
+rf_status ck_fp8_checksum(rf_checkpoint *c, int t, uint64_t *out);
 
 /* Greedy packing of tensors, in order, into shards of at most shard_size bytes (a larger
  * tensor gets a shard of its own). Fills shard_of[tensor] and returns the shard count. */

@@ -162,6 +162,17 @@ rf_status rf_checkpoint_write_fp8(const char *path, const rf_model *model, uint6
                                   int64_t *bytes);
 rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, uint64_t *sums,
                                       int *fp8);
+/* A block-FP8 checkpoint as the trainer's weights (--rollout-dtype fp8): *fp8 says whether
+ * `path` is one for `model` (every linear weight F8_E4M3 with its scales, the rest in the
+ * model's dtype). rf_checkpoint_open_fp8 opens it for a model whose linear weights are fp8
+ * (rf_model_weights_fp8): rf_checkpoint_read reads a model tensor as the file holds it (fp8
+ * bytes for a linear weight), rf_checkpoint_read_scales a box of its weight_scale_inv in block
+ * coordinates, and rf_checkpoint_checksum gives an fp8 weight's rf_fp8_checksum (bytes and
+ * scales), the checksum an fp8 rollout records. */
+rf_status rf_checkpoint_is_fp8(const char *path, const rf_model *model, int *fp8);
+rf_status rf_checkpoint_open_fp8(const char *path, const rf_model *model, rf_checkpoint **out);
+rf_status rf_checkpoint_read_scales(rf_checkpoint *c, int tensor, const rf_box *blocks,
+                                    const rf_region *dst);
 
 /* Writes the synthetic weights value(seed, tensor, index) of `model` as a checkpoint:
  * format "safetensors" (one file at path, or with shard_size > 0 a directory of shards of at

@@ -328,6 +328,15 @@ void rf_model_set_dtype(rf_model *model, rf_dtype dtype) {
   recount_bytes(model);
 }
 
+void rf_model_weights_fp8(rf_model *model) {
+  for (int i = 0; i < model->tensor_count; i++)
+    if (rf_tensor_kind_is_linear(model->tensors[i].kind)) {
+      model->tensors[i].dtype = RF_DTYPE_FP8;
+      model->tensors[i].own_dtype = 1;
+    }
+  recount_bytes(model);
+}
+
 rf_status rf_model_set_tensor_dtype(rf_model *model, int index, rf_dtype dtype) {
   if (index < 0 || index >= model->tensor_count)
     return rf_fail(RF_ERR_INTERNAL, "model %s has no tensor %d; pass an index below %d",

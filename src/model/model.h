@@ -9,9 +9,10 @@
 
 #include "core/core.h"
 
-/* RF_DTYPE_FP8 (float8_e4m3fn) is a rollout dtype only: the block-FP8 weights the rollout
- * receives with --rollout-dtype fp8 (layout_fp8.c). No model, trainer shard or checkpoint has
- * it, so rf_dtype_parse does not accept it. */
+/* RF_DTYPE_FP8 (float8_e4m3fn): the block-FP8 weights the rollout receives with
+ * --rollout-dtype fp8 (layout_fp8.c), and the trainer's linear weights when they come from a
+ * block-FP8 checkpoint (rf_model_weights_fp8). It is never a --dtype, so rf_dtype_parse does
+ * not accept it. */
 typedef enum { RF_DTYPE_BF16 = 0, RF_DTYPE_FP16, RF_DTYPE_FP32, RF_DTYPE_FP8 } rf_dtype;
 const char *rf_dtype_name(rf_dtype dt);                 /* "bf16", "fp16", "fp32", "fp8_e4m3fn" */
 int rf_dtype_size(rf_dtype dt);                         /* bytes per element */
@@ -142,6 +143,10 @@ void rf_model_free(rf_model *model);
 /* Changes the model's element type (the --dtype override) and the byte counts with it; tensors
  * with a dtype of their own keep it. */
 void rf_model_set_dtype(rf_model *model, rf_dtype dtype);
+/* The trainer's weights read from a block-FP8 checkpoint: every linear weight
+ * (rf_tensor_kind_is_linear) becomes fp8 in its own dtype, its scales beside it in the trainer's
+ * buffers; the other tensors keep theirs. */
+void rf_model_weights_fp8(rf_model *model);
 
 /* Gives tensor `index` a dtype of its own (as the model does for DeepSeek's router bias), so
  * that --dtype leaves it alone, and recomputes its bytes and the model's total. The tests use it
