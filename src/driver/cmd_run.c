@@ -127,7 +127,12 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
     /* An fp8 rollout says what its plan puts on the wire: fp8 and scales where the sources
      * quantize, the trainer's dtype where the destinations do. */
     char fp8[160] = "";
-    if (cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8)
+    if (job->fp8_checkpoint)
+      snprintf(fp8, sizeof fp8,
+               " (fp8 from the block-FP8 checkpoint; wire %lld bytes, fp8 and scales as the "
+               "trainer holds them)",
+               (long long)job->plan.wire_transfer_bytes);
+    else if (cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8)
       snprintf(fp8, sizeof fp8,
                " (fp8, block-quantized; wire %lld bytes, %d tensors quantized at the source, "
                "%d at the destination)",
@@ -155,7 +160,9 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
  * print the same line) and the ranks share the work of its reference checksums. */
 static rf_status open_checkpoint(rf_control *ctl, const rf_config *cfg, run_setup *rs) {
   rf_log_push_quiet(ctl->world_rank != 0);
-  rf_status st = rf_checkpoint_open(cfg->checkpoint, &rs->job.model, &rs->checkpoint);
+  rf_status st = rs->job.fp8_checkpoint
+                     ? rf_checkpoint_open_fp8(cfg->checkpoint, &rs->job.model, &rs->checkpoint)
+                     : rf_checkpoint_open(cfg->checkpoint, &rs->job.model, &rs->checkpoint);
   rf_log_pop_quiet();
   RF_TRY(rf_control_agree(ctl, st));
   int nt = rs->job.model.tensor_count;

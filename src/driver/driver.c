@@ -38,6 +38,27 @@ rf_status rf_job_load_model(const rf_config *cfg, rf_model *model) {
   return RF_OK;
 }
 
+/* An fp8 rollout from a block-FP8 checkpoint: the trainer holds each linear weight as the file
+ * does, fp8 with the scales of its blocks, and moves both as they are (plan_fp8.c). Star's
+ * reshape would move the bytes without their scales. A file that is not block-FP8 (or not
+ * readable at all) is left to the ordinary checkpoint open to describe. */
+static rf_status use_fp8_checkpoint(const rf_config *cfg, rf_job *job) {
+  int fp8 = 0;
+  if (!cfg->checkpoint[0] || cfg->rollout_dtype != RF_ROLLOUT_DTYPE_FP8)
+    return RF_OK;
+  RF_TRY(rf_checkpoint_is_fp8(cfg->checkpoint, &job->model, &fp8));
+  if (!fp8)
+    return RF_OK;
+  if (cfg->plan == RF_PLAN_STAR)
+    return rf_fail(RF_ERR_USAGE,
+                   "--plan star cannot move the block-FP8 checkpoint '%s': its reshape would "
+                   "move fp8 bytes without their scales; use --plan p2p or fanout",
+                   cfg->checkpoint);
+  rf_model_weights_fp8(&job->model);
+  job->fp8_checkpoint = 1;
+  return RF_OK;
+}
+
 rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job) {
   RF_TRY(rf_job_build_layout(cfg, world_size, job));
   RF_TRY(rf_plan_build(&job->plan, &job->layout, cfg->plan, NULL));
@@ -69,6 +90,7 @@ rf_status rf_job_build_layout(const rf_config *cfg, int world_size, rf_job *job)
 
   RF_TRY(rf_job_load_model(cfg, &job->model));
   job->have_model = 1;
+  RF_TRY(use_fp8_checkpoint(cfg, job));
   RF_TRY(rf_layout_init(&job->layout, &job->model, &job->trainer, &job->rollout, job->placement));
   job->have_layout = 1;
   /* Before the plan, the costly step: a typo like dp=65536 fails at once. After the layout, so

@@ -16,6 +16,7 @@ typedef struct {
   rf_layout layout;
   rf_plan plan;
   int have_model, have_layout, have_plan;
+  int fp8_checkpoint; /* --checkpoint is block-FP8: the trainer's linear weights are fp8 */
 } rf_job;
 
 /* Loads the model (with any --dtype override), parses and checks the layouts and builds the

@@ -35,14 +35,21 @@ rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_che
     for (int t = 0; t < nt; t++) {
       /* An fp8 tensor's rollout checksum is of its fp8 bytes and scales (rf_fp8_checksum), which
        * no trainer shard holds: its replicas must agree with each other, and --verify full
-       * compares every byte and scale with the reference quantization. */
+       * compares every byte and scale with the reference quantization. A block-FP8 checkpoint
+       * gives that checksum for the file's bytes and scales (rf_checkpoint_checksum). */
       int fp8 = rf_layout_fp8(&job->layout, t);
-      uint64_t want = fp8 ? sum[nt + t] : sum[t];
+      int fp8_file = fp8 && m->tensors[t].dtype == RF_DTYPE_FP8;
+      uint64_t want = fp8_file && ref ? ref[t] : fp8 ? sum[nt + t] : sum[t];
       int bad = !fp8 && ref && ref[t] != sum[t];
       for (int p = 0; p < replicas; p++)
         bad |= sum[nt + (size_t)p * nt + t] != want;
       if (!bad || res->checksum_bad++ >= 4)
         continue;
+      if (fp8_file && ref && sum[nt + t] != want) {
+        RF_ERROR("verify: checksum of %s (fp8) differs: rollout %016llx, checkpoint %016llx",
+                 m->tensors[t].name, (unsigned long long)sum[nt + t], (unsigned long long)want);
+        continue;
+      }
       if (fp8) {
         for (int p = 1; p < replicas; p++)
           if (sum[nt + (size_t)p * nt + t] != want) {

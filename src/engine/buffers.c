@@ -16,6 +16,15 @@ static int64_t align_up(int64_t v) {
   return (v + RF_BUFFER_ALIGN - 1) / RF_BUFFER_ALIGN * RF_BUFFER_ALIGN;
 }
 
+/* The 128x128 blocks a box touches, in block coordinates. */
+static const rf_box *scale_blocks(const rf_box *box, rf_box *blocks) {
+  for (int d = 0; d < 2; d++) {
+    blocks->lo[d] = box->lo[d] / RF_FP8_BLOCK_EDGE;
+    blocks->hi[d] = (box->hi[d] + RF_FP8_BLOCK_EDGE - 1) / RF_FP8_BLOCK_EDGE;
+  }
+  return blocks;
+}
+
 int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int rank,
                            int64_t *offsets) {
   const rf_layout *lay = plan->layout;
@@ -29,8 +38,10 @@ int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int ran
     if (family == RF_FAMILY_ROLLOUT) {
       bytes = lay->rollout_tensors[i].bytes;
     } else if (family == RF_FAMILY_SHARDS) {
-      rf_box box = rf_layout_trainer_box(lay, i, rank);
+      rf_box box = rf_layout_trainer_box(lay, i, rank), blocks;
       bytes = rf_box_numel(&box) * rf_tensor_esize(&lay->model->tensors[i]);
+      if (lay->model->tensors[i].dtype == RF_DTYPE_FP8 && bytes) /* its scales follow */
+        bytes = align_up(bytes) + rf_box_numel(scale_blocks(&box, &blocks)) * 4;
     } else if (plan->kind == RF_PLAN_STAR) {
       const rf_box *c = &plan->coupling[(size_t)i * lay->trainer_ranks + rank];
       bytes = rf_box_numel(c) * rf_tensor_esize(&lay->model->tensors[i]);
@@ -49,22 +60,39 @@ rf_region rf_shard_region(const rf_plan *plan, int trainer_rank, int tensor, voi
                                                    : rf_region_row_major(base, &box, esize);
 }
 
+rf_region rf_shard_scale_region(const rf_plan *plan, int trainer_rank, int tensor, void *base,
+                                rf_box *blocks) {
+  rf_box box = rf_layout_trainer_box(plan->layout, tensor, trainer_rank);
+  scale_blocks(&box, blocks);
+  return rf_region_row_major((char *)base + align_up(rf_box_numel(&box)), blocks, 4);
+}
+
 /* Reads only this rank's rows and columns of a tensor from the checkpoint. Device shards are
  * read into host memory of the same layout first, then copied over whole. */
-static rf_status read_shard(rf_buffers *b, rf_checkpoint *ckpt, int t, const rf_box *box,
-                            const rf_region *r, size_t bytes) {
-  if (b->memory != RF_MEM_DEVICE)
-    return rf_checkpoint_read(ckpt, t, box, r);
-  void *host = rf_malloc(bytes, "a shard read from the checkpoint");
-  if (!host)
-    return RF_ERR_NOMEM;
+static rf_status read_box(rf_buffers *b, rf_checkpoint *ckpt, int t, int scales, const rf_box *box,
+                          const rf_region *r, size_t bytes) {
   rf_region hr = *r;
-  hr.base = host;
-  rf_status st = rf_checkpoint_read(ckpt, t, box, &hr);
-  if (st == RF_OK)
+  void *host = NULL;
+  if (b->memory == RF_MEM_DEVICE && !(hr.base = host = rf_malloc(bytes, "a shard's rows")))
+    return RF_ERR_NOMEM;
+  rf_status st =
+      scales ? rf_checkpoint_read_scales(ckpt, t, box, &hr) : rf_checkpoint_read(ckpt, t, box, &hr);
+  if (st == RF_OK && host)
     st = rf_mem_transfer(r->base, RF_MEM_DEVICE, host, RF_MEM_HOST, bytes);
   free(host);
   return st;
+}
+
+/* An fp8 weight's shard comes with the scales of the blocks it touches (rows of the file's
+ * weight_scale_inv), which a shard that cuts a block shares with its neighbour. */
+static rf_status read_shard(rf_buffers *b, rf_checkpoint *ckpt, int t, const rf_box *box,
+                            const rf_region *r, size_t bytes) {
+  RF_TRY(read_box(b, ckpt, t, 0, box, r, bytes));
+  if (b->plan->layout->model->tensors[t].dtype != RF_DTYPE_FP8 || rf_box_is_empty(box))
+    return RF_OK;
+  rf_box blocks;
+  rf_region s = rf_shard_scale_region(b->plan, b->trainer_rank, t, b->shards[t], &blocks);
+  return read_box(b, ckpt, t, 1, &blocks, &s, (size_t)rf_box_numel(&blocks) * 4);
 }
 
 /* The layout sizes each fused rollout tensor; the engine writes each member tensor into it at
@@ -188,6 +216,11 @@ rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory
     size_t bytes = (size_t)(rf_box_numel(&box) * r.esize);
     if (checkpoint)
       RF_TRY(read_shard(b, checkpoint, t, &box, &r, bytes));
+    else if (m->tensors[t].dtype == RF_DTYPE_FP8)
+      return rf_fail(RF_ERR_INTERNAL,
+                     "trainer tensor %s is fp8 but no block-FP8 checkpoint "
+                     "holds it; fp8 trainer weights come from --checkpoint",
+                     m->tensors[t].name);
     else
       RF_TRY(rf_fill_region_on(memory, &r, &box, &m->tensors[t], seed, m->tensors[t].dtype));
   }

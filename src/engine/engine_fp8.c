@@ -164,6 +164,19 @@ rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region
   return quantize_blocks(e, p->tensor, src, box, &q, &scale);
 }
 
+rf_status engine_fp8_carried(const rf_engine *e, const rf_piece *p, const rf_region *src,
+                             const rf_box *box, char *to) {
+  rf_box blocks;
+  rf_region scale = rf_shard_scale_region(e->plan, p->src, p->tensor, src->base, &blocks);
+  if (!to)
+    return engine_fp8_copy(e, p, src, &scale, box);
+  rf_region wq, wscale;
+  wire_regions(to, box, &wq, &wscale);
+  rf_box box_blocks = engine_fp8_blocks_of(box);
+  RF_TRY(move_box(e, &wq, src, box));
+  return move_box(e, &wscale, &scale, &box_blocks);
+}
+
 /* This rank's fp8 part of a tensor and its scales. */
 static void rollout_fp8(const rf_engine *e, int tensor, rf_region *q, rf_box *held,
                         rf_region *scale, rf_box *blocks) {
@@ -322,11 +335,21 @@ rf_status engine_fp8_round_done(rf_engine *e, int round) {
 /* ---- checks --------------------------------------------------------------------------------- */
 
 /* The reference of this rank's part of fp8 tensor t: its elements from the generator (or the
- * checkpoint) in the trainer's dtype, quantized by the CPU reference. */
+ * checkpoint) in the trainer's dtype, quantized by the CPU reference; or, from a block-FP8
+ * checkpoint, the file's fp8 bytes and scales themselves. */
 static rf_status reference(const rf_engine *e, rf_checkpoint *ckpt, int t, const rf_box *held,
                            uint8_t *q, float *scale) {
   const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
   int64_t rows = held->hi[0] - held->lo[0], cols = held->hi[1] - held->lo[1];
+  if (tensor->dtype == RF_DTYPE_FP8) { /* a block-FP8 checkpoint: its own bytes and scales */
+    rf_box blocks = engine_fp8_blocks_of(held);
+    rf_region rq = rf_region_row_major(q, held, 1), rs = rf_region_row_major(scale, &blocks, 4);
+    if (!ckpt)
+      return rf_fail(RF_ERR_INTERNAL, "fp8: trainer tensor %s is fp8 without a checkpoint",
+                     tensor->name);
+    RF_TRY(rf_checkpoint_read(ckpt, t, held, &rq));
+    return rf_checkpoint_read_scales(ckpt, t, &blocks, &rs);
+  }
   void *x = rf_malloc((size_t)(rows * cols * rf_tensor_esize(tensor)), "an fp8 reference");
   if (!x)
     return RF_ERR_NOMEM;

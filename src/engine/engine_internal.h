@@ -114,6 +114,11 @@ rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_regio
                            const rf_box *box);
 rf_status engine_fp8_copy(const rf_engine *e, const rf_piece *p, const rf_region *src_q,
                           const rf_region *src_scale, const rf_box *box);
+/* A block-FP8 checkpoint's piece (RF_QUANT_CARRIED): `box` of the trainer's fp8 shard src and
+ * the scales beside it (rf_shard_scale_region), packed at `to`, or with `to` NULL copied
+ * straight into this rank's fp8 tensor and scales (a local piece, or a mapped source). */
+rf_status engine_fp8_carried(const rf_engine *e, const rf_piece *p, const rf_region *src,
+                             const rf_box *box, char *to);
 /* fanout: packs the fp8 bytes and scales of `box` that this rank holds, for forwarding. */
 rf_status engine_fp8_pack_forward(const rf_engine *e, const rf_piece *p, const rf_box *box,
                                   char *to);

@@ -106,6 +106,8 @@ static rf_status fp8_chunk(rf_engine *e, const rf_piece *p, rf_quant quant, cons
     RF_TRY(remote_source(e, p, &src));
   if (quant == RF_QUANT_SOURCE)
     return engine_fp8_local(e, p, &src, box);
+  if (quant == RF_QUANT_CARRIED) /* the scales lie beside the source's shard */
+    return engine_fp8_carried(e, p, &src, box, NULL);
   char *base;
   rf_box blocks;
   RF_TRY(peer_arena(e, RF_FAMILY_ROLLOUT, p->src, &base));

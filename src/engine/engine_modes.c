@@ -73,10 +73,11 @@ static rf_status pack(stage_ctx *c, const rf_chunk *k, char *to) {
   rf_region staging = rf_region_row_major(to, &k->box, engine_esize(c->e, piece_of(c, k)->tensor));
   rf_mem_timer_begin(&c->e->pack_timer);
   rf_quant quant = rf_piece_quant(c->e->plan, piece_of(c, k));
-  rf_status st = quant == RF_QUANT_SOURCE ? engine_fp8_pack(c->e, piece_of(c, k), &src, &k->box, to)
-                 : quant == RF_QUANT_FORWARDED
-                     ? engine_fp8_pack_forward(c->e, piece_of(c, k), &k->box, to)
-                     : copy_box(c, &staging, &src, &k->box);
+  rf_status st =
+      quant == RF_QUANT_SOURCE      ? engine_fp8_pack(c->e, piece_of(c, k), &src, &k->box, to)
+      : quant == RF_QUANT_CARRIED   ? engine_fp8_carried(c->e, piece_of(c, k), &src, &k->box, to)
+      : quant == RF_QUANT_FORWARDED ? engine_fp8_pack_forward(c->e, piece_of(c, k), &k->box, to)
+                                    : copy_box(c, &staging, &src, &k->box);
   rf_mem_timer_end(&c->e->pack_timer);
   return st;
 }
@@ -102,6 +103,10 @@ static rf_status copy_local(stage_ctx *c, const rf_chunk *k) {
   if (quant == RF_QUANT_SOURCE) { /* quantized on the way, at once: not a plain box copy */
     rf_region src = engine_source(c->e, piece_of(c, k));
     return engine_fp8_local(c->e, piece_of(c, k), &src, &k->box);
+  }
+  if (quant == RF_QUANT_CARRIED) { /* fp8 bytes and their scales, not one box copy */
+    rf_region src = engine_source(c->e, piece_of(c, k));
+    return engine_fp8_carried(c->e, piece_of(c, k), &src, &k->box, NULL);
   }
   if (quant == RF_QUANT_FORWARDED) /* replicas are different ranks: never local */
     return rf_fail(RF_ERR_INTERNAL, "fp8: a forward piece of %s is local to rank %d",

@@ -122,7 +122,8 @@ typedef enum {
   RF_QUANT_NONE = 0,    /* not an fp8 tensor, or star's reshape: the trainer's dtype */
   RF_QUANT_SOURCE,      /* whole blocks: the source quantizes, fp8 and scales on the wire */
   RF_QUANT_DESTINATION, /* the trainer's dtype on the wire; the rollout rank quantizes */
-  RF_QUANT_FORWARDED    /* fanout's forward step: already fp8, with its scales */
+  RF_QUANT_FORWARDED,   /* fanout's forward step: already fp8, with its scales */
+  RF_QUANT_CARRIED      /* the trainer holds fp8 and scales (a block-FP8 checkpoint) */
 } rf_quant;
 rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece);
 /* Whether a piece travels as fp8 bytes and scales (quantized by its source, or forwarded by a

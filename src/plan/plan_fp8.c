@@ -20,7 +20,12 @@
  * blocks (for instance fsdp shards narrower than 128 rows), which `refit plan` shows as wire
  * bytes and destination-quantized tensors. Forward pieces (fanout) leave a rollout rank that
  * holds the tensor quantized already, so they carry fp8 and scales; star's reshape moves the
- * trainer's dtype between trainer ranks. */
+ * trainer's dtype between trainer ranks.
+ *
+ * When the trainer's weights come from a block-FP8 checkpoint, its linear weights are fp8
+ * already (rf_model_weights_fp8), each shard with the scales of every block it touches: every
+ * transfer piece carries its fp8 bytes and the scales of its blocks as they are (a block cut by
+ * two shards has its scale in both, and both send it), and nothing is quantized. */
 #include <stdlib.h>
 
 #include "plan_internal.h"
@@ -31,6 +36,8 @@ rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece) {
     return RF_QUANT_NONE;
   if (piece->stage == RF_STAGE_FORWARD)
     return RF_QUANT_FORWARDED;
+  if (lay->model->tensors[piece->tensor].dtype == RF_DTYPE_FP8)
+    return RF_QUANT_CARRIED;
   /* Star's transfer reads the coupling buffers, which hold HF order. */
   int transposed = plan->kind != RF_PLAN_STAR && rf_layout_trainer_transposed(lay, piece->tensor);
   return !transposed && rf_layout_fp8_aligned(lay, piece->tensor, &piece->box)
@@ -40,7 +47,7 @@ rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece) {
 
 int rf_piece_carries_fp8(const rf_plan *plan, const rf_piece *piece) {
   rf_quant q = rf_piece_quant(plan, piece);
-  return q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED;
+  return q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED || q == RF_QUANT_CARRIED;
 }
 
 int64_t rf_piece_wire_bytes(const rf_plan *plan, const rf_piece *piece, const rf_box *box) {
@@ -79,7 +86,7 @@ rf_status plan_count_wire(rf_plan *plan) {
     plan->wire_send_bytes[p->src] += wire;
     plan->wire_recv_bytes[p->dst] += wire;
     plan->wire_transfer_bytes += wire;
-    if (q == RF_QUANT_NONE)
+    if (q == RF_QUANT_NONE || q == RF_QUANT_CARRIED)
       continue;
     if (p->tensor != tensor) { /* the previous fp8 tensor is complete */
       plan->source_tensors += tensor >= 0 && !any_destination;
