@@ -154,6 +154,45 @@ expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=
 expect_grep "# PASS" "$TMP/out"
 expect_exit 0 "$REFIT" verify "$TMP/seed7.h5" --checkpoint "$TMP/seed7-fp8.safetensors"
 expect_exit 1 "$REFIT" verify "$TMP/seed7.h5" --checkpoint "$TMP/small-fp8.safetensors"
+# A block-FP8 checkpoint as the trainer's weights: each trainer rank reads its rows of the fp8
+# weights and the scales of the blocks they touch, and both move as they are. fp8-cut's 64-row
+# heads make fsdp=4 shards that cut blocks, so two shards send a cut block's scale each
+# (1183040 wire bytes against 1181344 in the file); every mode, HF and JAX order, mpi and shm,
+# fanout and colocated, every byte and scale checked against the file's, and the rollout's
+# checksums against the file's fp8 checksums.
+cut="$REFIT_SOURCE_DIR/tests/data/fp8-cut.json"
+expect_exit 0 "$REFIT" checkpoint --model "$cut" --dtype fp8 --seed 5 --checkpoint "$TMP/cut-fp8.safetensors"
+for run in "hf mpi" "jax mpi" "hf shm" "jax shm"; do
+  expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$cut" --trainer fsdp=4 --trainer-order ${run% *} \
+    --rollout tp=2 --rollout-dtype fp8 --checkpoint "$TMP/cut-fp8.safetensors" --transport ${run#* } \
+    --mode unfused,grouped,fused --bucket-size 64KiB --iters 2 --verify full --output "$TMP/cut-in.h5"
+  expect_grep "rollout tp=2 (fp8 from the block-FP8 checkpoint; wire 1183040 bytes, fp8 and scales as the trainer holds them)" "$TMP/out"
+  expect_grep "# PASS" "$TMP/out"
+  [ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "fp8 checkpoint input $run: not three verified rows: $(cat "$TMP/out")"
+done
+expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$cut" --trainer fsdp=4 --rollout tp=1,dp=2 --plan fanout \
+  --rollout-dtype fp8 --checkpoint "$TMP/cut-fp8.safetensors" --mode grouped,fused --verify full --output "$TMP/cut-in.h5"
+[ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 2 ] || fail "fp8 checkpoint input, fanout: $(cat "$TMP/out")"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$cut" --trainer fsdp=4 --rollout tp=2 --placement colocated \
+  --rollout-dtype fp8 --checkpoint "$TMP/cut-fp8.safetensors" --mode grouped,fused --verify full --output "$TMP/cut-in.h5"
+[ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 2 ] || fail "fp8 checkpoint input, colocated: $(cat "$TMP/out")"
+expect_exit 0 "$REFIT" verify "$TMP/cut-in.h5" --checkpoint "$TMP/cut-fp8.safetensors"
+expect_grep "against $TMP/cut-fp8.safetensors: 0 of 12 tensors differ" "$TMP/out"
+expect_exit 0 "$REFIT" checkpoint --model "$cut" --dtype fp8 --seed 6 --checkpoint "$TMP/cut-fp8-6.safetensors"
+expect_exit 1 "$REFIT" verify "$TMP/cut-in.h5" --checkpoint "$TMP/cut-fp8-6.safetensors"
+expect_grep "# FAIL: 12 tensors differ" "$TMP/out"
+# What cannot move it, in one line each: star (its reshape has no scales), a bf16 rollout, and
+# a truncated file, which is described as the block-FP8 file it is.
+expect_error 2 "refit: error: --plan star cannot move the block-FP8 checkpoint '$TMP/cut-fp8.safetensors': its reshape would move fp8 bytes without their scales; use --plan p2p or fanout" \
+  "$REFIT" run --model "$cut" --trainer fsdp=1 --rollout tp=1 --rollout-dtype fp8 --plan star --checkpoint "$TMP/cut-fp8.safetensors"
+expect_error_mpi 2 "refit: error: checkpoint '$TMP/cut-fp8.safetensors': tensor model.layers.0.self_attn.q_proj.weight is F8_E4M3 (a block-FP8 checkpoint), which refit reads as trainer weights for fp8 rollouts only: add --rollout-dtype fp8, or use a BF16 checkpoint" \
+  "${MPIRUN[@]}" -np 2 "$REFIT" run --model "$cut" --trainer fsdp=1 --rollout tp=1 --checkpoint "$TMP/cut-fp8.safetensors"
+cp "$TMP/cut-fp8.safetensors" "$TMP/cut-short.safetensors"
+truncate -s 1000000 "$TMP/cut-short.safetensors"
+expect_error_mpi 2 "refit: error: checkpoint '$TMP/cut-short.safetensors': tensor lm_head.weight data [921296, 1183440) ends beyond the file's 1000000 bytes (truncated)" \
+  "${MPIRUN[@]}" -np 2 "$REFIT" run --model "$cut" --trainer fsdp=1 --rollout tp=1 --rollout-dtype fp8 --checkpoint "$TMP/cut-short.safetensors" --output "$TMP/short.h5"
+[ -e "$TMP/short.h5" ] && fail "a run from a truncated fp8 checkpoint created its results file"
+
 # The fp8 file against an independent quantizer: numpy re-quantizes the bf16 checkpoint of the
 # same weights by DeepGEMM's per_block_cast_to_fp8 (fp32 steps, e4m3 nearest-even by its own
 # code) and every fp8 byte and scale must match; and the header is DeepSeek-V3's layout.

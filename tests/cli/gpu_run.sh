@@ -136,6 +136,20 @@ for run in fp8-ipc-hf fp8-ipc-jax fp8-nccl; do
   expect_exit 0 "$REFIT" verify "$TMP/$run.h5" --checkpoint "$TMP/small-fp8.safetensors"
   expect_grep "against $TMP/small-fp8.safetensors: 0 of 12 tensors differ" "$TMP/out"
 done
+# A block-FP8 checkpoint as the trainer's weights on the GPU: shards that cut blocks (fp8-cut,
+# fsdp=4) over ipc in both orders, and colocated nccl; every byte and scale is the file's.
+cut="$REFIT_SOURCE_DIR/tests/data/fp8-cut.json"
+expect_exit 0 "$REFIT" checkpoint --model "$cut" --dtype fp8 --seed 5 --checkpoint "$TMP/cut-fp8.safetensors"
+for order in hf jax; do
+  expect_exit 0 "${RUN[@]}" -np 6 "$REFIT" run --model "$cut" --trainer fsdp=4 --rollout tp=2 \
+    --trainer-order $order --rollout-dtype fp8 --checkpoint "$TMP/cut-fp8.safetensors" \
+    --transport ipc --mode unfused,grouped,fused --verify full
+  fp8_rows 3
+done
+expect_exit 0 "${RUN[@]}" -np 1 "$REFIT" run --model "$cut" --trainer fsdp=1 --rollout tp=1 \
+  --placement colocated --rollout-dtype fp8 --checkpoint "$TMP/cut-fp8.safetensors" \
+  --transport nccl --mode grouped,fused --verify full
+fp8_rows 2
 expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
   --rollout-dtype fp8 --transport mpi --memory host --iters 1 --output "$TMP/fp8-host.h5"
 expect_exit 0 "$REFIT" verify "$TMP/fp8-ipc-hf.h5" --reference "$TMP/fp8-host.h5"
