@@ -271,7 +271,8 @@ const rf_cli_option rf_cli_options[] = {
      .metavar = "PATH",
      .commands = RUN | VERIFY | CKPT,
      .help = "checkpoint (safetensors file or directory, or .h5): the trainer's weights for "
-             "run, the reference for verify, the file written by checkpoint"},
+             "run (block-FP8 with --rollout-dtype fp8: moved as fp8 with its scales), the "
+             "reference for verify, the file written by checkpoint"},
     {.name = "format",
      .type = RF_OPT_CHOICE,
      NAMES(format, 3),
