@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "engine_internal.h"
 #include "io/io.h"
 #include "verify/verify.h"
 
@@ -14,15 +15,6 @@
  * kind of memory. */
 static int64_t align_up(int64_t v) {
   return (v + RF_BUFFER_ALIGN - 1) / RF_BUFFER_ALIGN * RF_BUFFER_ALIGN;
-}
-
-/* The 128x128 blocks a box touches, in block coordinates. */
-static const rf_box *scale_blocks(const rf_box *box, rf_box *blocks) {
-  for (int d = 0; d < 2; d++) {
-    blocks->lo[d] = box->lo[d] / RF_FP8_BLOCK_EDGE;
-    blocks->hi[d] = (box->hi[d] + RF_FP8_BLOCK_EDGE - 1) / RF_FP8_BLOCK_EDGE;
-  }
-  return blocks;
 }
 
 int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int rank,
@@ -38,10 +30,12 @@ int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int ran
     if (family == RF_FAMILY_ROLLOUT) {
       bytes = lay->rollout_tensors[i].bytes;
     } else if (family == RF_FAMILY_SHARDS) {
-      rf_box box = rf_layout_trainer_box(lay, i, rank), blocks;
+      rf_box box = rf_layout_trainer_box(lay, i, rank);
       bytes = rf_box_numel(&box) * rf_tensor_esize(&lay->model->tensors[i]);
-      if (lay->model->tensors[i].dtype == RF_DTYPE_FP8 && bytes) /* its scales follow */
-        bytes = align_up(bytes) + rf_box_numel(scale_blocks(&box, &blocks)) * 4;
+      if (lay->model->tensors[i].dtype == RF_DTYPE_FP8 && bytes) { /* its scales follow */
+        rf_box blocks = engine_fp8_blocks_of(&box);
+        bytes = align_up(bytes) + rf_box_numel(&blocks) * 4;
+      }
     } else if (plan->kind == RF_PLAN_STAR) {
       const rf_box *c = &plan->coupling[(size_t)i * lay->trainer_ranks + rank];
       bytes = rf_box_numel(c) * rf_tensor_esize(&lay->model->tensors[i]);
@@ -63,7 +57,7 @@ rf_region rf_shard_region(const rf_plan *plan, int trainer_rank, int tensor, voi
 rf_region rf_shard_scale_region(const rf_plan *plan, int trainer_rank, int tensor, void *base,
                                 rf_box *blocks) {
   rf_box box = rf_layout_trainer_box(plan->layout, tensor, trainer_rank);
-  scale_blocks(&box, blocks);
+  *blocks = engine_fp8_blocks_of(&box);
   return rf_region_row_major((char *)base + align_up(rf_box_numel(&box)), blocks, 4);
 }
 

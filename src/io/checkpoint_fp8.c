@@ -11,9 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-
-#include <jansson.h>
 
 #include "io/checkpoint_internal.h"
 #include "verify/fp8.h"
@@ -230,56 +227,18 @@ rf_status rf_checkpoint_open_fp8(const char *path, const rf_model *model, rf_che
   return RF_OK;
 }
 
-/* The safetensors file that holds tensor `name` under `path` (a file, or a directory with its
- * index), or "" when there is no telling. */
-static void file_of(const char *path, const char *name, char *out, size_t len) {
-  struct stat sb;
-  out[0] = '\0';
-  if (stat(path, &sb) != 0)
-    return;
-  if (!S_ISDIR(sb.st_mode)) {
-    snprintf(out, len, "%s", path);
-    return;
-  }
-  char index[4096];
-  snprintf(index, sizeof index, "%s/model.safetensors.index.json", path);
-  json_t *root = json_load_file(index, 0, NULL);
-  const char *shard = json_string_value(json_object_get(json_object_get(root, "weight_map"), name));
-  if (shard && !strchr(shard, '/'))
-    snprintf(out, len, "%s/%s", path, shard);
-  else if (!root)
-    snprintf(out, len, "%s/model.safetensors", path);
-  json_decref(root);
-}
-
-/* Whether the header of the file that holds the model's first linear weight gives it dtype
- * F8_E4M3: read from the header alone, so that a damaged block-FP8 file is still opened as
- * one, and its damage described in those terms. */
+/* Whether the file that holds the model's first linear weight gives it dtype F8_E4M3: read from
+ * the header alone, so that a damaged block-FP8 file is still opened as one, and its damage
+ * described in those terms. */
 rf_status rf_checkpoint_is_fp8(const char *path, const rf_model *model, int *fp8) {
   *fp8 = 0;
-  const rf_tensor *w = NULL;
-  for (int t = 0; t < model->tensor_count && !w; t++)
-    if (rf_tensor_kind_is_linear(model->tensors[t].kind))
-      w = &model->tensors[t];
-  char file[4096];
-  if (!w)
-    return RF_OK;
-  file_of(path, w->name, file, sizeof file);
-  FILE *f = file[0] ? fopen(file, "rb") : NULL;
-  uint64_t n = 0;
-  if (!f)
-    return RF_OK;
-  char *head = NULL;
-  if (fread(&n, 8, 1, f) == 1 && n > 0 && n < ((uint64_t)1 << 30) &&
-      (head = rf_malloc((size_t)n + 1, "a safetensors header")) && fread(head, 1, n, f) == n) {
-    head[n] = '\0';
-    json_t *root = json_loads(head, 0, NULL);
-    const char *dtype = json_string_value(json_object_get(json_object_get(root, w->name), "dtype"));
-    *fp8 = dtype && strcmp(dtype, "F8_E4M3") == 0;
-    json_decref(root);
-  }
-  free(head);
-  fclose(f);
+  for (int t = 0; t < model->tensor_count; t++)
+    if (rf_tensor_kind_is_linear(model->tensors[t].kind)) {
+      char tag[32];
+      ck_st_dtype_tag(path, model->tensors[t].name, tag, sizeof tag);
+      *fp8 = strcmp(tag, ck_dtype_tag(RF_DTYPE_FP8)) == 0;
+      break;
+    }
   return RF_OK;
 }
 

@@ -64,6 +64,10 @@ rf_status ck_st_open_file(rf_checkpoint *c, const char *path);
 rf_status ck_st_open_dir(rf_checkpoint *c, const char *dir);
 rf_status ck_st_read_rows(rf_checkpoint *c, int tensor, const rf_box *box, void *out);
 void ck_st_close(rf_checkpoint *c);
+/* The dtype tag of tensor `name` in the safetensors checkpoint at `path` (a file, or a directory
+ * and the shard its index names), read from that file's header alone with the checks of an
+ * open; "" when it cannot be read, which the ordinary open then describes. */
+void ck_st_dtype_tag(const char *path, const char *name, char *tag, size_t len);
 /* in checkpoint_safetensors_write.c */
 rf_status ck_st_write(const char *path, const rf_model *model, uint64_t seed, int64_t shard_size);
 

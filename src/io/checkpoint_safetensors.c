@@ -306,6 +306,41 @@ rf_status ck_st_open_dir(rf_checkpoint *c, const char *dir) {
                  dir, ST_INDEX);
 }
 
+void ck_st_dtype_tag(const char *path, const char *name, char *tag, size_t len) {
+  tag[0] = '\0';
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return;
+  char file[CK_PATH_MAX * 2];
+  snprintf(file, sizeof file, "%s", path);
+  if (S_ISDIR(sb.st_mode)) { /* the shard the index names for it */
+    char index[CK_PATH_MAX * 2], why[128];
+    size_t n;
+    snprintf(index, sizeof index, "%s/%s", path, ST_INDEX);
+    char *text = rf_read_input(index, RF_INPUT_MAX, &n, why, sizeof why);
+    json_t *root = text ? json_loadb(text, n, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    const char *shard =
+        json_string_value(json_object_get(json_object_get(root, "weight_map"), name));
+    if (shard && is_shard_name(shard))
+      snprintf(file, sizeof file, "%s/%s", path, shard);
+    else
+      snprintf(file, sizeof file, "%s/model.safetensors", path);
+    json_decref(root);
+    free(text);
+  }
+  rf_checkpoint c = {.path = file, .h5_file = -1};
+  json_t *header = NULL;
+  int fi;
+  rf_log_push_quiet(1); /* what is wrong with the file is the ordinary open's to say */
+  if (load_file(&c, file, &fi, &header) == RF_OK) {
+    const char *dtype = json_string_value(json_object_get(json_object_get(header, name), "dtype"));
+    snprintf(tag, len, "%s", dtype ? dtype : "");
+  }
+  rf_log_pop_quiet();
+  json_decref(header);
+  ck_st_close(&c);
+}
+
 void ck_st_close(rf_checkpoint *c) {
   for (int i = 0; i < c->file_count; i++) {
     if (c->files[i].fd >= 0)

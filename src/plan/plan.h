@@ -126,12 +126,13 @@ typedef enum {
   RF_QUANT_CARRIED      /* the trainer holds fp8 and scales (a block-FP8 checkpoint) */
 } rf_quant;
 rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece);
-/* Whether a piece travels as fp8 bytes and scales (quantized by its source, or forwarded by a
- * replica that holds them): its chunks hold whole blocks and always go through staging. */
+/* Whether a piece travels as fp8 bytes and scales (quantized by its source, forwarded by a
+ * replica that holds them, or carried from a block-FP8 checkpoint): its chunks go through
+ * staging and are cut at block edges relative to the piece. */
 int rf_piece_carries_fp8(const rf_plan *plan, const rf_piece *piece);
 /* The bytes that part `box` of a piece puts on the wire: per element one fp8 byte and per
- * 128x128 block one fp32 scale where the piece carries fp8 (a box of such a piece holds whole
- * blocks), else its elements in the tensor's dtype. */
+ * 128x128 block it touches one fp32 scale where the piece carries fp8 (whole blocks, except a
+ * carried piece whose trainer shard cuts one), else its elements in the tensor's dtype. */
 int64_t rf_piece_wire_bytes(const rf_plan *plan, const rf_piece *piece, const rf_box *box);
 /* The smallest bucket of an fp8 job, other than 0: one block and its scale, so that the
  * schedule never needs to cut a block (128 * 128 fp8 bytes and 4 bytes of scale). */

@@ -45,10 +45,11 @@ static rf_status add_chunk(builder *b, int piece, const rf_box *box, int64_t byt
   return RF_OK;
 }
 
-/* A piece that carries fp8 (rf_piece_wire_bytes) is cut only at block edges, so that each
- * chunk carries whole blocks with their scales: as many bands of 128 rows as fit, and a band
- * larger than a whole bucket a run of 128-column blocks at a time. A block (16,388 bytes) fits
- * any bucket an fp8 job accepts (RF_FP8_MIN_BUCKET). */
+/* A piece that carries fp8 (rf_piece_wire_bytes) is cut only 128 rows or columns from its own
+ * edges, so that each chunk carries whole blocks with their scales (a carried piece that
+ * starts inside a block carries the scale of each block it touches): as many bands of 128 rows as
+ * fit, and a band larger than a whole bucket a run of 128-column blocks at a time. A block (16,388
+ * bytes) fits any bucket an fp8 job accepts (RF_FP8_MIN_BUCKET). */
 static rf_status place_fp8_piece(builder *b, const rf_plan *plan, int index, int src, int dst) {
   const rf_piece *p = &plan->pieces[index];
   int64_t limit = b->s->bucket_size;
@@ -60,7 +61,7 @@ static rf_status place_fp8_piece(builder *b, const rf_plan *plan, int index, int
     int64_t room = limit - RF_MAX(b->sent[src], b->received[dst]);
     if (bytes <= room)
       return add_chunk(b, index, &rest, bytes, src, dst);
-    rf_box part = rest; /* one band: the piece's edges lie on the block grid */
+    rf_box part = rest; /* one band of 128 rows */
     part.hi[0] = RF_MIN(rest.hi[0], rest.lo[0] + RF_FP8_BLOCK_EDGE);
     int64_t band = rf_piece_wire_bytes(plan, p, &part);
     if (room >= band) {
