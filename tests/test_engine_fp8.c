@@ -61,7 +61,7 @@ static void expected_checksums(const rf_layout *lay, uint64_t *trainer, uint64_t
           rf_fp8_quantize_ref(x->name, buf, x->dtype, x->shape[0], x->shape[1], x->shape[1], q, s));
       rf_region qr = rf_region_row_major(q, &whole, 1);
       rf_region sr = rf_region_row_major(s, &blocks, 4);
-      rollout[t] = rf_fp8_checksum(x, &qr, &whole, &sr, &blocks);
+      rollout[t] = rf_fp8_checksum(RF_CHECKSUM_CURRENT, x, &qr, &whole, &sr, &blocks);
       free(q);
       free(s);
     }

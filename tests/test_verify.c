@@ -36,7 +36,7 @@ static void check_bits(uint32_t bits, rf_dtype dt, int *exp_seen, int *sign_seen
   case RF_DTYPE_BF16:
     ASSERT_EQ(bits >> 16, 0);
     e = (int)(bits >> 7 & 0xff);
-    ASSERT_TRUE(e >= 120 && e <= 134);
+    ASSERT_TRUE(e >= 112 && e <= 127);
     bits <<= 16;
     memcpy(&f, &bits, 4);
     ASSERT_TRUE(isnormal(f));
@@ -45,12 +45,12 @@ static void check_bits(uint32_t bits, rf_dtype dt, int *exp_seen, int *sign_seen
   case RF_DTYPE_FP16:
     ASSERT_EQ(bits >> 16, 0);
     e = (int)(bits >> 10 & 0x1f);
-    ASSERT_TRUE(e >= 10 && e <= 20); /* normal: 1..30; 31 is inf/nan */
+    ASSERT_TRUE(e >= 8 && e <= 15); /* normal: 1..30; 31 is inf/nan */
     sign_seen[bits >> 15] = 1;
     break;
   default:
     e = (int)(bits >> 23 & 0xff);
-    ASSERT_TRUE(e >= 120 && e <= 134);
+    ASSERT_TRUE(e >= 112 && e <= 127);
     memcpy(&f, &bits, 4);
     ASSERT_TRUE(isnormal(f));
     sign_seen[bits >> 31] = 1;
@@ -80,7 +80,7 @@ static void test_value_bits(void) {
           n++;
         }
     /* Every exponent of the range and both signs occur. */
-    int lo = dt == RF_DTYPE_FP16 ? 10 : 120, hi = dt == RF_DTYPE_FP16 ? 20 : 134;
+    int lo = dt == RF_DTYPE_FP16 ? 8 : 112, hi = dt == RF_DTYPE_FP16 ? 15 : 127;
     for (int e = lo; e <= hi; e++)
       ASSERT_TRUE(exp_seen[e]);
     ASSERT_TRUE(sign_seen[0] && sign_seen[1]);
@@ -221,20 +221,28 @@ static void test_check_finds_flips(int kind, rf_dtype dt) {
   region_delete(&r, kind);
 }
 
-/* The generator's exact output, computed once and cross-checked with an independent Python
- * implementation of the formula in verify.c. If one of these fails, the generator changed and
- * results stored by earlier versions can no longer be compared. */
+/* The generator's exact output and the checksum terms of results format 2, cross-checked with
+ * an independent Python implementation of values.h; and format 1's checksum term, with which
+ * refit verify still reads older files. If one of these fails, stored results can no longer be
+ * compared. */
 static void test_pinned(void) {
-  ASSERT_EQ(rf_value_bits(1, 0, 0, RF_DTYPE_BF16), 0x424b);
-  ASSERT_EQ(rf_value_bits(1, 0, 0, RF_DTYPE_FP16), 0x4a4b);
-  ASSERT_EQ(rf_value_bits(1, 0, 0, RF_DTYPE_FP32), 0x42224e4b);
-  ASSERT_EQ(rf_value_bits(42, 3, 1000000, RF_DTYPE_BF16), 0xc310);
-  ASSERT_EQ(rf_value_bits(42, 3, 1000000, RF_DTYPE_FP16), 0xd090);
-  ASSERT_EQ(rf_value_bits(42, 3, 1000000, RF_DTYPE_FP32), 0xc358e490);
-  ASSERT_U64_EQ(rf_checksum_term(5, 123, 0x4065), 0xe42a566784a24fb6ULL);
+  ASSERT_EQ(rf_value_bits(1, 0, 0, RF_DTYPE_BF16), 0xb8c4);
+  ASSERT_EQ(rf_value_bits(1, 0, 0, RF_DTYPE_FP16), 0xb8c4);
+  ASSERT_EQ(rf_value_bits(1, 0, 0, RF_DTYPE_FP32), 0x3dc098c4);
+  ASSERT_EQ(rf_value_bits(42, 3, 1000000, RF_DTYPE_BF16), 0xbf39);
+  ASSERT_EQ(rf_value_bits(42, 3, 1000000, RF_DTYPE_FP16), 0xaf39);
+  ASSERT_EQ(rf_value_bits(42, 3, 1000000, RF_DTYPE_FP32), 0xb98e1156);
+  ASSERT_EQ(rf_value_bits(42, 3, ((int64_t)1 << 35) + 7, RF_DTYPE_BF16), 0xb99b);
+  ASSERT_EQ(rf_value_bits(42, 3, ((int64_t)1 << 35) + 7, RF_DTYPE_FP32), 0xbd88b3aa);
+  uint64_t k5 = rf_checksum_key(5);
+  ASSERT_U64_EQ(rf_checksum_term(k5, 123, 0x4065, 1), 0x5907fc8392050000ULL);
+  ASSERT_U64_EQ(rf_checksum_term(k5, 124, 0x4065, 1), 0x0000676d6d8daebdULL);
+  ASSERT_U64_EQ(rf_checksum_term(k5, 7, 0x42224e4b, 0), 0x121d2275f5e0ddb5ULL);
+  ASSERT_U64_EQ(rf_checksum_term(k5, 6, 0x7e, 2), 0x00f49626f2460000ULL);
+  ASSERT_U64_EQ(rf_checksum_term_v1(5, 123, 0x4065), 0xe42a566784a24fb6ULL);
 
-  static const uint64_t sums[] = {0x571e22baad27ab8aULL, 0x35a7dd1f92d6d686ULL,
-                                  0xe219e532f38f3e0cULL};
+  static const uint64_t sums[] = {0x6cc09a35989b6882ULL, 0x17565b54dcbd4082ULL,
+                                  0xe371564085a61d91ULL};
   rf_tensor t = make_tensor(5, 37, 53);
   rf_box whole = rf_box_whole(&t);
   for (int d = 0; d < 3; d++) {

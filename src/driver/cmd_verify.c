@@ -46,7 +46,7 @@ static rf_status run_model(const char *path, int run, char *model, size_t len) {
 /* The reference checksums of the run's tensors from a checkpoint, for the run's model. An fp8
  * run is compared with a block-FP8 checkpoint: its linear weights' checksums are of fp8 bytes
  * and scales (fp8_tensor[i] = 1), the trainer's weights behind them are not in the file. */
-static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, int fp8,
+static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, int fp8, int format,
                                  uint64_t **out, int **fp8_tensor) {
   char model_name[RF_PATH_MAX] = "", dtype[16] = "";
   RF_TRY(
@@ -67,8 +67,10 @@ static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, int
   rf_checkpoint *ckpt = NULL;
   rf_status st = *out && *fp8_tensor && (!fp8 || (fp8_sums && is_fp8)) ? RF_OK : RF_ERR_NOMEM;
   if (st == RF_OK)
-    st = fp8 ? rf_checkpoint_fp8_checksums(cfg->checkpoint, &model, fp8_sums, is_fp8)
+    st = fp8 ? rf_checkpoint_fp8_checksums(cfg->checkpoint, &model, format, fp8_sums, is_fp8)
              : rf_checkpoint_open(cfg->checkpoint, &model, &ckpt);
+  if (ckpt)
+    rf_checkpoint_checksum_format(ckpt, format);
   for (int i = 0; i < mine->count && st == RF_OK; i++) {
     int t = rf_model_find(&model, mine->names[i]);
     if (t < 0)
@@ -106,12 +108,22 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
   memset(&ref, 0, sizeof ref);
   RF_TRY(read_sums(cfg->inputs[0], (int)cfg->run, &mine));
   uint64_t *expected = NULL, *expected_rollout = NULL;
-  rf_status st = RF_OK;
   const char *against = cfg->reference[0] ? cfg->reference : cfg->checkpoint;
   int fp8 = run_is_fp8(cfg->inputs[0], mine.run);
   int *fp8_tensor = NULL; /* with --checkpoint: compared by their rollout checksums only */
-  if (cfg->reference[0]) {
-    st = read_sums(cfg->reference, -1, &ref);
+  int format = 0, ref_format = 0;
+  rf_status st = rf_results_format(cfg->inputs[0], &format);
+  if (st == RF_OK && cfg->reference[0]) {
+    st = rf_results_format(cfg->reference, &ref_format);
+    /* Files of two formats hold checksums under different terms: no two can be compared. */
+    if (st == RF_OK && ref_format != format)
+      st = rf_fail(RF_ERR_USAGE,
+                   "'%s' is a refit-results/%d file but the reference '%s' is refit-results/%d, "
+                   "whose checksums use other terms; compare each with the checkpoint "
+                   "(--checkpoint) instead",
+                   cfg->inputs[0], format, cfg->reference, ref_format);
+    if (st == RF_OK)
+      st = read_sums(cfg->reference, -1, &ref);
     if (st == RF_OK && fp8 != run_is_fp8(cfg->reference, ref.run))
       st = rf_fail(RF_ERR_USAGE,
                    "run %04d of '%s' moved %s rollouts but the reference run %04d of '%s' moved "
@@ -125,8 +137,8 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
                    cfg->inputs[0], mine.count, cfg->reference, ref.count);
     expected = ref.trainer;
     expected_rollout = fp8 ? ref.rollout : ref.trainer;
-  } else {
-    st = checkpoint_sums(cfg, &mine, fp8, &expected, &fp8_tensor);
+  } else if (st == RF_OK) {
+    st = checkpoint_sums(cfg, &mine, fp8, format, &expected, &fp8_tensor);
     expected_rollout = expected;
   }
   int differ = 0;

@@ -457,7 +457,8 @@ rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum) {
   rf_box held, blocks;
   void *bufs[2];
   RF_TRY(rollout_fp8_on_host(e, t, &q, &held, &scale, &blocks, bufs));
-  *sum = rf_fp8_checksum(&e->plan->layout->model->tensors[t], &q, &held, &scale, &blocks);
+  *sum = rf_fp8_checksum(RF_CHECKSUM_CURRENT, &e->plan->layout->model->tensors[t], &q, &held,
+                         &scale, &blocks);
   free(bufs[0]);
   free(bufs[1]);
   return RF_OK;

@@ -266,6 +266,7 @@ rf_status rf_checkpoint_open(const char *path, const rf_model *model, rf_checkpo
   if (!c)
     return RF_ERR_NOMEM;
   c->path = rf_strdup(path);
+  c->checksum = RF_CHECKSUM_CURRENT;
   c->model = model;
   c->h5_file = -1;
   if (!c->path) {
@@ -376,6 +377,10 @@ rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out) {
   return ck_checksum_as(c, tensor, &c->model->tensors[tensor], out);
 }
 
+void rf_checkpoint_checksum_format(rf_checkpoint *c, int format) {
+  c->checksum = format == 1 ? RF_CHECKSUM_V1 : RF_CHECKSUM_V2;
+}
+
 rf_status ck_checksum_as(rf_checkpoint *c, int tensor, const rf_tensor *t, uint64_t *out) {
   *out = 0;
   int es = rf_tensor_esize(t);
@@ -392,7 +397,7 @@ rf_status ck_checksum_as(rf_checkpoint *c, int tensor, const rf_tensor *t, uint6
     st = ck_read(c, tensor, &b, &reg);
     if (st != RF_OK)
       break;
-    sum += rf_checksum_region(&reg, &b, t, t->dtype);
+    sum += rf_checksum_region_as(c->checksum, &reg, &b, t, t->dtype);
   }
   free(buf);
   if (st == RF_OK)

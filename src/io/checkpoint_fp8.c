@@ -158,7 +158,7 @@ static rf_status fp8_sum(rf_checkpoint *c, const rf_tensor *t, int i, uint64_t *
     rf_region qreg = rf_region_row_major(q, &b, 1);
     st = ck_read(c, i, &b, &qreg);
     if (st == RF_OK)
-      sum += rf_fp8_checksum(t, &qreg, &b, &sreg, &bb);
+      sum += rf_fp8_checksum(c->checksum, t, &qreg, &b, &sreg, &bb);
   }
   free(scales);
   free(q);
@@ -166,13 +166,15 @@ static rf_status fp8_sum(rf_checkpoint *c, const rf_tensor *t, int i, uint64_t *
   return st;
 }
 
-rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, uint64_t *sums,
-                                      int *fp8) {
+rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, int format,
+                                      uint64_t *sums, int *fp8) {
   rf_model view;
   int *source, *scale;
   RF_TRY(fp8_view(model, &view, &source, &scale));
   rf_checkpoint *c = NULL;
   rf_status st = rf_checkpoint_open(path, &view, &c);
+  if (st == RF_OK)
+    rf_checkpoint_checksum_format(c, format);
   for (int i = 0; i < view.tensor_count && st == RF_OK; i++) {
     if (scale[i])
       continue;

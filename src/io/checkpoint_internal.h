@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "io/io.h"
+#include "verify/verify.h"
 
 /* Reads, checksums and writes move at most this many bytes of rows at a time, so a rank
  * never holds more than one such batch of a tensor beyond its own shard. */
@@ -51,6 +52,8 @@ struct rf_checkpoint {
   rf_model *view;
   int *view_of;
   const rf_model *run_model; /* borrowed, like model */
+
+  rf_checksum_scheme checksum; /* the terms rf_checkpoint_checksum sums */
 };
 
 /* Reads `box` of tensor `tensor` of c->model (the view, for a block-FP8 checkpoint). */

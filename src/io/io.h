@@ -128,6 +128,10 @@ rf_status rf_results_read_checksums(const char *path, int run, int *run_read, in
                                     char (**names)[RF_NAME_MAX], uint64_t **trainer,
                                     uint64_t **rollout);
 
+/* The number of a results file's format (refit_format: 1 or 2). Format 1's checksums use its
+ * own terms: compare them with a checkpoint under rf_checkpoint_checksum_format(c, 1). */
+rf_status rf_results_format(const char *path, int *format);
+
 /* A string attribute of run `run` (-1 = the latest) of a results file ("model", "dtype"...). */
 rf_status rf_results_run_attribute(const char *path, int run, const char *name, char *out,
                                    size_t len);
@@ -148,8 +152,11 @@ void rf_checkpoint_close(rf_checkpoint *c);
  * only the rows and columns of the box (pread per row on safetensors, a hyperslab on HDF5). */
 rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box, const rf_region *dst);
 
-/* The layout-invariant checksum of a whole tensor as stored in the file. */
+/* The layout-invariant checksum of a whole tensor as stored in the file, under the checksum
+ * terms of results format `format` set by rf_checkpoint_checksum_format (by default the
+ * format refit writes; refit verify sets an older file's to compare with its checksums). */
 rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out);
+void rf_checkpoint_checksum_format(rf_checkpoint *c, int format);
 
 /* Block-FP8 checkpoints (checkpoint_fp8.c): every linear weight X.weight F8_E4M3 followed by
  * X.weight_scale_inv F32 (one per 128x128 block), the other tensors in their own dtype, as
@@ -157,11 +164,12 @@ rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out);
  * quantized by the CPU reference as one safetensors file (*bytes: its data bytes).
  * rf_checkpoint_fp8_checksums reads one (a file or a directory with its index) for `model` and
  * sets, per model tensor, the checksum an fp8 run records for its rollout: rf_fp8_checksum of
- * the fp8 bytes and scales for a linear weight (fp8[t] = 1), the ordinary one otherwise. */
+ * the fp8 bytes and scales for a linear weight (fp8[t] = 1), the ordinary one otherwise, under
+ * the checksum terms of results format `format`. */
 rf_status rf_checkpoint_write_fp8(const char *path, const rf_model *model, uint64_t seed,
                                   int64_t *bytes);
-rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, uint64_t *sums,
-                                      int *fp8);
+rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, int format,
+                                      uint64_t *sums, int *fp8);
 /* A block-FP8 checkpoint as the trainer's weights (--rollout-dtype fp8): *fp8 says whether
  * `path` is one for `model` (every linear weight F8_E4M3 with its scales, the rest in the
  * model's dtype). rf_checkpoint_open_fp8 opens it for a model whose linear weights are fp8

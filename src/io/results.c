@@ -165,6 +165,12 @@ int rf_results_read_attr_str(hid_t obj, const char *name, char *buf, size_t len)
   return rf_h5_attr_read_str(&quiet, obj, name, buf, len) == RF_OK ? 0 : -1;
 }
 
+int rf_results_format_number(const char *format) {
+  return strcmp(format, RF_RESULTS_FORMAT) == 0      ? RF_RESULTS_FORMAT_NUMBER
+         : strcmp(format, RF_RESULTS_FORMAT_V1) == 0 ? 1
+                                                     : 0;
+}
+
 rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file) {
   rf_results_quiet_hdf5();
   *file = H5I_INVALID_HID;
@@ -191,10 +197,15 @@ rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file)
   } else if (H5Aexists(f, "refit_format") <= 0 ||
              rf_results_read_attr_str(f, "refit_format", format, sizeof format) != 0) {
     st = rf_fail(RF_ERR_RESULTS, FOREIGN, path);
-  } else if (strcmp(format, RF_RESULTS_FORMAT) != 0) {
+  } else if (rf_results_format_number(format) == 0) {
     st = rf_fail(RF_ERR_RESULTS,
                  "results file '%s' has format '%s' but refit %s writes '%s'; "
                  "choose another --output",
+                 path, format, rf_version, RF_RESULTS_FORMAT);
+  } else if (flags != H5F_ACC_RDONLY && strcmp(format, RF_RESULTS_FORMAT) != 0) {
+    st = rf_fail(RF_ERR_RESULTS,
+                 "results file '%s' has format '%s', whose checksums use other terms, and refit "
+                 "%s appends only to '%s' files; choose another --output",
                  path, format, rf_version, RF_RESULTS_FORMAT);
   } else {
     hid_t runs =

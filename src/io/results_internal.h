@@ -9,8 +9,16 @@
 #include "io/io.h"
 
 /* The mark every results file carries as the root attribute refit_format; a file with another
- * value was written by a refit whose schema this one does not know. */
-#define RF_RESULTS_FORMAT "refit-results/1"
+ * value was written by a refit whose schema this one does not know. Format 2 changed the
+ * synthetic weights and the checksum terms (verify/values.h), nothing in the schema: files of
+ * format 1 are still read, and refit verify compares their checksums under format 1's terms,
+ * but runs are appended only to files of this refit's format. */
+#define RF_RESULTS_FORMAT "refit-results/2"
+#define RF_RESULTS_FORMAT_NUMBER 2
+#define RF_RESULTS_FORMAT_V1 "refit-results/1"
+
+/* The number of a refit_format value this refit reads (1 or 2), 0 for any other. */
+int rf_results_format_number(const char *format);
 
 /* The handle holds only names: the file itself stays closed between runs, so a process that
  * dies during a transfer never has it open and cannot leave it damaged. */

@@ -1,7 +1,7 @@
 /* Reading a whole results file back for `refit report`: every run's configuration, verdict,
  * headline numbers, calibrated limits, summary and timings. Attributes that later schema
  * additions bring (limits, sweeps, Slurm) are read when present and never required, so files
- * of every refit-results/1 writer load. */
+ * of every refit-results/1 and /2 writer load. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -300,11 +300,11 @@ static rf_status open_for_report(const char *path, hid_t *file) {
       rf_results_read_attr_str(f, "refit_format", format, sizeof format) != 0)
     st = rf_fail(RF_ERR_RESULTS,
                  "results file '%s' is an HDF5 file but not refit's results; " WHAT_TO_DO, path);
-  else if (strcmp(format, RF_RESULTS_FORMAT) != 0)
+  else if (rf_results_format_number(format) == 0)
     st = rf_fail(RF_ERR_RESULTS,
-                 "results file '%s' has format '%s' but this refit reads '%s'; "
+                 "results file '%s' has format '%s' but this refit reads '%s' and '%s'; "
                  "use the refit that wrote it",
-                 path, format, RF_RESULTS_FORMAT);
+                 path, format, RF_RESULTS_FORMAT, RF_RESULTS_FORMAT_V1);
   else if (H5Lexists(f, "runs", H5P_DEFAULT) <= 0)
     st = rf_fail(RF_ERR_RESULTS, "results file '%s' is damaged: it has no /runs group; " WHAT_TO_DO,
                  path);

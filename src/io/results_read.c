@@ -186,6 +186,17 @@ rf_status rf_results_read_checksums(const char *path, int run, int *run_read, in
   return RF_OK;
 }
 
+rf_status rf_results_format(const char *path, int *format) {
+  hid_t f = H5I_INVALID_HID;
+  char mark[64] = "";
+  RF_TRY(rf_results_open_checked(path, H5F_ACC_RDONLY, &f));
+  /* rf_results_open_checked has read the mark and accepted it. */
+  rf_results_read_attr_str(f, "refit_format", mark, sizeof mark);
+  H5Fclose(f);
+  *format = rf_results_format_number(mark);
+  return RF_OK;
+}
+
 rf_status rf_results_run_attribute(const char *path, int run, const char *name, char *out,
                                    size_t len) {
   hid_t f = H5I_INVALID_HID, group = H5I_INVALID_HID;

@@ -338,8 +338,10 @@ static rf_status write_tensors(hid_t g, const rf_results_run *run) {
   RF_TRY_GOTO(rf_results_attr_str(g, "tensors", "units_bytes", "bytes"), done);
   RF_TRY_GOTO(rf_results_attr_str(g, "tensors", "checksum",
                                   "layout-invariant: sum over global row-major indices i of "
-                                  "mix64(tensor id, i, bits of element i) mod 2^64; 0 where "
-                                  "the matching has_* attribute is 0"),
+                                  "(2h + 1) * (bits of element i << its place in its 32-bit "
+                                  "word), h = hash32(word, tensor id), mod 2^64 "
+                                  "(refit-results/2); 0 where the matching has_* attribute "
+                                  "is 0"),
               done);
   RF_TRY_GOTO(rf_results_attr_str(g, "tensors", "ok_values",
                                   "1: every rollout replica and the reference (if any) match "

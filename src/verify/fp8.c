@@ -177,19 +177,26 @@ rf_status rf_fp8_quantize_ref(const char *name, const void *x, rf_dtype dt, int6
 }
 
 /* Scale terms are told apart from the weights' by a tensor id no tensor has (the top bit). */
-uint64_t rf_fp8_checksum(const rf_tensor *t, const rf_region *q, const rf_box *held,
-                         const rf_region *scale, const rf_box *blocks) {
+uint64_t rf_fp8_checksum(rf_checksum_scheme scheme, const rf_tensor *t, const rf_region *q,
+                         const rf_box *held, const rf_region *scale, const rf_box *blocks) {
   int32_t scale_id = (int32_t)((uint32_t)t->id | 0x80000000u);
+  uint64_t key = rf_checksum_key(t->id), scale_key = rf_checksum_key(scale_id);
   int64_t grid = (t->shape[1] + RF_FP8_BLOCK - 1) / RF_FP8_BLOCK;
   uint64_t sum = 0;
   for (int64_t i = held->lo[0]; i < held->hi[0]; i++)
-    for (int64_t j = held->lo[1]; j < held->hi[1]; j++)
-      sum += rf_checksum_term(t->id, i * t->shape[1] + j, *(const uint8_t *)rf_region_at(q, i, j));
+    for (int64_t j = held->lo[1]; j < held->hi[1]; j++) {
+      int64_t at = i * t->shape[1] + j;
+      uint32_t bits = *(const uint8_t *)rf_region_at(q, i, j);
+      sum += scheme == RF_CHECKSUM_V1 ? rf_checksum_term_v1(t->id, at, bits)
+                                      : rf_checksum_term(key, at, bits, rf_word_shift(1));
+    }
   for (int64_t bi = blocks->lo[0]; bi < blocks->hi[0]; bi++)
     for (int64_t bj = blocks->lo[1]; bj < blocks->hi[1]; bj++) {
       uint32_t bits;
       memcpy(&bits, rf_region_at(scale, bi, bj), sizeof bits);
-      sum += rf_checksum_term(scale_id, bi * grid + bj, bits);
+      int64_t at = bi * grid + bj;
+      sum += scheme == RF_CHECKSUM_V1 ? rf_checksum_term_v1(scale_id, at, bits)
+                                      : rf_checksum_term(scale_key, at, bits, rf_word_shift(4));
     }
   return sum;
 }

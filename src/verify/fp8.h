@@ -12,6 +12,7 @@
 
 #include "memory/memory.h"
 #include "model/model.h"
+#include "verify/verify.h"
 
 /* The side of a scaling block, and the largest finite e4m3fn value (code 0x7e). */
 #define RF_FP8_BLOCK 128
@@ -96,8 +97,9 @@ rf_status rf_fp8_device_bad(rf_fp8_bad *bad);
  * (verify.h) of its fp8 bytes at their global row-major indices, plus those of its fp32 scales
  * at their global block indices (block row * block columns + block column) under tensor id
  * id | 2^31, so that a scale cannot stand in for a weight byte. `q` holds `held` (fp8), `scale`
- * holds `blocks` (one fp32 per block, in block coordinates); host memory. */
-uint64_t rf_fp8_checksum(const rf_tensor *t, const rf_region *q, const rf_box *held,
-                         const rf_region *scale, const rf_box *blocks);
+ * holds `blocks` (one fp32 per block, in block coordinates); host memory. `scheme` is the
+ * results format's (RF_CHECKSUM_CURRENT but for an older file's). */
+uint64_t rf_fp8_checksum(rf_checksum_scheme scheme, const rf_tensor *t, const rf_region *q,
+                         const rf_box *held, const rf_region *scale, const rf_box *blocks);
 
 #endif

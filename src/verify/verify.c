@@ -2,8 +2,8 @@
  * check it element by element, on the CPU; and the dispatch that sends device regions to the
  * CUDA kernels (verify_gpu.h) along the same walk.
  *
- * The generator must never change silently: stored results and the GPU kernels depend on the
- * exact bit patterns, and test_verify pins a few of them. */
+ * The generator and the checksum term are results format 2's (values.h): stored results and
+ * the GPU kernels depend on their exact bit patterns, and test_verify pins a few of them. */
 #include <string.h>
 
 #include "verify/verify.h"
@@ -58,10 +58,10 @@ static char *line_start(const rf_region *r, const box_walk *bw, const rf_tensor 
  * Lines are processed in chunks of RF_CHUNK elements: a loop over a chunk has a fixed trip
  * count, which GCC vectorizes even at -O2, and unit stride in the common case (a line is
  * dense in every region kind the harness builds). On x86-64 the public walks are also
- * compiled for AVX-512, which has the 64-bit multiply that the mixer needs, and the loader
- * picks that copy where the CPU has it: on one core of an H200 host fill, check and checksum
- * run two to four times faster. Elsewhere the same code runs as scalar loops.
- * The dtype is a constant in every inlined copy, so rf_value_of has no switch per element. */
+ * compiled for AVX-512 (format 1's checksum term needs its 64-bit multiply, and its wider
+ * vectors help the 32-bit hashes too), and the loader picks that copy where the CPU has it.
+ * Elsewhere the same code runs as scalar loops. The dtype is a constant in every inlined copy,
+ * so rf_value_of has no switch per element. */
 #define RF_CHUNK 16
 #define RF_FORCE_INLINE static inline __attribute__((always_inline))
 
@@ -101,20 +101,31 @@ RF_FORCE_INLINE void fill_line(char *p, const box_walk *bw, int64_t g, uint64_t 
     store_one(p, k, bw->step, rf_value_of(key, g + k * bw->dg, dtype), dtype);
 }
 
+/* The checksum of one line under a scheme and element size that are constants in every
+ * inlined copy. */
+RF_FORCE_INLINE uint64_t term_of(rf_checksum_scheme scheme, int32_t id, uint64_t ckey, int64_t i,
+                                 uint32_t bits, int word_shift) {
+  return scheme == RF_CHECKSUM_V1 ? rf_checksum_term_v1(id, i, bits)
+                                  : rf_checksum_term(ckey, i, bits, word_shift);
+}
+
 RF_FORCE_INLINE uint64_t checksum_line(const char *p, const box_walk *bw, int64_t g, int32_t id,
-                                       rf_dtype dtype) {
+                                       rf_dtype dtype, rf_checksum_scheme scheme) {
+  const uint64_t ckey = rf_checksum_key(id);
+  const int ws = rf_word_shift(rf_dtype_size(dtype));
   uint64_t sum = 0;
   int64_t k = 0;
   for (; k + RF_CHUNK <= bw->n_in; k += RF_CHUNK) {
     if (bw->step == 1)
       for (int u = 0; u < RF_CHUNK; u++)
-        sum += rf_checksum_term(id, g + (k + u) * bw->dg, load_one(p, k + u, 1, dtype));
+        sum += term_of(scheme, id, ckey, g + (k + u) * bw->dg, load_one(p, k + u, 1, dtype), ws);
     else
       for (int u = 0; u < RF_CHUNK; u++)
-        sum += rf_checksum_term(id, g + (k + u) * bw->dg, load_one(p, k + u, bw->step, dtype));
+        sum += term_of(scheme, id, ckey, g + (k + u) * bw->dg,
+                       load_one(p, k + u, bw->step, dtype), ws);
   }
   for (; k < bw->n_in; k++)
-    sum += rf_checksum_term(id, g + k * bw->dg, load_one(p, k, bw->step, dtype));
+    sum += term_of(scheme, id, ckey, g + k * bw->dg, load_one(p, k, bw->step, dtype), ws);
   return sum;
 }
 
@@ -186,19 +197,27 @@ void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, u
 
 /* The checksum sees only bit patterns, so bf16 and fp16 share one instance. */
 RF_SIMD_CLONES
-uint64_t rf_checksum_region(const rf_region *r, const rf_box *box, const rf_tensor *t,
-                            rf_dtype dtype) {
+uint64_t rf_checksum_region_as(rf_checksum_scheme scheme, const rf_region *r, const rf_box *box,
+                               const rf_tensor *t, rf_dtype dtype) {
   box_walk bw = walk_of(r, box, t);
   uint64_t sum = 0;
   for (int64_t o = 0; o < bw.n_out; o++) {
     int64_t g;
     const char *p = line_start(r, &bw, t, o, &g);
-    if (dtype == RF_DTYPE_FP32)
-      sum += checksum_line(p, &bw, g, t->id, RF_DTYPE_FP32);
+    if (scheme == RF_CHECKSUM_V1)
+      sum += checksum_line(p, &bw, g, t->id, dtype == RF_DTYPE_FP32 ? dtype : RF_DTYPE_BF16,
+                           RF_CHECKSUM_V1);
+    else if (dtype == RF_DTYPE_FP32)
+      sum += checksum_line(p, &bw, g, t->id, RF_DTYPE_FP32, RF_CHECKSUM_V2);
     else
-      sum += checksum_line(p, &bw, g, t->id, RF_DTYPE_BF16);
+      sum += checksum_line(p, &bw, g, t->id, RF_DTYPE_BF16, RF_CHECKSUM_V2);
   }
   return sum;
+}
+
+uint64_t rf_checksum_region(const rf_region *r, const rf_box *box, const rf_tensor *t,
+                            rf_dtype dtype) {
+  return rf_checksum_region_as(RF_CHECKSUM_CURRENT, r, box, t, dtype);
 }
 
 /* Mismatches are found in the region's memory order (see box_walk), which is row-major order

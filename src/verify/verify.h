@@ -2,16 +2,17 @@
  *
  * Every element's value is a pure function value(seed, tensor_id, global_index) of its
  * logical position, so any rank can check any element it holds with no communication. The
- * layout-invariant checksum of a tensor is S = Σ_i mix64(tensor_id, i, bits(x_i)) mod 2^64
- * over global indices i (row-major over the HF shape): any partition of the tensor sums to
- * the same S, so trainer shards and rollout shards can be compared whatever their layouts. */
+ * layout-invariant checksum of a tensor is S = Σ_i term(tensor_id, i, bits(x_i)) mod 2^64
+ * over global indices i (row-major over the HF shape; values.h): any partition of the tensor
+ * sums to the same S, so trainer shards and rollout shards can be compared whatever their
+ * layouts. */
 #ifndef RF_VERIFY_H
 #define RF_VERIFY_H
 
 #include <stdint.h>
 
 #include "memory/memory.h"
-/* rf_mix64 and rf_checksum_term, usable in CUDA kernels too, live with the generator. */
+/* The generator and the checksum term, usable in CUDA kernels too, live in values.h. */
 #include "verify/values.h"
 
 /* --verify: check every element, compare the checksums only, or do not check. */
@@ -22,6 +23,12 @@
 typedef enum { RF_VERIFY_LEVEL_LIST(RF_ENUM_ID) RF_VERIFY_LEVEL_COUNT } rf_verify_level;
 RF_ENUM_DECLARE(rf_verify_level);
 
+/* The checksum terms of a results format: format 1's (rf_checksum_term_v1, two mix64 per
+ * element) for files written as refit-results/1, format 2's (rf_checksum_term, one hash per
+ * 32-bit word) for everything refit writes now. */
+typedef enum { RF_CHECKSUM_V1 = 1, RF_CHECKSUM_V2 = 2 } rf_checksum_scheme;
+#define RF_CHECKSUM_CURRENT RF_CHECKSUM_V2
+
 /* The bit pattern of element `index` of tensor `tensor_id`: a finite, normal number of the
  * given type (16 bits used for bf16/fp16, 32 for fp32). */
 uint32_t rf_value_bits(uint64_t seed, int32_t tensor_id, int64_t index, rf_dtype dtype);
@@ -30,9 +37,12 @@ uint32_t rf_value_bits(uint64_t seed, int32_t tensor_id, int64_t index, rf_dtype
 void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
                     rf_dtype dtype);
 
-/* Sums the checksum terms of `box` of region r. */
+/* Sums the checksum terms of `box` of region r: rf_checksum_region under today's scheme,
+ * rf_checksum_region_as under the one given (an older file's, for refit verify). */
 uint64_t rf_checksum_region(const rf_region *r, const rf_box *box, const rf_tensor *t,
                             rf_dtype dtype);
+uint64_t rf_checksum_region_as(rf_checksum_scheme scheme, const rf_region *r, const rf_box *box,
+                               const rf_tensor *t, rf_dtype dtype);
 
 /* One element that did not hold the generator's value. */
 typedef struct {

@@ -6,13 +6,17 @@
  * each other in memory and in global index are merged into one, which spares the division
  * that maps an access to its line. Work comes in units of 256 threads x 8 accesses, one block
  * per unit (a grid-stride loop takes over only past 2^31 units); every value and checksum term
- * is computed by the functions of values.h that the CPU runs, with the index's multiplication
- * by GOLDEN stepped along the access (exact: both are arithmetic mod 2^64).
+ * is computed by the functions of values.h that the CPU runs.
  *
- * These kernels are bound by integer arithmetic, not memory: a checksum term is two mix64
- * (four 64-bit multiplies and six 64-bit shift-xors, about 40 integer instructions) per 2-byte
- * element, a value one mix64. On an H200, over 4 GiB of bf16: checksum 4.1 ms, check 3.6 ms,
- * fill 3.3 ms, against 2.0 ms for a device copy of the same bytes (bench/gpu_kernels.c).
+ * A vector access whose first element starts a 32-bit word of the tensor (values.h: word w
+ * holds elements 2w and 2w + 1 of bf16 and fp16) and whose line runs along the global index
+ * takes the words whole: one hash per word gives the generator's word, compared with or
+ * stored as the loaded one in a single operation, or the checksum's weight, one 32 x 32 ->
+ * 64-bit multiply-add per word. That is about a dozen integer instructions per bf16 pair
+ * where results format 1 spent some forty per element (two 64-bit mixers), which kept these
+ * kernels at 0.48-0.61 of a device copy on an H200 (bench/gpu_kernels.c). Any other access
+ * (an odd first index, a transposed shard) computes element by element through the same
+ * functions, so sums and mismatches do not depend on which path an element took.
  *
  * Checksum: per-thread 64-bit sums, a warp-shuffle and shared-memory reduction per block and
  * one atomicAdd per block. Addition mod 2^64 is associative and commutative, so the order of
@@ -130,24 +134,30 @@ __device__ __forceinline__ void locate(const gwalk &w, int64_t line0, int64_t re
   }
 }
 
+/* The raw words of a vector access (four 32-bit words of 16 bytes), and back. */
+__device__ __forceinline__ void words_of(uint4 r, uint32_t *w) {
+  w[0] = r.x, w[1] = r.y, w[2] = r.z, w[3] = r.w;
+}
+
 template <int OP, rf_dtype D, bool VEC>
 __global__ void __launch_bounds__(kBlock)
     verify_kernel(gwalk w, uint64_t key, int32_t id, int64_t units, uint64_t *sum_out,
                   check_sink sink) {
   using A = access<D, VEC>;
+  constexpr int ws = A::es == 4 ? 0 : 1; /* log2 of elements per 32-bit word */
   const int64_t total = w.n_out * w.n_acc;
-  const uint64_t dx = (uint64_t)w.dg_in * RF_GOLDEN; /* mixer input step along a line */
-  uint64_t sum = 0, wrong = 0;
+  /* sum: terms taken element by element; s1, s0: whole words (values.h: the terms of a word
+   * add up to (2h + 1) * word, summed here as 2 * s1 + s0). */
+  uint64_t sum = 0, s1 = 0, s0 = 0, wrong = 0;
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
     const int64_t v0 = u * kUnit;
     int64_t line0 = 0, rem0 = v0;
     if (w.n_out > 1)
       line0 = v0 / w.n_acc, rem0 = v0 - line0 * w.n_acc;
     /* All of this thread's loads are issued before any arithmetic, so that they are in flight
-     * together. x is the mixer input of an access's first element: index * GOLDEN, plus the
-     * key for the generator's values. */
+     * together. g is the global index of an access's first element. */
     typename A::raw raw[kPerThread];
-    uint64_t x[kPerThread];
+    int64_t g[kPerThread];
     unsigned live = 0;
 #pragma unroll
     for (int j = 0; j < kPerThread; j++) {
@@ -157,15 +167,24 @@ __global__ void __launch_bounds__(kBlock)
       int64_t line, acc;
       locate(w, line0, rem0, local, &line, &acc);
       char *p = w.base + line * w.pitch_b + acc * (VEC ? 16 : w.step_b);
-      x[j] = (uint64_t)(w.g0 + line * w.dg_out + acc * A::n * w.dg_in) * RF_GOLDEN +
-             (OP == OP_SUM ? 0 : key);
+      g[j] = w.g0 + line * w.dg_out + acc * A::n * w.dg_in;
       live |= 1u << j;
       if constexpr (OP == OP_FILL) {
-        uint32_t v[A::n];
+        if (VEC && w.dg_in == 1 && (g[j] & ((1 << ws) - 1)) == 0) {
+          /* Whole words in memory order: one hash per word. */
+          const uint64_t w0 = (uint64_t)g[j] >> ws;
+          uint32_t v[4];
 #pragma unroll
-        for (int e = 0; e < A::n; e++)
-          v[e] = rf_value_from(x[j] + e * dx, D);
-        A::store(p, v);
+          for (int m = 0; m < 4; m++)
+            v[m] = rf_value_word(rf_word_hash(key, w0 + m), D);
+          *(uint4 *)p = make_uint4(v[0], v[1], v[2], v[3]);
+        } else {
+          uint32_t v[A::n];
+#pragma unroll
+          for (int e = 0; e < A::n; e++)
+            v[e] = rf_value_of(key, g[j] + e * w.dg_in, D);
+          A::store(p, v);
+        }
       } else {
         raw[j] = A::load(p);
       }
@@ -177,17 +196,40 @@ __global__ void __launch_bounds__(kBlock)
     for (int j = 0; j < kPerThread; j++) {
       if (!(live & (1u << j)))
         continue;
+      const bool words = VEC && w.dg_in == 1 && (g[j] & ((1 << ws) - 1)) == 0;
+      if constexpr (VEC) {
+        if (words) {
+          const uint64_t w0 = (uint64_t)g[j] >> ws;
+          uint32_t got[4];
+          words_of(raw[j], got);
+          if constexpr (OP == OP_SUM) {
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+              s1 += (uint64_t)rf_word_hash(key, w0 + m) * got[m];
+              s0 += got[m];
+            }
+            continue;
+          } else {
+            uint32_t diff = 0;
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+              diff |= rf_value_word(rf_word_hash(key, w0 + m), D) ^ got[m];
+            if (diff == 0)
+              continue;
+          }
+        }
+      }
       uint32_t v[A::n];
       A::unpack(raw[j], v);
       if constexpr (OP == OP_SUM) {
 #pragma unroll
         for (int e = 0; e < A::n; e++)
-          sum += rf_checksum_term_from(id, x[j] + e * dx, v[e]);
+          sum += rf_checksum_term(key, g[j] + e * w.dg_in, v[e], ws);
       } else {
         uint32_t want[A::n], diff = 0;
 #pragma unroll
         for (int e = 0; e < A::n; e++) {
-          want[e] = rf_value_from(x[j] + e * dx, D);
+          want[e] = rf_value_of(key, g[j] + e * w.dg_in, D);
           diff |= want[e] ^ v[e];
         }
         if (diff == 0)
@@ -219,6 +261,7 @@ __global__ void __launch_bounds__(kBlock)
     if (wrong && sink.wrong)
       atomicAdd(sink.wrong, (unsigned long long)wrong);
   }
+  sum += 2 * s1 + s0;
   if constexpr (OP == OP_SUM) {
     __shared__ uint64_t part[kBlock / 32];
     for (int off = 16; off > 0; off /= 2)
@@ -401,7 +444,8 @@ extern "C" rf_status rf_gpu_checksum(const rf_gpu_walk *in, int32_t tensor_id, r
   cudaStream_t s = (cudaStream_t)rf_gpu_stream();
   RF_TRY(scalars_ready(s));
   check_sink none = {};
-  RF_TRY(launch<OP_SUM>(w, vec, dtype, 0, tensor_id, units, (uint64_t *)scalars.ptr, none));
+  RF_TRY(launch<OP_SUM>(w, vec, dtype, rf_checksum_key(tensor_id), tensor_id, units,
+                        (uint64_t *)scalars.ptr, none));
   RF_TRY(scalars_fetch(s));
   *sum = host_scalars[0];
   return RF_OK;

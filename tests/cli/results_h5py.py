@@ -66,7 +66,7 @@ def near(a, b):
 
 def check_root(f):
     want_attrs(f, "/", ROOT_STRINGS, "str")
-    if f.attrs.get("refit_format") != "refit-results/1":
+    if f.attrs.get("refit_format") != "refit-results/2":
         fail("/", f"refit_format is {f.attrs.get('refit_format')!r}")
     if not ISO_UTC.match(str(f.attrs.get("created", ""))):
         fail("/", f"created {f.attrs.get('created')!r} is not UTC ISO-8601")

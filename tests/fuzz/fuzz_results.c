@@ -155,8 +155,10 @@ static void build(const char *path, fuzz_input *in) {
   hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (f < 0)
     return;
+  /* Both formats refit reads; format 1 differs in its checksum terms only. */
   if (fuzz_pick(in, 16) != 0)
-    fuzz_h5_attr_str(f, "refit_format", "refit-results/1", in);
+    fuzz_h5_attr_str(f, "refit_format", fuzz_pick(in, 2) ? "refit-results/2" : "refit-results/1",
+                     in);
   fuzz_h5_attr_str(f, "created", "2025-12-02T09:04:00Z", in);
   fuzz_h5_attr_str(f, "refit_version", "0.1.0", in);
   fuzz_h5_attr_str(f, "hosts", "node1,node2", in);
