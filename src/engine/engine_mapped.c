@@ -161,8 +161,14 @@ static rf_status chunk_copy(rf_engine *e, const rf_piece *p, const rf_box *box, 
 
 int rf_engine_pushes(const rf_plan *plan) {
   /* An fp8 rollout pulls: its destination quantizes, or lands pieces in buffers no peer maps. */
-  return plan->layout->trainer.order == RF_ORDER_JAX &&
-         plan->layout->rollout.dtype != RF_ROLLOUT_DTYPE_FP8;
+  if (plan->layout->rollout.dtype == RF_ROLLOUT_DTYPE_FP8)
+    return 0;
+  /* REFIT_MAPPED_PUSH=0|1 overrides the choice by order, for measuring both directions; every
+   * rank must see the same value (mpirun passes the environment to all of them). */
+  const char *force = getenv("REFIT_MAPPED_PUSH");
+  if (force && (strcmp(force, "0") == 0 || strcmp(force, "1") == 0))
+    return force[0] == '1';
+  return plan->layout->trainer.order == RF_ORDER_JAX;
 }
 
 rf_status engine_mapped_init(rf_engine *e) {
