@@ -339,37 +339,38 @@ static void test_copy_batch(int count, int64_t budget) {
 }
 
 /* The shapes refit meets most: a Llama-like k_proj held by trainer tp shards in JAX order,
- * copied into vLLM fused qkv slots, and back out of them. Fixed, so that a failure here
- * points at the transposed path directly. */
-static void test_copy_jax_slots(void) {
-  const int64_t rows = 1024, cols = 4096, es = 2;
+ * copied into vLLM fused qkv slots, and back out of them; then shapes whose tiles are partly
+ * filled (extents that are multiples of 8 but not of the 64 x 128 tile). Fixed, so that a
+ * failure here points at the transposed paths (4-byte and 16-byte) directly. */
+static void test_copy_jax_slots(int64_t rows, int64_t cols, int parts) {
+  const int64_t es = 2;
   rf_box whole = {{0, 0}, {rows, cols}};
   int64_t cursor = 0;
   placed src = place(TRANSPOSED, &whole, es, &cursor);
   mirror s = mirror_new((size_t)cursor);
-  /* A fused [6144, 4096] tensor with this tensor's 1024 rows at row 4096 + 1024 = 5120. */
-  mirror d = mirror_new((size_t)(6144 * cols * es));
+  /* A fused [6 rows, cols] tensor with this tensor's rows at row 5 * rows. */
+  mirror d = mirror_new((size_t)(6 * rows * cols * es));
   rf_box_copy hc[4], dc[4];
-  for (int k = 0; k < 4; k++) { /* four rollout ranks' row blocks, one batch */
-    rf_box part = {{k * rows / 4, 0}, {(k + 1) * rows / 4, cols}};
+  for (int k = 0; k < parts; k++) { /* rollout ranks' row blocks, one batch */
+    rf_box part = {{k * rows / parts, 0}, {(k + 1) * rows / parts, cols}};
     hc[k].box = dc[k].box = part;
     hc[k].src = region_in(&src, s.host), dc[k].src = region_in(&src, s.dev);
-    hc[k].dst = rf_region_in_fused(d.host, cols, 5120 + part.lo[0], 0, &part, (int)es);
-    dc[k].dst = rf_region_in_fused(d.dev, cols, 5120 + part.lo[0], 0, &part, (int)es);
+    hc[k].dst = rf_region_in_fused(d.host, cols, 5 * rows + part.lo[0], 0, &part, (int)es);
+    dc[k].dst = rf_region_in_fused(d.dev, cols, 5 * rows + part.lo[0], 0, &part, (int)es);
   }
-  ASSERT_OK(rf_copy_boxes(RF_MEM_HOST, hc, 4));
-  ASSERT_OK(rf_copy_boxes(RF_MEM_DEVICE, dc, 4));
+  ASSERT_OK(rf_copy_boxes(RF_MEM_HOST, hc, parts));
+  ASSERT_OK(rf_copy_boxes(RF_MEM_DEVICE, dc, parts));
   ASSERT_OK(rf_mem_sync(RF_MEM_DEVICE));
   ASSERT_EQ(mirror_diff(&d), -1);
   /* And back: fused slots into a transposed region. */
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < parts; k++) {
     rf_region t = hc[k].src;
     hc[k].src = hc[k].dst, hc[k].dst = t;
     t = dc[k].src;
     dc[k].src = dc[k].dst, dc[k].dst = t;
   }
-  ASSERT_OK(rf_copy_boxes(RF_MEM_HOST, hc, 4));
-  ASSERT_OK(rf_copy_boxes(RF_MEM_DEVICE, dc, 4));
+  ASSERT_OK(rf_copy_boxes(RF_MEM_HOST, hc, parts));
+  ASSERT_OK(rf_copy_boxes(RF_MEM_DEVICE, dc, parts));
   ASSERT_OK(rf_mem_sync(RF_MEM_DEVICE));
   ASSERT_EQ(mirror_diff(&s), -1);
   mirror_free(&s), mirror_free(&d);
@@ -438,7 +439,9 @@ int main(void) {
   printf("test_gpu: fill, checksum and check ok (%" PRId64 " elements, %" PRId64
          " checks past the first pass)\n",
          covered_elems, covered_floods);
-  test_copy_jax_slots();
+  test_copy_jax_slots(1024, 4096, 4);
+  test_copy_jax_slots(200, 328, 1);
+  test_copy_jax_slots(96, 136, 2);
   /* Every batch under each --copy path: kernels alone, the copy engines for every run and
    * 2-D box they can take, and auto's choice per piece between the two. */
   static const int batches[] = {1, 1, 2, 3, 7, 20, 50, 120, 200, 200};
