@@ -4,7 +4,9 @@
 # benchmark against the device-to-device copy, refit's GPU transports, and the PyTorch peer.
 #
 #   bench/gpu.sh OUTDIR        TESTS=LABELS: the ctest labels to run first (default gpu|unit;
-#                              none for no tests)
+#                              none for no tests); CALIBRATE=0 leaves out the --calibrate job
+#                              (the peer's device copy is then the limit); MPI_ITERS (2) for
+#                              the 16 GB host-staged mpi rows
 # Needs: CUDA toolkit with NCCL, cmake, mpicc, HDF5 and hwloc headers. jansson and xxhash
 # headers may come from Debian's -dev packages unpacked (dpkg -x) into carry/deps; the peer
 # script (../shared/peers/torch_colocated_refit.py) may be copied into carry/peer.
@@ -38,6 +40,14 @@ log "kernels vs device-to-device copy"
 build-gpu/refit-gpu-bench >"$OUT/kernels.txt" 2>&1
 tee -a "$OUT/summary.txt" <"$OUT/kernels.txt"
 
+# The peer first: its plain device-to-device copy of the 16.06 GB is the limit every row is
+# compared with when the job is run without --calibrate (CALIBRATE=0).
+if [ -f carry/peer/torch_colocated_refit.py ]; then
+  log "peer: PyTorch colocated refit (two processes, one GPU)"
+  timeout 300 python3 carry/peer/torch_colocated_refit.py 10 >"$OUT/peer.txt" 2>&1
+  tee -a "$OUT/summary.txt" <"$OUT/peer.txt"
+fi
+
 R=build-gpu/refit
 MODEL=${MODEL:-llama-3.1-8b}
 H5="$OUT/h200.h5"
@@ -49,8 +59,10 @@ ONE=(--model "$MODEL" --trainer fsdp=1 --rollout tp=1 --warmup 0 --iters 10 --ou
 
 job placement $R topo --trainer fsdp=1 --rollout tp=1 --transport ipc
 job ipc "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode grouped,fused
-job ipc-limits "${MPI[@]}" -np 2 $R run "${ONE[@]}" --iters 5 --transport ipc --mode fused \
-  --calibrate
+if [ "${CALIBRATE:-1}" != 0 ]; then
+  job ipc-limits "${MPI[@]}" -np 2 $R run "${ONE[@]}" --iters 5 --transport ipc --mode fused \
+    --calibrate
+fi
 job ipc-kernel "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode grouped,fused \
   --copy kernel
 job ipc-jax "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode grouped,fused \
@@ -65,16 +77,10 @@ job fp8-ipc "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode fused \
   --rollout-dtype fp8 --verify checksum
 job fp8-nccl "${MPI[@]}" -np 1 $R run "${ONE[@]}" --placement colocated --transport nccl \
   --mode fused --rollout-dtype fp8 --verify checksum
-job mpi-pinned "${MPI[@]}" -np 2 $R run "${ONE[@]}" --iters 2 --transport mpi --memory device \
-  --mode grouped,fused
+job mpi-pinned "${MPI[@]}" -np 2 $R run "${ONE[@]}" --iters "${MPI_ITERS:-2}" --transport mpi \
+  --memory device --mode grouped,fused
 job ipc-stall "${MPI[@]}" -np 2 $R run --model tiny --trainer fsdp=1 --rollout tp=1 \
   --transport ipc --inject stall --timeout 5 --iters 1
-
-if [ -f carry/peer/torch_colocated_refit.py ]; then
-  log "peer: PyTorch colocated refit (two processes, one GPU)"
-  timeout 300 python3 carry/peer/torch_colocated_refit.py 10 >"$OUT/peer.txt" 2>&1
-  tee -a "$OUT/summary.txt" <"$OUT/peer.txt"
-fi
 
 log "cold start beside the steady state"
 python3 bench/cold.py "$H5" >"$OUT/cold.txt" 2>&1
