@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 16 point 2: JAX-order (transposed) trainer shards over ipc, two processes on one GPU,
 # Llama-3.1-8B: the trainer pushing into the rollout's mapped tensors (the default for JAX
-# order) and the rollout pulling from the trainer's mapped shards (REFIT_MAPPED_PUSH=0), with
-# the 16-byte transpose kernel (the default) and the 4-byte one (REFIT_PAIRS16=0), next to the
-# same transposed copies in one process and the device copy of the same bytes (--calibrate)
-# measured in the same call. REFIT_TIMELINE=1 gives each stage's GPU time (bench/timeline.py).
+# order) and the rollout pulling from the trainer's mapped shards (REFIT_MAPPED_PUSH=0), next
+# to the same transposed copies in one process and the device copy of the same bytes
+# (--calibrate) measured in the same call. REFIT_TIMELINE=1 gives each stage's GPU time
+# (bench/timeline.py). results/h200/README.md has what it found.
 #
 #   bench/jax_gpu.sh OUTDIR     (builds build-gpu's refit when it is missing)
 set -uo pipefail
@@ -13,8 +13,8 @@ OUT=${1:?usage: bench/jax_gpu.sh OUTDIR}
 . bench/gpu_env.sh
 build_refit_and_probes || exit 1
 R=build-gpu/refit
-export REFIT_TIMELINE=1 REFIT_MAPPED_PUSH= REFIT_PAIRS16=
-MPI+=(-x REFIT_TIMELINE -x REFIT_MAPPED_PUSH -x REFIT_PAIRS16)
+export REFIT_TIMELINE=1 REFIT_MAPPED_PUSH=
+MPI+=(-x REFIT_TIMELINE -x REFIT_MAPPED_PUSH)
 ONE=(--model "${MODEL:-llama-3.1-8b}" --trainer fsdp=1 --rollout tp=1 --warmup 2
   --iters "${ITERS:-10}" --timeout 120 --output "$OUT/jax.h5")
 JAX=(--transport ipc --mode fused,grouped --trainer-order jax)
@@ -23,7 +23,6 @@ job hf-calibrated "${MPI[@]}" -np 2 $R run "${ONE[@]}" --transport ipc --mode fu
   --iters 5
 job jax-push "${MPI[@]}" -np 2 $R run "${ONE[@]}" "${JAX[@]}"
 REFIT_MAPPED_PUSH=0 job jax-pull "${MPI[@]}" -np 2 $R run "${ONE[@]}" "${JAX[@]}"
-REFIT_PAIRS16=0 job jax-push-4byte "${MPI[@]}" -np 2 $R run "${ONE[@]}" "${JAX[@]}"
 job jax-one-process "${MPI[@]}" -np 1 $R run "${ONE[@]}" --placement colocated --transport ipc \
   --mode fused --trainer-order jax
 for f in "$OUT"/hf-*.txt "$OUT"/jax-*.txt; do

@@ -177,10 +177,10 @@ rf_status engine_mapped_init(rf_engine *e) {
   rf_transport *tp = e->transport;
   rf_buffers *data = e->data;
   e->mapped = 1;
-  /* Across processes the side that reads the other's mapping pays for it; strided reads of
-   * transposed (JAX-order) shards pay most, so then the trainer reads its own memory and
-   * writes into the rollout's (H200, Llama-3.1-8B: 12.1 ms push against 14.2 ms pull; in
-   * HF order both take 9.3 ms and pull stays). */
+  /* A JAX-order trainer pushes: it reads its transposed shards in its own memory and writes
+   * into the rollout's. That won while arenas were allocated at their exact sizes (H200,
+   * Llama-3.1-8B: 12.1 ms push against 14.2 ms pull); with arenas rounded to 2 MiB both
+   * directions take 9.3 ms (results/h200/README.md), and push stays. */
   e->push = rf_engine_pushes(plan);
   const char *tl = getenv("REFIT_TIMELINE");
   e->timeline = tl && *tl && strcmp(tl, "0") != 0;
