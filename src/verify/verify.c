@@ -121,8 +121,8 @@ RF_FORCE_INLINE uint64_t checksum_line(const char *p, const box_walk *bw, int64_
         sum += term_of(scheme, id, ckey, g + (k + u) * bw->dg, load_one(p, k + u, 1, dtype), ws);
     else
       for (int u = 0; u < RF_CHUNK; u++)
-        sum += term_of(scheme, id, ckey, g + (k + u) * bw->dg,
-                       load_one(p, k + u, bw->step, dtype), ws);
+        sum += term_of(scheme, id, ckey, g + (k + u) * bw->dg, load_one(p, k + u, bw->step, dtype),
+                       ws);
   }
   for (; k < bw->n_in; k++)
     sum += term_of(scheme, id, ckey, g + k * bw->dg, load_one(p, k, bw->step, dtype), ws);
