@@ -187,16 +187,14 @@ uint64_t rf_fp8_checksum(rf_checksum_scheme scheme, const rf_tensor *t, const rf
     for (int64_t j = held->lo[1]; j < held->hi[1]; j++) {
       int64_t at = i * t->shape[1] + j;
       uint32_t bits = *(const uint8_t *)rf_region_at(q, i, j);
-      sum += scheme == RF_CHECKSUM_V1 ? rf_checksum_term_v1(t->id, at, bits)
-                                      : rf_checksum_term(key, at, bits, rf_word_shift(1));
+      sum += rf_checksum_term_as(scheme, t->id, key, at, bits, rf_word_shift(1));
     }
   for (int64_t bi = blocks->lo[0]; bi < blocks->hi[0]; bi++)
     for (int64_t bj = blocks->lo[1]; bj < blocks->hi[1]; bj++) {
       uint32_t bits;
       memcpy(&bits, rf_region_at(scale, bi, bj), sizeof bits);
       int64_t at = bi * grid + bj;
-      sum += scheme == RF_CHECKSUM_V1 ? rf_checksum_term_v1(scale_id, at, bits)
-                                      : rf_checksum_term(scale_key, at, bits, rf_word_shift(4));
+      sum += rf_checksum_term_as(scheme, scale_id, scale_key, at, bits, rf_word_shift(4));
     }
   return sum;
 }

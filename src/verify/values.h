@@ -124,4 +124,18 @@ static inline uint64_t rf_checksum_term_v1(int32_t tensor_id, int64_t index, uin
                   ((uint64_t)index * RF_GOLDEN));
 }
 
+/* The checksum terms of a results format: format 1's for files written as refit-results/1,
+ * format 2's for everything refit writes now. */
+typedef enum { RF_CHECKSUM_V1 = 1, RF_CHECKSUM_V2 = 2 } rf_checksum_scheme;
+#define RF_CHECKSUM_CURRENT RF_CHECKSUM_V2
+
+/* Element `index`'s term under `scheme`: ckey = rf_checksum_key(tensor_id), word_shift that of
+ * its element size. Callers that pass a constant scheme get the branch folded away. */
+static inline uint64_t rf_checksum_term_as(rf_checksum_scheme scheme, int32_t tensor_id,
+                                           uint64_t ckey, int64_t index, uint32_t bits,
+                                           int word_shift) {
+  return scheme == RF_CHECKSUM_V1 ? rf_checksum_term_v1(tensor_id, index, bits)
+                                  : rf_checksum_term(ckey, index, bits, word_shift);
+}
+
 #endif

@@ -103,12 +103,6 @@ RF_FORCE_INLINE void fill_line(char *p, const box_walk *bw, int64_t g, uint64_t 
 
 /* The checksum of one line under a scheme and element size that are constants in every
  * inlined copy. */
-RF_FORCE_INLINE uint64_t term_of(rf_checksum_scheme scheme, int32_t id, uint64_t ckey, int64_t i,
-                                 uint32_t bits, int word_shift) {
-  return scheme == RF_CHECKSUM_V1 ? rf_checksum_term_v1(id, i, bits)
-                                  : rf_checksum_term(ckey, i, bits, word_shift);
-}
-
 RF_FORCE_INLINE uint64_t checksum_line(const char *p, const box_walk *bw, int64_t g, int32_t id,
                                        rf_dtype dtype, rf_checksum_scheme scheme) {
   const uint64_t ckey = rf_checksum_key(id);
@@ -118,14 +112,16 @@ RF_FORCE_INLINE uint64_t checksum_line(const char *p, const box_walk *bw, int64_
   for (; k + RF_CHUNK <= bw->n_in; k += RF_CHUNK) {
     if (bw->step == 1)
       for (int u = 0; u < RF_CHUNK; u++)
-        sum += term_of(scheme, id, ckey, g + (k + u) * bw->dg, load_one(p, k + u, 1, dtype), ws);
+        sum += rf_checksum_term_as(scheme, id, ckey, g + (k + u) * bw->dg,
+                                   load_one(p, k + u, 1, dtype), ws);
     else
       for (int u = 0; u < RF_CHUNK; u++)
-        sum += term_of(scheme, id, ckey, g + (k + u) * bw->dg, load_one(p, k + u, bw->step, dtype),
-                       ws);
+        sum += rf_checksum_term_as(scheme, id, ckey, g + (k + u) * bw->dg,
+                                   load_one(p, k + u, bw->step, dtype), ws);
   }
   for (; k < bw->n_in; k++)
-    sum += term_of(scheme, id, ckey, g + k * bw->dg, load_one(p, k, bw->step, dtype), ws);
+    sum +=
+        rf_checksum_term_as(scheme, id, ckey, g + k * bw->dg, load_one(p, k, bw->step, dtype), ws);
   return sum;
 }
 
@@ -204,13 +200,14 @@ uint64_t rf_checksum_region_as(rf_checksum_scheme scheme, const rf_region *r, co
   for (int64_t o = 0; o < bw.n_out; o++) {
     int64_t g;
     const char *p = line_start(r, &bw, t, o, &g);
-    if (scheme == RF_CHECKSUM_V1)
-      sum += checksum_line(p, &bw, g, t->id, dtype == RF_DTYPE_FP32 ? dtype : RF_DTYPE_BF16,
-                           RF_CHECKSUM_V1);
-    else if (dtype == RF_DTYPE_FP32)
-      sum += checksum_line(p, &bw, g, t->id, RF_DTYPE_FP32, RF_CHECKSUM_V2);
+    if (dtype == RF_DTYPE_FP32)
+      sum += scheme == RF_CHECKSUM_V1
+                 ? checksum_line(p, &bw, g, t->id, RF_DTYPE_FP32, RF_CHECKSUM_V1)
+                 : checksum_line(p, &bw, g, t->id, RF_DTYPE_FP32, RF_CHECKSUM_V2);
     else
-      sum += checksum_line(p, &bw, g, t->id, RF_DTYPE_BF16, RF_CHECKSUM_V2);
+      sum += scheme == RF_CHECKSUM_V1
+                 ? checksum_line(p, &bw, g, t->id, RF_DTYPE_BF16, RF_CHECKSUM_V1)
+                 : checksum_line(p, &bw, g, t->id, RF_DTYPE_BF16, RF_CHECKSUM_V2);
   }
   return sum;
 }

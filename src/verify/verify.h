@@ -23,12 +23,6 @@
 typedef enum { RF_VERIFY_LEVEL_LIST(RF_ENUM_ID) RF_VERIFY_LEVEL_COUNT } rf_verify_level;
 RF_ENUM_DECLARE(rf_verify_level);
 
-/* The checksum terms of a results format: format 1's (rf_checksum_term_v1, two mix64 per
- * element) for files written as refit-results/1, format 2's (rf_checksum_term, one hash per
- * 32-bit word) for everything refit writes now. */
-typedef enum { RF_CHECKSUM_V1 = 1, RF_CHECKSUM_V2 = 2 } rf_checksum_scheme;
-#define RF_CHECKSUM_CURRENT RF_CHECKSUM_V2
-
 /* The bit pattern of element `index` of tensor `tensor_id`: a finite, normal number of the
  * given type (16 bits used for bf16/fp16, 32 for fp32). */
 uint32_t rf_value_bits(uint64_t seed, int32_t tensor_id, int64_t index, rf_dtype dtype);

@@ -134,9 +134,10 @@ __device__ __forceinline__ void locate(const gwalk &w, int64_t line0, int64_t re
   }
 }
 
-/* The raw words of a vector access (four 32-bit words of 16 bytes), and back. */
-__device__ __forceinline__ void words_of(uint4 r, uint32_t *w) {
-  w[0] = r.x, w[1] = r.y, w[2] = r.z, w[3] = r.w;
+/* Whether the access whose first element has global index g holds whole words of the tensor
+ * in order (values.h): a vector access along the global index that starts a word. */
+template <bool VEC, int WS> __device__ __forceinline__ bool whole_words(const gwalk &w, int64_t g) {
+  return VEC && w.dg_in == 1 && (g & ((1 << WS) - 1)) == 0;
 }
 
 template <int OP, rf_dtype D, bool VEC>
@@ -170,7 +171,7 @@ __global__ void __launch_bounds__(kBlock)
       g[j] = w.g0 + line * w.dg_out + acc * A::n * w.dg_in;
       live |= 1u << j;
       if constexpr (OP == OP_FILL) {
-        if (VEC && w.dg_in == 1 && (g[j] & ((1 << ws) - 1)) == 0) {
+        if (whole_words<VEC, ws>(w, g[j])) {
           /* Whole words in memory order: one hash per word. */
           const uint64_t w0 = (uint64_t)g[j] >> ws;
           uint32_t v[4];
@@ -196,12 +197,10 @@ __global__ void __launch_bounds__(kBlock)
     for (int j = 0; j < kPerThread; j++) {
       if (!(live & (1u << j)))
         continue;
-      const bool words = VEC && w.dg_in == 1 && (g[j] & ((1 << ws) - 1)) == 0;
       if constexpr (VEC) {
-        if (words) {
+        if (whole_words<VEC, ws>(w, g[j])) {
           const uint64_t w0 = (uint64_t)g[j] >> ws;
-          uint32_t got[4];
-          words_of(raw[j], got);
+          const uint32_t got[4] = {raw[j].x, raw[j].y, raw[j].z, raw[j].w};
           if constexpr (OP == OP_SUM) {
 #pragma unroll
             for (int m = 0; m < 4; m++) {
