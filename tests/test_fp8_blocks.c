@@ -308,6 +308,62 @@ static void test_errors(void) {
   ASSERT_TRUE(scales[0] == -1.0f);
 }
 
+/* rf_fp8_checksum against its definition, term by term (fp8.h): the fp8 bytes at their global
+ * row-major indices under the tensor's id, the scales at their block indices under id | 2^31,
+ * under either results format's term. The box is a shard that starts mid-word and mid-block
+ * and sits in a wider buffer, so the walk's line starts and the byte positions in a word are
+ * all exercised. */
+static uint64_t fp8_sum_by_definition(rf_checksum_scheme scheme, const rf_tensor *t,
+                                      const rf_region *q, const rf_box *held, const rf_region *sc,
+                                      const rf_box *blocks) {
+  int32_t sid = (int32_t)((uint32_t)t->id | 0x80000000u);
+  int64_t grid = (t->shape[1] + RF_FP8_BLOCK - 1) / RF_FP8_BLOCK;
+  uint64_t sum = 0;
+  for (int64_t i = held->lo[0]; i < held->hi[0]; i++)
+    for (int64_t j = held->lo[1]; j < held->hi[1]; j++) {
+      uint32_t b = *(const uint8_t *)rf_region_at(q, i, j);
+      int64_t at = i * t->shape[1] + j;
+      sum += scheme == RF_CHECKSUM_V1 ? rf_checksum_term_v1(t->id, at, b)
+                                      : rf_checksum_term(rf_checksum_key(t->id), at, b, 2);
+    }
+  for (int64_t i = blocks->lo[0]; i < blocks->hi[0]; i++)
+    for (int64_t j = blocks->lo[1]; j < blocks->hi[1]; j++) {
+      uint32_t b;
+      memcpy(&b, rf_region_at(sc, i, j), 4);
+      int64_t at = i * grid + j;
+      sum += scheme == RF_CHECKSUM_V1 ? rf_checksum_term_v1(sid, at, b)
+                                      : rf_checksum_term(rf_checksum_key(sid), at, b, 0);
+    }
+  return sum;
+}
+
+static void test_checksum(void) {
+  rf_tensor t = {.id = 37, .ndim = 2, .shape = {300, 333}, .dtype = RF_DTYPE_BF16};
+  rf_box held = {{128, 131}, {300, 333}}, blocks = {{1, 1}, {3, 3}};
+  int64_t ld = 341, sld = 5; /* wider buffers than the box */
+  uint8_t *qbuf = malloc((size_t)(172 * ld));
+  uint32_t *sbuf = malloc((size_t)(2 * sld) * 4);
+  ASSERT_TRUE(qbuf && sbuf);
+  uint64_t x = 0x5eed;
+  for (int64_t i = 0; i < 172 * ld; i++)
+    qbuf[i] = (uint8_t)((x = rf_mix64(x)) >> 56);
+  for (int64_t i = 0; i < 2 * sld; i++)
+    sbuf[i] = (uint32_t)(x = rf_mix64(x));
+  rf_region q = rf_region_in_fused(qbuf, ld, 0, 0, &held, 1);
+  rf_region sc = rf_region_in_fused(sbuf, sld, 0, 0, &blocks, 4);
+  for (int scheme = RF_CHECKSUM_V1; scheme <= RF_CHECKSUM_V2; scheme++) {
+    uint64_t want = fp8_sum_by_definition(scheme, &t, &q, &held, &sc, &blocks);
+    ASSERT_EQ(rf_fp8_checksum(scheme, &t, &q, &held, &sc, &blocks), want);
+  }
+  uint64_t host = 0;
+  ASSERT_OK(rf_fp8_checksum_on(RF_MEM_HOST, &t, &q, &held, &sc, &blocks, &host));
+  ASSERT_EQ(host, fp8_sum_by_definition(RF_CHECKSUM_CURRENT, &t, &q, &held, &sc, &blocks));
+  /* One byte more or less changes the sum. */
+  qbuf[5 * ld + 7]++;
+  ASSERT_TRUE(rf_fp8_checksum(RF_CHECKSUM_CURRENT, &t, &q, &held, &sc, &blocks) != host);
+  free(qbuf), free(sbuf);
+}
+
 int main(void) {
   test_scales();
   test_largest_element();
@@ -317,6 +373,7 @@ int main(void) {
   test_huge_block();
   test_edge_tensor();
   test_errors();
+  test_checksum();
   printf("test_fp8_blocks: all passed\n");
   return 0;
 }

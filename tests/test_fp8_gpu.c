@@ -9,7 +9,8 @@
  * row strides, and fp8 and scale buffers at odd offsets and pitches, so that both the 16-byte
  * path and the element path run; and the refusal of a block holding NaN or inf, which must
  * leave the block's bytes and scale untouched and name the block once. Buffers start as random
- * bytes, and the bytes around each job's output must come back unchanged.
+ * bytes, and the bytes around each job's output must come back unchanged. Also the fp8
+ * checksum on the device (rf_fp8_checksum_on) against the CPU's, on the 16-byte and byte paths.
  * Exits 77 (skipped) in a build without CUDA or on a machine without a GPU. */
 #include <math.h>
 
@@ -303,6 +304,43 @@ static void test_refused(rf_dtype dt, uint32_t bad_bits, int nan) {
   printf("test_fp8_gpu: a block holding %s is refused and named\n", nan ? "NaN" : "inf");
 }
 
+/* The fp8 checksum on the device (rf_fp8_checksum_on) against the CPU's over the same bytes:
+ * a dense tensor (16-byte accesses of whole words), the same at an odd address (byte by byte),
+ * and shards inside wider fused buffers whose lines start on a word or mid-word. */
+static void checksum_case(const char *what, int64_t rows, int64_t cols, rf_box held, int64_t ld,
+                          int64_t off) {
+  rf_tensor t = {.id = 11, .ndim = 2, .shape = {rows, cols}, .dtype = RF_DTYPE_BF16};
+  rf_box blocks = {{held.lo[0] / RF_FP8_BLOCK, held.lo[1] / RF_FP8_BLOCK},
+                   {blocks_of(held.hi[0]), blocks_of(held.hi[1])}};
+  int64_t hrows = held.hi[0] - held.lo[0], sld = blocks.hi[1] - blocks.lo[1] + 1;
+  size_t q_bytes = (size_t)(off + hrows * ld), s_bytes = (size_t)(blocks_of(hrows) + 1) * sld * 4;
+  char *hq = random_host(q_bytes), *hs = random_host(s_bytes);
+  char *dq = device_copy_of(hq, q_bytes), *ds = device_copy_of(hs, s_bytes);
+  rf_region q = rf_region_in_fused(hq + off, ld, 0, 0, &held, 1);
+  rf_region sc = rf_region_in_fused(hs, sld, 0, 0, &blocks, 4);
+  rf_region dqr = rf_region_in_fused(dq + off, ld, 0, 0, &held, 1);
+  rf_region dsr = rf_region_in_fused(ds, sld, 0, 0, &blocks, 4);
+  uint64_t want = rf_fp8_checksum(RF_CHECKSUM_CURRENT, &t, &q, &held, &sc, &blocks), got = 0;
+  ASSERT_OK(rf_fp8_checksum_on(RF_MEM_DEVICE, &t, &dqr, &held, &dsr, &blocks, &got));
+  if (got != want)
+    fprintf(stderr, "fp8 checksum, %s: device %016llx, CPU %016llx\n", what,
+            (unsigned long long)got, (unsigned long long)want);
+  ASSERT_EQ(got, want);
+  rf_mem_free(RF_MEM_DEVICE, dq, q_bytes);
+  rf_mem_free(RF_MEM_DEVICE, ds, s_bytes);
+  free(hq), free(hs);
+  printf("test_fp8_gpu: fp8 checksum of %s matches the CPU's\n", what);
+}
+
+static void test_checksum(void) {
+  checksum_case("a dense 384x1024 tensor", 384, 1024, (rf_box){{0, 0}, {384, 1024}}, 1024, 0);
+  checksum_case("a dense tensor at an odd address", 384, 1024, (rf_box){{0, 0}, {384, 1024}}, 1024,
+                3);
+  checksum_case("a word-aligned shard in a fused buffer", 384, 1280,
+                (rf_box){{128, 256}, {384, 1280}}, 1536, 512);
+  checksum_case("a shard starting mid-word", 300, 333, (rf_box){{128, 131}, {300, 333}}, 341, 0);
+}
+
 int main(void) {
   if (!rf_gpu_built()) {
     printf("test_fp8_gpu: skipped: this build has no CUDA\n");
@@ -320,6 +358,7 @@ int main(void) {
   test_random();
   test_refused(RF_DTYPE_BF16, 0x7fc0, 1);
   test_refused(RF_DTYPE_FP16, 0xfc00, 0);
+  test_checksum();
   printf("test_fp8_gpu: ok\n");
   return 0;
 }

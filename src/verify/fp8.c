@@ -176,25 +176,36 @@ rf_status rf_fp8_quantize_ref(const char *name, const void *x, rf_dtype dt, int6
   return RF_OK;
 }
 
-/* Scale terms are told apart from the weights' by a tensor id no tensor has (the top bit). */
+/* The scales as a tensor of their own for the checksum walk: one fp32 per block, indexed on
+ * the block grid, under an id no tensor has (the top bit set), so that a scale cannot stand
+ * in for a weight byte. */
+static rf_tensor scale_tensor_of(const rf_tensor *t) {
+  rf_tensor s;
+  memset(&s, 0, sizeof s);
+  s.id = (int32_t)((uint32_t)t->id | 0x80000000u);
+  s.ndim = 2;
+  s.shape[0] = (t->shape[0] + RF_FP8_BLOCK - 1) / RF_FP8_BLOCK;
+  s.shape[1] = (t->shape[1] + RF_FP8_BLOCK - 1) / RF_FP8_BLOCK;
+  s.numel = s.shape[0] * s.shape[1];
+  s.dtype = RF_DTYPE_FP32;
+  s.bytes = s.numel * 4;
+  return s;
+}
+
 uint64_t rf_fp8_checksum(rf_checksum_scheme scheme, const rf_tensor *t, const rf_region *q,
                          const rf_box *held, const rf_region *scale, const rf_box *blocks) {
-  int32_t scale_id = (int32_t)((uint32_t)t->id | 0x80000000u);
-  uint64_t key = rf_checksum_key(t->id), scale_key = rf_checksum_key(scale_id);
-  int64_t grid = (t->shape[1] + RF_FP8_BLOCK - 1) / RF_FP8_BLOCK;
-  uint64_t sum = 0;
-  for (int64_t i = held->lo[0]; i < held->hi[0]; i++)
-    for (int64_t j = held->lo[1]; j < held->hi[1]; j++) {
-      int64_t at = i * t->shape[1] + j;
-      uint32_t bits = *(const uint8_t *)rf_region_at(q, i, j);
-      sum += rf_checksum_term_as(scheme, t->id, key, at, bits, rf_word_shift(1));
-    }
-  for (int64_t bi = blocks->lo[0]; bi < blocks->hi[0]; bi++)
-    for (int64_t bj = blocks->lo[1]; bj < blocks->hi[1]; bj++) {
-      uint32_t bits;
-      memcpy(&bits, rf_region_at(scale, bi, bj), sizeof bits);
-      int64_t at = bi * grid + bj;
-      sum += rf_checksum_term_as(scheme, scale_id, scale_key, at, bits, rf_word_shift(4));
-    }
-  return sum;
+  rf_tensor st = scale_tensor_of(t);
+  return rf_checksum_region_as(scheme, q, held, t, RF_DTYPE_FP8) +
+         rf_checksum_region_as(scheme, scale, blocks, &st, RF_DTYPE_FP32);
+}
+
+rf_status rf_fp8_checksum_on(rf_mem_kind kind, const rf_tensor *t, const rf_region *q,
+                             const rf_box *held, const rf_region *scale, const rf_box *blocks,
+                             uint64_t *sum) {
+  rf_tensor st = scale_tensor_of(t);
+  uint64_t bytes = 0, scales = 0;
+  RF_TRY(rf_checksum_region_on(kind, q, held, t, RF_DTYPE_FP8, &bytes));
+  RF_TRY(rf_checksum_region_on(kind, scale, blocks, &st, RF_DTYPE_FP32, &scales));
+  *sum = bytes + scales;
+  return RF_OK;
 }

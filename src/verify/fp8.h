@@ -101,5 +101,10 @@ rf_status rf_fp8_device_bad(rf_fp8_bad *bad);
  * results format's (RF_CHECKSUM_CURRENT but for an older file's). */
 uint64_t rf_fp8_checksum(rf_checksum_scheme scheme, const rf_tensor *t, const rf_region *q,
                          const rf_box *held, const rf_region *scale, const rf_box *blocks);
+/* The same sum (today's scheme) of regions in any kind of memory: device memory runs the
+ * checksum kernels (verify.h, rf_checksum_region_on) and brings back two sums, not the bytes. */
+rf_status rf_fp8_checksum_on(rf_mem_kind kind, const rf_tensor *t, const rf_region *q,
+                             const rf_box *held, const rf_region *scale, const rf_box *blocks,
+                             uint64_t *sum);
 
 #endif

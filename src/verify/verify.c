@@ -71,8 +71,10 @@ static char *line_start(const rf_region *r, const box_walk *bw, const rf_tensor 
 #define RF_SIMD_CLONES
 #endif
 
-/* Element k of a line, as 16 or 32 bits. */
+/* Element k of a line, as 8, 16 or 32 bits (fp8 for the checksum of an fp8 rollout). */
 RF_FORCE_INLINE uint32_t load_one(const char *p, int64_t k, int64_t step, rf_dtype dtype) {
+  if (dtype == RF_DTYPE_FP8)
+    return ((const uint8_t *)p)[k * step];
   return dtype == RF_DTYPE_FP32 ? ((const uint32_t *)p)[k * step] : ((const uint16_t *)p)[k * step];
 }
 
@@ -106,7 +108,7 @@ RF_FORCE_INLINE void fill_line(char *p, const box_walk *bw, int64_t g, uint64_t 
 RF_FORCE_INLINE uint64_t checksum_line(const char *p, const box_walk *bw, int64_t g, int32_t id,
                                        rf_dtype dtype, rf_checksum_scheme scheme) {
   const uint64_t ckey = rf_checksum_key(id);
-  const int ws = rf_word_shift(rf_dtype_size(dtype));
+  const int ws = dtype == RF_DTYPE_FP32 ? 0 : dtype == RF_DTYPE_FP8 ? 2 : 1; /* a constant */
   uint64_t sum = 0;
   int64_t k = 0;
   for (; k + RF_CHUNK <= bw->n_in; k += RF_CHUNK) {
@@ -191,7 +193,16 @@ void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, u
   }
 }
 
-/* The checksum sees only bit patterns, so bf16 and fp16 share one instance. */
+/* One line's checksum under a runtime scheme, with both scheme and element size constants
+ * in each inlined copy. */
+RF_FORCE_INLINE uint64_t checksum_line_as(const char *p, const box_walk *bw, int64_t g, int32_t id,
+                                          rf_dtype dtype, rf_checksum_scheme scheme) {
+  return scheme == RF_CHECKSUM_V1 ? checksum_line(p, bw, g, id, dtype, RF_CHECKSUM_V1)
+                                  : checksum_line(p, bw, g, id, dtype, RF_CHECKSUM_V2);
+}
+
+/* The checksum sees only bit patterns, so bf16 and fp16 share one instance; fp8 is an fp8
+ * rollout's bytes (rf_fp8_checksum). */
 RF_SIMD_CLONES
 uint64_t rf_checksum_region_as(rf_checksum_scheme scheme, const rf_region *r, const rf_box *box,
                                const rf_tensor *t, rf_dtype dtype) {
@@ -201,13 +212,11 @@ uint64_t rf_checksum_region_as(rf_checksum_scheme scheme, const rf_region *r, co
     int64_t g;
     const char *p = line_start(r, &bw, t, o, &g);
     if (dtype == RF_DTYPE_FP32)
-      sum += scheme == RF_CHECKSUM_V1
-                 ? checksum_line(p, &bw, g, t->id, RF_DTYPE_FP32, RF_CHECKSUM_V1)
-                 : checksum_line(p, &bw, g, t->id, RF_DTYPE_FP32, RF_CHECKSUM_V2);
+      sum += checksum_line_as(p, &bw, g, t->id, RF_DTYPE_FP32, scheme);
+    else if (dtype == RF_DTYPE_FP8)
+      sum += checksum_line_as(p, &bw, g, t->id, RF_DTYPE_FP8, scheme);
     else
-      sum += scheme == RF_CHECKSUM_V1
-                 ? checksum_line(p, &bw, g, t->id, RF_DTYPE_BF16, RF_CHECKSUM_V1)
-                 : checksum_line(p, &bw, g, t->id, RF_DTYPE_BF16, RF_CHECKSUM_V2);
+      sum += checksum_line_as(p, &bw, g, t->id, RF_DTYPE_BF16, scheme);
   }
   return sum;
 }

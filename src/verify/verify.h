@@ -32,7 +32,8 @@ void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, u
                     rf_dtype dtype);
 
 /* Sums the checksum terms of `box` of region r: rf_checksum_region under today's scheme,
- * rf_checksum_region_as under the one given (an older file's, for refit verify). */
+ * rf_checksum_region_as under the one given (an older file's, for refit verify). dtype may
+ * also be fp8, for the bytes of an fp8 rollout (fp8.h, rf_fp8_checksum). */
 uint64_t rf_checksum_region(const rf_region *r, const rf_box *box, const rf_tensor *t,
                             rf_dtype dtype);
 uint64_t rf_checksum_region_as(rf_checksum_scheme scheme, const rf_region *r, const rf_box *box,

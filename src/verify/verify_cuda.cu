@@ -18,6 +18,9 @@
  * (an odd first index, a transposed shard) computes element by element through the same
  * functions, so sums and mismatches do not depend on which path an element took.
  *
+ * The checksum also takes fp8 bytes (an fp8 rollout's, fp8.h), four to a word; fill and check
+ * never see fp8.
+ *
  * Checksum: per-thread 64-bit sums, a warp-shuffle and shared-memory reduction per block and
  * one atomicAdd per block. Addition mod 2^64 is associative and commutative, so the order of
  * the additions cannot change the sum: it is the CPU's to the bit.
@@ -75,7 +78,7 @@ struct check_sink {
 /* A vector access holds 16 bytes of elements; a scalar one a single element. Loads keep the
  * raw bits (4 registers for 16 bytes) until the arithmetic unpacks them. */
 template <rf_dtype D, bool VEC> struct access {
-  static constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
+  static constexpr int es = D == RF_DTYPE_FP32 ? 4 : D == RF_DTYPE_FP8 ? 1 : 2;
   static constexpr int n = VEC ? 16 / es : 1;
   using raw = typename std::conditional<VEC, uint4, uint32_t>::type;
 
@@ -84,8 +87,10 @@ template <rf_dtype D, bool VEC> struct access {
       return *(const uint4 *)p;
     else if constexpr (es == 4)
       return *(const uint32_t *)p;
-    else
+    else if constexpr (es == 2)
       return *(const uint16_t *)p;
+    else
+      return *(const uint8_t *)p;
   }
 
   static __device__ __forceinline__ void unpack(raw r, uint32_t *v) {
@@ -95,9 +100,13 @@ template <rf_dtype D, bool VEC> struct access {
       for (int m = 0; m < 4; m++) {
         if constexpr (es == 4) {
           v[m] = w[m];
-        } else {
+        } else if constexpr (es == 2) {
           v[2 * m] = w[m] & 0xffffu; /* little-endian: the lower address is the low half */
           v[2 * m + 1] = w[m] >> 16;
+        } else {
+#pragma unroll
+          for (int b = 0; b < 4; b++)
+            v[4 * m + b] = (w[m] >> (8 * b)) & 0xffu;
         }
       }
     } else {
@@ -105,7 +114,9 @@ template <rf_dtype D, bool VEC> struct access {
     }
   }
 
+  /* Fill and check write and read the generator's types only, never fp8. */
   static __device__ __forceinline__ void store(char *p, const uint32_t *v) {
+    static_assert(es != 1, "no generator values of fp8");
     if constexpr (VEC) {
       uint32_t w[4];
 #pragma unroll
@@ -145,7 +156,7 @@ __global__ void __launch_bounds__(kBlock)
     verify_kernel(gwalk w, uint64_t key, int32_t id, int64_t units, uint64_t *sum_out,
                   check_sink sink) {
   using A = access<D, VEC>;
-  constexpr int ws = A::es == 4 ? 0 : 1; /* log2 of elements per 32-bit word */
+  constexpr int ws = A::es == 4 ? 0 : A::es == 2 ? 1 : 2; /* log2 of elements per 32-bit word */
   const int64_t total = w.n_out * w.n_acc;
   /* sum: terms taken element by element; s1, s0: whole words (values.h: the terms of a word
    * add up to (2h + 1) * word, summed here as 2 * s1 + s0). */
@@ -315,7 +326,8 @@ void launch_dtype(const gwalk &w, bool vec, uint64_t key, int32_t id, int64_t un
     verify_kernel<OP, D, false><<<grid_of(units), kBlock, 0, s>>>(w, key, id, units, sum, sink);
 }
 
-/* The checksum sees only bit patterns, so fp16 shares bf16's instances there. */
+/* The checksum sees only bit patterns, so fp16 shares bf16's instances there; fp8 (an fp8
+ * rollout's bytes) is checksummed only. */
 template <int OP>
 rf_status launch(const gwalk &w, bool vec, rf_dtype dtype, uint64_t key, int32_t id, int64_t units,
                  uint64_t *sum, check_sink sink) {
@@ -329,6 +341,12 @@ rf_status launch(const gwalk &w, bool vec, rf_dtype dtype, uint64_t key, int32_t
       launch_dtype<OP, RF_DTYPE_BF16>(w, vec, key, id, units, sum, sink, s);
     else
       launch_dtype<OP, RF_DTYPE_FP16>(w, vec, key, id, units, sum, sink, s);
+    break;
+  case RF_DTYPE_FP8:
+    if constexpr (OP == OP_SUM)
+      launch_dtype<OP, RF_DTYPE_FP8>(w, vec, key, id, units, sum, sink, s);
+    else
+      return rf_fail(RF_ERR_INTERNAL, "verify: fp8 regions have a checksum only");
     break;
   default:
     launch_dtype<OP, RF_DTYPE_FP32>(w, vec, key, id, units, sum, sink, s);
