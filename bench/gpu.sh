@@ -85,3 +85,4 @@ job ipc-stall "${MPI[@]}" -np 2 $R run --model tiny --trainer fsdp=1 --rollout t
 log "cold start beside the steady state"
 python3 bench/cold.py "$H5" >"$OUT/cold.txt" 2>&1
 tee -a "$OUT/summary.txt" <"$OUT/cold.txt"
+log "done"

@@ -4,7 +4,9 @@
 # links are pointed at the system's libraries).
 mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+# Each line carries the seconds since the script began, so a call that meets the 600 s
+# limit says which step took the time.
+log() { echo "== [${SECONDS}s] $*" | tee -a "$OUT/summary.txt"; }
 MPI=(mpirun --oversubscribe -x NCCL_NVLS_ENABLE=0)
 # job NAME CMD...: one refit job, its output in $OUT/NAME.txt with its exit code, the last
 # JOB_TAIL lines (default 12) without the per-rank log, placement and REFIT_TIMELINE lines in
