@@ -442,6 +442,10 @@ int main(void) {
   test_copy_jax_slots(1024, 4096, 4);
   test_copy_jax_slots(200, 328, 1);
   test_copy_jax_slots(96, 136, 2);
+  /* Cuts at odd rows (333, 666; 83, 166): the planner peels a part's odd first or last row
+   * off so that its middle takes the aligned transpose. */
+  test_copy_jax_slots(1000, 4096, 3);
+  test_copy_jax_slots(250, 328, 3);
   /* Every batch under each --copy path: kernels alone, the copy engines for every run and
    * 2-D box they can take, and auto's choice per piece between the two. */
   static const int batches[] = {1, 1, 2, 3, 7, 20, 50, 120, 200, 200};

@@ -16,7 +16,8 @@
  *   pairs  the bf16 transpose (a --trainer-order jax source, dense along the walk's outer
  *          dimension, into a destination dense along its inner one), when every word is
  *          aligned: 64 x 128 tiles through shared memory, element pairs moved as 4-byte words
- *          on both sides.
+ *          on both sides. A box cut at an odd row first has that row peeled off
+ *          (peel_transpose), so that the rest qualifies.
  *   tiles  anything else with 1-, 2- or 4-byte elements: 64 x 64 element tiles through shared
  *          memory, read along whichever tile dimension the source is denser in and written
  *          along the destination's, so both sides are coalesced. Tile rows are padded to an
@@ -49,6 +50,7 @@
  * queuing a copy never waits for earlier work on the stream. */
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" {
@@ -541,13 +543,77 @@ rf_status engine_end(cudaStream_t stream) {
   return RF_OK;
 }
 
+/* ---- host side: peeling odd edges off transposes ---------------------------------------- */
+
+/* A transpose of 2-byte elements takes the pairs kernel only where its outer lines start on a
+ * 4-byte word and come in an even number (plan_piece). A box cut at an odd row, as a bucket
+ * edge may cut a JAX-order shard, has neither, and the whole box would fall to the generic
+ * tile kernel. Peeling its first outer line (one element further along the source's dense
+ * dimension puts the start on a word) and then, for an odd count, its last one leaves an
+ * aligned middle for the pairs kernel; the peeled lines are single rows of the tile class.
+ * Fills out[] and returns the number of boxes (1: nothing to peel). */
+int peel_transpose(const rf_box_copy *c, rf_box_copy out[3]) {
+  out[0] = *c;
+  rf_copy_walk cw = rf_copy_walk_of(&c->dst, &c->src, &c->box);
+  if (c->src.esize != 2 || cw.n_out < 3 || cw.s_out != 1 || cw.d_in != 1 || cw.n_in % 2 != 0)
+    return 1;
+  const uint64_t fixed =
+      (uint64_t)(uintptr_t)cw.dst | (uint64_t)(cw.s_in * 2) | (uint64_t)(cw.d_out * 2);
+  const bool src_odd = (uintptr_t)cw.src % 4 != 0;
+  if (fixed % 4 != 0 || (uintptr_t)cw.src % 2 != 0 || (!src_odd && cw.n_out % 2 == 0))
+    return 1;
+  /* The box dimension the outer lines run across (rf_copy_walk_of's `outer`). */
+  const int64_t h = c->box.hi[0] - c->box.lo[0], w = c->box.hi[1] - c->box.lo[1];
+  const int od = (w == 1 || (h > 1 && c->dst.stride[0] < c->dst.stride[1])) ? 1 : 0;
+  rf_box mid = c->box;
+  int n = 0;
+  if (src_odd) {
+    out[n] = *c;
+    out[n].box.hi[od] = mid.lo[od] + 1;
+    mid.lo[od]++, n++;
+  }
+  if ((mid.hi[od] - mid.lo[od]) % 2 != 0) {
+    out[n] = *c;
+    out[n].box.lo[od] = mid.hi[od] - 1;
+    mid.hi[od]--, n++;
+  }
+  out[n] = *c;
+  out[n].box = mid;
+  return n + 1;
+}
+
+/* The pieces are planned twice: once to count each class, once more straight into their
+ * places in the table, grouped by class, so that each launch reads a contiguous range. */
+rf_status copy_planned(const rf_box_copy *copies, int count, int mapped);
+
 } // namespace
 
 extern "C" void rf_gpu_set_copy_path(int path) { copy_path = path; }
 
-/* The pieces are planned twice: once to count each class, once more straight into their
- * places in the table, grouped by class, so that each launch reads a contiguous range. */
 extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count, int mapped) {
+  int extra = 0;
+  rf_box_copy parts[3];
+  for (int i = 0; i < count; i++)
+    extra += peel_transpose(&copies[i], parts) - 1;
+  if (extra == 0)
+    return copy_planned(copies, count, mapped);
+  rf_box_copy *all =
+      (rf_box_copy *)rf_malloc((size_t)(count + extra) * sizeof *all, "peeled box copies");
+  if (!all)
+    return RF_ERR_NOMEM;
+  int n = 0;
+  for (int i = 0; i < count; i++) {
+    int k = peel_transpose(&copies[i], parts);
+    memcpy(all + n, parts, (size_t)k * sizeof *all);
+    n += k;
+  }
+  rf_status st = copy_planned(all, n, mapped);
+  free(all);
+  return st;
+}
+
+namespace {
+rf_status copy_planned(const rf_box_copy *copies, int count, int mapped) {
   if (count <= 0)
     return RF_OK;
   int n_cls[CLS_COUNT] = {0}, at[CLS_COUNT], n_engine = 0;
@@ -601,3 +667,4 @@ extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count, int
   sl->pending = 1;
   return n_engine > 0 ? engine_end(stream) : RF_OK;
 }
+} // namespace
