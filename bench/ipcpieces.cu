@@ -11,105 +11,13 @@
 // (refit's copy engines) and on 1, and one kernel of 1 MiB chunks (one block each, 16-byte
 // accesses, like refit's run class). Median of 10 after 2, CUDA events on the copying stream.
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o ipcpieces bench/ipcpieces.cu -lcuda && ./ipcpieces
-#include <cuda.h>
-#include <cuda_runtime.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <functional>
-#include <vector>
-
-#define CK(x)                                                                                      \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));           \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
-
-#define CU(x)                                                                                      \
-  do {                                                                                             \
-    CUresult r_ = (x);                                                                             \
-    if (r_ != CUDA_SUCCESS) {                                                                      \
-      const char *s_;                                                                              \
-      cuGetErrorString(r_, &s_);                                                                   \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_);                               \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
+#include "ipc_probe.h"
 
 // The parent's three exports, and (SCM_RIGHTS) the VMM allocation's file descriptor.
 struct Msg {
   cudaIpcMemHandle_t exact, rounded;
   size_t vmm_bytes;
 };
-
-static void send_msg(int sock, int fd, const Msg &m) {
-  struct msghdr h = {};
-  struct iovec io = {(void *)&m, sizeof m};
-  char ctl[CMSG_SPACE(sizeof(int))] = {};
-  h.msg_iov = &io;
-  h.msg_iovlen = 1;
-  h.msg_control = ctl;
-  h.msg_controllen = sizeof ctl;
-  struct cmsghdr *c = CMSG_FIRSTHDR(&h);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  if (sendmsg(sock, &h, 0) != (ssize_t)sizeof m) {
-    perror("sendmsg");
-    exit(1);
-  }
-}
-
-static int recv_msg(int sock, Msg *m) {
-  struct msghdr h = {};
-  struct iovec io = {m, sizeof *m};
-  char ctl[CMSG_SPACE(sizeof(int))] = {};
-  h.msg_iov = &io;
-  h.msg_iovlen = 1;
-  h.msg_control = ctl;
-  h.msg_controllen = sizeof ctl;
-  if (recvmsg(sock, &h, MSG_WAITALL) != (ssize_t)sizeof *m) {
-    perror("recvmsg");
-    exit(1);
-  }
-  struct cmsghdr *c = CMSG_FIRSTHDR(&h);
-  int fd = -1;
-  if (c && c->cmsg_type == SCM_RIGHTS)
-    memcpy(&fd, CMSG_DATA(c), sizeof(int));
-  return fd;
-}
-
-static CUmemAllocationProp vmm_prop() {
-  CUmemAllocationProp p = {};
-  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  p.location.id = 0;
-  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  return p;
-}
-
-// Maps `h` (`bytes`, a multiple of the granularity) read-write for device 0.
-static char *vmm_map(CUmemGenericAllocationHandle h, size_t bytes) {
-  CUdeviceptr va;
-  CU(cuMemAddressReserve(&va, bytes, 0, 0, 0));
-  CU(cuMemMap(va, bytes, 0, h, 0));
-  CUmemAccessDesc a = {};
-  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  a.location.id = 0;
-  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  CU(cuMemSetAccess(va, bytes, &a, 1));
-  return (char *)va;
-}
 
 struct Piece {
   const int4 *src;
@@ -154,51 +62,26 @@ int main() {
     CK(cudaSetDevice(0));
     CU(cuInit(0));
     Msg m = {};
-    void *exact, *round;
-    CK(cudaMalloc(&exact, total));
-    CK(cudaMalloc(&round, rounded));
-    CK(cudaMemset(exact, 7, total));
-    CK(cudaMemset(round, 7, rounded));
-    CK(cudaIpcGetMemHandle(&m.exact, exact));
-    CK(cudaIpcGetMemHandle(&m.rounded, round));
-    CUmemAllocationProp p = vmm_prop();
-    size_t g = 0;
-    CU(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
-    m.vmm_bytes = (total + g - 1) / g * g;
-    CUmemGenericAllocationHandle h;
-    CU(cuMemCreate(&h, m.vmm_bytes, &p, 0));
-    char *v = vmm_map(h, m.vmm_bytes);
-    CK(cudaMemset(v, 7, m.vmm_bytes));
-    CK(cudaDeviceSynchronize());
-    int fd;
-    CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-    send_msg(sv[0], fd, m);
-    char done;
-    if (read(sv[0], &done, 1) != 1)
-      perror("read");
-    int st;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    m.exact = ipc_export(total);
+    m.rounded = ipc_export(rounded);
+    int fd = vmm_export(total, &m.vmm_bytes);
+    send_with_fd(sv[0], fd, &m, sizeof m);
+    return parent_wait(sv[0], pid);
   }
   CK(cudaSetDevice(0));
   CU(cuInit(0));
   Msg m;
-  int fd = recv_msg(sv[1], &m);
+  int fd = recv_with_fd(sv[1], &m, sizeof m);
   char *own, *dst, *exact, *round;
   CK(cudaMalloc(&own, total));
   CK(cudaMalloc(&dst, total));
   CK(cudaMemset(own, 7, total));
   CK(cudaIpcOpenMemHandle((void **)&exact, m.exact, cudaIpcMemLazyEnablePeerAccess));
   CK(cudaIpcOpenMemHandle((void **)&round, m.rounded, cudaIpcMemLazyEnablePeerAccess));
-  CUmemGenericAllocationHandle vh;
-  CU(cuMemImportFromShareableHandle(&vh, (void *)(uintptr_t)fd,
-                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-  char *vmm = vmm_map(vh, m.vmm_bytes);
+  char *vmm = vmm_import(fd, m.vmm_bytes);
   cudaStream_t s, st[4];
   CK(cudaStreamCreate(&s));
-  cudaEvent_t a, b, go, join[4];
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
+  cudaEvent_t go, join[4];
   CK(cudaEventCreateWithFlags(&go, cudaEventDisableTiming));
   for (int i = 0; i < 4; i++) {
     CK(cudaStreamCreateWithFlags(&st[i], cudaStreamNonBlocking));
@@ -206,19 +89,7 @@ int main() {
   }
   double ref = 0;
   auto run = [&](const char *name, const std::function<void()> &fn) {
-    std::vector<float> t;
-    for (int r = 0; r < 12; r++) {
-      CK(cudaEventRecord(a, s));
-      fn();
-      CK(cudaEventRecord(b, s));
-      CK(cudaEventSynchronize(b));
-      float ms;
-      CK(cudaEventElapsedTime(&ms, a, b));
-      if (r >= 2)
-        t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    double med = t[t.size() / 2];
+    double med = median_ms(s, fn);
     if (ref == 0)
       ref = med;
     printf("%-52s %8.3f ms %8.1f GB/s  %5.3f of own contiguous\n", name, med, total / med / 1e6,
@@ -285,8 +156,6 @@ int main() {
   }
   CK(cudaIpcCloseMemHandle(exact));
   CK(cudaIpcCloseMemHandle(round));
-  char done = 1;
-  if (write(sv[1], &done, 1) != 1)
-    perror("write");
+  child_done(sv[1]);
   return 0;
 }

@@ -8,39 +8,7 @@
 // a file descriptor, pulling and pushing, with refit's tile and four others. Median of 10
 // after 2, CUDA events on the copying stream, against a memcpy of the same bytes.
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o ipctranspose bench/ipctranspose.cu -lcuda && ./ipctranspose
-#include <cuda.h>
-#include <cuda_runtime.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <functional>
-#include <vector>
-
-#define CK(x)                                                                                      \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));           \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
-
-#define CU(x)                                                                                      \
-  do {                                                                                             \
-    CUresult r_ = (x);                                                                             \
-    if (r_ != CUDA_SUCCESS) {                                                                      \
-      const char *s_;                                                                              \
-      cuGetErrorString(r_, &s_);                                                                   \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_);                               \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
+#include "ipc_probe.h"
 
 // The parent's two cudaIpc exports, and (SCM_RIGHTS) the VMM allocation's file descriptor.
 struct Msg {
@@ -48,79 +16,19 @@ struct Msg {
   size_t vmm_bytes;
 };
 
-static void send_msg(int sock, int fd, const Msg &m) {
-  struct msghdr h = {};
-  struct iovec io = {(void *)&m, sizeof m};
-  char ctl[CMSG_SPACE(sizeof(int))] = {};
-  h.msg_iov = &io;
-  h.msg_iovlen = 1;
-  h.msg_control = ctl;
-  h.msg_controllen = sizeof ctl;
-  struct cmsghdr *c = CMSG_FIRSTHDR(&h);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  if (sendmsg(sock, &h, 0) != (ssize_t)sizeof m) {
-    perror("sendmsg");
-    exit(1);
-  }
-}
-
-static int recv_msg(int sock, Msg *m) {
-  struct msghdr h = {};
-  struct iovec io = {m, sizeof *m};
-  char ctl[CMSG_SPACE(sizeof(int))] = {};
-  h.msg_iov = &io;
-  h.msg_iovlen = 1;
-  h.msg_control = ctl;
-  h.msg_controllen = sizeof ctl;
-  if (recvmsg(sock, &h, MSG_WAITALL) != (ssize_t)sizeof *m) {
-    perror("recvmsg");
-    exit(1);
-  }
-  struct cmsghdr *c = CMSG_FIRSTHDR(&h);
-  int fd = -1;
-  if (c && c->cmsg_type == SCM_RIGHTS)
-    memcpy(&fd, CMSG_DATA(c), sizeof(int));
-  return fd;
-}
-
-static CUmemAllocationProp vmm_prop() {
-  CUmemAllocationProp p = {};
-  p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  p.location.id = 0;
-  p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  return p;
-}
-
-// Maps `h` (`bytes`, a multiple of the granularity) read-write for device 0.
-static char *vmm_map(CUmemGenericAllocationHandle h, size_t bytes) {
-  CUdeviceptr va;
-  CU(cuMemAddressReserve(&va, bytes, 0, 0, 0));
-  CU(cuMemMap(va, bytes, 0, h, 0));
-  CUmemAccessDesc a = {};
-  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  a.location.id = 0;
-  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  CU(cuMemSetAccess(va, bytes, &a, 1));
-  return (char *)va;
-}
-
 // A JAX-order piece's transpose: the source holds the weight as [n_i rows][n_o columns]
 // (dense along o), the destination as HF's [n_o rows][n_i columns]. A block moves one tile of
 // TI x TO elements through shared memory with 4-byte words on both sides, as refit's
 // copy_pairs does (TI 64, TO 128 there): a warp reads TO elements of a source row and writes
 // TI elements of a destination row. Blocks walk i first.
+// Stages source rows i0 .. i0 + TI - 1, elements o0 .. o0 + TO - 1, in shared memory as
+// tile[i][o]: each lane reads 4-byte words (two elements of a row) and all loads are issued
+// before the stores.
 template <int TI, int TO>
-__global__ void __launch_bounds__(256)
-    tpairs(const uint16_t *__restrict__ src, uint16_t *__restrict__ dst, int64_t n_o, int64_t n_i,
-           int64_t tiles_i) {
-  __shared__ uint16_t tile[TI][TO + 1];
+__device__ __forceinline__ void load_tile(const uint16_t *__restrict__ src, int64_t n_o, int64_t i0,
+                                          int64_t o0, uint16_t (*tile)[TO + 1]) {
+  constexpr int RW = TI / 8, HW = TO / 64;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t i0 = (blockIdx.x % tiles_i) * TI, o0 = (blockIdx.x / tiles_i) * TO;
-  constexpr int RW = TI / 8, HW = TO / 64, OW = TO / 8, IW = TI / 64;
   uint32_t v[RW][HW];
 #pragma unroll
   for (int k = 0; k < RW; k++)
@@ -136,6 +44,17 @@ __global__ void __launch_bounds__(256)
       tile[warp + 8 * k][64 * h + 2 * lane + 1] = (uint16_t)(v[k][h] >> 16);
     }
   __syncthreads();
+}
+
+template <int TI, int TO>
+__global__ void __launch_bounds__(256)
+    tpairs(const uint16_t *__restrict__ src, uint16_t *__restrict__ dst, int64_t n_o, int64_t n_i,
+           int64_t tiles_i) {
+  __shared__ uint16_t tile[TI][TO + 1];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t i0 = (blockIdx.x % tiles_i) * TI, o0 = (blockIdx.x / tiles_i) * TO;
+  constexpr int OW = TO / 8, IW = TI / 64;
+  load_tile<TI, TO>(src, n_o, i0, o0, tile);
 #pragma unroll
   for (int k = 0; k < OW; k++) {
     const int o = warp + 8 * k;
@@ -157,22 +76,8 @@ __global__ void __launch_bounds__(256)
   __shared__ uint16_t tile[TI][TO + 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t i0 = (blockIdx.x % tiles_i) * TI, o0 = (blockIdx.x / tiles_i) * TO;
-  constexpr int RW = TI / 8, HW = TO / 64, OW = TO / 8;
-  uint32_t v[RW][HW];
-#pragma unroll
-  for (int k = 0; k < RW; k++)
-#pragma unroll
-    for (int h = 0; h < HW; h++)
-      v[k][h] =
-          __ldg((const unsigned int *)(src + (i0 + warp + 8 * k) * n_o + o0 + 64 * h + 2 * lane));
-#pragma unroll
-  for (int k = 0; k < RW; k++)
-#pragma unroll
-    for (int h = 0; h < HW; h++) {
-      tile[warp + 8 * k][64 * h + 2 * lane] = (uint16_t)v[k][h];
-      tile[warp + 8 * k][64 * h + 2 * lane + 1] = (uint16_t)(v[k][h] >> 16);
-    }
-  __syncthreads();
+  constexpr int OW = TO / 8;
+  load_tile<TI, TO>(src, n_o, i0, o0, tile);
 #pragma unroll
   for (int k = 0; k < OW; k++) {
     const int o = warp + 8 * k, i = 4 * lane;
@@ -224,36 +129,16 @@ int main() {
     CK(cudaSetDevice(0));
     CU(cuInit(0));
     Msg m = {};
-    void *a, *b;
-    CK(cudaMalloc(&a, rounded));
-    CK(cudaMalloc(&b, rounded));
-    CK(cudaMemset(a, 7, rounded));
-    CK(cudaMemset(b, 7, rounded));
-    CK(cudaIpcGetMemHandle(&m.src, a));
-    CK(cudaIpcGetMemHandle(&m.dst, b));
-    CUmemAllocationProp p = vmm_prop();
-    size_t g = 0;
-    CU(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
-    m.vmm_bytes = (2 * total + g - 1) / g * g; // source and destination halves
-    CUmemGenericAllocationHandle h;
-    CU(cuMemCreate(&h, m.vmm_bytes, &p, 0));
-    char *v = vmm_map(h, m.vmm_bytes);
-    CK(cudaMemset(v, 7, m.vmm_bytes));
-    CK(cudaDeviceSynchronize());
-    int fd;
-    CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
-    send_msg(sv[0], fd, m);
-    char done;
-    if (read(sv[0], &done, 1) != 1)
-      perror("read");
-    int st;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+    m.src = ipc_export(rounded);
+    m.dst = ipc_export(rounded);
+    int fd = vmm_export(2 * total + mib2, &m.vmm_bytes);
+    send_with_fd(sv[0], fd, &m, sizeof m);
+    return parent_wait(sv[0], pid);
   }
   CK(cudaSetDevice(0));
   CU(cuInit(0));
   Msg m;
-  int fd = recv_msg(sv[1], &m);
+  int fd = recv_with_fd(sv[1], &m, sizeof m);
   char *own_src, *own_dst, *peer_src, *peer_dst;
   CK(cudaMalloc(&own_src, rounded));
   CK(cudaMalloc(&own_dst, rounded));
@@ -261,32 +146,13 @@ int main() {
   CK(cudaDeviceSynchronize());
   CK(cudaIpcOpenMemHandle((void **)&peer_src, m.src, cudaIpcMemLazyEnablePeerAccess));
   CK(cudaIpcOpenMemHandle((void **)&peer_dst, m.dst, cudaIpcMemLazyEnablePeerAccess));
-  CUmemGenericAllocationHandle vh;
-  CU(cuMemImportFromShareableHandle(&vh, (void *)(uintptr_t)fd,
-                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-  char *vmm = vmm_map(vh, m.vmm_bytes);
+  char *vmm = vmm_import(fd, m.vmm_bytes);
   char *vmm_src = vmm, *vmm_dst = vmm + (total + mib2 - 1) / mib2 * mib2;
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
   double ref = 0;
   auto run = [&](const char *name, const std::function<void()> &fn) {
-    std::vector<float> t;
-    for (int r = 0; r < 12; r++) {
-      CK(cudaEventRecord(a, s));
-      fn();
-      CK(cudaEventRecord(b, s));
-      CK(cudaEventSynchronize(b));
-      CK(cudaGetLastError());
-      float ms;
-      CK(cudaEventElapsedTime(&ms, a, b));
-      if (r >= 2)
-        t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    double med = t[t.size() / 2];
+    double med = median_ms(s, fn);
     if (ref == 0)
       ref = med;
     printf("%-58s %8.3f ms %7.1f GB/s  %5.3f of own memcpy\n", name, med, total / med / 1e6,
@@ -375,8 +241,6 @@ int main() {
     }
   CK(cudaIpcCloseMemHandle(peer_src));
   CK(cudaIpcCloseMemHandle(peer_dst));
-  char done = 1;
-  if (write(sv[1], &done, 1) != 1)
-    perror("write");
+  child_done(sv[1]);
   return 0;
 }
