@@ -562,9 +562,7 @@ int peel_transpose(const rf_box_copy *c, rf_box_copy out[3]) {
   const bool src_odd = (uintptr_t)cw.src % 4 != 0;
   if (fixed % 4 != 0 || (uintptr_t)cw.src % 2 != 0 || (!src_odd && cw.n_out % 2 == 0))
     return 1;
-  /* The box dimension the outer lines run across (rf_copy_walk_of's `outer`). */
-  const int64_t h = c->box.hi[0] - c->box.lo[0], w = c->box.hi[1] - c->box.lo[1];
-  const int od = (w == 1 || (h > 1 && c->dst.stride[0] < c->dst.stride[1])) ? 1 : 0;
+  const int od = cw.outer;
   rf_box mid = c->box;
   int n = 0;
   if (src_odd) {
@@ -584,35 +582,6 @@ int peel_transpose(const rf_box_copy *c, rf_box_copy out[3]) {
 
 /* The pieces are planned twice: once to count each class, once more straight into their
  * places in the table, grouped by class, so that each launch reads a contiguous range. */
-rf_status copy_planned(const rf_box_copy *copies, int count, int mapped);
-
-} // namespace
-
-extern "C" void rf_gpu_set_copy_path(int path) { copy_path = path; }
-
-extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count, int mapped) {
-  int extra = 0;
-  rf_box_copy parts[3];
-  for (int i = 0; i < count; i++)
-    extra += peel_transpose(&copies[i], parts) - 1;
-  if (extra == 0)
-    return copy_planned(copies, count, mapped);
-  rf_box_copy *all =
-      (rf_box_copy *)rf_malloc((size_t)(count + extra) * sizeof *all, "peeled box copies");
-  if (!all)
-    return RF_ERR_NOMEM;
-  int n = 0;
-  for (int i = 0; i < count; i++) {
-    int k = peel_transpose(&copies[i], parts);
-    memcpy(all + n, parts, (size_t)k * sizeof *all);
-    n += k;
-  }
-  rf_status st = copy_planned(all, n, mapped);
-  free(all);
-  return st;
-}
-
-namespace {
 rf_status copy_planned(const rf_box_copy *copies, int count, int mapped) {
   if (count <= 0)
     return RF_OK;
@@ -667,4 +636,31 @@ rf_status copy_planned(const rf_box_copy *copies, int count, int mapped) {
   sl->pending = 1;
   return n_engine > 0 ? engine_end(stream) : RF_OK;
 }
+
 } // namespace
+
+extern "C" void rf_gpu_set_copy_path(int path) { copy_path = path; }
+
+/* Odd edges are peeled off transposes first (peel_transpose); a batch without any is planned
+ * as it came, with no copy of the list. */
+extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count, int mapped) {
+  int extra = 0;
+  rf_box_copy parts[3];
+  for (int i = 0; i < count; i++)
+    extra += peel_transpose(&copies[i], parts) - 1;
+  if (extra == 0)
+    return copy_planned(copies, count, mapped);
+  rf_box_copy *all =
+      (rf_box_copy *)rf_malloc((size_t)(count + extra) * sizeof *all, "peeled box copies");
+  if (!all)
+    return RF_ERR_NOMEM;
+  int n = 0;
+  for (int i = 0; i < count; i++) {
+    int k = peel_transpose(&copies[i], parts);
+    memcpy(all + n, parts, (size_t)k * sizeof *all);
+    n += k;
+  }
+  rf_status st = copy_planned(all, n, mapped);
+  free(all);
+  return st;
+}

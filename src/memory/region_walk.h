@@ -13,6 +13,7 @@ typedef struct {
   const char *src;
   int64_t n_out, n_in;
   int64_t d_out, d_in, s_out, s_in;
+  int outer; /* the box dimension a step from line to line moves along */
 } rf_copy_walk;
 
 /* Walks innermost the dimension in which the destination is dense, so that writes stream; a
@@ -26,6 +27,7 @@ static inline rf_copy_walk rf_copy_walk_of(const rf_region *dst, const rf_region
   if (w == 1 || (h > 1 && dst->stride[0] < dst->stride[1]))
     inner = 0;
   int outer = 1 - inner;
+  cw.outer = outer;
   cw.n_out = inner ? h : w, cw.n_in = inner ? w : h;
   cw.d_out = dst->stride[outer], cw.d_in = dst->stride[inner];
   cw.s_out = src->stride[outer], cw.s_in = src->stride[inner];
