@@ -87,13 +87,17 @@ static void test_toy(void) {
   rf_plan plan;
   build_plan("tiny", "fsdp=2", "tp=2", RF_PLACEMENT_DISAGGREGATED, &m, &lay, &plan);
   ASSERT_EQ(plan.transfer_bytes, 279808);
+  /* fused on a wire that gathers (mpi's datatypes, the rule alone here) copies the strided
+   * chunks that grouped packs and unpacks, and stages nothing. */
   const struct {
     rf_mode mode;
+    rf_wire wire;
     int64_t messages, staging, pack, unpack;
-  } cases[] = {{RF_MODE_GROUPED, 62, 98304, 24576, 98304},
-               {RF_MODE_FUSED, 4, 279808, 139904, 139904}};
+  } cases[] = {{RF_MODE_GROUPED, RF_WIRE_CONTIGUOUS, 62, 98304, 24576, 98304},
+               {RF_MODE_FUSED, RF_WIRE_CONTIGUOUS, 4, 279808, 139904, 139904},
+               {RF_MODE_FUSED, RF_WIRE_GATHERS, 4, 0, 24576, 98304}};
   for (size_t i = 0; i < RF_ARRAY_LEN(cases); i++) {
-    rf_sim_options o = {cases[i].mode, 0, 1, 0};
+    rf_sim_options o = {cases[i].mode, 0, 1, 0, cases[i].wire};
     rf_sim_result r;
     ASSERT_OK(rf_simulate(&plan, &c, &o, &r));
     ASSERT_NEAR(r.bound_s, 279808e-9, 1e-12);
@@ -150,7 +154,7 @@ static void test_classes(void) {
   rf_layout lay;
   rf_plan plan;
   build_plan("tiny", "fsdp=2", "tp=2", RF_PLACEMENT_COLOCATED, &m, &lay, &plan);
-  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0};
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS};
   rf_sim_result r;
   ASSERT_OK(rf_simulate(&plan, &toy, &o, &r));
   ASSERT_EQ(r.nodes_used, 1);
@@ -206,7 +210,7 @@ static void test_fanout(void) {
   ASSERT_EQ(plan.piece_count, 58);
   int64_t busier = RF_MAX(plan.forward_send_bytes[0], plan.forward_send_bytes[1]);
   ASSERT_GT(busier, 0);
-  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0};
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS};
   rf_sim_result r;
   ASSERT_OK(rf_simulate(&plan, &c, &o, &r));
   ASSERT_EQ(r.class_bytes[RF_SIM_NETWORK], 279168);
@@ -300,7 +304,7 @@ static void test_cluster_errors(void) {
   rf_cluster toy, vm;
   ASSERT_OK(rf_cluster_load(source_file("tests/data/cluster-toy.json"), &toy));
   ASSERT_OK(rf_cluster_load(source_file("configs/clusters/vm-2core.json"), &vm));
-  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0};
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS};
   rf_sim_result r;
   char got[512];
   rf_log_capture(got, sizeof got);
@@ -340,7 +344,7 @@ static void test_mapping(void) {
   } cases[] = {
       {RF_MODE_GROUPED, 0, 1, 1}, {RF_MODE_FUSED, 4096, 1, 69}, {RF_MODE_UNFUSED, 0, 21, 1}};
   for (size_t i = 0; i < RF_ARRAY_LEN(cases); i++) {
-    rf_sim_options o = {cases[i].mode, cases[i].bucket_size, 1, 1};
+    rf_sim_options o = {cases[i].mode, cases[i].bucket_size, 1, 1, RF_WIRE_CONTIGUOUS};
     rf_sim_result r;
     ASSERT_OK(rf_simulate(&plan, &lent, &o, &r));
     double latency = cases[i].launches * launch + notes;
@@ -393,7 +397,7 @@ static void test_mapping(void) {
     ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
     int64_t half = RF_MAX(plan.send_bytes[0], plan.send_bytes[1]);
     ASSERT_TRUE(half < plan.transfer_bytes);
-    rf_sim_options o = {RF_MODE_FUSED, 0, 1, 1};
+    rf_sim_options o = {RF_MODE_FUSED, 0, 1, 1, RF_WIRE_CONTIGUOUS};
     rf_sim_result r;
     ASSERT_OK(rf_simulate(&plan, &quad, &o, &r));
     double expected = (double)(order == RF_ORDER_JAX ? half : plan.transfer_bytes) / 100e9;
@@ -431,7 +435,7 @@ static void test_local(void) {
   const double copy = 279168 / 2140e9;
   for (int mapping = 0; mapping <= 1; mapping++)
     for (int mode = 0; mode < RF_MODE_COUNT; mode++) {
-      rf_sim_options o = {(rf_mode)mode, 0, 1, mapping};
+      rf_sim_options o = {(rf_mode)mode, 0, 1, mapping, RF_WIRE_CONTIGUOUS};
       rf_sim_result r;
       ASSERT_OK(rf_simulate(&plan, &lent, &o, &r));
       int launches = mode == RF_MODE_UNFUSED ? 21 : 1;
@@ -470,7 +474,7 @@ static void test_fit(void) {
     build_plan(models[mi], "fsdp=2", "tp=2", RF_PLACEMENT_DISAGGREGATED, &m, &lay, &plan);
     for (int mode = 0; mode < RF_MODE_COUNT; mode++)
       for (size_t b = 0; b < RF_ARRAY_LEN(buckets); b++) {
-        rf_sim_options o = {(rf_mode)mode, buckets[b], 0, 0};
+        rf_sim_options o = {(rf_mode)mode, buckets[b], 0, 0, RF_WIRE_CONTIGUOUS};
         ASSERT_OK(rf_sim_trace_record(&plan, &start, &o, &traces[n]));
         samples[n].trace = traces[n];
         ASSERT_OK(rf_sim_trace_time(traces[n], &hidden, &samples[n].measured_s));

@@ -236,6 +236,10 @@ double rf_now(void);
  * caller cleans up (cancels, aborts) and then reports with rf_timeout_error. */
 typedef rf_status (*rf_poll_fn)(void *ctx, int *done);
 rf_status rf_poll(rf_poll_fn poll, void *ctx, double seconds);
+/* The same without the naps: between checks it only yields the core (sched_yield). For waits
+ * whose progress happens inside the checks themselves, as MPI's does: a rank that naps stalls
+ * the fragments of a strided message, which move only while both ends call into MPI. */
+rf_status rf_poll_busy(rf_poll_fn poll, void *ctx, double seconds);
 /* Logs "timed out after S s waiting for WHAT; <consequence> (a peer rank is dead or stalled;
  * raise --timeout if the job is just slow)" and returns RF_ERR_TIMEOUT. */
 rf_status rf_timeout_error(double seconds, const char *what, const char *consequence);

@@ -1,6 +1,7 @@
 /* Small utilities every module uses: logged allocation, the monotonic clock, byte formatting
  * and a growable string. */
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +74,7 @@ static void tighten_timer_slack(void) {
 #endif
 }
 
-rf_status rf_poll(rf_poll_fn poll, void *ctx, double seconds) {
+static rf_status poll_until(rf_poll_fn poll, void *ctx, double seconds, int nap_after) {
   tighten_timer_slack();
   double deadline = rf_now() + seconds;
   const struct timespec nap = {0, 20000};
@@ -84,9 +85,19 @@ rf_status rf_poll(rf_poll_fn poll, void *ctx, double seconds) {
       return RF_OK;
     if (rf_now() > deadline)
       return RF_ERR_TIMEOUT;
-    if (spins > 1000)
+    if (!nap_after)
+      sched_yield();
+    else if (spins > nap_after)
       nanosleep(&nap, NULL);
   }
+}
+
+rf_status rf_poll(rf_poll_fn poll, void *ctx, double seconds) {
+  return poll_until(poll, ctx, seconds, 1000);
+}
+
+rf_status rf_poll_busy(rf_poll_fn poll, void *ctx, double seconds) {
+  return poll_until(poll, ctx, seconds, 0);
 }
 
 rf_status rf_timeout_error(double seconds, const char *what, const char *consequence) {

@@ -144,7 +144,8 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
 
 /* Predicts each mode in turn, printing as it goes (text) or collecting (JSON). */
 static rf_status simulate_modes(const rf_sim_context *x, rf_results *results, json_t *all) {
-  rf_sim_options o = {RF_MODE_GROUPED, x->cfg->bucket_size, x->device, x->transport->mapping};
+  rf_sim_options o = {RF_MODE_GROUPED, x->cfg->bucket_size, x->device, x->transport->mapping,
+                      rf_sim_wire(x->transport, x->device)};
   for (int i = 0; i < x->cfg->mode.count; i++) {
     o.mode = x->cfg->mode.items[i];
     /* Calibrated, each mode with the rates its own runs gave (simulate.h). */

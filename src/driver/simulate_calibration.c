@@ -120,7 +120,8 @@ static rf_status add_run(sample_list *l, rf_calibration *cal, const rf_loaded_ru
   const rf_transport_ops *transport = NULL;
   if (st == RF_OK)
     st = rf_transport_describe(r->transport, &transport);
-  rf_sim_options o = {cfg->mode.items[0], r->bucket_size, device, transport && transport->mapping};
+  rf_sim_options o = {cfg->mode.items[0], r->bucket_size, device, transport && transport->mapping,
+                      transport ? rf_sim_wire(transport, device) : RF_WIRE_CONTIGUOUS};
   rf_sim_trace *t = NULL;
   if (st == RF_OK)
     st = rf_sim_trace_record(&job.plan, c, &o, &t);

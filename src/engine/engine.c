@@ -126,24 +126,58 @@ static int carries_fp8(const rf_plan *plan, const rf_chunk *k) {
   return rf_piece_carries_fp8(plan, &plan->pieces[k->piece]);
 }
 
-int rf_engine_send_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, const rf_chunk *k) {
-  if (mode == RF_MODE_FUSED || staged_wire || carries_fp8(plan, k))
-    return 0;
-  rf_region src = source_over(plan, &plan->pieces[k->piece], NULL);
-  return rf_region_contiguous(&src, &k->box);
+rf_wire rf_engine_wire_rule(const rf_transport_ops *ops, rf_mem_kind memory) {
+  if (memory == RF_MEM_DEVICE && ops->memory != RF_MEM_DEVICE)
+    return RF_WIRE_STAGED;
+  const char *off = getenv("REFIT_GATHER");
+  return ops->post_strided && !(off && !strcmp(off, "0")) ? RF_WIRE_GATHERS : RF_WIRE_CONTIGUOUS;
 }
 
-int rf_engine_recv_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, const rf_chunk *k) {
-  if (mode == RF_MODE_FUSED || staged_wire || carries_fp8(plan, k))
+/* Whether `box` of region r can be named in place on this wire. A wire that gathers takes
+ * any box whose rows are contiguous in fused, where it spares packing and unpacking whole
+ * peers' messages. unfused and grouped keep strided boxes in staging even then: a contiguous
+ * message takes MPI's single-copy path and the unpack is one more copy on the receiver, while
+ * a strided one moves through MPI's fragment pipeline, which needs both ends on a core at once;
+ * with ranks sharing cores that measured slower (results/host.md, 2026-12-04 late). */
+static int in_place(const rf_region *r, const rf_box *box, rf_mode mode, rf_wire wire) {
+  if (wire == RF_WIRE_GATHERS && mode == RF_MODE_FUSED)
+    return box->hi[1] - box->lo[1] == 1 || r->stride[1] == 1 || rf_region_contiguous(r, box);
+  return mode != RF_MODE_FUSED && rf_region_contiguous(r, box);
+}
+
+int rf_engine_send_in_place(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k) {
+  if (wire == RF_WIRE_STAGED || carries_fp8(plan, k))
+    return 0;
+  rf_region src = source_over(plan, &plan->pieces[k->piece], NULL);
+  return in_place(&src, &k->box, mode, wire);
+}
+
+int rf_engine_recv_in_place(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k) {
+  if (wire == RF_WIRE_STAGED || carries_fp8(plan, k))
     return 0;
   rf_box kept;
   rf_region dst = destination_over(plan, &plan->pieces[k->piece], &k->box, NULL, &kept);
-  return rf_box_equal(&kept, &k->box) && rf_region_contiguous(&dst, &k->box);
+  return rf_box_equal(&kept, &k->box) && in_place(&dst, &k->box, mode, wire);
 }
 
-int rf_engine_joined_chunks(const rf_plan *plan, rf_mode mode, int staged_wire,
-                            const rf_chunk *chunks, int i, int end) {
-  if (mode == RF_MODE_FUSED || staged_wire || carries_fp8(plan, &chunks[i]))
+int rf_engine_send_copies(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k) {
+  if (!rf_engine_send_in_place(plan, mode, wire, k))
+    return 1;
+  rf_region src = source_over(plan, &plan->pieces[k->piece], NULL);
+  return !rf_region_contiguous(&src, &k->box);
+}
+
+int rf_engine_recv_copies(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k) {
+  if (!rf_engine_recv_in_place(plan, mode, wire, k))
+    return 1;
+  rf_box kept;
+  rf_region dst = destination_over(plan, &plan->pieces[k->piece], &k->box, NULL, &kept);
+  return !rf_region_contiguous(&dst, &k->box);
+}
+
+int rf_engine_joined_chunks(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *chunks,
+                            int i, int end) {
+  if (mode == RF_MODE_FUSED || wire == RF_WIRE_STAGED || carries_fp8(plan, &chunks[i]))
     return 1;
   int n = 1;
   while (i + n < end) {
@@ -191,8 +225,8 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
   e->inject = inject;
   e->world_rank = world_rank;
   e->memory = data->memory;
-  e->wire =
-      e->memory == RF_MEM_DEVICE && tp->ops->memory != RF_MEM_DEVICE ? RF_MEM_PINNED : e->memory;
+  e->wire_rule = rf_engine_wire_rule(tp->ops, e->memory);
+  e->wire = e->wire_rule == RF_WIRE_STAGED ? RF_MEM_PINNED : e->memory;
   if (tp->ops->memory == RF_MEM_DEVICE && e->memory != RF_MEM_DEVICE)
     return rf_fail(RF_ERR_USAGE,
                    "the %s transport moves GPU memory, but the weights are in %s "

@@ -114,6 +114,17 @@ rf_region rf_shard_region(const rf_plan *plan, int trainer_rank, int tensor, voi
 rf_region rf_shard_scale_region(const rf_plan *plan, int trainer_rank, int tensor, void *base,
                                 rf_box *blocks);
 
+/* How the wire takes a chunk that is not one contiguous run (the cost functions below). */
+typedef enum {
+  RF_WIRE_CONTIGUOUS = 0, /* contiguous runs travel in place, the rest through staging; fused
+                             packs everything */
+  RF_WIRE_STAGED,         /* the wire is another kind of memory than the weights (device
+                             weights over a host transport): everything through staging */
+  RF_WIRE_GATHERS,        /* the transport gathers and scatters rows (post_strided, MPI derived
+                             datatypes): in fused, any box whose rows are contiguous travels in
+                             place, and each peer's message names its chunks where they lie */
+} rf_wire;
+
 typedef struct {
   const rf_plan *plan;
   rf_buffers *data;
@@ -127,6 +138,7 @@ typedef struct {
   rf_mem_kind memory; /* where the weights live, and so where box copies run */
   rf_mem_kind wire;   /* where staging lives: pinned host memory when device weights travel
                          over a host transport (mpi on a GPU), else the weights' kind */
+  rf_wire wire_rule;  /* which chunks travel in place (rf_engine_wire_rule) */
   /* Mapping transports (ipc): each destination copies out of its sources' arenas. */
   int mapped, push;  /* a mapping transport; the source copies (JAX order) */
   int mapped_rounds; /* fanout over it in rounds (rf_engine_set_mapped_rounds), else stages */
@@ -196,21 +208,31 @@ void rf_engine_corrupt(rf_engine *e);
 /* ---- what a chunk costs, from the plan alone -----------------------------------------------
  *
  * The rules by which the modes decide how a chunk travels, without buffers, so that refit
- * simulate counts the same copies and messages that refit run makes. `staged_wire`: the wire
- * is another kind of memory than the weights (device weights over a host transport), so every
- * chunk goes through staging. */
+ * simulate counts the same copies and messages that refit run makes, under the wire rule the
+ * engine chose (rf_wire). */
+
+/* The rule for weights in `memory` over transport `ops`: staged when the transport moves
+ * another kind of memory, gathers when it can post strided messages (REFIT_GATHER=0 turns
+ * that off, to measure the packing path against it), else contiguous. */
+rf_wire rf_engine_wire_rule(const rf_transport_ops *ops, rf_mem_kind memory);
 
 /* Whether the chunk is sent straight from its source buffer (1) or packed into staging first
- * (0): in place when that part of the source is one contiguous run, never in fused. */
-int rf_engine_send_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, const rf_chunk *k);
+ * (0): in place when that part of the source is one contiguous run (never in fused), or in
+ * fused on a wire that gathers, any box whose rows are contiguous. */
+int rf_engine_send_in_place(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k);
 /* Whether it lands straight in the destination's buffer (1) or in staging, to be unpacked (0):
- * in place when the destination keeps all of it as one contiguous run, never in fused. */
-int rf_engine_recv_in_place(const rf_plan *plan, rf_mode mode, int staged_wire, const rf_chunk *k);
+ * the same rules, for the destination's region, which must keep all of the chunk. */
+int rf_engine_recv_in_place(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k);
+/* Whether the chunk's bytes are copied on the sending (receiving) rank: packed into staging
+ * (unpacked from it), or gathered (scattered) row by row by the transport, which costs the
+ * same copy through its fragments; 0 when they go straight from (into) one contiguous run. */
+int rf_engine_send_copies(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k);
+int rf_engine_recv_copies(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k);
 /* How many chunks from chunks[i] (before `end`, the bucket's end) move as one message in
  * unfused and grouped: whole pieces that continue each other in memory on both ends
  * (rf_piece_continues); 1 in fused and on a staged wire. */
-int rf_engine_joined_chunks(const rf_plan *plan, rf_mode mode, int staged_wire,
-                            const rf_chunk *chunks, int i, int end);
+int rf_engine_joined_chunks(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *chunks,
+                            int i, int end);
 /* Over a mapping transport, whether each piece's source copies it into the destination's
  * memory (push, 1) or the destination reads it out of the source's (pull, 0): a JAX-order
  * trainer pushes (engine_mapped.c says why). */

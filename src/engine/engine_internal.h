@@ -38,7 +38,7 @@ const rf_schedule *engine_stage(const rf_engine *e, int i);
 /* What the posts of one round share: the transport's last ticket, the staging that unfused
  * and grouped have used since their last wait, the local copies still to run as one batch, the
  * receives that landed in staging and are unpacked once the round's wait completes, and fused's
- * peer tables. */
+ * peer tables and message parts. */
 typedef struct {
   rf_engine *e;
   long ticket;
@@ -49,6 +49,8 @@ typedef struct {
   char **unpack_at;
   int unpack_count, unpack_cap;
   int64_t *peers;
+  rf_strided *parts; /* a gathered message's parts (fused on a wire that gathers) */
+  int part_count, part_cap;
 } engine_round;
 void engine_round_free(engine_round *r);
 

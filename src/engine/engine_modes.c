@@ -35,11 +35,47 @@ static int is_local(const stage_ctx *c, const rf_piece *p) { return sends(c, p) 
 /* Whether a chunk can be sent from, or received into, its own buffer without staging: the
  * rules of engine.h's cost functions, which refit simulate reads too. */
 static int send_in_place(const stage_ctx *c, const rf_chunk *k) {
-  return rf_engine_send_in_place(c->e->plan, c->e->mode, c->e->wire != c->e->memory, k);
+  return rf_engine_send_in_place(c->e->plan, c->e->mode, c->e->wire_rule, k);
 }
 
 static int recv_in_place(const stage_ctx *c, const rf_chunk *k) {
-  return rf_engine_recv_in_place(c->e->plan, c->e->mode, c->e->wire != c->e->memory, k);
+  return rf_engine_recv_in_place(c->e->plan, c->e->mode, c->e->wire_rule, k);
+}
+
+/* `box` of region r as the transport names it: one run when it is contiguous, else its rows
+ * (which the wire rule has found contiguous each). */
+static rf_strided strided_of(const rf_region *r, const rf_box *box) {
+  int64_t h = box->hi[0] - box->lo[0], w = box->hi[1] - box->lo[1], es = r->esize;
+  rf_strided part = {rf_region_at(r, box->lo[0], box->lo[1]), h, w * es, r->stride[0] * es};
+  if (rf_region_contiguous(r, box))
+    part.rows = 1, part.row_bytes = part.pitch = h * w * es;
+  return part;
+}
+
+/* Appends a part to a message's list, joining it to the last one when it continues it in
+ * memory (shards that lie one after another, staging filled in order). */
+static rf_status add_part(engine_round *r, const rf_strided *part) {
+  rf_strided *last = r->part_count ? &r->parts[r->part_count - 1] : NULL;
+  if (last && last->rows == 1 && part->rows == 1 && last->base + last->row_bytes == part->base) {
+    last->row_bytes += part->row_bytes, last->pitch = last->row_bytes;
+    return RF_OK;
+  }
+  RF_TRY(rf_grow((void **)&r->parts, r->part_count, &r->part_cap, sizeof *r->parts,
+                 "strided message parts"));
+  r->parts[r->part_count++] = *part;
+  return RF_OK;
+}
+
+/* Posts `box` of region r, in place, to or from peer: a plain message when it is one run, else
+ * a strided one. */
+static rf_status post_in_place(stage_ctx *c, int send, int peer, const rf_region *r,
+                               const rf_box *box) {
+  rf_transport *tp = c->e->transport;
+  rf_strided part = strided_of(r, box);
+  if (part.rows == 1)
+    return tp->ops->post(tp, send, c->channel, peer, part.base, (size_t)part.row_bytes,
+                         &c->r->ticket);
+  return tp->ops->post_strided(tp, send, c->channel, peer, &part, 1, &c->r->ticket);
 }
 
 /* Device weights over a host transport (mpi on a GPU): the pack kernels write pinned staging
@@ -150,31 +186,31 @@ static rf_status post_chunk(stage_ctx *c, const rf_chunk *k) {
   if (is_local(c, p))
     return copy_local(c, k);
   if (sends(c, p)) {
-    char *buf;
+    c->e->messages++;
     if (send_in_place(c, k)) {
       rf_region src = engine_source(c->e, p);
-      buf = rf_region_at(&src, k->box.lo[0], k->box.lo[1]);
+      RF_TRY(post_in_place(c, 1, peer_of(c, p, 1), &src, &k->box));
     } else {
-      buf = (char *)c->e->staging[0][0] + r->send_off;
+      char *buf = (char *)c->e->staging[0][0] + r->send_off;
       r->send_off += k->bytes;
       RF_TRY(pack(c, k, buf));
       RF_TRY(engine_wire_ready(c->e));
+      RF_TRY(
+          rf_transport_send(tp, c->channel, peer_of(c, p, 1), buf, (size_t)k->bytes, &r->ticket));
     }
-    RF_TRY(rf_transport_send(tp, c->channel, peer_of(c, p, 1), buf, (size_t)k->bytes, &r->ticket));
-    c->e->messages++;
   }
   if (receives(c, p)) {
-    char *buf;
     if (recv_in_place(c, k)) {
       rf_box kept;
       rf_region dst = engine_destination(c->e, p, &k->box, &kept);
-      buf = rf_region_at(&dst, k->box.lo[0], k->box.lo[1]);
+      RF_TRY(post_in_place(c, 0, peer_of(c, p, 0), &dst, &k->box));
     } else {
-      buf = (char *)c->e->staging[1][0] + r->recv_off;
+      char *buf = (char *)c->e->staging[1][0] + r->recv_off;
       r->recv_off += k->bytes;
       RF_TRY(defer_unpack(r, k, buf));
+      RF_TRY(
+          rf_transport_recv(tp, c->channel, peer_of(c, p, 0), buf, (size_t)k->bytes, &r->ticket));
     }
-    RF_TRY(rf_transport_recv(tp, c->channel, peer_of(c, p, 0), buf, (size_t)k->bytes, &r->ticket));
   }
   return RF_OK;
 }
@@ -196,7 +232,7 @@ rf_status engine_complete(engine_round *r, const char *what) {
  * it from the plan alone, so they agree on every message's size. */
 static int joined_run(const stage_ctx *c, int i, int end) {
   const rf_engine *e = c->e;
-  return rf_engine_joined_chunks(e->plan, e->mode, e->wire != e->memory, c->s->chunks, i, end);
+  return rf_engine_joined_chunks(e->plan, e->mode, e->wire_rule, c->s->chunks, i, end);
 }
 
 /* One message for a run of joined chunks, from the first one's source and into the first
@@ -242,9 +278,12 @@ rf_status engine_post_chunks(engine_round *r, const rf_schedule *s, int b) {
   return RF_OK;
 }
 
-/* fused: per bucket, one message per peer and direction, at the bucket's place in staging. */
+/* fused: per bucket, one message per peer and direction. Chunks that travel in place (a wire
+ * that gathers) are named where they lie; the rest are packed into staging, each peer's at its
+ * own place there, in the order of the bucket's chunks, which both ends walk alike. */
 typedef struct {
-  int64_t *send_bytes, *recv_bytes, *send_at, *recv_at; /* per channel rank */
+  int64_t *send_bytes, *recv_bytes; /* per channel rank: the message, every chunk */
+  int64_t *send_at, *recv_at;       /* where its staged chunks start in staging */
 } peer_tables;
 
 static int channel_ranks(const stage_ctx *c) {
@@ -264,23 +303,31 @@ static rf_status peer_tables_of(stage_ctx *c, peer_tables *pt) {
   return RF_OK;
 }
 
-/* Where each peer's bytes of the bucket sit in its staging, sent and received. */
+/* Each peer's message size, and where its staged chunks sit in staging, sent and received. */
 static void bucket_layout(stage_ctx *c, const rf_bucket *bk, peer_tables *pt, int ranks) {
   memset(pt->send_bytes, 0, (size_t)ranks * sizeof(int64_t));
   memset(pt->recv_bytes, 0, (size_t)ranks * sizeof(int64_t));
+  memset(pt->send_at, 0, (size_t)ranks * sizeof(int64_t));
+  memset(pt->recv_at, 0, (size_t)ranks * sizeof(int64_t));
   for (int i = bk->first; i < bk->first + bk->count; i++) {
-    const rf_piece *p = piece_of(c, &c->s->chunks[i]);
+    const rf_chunk *k = &c->s->chunks[i];
+    const rf_piece *p = piece_of(c, k);
     if (is_local(c, p))
       continue;
-    if (sends(c, p))
-      pt->send_bytes[peer_of(c, p, 1)] += c->s->chunks[i].bytes;
-    if (receives(c, p))
-      pt->recv_bytes[peer_of(c, p, 0)] += c->s->chunks[i].bytes;
+    if (sends(c, p)) {
+      pt->send_bytes[peer_of(c, p, 1)] += k->bytes;
+      pt->send_at[peer_of(c, p, 1)] += send_in_place(c, k) ? 0 : k->bytes;
+    }
+    if (receives(c, p)) {
+      pt->recv_bytes[peer_of(c, p, 0)] += k->bytes;
+      pt->recv_at[peer_of(c, p, 0)] += recv_in_place(c, k) ? 0 : k->bytes;
+    }
   }
-  int64_t s = 0, r = 0;
+  int64_t s = 0, r = 0; /* staged bytes per peer, into where each peer's start */
   for (int q = 0; q < ranks; q++) {
-    pt->send_at[q] = s, s += pt->send_bytes[q];
-    pt->recv_at[q] = r, r += pt->recv_bytes[q];
+    int64_t sq = pt->send_at[q], rq = pt->recv_at[q];
+    pt->send_at[q] = s, s += sq;
+    pt->recv_at[q] = r, r += rq;
   }
 }
 
@@ -295,13 +342,40 @@ rf_status engine_unpack_fused(engine_round *r, const rf_schedule *s, int b, char
   for (int i = bk->first; i < bk->first + bk->count; i++) {
     const rf_chunk *k = &s->chunks[i];
     const rf_piece *p = piece_of(&c, k);
-    if (is_local(&c, p) || !receives(&c, p))
+    if (is_local(&c, p) || !receives(&c, p) || recv_in_place(&c, k))
       continue;
     int q = peer_of(&c, p, 0);
     RF_TRY(unpack(&c, k, recv_base + pt.recv_at[q])); /* in the order the sender packed it */
     pt.recv_at[q] += k->bytes;
   }
   return RF_OK;
+}
+
+/* Peer q's message of a bucket on a wire that gathers: its chunks in order, each in place or at
+ * its place in staging (`at`: where q's staged chunks start). */
+static rf_status post_gathered(stage_ctx *c, const rf_bucket *bk, int send, int q, char *at) {
+  engine_round *r = c->r;
+  r->part_count = 0;
+  for (int i = bk->first; i < bk->first + bk->count; i++) {
+    const rf_chunk *k = &c->s->chunks[i];
+    const rf_piece *p = piece_of(c, k);
+    if (is_local(c, p) || !(send ? sends(c, p) : receives(c, p)) || peer_of(c, p, send) != q)
+      continue;
+    rf_strided part = {at, 1, k->bytes, k->bytes};
+    if (send && send_in_place(c, k)) {
+      rf_region src = engine_source(c->e, p);
+      part = strided_of(&src, &k->box);
+    } else if (!send && recv_in_place(c, k)) {
+      rf_box kept;
+      rf_region dst = engine_destination(c->e, p, &k->box, &kept);
+      part = strided_of(&dst, &k->box);
+    } else {
+      at += k->bytes;
+    }
+    RF_TRY(add_part(r, &part));
+  }
+  rf_transport *tp = c->e->transport;
+  return tp->ops->post_strided(tp, send, c->channel, q, r->parts, r->part_count, &r->ticket);
 }
 
 rf_status engine_post_fused(engine_round *r, const rf_schedule *s, int b, char *send_base,
@@ -319,7 +393,7 @@ rf_status engine_post_fused(engine_round *r, const rf_schedule *s, int b, char *
     const rf_piece *p = piece_of(&c, k);
     if (is_local(&c, p)) {
       RF_TRY(copy_local(&c, k));
-    } else if (sends(&c, p)) {
+    } else if (sends(&c, p) && !send_in_place(&c, k)) {
       int q = peer_of(&c, p, 1);
       RF_TRY(pack(&c, k, send_base + pt.send_at[q]));
       pt.send_at[q] += k->bytes;
@@ -327,14 +401,19 @@ rf_status engine_post_fused(engine_round *r, const rf_schedule *s, int b, char *
   }
   RF_TRY(engine_flush_local(r));
   RF_TRY(engine_wire_ready(c.e));
+  /* send_at[q] has moved past q's packed bytes; put it back to their start */
+  bucket_layout(&c, bk, &pt, ranks);
+  int gathers = r->e->wire_rule == RF_WIRE_GATHERS;
   RF_TRY(tp->ops->group_start(tp));
   for (int q = 0; q < ranks; q++) {
     if (pt.recv_bytes[q])
-      RF_TRY(rf_transport_recv(tp, c.channel, q, recv_base + pt.recv_at[q],
-                               (size_t)pt.recv_bytes[q], &r->ticket));
-    if (pt.send_bytes[q]) { /* send_at[q] has moved past the packed bytes */
-      RF_TRY(rf_transport_send(tp, c.channel, q, send_base + pt.send_at[q] - pt.send_bytes[q],
-                               (size_t)pt.send_bytes[q], &r->ticket));
+      RF_TRY(gathers ? post_gathered(&c, bk, 0, q, recv_base + pt.recv_at[q])
+                     : rf_transport_recv(tp, c.channel, q, recv_base + pt.recv_at[q],
+                                         (size_t)pt.recv_bytes[q], &r->ticket));
+    if (pt.send_bytes[q]) {
+      RF_TRY(gathers ? post_gathered(&c, bk, 1, q, send_base + pt.send_at[q])
+                     : rf_transport_send(tp, c.channel, q, send_base + pt.send_at[q],
+                                         (size_t)pt.send_bytes[q], &r->ticket));
       r->e->messages++;
     }
   }
@@ -346,5 +425,6 @@ void engine_round_free(engine_round *r) {
   free(r->unpack_chunk);
   free(r->unpack_at);
   free(r->peers);
+  free(r->parts);
   memset(r, 0, sizeof *r);
 }

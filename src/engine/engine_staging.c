@@ -36,7 +36,6 @@ static void add_need(rank_needs *n, int rank, int dir, int64_t bytes) {
 static void bucket_needs(const rf_engine *e, const rf_schedule *s, int b, rank_needs *n) {
   const rf_plan *plan = e->plan;
   /* Every rank of a job has the same memory and wire, so this rank's answer is every rank's. */
-  int staged_wire = e->wire != e->memory;
   const rf_bucket *bk = &s->buckets[b];
   for (int i = bk->first; i < bk->first + bk->count; i++) {
     const rf_chunk *k = &s->chunks[i];
@@ -44,9 +43,9 @@ static void bucket_needs(const rf_engine *e, const rf_schedule *s, int b, rank_n
     int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
     if (src == dst || !k->bytes)
       continue;
-    if (!rf_engine_send_in_place(plan, e->mode, staged_wire, k))
+    if (!rf_engine_send_in_place(plan, e->mode, e->wire_rule, k))
       add_need(n, src, 0, k->bytes);
-    if (!rf_engine_recv_in_place(plan, e->mode, staged_wire, k))
+    if (!rf_engine_recv_in_place(plan, e->mode, e->wire_rule, k))
       add_need(n, dst, 1, k->bytes);
   }
 }

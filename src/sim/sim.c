@@ -139,3 +139,7 @@ rf_status rf_simulate(const rf_plan *plan, const rf_cluster *c, const rf_sim_opt
   free(cap);
   return st;
 }
+
+rf_wire rf_sim_wire(const rf_transport_ops *ops, int device) {
+  return device ? RF_WIRE_CONTIGUOUS : rf_engine_wire_rule(ops, RF_MEM_HOST);
+}

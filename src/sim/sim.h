@@ -95,7 +95,14 @@ typedef struct {
   int mapping;         /* the transport maps its peers' memory (ipc, shm): every piece is one
                           copy straight across, no messages, no staging; else messages (mpi,
                           nccl) */
+  rf_wire wire;        /* on messages, which chunks travel in place (rf_engine_wire_rule) */
 } rf_sim_options;
+
+/* The wire rule a simulation of `ops` walks with (rf_sim_options.wire): the engine's for host
+ * weights. GPU weights over a host transport are walked as if the wire were their own memory,
+ * as every simulation before the rule was; the engine stages all of their chunks instead,
+ * which predictions calibrated against published figures do not count yet. */
+rf_wire rf_sim_wire(const rf_transport_ops *ops, int device);
 
 /* The prediction. Phases follow result.h: setup is not modelled (0), reshape is star's first
  * stage, pack/transfer/unpack as the engine times them, total their sum (fused: the pipeline's

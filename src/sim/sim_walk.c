@@ -18,7 +18,8 @@
 typedef struct {
   const rf_plan *plan;
   rf_mode mode;
-  int mapping; /* rf_sim_options.mapping */
+  int mapping;  /* rf_sim_options.mapping */
+  rf_wire wire; /* rf_sim_options.wire */
   int world;
   int step; /* the forward step being walked */
   sim_unit_fn fn;
@@ -164,17 +165,21 @@ static rf_status walk_run(walker *w, const rf_schedule *s, int i, int run) {
     w->peer[(size_t)src * w->world + dst] = 1;
     return add_pair(w, src, dst, bytes, 0);
   }
-  if (run == 1 && !rf_engine_send_in_place(plan, w->mode, 0, k)) {
+  /* A gathered chunk is copied like a packed one (by MPI, through its fragments), with no
+   * staging. */
+  if (run == 1 && rf_engine_send_copies(plan, w->mode, w->wire, k)) {
     touch(w, src);
     w->pack_bytes[src] += bytes;
     w->pack_copies[src]++;
-    stage_bytes(w, src, w->send_staged, bytes);
+    if (!rf_engine_send_in_place(plan, w->mode, w->wire, k))
+      stage_bytes(w, src, w->send_staged, bytes);
   }
-  if (run == 1 && !rf_engine_recv_in_place(plan, w->mode, 0, k)) {
+  if (run == 1 && rf_engine_recv_copies(plan, w->mode, w->wire, k)) {
     touch(w, dst);
     w->unpack_bytes[dst] += bytes;
     w->unpack_copies[dst]++;
-    stage_bytes(w, dst, w->recv_staged, bytes);
+    if (!rf_engine_recv_in_place(plan, w->mode, w->wire, k))
+      stage_bytes(w, dst, w->recv_staged, bytes);
   }
   return add_pair(w, src, dst, bytes, 1);
 }
@@ -184,7 +189,8 @@ static rf_status walk_bucket(walker *w, const rf_schedule *s, int b) {
   int end = bk->first + bk->count, bucket = s->first_bucket + b;
   for (int i = bk->first; i < end; i++) {
     /* A mapping transport copies chunk by chunk (joined runs are messages). */
-    int run = w->mapping ? 1 : rf_engine_joined_chunks(w->plan, w->mode, 0, s->chunks, i, end);
+    int run =
+        w->mapping ? 1 : rf_engine_joined_chunks(w->plan, w->mode, w->wire, s->chunks, i, end);
     RF_TRY(walk_run(w, s, i, run));
     i += run - 1;
     int last = i + 1 == end;
@@ -230,8 +236,13 @@ rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *stagin
                    void *ctx) {
   int world = plan->layout->world_size;
   size_t n = (size_t)world + 1;
-  walker w = {
-      .plan = plan, .mode = o->mode, .mapping = o->mapping, .world = world, .fn = fn, .ctx = ctx};
+  walker w = {.plan = plan,
+              .mode = o->mode,
+              .mapping = o->mapping,
+              .wire = o->wire,
+              .world = world,
+              .fn = fn,
+              .ctx = ctx};
   int64_t *i64 = rf_calloc(6 * n, sizeof *i64, "the walk's counters");
   int *ints = rf_calloc(4 * n, sizeof *ints, "the walk's counters");
   char *flags = rf_calloc(2 * n, 1, "the walk's counters");

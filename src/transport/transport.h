@@ -21,6 +21,13 @@ typedef enum { RF_CHANNEL_WORLD = 0, RF_CHANNEL_TRAINER } rf_channel;
 
 typedef struct rf_transport rf_transport;
 
+/* A strided run of bytes, as a 2-D box of a row-major buffer is: `rows` rows of `row_bytes`,
+ * each `pitch` bytes after the one before (pitch == row_bytes: one contiguous run). */
+typedef struct {
+  char *base;
+  int64_t rows, row_bytes, pitch;
+} rf_strided;
+
 typedef struct {
   const char *name;
   const char *description;
@@ -45,6 +52,12 @@ typedef struct {
                     long *ticket);
   /* Completes every request whose ticket is < upto; `what` names the wait in a timeout error. */
   rf_status (*wait)(rf_transport *tp, long upto, const char *what);
+  /* Optional (NULL: the engine packs strided boxes into staging and unpacks them from it):
+   * posts one message whose bytes are those of parts[0..count), in order, read from them when
+   * sending and written into them when receiving. A sender and a receiver may cut the same
+   * bytes into different parts; only the sequence of bytes has to agree. */
+  rf_status (*post_strided)(rf_transport *tp, int send, rf_channel ch, int peer,
+                            const rf_strided *parts, int count, long *ticket);
 
   /* Transports that map other processes' memory (CUDA IPC) set these two; message transports
    * leave them NULL. The engine then lets each destination copy straight out of its sources'

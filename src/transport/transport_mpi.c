@@ -6,28 +6,44 @@
 
 #include "transport.h"
 
+/* MPI counts are ints, so a message over 1 GiB travels as several; both sides cut it the
+ * same way because they post the same sizes. REFIT_MPI_SLICE (bytes) sets a smaller cut, so
+ * that the tests cut small messages, mid-row, as a large one is cut. */
+#define SLICE ((size_t)1 << 30)
+
+/* The blocks of a strided message being built (post_strided below). */
+typedef struct {
+  int *lengths;
+  MPI_Aint *displacements;
+  MPI_Datatype *types;
+  int count, cap;
+} block_list;
+
 typedef struct {
   MPI_Request *requests; /* outstanding, in ticket order */
   long first_ticket;     /* ticket of requests[0] */
   int count, cap;
+  block_list blocks; /* post_strided's scratch, kept between messages */
+  size_t slice;      /* the most bytes one MPI message carries */
 } mpi_state;
-
-/* MPI counts are ints, so a message over 1 GiB travels as several; both sides cut it the
- * same way because they post the same sizes. */
-#define SLICE ((size_t)1 << 30)
 
 static rf_status mpi_init(rf_transport *tp) {
   mpi_state *s = rf_calloc(1, sizeof *s, "mpi transport");
   if (!s)
     return RF_ERR_NOMEM;
+  const char *env = getenv("REFIT_MPI_SLICE");
+  long long slice = env ? atoll(env) : 0;
+  s->slice = slice > 0 && slice < (long long)SLICE ? (size_t)slice : SLICE;
   tp->state = s;
   return RF_OK;
 }
 
 static void mpi_finalize(rf_transport *tp) {
   mpi_state *s = tp->state;
-  if (s)
+  if (s) {
     free(s->requests);
+    free(s->blocks.lengths), free(s->blocks.displacements), free(s->blocks.types);
+  }
   free(s);
   tp->state = NULL;
 }
@@ -48,9 +64,9 @@ static rf_status push(mpi_state *s, MPI_Request **slot, long *ticket) {
 static rf_status mpi_post(rf_transport *tp, int send, rf_channel ch, int peer, void *data,
                           size_t bytes, long *ticket) {
   char *buf = data;
-  size_t off = 0;
+  size_t off = 0, slice = ((mpi_state *)tp->state)->slice;
   do {
-    int n = (int)RF_MIN(SLICE, bytes - off);
+    int n = (int)RF_MIN(slice, bytes - off);
     MPI_Request *req;
     RF_TRY(push(tp->state, &req, ticket));
     if (send)
@@ -60,6 +76,108 @@ static rf_status mpi_post(rf_transport *tp, int send, rf_channel ch, int peer, v
     off += (size_t)n;
   } while (off < bytes);
   return RF_OK;
+}
+
+/* ---- strided messages: MPI derived datatypes ---------------------------------------------
+ * A strided box travels as one message whose datatype names its rows where they lie, so MPI
+ * gathers them on the sender and scatters them on the receiver as it moves them, a fragment
+ * at a time, instead of refit packing the whole box into staging first and unpacking it after.
+ * The type is built over absolute addresses (MPI_BOTTOM) because one message spans the parts
+ * of several tensors. Messages are cut every slice bytes of the byte sequence, which both
+ * ends cut alike whatever parts they describe it with; a part may so end mid-row, which costs
+ * up to two more blocks. */
+
+static void blocks_release(block_list *b) {
+  for (int i = 0; i < b->count; i++)
+    if (b->types[i] != MPI_BYTE)
+      MPI_Type_free(&b->types[i]);
+  b->count = 0;
+}
+
+static rf_status blocks_add(block_list *b, const char *at, int64_t rows, int64_t row_bytes,
+                            int64_t pitch) {
+  if (b->count == b->cap) {
+    int cap = b->cap;
+    RF_TRY(rf_grow((void **)&b->lengths, b->count, &cap, sizeof *b->lengths, "MPI blocks"));
+    cap = b->cap;
+    RF_TRY(rf_grow((void **)&b->displacements, b->count, &cap, sizeof *b->displacements,
+                   "MPI blocks"));
+    RF_TRY(rf_grow((void **)&b->types, b->count, &b->cap, sizeof *b->types, "MPI blocks"));
+  }
+  int i = b->count;
+  RF_MPI(MPI_Get_address(at, &b->displacements[i]));
+  if (rows == 1 || pitch == row_bytes) { /* one run, under SLICE bytes: an int */
+    b->lengths[i] = (int)(rows * row_bytes);
+    b->types[i] = MPI_BYTE;
+  } else {
+    b->lengths[i] = 1;
+    RF_MPI(MPI_Type_create_hvector((int)rows, (int)row_bytes, (MPI_Aint)pitch, MPI_BYTE,
+                                   &b->types[i]));
+  }
+  b->count++;
+  return RF_OK;
+}
+
+/* Bytes [from, to) of a part's byte sequence: a partial first row, whole rows, a partial last. */
+static rf_status blocks_add_range(block_list *b, const rf_strided *p, int64_t from, int64_t to) {
+  int64_t rb = p->row_bytes, r0 = from / rb, c0 = from % rb, r1 = to / rb, c1 = to % rb;
+  if (r0 == r1)
+    return blocks_add(b, p->base + r0 * p->pitch + c0, 1, to - from, to - from);
+  if (c0) {
+    RF_TRY(blocks_add(b, p->base + r0 * p->pitch + c0, 1, rb - c0, rb - c0));
+    r0++;
+  }
+  if (r1 > r0)
+    RF_TRY(blocks_add(b, p->base + r0 * p->pitch, r1 - r0, rb, p->pitch));
+  return c1 ? blocks_add(b, p->base + r1 * p->pitch, 1, c1, c1) : RF_OK;
+}
+
+/* One message of the blocks gathered so far, as one struct datatype; MPI keeps the type alive
+ * until the request completes, so refit's handles are freed at once. */
+static rf_status post_blocks(rf_transport *tp, block_list *b, int send, rf_channel ch, int peer,
+                             long *ticket) {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  MPI_Request *req;
+  rf_status st = RF_OK;
+  RF_MPI_GOTO(MPI_Type_create_struct(b->count, b->lengths, b->displacements, b->types, &type),
+              done);
+  RF_MPI_GOTO(MPI_Type_commit(&type), done);
+  st = push(tp->state, &req, ticket);
+  if (st != RF_OK)
+    goto done;
+  if (send)
+    RF_MPI_GOTO(MPI_Isend(MPI_BOTTOM, 1, type, peer, 0, channel_comm(tp, ch), req), done);
+  else
+    RF_MPI_GOTO(MPI_Irecv(MPI_BOTTOM, 1, type, peer, 0, channel_comm(tp, ch), req), done);
+done:
+  if (type != MPI_DATATYPE_NULL)
+    MPI_Type_free(&type);
+  blocks_release(b);
+  return st;
+}
+
+static rf_status mpi_post_strided(rf_transport *tp, int send, rf_channel ch, int peer,
+                                  const rf_strided *parts, int count, long *ticket) {
+  mpi_state *s = tp->state;
+  block_list *b = &s->blocks;
+  int64_t in_slice = 0; /* bytes of the message being built */
+  rf_status st = RF_OK;
+  for (int i = 0; i < count && st == RF_OK; i++) {
+    int64_t bytes = parts[i].rows * parts[i].row_bytes;
+    for (int64_t at = 0; at < bytes && st == RF_OK;) {
+      int64_t take = RF_MIN(bytes - at, (int64_t)s->slice - in_slice);
+      st = blocks_add_range(b, &parts[i], at, at + take);
+      at += take, in_slice += take;
+      if (st == RF_OK && in_slice == (int64_t)s->slice) {
+        st = post_blocks(tp, b, send, ch, peer, ticket);
+        in_slice = 0;
+      }
+    }
+  }
+  if (st == RF_OK && b->count)
+    st = post_blocks(tp, b, send, ch, peer, ticket);
+  blocks_release(b);
+  return st;
 }
 
 /* On a timeout the pending requests are cancelled so that MPI can still finalise; a request
@@ -93,7 +211,7 @@ static rf_status mpi_wait(rf_transport *tp, long upto, const char *what) {
   pending p = {s, (int)RF_MIN((long)s->count, upto - s->first_ticket)};
   if (p.n <= 0)
     return RF_OK;
-  rf_status st = rf_poll(all_done, &p, tp->ctl->timeout);
+  rf_status st = rf_poll_busy(all_done, &p, tp->ctl->timeout);
   if (st == RF_ERR_TIMEOUT) {
     cancel_pending(tp, s, p.n);
     return rf_timeout_error(tp->ctl->timeout, what, NULL);
@@ -118,4 +236,5 @@ const rf_transport_ops rf_transport_mpi = {
     .group_end = noop,
     .post = mpi_post,
     .wait = mpi_wait,
+    .post_strided = mpi_post_strided,
 };
