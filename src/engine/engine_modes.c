@@ -352,8 +352,10 @@ rf_status engine_unpack_fused(engine_round *r, const rf_schedule *s, int b, char
 }
 
 /* Peer q's message of a bucket on a wire that gathers: its chunks in order, each in place or at
- * its place in staging (`at`: where q's staged chunks start). */
-static rf_status post_gathered(stage_ctx *c, const rf_bucket *bk, int send, int q, char *at) {
+ * its place in staging (q's staged chunks start `at` bytes into `staging`, which is NULL when
+ * this rank stages nothing, so the address is formed only for a staged chunk). */
+static rf_status post_gathered(stage_ctx *c, const rf_bucket *bk, int send, int q, char *staging,
+                               int64_t at) {
   engine_round *r = c->r;
   r->part_count = 0;
   for (int i = bk->first; i < bk->first + bk->count; i++) {
@@ -361,7 +363,7 @@ static rf_status post_gathered(stage_ctx *c, const rf_bucket *bk, int send, int 
     const rf_piece *p = piece_of(c, k);
     if (is_local(c, p) || !(send ? sends(c, p) : receives(c, p)) || peer_of(c, p, send) != q)
       continue;
-    rf_strided part = {at, 1, k->bytes, k->bytes};
+    rf_strided part;
     if (send && send_in_place(c, k)) {
       rf_region src = engine_source(c->e, p);
       part = strided_of(&src, &k->box);
@@ -370,6 +372,7 @@ static rf_status post_gathered(stage_ctx *c, const rf_bucket *bk, int send, int 
       rf_region dst = engine_destination(c->e, p, &k->box, &kept);
       part = strided_of(&dst, &k->box);
     } else {
+      part = (rf_strided){staging + at, 1, k->bytes, k->bytes};
       at += k->bytes;
     }
     RF_TRY(add_part(r, &part));
@@ -407,11 +410,11 @@ rf_status engine_post_fused(engine_round *r, const rf_schedule *s, int b, char *
   RF_TRY(tp->ops->group_start(tp));
   for (int q = 0; q < ranks; q++) {
     if (pt.recv_bytes[q])
-      RF_TRY(gathers ? post_gathered(&c, bk, 0, q, recv_base + pt.recv_at[q])
+      RF_TRY(gathers ? post_gathered(&c, bk, 0, q, recv_base, pt.recv_at[q])
                      : rf_transport_recv(tp, c.channel, q, recv_base + pt.recv_at[q],
                                          (size_t)pt.recv_bytes[q], &r->ticket));
     if (pt.send_bytes[q]) {
-      RF_TRY(gathers ? post_gathered(&c, bk, 1, q, send_base + pt.send_at[q])
+      RF_TRY(gathers ? post_gathered(&c, bk, 1, q, send_base, pt.send_at[q])
                      : rf_transport_send(tp, c.channel, q, send_base + pt.send_at[q],
                                          (size_t)pt.send_bytes[q], &r->ticket));
       r->e->messages++;
