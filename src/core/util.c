@@ -74,7 +74,9 @@ static void tighten_timer_slack(void) {
 #endif
 }
 
-static rf_status poll_until(rf_poll_fn poll, void *ctx, double seconds, int nap_after) {
+/* Polls until done, an error or the deadline; between polls it naps (after a thousand
+ * spins) or, with `naps` 0, only yields the core. */
+static rf_status poll_until(rf_poll_fn poll, void *ctx, double seconds, int naps) {
   tighten_timer_slack();
   double deadline = rf_now() + seconds;
   const struct timespec nap = {0, 20000};
@@ -85,15 +87,15 @@ static rf_status poll_until(rf_poll_fn poll, void *ctx, double seconds, int nap_
       return RF_OK;
     if (rf_now() > deadline)
       return RF_ERR_TIMEOUT;
-    if (!nap_after)
+    if (!naps)
       sched_yield();
-    else if (spins > nap_after)
+    else if (spins > 1000)
       nanosleep(&nap, NULL);
   }
 }
 
 rf_status rf_poll(rf_poll_fn poll, void *ctx, double seconds) {
-  return poll_until(poll, ctx, seconds, 1000);
+  return poll_until(poll, ctx, seconds, 1);
 }
 
 rf_status rf_poll_busy(rf_poll_fn poll, void *ctx, double seconds) {

@@ -133,46 +133,36 @@ rf_wire rf_engine_wire_rule(const rf_transport_ops *ops, rf_mem_kind memory) {
   return ops->post_strided && !(off && !strcmp(off, "0")) ? RF_WIRE_GATHERS : RF_WIRE_CONTIGUOUS;
 }
 
-/* Whether `box` of region r can be named in place on this wire. A wire that gathers takes
- * any box whose rows are contiguous in fused, where it spares packing and unpacking whole
- * peers' messages. unfused and grouped keep strided boxes in staging even then: a contiguous
- * message takes MPI's single-copy path and the unpack is one more copy on the receiver, while
- * a strided one moves through MPI's fragment pipeline, which needs both ends on a core at once;
- * with ranks sharing cores that measured slower (results/host.md, 2026-12-04 late). */
-static int in_place(const rf_region *r, const rf_box *box, rf_mode mode, rf_wire wire) {
-  if (wire == RF_WIRE_GATHERS && mode == RF_MODE_FUSED)
-    return box->hi[1] - box->lo[1] == 1 || r->stride[1] == 1 || rf_region_contiguous(r, box);
-  return mode != RF_MODE_FUSED && rf_region_contiguous(r, box);
+/* How `box` of region r travels on this wire. A wire that gathers takes any box whose rows
+ * are contiguous in fused, where it spares packing and unpacking whole peers' messages.
+ * unfused and grouped keep strided boxes in staging even then: a contiguous message takes
+ * MPI's single-copy path and the unpack is one more copy on the receiver, while a strided one
+ * moves through MPI's fragment pipeline, which needs both ends on a core at once; with ranks
+ * sharing cores that measured slower (results/host.md, 2026-12-04 late). */
+static rf_chunk_path path_of(const rf_region *r, const rf_box *box, rf_mode mode, rf_wire wire) {
+  int contiguous = rf_region_contiguous(r, box);
+  if (wire == RF_WIRE_GATHERS && mode == RF_MODE_FUSED) {
+    int rows_contiguous = box->hi[1] - box->lo[1] == 1 || r->stride[1] == 1;
+    return contiguous ? RF_CHUNK_DIRECT : rows_contiguous ? RF_CHUNK_GATHERED : RF_CHUNK_STAGED;
+  }
+  return mode != RF_MODE_FUSED && contiguous ? RF_CHUNK_DIRECT : RF_CHUNK_STAGED;
 }
 
-int rf_engine_send_in_place(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k) {
+rf_chunk_path rf_engine_send_path(const rf_plan *plan, rf_mode mode, rf_wire wire,
+                                  const rf_chunk *k) {
   if (wire == RF_WIRE_STAGED || carries_fp8(plan, k))
-    return 0;
+    return RF_CHUNK_STAGED;
   rf_region src = source_over(plan, &plan->pieces[k->piece], NULL);
-  return in_place(&src, &k->box, mode, wire);
+  return path_of(&src, &k->box, mode, wire);
 }
 
-int rf_engine_recv_in_place(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k) {
+rf_chunk_path rf_engine_recv_path(const rf_plan *plan, rf_mode mode, rf_wire wire,
+                                  const rf_chunk *k) {
   if (wire == RF_WIRE_STAGED || carries_fp8(plan, k))
-    return 0;
+    return RF_CHUNK_STAGED;
   rf_box kept;
   rf_region dst = destination_over(plan, &plan->pieces[k->piece], &k->box, NULL, &kept);
-  return rf_box_equal(&kept, &k->box) && in_place(&dst, &k->box, mode, wire);
-}
-
-int rf_engine_send_copies(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k) {
-  if (!rf_engine_send_in_place(plan, mode, wire, k))
-    return 1;
-  rf_region src = source_over(plan, &plan->pieces[k->piece], NULL);
-  return !rf_region_contiguous(&src, &k->box);
-}
-
-int rf_engine_recv_copies(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k) {
-  if (!rf_engine_recv_in_place(plan, mode, wire, k))
-    return 1;
-  rf_box kept;
-  rf_region dst = destination_over(plan, &plan->pieces[k->piece], &k->box, NULL, &kept);
-  return !rf_region_contiguous(&dst, &k->box);
+  return rf_box_equal(&kept, &k->box) ? path_of(&dst, &k->box, mode, wire) : RF_CHUNK_STAGED;
 }
 
 int rf_engine_joined_chunks(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *chunks,

@@ -216,18 +216,20 @@ void rf_engine_corrupt(rf_engine *e);
  * that off, to measure the packing path against it), else contiguous. */
 rf_wire rf_engine_wire_rule(const rf_transport_ops *ops, rf_mem_kind memory);
 
-/* Whether the chunk is sent straight from its source buffer (1) or packed into staging first
- * (0): in place when that part of the source is one contiguous run (never in fused), or in
- * fused on a wire that gathers, any box whose rows are contiguous. */
-int rf_engine_send_in_place(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k);
-/* Whether it lands straight in the destination's buffer (1) or in staging, to be unpacked (0):
- * the same rules, for the destination's region, which must keep all of the chunk. */
-int rf_engine_recv_in_place(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k);
-/* Whether the chunk's bytes are copied on the sending (receiving) rank: packed into staging
- * (unpacked from it), or gathered (scattered) row by row by the transport, which costs the
- * same copy through its fragments; 0 when they go straight from (into) one contiguous run. */
-int rf_engine_send_copies(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k);
-int rf_engine_recv_copies(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *k);
+/* How a chunk leaves its source buffer, or reaches its destination's: */
+typedef enum {
+  RF_CHUNK_DIRECT,   /* as one contiguous run, in place: no copy besides the transfer */
+  RF_CHUNK_GATHERED, /* in place, row by row, gathered (scattered) by the transport, which
+                        copies it through its fragments: a copy, but no staging */
+  RF_CHUNK_STAGED,   /* packed into staging first (unpacked from it after) */
+} rf_chunk_path;
+/* Direct when that part of the source is one contiguous run (never in fused), gathered in
+ * fused on a wire that gathers when its rows are contiguous, else staged. */
+rf_chunk_path rf_engine_send_path(const rf_plan *plan, rf_mode mode, rf_wire wire,
+                                  const rf_chunk *k);
+/* The same rules for the destination's region, which must keep all of the chunk. */
+rf_chunk_path rf_engine_recv_path(const rf_plan *plan, rf_mode mode, rf_wire wire,
+                                  const rf_chunk *k);
 /* How many chunks from chunks[i] (before `end`, the bucket's end) move as one message in
  * unfused and grouped: whole pieces that continue each other in memory on both ends
  * (rf_piece_continues); 1 in fused and on a staged wire. */

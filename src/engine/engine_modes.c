@@ -35,11 +35,11 @@ static int is_local(const stage_ctx *c, const rf_piece *p) { return sends(c, p) 
 /* Whether a chunk can be sent from, or received into, its own buffer without staging: the
  * rules of engine.h's cost functions, which refit simulate reads too. */
 static int send_in_place(const stage_ctx *c, const rf_chunk *k) {
-  return rf_engine_send_in_place(c->e->plan, c->e->mode, c->e->wire_rule, k);
+  return rf_engine_send_path(c->e->plan, c->e->mode, c->e->wire_rule, k) != RF_CHUNK_STAGED;
 }
 
 static int recv_in_place(const stage_ctx *c, const rf_chunk *k) {
-  return rf_engine_recv_in_place(c->e->plan, c->e->mode, c->e->wire_rule, k);
+  return rf_engine_recv_path(c->e->plan, c->e->mode, c->e->wire_rule, k) != RF_CHUNK_STAGED;
 }
 
 /* `box` of region r as the transport names it: one run when it is contiguous, else its rows
@@ -284,6 +284,7 @@ rf_status engine_post_chunks(engine_round *r, const rf_schedule *s, int b) {
 typedef struct {
   int64_t *send_bytes, *recv_bytes; /* per channel rank: the message, every chunk */
   int64_t *send_at, *recv_at;       /* where its staged chunks start in staging */
+  int64_t *send_next;               /* where its next chunk is packed */
 } peer_tables;
 
 static int channel_ranks(const stage_ctx *c) {
@@ -294,12 +295,12 @@ static int channel_ranks(const stage_ctx *c) {
 static rf_status peer_tables_of(stage_ctx *c, peer_tables *pt) {
   int world = c->e->plan->layout->world_size; /* the most ranks a channel has */
   if (!c->r->peers)
-    c->r->peers = rf_calloc((size_t)world * 4, sizeof(int64_t), "fused peer tables");
+    c->r->peers = rf_calloc((size_t)world * 5, sizeof(int64_t), "fused peer tables");
   if (!c->r->peers)
     return RF_ERR_NOMEM;
   int64_t *mem = c->r->peers;
   pt->send_bytes = mem, pt->recv_bytes = mem + world;
-  pt->send_at = mem + 2 * world, pt->recv_at = mem + 3 * world;
+  pt->send_at = mem + 2 * world, pt->recv_at = mem + 3 * world, pt->send_next = mem + 4 * world;
   return RF_OK;
 }
 
@@ -391,6 +392,7 @@ rf_status engine_post_fused(engine_round *r, const rf_schedule *s, int b, char *
   rf_transport *tp = r->e->transport;
   const rf_bucket *bk = &s->buckets[b];
   bucket_layout(&c, bk, &pt, ranks);
+  memcpy(pt.send_next, pt.send_at, (size_t)ranks * sizeof(int64_t));
   for (int i = bk->first; i < bk->first + bk->count; i++) {
     const rf_chunk *k = &s->chunks[i];
     const rf_piece *p = piece_of(&c, k);
@@ -398,14 +400,12 @@ rf_status engine_post_fused(engine_round *r, const rf_schedule *s, int b, char *
       RF_TRY(copy_local(&c, k));
     } else if (sends(&c, p) && !send_in_place(&c, k)) {
       int q = peer_of(&c, p, 1);
-      RF_TRY(pack(&c, k, send_base + pt.send_at[q]));
-      pt.send_at[q] += k->bytes;
+      RF_TRY(pack(&c, k, send_base + pt.send_next[q]));
+      pt.send_next[q] += k->bytes;
     }
   }
   RF_TRY(engine_flush_local(r));
   RF_TRY(engine_wire_ready(c.e));
-  /* send_at[q] has moved past q's packed bytes; put it back to their start */
-  bucket_layout(&c, bk, &pt, ranks);
   int gathers = r->e->wire_rule == RF_WIRE_GATHERS;
   RF_TRY(tp->ops->group_start(tp));
   for (int q = 0; q < ranks; q++) {

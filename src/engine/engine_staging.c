@@ -43,9 +43,9 @@ static void bucket_needs(const rf_engine *e, const rf_schedule *s, int b, rank_n
     int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
     if (src == dst || !k->bytes)
       continue;
-    if (!rf_engine_send_in_place(plan, e->mode, e->wire_rule, k))
+    if (rf_engine_send_path(plan, e->mode, e->wire_rule, k) == RF_CHUNK_STAGED)
       add_need(n, src, 0, k->bytes);
-    if (!rf_engine_recv_in_place(plan, e->mode, e->wire_rule, k))
+    if (rf_engine_recv_path(plan, e->mode, e->wire_rule, k) == RF_CHUNK_STAGED)
       add_need(n, dst, 1, k->bytes);
   }
 }

@@ -165,20 +165,24 @@ static rf_status walk_run(walker *w, const rf_schedule *s, int i, int run) {
     w->peer[(size_t)src * w->world + dst] = 1;
     return add_pair(w, src, dst, bytes, 0);
   }
+  if (run > 1) /* a joined block travels in place on both ends */
+    return add_pair(w, src, dst, bytes, 1);
   /* A gathered chunk is copied like a packed one (by MPI, through its fragments), with no
    * staging. */
-  if (run == 1 && rf_engine_send_copies(plan, w->mode, w->wire, k)) {
+  rf_chunk_path out = rf_engine_send_path(plan, w->mode, w->wire, k);
+  rf_chunk_path in = rf_engine_recv_path(plan, w->mode, w->wire, k);
+  if (out != RF_CHUNK_DIRECT) {
     touch(w, src);
     w->pack_bytes[src] += bytes;
     w->pack_copies[src]++;
-    if (!rf_engine_send_in_place(plan, w->mode, w->wire, k))
+    if (out == RF_CHUNK_STAGED)
       stage_bytes(w, src, w->send_staged, bytes);
   }
-  if (run == 1 && rf_engine_recv_copies(plan, w->mode, w->wire, k)) {
+  if (in != RF_CHUNK_DIRECT) {
     touch(w, dst);
     w->unpack_bytes[dst] += bytes;
     w->unpack_copies[dst]++;
-    if (!rf_engine_recv_in_place(plan, w->mode, w->wire, k))
+    if (in == RF_CHUNK_STAGED)
       stage_bytes(w, dst, w->recv_staged, bytes);
   }
   return add_pair(w, src, dst, bytes, 1);
