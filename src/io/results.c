@@ -4,8 +4,8 @@
  * writers' lock of results_lock.c, and results_read.c reads checksums back.
  *
  * The file is open only inside one call: rf_results_open checks or creates it and closes it
- * again, and each run is appended by opening, writing, flushing and closing. A job killed in
- * the middle of a transfer therefore never holds the file open, and every earlier run stays
+ * again, and each run is appended to a copy that then replaces the file. A job killed in the
+ * middle of a transfer therefore never holds the file open, and every earlier run stays
  * readable. */
 #include <errno.h>
 #include <hwloc.h>
@@ -171,7 +171,7 @@ int rf_results_format_number(const char *format) {
                                                      : 0;
 }
 
-rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file) {
+rf_status rf_results_open_checked(const char *path, int appending, hid_t *file) {
   rf_results_quiet_hdf5();
   *file = H5I_INVALID_HID;
   struct stat sb;
@@ -185,13 +185,15 @@ rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file)
   if (H5Fis_hdf5(path) <= 0)
     return rf_fail(RF_ERR_RESULTS, NOT_HDF5, path);
 
-  /* Everything is checked read-only first: a file that turns out not to be refit's must not be
-   * touched, and opening HDF5 for writing may rewrite its superblock. */
-  hid_t fapl = rf_results_file_access(flags == H5F_ACC_RDONLY);
+  /* Only ever opened read-only here: a file that turns out not to be refit's must not be
+   * touched, and appends go to a copy (results_append.c). */
+  hid_t fapl = rf_results_file_access(!appending);
   RF_H5(fapl);
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+  H5Pclose(fapl);
   rf_status st = RF_OK;
-  char format[64];
+  char format[64], dir[4096];
+  rf_results_directory(path, dir, sizeof dir);
   if (f < 0) {
     st = rf_fail(RF_ERR_RESULTS, NOT_HDF5, path);
   } else if (H5Aexists(f, "refit_format") <= 0 ||
@@ -202,37 +204,27 @@ rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file)
                  "results file '%s' has format '%s' but refit %s writes '%s'; "
                  "choose another --output",
                  path, format, rf_version, RF_RESULTS_FORMAT);
-  } else if (flags != H5F_ACC_RDONLY && strcmp(format, RF_RESULTS_FORMAT) != 0) {
+  } else if (appending && strcmp(format, RF_RESULTS_FORMAT) != 0) {
     st = rf_fail(RF_ERR_RESULTS,
                  "results file '%s' has format '%s', whose checksums use other terms, and refit "
                  "%s appends only to '%s' files; choose another --output",
                  path, format, rf_version, RF_RESULTS_FORMAT);
-  } else {
-    hid_t runs =
-        H5Lexists(f, "runs", H5P_DEFAULT) > 0 ? H5Gopen2(f, "runs", H5P_DEFAULT) : H5I_INVALID_HID;
-    if (runs < 0)
-      st = rf_fail(RF_ERR_RESULTS,
-                   "results file '%s' is damaged: it has no /runs group; choose "
-                   "another --output or move it away",
-                   path);
-    else
-      H5Gclose(runs);
+  } else if (H5Lexists(f, "runs", H5P_DEFAULT) <= 0) {
+    st = rf_fail(RF_ERR_RESULTS,
+                 "results file '%s' is damaged: it has no /runs group; choose "
+                 "another --output or move it away",
+                 path);
+  } else if (appending && access(path, W_OK) != 0) {
+    /* A file made read-only stays as it is, although replacing it would be allowed. */
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be written: %s; choose another --output",
+                 path, strerror(errno));
+  } else if (appending && access(dir, W_OK | X_OK) != 0) {
+    st = rf_fail(RF_ERR_RESULTS,
+                 "results file '%s' cannot be appended to: its directory '%s' is not writable "
+                 "(%s), and refit appends by writing a new copy beside the file; choose another "
+                 "--output",
+                 path, dir, strerror(errno));
   }
-  if (st == RF_OK && flags != H5F_ACC_RDONLY) {
-    H5Fclose(f);
-    f = H5Fopen(path, flags, fapl);
-    /* Without HDF5's lock a reader cannot be the cause; other writers wait on PATH.lock. */
-    if (f < 0 && access(path, W_OK) != 0)
-      st = rf_fail(RF_ERR_RESULTS,
-                   "results file '%s' cannot be written: %s; choose another --output", path,
-                   strerror(errno));
-    else if (f < 0)
-      st = rf_fail(RF_ERR_RESULTS,
-                   "results file '%s' is damaged: HDF5 cannot open it for writing; choose "
-                   "another --output or move it away",
-                   path);
-  }
-  H5Pclose(fapl);
   if (st != RF_OK) {
     if (f >= 0)
       H5Fclose(f);
@@ -334,7 +326,7 @@ static rf_status create_file(const char *path, const rf_results_file_info *info)
   }
   if (errno == EEXIST) {
     unlink(tmp);
-    RF_TRY(rf_results_open_checked(path, H5F_ACC_RDWR, &f));
+    RF_TRY(rf_results_open_checked(path, 1, &f));
     H5Fclose(f);
     return RF_OK;
   }
@@ -377,7 +369,7 @@ rf_status rf_results_open(const char *path, const rf_results_file_info *info, rf
   hid_t f;
   rf_status st = RF_OK;
   if (stat(path, &sb) == 0) {
-    st = rf_results_open_checked(path, H5F_ACC_RDWR, &f);
+    st = rf_results_open_checked(path, 1, &f);
     if (st == RF_OK)
       H5Fclose(f);
   } else if (errno == ENOENT) {

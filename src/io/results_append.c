@@ -1,9 +1,9 @@
 /* Appending a run so that it is never lost. The run is first built as a complete results file
- * in memory; then, under the writers' lock (results_lock.c), it is written into PATH as the
- * next /runs/NNNN. When PATH stays busy past --output-wait, or the append fails (a full disk, a
- * file replaced meanwhile), the in-memory file is written to the side file
- * PATH.run-<UTC time>-<pid>.h5 instead: same schema, one run, readable by `refit report` and
- * `refit verify`; the one error line names it.
+ * in memory; then, under the writers' lock (results_lock.c), it is written as the next
+ * /runs/NNNN into a copy of PATH that replaces PATH by rename(2). When PATH stays busy past
+ * --output-wait, or the append fails (a full disk, a file replaced meanwhile), the in-memory file
+ * is written to the side file PATH.run-<UTC time>-<pid>.h5 instead: same schema, one run, readable
+ * by `refit report` and `refit verify`; the one error line names it.
  *
  * Building in memory also keeps HDF5 out of trouble on a full disk: the append to PATH is
  * attempted only when the disk has room for it, and the side file is written with write(2),
@@ -11,9 +11,11 @@
  * HDF5 with metadata it can no longer flush (which made HDF5's exit handler crash). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -88,43 +90,147 @@ static int64_t free_bytes(const char *path) {
   return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 
-/* Writes the run into PATH as the next run. A failure is logged (the caller captures it). Room
- * for twice the run and a mebibyte is asked for first: HDF5 writes the data and then its
- * metadata, and a file it cannot flush stays open inside it. */
+/* Copies the first `size` bytes of `from` into `to`. Returns 0 or the errno. */
+static int copy_bytes(int from, int to, off_t size) {
+  enum { CHUNK = 1 << 20 };
+  char *buf = malloc(CHUNK);
+  if (!buf)
+    return ENOMEM;
+  int err = 0;
+  for (off_t done = 0; done < size && !err;) {
+    size_t want = size - done < CHUNK ? (size_t)(size - done) : CHUNK;
+    ssize_t got = pread(from, buf, want, done);
+    if (got == 0)
+      err = EIO; /* the file shrank under the writers' lock: not refit's doing */
+    else if (got < 0 && errno != EINTR)
+      err = errno;
+    for (ssize_t put = 0; put < got && !err;) {
+      ssize_t n = pwrite(to, buf + put, (size_t)(got - put), done + put);
+      if (n > 0)
+        put += n;
+      else if (n < 0 && errno != EINTR)
+        err = errno;
+    }
+    if (got > 0 && !err)
+      done += got;
+  }
+  free(buf);
+  return err;
+}
+
+/* A copy of `path` (the file a symbolic link names, when it is one) under a temporary name
+ * beside it, created exclusively, with the original's mode. Returns 0 or the errno; fills
+ * `copy` and `target` (where the copy will be renamed to). */
+static int copy_beside(const char *path, char *target, size_t target_len, char *copy,
+                       size_t copy_len, off_t *size) {
+  char real[PATH_MAX];
+  snprintf(target, target_len, "%s", realpath(path, real) ? real : path);
+  int from = open(target, O_RDONLY | O_CLOEXEC);
+  if (from < 0)
+    return errno;
+  struct stat sb;
+  if (fstat(from, &sb) != 0) {
+    int err = errno;
+    close(from);
+    return err;
+  }
+  *size = sb.st_size;
+  int to = -1, err = EEXIST;
+  for (int attempt = 0; attempt < 100 && to < 0 && err == EEXIST; attempt++) {
+    snprintf(copy, copy_len, attempt ? "%s.%ld.%d.tmp" : "%s.%ld.tmp", target, (long)getpid(),
+             attempt);
+    to = open(copy, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    err = to < 0 ? (errno == ELOOP ? EEXIST : errno) : 0;
+  }
+  if (to >= 0) {
+    err = copy_bytes(from, to, sb.st_size);
+    /* The owner may differ where a group shares the file; keeping the group matters more. */
+    if (!err && fchown(to, sb.st_uid, sb.st_gid) != 0 && fchown(to, (uid_t)-1, sb.st_gid) != 0)
+      RF_DEBUG("results file '%s': the new copy keeps this user's group", path);
+    if (!err && fchmod(to, sb.st_mode & 07777) != 0)
+      err = errno;
+    if (close(to) != 0 && !err)
+      err = errno;
+    if (err)
+      unlink(copy);
+  }
+  close(from);
+  return err;
+}
+
+/* Flushes `path` (a file or a directory) to disk. Returns 0 or the errno. */
+static int sync_path(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno;
+  int err = fsync(fd) == 0 || errno == EINVAL ? 0 : errno;
+  close(fd);
+  return err;
+}
+
+/* Writes the run as the next run into a copy of PATH, and renames the copy over PATH. A
+ * reader opening PATH at any moment therefore finds the file before the run or after it, never
+ * one half written: HDF5 1.10 writes its superblock, B-trees and heaps in no promised order,
+ * and a polling h5py reader caught "truncated file" in the middle of an in-place append. A
+ * reader holding PATH open keeps the file it opened. The cost is a copy of the file per run.
+ * A failure is logged (the caller captures it). Room for the copy, twice the run and a
+ * mebibyte is asked for first: HDF5 writes the data and then its metadata, and a file it cannot
+ * flush stays open inside it. */
 static rf_status append_run(const rf_results *r, const rf_results_run *run, int64_t run_bytes,
                             int *number, int *no_space) {
+  hid_t f, runs = H5I_INVALID_HID, g = H5I_INVALID_HID;
+  RF_TRY(rf_results_open_checked(r->path, 1, &f));
+  H5Fclose(f);
+  f = H5I_INVALID_HID;
+  char target[PATH_MAX], copy[PATH_MAX + 64];
+  off_t size = 0;
+  struct stat sb;
   int64_t room = free_bytes(r->path);
-  if (room >= 0 && room < 2 * run_bytes + (1 << 20)) {
+  if (stat(r->path, &sb) == 0 && room >= 0 && room < sb.st_size + 2 * run_bytes + (1 << 20)) {
     *no_space = 1;
     return rf_fail(RF_ERR_IO, "results file '%s': %s", r->path, strerror(ENOSPC));
   }
-  hid_t f, runs = H5I_INVALID_HID, g = H5I_INVALID_HID;
-  RF_TRY(rf_results_open_checked(r->path, H5F_ACC_RDWR, &f));
+  int err = copy_beside(r->path, target, sizeof target, copy, sizeof copy, &size);
+  if (err) {
+    *no_space = err == ENOSPC || err == EDQUOT;
+    return rf_fail(RF_ERR_IO, "results file '%s' cannot be copied to append to it: %s", r->path,
+                   strerror(err));
+  }
   rf_status st = RF_OK;
   int last = -1;
   char name[16];
+  hid_t fapl = rf_results_file_access(0);
+  RF_H5_GOTO(fapl, done);
+  f = H5Fopen(copy, H5F_ACC_RDWR, fapl);
+  H5Pclose(fapl);
+  RF_H5_GOTO(f, done);
   RF_H5_GOTO(runs = H5Gopen2(f, "runs", H5P_DEFAULT), done);
   RF_TRY_GOTO(rf_results_last_run(runs, &last), done);
   snprintf(name, sizeof name, "%04d", last + 1);
-  /* The run is written as an unnamed group and flushed before a link names it, so a job
-   * killed while writing leaves at worst unreachable bytes, never a link to half a run. (An
-   * H5Ocopy from the in-memory file links its copy in the same metadata flush as the copied
-   * objects, in no promised order: killed jobs left links to unreadable groups.) */
-  RF_H5_GOTO(g = H5Gcreate_anon(f, H5P_DEFAULT, H5P_DEFAULT), done);
+  RF_H5_GOTO(g = H5Gcreate2(runs, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), done);
   RF_TRY_GOTO(rf_results_write_run(g, r, run), done);
-  RF_H5_GOTO(H5Fflush(f, H5F_SCOPE_GLOBAL), done);
-  RF_H5_GOTO(H5Olink(g, runs, name, H5P_DEFAULT, H5P_DEFAULT), done);
-  RF_H5_GOTO(H5Fflush(f, H5F_SCOPE_GLOBAL), done);
 done:
   if (g >= 0)
     H5Gclose(g);
   if (runs >= 0)
     H5Gclose(runs);
-  if (H5Fclose(f) < 0 && st == RF_OK)
+  if (f >= 0 && H5Fclose(f) < 0 && st == RF_OK)
     st = rf_hdf5_failed("H5Fclose", __FILE__, __LINE__);
-  if (st != RF_OK) {
+  if (st == RF_OK && (err = sync_path(copy)) != 0)
+    st = rf_fail(RF_ERR_IO, "results file '%s': the new copy cannot be synced: %s", r->path,
+                 strerror(err));
+  if (st == RF_OK && rename(copy, target) != 0)
+    st = rf_fail(RF_ERR_IO, "results file '%s': the new copy cannot be renamed into place: %s",
+                 r->path, strerror(errno));
+  if (st == RF_OK) {
+    char dir[PATH_MAX];
+    rf_results_directory(target, dir, sizeof dir);
+    if (sync_path(dir) != 0) /* the rename is done; a directory that cannot sync is the FS's */
+      RF_DEBUG("results file '%s': its directory cannot be synced", r->path);
+  } else {
+    unlink(copy);
     int64_t left = free_bytes(r->path);
-    *no_space = left >= 0 && left < 2 * run_bytes + (1 << 20);
+    *no_space = left >= 0 && left < size + 2 * run_bytes + (1 << 20);
   }
   *number = last + 1;
   return st;

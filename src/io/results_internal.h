@@ -64,10 +64,11 @@ void rf_results_directory(const char *path, char *dir, size_t len);
 /* Writes one run's attributes and datasets into group g (results_write.c). */
 rf_status rf_results_write_run(hid_t g, const rf_results *r, const rf_results_run *run);
 
-/* Opens `path` with `flags` (H5F_ACC_RDONLY or H5F_ACC_RDWR) after checking that it is an
- * intact refit results file with a /runs group; anything else is refused with one line and
- * RF_ERR_RESULTS. The caller closes *file. */
-rf_status rf_results_open_checked(const char *path, unsigned flags, hid_t *file);
+/* Opens `path` read-only after checking that it is an intact refit results file with a /runs
+ * group and, when `appending`, one refit may append to: the current format, the file writable
+ * and its directory too (appends write a copy beside it). Anything else is refused with one
+ * line and RF_ERR_RESULTS. The caller closes *file. */
+rf_status rf_results_open_checked(const char *path, int appending, hid_t *file);
 
 /* Reads a scalar string attribute, fixed or variable length, into buf. Returns 0 on success
  * and -1 without logging, since a missing or odd mark only means the file is not refit's. */

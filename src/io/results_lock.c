@@ -11,7 +11,9 @@
  * file that is no longer the one at PATH.lock. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -45,8 +47,10 @@ rf_status rf_results_lock_take(const char *path, double wait_s, rf_results_lock 
                                size_t holder_len) {
   lock->fd = -1;
   snprintf(holder, holder_len, "another process");
-  char name[4200];
-  snprintf(name, sizeof name, "%s.lock", path);
+  /* Named after the file itself, so that jobs reaching it through a symbolic link and by its
+   * own name exclude each other too (appends replace the file a link names). */
+  char name[PATH_MAX + 8], real[PATH_MAX];
+  snprintf(name, sizeof name, "%s.lock", realpath(path, real) ? real : path);
   int fd = open(name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd < 0) {
     /* A directory refit may not create files in, or a read-only one: the append itself will

@@ -157,7 +157,7 @@ rf_status rf_results_read_checksums(const char *path, int run, int *run_read, in
   if (run_read)
     *run_read = -1;
   hid_t f, group = H5I_INVALID_HID, dset = H5I_INVALID_HID;
-  RF_TRY(rf_results_open_checked(path, H5F_ACC_RDONLY, &f));
+  RF_TRY(rf_results_open_checked(path, 0, &f));
   int number = -1;
   rf_status st = open_run(path, f, run, &group, &number);
   if (st == RF_OK && H5Lexists(group, "tensors", H5P_DEFAULT) <= 0)
@@ -189,7 +189,7 @@ rf_status rf_results_read_checksums(const char *path, int run, int *run_read, in
 rf_status rf_results_format(const char *path, int *format) {
   hid_t f = H5I_INVALID_HID;
   char mark[64] = "";
-  RF_TRY(rf_results_open_checked(path, H5F_ACC_RDONLY, &f));
+  RF_TRY(rf_results_open_checked(path, 0, &f));
   /* rf_results_open_checked has read the mark and accepted it. */
   rf_results_read_attr_str(f, "refit_format", mark, sizeof mark);
   H5Fclose(f);
@@ -201,7 +201,7 @@ rf_status rf_results_run_attribute(const char *path, int run, const char *name, 
                                    size_t len) {
   hid_t f = H5I_INVALID_HID, group = H5I_INVALID_HID;
   int number = -1;
-  RF_TRY(rf_results_open_checked(path, H5F_ACC_RDONLY, &f));
+  RF_TRY(rf_results_open_checked(path, 0, &f));
   rf_status st = open_run(path, f, run, &group, &number);
   if (st == RF_OK && rf_results_read_attr_str(group, name, out, len) != 0)
     st = rf_fail(RF_ERR_RESULTS, "results file '%s': run %04d has no string attribute '%s'", path,
