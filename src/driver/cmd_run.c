@@ -255,8 +255,9 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
     double v0 = rf_now();
     st = rf_control_agree(ctl, rf_run_verify(ctl, &rs->job, &e, rs->checkpoint, rs->verify_full,
                                              rs->verify_checksum, &rs->record, res));
+    double verify = rf_now() - v0; /* one value, repeated in every iteration */
     for (int it = 0; it < iters; it++)
-      mine[(size_t)it * RF_PHASE_COUNT + RF_PHASE_VERIFY] = rf_now() - v0;
+      mine[(size_t)it * RF_PHASE_COUNT + RF_PHASE_VERIFY] = verify;
   }
   if (st == RF_OK)
     st = rf_run_collect(ctl, &e, mode, mine, all, iters, res);

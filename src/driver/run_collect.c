@@ -2,6 +2,7 @@
  * collective of the control plane. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "run_collect.h"
 
@@ -80,8 +81,25 @@ rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_che
 
 rf_status rf_run_collect(rf_control *ctl, const rf_engine *e, rf_mode mode, const double *mine,
                          double *all, int iters, rf_run_result *res) {
-  int count = iters * RF_PHASE_COUNT;
-  RF_TRY(rf_control_gather(ctl, ctl->world, mine, all, count, MPI_DOUBLE, "the timings"));
+  int count = iters * RF_PHASE_COUNT, ranks = ctl->world_size;
+  /* The gather lands rank by rank ([rank, iteration, phase]); the result and the results file
+   * hold [iteration, rank, phase], so that an iteration's ranks lie together. (Before
+   * 2026-12-05 the gathered order was taken for that one, and each "iteration" mixed several.) */
+  double *by_rank =
+      ctl->world_rank == 0
+          ? rf_malloc((size_t)count * (size_t)ranks * sizeof *by_rank, "gathered timings")
+          : NULL;
+  if (ctl->world_rank == 0 && !by_rank)
+    return RF_ERR_NOMEM;
+  rf_status st =
+      rf_control_gather(ctl, ctl->world, mine, by_rank, count, MPI_DOUBLE, "the timings");
+  for (int rank = 0; by_rank && st == RF_OK && rank < ranks; rank++)
+    for (int it = 0; it < iters; it++)
+      memcpy(all + ((size_t)it * (size_t)ranks + (size_t)rank) * RF_PHASE_COUNT,
+             by_rank + ((size_t)rank * (size_t)iters + (size_t)it) * RF_PHASE_COUNT,
+             RF_PHASE_COUNT * sizeof *all);
+  free(by_rank);
+  RF_TRY(st);
   /* A fused run double-buffers its staging, so twice the bytes are live at once. */
   int slots = mode == RF_MODE_FUSED ? 2 : 1;
   int64_t staging = (int64_t)(e->staging_bytes[0] + e->staging_bytes[1]) * slots;

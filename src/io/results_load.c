@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "io/h5_read.h"
+#include "result/result.h"
 #include "results_internal.h"
 
 #define WHAT_TO_DO "give a results file written by 'refit run --output'"
@@ -102,6 +103,56 @@ static rf_status read_phase_map(const rf_h5_source *src, hid_t dset, int count, 
   return st;
 }
 
+/* Files written before 2026-12-05 hold each rank's iterations together under the shape
+ * [iteration, rank, phase], and their medians were taken over rows that mixed iterations, which
+ * leans them towards the slow ones. Their timings are put in order and the figures derived
+ * from them (the headline, the summary's, algbw) taken again, as refit computes them now:
+ * median and p99 over iterations of the slowest rank. */
+static rf_status reorder_legacy_timings(rf_loaded_run *run, int64_t replica_bytes) {
+  int iters = run->timing_iterations, ranks = run->timing_ranks;
+  if (iters < 2 || ranks < 2)
+    return RF_OK; /* one iteration or one rank: both orders are the same */
+  size_t cells = (size_t)iters * (size_t)ranks;
+  double *ordered = rf_malloc(cells * RF_PHASE_COUNT * sizeof *ordered, "timings");
+  double *slowest = rf_malloc((size_t)iters * sizeof *slowest, "per-iteration times");
+  if (!ordered || !slowest) {
+    free(ordered);
+    free(slowest);
+    return RF_ERR_NOMEM;
+  }
+  for (size_t c = 0; c < cells; c++) {
+    size_t rank = c / (size_t)iters, it = c % (size_t)iters;
+    memcpy(ordered + (it * (size_t)ranks + rank) * RF_PHASE_COUNT,
+           run->timings + c * RF_PHASE_COUNT, RF_PHASE_COUNT * sizeof *ordered);
+  }
+  free(run->timings);
+  run->timings = ordered;
+  rf_status st = RF_OK;
+  for (int p = 0; p < RF_PHASE_COUNT && st == RF_OK; p++) {
+    for (int it = 0; it < iters; it++) {
+      slowest[it] = 0.0;
+      for (int rank = 0; rank < ranks; rank++)
+        slowest[it] =
+            RF_MAX(slowest[it], ordered[((size_t)it * ranks + rank) * RF_PHASE_COUNT + p]);
+    }
+    rf_stats s;
+    if ((st = rf_stats_of(slowest, iters, &s)) != RF_OK)
+      break;
+    if (run->has_summary) {
+      run->phase_median[p] = s.median;
+      run->phase_p99[p] = s.p99;
+    }
+    if (p == RF_PHASE_TOTAL && s.median > 0) {
+      if (!isnan(run->algbw_GBps))
+        run->algbw_GBps = (double)replica_bytes / s.median / 1e9; /* results_write's formula */
+      run->time_median_s = s.median;
+      run->time_p99_s = s.p99;
+    }
+  }
+  free(slowest);
+  return st;
+}
+
 static rf_status read_timings(const rf_h5_source *src, hid_t g, rf_loaded_run *run) {
   rf_status st = RF_OK;
   hid_t dset = H5I_INVALID_HID;
@@ -138,6 +189,10 @@ static rf_status read_timings(const rf_h5_source *src, hid_t g, rf_loaded_run *r
         run->timings[c * RF_PHASE_COUNT + (size_t)map[p]] = raw[c * dims[2] + p];
   run->timing_iterations = (int)dims[0];
   run->timing_ranks = (int)dims[1];
+  int64_t replica_bytes = 0;
+  if (H5Aexists(dset, "order") <= 0 &&
+      (st = read_attr_num(src, g, "replica_bytes", H5T_NATIVE_INT64, &replica_bytes)) == RF_OK)
+    st = reorder_legacy_timings(run, replica_bytes);
 done:
   if (dset >= 0)
     H5Dclose(dset);

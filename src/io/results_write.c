@@ -189,6 +189,9 @@ static rf_status write_timings(hid_t g, const rf_run_result *res) {
   RF_TRY(rf_results_dataset(g, "timings", H5T_NATIVE_DOUBLE, 3, dims, res->timings));
   RF_TRY(write_phase_names(g, "timings"));
   RF_TRY(rf_results_attr_str(g, "timings", "units", "s"));
+  /* Its presence marks timings gathered in this order; files without it hold them rank by
+   * rank under the same shape (results_load.c reorders those). */
+  RF_TRY(rf_results_attr_str(g, "timings", "order", "iteration, rank, phase"));
   return rf_results_attr_str(g, "timings", "description",
                              "wall-clock seconds of each timed iteration [iteration, rank, "
                              "phase]; total is the whole iteration; setup (once, cold) and "

@@ -94,6 +94,16 @@ def check_timings(g, where, iterations, ranks):
     want_attrs(t, where + "/timings", ["units", "description"], "str")
     if t.attrs.get("units") != "s":
         fail(where, "timings units is not 's'")
+    if t.attrs.get("order") != "iteration, rank, phase":
+        fail(where, f"timings order is {t.attrs.get('order')!r}, not 'iteration, rank, phase'")
+    # setup and verify are one value per rank, repeated in every iteration: in [iteration, rank,
+    # phase] order each rank's column holds it unchanged (rank by rank it would not).
+    a = t[()]
+    if a.shape[0] > 1 and a.shape[1] > 1:
+        for p in ("setup", "verify"):
+            col = a[:, :, PHASES.index(p)]
+            if not (col == col[0]).all():
+                fail(where, f"timings {p} differs between the iterations of one rank")
 
 
 def check_summary(g, where, iterations):
