@@ -47,6 +47,20 @@ done:
   return st;
 }
 
+/* Writes all n bytes of buf at offset `at` of fd. Returns 0 or the errno. */
+static int put_all(int fd, const char *buf, size_t n, off_t at) {
+  for (size_t done = 0; done < n;) {
+    ssize_t put = pwrite(fd, buf + done, n - done, at + (off_t)done);
+    if (put > 0)
+      done += (size_t)put;
+    else if (put == 0)
+      return EIO; /* no progress: never wait on it */
+    else if (errno != EINTR)
+      return errno;
+  }
+  return 0;
+}
+
 int rf_results_save_image(hid_t f, const char *path) {
   if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0)
     return EIO;
@@ -62,14 +76,7 @@ int rf_results_save_image(hid_t f, const char *path) {
     free(image);
     return err;
   }
-  int err = 0;
-  for (ssize_t done = 0; done < size && !err;) {
-    ssize_t n = write(fd, image + done, (size_t)(size - done));
-    if (n > 0)
-      done += n;
-    else if (n < 0 && errno != EINTR)
-      err = errno;
-  }
+  int err = put_all(fd, image, (size_t)size, 0);
   if (!err && fsync(fd) != 0 && errno != EINVAL)
     err = errno;
   if (close(fd) != 0 && !err)
@@ -104,13 +111,8 @@ static int copy_bytes(int from, int to, off_t size) {
       err = EIO; /* the file shrank under the writers' lock: not refit's doing */
     else if (got < 0 && errno != EINTR)
       err = errno;
-    for (ssize_t put = 0; put < got && !err;) {
-      ssize_t n = pwrite(to, buf + put, (size_t)(got - put), done + put);
-      if (n > 0)
-        put += n;
-      else if (n < 0 && errno != EINTR)
-        err = errno;
-    }
+    if (got > 0 && !err)
+      err = put_all(to, buf, (size_t)got, done);
     if (got > 0 && !err)
       done += got;
   }
