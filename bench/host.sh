@@ -2,10 +2,12 @@
 # Host benchmark: refit's three modes over the host transports (mpi: messages; shm: shared
 # memory mapped between the ranks), for a sweep of bucket sizes, next to the limits measured
 # in the same run between the same ranks for the same bytes: a plain MPI exchange of every
-# pair's bytes (refit-limits), OSU's osu_bw when installed, and memcpy. Each job runs REPS
-# times; prints each mode's median time over the jobs, their spread (slowest / fastest), the
-# aggregate GB/s of the median and its ratio to the plain MPI exchange and to memcpy (limit
-# time / refit time: 1.00 is as fast as the limit).
+# pair's bytes and memcpy, measured by refit-limits once at the start and again by each job
+# right after each of its runs (--calibrate), and OSU's osu_bw when installed. Each job runs
+# REPS times; prints each mode's median time over the jobs, their spread (slowest / fastest),
+# the aggregate GB/s of the median, the median over the jobs of its ratio to the plain MPI
+# exchange and to memcpy measured in the same job (limit time / refit time: 1.00 is as fast as
+# the limit), and the median of those plain exchanges.
 #
 #   bench/host.sh [refit run options...]      (default: the demo job, Llama-3.2-1B 2 -> 2)
 # Environment: BUILD (build dir, default build), NP (ranks), BUCKETS (sizes to sweep),
@@ -33,25 +35,38 @@ if command -v osu_bw >/dev/null 2>&1; then
   osu=$(mpirun --oversubscribe -np 2 osu_bw -m 268435456:268435456 | awk '!/^#/ { print $2 / 1000 }')
   echo "# limit osu_bw (2 ranks, 256 MiB messages) GB/s $osu"
 fi
-printf '%-9s %-8s %8s %10s %8s %9s %8s %10s\n' transport mode bucket median_ms spread aggGB/s vs_mpi vs_memcpy
+printf '%-9s %-8s %8s %10s %8s %9s %8s %10s %8s\n' transport mode bucket median_ms spread aggGB/s vs_mpi vs_memcpy mpi_ms
 for transport in $TRANSPORTS; do
   for bucket in $BUCKETS; do
     : >"$out/rows"
     for rep in $(seq "$REPS"); do
+      # --calibrate measures the plain MPI exchange and the memcpy again right after each run,
+      # in the same job: the VM's speed drifts over minutes (the limit above moved between
+      # 105 and 165 ms from one session to the next), so each run is compared with its own.
       "${MPIRUN[@]}" "$BUILD/refit" run "${JOB[@]}" --transport "$transport" \
         --mode unfused,grouped,fused --warmup 1 --iters 5 --bucket-size "$bucket" \
-        --verify checksum >"$out/run"
-      grep -v '^#' "$out/run" | awk '{ print $1, $4, $9 }' >>"$out/rows"
+        --verify checksum --calibrate >"$out/run"
+      # One line per run: mode, bytes, median ms, then its limits' ms (memcpy, mpi).
+      awk '!/^#/ && !/^limits:/ { mode = $1; bytes = $4; ms = $9 }
+           /^limits:/ { for (i = 2; i < NF; i++) {
+                          if ($i == "memcpy") c = $(i + 1) * 1e3
+                          if ($i == "mpi") m = $(i + 1) * 1e3 }
+                        print mode, bytes, ms, c, m }' "$out/run" >>"$out/rows"
     done
-    # Per mode: the median of the jobs' medians, and slowest / fastest.
+    # Per mode: the median of the jobs' medians and slowest / fastest; the ratios are the
+    # median over the jobs of each job's limit over its own time.
     for mode in unfused grouped fused; do
-      awk -v m="$mode" '$1 == m { print $2, $3 }' "$out/rows" | sort -k2,2g | awk \
-        -v m="$mode" -v b="$bucket" -v tr="$transport" -v l="$mpi_ms" -v c="$memcpy_ms" '
-        { bytes = $1; t[NR] = $2 }
+      awk -v m="$mode" '$1 == m' "$out/rows" | awk \
+        -v m="$mode" -v b="$bucket" -v tr="$transport" '
+        function median(v, n,   i, j, x) {
+          for (i = 2; i <= n; i++) { x = v[i]; for (j = i - 1; j >= 1 && v[j] > x; j--) v[j + 1] = v[j]; v[j + 1] = x }
+          return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+        }
+        { bytes = $2; t[NR] = $3; rm[NR] = $5 / $3; rc[NR] = $4 / $3; lm[NR] = $5 }
         END {
-          med = NR % 2 ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2
-          g = bytes / med / 1e6
-          printf "%-9s %-8s %8s %10.1f %8.2f %9.2f %8.2f %10.2f\n", tr, m, b, med, t[NR] / t[1], g, l / med, c / med
+          med = median(t, NR)
+          printf "%-9s %-8s %8s %10.1f %8.2f %9.2f %8.2f %10.2f %8.1f\n", tr, m, b, med,
+            t[NR] / t[1], bytes / med / 1e6, median(rm, NR), median(rc, NR), median(lm, NR)
         }'
     done
   done
