@@ -114,12 +114,8 @@ static rf_status reorder_legacy_timings(rf_loaded_run *run, int64_t replica_byte
     return RF_OK; /* one iteration or one rank: both orders are the same */
   size_t cells = (size_t)iters * (size_t)ranks;
   double *ordered = rf_malloc(cells * RF_PHASE_COUNT * sizeof *ordered, "timings");
-  double *slowest = rf_malloc((size_t)iters * sizeof *slowest, "per-iteration times");
-  if (!ordered || !slowest) {
-    free(ordered);
-    free(slowest);
+  if (!ordered)
     return RF_ERR_NOMEM;
-  }
   for (size_t c = 0; c < cells; c++) {
     size_t rank = c / (size_t)iters, it = c % (size_t)iters;
     memcpy(ordered + (it * (size_t)ranks + rank) * RF_PHASE_COUNT,
@@ -129,14 +125,8 @@ static rf_status reorder_legacy_timings(rf_loaded_run *run, int64_t replica_byte
   run->timings = ordered;
   rf_status st = RF_OK;
   for (int p = 0; p < RF_PHASE_COUNT && st == RF_OK; p++) {
-    for (int it = 0; it < iters; it++) {
-      slowest[it] = 0.0;
-      for (int rank = 0; rank < ranks; rank++)
-        slowest[it] =
-            RF_MAX(slowest[it], ordered[((size_t)it * ranks + rank) * RF_PHASE_COUNT + p]);
-    }
     rf_stats s;
-    if ((st = rf_stats_of(slowest, iters, &s)) != RF_OK)
+    if ((st = rf_stats_of_slowest(ordered, iters, ranks, p, &s)) != RF_OK)
       break;
     if (run->has_summary) {
       run->phase_median[p] = s.median;
@@ -149,7 +139,6 @@ static rf_status reorder_legacy_timings(rf_loaded_run *run, int64_t replica_byte
       run->time_p99_s = s.p99;
     }
   }
-  free(slowest);
   return st;
 }
 

@@ -207,23 +207,9 @@ typedef struct {
 static rf_status write_summary(hid_t g, const rf_run_result *res) {
   int iterations = res->timings && res->iterations > 0 ? res->iterations : 0, ranks = res->ranks;
   summary_row rows[RF_PHASE_COUNT];
-  double *slowest = rf_calloc((size_t)iterations + 1, sizeof *slowest, "per-iteration times");
-  if (!slowest)
-    return RF_ERR_NOMEM;
-  /* An iteration's phase is over when its slowest rank is done with it. */
   for (int p = 0; p < RF_PHASE_COUNT; p++) {
-    for (int it = 0; it < iterations; it++) {
-      const double *row = res->timings + (size_t)it * (size_t)ranks * RF_PHASE_COUNT;
-      slowest[it] = 0.0;
-      for (int rank = 0; rank < ranks; rank++)
-        if (rank == 0 || row[(size_t)rank * RF_PHASE_COUNT + p] > slowest[it])
-          slowest[it] = row[(size_t)rank * RF_PHASE_COUNT + p];
-    }
     rf_stats s;
-    if (rf_stats_of(slowest, iterations, &s) != RF_OK) {
-      free(slowest);
-      return RF_ERR_NOMEM;
-    }
+    RF_TRY(rf_stats_of_slowest(res->timings, iterations, ranks, p, &s));
     memset(&rows[p], 0, sizeof rows[p]);
     snprintf(rows[p].phase, sizeof rows[p].phase, "%s", rf_phase_name((rf_phase)p));
     rows[p].min = s.min;
@@ -232,7 +218,6 @@ static rf_status write_summary(hid_t g, const rf_run_result *res) {
     rows[p].max = s.max;
     rows[p].mean = s.mean;
   }
-  free(slowest);
 
   rf_status st = RF_OK;
   hid_t type = H5I_INVALID_HID;

@@ -43,27 +43,32 @@ rf_status rf_stats_of(const double *values, int count, rf_stats *out) {
   return RF_OK;
 }
 
+rf_status rf_stats_of_slowest(const double *timings, int iterations, int ranks, int phase,
+                              rf_stats *out) {
+  *out = (rf_stats){0};
+  if (!timings || iterations <= 0 || ranks <= 0)
+    return RF_OK;
+  double *slowest = rf_malloc((size_t)iterations * sizeof *slowest, "per-iteration times");
+  if (!slowest)
+    return RF_ERR_NOMEM;
+  for (int it = 0; it < iterations; it++) {
+    const double *row = timings + (size_t)it * (size_t)ranks * RF_PHASE_COUNT;
+    slowest[it] = row[phase];
+    for (int rank = 1; rank < ranks; rank++)
+      slowest[it] = RF_MAX(slowest[it], row[(size_t)rank * RF_PHASE_COUNT + phase]);
+  }
+  rf_status st = rf_stats_of(slowest, iterations, out);
+  free(slowest);
+  return st;
+}
+
 rf_status rf_run_result_summarise(rf_run_result *r) {
   r->total = (rf_stats){0};
   r->algbw = r->aggbw = 0.0;
-  if (!r->timings || r->iterations <= 0 || r->ranks <= 0)
-    return RF_OK;
-  double *slowest = rf_malloc((size_t)r->iterations * sizeof *slowest, "per-iteration times");
-  if (!slowest)
-    return RF_ERR_NOMEM;
   /* An iteration is over only when its slowest rank is done, so that rank's total is the
    * iteration's time. */
-  for (int it = 0; it < r->iterations; it++) {
-    double worst = 0.0;
-    for (int rank = 0; rank < r->ranks; rank++) {
-      size_t at = ((size_t)it * (size_t)r->ranks + (size_t)rank) * RF_PHASE_COUNT + RF_PHASE_TOTAL;
-      if (rank == 0 || r->timings[at] > worst)
-        worst = r->timings[at];
-    }
-    slowest[it] = worst;
-  }
-  rf_status st = rf_stats_of(slowest, r->iterations, &r->total);
-  free(slowest);
+  rf_status st =
+      rf_stats_of_slowest(r->timings, r->iterations, r->ranks, RF_PHASE_TOTAL, &r->total);
   if (r->total.median > 0.0) {
     r->algbw = (double)r->replica_bytes / r->total.median / 1e9;
     r->aggbw = (double)r->transfer_bytes / r->total.median / 1e9;

@@ -53,6 +53,10 @@ typedef struct {
   double min, median, p99, max, mean;
 } rf_stats;
 rf_status rf_stats_of(const double *values, int count, rf_stats *out);
+/* The statistics over iterations of one phase's slowest rank: an iteration's phase is over
+ * only when its slowest rank is done with it. `timings` is [iteration][rank][RF_PHASE_COUNT]. */
+rf_status rf_stats_of_slowest(const double *timings, int iterations, int ranks, int phase,
+                              rf_stats *out);
 
 /* One row of the table: one run (one mode/plan/transport/bucket combination). */
 typedef struct {
