@@ -24,7 +24,9 @@ rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_che
   size_t n = (size_t)nt * (size_t)(1 + replicas);
   uint64_t *local = rf_calloc(n, sizeof *local, "checksums");
   uint64_t *sum = rf_calloc(n, sizeof *sum, "checksums");
-  rf_status st = local && sum ? RF_OK : RF_ERR_NOMEM;
+  free(rec->verdicts);
+  rec->verdicts = ctl->world_rank == 0 ? rf_calloc((size_t)nt, 1, "checksum verdicts") : NULL;
+  rf_status st = local && sum && (rec->verdicts || ctl->world_rank != 0) ? RF_OK : RF_ERR_NOMEM;
   if (st == RF_OK)
     st = rf_control_agree(ctl, rf_engine_checksums(e, local, local + nt));
   if (st == RF_OK)
@@ -44,6 +46,10 @@ rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_che
       int bad = !fp8 && ref && ref[t] != sum[t];
       for (int p = 0; p < replicas; p++)
         bad |= sum[nt + (size_t)p * nt + t] != want;
+      /* What the results file records: a lone replica's fp8 checksum without a checkpoint's
+       * to meet was compared with nothing (only --verify full checks its bytes). */
+      int compared = !fp8 || (fp8_file && ref) || replicas > 1;
+      rec->verdicts[t] = (int8_t)(bad ? 0 : compared ? 1 : -1);
       if (!bad || res->checksum_bad++ >= 4)
         continue;
       if (fp8_file && ref && sum[nt + t] != want) {

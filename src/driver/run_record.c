@@ -131,6 +131,7 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, 
       .trainer_checksum = rec->checksums,
       .rollout_checksum = rec->checksums ? rec->checksums + nt : NULL,
       .reference_checksum = rec->reference,
+      .tensor_ok = rec->checksums ? rec->verdicts : NULL,
       .shards = digests,
       .shard_count = count,
       .messages = res->messages,
@@ -220,5 +221,6 @@ void rf_record_free(run_record *rec) {
   free(rec->links);
   free(rec->reference);
   free(rec->checksums);
+  free(rec->verdicts);
   memset(rec, 0, sizeof *rec);
 }

@@ -18,6 +18,7 @@ typedef struct {
   rf_topo_place place;       /* every rank: where it runs, for the rank table */
   uint64_t *reference;       /* rank 0: [tensor] checksums from the checkpoint, or NULL */
   uint64_t *checksums;       /* rank 0: trainer [tensor] then rollout [replica][tensor] */
+  int8_t *verdicts;          /* rank 0: [tensor] the checksums' verdict (rf_run_verify) */
   const rf_sweep_slot *slot; /* the job's place in its sweep (set by run_job), or NULL */
   int runs;                  /* rf_record_run calls so far: the mode's place in the job */
   rf_results_limits limits;  /* rank 0: the last run's limits, when --calibrate measured them */

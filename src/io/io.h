@@ -48,6 +48,9 @@ typedef struct {
   const uint64_t *trainer_checksum;   /* [tensor], or NULL when not computed */
   const uint64_t *rollout_checksum;   /* [replica * tensors + tensor], or NULL */
   const uint64_t *reference_checksum; /* [tensor] from a checkpoint, or NULL */
+  /* [tensor] the run's own verdict (the `ok` column: 1, 0 or -1), where the rule is not
+   * "rollout equals trainer" (fp8 tensors); NULL to compare the checksums above. */
+  const int8_t *tensor_ok;
 
   const rf_shard_digest *shards;
   int shard_count;

@@ -291,7 +291,7 @@ static rf_status write_tensors(hid_t g, const rf_results_run *run) {
     tr->bytes = m->tensors[t].bytes;
     tr->trainer_checksum = run->trainer_checksum ? run->trainer_checksum[t] : 0;
     tr->reference_checksum = run->reference_checksum ? run->reference_checksum[t] : 0;
-    tr->ok = tensor_ok(run, t, n);
+    tr->ok = run->tensor_ok ? run->tensor_ok[t] : tensor_ok(run, t, n);
     uint64_t *rollout = (uint64_t *)(buf + (size_t)t * row + sizeof(tensor_row));
     for (int rep = 0; run->rollout_checksum && rep < run->replicas; rep++)
       rollout[rep] = run->rollout_checksum[(size_t)rep * (size_t)n + (size_t)t];
@@ -333,7 +333,9 @@ static rf_status write_tensors(hid_t g, const rf_results_run *run) {
               done);
   RF_TRY_GOTO(rf_results_attr_str(g, "tensors", "ok_values",
                                   "1: every rollout replica and the reference (if any) match "
-                                  "the trainer; 0: one differs; -1: not checked"),
+                                  "the trainer (an fp8 tensor: the replicas match each other "
+                                  "and the block-FP8 checkpoint, if any); 0: one differs; -1: "
+                                  "not checked"),
               done);
 done:
   if (type >= 0)

@@ -121,6 +121,22 @@ for rollout in "tp=2,ep p2p" "tp=2 star"; do
   [ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "fp8 moe $rollout: not three verified rows: $(cat "$TMP/out")"
 done
 
+# The tensors table's verdicts: an fp8 tensor has no trainer checksum to meet, so with one
+# replica its checksum was compared with nothing (-1, its bytes checked by --verify full), and
+# fanout's two replicas meet each other (1); the 5 bf16 tensors meet the trainer's (1). The
+# h5py checker takes the file as a whole.
+/usr/bin/python3 - "$TMP/fp8-p2p.h5" "$TMP/fp8-fanout.h5" <<'PYEOF' || fail "fp8 verdicts in the results file"
+import sys
+import h5py
+for path, want in zip(sys.argv[1:], [{-1: 7, 1: 5}, {1: 12}]):
+    with h5py.File(path, "r") as f:
+        for run in f["runs"]:
+            ok = list(f["runs"][run]["tensors"]["ok"])
+            got = {v: ok.count(v) for v in set(ok)}
+            assert got == want, (path, run, got, want)
+PYEOF
+/usr/bin/python3 "$REFIT_SOURCE_DIR/tests/cli/results_h5py.py" "$TMP/fp8-p2p.h5" --runs 3 --ok \
+  >"$TMP/py" || fail "results_h5py fp8: $(cat "$TMP/py")"
 # The runs' checksums are of fp8 bytes and scales: the same under p2p, star and JAX order, and
 # refit verify compares fp8 runs with fp8 runs only.
 expect_exit 0 "$REFIT" verify "$TMP/fp8-p2p.h5" --reference "$TMP/fp8-star.h5"
@@ -178,6 +194,15 @@ expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$cut" --trainer fsdp=4 
 [ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 2 ] || fail "fp8 checkpoint input, colocated: $(cat "$TMP/out")"
 expect_exit 0 "$REFIT" verify "$TMP/cut-in.h5" --checkpoint "$TMP/cut-fp8.safetensors"
 expect_grep "against $TMP/cut-fp8.safetensors: 0 of 12 tensors differ" "$TMP/out"
+# Each of those 16 runs met the block-FP8 file's checksums: every tensor's verdict is 1.
+/usr/bin/python3 - "$TMP/cut-in.h5" <<'PYEOF' || fail "fp8 checkpoint input: verdicts in the results file"
+import sys
+import h5py
+with h5py.File(sys.argv[1], "r") as f:
+    assert len(f["runs"]) == 16, list(f["runs"])
+    for run in f["runs"]:
+        assert list(f["runs"][run]["tensors"]["ok"]) == [1] * 12, run
+PYEOF
 expect_exit 0 "$REFIT" checkpoint --model "$cut" --dtype fp8 --seed 6 --checkpoint "$TMP/cut-fp8-6.safetensors"
 expect_exit 1 "$REFIT" verify "$TMP/cut-in.h5" --checkpoint "$TMP/cut-fp8-6.safetensors"
 expect_grep "# FAIL: 12 tensors differ" "$TMP/out"
