@@ -9,8 +9,9 @@
 #
 # Every version's refit is built (Release), then each round runs the same job (JOB, default:
 # Llama-3.1-8B over ipc in two processes, unfused, grouped and fused, checksum verification)
-# once per version, ROUNDS times (default 2). Each version's runs go to OUTDIR/ab-NAME.h5;
-# bench/ab.py OUTDIR/ab-*.h5 prints each run's median over its rounds, read from the files.
+# once per version, ROUNDS times (default 2), then one calibrated job for the device copy of
+# the same bytes (OUTDIR/limit.h5). Each version's runs go to OUTDIR/ab-NAME.h5; bench/ab.py
+# prints each configuration's median per round and over the rounds, against that limit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: bench/ab_gpu.sh OUTDIR NAME=SOURCE_DIR...}
@@ -38,5 +39,14 @@ for round in $(seq "${ROUNDS:-2}"); do
       --warmup 0 --iters 10 --output "$OUT/ab-$name.h5"
   done
 done
-"${PY:-python3}" bench/ab.py "$OUT"/ab-*.h5 | tee "$OUT/ab.txt" | tee -a "$OUT/summary.txt"
+# The limit every median is read against, measured in the same call: refit's device copy of
+# the same bytes (--calibrate), once, by the last version, in its own file.
+last=${*: -1}
+job limit "${MPI[@]}" -np "${NP:-2}" "build-ab-${last%%=*}/refit" run "${JOB_ARGS[@]}" \
+  --mode fused --warmup 0 --iters 5 --calibrate --output "$OUT/limit.h5"
+# In the order named, so that the first version is the baseline.
+files=()
+for v in "$@"; do files+=("$OUT/ab-${v%%=*}.h5"); done
+"${PY:-python3}" bench/ab.py --limit "$OUT/limit.h5" "${files[@]}" | tee "$OUT/ab.txt" |
+  tee -a "$OUT/summary.txt"
 log "done"
