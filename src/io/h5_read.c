@@ -204,3 +204,150 @@ rf_status rf_h5_dataset_extent(const rf_h5_source *src, hid_t dset, int rank, hs
   }
   return RF_OK;
 }
+
+rf_status rf_h5_dataset_stored(const rf_h5_source *src, hid_t dset, hsize_t elements) {
+  hid_t type = H5Dget_type(dset), dcpl = H5Dget_create_plist(dset);
+  size_t size = type >= 0 ? H5Tget_size(type) : 0;
+  int filters = dcpl >= 0 ? H5Pget_nfilters(dcpl) : -1;
+  if (type >= 0)
+    H5Tclose(type);
+  if (dcpl >= 0)
+    H5Pclose(dcpl);
+  if (size == 0 || filters < 0)
+    return fail_at(src, dset, NULL, "has no readable type or layout (damaged)");
+  hsize_t stored = H5Dget_storage_size(dset);
+  /* elements * size, saturating rather than wrapping past 64 bits */
+  hsize_t declared = elements > HSIZE_UNDEF / size ? HSIZE_UNDEF : elements * size;
+  if (elements == 0 || (filters > 0 ? stored > 0 : stored >= declared))
+    return RF_OK;
+  char want[32], got[32];
+  rf_format_bytes((int64_t)RF_MIN(declared, (hsize_t)INT64_MAX), want, sizeof want);
+  rf_format_bytes((int64_t)RF_MIN(stored, (hsize_t)INT64_MAX), got, sizeof got);
+  return fail_at(src, dset, NULL, "declares %s of data but the file holds %s of it (never written)",
+                 want, got);
+}
+
+/* ---- objects and their types --------------------------------------------------------------- */
+
+static const char *kind_name(H5I_type_t kind) {
+  return kind == H5I_GROUP      ? "a group"
+         : kind == H5I_DATASET  ? "a dataset"
+         : kind == H5I_DATATYPE ? "a named datatype"
+                                : "an object of another kind";
+}
+
+rf_status rf_h5_open_object(const rf_h5_source *src, hid_t loc, const char *name, H5I_type_t want,
+                            hid_t *out) {
+  *out = H5I_INVALID_HID;
+  char where[512] = "", path[1024];
+  if (H5Iget_name(loc, where, sizeof where) < 0)
+    snprintf(where, sizeof where, "?");
+  snprintf(path, sizeof path, "%s%s%s", where, strcmp(where, "/") == 0 ? "" : "/", name);
+  hid_t obj = H5Oopen(loc, name, H5P_DEFAULT);
+  H5I_type_t got = obj >= 0 ? H5Iget_type(obj) : H5I_BADID;
+  if (got == want) {
+    *out = obj;
+    return RF_OK;
+  }
+  if (obj >= 0)
+    H5Oclose(obj);
+  if (src->quiet)
+    return src->bad;
+  if (got == H5I_BADID)
+    return rf_fail(src->bad, "%s '%s': %s cannot be opened (damaged)%s%s", src->kind, src->path,
+                   path, src->todo ? "; " : "", src->todo ? src->todo : "");
+  return rf_fail(src->bad, "%s '%s': %s is %s, expected %s%s%s", src->kind, src->path, path,
+                 kind_name(got), kind_name(want), src->todo ? "; " : "",
+                 src->todo ? src->todo : "");
+}
+
+/* "4-byte floats", "fixed-length strings", "an HDF5 array": what a type is, for the messages
+ * below. */
+static void describe_type(hid_t type, char *buf, size_t len) {
+  H5T_class_t cls = H5Tget_class(type);
+  if (cls == H5T_INTEGER || cls == H5T_FLOAT)
+    snprintf(buf, len, "%zu-byte %ss", H5Tget_size(type), class_name(cls));
+  else if (cls == H5T_STRING)
+    snprintf(buf, len, "%s strings",
+             H5Tis_variable_str(type) > 0 ? "variable-length" : "fixed-length");
+  else if (cls == H5T_COMPOUND)
+    snprintf(buf, len, "a table (an HDF5 compound)");
+  else
+    snprintf(buf, len, "an HDF5 %s", class_name(cls));
+}
+
+/* Whether type is of class cls and, where size is not 0, `size` bytes. */
+static int type_is(hid_t type, H5T_class_t cls, size_t size) {
+  return H5Tget_class(type) == cls && (size == 0 || H5Tget_size(type) == size);
+}
+
+rf_status rf_h5_dataset_number(const rf_h5_source *src, hid_t dset, H5T_class_t cls, size_t size) {
+  hid_t type = H5Dget_type(dset);
+  if (type < 0)
+    return fail_at(src, dset, NULL, "has no readable type (damaged)");
+  char got[64];
+  describe_type(type, got, sizeof got);
+  int ok = type_is(type, cls, size);
+  H5Tclose(type);
+  return ok ? RF_OK
+            : fail_at(src, dset, NULL, "holds %s, expected %zu-byte %ss", got, size,
+                      class_name(cls));
+}
+
+/* Whether member type m has the form `want` describes; if not, what was expected in words. */
+static int member_fits(hid_t m, const rf_h5_member *want, char *expected, size_t len) {
+  if (want->cls == H5T_STRING) {
+    snprintf(expected, len, "a fixed-length string");
+    return H5Tget_class(m) == H5T_STRING && H5Tis_variable_str(m) == 0;
+  }
+  if (want->cls != H5T_ARRAY) {
+    snprintf(expected, len, "a %zu-byte %s", want->size, class_name(want->cls));
+    return type_is(m, want->cls, want->size);
+  }
+  snprintf(expected, len, "a 1-D array of %zu-byte %ss", want->size, class_name(want->base));
+  if (H5Tget_class(m) != H5T_ARRAY || H5Tget_array_ndims(m) != 1)
+    return 0;
+  hid_t base = H5Tget_super(m);
+  int ok = base >= 0 && type_is(base, want->base, want->size);
+  if (base >= 0)
+    H5Tclose(base);
+  return ok;
+}
+
+rf_status rf_h5_dataset_table(const rf_h5_source *src, hid_t dset, const rf_h5_member *members,
+                              int count) {
+  hid_t type = H5Dget_type(dset);
+  if (type < 0)
+    return fail_at(src, dset, NULL, "has no readable type (damaged)");
+  rf_status st = RF_OK;
+  char got[64], expected[96];
+  if (H5Tget_class(type) != H5T_COMPOUND) {
+    describe_type(type, got, sizeof got);
+    st = fail_at(src, dset, NULL, "holds %s, expected a table (an HDF5 compound)", got);
+  }
+  for (int i = 0; i < count && st == RF_OK; i++) {
+    int index = H5Tget_member_index(type, members[i].name);
+    hid_t m = index >= 0 ? H5Tget_member_type(type, (unsigned)index) : H5I_INVALID_HID;
+    if (m < 0) {
+      st = fail_at(src, dset, NULL, "has no member '%s'", members[i].name);
+      break;
+    }
+    if (!member_fits(m, &members[i], expected, sizeof expected)) {
+      describe_type(m, got, sizeof got);
+      st = fail_at(src, dset, NULL, "member '%s' holds %s, expected %s", members[i].name, got,
+                   expected);
+    }
+    H5Tclose(m);
+  }
+  H5Tclose(type);
+  return st;
+}
+
+rf_status rf_h5_dataset_read(const rf_h5_source *src, hid_t dset, hid_t mem_type, hid_t mem_space,
+                             hid_t file_space, void *buf) {
+  if (H5Dread(dset, mem_type, mem_space, file_space, H5P_DEFAULT, buf) < 0)
+    return fail_at(src, dset, NULL,
+                   "cannot be read (damaged, or compressed with a filter this "
+                   "HDF5 lacks)");
+  return RF_OK;
+}

@@ -44,4 +44,40 @@ rf_status rf_h5_attr_read_strs(const rf_h5_source *src, hid_t obj, const char *n
 rf_status rf_h5_dataset_extent(const rf_h5_source *src, hid_t dset, int rank, hsize_t max_elements,
                                hsize_t *dims);
 
+/* Checks that dataset dset, of `elements` elements, is stored in the file: refit writes every
+ * dataset in full, while a dataset declared and never written reads as fill values, any extent
+ * for a few bytes of file, and reading it costs the time of its declared size. Without filters
+ * the file must hold every byte; with them (a file repacked with compression) some. */
+rf_status rf_h5_dataset_stored(const rf_h5_source *src, hid_t dset, hsize_t elements);
+
+/* Opens the object `name` below loc, which must be of kind `want` (H5I_GROUP or H5I_DATASET):
+ * H5Gopen2 and H5Dopen2 fail without saying why on an object of the other kind, and refit
+ * names it instead. The caller closes *out with H5Oclose. */
+rf_status rf_h5_open_object(const rf_h5_source *src, hid_t loc, const char *name, H5I_type_t want,
+                            hid_t *out);
+
+/* Checks that the elements of dataset dset are numbers of class cls (H5T_INTEGER, H5T_FLOAT)
+ * and `size` bytes, as refit writes them. */
+rf_status rf_h5_dataset_number(const rf_h5_source *src, hid_t dset, H5T_class_t cls, size_t size);
+
+/* One member of a table (a compound dataset) as refit reads it: a number of class cls and
+ * `size` bytes, a fixed-length string (H5T_STRING, size 0), or a 1-D array (H5T_ARRAY) of
+ * numbers of class `base` and `size` bytes. */
+typedef struct {
+  const char *name;
+  H5T_class_t cls, base;
+  size_t size;
+} rf_h5_member;
+
+/* Checks that dset is a table holding every one of `members` in the form given; other members
+ * are not looked at (reads match members by name). HDF5 converts between the file's and the
+ * reader's types only where the forms agree, and fails deep inside H5Dread otherwise. */
+rf_status rf_h5_dataset_table(const rf_h5_source *src, hid_t dset, const rf_h5_member *members,
+                              int count);
+
+/* H5Dread of the selection file_space of dset into buf, failing with one line naming the
+ * dataset (damaged data, a filter this HDF5 lacks) instead of HDF5's stack. */
+rf_status rf_h5_dataset_read(const rf_h5_source *src, hid_t dset, hid_t mem_type, hid_t mem_space,
+                             hid_t file_space, void *buf);
+
 #endif

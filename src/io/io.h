@@ -231,8 +231,13 @@ typedef struct {
   int64_t memory_fits;       /* a simulated run's memory fits its cluster: 1, 0; -1 where absent */
   int has_summary;
   double phase_median[RF_PHASE_COUNT], phase_p99[RF_PHASE_COUNT]; /* summary, seconds */
+  /* The timings' shape, and what the report shows of them (taken while they are read, so
+   * that no run keeps its timings in memory): the spread of total over every iteration and
+   * rank, and the fastest and slowest of the ranks' own medians of total. Valid where
+   * timing_iterations * timing_ranks > 0. */
   int timing_iterations, timing_ranks;
-  double *timings; /* [iteration][rank][RF_PHASE_COUNT] seconds, or NULL */
+  rf_stats spread;
+  double rank_median_fastest, rank_median_slowest;
 } rf_loaded_run;
 
 struct rf_loaded_results {

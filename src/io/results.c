@@ -171,6 +171,20 @@ int rf_results_format_number(const char *format) {
                                                      : 0;
 }
 
+/* /runs must be a group: every reader and the append open it as one. Logs one line. */
+static rf_status check_runs_group(const char *path, hid_t f, int appending) {
+  const rf_h5_source src = {.kind = "results file",
+                            .path = path,
+                            .bad = RF_ERR_RESULTS,
+                            .todo = appending ? "choose another --output or move it away"
+                                              : "give a results file written by 'refit run "
+                                                "--output'"};
+  hid_t runs;
+  RF_TRY(rf_h5_open_object(&src, f, "runs", H5I_GROUP, &runs));
+  H5Gclose(runs);
+  return RF_OK;
+}
+
 rf_status rf_results_open_checked(const char *path, int appending, hid_t *file) {
   rf_results_quiet_hdf5();
   *file = H5I_INVALID_HID;
@@ -214,6 +228,8 @@ rf_status rf_results_open_checked(const char *path, int appending, hid_t *file) 
                  "results file '%s' is damaged: it has no /runs group; choose "
                  "another --output or move it away",
                  path);
+  } else if (check_runs_group(path, f, appending) != RF_OK) {
+    st = RF_ERR_RESULTS;
   } else if (appending && access(path, W_OK) != 0) {
     /* A file made read-only stays as it is, although replacing it would be allowed. */
     st = rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be written: %s; choose another --output",

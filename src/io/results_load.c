@@ -16,10 +16,13 @@
 #define WHAT_TO_DO "give a results file written by 'refit run --output'"
 
 /* The most a run's datasets can hold before the report refuses them: far beyond any real run
- * (a summary row per phase; timings of 2^16 iterations of 2^12 ranks), and small enough that
- * the buffers sized from them fit in memory. */
+ * (a summary row per phase; 2^22 iteration-rank cells of timings, such as 1024 iterations of
+ * 4096 ranks), and small enough that what is kept of them fits in memory. Timings are read a
+ * slice of TIMINGS_SLICE values at a time, and only total is kept of each cell. */
 #define SUMMARY_ROWS_MAX ((hsize_t)1 << 16)
 #define TIMINGS_MAX ((hsize_t)1 << 28)
+#define TIMING_CELLS_MAX ((hsize_t)1 << 22)
+#define TIMINGS_SLICE ((hsize_t)1 << 16)
 #define PHASES_MAX ((hsize_t)1 << 10)
 
 /* Most attributes are optional (later schema additions, skipped runs): an absent one leaves
@@ -57,8 +60,15 @@ static rf_status read_summary(const rf_h5_source *src, hid_t g, rf_loaded_run *r
   hid_t dset = H5I_INVALID_HID, type = H5I_INVALID_HID;
   summary_row *rows = NULL;
   hsize_t n = 0;
-  RF_H5_GOTO(dset = H5Dopen2(g, "summary", H5P_DEFAULT), done);
+  const rf_h5_member members[] = {
+      {"phase", H5T_STRING, H5T_NO_CLASS, 0},
+      {"median", H5T_FLOAT, H5T_NO_CLASS, 8},
+      {"p99", H5T_FLOAT, H5T_NO_CLASS, 8},
+  };
+  RF_TRY_GOTO(rf_h5_open_object(src, g, "summary", H5I_DATASET, &dset), done);
+  RF_TRY_GOTO(rf_h5_dataset_table(src, dset, members, (int)RF_ARRAY_LEN(members)), done);
   RF_TRY_GOTO(rf_h5_dataset_extent(src, dset, 1, SUMMARY_ROWS_MAX, &n), done);
+  RF_TRY_GOTO(rf_h5_dataset_stored(src, dset, n), done);
   if (!(rows = rf_calloc((size_t)n + 1, sizeof *rows, "the summary table"))) {
     st = RF_ERR_NOMEM;
     goto done;
@@ -71,7 +81,7 @@ static rf_status read_summary(const rf_h5_source *src, hid_t g, rf_loaded_run *r
   };
   RF_TRY_GOTO(rf_results_compound(sizeof *rows, fields, (int)RF_ARRAY_LEN(fields), &type), done);
   if (n > 0)
-    RF_H5_GOTO(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows), done);
+    RF_TRY_GOTO(rf_h5_dataset_read(src, dset, type, H5S_ALL, H5S_ALL, rows), done);
   for (hsize_t i = 0; i < n; i++) {
     rows[i].phase[sizeof rows->phase - 1] = '\0';
     int p = phase_index(rows[i].phase);
@@ -103,30 +113,83 @@ static rf_status read_phase_map(const rf_h5_source *src, hid_t dset, int count, 
   return st;
 }
 
-/* Files written before 2026-12-05 hold each rank's iterations together under the shape
- * [iteration, rank, phase], and their medians were taken over rows that mixed iterations, which
- * leans them towards the slow ones. Their timings are put in order and the figures derived
- * from them (the headline, the summary's, algbw) taken again, as refit computes them now:
- * median and p99 over iterations of the slowest rank. */
-static rf_status reorder_legacy_timings(rf_loaded_run *run, int64_t replica_bytes) {
-  int iters = run->timing_iterations, ranks = run->timing_ranks;
-  if (iters < 2 || ranks < 2)
-    return RF_OK; /* one iteration or one rank: both orders are the same */
-  size_t cells = (size_t)iters * (size_t)ranks;
-  double *ordered = rf_malloc(cells * RF_PHASE_COUNT * sizeof *ordered, "timings");
-  if (!ordered)
-    return RF_ERR_NOMEM;
-  for (size_t c = 0; c < cells; c++) {
-    size_t rank = c / (size_t)iters, it = c % (size_t)iters;
-    memcpy(ordered + (it * (size_t)ranks + rank) * RF_PHASE_COUNT,
-           run->timings + c * RF_PHASE_COUNT, RF_PHASE_COUNT * sizeof *ordered);
+/* What is kept of a run's timings while they are read: total of each cell in [iteration][rank]
+ * order, and each phase's slowest rank in each iteration. Files written before 2026-12-05 hold
+ * each rank's iterations together under the same shape [iteration, rank, phase] (legacy: no
+ * order attribute), so their cells are put in order as they arrive. */
+typedef struct {
+  hsize_t iters, ranks, phases; /* the dataset's shape */
+  int legacy;
+  const int *map;  /* the phase of each entry of the last axis, -1 for one refit does not know */
+  double *total;   /* [iters * ranks] */
+  double *slowest; /* [iters * RF_PHASE_COUNT] */
+} timing_sink;
+
+/* Takes cell c, in the file's order, whose values of every phase are values[phases]. */
+static void take_cell(timing_sink *k, hsize_t c, const double *values) {
+  hsize_t it = k->legacy ? c % k->iters : c / k->ranks;
+  hsize_t rank = k->legacy ? c / k->iters : c % k->ranks;
+  double cell[RF_PHASE_COUNT] = {0};
+  for (hsize_t p = 0; p < k->phases; p++)
+    if (k->map[p] >= 0)
+      cell[k->map[p]] = values[p];
+  k->total[it * k->ranks + rank] = cell[RF_PHASE_TOTAL];
+  /* Rank 0 of each iteration arrives before the others in both orders. */
+  double *slow = k->slowest + it * RF_PHASE_COUNT;
+  for (int p = 0; p < RF_PHASE_COUNT; p++)
+    slow[p] = rank == 0 ? cell[p] : RF_MAX(slow[p], cell[p]);
+}
+
+/* Reads the timings a slice of at most TIMINGS_SLICE values at a time: whole iterations where
+ * they fit, else part of one. Memory stays what is kept, whatever the dataset's extent. */
+static rf_status read_cells(const rf_h5_source *src, hid_t dset, timing_sink *k) {
+  double *buf = rf_malloc(TIMINGS_SLICE * sizeof *buf, "a slice of timings");
+  hid_t fspace = H5Dget_space(dset);
+  rf_status st = buf ? RF_OK : RF_ERR_NOMEM;
+  if (st == RF_OK && fspace < 0)
+    st = rf_hdf5_failed("H5Dget_space(timings)", __FILE__, __LINE__);
+  hsize_t cells = k->iters * k->ranks, per_iteration = k->ranks * k->phases;
+  for (hsize_t c = 0; c < cells && st == RF_OK;) {
+    hsize_t it = c / k->ranks, rank = c % k->ranks;
+    hsize_t start[3] = {it, rank, 0}, count[3] = {1, 1, k->phases};
+    if (rank == 0 && per_iteration <= TIMINGS_SLICE) {
+      count[0] = RF_MIN(TIMINGS_SLICE / per_iteration, k->iters - it);
+      count[1] = k->ranks;
+    } else {
+      count[1] = RF_MIN(TIMINGS_SLICE / k->phases, k->ranks - rank);
+    }
+    hsize_t n = count[0] * count[1], values = n * k->phases;
+    hid_t mspace = H5Screate_simple(1, &values, NULL);
+    if (mspace < 0 || H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
+      st = rf_hdf5_failed("H5Sselect_hyperslab(timings)", __FILE__, __LINE__);
+    if (st == RF_OK)
+      st = rf_h5_dataset_read(src, dset, H5T_NATIVE_DOUBLE, mspace, fspace, buf);
+    if (mspace >= 0)
+      H5Sclose(mspace);
+    for (hsize_t j = 0; j < n && st == RF_OK; j++)
+      take_cell(k, c + j, buf + j * k->phases);
+    c += n;
   }
-  free(run->timings);
-  run->timings = ordered;
+  if (fspace >= 0)
+    H5Sclose(fspace);
+  free(buf);
+  return st;
+}
+
+/* The medians of older files were taken over rows that mixed iterations, which leans them
+ * towards the slow ones. The figures derived from them (the headline, the summary's, algbw) are
+ * taken again, as refit computes them now: median and p99 over iterations of the slowest rank
+ * (rf_stats_of_slowest). */
+static rf_status retake_legacy(const timing_sink *k, rf_loaded_run *run, int64_t replica_bytes) {
+  double *slowest = rf_malloc((size_t)k->iters * sizeof *slowest, "per-iteration times");
+  if (!slowest)
+    return RF_ERR_NOMEM;
   rf_status st = RF_OK;
   for (int p = 0; p < RF_PHASE_COUNT && st == RF_OK; p++) {
+    for (hsize_t it = 0; it < k->iters; it++)
+      slowest[it] = k->slowest[it * RF_PHASE_COUNT + (hsize_t)p];
     rf_stats s;
-    if ((st = rf_stats_of_slowest(ordered, iters, ranks, p, &s)) != RF_OK)
+    if ((st = rf_stats_of(slowest, (int)k->iters, &s)) != RF_OK)
       break;
     if (run->has_summary) {
       run->phase_median[p] = s.median;
@@ -139,65 +202,107 @@ static rf_status reorder_legacy_timings(rf_loaded_run *run, int64_t replica_byte
       run->time_p99_s = s.p99;
     }
   }
+  free(slowest);
   return st;
+}
+
+/* The spread of total over every cell, and the fastest and slowest of the ranks' medians. */
+static rf_status take_spread(const timing_sink *k, rf_loaded_run *run) {
+  RF_TRY(rf_stats_of(k->total, (int)(k->iters * k->ranks), &run->spread));
+  double *mine = rf_malloc((size_t)k->iters * sizeof *mine, "a rank's times");
+  if (!mine)
+    return RF_ERR_NOMEM;
+  rf_status st = RF_OK;
+  double fastest = INFINITY, slowest = -INFINITY;
+  for (hsize_t rank = 0; rank < k->ranks && st == RF_OK; rank++) {
+    for (hsize_t it = 0; it < k->iters; it++)
+      mine[it] = k->total[it * k->ranks + rank];
+    rf_stats m;
+    st = rf_stats_of(mine, (int)k->iters, &m);
+    fastest = RF_MIN(fastest, m.median);
+    slowest = RF_MAX(slowest, m.median);
+  }
+  free(mine);
+  run->rank_median_fastest = fastest;
+  run->rank_median_slowest = slowest;
+  return st;
+}
+
+/* refit writes timings of the run's own iterations and ranks; a file whose timings claim
+ * others, or more cells than refit reads, is refused before anything is allocated. */
+static rf_status check_timing_shape(const rf_h5_source *src, hid_t dset, const rf_loaded_run *run,
+                                    const hsize_t *dims) {
+  char where[256] = "?";
+  if (H5Iget_name(dset, where, sizeof where) < 0)
+    snprintf(where, sizeof where, "?");
+  unsigned long long d0 = dims[0], d1 = dims[1], d2 = dims[2];
+  if (d2 > PHASES_MAX)
+    return rf_fail(RF_ERR_RESULTS,
+                   "results file '%s': dataset %s has %llu phases, more than the %llu refit "
+                   "reads; " WHAT_TO_DO,
+                   src->path, where, d2, (unsigned long long)PHASES_MAX);
+  if ((run->iterations >= 0 && d0 != (unsigned long long)run->iterations) ||
+      (run->ranks >= 0 && d1 != (unsigned long long)run->ranks))
+    return rf_fail(RF_ERR_RESULTS,
+                   "results file '%s': dataset %s has shape [%llu, %llu, %llu] but its run "
+                   "records iterations %lld and ranks %lld; " WHAT_TO_DO,
+                   src->path, where, d0, d1, d2, (long long)run->iterations, (long long)run->ranks);
+  if (d0 * d1 > TIMING_CELLS_MAX)
+    return rf_fail(RF_ERR_RESULTS,
+                   "results file '%s': dataset %s has shape [%llu, %llu, %llu], more than the "
+                   "%llu iteration-rank cells refit reads; " WHAT_TO_DO,
+                   src->path, where, d0, d1, d2, (unsigned long long)TIMING_CELLS_MAX);
+  return RF_OK;
 }
 
 static rf_status read_timings(const rf_h5_source *src, hid_t g, rf_loaded_run *run) {
   rf_status st = RF_OK;
   hid_t dset = H5I_INVALID_HID;
-  double *raw = NULL;
   int *map = NULL;
+  timing_sink k = {0};
   hsize_t dims[3] = {0, 0, 0};
-  RF_H5_GOTO(dset = H5Dopen2(g, "timings", H5P_DEFAULT), done);
-  /* [iteration, rank, phase]: the extent bounds every buffer below, and the phase axis is
-   * also bounded on its own, since run->timings holds RF_PHASE_COUNT per cell. */
+  RF_TRY_GOTO(rf_h5_open_object(src, g, "timings", H5I_DATASET, &dset), done);
+  RF_TRY_GOTO(rf_h5_dataset_number(src, dset, H5T_FLOAT, 8), done);
+  /* [iteration, rank, phase]; the extent is checked against the run before any buffer. */
   RF_TRY_GOTO(rf_h5_dataset_extent(src, dset, 3, TIMINGS_MAX, dims), done);
-  if (dims[2] > PHASES_MAX) {
-    st = rf_fail(RF_ERR_RESULTS,
-                 "results file '%s': dataset timings of run %04d has %llu phases, more than "
-                 "the %llu refit reads; " WHAT_TO_DO,
-                 src->path, run->number, (unsigned long long)dims[2],
-                 (unsigned long long)PHASES_MAX);
+  if (dims[0] * dims[1] == 0 || dims[2] == 0)
     goto done;
-  }
-  size_t cells = (size_t)(dims[0] * dims[1]);
-  if (cells == 0 || dims[2] == 0)
-    goto done;
-  raw = rf_calloc(cells * dims[2], sizeof *raw, "the timings dataset");
+  RF_TRY_GOTO(check_timing_shape(src, dset, run, dims), done);
+  RF_TRY_GOTO(rf_h5_dataset_stored(src, dset, dims[0] * dims[1] * dims[2]), done);
+  htri_t ordered = H5Aexists(dset, "order");
+  RF_H5_GOTO(ordered, done);
+  k = (timing_sink){.iters = dims[0], .ranks = dims[1], .phases = dims[2], .legacy = !ordered};
   map = rf_calloc(dims[2], sizeof *map, "the phase map");
-  run->timings = rf_calloc(cells * RF_PHASE_COUNT, sizeof *run->timings, "timings");
-  if (!raw || !map || !run->timings) {
+  k.total = rf_calloc(dims[0] * dims[1], sizeof *k.total, "timings");
+  k.slowest = rf_calloc(dims[0] * RF_PHASE_COUNT, sizeof *k.slowest, "per-iteration times");
+  if (!map || !k.total || !k.slowest) {
     st = RF_ERR_NOMEM;
     goto done;
   }
+  k.map = map;
   RF_TRY_GOTO(read_phase_map(src, dset, (int)dims[2], map), done);
-  RF_H5_GOTO(H5Dread(dset, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw), done);
-  for (size_t c = 0; c < cells; c++)
-    for (hsize_t p = 0; p < dims[2]; p++)
-      if (map[p] >= 0)
-        run->timings[c * RF_PHASE_COUNT + (size_t)map[p]] = raw[c * dims[2] + p];
+  RF_TRY_GOTO(read_cells(src, dset, &k), done);
   run->timing_iterations = (int)dims[0];
   run->timing_ranks = (int)dims[1];
+  RF_TRY_GOTO(take_spread(&k, run), done);
   int64_t replica_bytes = 0;
-  if (H5Aexists(dset, "order") <= 0 &&
+  /* One iteration or one rank: both orders are the same. */
+  if (k.legacy && k.iters >= 2 && k.ranks >= 2 &&
       (st = read_attr_num(src, g, "replica_bytes", H5T_NATIVE_INT64, &replica_bytes)) == RF_OK)
-    st = reorder_legacy_timings(run, replica_bytes);
+    st = retake_legacy(&k, run, replica_bytes);
 done:
   if (dset >= 0)
     H5Dclose(dset);
-  free(raw);
   free(map);
-  if (run->timing_iterations == 0) {
-    free(run->timings);
-    run->timings = NULL;
-  }
+  free(k.total);
+  free(k.slowest);
   return st;
 }
 
 static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
                           rf_loaded_run *run) {
-  hid_t g = H5Gopen2(runs, name, H5P_DEFAULT);
-  RF_H5(g);
+  hid_t g;
+  RF_TRY(rf_h5_open_object(src, runs, name, H5I_GROUP, &g));
   run->number = atoi(name);
   struct {
     const char *attr;
@@ -374,7 +479,7 @@ rf_status rf_results_load(const char *path, rf_loaded_results *out) {
       read_attr_text(&src, f, "refit_version", out->refit_version, sizeof out->refit_version),
       done);
   RF_TRY_GOTO(read_attr_text(&src, f, "hosts", out->hosts, sizeof out->hosts), done);
-  RF_H5_GOTO(runs = H5Gopen2(f, "runs", H5P_DEFAULT), done);
+  RF_TRY_GOTO(rf_h5_open_object(&src, f, "runs", H5I_GROUP, &runs), done);
   RF_H5_GOTO(H5Literate(runs, H5_INDEX_NAME, H5_ITER_INC, NULL, collect_name, &list), done);
   if (list.count > 0 &&
       !(out->runs = rf_calloc((size_t)list.count, sizeof *out->runs, "the runs"))) {
@@ -395,7 +500,6 @@ done:
 
 void rf_loaded_results_free(rf_loaded_results *r) {
   for (int i = 0; i < r->run_count; i++) {
-    free(r->runs[i].timings);
     free(r->runs[i].config_json);
   }
   free(r->runs);

@@ -6,10 +6,15 @@
 #include "io/h5_read.h"
 #include "results_internal.h"
 
-/* The most a tensors table can hold before it is refused: rows (a model has about a thousand
- * tensors) and rollout replicas, so that the table read below stays within 2 GiB. */
-#define TENSORS_MAX ((hsize_t)1 << 20)
+#define WHAT_TO_DO "give a results file written by 'refit run --output'"
+
+/* The most a tensors table can hold before it is refused: rows (Kimi K2 has 69975 tensors) and
+ * rollout replicas. The table is read TENSORS_SLICE bytes at a time and only a row's name, its
+ * trainer checksum and its first replica's are kept: at most 29 MiB for 2^18 rows, whatever
+ * the table's replicas. */
+#define TENSORS_MAX ((hsize_t)1 << 18)
 #define REPLICAS_MAX ((hsize_t)1 << 10)
+#define TENSORS_SLICE ((size_t)1 << 20)
 
 /* What is read of a tensors row; the rollout checksums of every replica follow it. */
 typedef struct {
@@ -37,7 +42,8 @@ static int run_skipped(hid_t runs, const char *name) {
 
 /* Picks the run group: `run` itself, or for -1 the highest number that is neither a skipped
  * sweep combination nor a simulated run (which hold no checksums to compare). */
-static rf_status open_run(const char *path, hid_t f, int run, hid_t *group, int *number) {
+static rf_status open_run(const rf_h5_source *src, hid_t f, int run, hid_t *group, int *number) {
+  const char *path = src->path;
   hid_t runs = H5Gopen2(f, "runs", H5P_DEFAULT);
   RF_H5(runs);
   int last = -1;
@@ -73,32 +79,47 @@ static rf_status open_run(const char *path, hid_t f, int run, hid_t *group, int 
                    path, run);
     }
   }
-  if (st == RF_OK && (*group = H5Gopen2(runs, name, H5P_DEFAULT)) < 0)
-    st = rf_hdf5_failed("H5Gopen2(runs, name)", __FILE__, __LINE__);
+  if (st == RF_OK)
+    st = rf_h5_open_object(src, runs, name, H5I_GROUP, group);
   H5Gclose(runs);
   return st;
 }
 
-/* How many replicas the rollout_checksum array member of the file's tensors type holds. */
-static rf_status replicas_of(const rf_h5_source *src, hid_t dset, hsize_t *replicas) {
+/* An integer attribute of obj into *out, left alone where it is absent (older files). */
+static rf_status attr_i64(const rf_h5_source *src, hid_t obj, const char *name, int64_t *out) {
+  htri_t exists = H5Aexists(obj, name);
+  RF_H5(exists);
+  return exists ? rf_h5_attr_read_num(src, obj, name, H5T_NATIVE_INT64, out) : RF_OK;
+}
+
+/* How many replicas the rollout_checksum member of the tensors table holds (the table's form
+ * is checked already): refit writes one per rollout replica of the run, at least one, and
+ * records the count in the table's and the run's replicas attributes. */
+static rf_status replicas_of(const rf_h5_source *src, hid_t g, hid_t dset, hsize_t *replicas) {
   rf_status st = RF_OK;
   hid_t ftype = H5I_INVALID_HID, member = H5I_INVALID_HID;
+  char where[256] = "?";
+  if (H5Iget_name(dset, where, sizeof where) < 0)
+    snprintf(where, sizeof where, "?");
+  int64_t table = -1, run = -1;
   RF_H5_GOTO(ftype = H5Dget_type(dset), done);
   int index = H5Tget_member_index(ftype, "rollout_checksum");
   RF_H5_GOTO(index, done);
   RF_H5_GOTO(member = H5Tget_member_type(ftype, (unsigned)index), done);
-  if (H5Tget_class(member) != H5T_ARRAY || H5Tget_array_ndims(member) != 1) {
-    st =
-        rf_fail(src->bad, "results file '%s': dataset tensors: rollout_checksum is not a 1-D array",
-                src->path);
-    goto done;
-  }
   RF_H5_GOTO(H5Tget_array_dims2(member, replicas), done);
+  RF_TRY_GOTO(attr_i64(src, dset, "replicas", &table), done);
+  RF_TRY_GOTO(attr_i64(src, g, "replicas", &run), done);
+  int64_t recorded = table >= 0 && (hsize_t)table != *replicas ? table : RF_MAX(run, 1);
   if (*replicas == 0 || *replicas > REPLICAS_MAX)
     st = rf_fail(src->bad,
-                 "results file '%s': dataset tensors: rollout_checksum holds %llu replicas, "
-                 "expected 1 to %llu",
-                 src->path, (unsigned long long)*replicas, (unsigned long long)REPLICAS_MAX);
+                 "results file '%s': dataset %s holds %llu rollout checksums a row, expected 1 "
+                 "to %llu; " WHAT_TO_DO,
+                 src->path, where, (unsigned long long)*replicas, (unsigned long long)REPLICAS_MAX);
+  else if ((table >= 0 || run >= 0) && (hsize_t)recorded != *replicas)
+    st = rf_fail(src->bad,
+                 "results file '%s': dataset %s holds %llu rollout checksums a row but its run "
+                 "records %lld replicas; " WHAT_TO_DO,
+                 src->path, where, (unsigned long long)*replicas, (long long)recorded);
 done:
   if (member >= 0)
     H5Tclose(member);
@@ -107,16 +128,23 @@ done:
   return st;
 }
 
-static rf_status read_tensors(const rf_h5_source *src, hid_t dset, int *count,
+static rf_status read_tensors(const rf_h5_source *src, hid_t g, hid_t dset, int *count,
                               char (**names)[RF_NAME_MAX], uint64_t **trainer, uint64_t **rollout) {
+  const rf_h5_member members[] = {
+      {"name", H5T_STRING, H5T_NO_CLASS, 0},
+      {"trainer_checksum", H5T_INTEGER, H5T_NO_CLASS, 8},
+      {"rollout_checksum", H5T_ARRAY, H5T_INTEGER, 8},
+  };
   hsize_t replicas = 0, n = 0;
-  RF_TRY(replicas_of(src, dset, &replicas));
+  RF_TRY(rf_h5_dataset_table(src, dset, members, (int)RF_ARRAY_LEN(members)));
+  RF_TRY(replicas_of(src, g, dset, &replicas));
   RF_TRY(rf_h5_dataset_extent(src, dset, 1, TENSORS_MAX, &n));
+  RF_TRY(rf_h5_dataset_stored(src, dset, n));
   rf_status st = RF_OK;
-  hid_t type = H5I_INVALID_HID;
-  char *buf = NULL;
+  hid_t type = H5I_INVALID_HID, fspace = H5I_INVALID_HID;
   size_t row = sizeof(read_row) + (size_t)replicas * sizeof(uint64_t);
-  buf = rf_calloc((size_t)n + 1, row, "the tensors table");
+  hsize_t slice = RF_MAX(TENSORS_SLICE / row, 1);
+  char *buf = rf_malloc((size_t)slice * row, "a slice of the tensors table");
   *names = rf_calloc((size_t)n + 1, sizeof **names, "tensor names");
   *trainer = rf_calloc((size_t)n + 1, sizeof **trainer, "trainer checksums");
   *rollout = rf_calloc((size_t)n + 1, sizeof **rollout, "rollout checksums");
@@ -131,17 +159,29 @@ static rf_status read_tensors(const rf_h5_source *src, hid_t dset, int *count,
       {"rollout_checksum", sizeof(read_row), H5T_NATIVE_UINT64, 0, replicas},
   };
   RF_TRY_GOTO(rf_results_compound(row, fields, (int)RF_ARRAY_LEN(fields), &type), done);
-  if (n > 0)
-    RF_H5_GOTO(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), done);
-  for (hsize_t t = 0; t < n; t++) {
-    const read_row *r = (const read_row *)(buf + (size_t)t * row);
-    memcpy((*names)[t], r->name, RF_NAME_MAX);
-    (*names)[t][RF_NAME_MAX - 1] = '\0';
-    (*trainer)[t] = r->trainer_checksum;
-    memcpy(&(*rollout)[t], buf + (size_t)t * row + sizeof(read_row), sizeof(uint64_t));
+  RF_H5_GOTO(fspace = H5Dget_space(dset), done);
+  for (hsize_t first = 0, k = 0; first < n && st == RF_OK; first += k) {
+    k = RF_MIN(slice, n - first);
+    hid_t mspace = H5Screate_simple(1, &k, NULL);
+    if (mspace < 0 || H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &first, NULL, &k, NULL) < 0)
+      st = rf_hdf5_failed("H5Sselect_hyperslab(tensors)", __FILE__, __LINE__);
+    if (st == RF_OK)
+      st = rf_h5_dataset_read(src, dset, type, mspace, fspace, buf);
+    if (mspace >= 0)
+      H5Sclose(mspace);
+    for (hsize_t i = 0; i < k && st == RF_OK; i++) {
+      const read_row *r = (const read_row *)(buf + (size_t)i * row);
+      size_t t = (size_t)(first + i);
+      memcpy((*names)[t], r->name, RF_NAME_MAX);
+      (*names)[t][RF_NAME_MAX - 1] = '\0';
+      (*trainer)[t] = r->trainer_checksum;
+      memcpy(&(*rollout)[t], buf + (size_t)i * row + sizeof(read_row), sizeof(uint64_t));
+    }
   }
   *count = (int)n;
 done:
+  if (fspace >= 0)
+    H5Sclose(fspace);
   if (type >= 0)
     H5Tclose(type);
   free(buf);
@@ -158,15 +198,16 @@ rf_status rf_results_read_checksums(const char *path, int run, int *run_read, in
     *run_read = -1;
   hid_t f, group = H5I_INVALID_HID, dset = H5I_INVALID_HID;
   RF_TRY(rf_results_open_checked(path, 0, &f));
+  const rf_h5_source src = {
+      .kind = "results file", .path = path, .bad = RF_ERR_RESULTS, .todo = WHAT_TO_DO};
   int number = -1;
-  rf_status st = open_run(path, f, run, &group, &number);
+  rf_status st = open_run(&src, f, run, &group, &number);
   if (st == RF_OK && H5Lexists(group, "tensors", H5P_DEFAULT) <= 0)
     st = rf_fail(RF_ERR_RESULTS, "results file '%s' run %04d has no tensors dataset", path, number);
-  if (st == RF_OK && (dset = H5Dopen2(group, "tensors", H5P_DEFAULT)) < 0)
-    st = rf_hdf5_failed("H5Dopen2(group, \"tensors\")", __FILE__, __LINE__);
-  const rf_h5_source src = {.kind = "results file", .path = path, .bad = RF_ERR_RESULTS};
   if (st == RF_OK)
-    st = read_tensors(&src, dset, count, names, trainer, rollout);
+    st = rf_h5_open_object(&src, group, "tensors", H5I_DATASET, &dset);
+  if (st == RF_OK)
+    st = read_tensors(&src, group, dset, count, names, trainer, rollout);
   if (dset >= 0)
     H5Dclose(dset);
   if (group >= 0)
@@ -202,7 +243,9 @@ rf_status rf_results_run_attribute(const char *path, int run, const char *name, 
   hid_t f = H5I_INVALID_HID, group = H5I_INVALID_HID;
   int number = -1;
   RF_TRY(rf_results_open_checked(path, 0, &f));
-  rf_status st = open_run(path, f, run, &group, &number);
+  const rf_h5_source src = {
+      .kind = "results file", .path = path, .bad = RF_ERR_RESULTS, .todo = WHAT_TO_DO};
+  rf_status st = open_run(&src, f, run, &group, &number);
   if (st == RF_OK && rf_results_read_attr_str(group, name, out, len) != 0)
     st = rf_fail(RF_ERR_RESULTS, "results file '%s': run %04d has no string attribute '%s'", path,
                  number, name);

@@ -174,28 +174,8 @@ static rf_status add_spread(rf_report_table *t, int file, const rf_loaded_run *r
   int n = r->timing_iterations * r->timing_ranks;
   if (!report_measured(r) || n == 0)
     return RF_OK;
-  double *all = rf_calloc((size_t)n, sizeof *all, "the spread of a run");
-  double *per_rank = rf_calloc((size_t)r->timing_iterations, sizeof *per_rank, "a rank's times");
-  if (!all || !per_rank) {
-    free(all);
-    free(per_rank);
-    return RF_ERR_NOMEM;
-  }
-  for (int i = 0; i < n; i++)
-    all[i] = r->timings[(size_t)i * RF_PHASE_COUNT + RF_PHASE_TOTAL];
-  rf_stats s, m;
-  rf_status st = rf_stats_of(all, n, &s);
-  double fastest = INFINITY, slowest = -INFINITY;
-  for (int k = 0; k < r->timing_ranks && st == RF_OK; k++) {
-    for (int i = 0; i < r->timing_iterations; i++)
-      per_rank[i] = all[i * r->timing_ranks + k];
-    st = rf_stats_of(per_rank, r->timing_iterations, &m);
-    fastest = RF_MIN(fastest, m.median);
-    slowest = RF_MAX(slowest, m.median);
-  }
-  free(all);
-  free(per_rank);
-  RF_TRY(st);
+  const rf_stats s = r->spread;
+  double fastest = r->rank_median_fastest, slowest = r->rank_median_slowest;
   rf_report_cell *row = rf_report_table_row(t);
   if (!row)
     return RF_ERR_NOMEM;
