@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "io/io.h"
+#include "io/results_internal.h"
 #include "model/model.h"
 #include "test.h"
 
@@ -370,6 +371,81 @@ static void test_tensor_dtypes(const char *dir) {
   fixture_free(&fx);
 }
 
+/* An append refused for room says how much it needs (a copy of the file, twice the run and a
+ * mebibyte) and how much the file system has free, and where. */
+static void test_no_space_message(void) {
+  ASSERT_EQ(rf_results_append_need(80 << 20, 30000), (80 << 20) + 60000 + (1 << 20));
+  char line[1024];
+  rf_results_no_space_message(line, sizeof line, "/data/r.h5", "/data",
+                              rf_results_append_need(80 << 20, 30000), 573440);
+  ASSERT_STR_EQ(line, "results file '/data/r.h5': appending needs 84994656 bytes (81.06 MiB: a "
+                      "copy of the file, twice this run and 1 MiB) and the file system of '/data' "
+                      "has 573440 (560.00 KiB) free; free space there or choose another --output");
+}
+
+/* Creates the temporary name `attempt` of path, as the process calling it names it. */
+static void touch_temp(const char *path, int attempt) {
+  char name[700];
+  rf_results_temp_name(path, attempt, name, sizeof name);
+  FILE *f = fopen(name, "w");
+  ASSERT_TRUE(f != NULL);
+  fclose(f);
+}
+
+static int exists(const char *fmt, const char *path, long pid) {
+  char name[700];
+  snprintf(name, sizeof name, fmt, path, pid);
+  return access(name, F_OK) == 0;
+}
+
+/* The copies of writers that were killed are removed by the next writer: named with this host
+ * and a pid that is gone. A live writer's copy, another host's and (without the lock) an older
+ * refit's without a host stay. */
+static void test_stale_temps(const char *dir) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/stale.h5", dir);
+  pid_t dead = fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) {
+    touch_temp(path, 0);
+    touch_temp(path, 2);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(dead, &status, 0), dead);
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  pid_t live = fork();
+  ASSERT_GE(live, 0);
+  if (live == 0) {
+    touch_temp(path, 0);
+    ASSERT_EQ(write(pipefd[1], "x", 1), 1);
+    pause();
+    _exit(0);
+  }
+  char ready;
+  ASSERT_EQ(read(pipefd[0], &ready, 1), 1);
+  close(pipefd[0]);
+  close(pipefd[1]);
+  char legacy[700], other[700];
+  snprintf(legacy, sizeof legacy, "%s.%ld.tmp", path, (long)dead);
+  snprintf(other, sizeof other, "%s.%ld@elsewhere.tmp", path, (long)dead);
+  fclose(fopen(legacy, "w"));
+  fclose(fopen(other, "w"));
+  ASSERT_EQ(rf_results_remove_stale_temps(path, 0), 2);
+  ASSERT_TRUE(exists("%s.%ld.tmp", path, dead));
+  ASSERT_TRUE(exists("%s.%ld@elsewhere.tmp", path, dead));
+  ASSERT_EQ(rf_results_remove_stale_temps(path, 1), 1);
+  ASSERT_FALSE(exists("%s.%ld.tmp", path, dead));
+  ASSERT_TRUE(exists("%s.%ld@elsewhere.tmp", path, dead));
+  /* The live writer's copy was kept so far: it goes once its writer is gone. */
+  kill(live, SIGKILL);
+  ASSERT_EQ(waitpid(live, &status, 0), live);
+  ASSERT_EQ(rf_results_remove_stale_temps(path, 1), 1);
+  ASSERT_EQ(rf_results_remove_stale_temps(path, 1), 0);
+  unlink(other);
+}
+
 int main(void) {
   char dir[] = "/tmp/refit_results_XXXXXX";
   ASSERT_TRUE(mkdtemp(dir) != NULL);
@@ -378,6 +454,8 @@ int main(void) {
   test_refusals(dir);
   test_killed_between_runs(dir);
   test_killed_while_writing(dir);
+  test_no_space_message();
+  test_stale_temps(dir);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   ASSERT_EQ(system(cmd), 0);

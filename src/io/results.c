@@ -9,6 +9,7 @@
  * readable. */
 #include <errno.h>
 #include <hwloc.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,10 +323,7 @@ static rf_status create_file(const char *path, const rf_results_file_info *info)
   char tmp[4200];
   int err = EEXIST;
   for (int attempt = 0; attempt < 100 && err == EEXIST; attempt++) {
-    if (attempt == 0)
-      snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    else
-      snprintf(tmp, sizeof tmp, "%s.%ld.%d.tmp", path, (long)getpid(), attempt);
+    rf_results_temp_name(path, attempt, tmp, sizeof tmp);
     err = rf_results_save_image(f, tmp);
   }
   H5Fclose(f);
@@ -381,6 +379,9 @@ rf_status rf_results_open(const char *path, const rf_results_file_info *info, rf
                    "results file '%s' is busy: %s has been writing to it for more than %g s "
                    "(--output-wait); run again later or choose another --output",
                    path, holder, wait_s);
+  /* Copies left by writers killed while creating or appending to this file go first. */
+  char real[PATH_MAX];
+  rf_results_remove_stale_temps(realpath(path, real) ? real : path, lock.fd >= 0);
   struct stat sb;
   hid_t f;
   rf_status st = RF_OK;

@@ -120,13 +120,10 @@ static int copy_bytes(int from, int to, off_t size) {
   return err;
 }
 
-/* A copy of `path` (the file a symbolic link names, when it is one) under a temporary name
- * beside it, created exclusively, with the original's mode. Returns 0 or the errno; fills
- * `copy` and `target` (where the copy will be renamed to). */
-static int copy_beside(const char *path, char *target, size_t target_len, char *copy,
-                       size_t copy_len, off_t *size) {
-  char real[PATH_MAX];
-  snprintf(target, target_len, "%s", realpath(path, real) ? real : path);
+/* A copy of `target` (the file itself, a symbolic link resolved) under a temporary name beside
+ * it, created exclusively, with the original's mode. Returns 0 or the errno; fills `copy`. */
+static int copy_beside(const char *path, const char *target, char *copy, size_t copy_len,
+                       off_t *size) {
   int from = open(target, O_RDONLY | O_CLOEXEC);
   if (from < 0)
     return errno;
@@ -139,8 +136,7 @@ static int copy_beside(const char *path, char *target, size_t target_len, char *
   *size = sb.st_size;
   int to = -1, err = EEXIST;
   for (int attempt = 0; attempt < 100 && to < 0 && err == EEXIST; attempt++) {
-    snprintf(copy, copy_len, attempt ? "%s.%ld.%d.tmp" : "%s.%ld.tmp", target, (long)getpid(),
-             attempt);
+    rf_results_temp_name(target, attempt, copy, copy_len);
     to = open(copy, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     err = to < 0 ? (errno == ELOOP ? EEXIST : errno) : 0;
   }
@@ -170,34 +166,52 @@ static int sync_path(const char *path) {
   return err;
 }
 
+int64_t rf_results_append_need(int64_t file_bytes, int64_t run_bytes) {
+  return file_bytes + 2 * run_bytes + (1 << 20);
+}
+
+void rf_results_no_space_message(char *buf, size_t len, const char *path, const char *dir,
+                                 int64_t need, int64_t room) {
+  char need_text[32], room_text[32];
+  snprintf(buf, len,
+           "results file '%s': appending needs %lld bytes (%s: a copy of the file, twice this "
+           "run and 1 MiB) and the file system of '%s' has %lld (%s) free; free space there or "
+           "choose another --output",
+           path, (long long)need, rf_format_bytes(need, need_text, sizeof need_text), dir,
+           (long long)room, rf_format_bytes(room, room_text, sizeof room_text));
+}
+
 /* Writes the run as the next run into a copy of PATH, and renames the copy over PATH. A
  * reader opening PATH at any moment therefore finds the file before the run or after it, never
  * one half written: HDF5 1.10 writes its superblock, B-trees and heaps in no promised order,
  * and a polling h5py reader caught "truncated file" in the middle of an in-place append. A
- * reader holding PATH open keeps the file it opened. The cost is a copy of the file per run.
- * A failure is logged (the caller captures it). Room for the copy, twice the run and a
- * mebibyte is asked for first: HDF5 writes the data and then its metadata, and a file it cannot
- * flush stays open inside it. */
+ * reader holding PATH open keeps the file it opened. The cost is a copy of the file per run,
+ * so the copies of writers killed meanwhile are removed first, and room for the copy is asked
+ * for (rf_results_append_need): when the disk lacks it, *need and *room say how much, and
+ * nothing is logged. Any other failure is logged (the caller captures it). */
 static rf_status append_run(const rf_results *r, const rf_results_run *run, int64_t run_bytes,
-                            int *number, int *no_space) {
+                            int locked, int *number, int64_t *need, int64_t *room) {
   hid_t f, runs = H5I_INVALID_HID, g = H5I_INVALID_HID;
+  *need = *room = -1;
   RF_TRY(rf_results_open_checked(r->path, 1, &f));
   H5Fclose(f);
   f = H5I_INVALID_HID;
-  char target[PATH_MAX], copy[PATH_MAX + 64];
+  char target[PATH_MAX], real[PATH_MAX], copy[PATH_MAX + 160];
+  snprintf(target, sizeof target, "%s", realpath(r->path, real) ? real : r->path);
+  rf_results_remove_stale_temps(target, locked);
   off_t size = 0;
   struct stat sb;
-  int64_t room = free_bytes(r->path);
-  if (stat(r->path, &sb) == 0 && room >= 0 && room < sb.st_size + 2 * run_bytes + (1 << 20)) {
-    *no_space = 1;
-    return rf_fail(RF_ERR_IO, "results file '%s': %s", r->path, strerror(ENOSPC));
+  int64_t left = free_bytes(r->path);
+  if (stat(r->path, &sb) == 0 && left >= 0 &&
+      left < rf_results_append_need(sb.st_size, run_bytes)) {
+    *need = rf_results_append_need(sb.st_size, run_bytes);
+    *room = left;
+    return RF_ERR_IO;
   }
-  int err = copy_beside(r->path, target, sizeof target, copy, sizeof copy, &size);
-  if (err) {
-    *no_space = err == ENOSPC || err == EDQUOT;
+  int err = copy_beside(r->path, target, copy, sizeof copy, &size);
+  if (err)
     return rf_fail(RF_ERR_IO, "results file '%s' cannot be copied to append to it: %s", r->path,
                    strerror(err));
-  }
   rf_status st = RF_OK;
   int last = -1;
   char name[16];
@@ -231,8 +245,12 @@ done:
       RF_DEBUG("results file '%s': its directory cannot be synced", r->path);
   } else {
     unlink(copy);
-    int64_t left = free_bytes(r->path);
-    *no_space = left >= 0 && left < size + 2 * run_bytes + (1 << 20);
+    /* The disk filled meanwhile (another writer): said as room, like the check above. */
+    left = free_bytes(r->path);
+    if (left >= 0 && left < rf_results_append_need(size, run_bytes)) {
+      *need = rf_results_append_need(size, run_bytes);
+      *room = left;
+    }
   }
   *number = last + 1;
   return st;
@@ -296,9 +314,10 @@ rf_status rf_results_add_run(rf_results *r, const rf_results_run *run, int *run_
   ssize_t run_bytes = H5Fget_file_image(mem, NULL, 0);
 
   rf_results_lock lock;
-  char holder[160], why[1200] = "";
+  char holder[160], why[2 * PATH_MAX] = "";
   rf_status st = rf_results_lock_take(r->path, r->wait_s, &lock, holder, sizeof holder);
-  int number = -1, no_space = 0;
+  int number = -1;
+  int64_t need = -1, room = -1;
   if (st == RF_ERR_TIMEOUT) {
     snprintf(why, sizeof why,
              "results file '%s' is busy: %s has been writing to it for more than %g s "
@@ -308,13 +327,14 @@ rf_status rf_results_add_run(rf_results *r, const rf_results_run *run, int *run_
     /* Whatever goes wrong below is said once, in the line that names the side file. */
     char failure[1024] = "";
     rf_log_capture(failure, sizeof failure);
-    st = append_run(r, run, run_bytes > 0 ? run_bytes : 0, &number, &no_space);
+    st = append_run(r, run, run_bytes > 0 ? run_bytes : 0, lock.fd >= 0, &number, &need, &room);
     rf_log_capture(NULL, 0);
     rf_results_lock_drop(&lock);
-    if (no_space)
-      snprintf(why, sizeof why, "results file '%s' cannot be appended to: %s", r->path,
-               strerror(ENOSPC));
-    else if (st != RF_OK)
+    if (need >= 0) {
+      char dir[PATH_MAX];
+      rf_results_directory(r->path, dir, sizeof dir);
+      rf_results_no_space_message(why, sizeof why, r->path, dir, need, room);
+    } else if (st != RF_OK)
       snprintf(why, sizeof why, "%s", failure);
   }
   if (st == RF_OK) {

@@ -46,6 +46,26 @@ rf_status rf_results_lock_take(const char *path, double wait_s, rf_results_lock 
                                size_t holder_len);
 void rf_results_lock_drop(rf_results_lock *lock);
 
+/* The name of the temporary copy of `path` that this process writes, attempt 0, 1, ... (each
+ * created exclusively): PATH.<pid>@<host>.tmp, PATH.<pid>.<attempt>@<host>.tmp. */
+void rf_results_temp_name(const char *path, int attempt, char *out, size_t len);
+
+/* Removes the temporary copies of `path` whose writer is gone: named with this host and a pid
+ * that no longer runs here; older names without a host only when `locked` (the caller holds
+ * the writers' lock, which such writers held while they wrote). Call it under the lock. Returns
+ * how many were removed; logs only at debug. */
+int rf_results_remove_stale_temps(const char *path, int locked);
+
+/* What an append needs free beside the file: a copy of the file, room for the run twice (HDF5
+ * writes the data and then its metadata, and a file it cannot flush stays open inside it) and a
+ * mebibyte. */
+int64_t rf_results_append_need(int64_t file_bytes, int64_t run_bytes);
+
+/* The one line for an append refused for room: how much it needs, how much the file system of
+ * `dir` has free, and what to do. */
+void rf_results_no_space_message(char *buf, size_t len, const char *path, const char *dir,
+                                 int64_t need, int64_t room);
+
 /* The root attributes of a new results file (refit_format, versions, command line, hosts). */
 rf_status rf_results_write_file_attributes(hid_t f, const rf_results_file_info *info);
 

@@ -8,10 +8,17 @@
  * open the file without HDF5's lock and exclude each other with this one: readers never block
  * a writer, a second writer waits a bounded time, and fcntl locks work on NFS and on Lustre
  * mounted with -o flock. The lock file stays after use: removing it would let a waiter lock a
- * file that is no longer the one at PATH.lock. */
+ * file that is no longer the one at PATH.lock.
+ *
+ * The temporary copies writers make beside PATH are named here too, with the writer's pid and
+ * host, so that the next writer can remove those whose writer was killed (kill -9 during an
+ * append left a copy of the whole file behind for good). */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,4 +108,89 @@ void rf_results_lock_drop(rf_results_lock *lock) {
     close(lock->fd); /* releases the fcntl lock */
   }
   lock->fd = -1;
+}
+
+/* ---- temporary copies ---------------------------------------------------------------------- */
+
+/* This host's name as it goes into file names: letters, digits, '.', '-' and '_' kept. */
+static void host_tag(char *out, size_t len) {
+  snprintf(out, len, "%s", rf_hostname());
+  for (char *c = out; *c; c++)
+    if (!isalnum((unsigned char)*c) && *c != '.' && *c != '-' && *c != '_')
+      *c = '_';
+}
+
+void rf_results_temp_name(const char *path, int attempt, char *out, size_t len) {
+  char host[96];
+  host_tag(host, sizeof host);
+  if (attempt == 0)
+    snprintf(out, len, "%s.%ld@%s.tmp", path, (long)getpid(), host);
+  else
+    snprintf(out, len, "%s.%ld.%d@%s.tmp", path, (long)getpid(), attempt, host);
+}
+
+/* The writer of a temporary name, from the part between "PATH." and ".tmp":
+ * "<pid>[.<attempt>][@<host>]". Returns the pid, or -1 for a name refit does not make; host is
+ * "" for a name without one (made by refit before the host was recorded). */
+static long temp_writer(const char *mid, size_t n, char *host, size_t host_len) {
+  host[0] = '\0';
+  size_t i = 0;
+  long pid = 0;
+  for (; i < n && isdigit((unsigned char)mid[i]) && pid < 1000000000L; i++)
+    pid = pid * 10 + (mid[i] - '0');
+  if (i == 0 || pid <= 0)
+    return -1;
+  if (i < n && mid[i] == '.') {
+    size_t digits = ++i;
+    while (i < n && isdigit((unsigned char)mid[i]))
+      i++;
+    if (i == digits)
+      return -1;
+  }
+  if (i < n && mid[i] == '@') {
+    i++;
+    if (i == n || n - i >= host_len)
+      return -1;
+    snprintf(host, host_len, "%.*s", (int)(n - i), mid + i);
+    i = n;
+  }
+  return i == n ? pid : -1;
+}
+
+int rf_results_remove_stale_temps(const char *path, int locked) {
+  char dir[PATH_MAX], mine[96];
+  rf_results_directory(path, dir, sizeof dir);
+  const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+  size_t base_len = strlen(base);
+  host_tag(mine, sizeof mine);
+  DIR *d = opendir(dir);
+  if (!d)
+    return 0;
+  int removed = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    size_t len = strlen(e->d_name);
+    if (len <= base_len + 5 || strncmp(e->d_name, base, base_len) != 0 ||
+        e->d_name[base_len] != '.' || strcmp(e->d_name + len - 4, ".tmp") != 0)
+      continue;
+    char host[96];
+    long pid = temp_writer(e->d_name + base_len + 1, len - base_len - 5, host, sizeof host);
+    /* A pid says whether its writer lives only on the host that ran it: another host's copy
+     * may be written at this moment, whatever the pid. A name without a host is older
+     * refit's; its writer took the writers' lock for the whole copy, so while this process
+     * holds the lock no writer anywhere is in the middle of one. */
+    if (pid < 0 || pid == (long)getpid() || (host[0] ? strcmp(host, mine) != 0 : !locked))
+      continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+      continue; /* alive, or another user's: not known to be gone */
+    struct stat sb;
+    if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
+      continue;
+    if (unlinkat(dirfd(d), e->d_name, 0) == 0) {
+      removed++;
+      RF_DEBUG("results file '%s': removed '%s', left by writer pid %ld, which is gone", path,
+               e->d_name, pid);
+    }
+  }
+  closedir(d);
+  return removed;
 }
