@@ -129,8 +129,9 @@ if mount -t tmpfs -o size=4m tmpfs "$DISK" 2>/dev/null; then
     expect_exit 3 "${MPIRUN[@]}" -np 4 "$REFIT" "${JOB[@]}" --mode fused --output "$DISK/r.h5"
     grep -q 'Process received signal\|Segmentation' "$TMP/err" && fail "attempt $attempt crashed"
     grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' | grep -v 'stopping: rank 0 failed' |
-      sed 's/\.run-[0-9]\{8\}T[0-9]\{6\}Z-[0-9]*\.h5/.run-TIME-PID.h5/' >"$TMP/refit_err"
-    echo "refit: error: results file '$DISK/r.h5' cannot be appended to: No space left on device; the run is lost: its side file '$DISK/r.h5.run-TIME-PID.h5' cannot be written either: No space left on device" >"$TMP/want"
+      sed 's/\.run-[0-9]\{8\}T[0-9]\{6\}Z-[0-9]*\.h5/.run-TIME-PID.h5/' |
+      sed -E 's/needs [0-9]+ bytes \([0-9.]+ MiB:/needs N bytes (S MiB:/; s/has [0-9]+ \([0-9.]+ [KM]?i?B\) free/has M (S) free/' >"$TMP/refit_err"
+    echo "refit: error: results file '$DISK/r.h5': appending needs N bytes (S MiB: a copy of the file, twice this run and 1 MiB) and the file system of '$DISK' has M (S) free; free space there or choose another --output; the run is lost: its side file '$DISK/r.h5.run-TIME-PID.h5' cannot be written either: No space left on device" >"$TMP/want"
     diff "$TMP/want" "$TMP/refit_err" >"$TMP/diff" || fail "full disk, attempt $attempt: $(cat "$TMP/diff")"
   done
   ls "$DISK" | grep -q '\.run-\|\.tmp$' && fail "the full disk holds leftovers: $(ls "$DISK")"
@@ -142,11 +143,12 @@ else
   full_disk_skipped=1
 fi
 
-# A symbolic link planted at the temporary name of a new results file (PATH.<pid>.tmp, the pid
-# being rank 0's, which exec keeps) is not followed: its target keeps its bytes.
+# A symbolic link planted at the temporary name of a new results file (PATH.<pid>@<host>.tmp,
+# the pid being rank 0's, which exec keeps) is not followed: its target keeps its bytes.
 echo "precious" >"$TMP/target"
+host=$(hostname | tr -c 'A-Za-z0-9._\n-' '_')
 expect_exit 0 "${MPIRUN[@]}" -np 4 bash -c '
-  [ "$OMPI_COMM_WORLD_RANK" = 0 ] && ln -s "$1" "$2.$$.tmp"; shift 2; exec "$@"' plant \
+  [ "$OMPI_COMM_WORLD_RANK" = 0 ] && ln -s "$1" "$2.$$@'"$host"'.tmp"; shift 2; exec "$@"' plant \
   "$TMP/target" "$TMP/new.h5" "$REFIT" "${JOB[@]}" --mode fused --output "$TMP/new.h5"
 [ "$(cat "$TMP/target")" = precious ] || fail "the symlink's target was overwritten"
 [ "$(ls "$TMP"/new.h5.*.tmp | wc -l)" = 1 ] || fail "expected only the planted link: $(ls "$TMP"/new.h5.*)"
