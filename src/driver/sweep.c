@@ -2,10 +2,13 @@
  * combination (each with its own control plane, since the layouts differ) inside one MPI job.
  * Every rank walks the same combinations and reaches the same verdicts without talking, so
  * only rank 0 prints; the jobs themselves agree on their outcome. */
+#include <errno.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "control/control.h"
 #include "io/io.h"
@@ -66,6 +69,28 @@ static rf_status check_checkpoint(const rf_config *cfg, const rf_job *job, rf_co
   }
   return rf_control_bcast(everyone, everyone->world, v, (int)sizeof *v, MPI_BYTE,
                           "the checkpoint's verdict");
+}
+
+/* Rank 0: --checkpoint names something it can read, a file or a directory of shards. What is
+ * wrong with the file itself is wrong for every combination: an error, not a skip each. */
+static rf_status checkpoint_readable(const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': %s", path,
+                   errno == ENOENT ? "no such file or directory" : strerror(errno));
+  if (S_ISDIR(sb.st_mode))
+    return RF_OK;
+  char why[128];
+  int fd = rf_open_input(path, &sb, why, sizeof why);
+  if (fd >= 0) {
+    close(fd);
+    return RF_OK;
+  }
+  if (errno == EINVAL) /* a FIFO, a device: rf_open_input says what it is */
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s' %s; give a checkpoint file or a directory of shards", path,
+                   why);
+  return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': %s", path, why);
 }
 
 /* Whether a combination can run on `world` ranks (0: on as many as it needs): the job builds
@@ -195,6 +220,12 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
                         .world_rank = rank,
                         .start = rf_now(),
                         .runs = modes};
+  if (st == RF_OK && check && cfg->checkpoint[0]) {
+    rf_log_push_quiet(rank != 0);
+    st = rf_control_agree(&everyone, rank == 0 ? checkpoint_readable(cfg->checkpoint) : RF_OK);
+    rf_log_pop_quiet();
+    *timed_out |= everyone.timed_out;
+  }
   int verify_failed = 0;
   for (int c = 0; c < n && st == RF_OK; c++) {
     verdict v = {0};

@@ -138,6 +138,13 @@ expect_same "0001 skip_reason" "$(attr "$OUT" 0001 skip_reason)" "$CKREASON"
 expect_same "0001 sweep_index" "$(attr "$OUT" 0001 sweep_index)" 2
 expect_same "0002 status" "$(attr "$OUT" 0002 status)" RF_OK
 expect_same "0002 sweep_index" "$(attr "$OUT" 0002 sweep_index)" 3
+# A checkpoint that is not there is wrong for every combination: one line, exit 2, no file.
+NOPE="refit: error: checkpoint '$TMP/nope.safetensors': no such file or directory"
+expect_error 2 "$NOPE" "$REFIT" run --config "$TMP/models.json" --checkpoint "$TMP/nope.safetensors" \
+  --dry-run
+expect_error_mpi 2 "$NOPE" "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$TMP/models.json" \
+  --checkpoint "$TMP/nope.safetensors" --output "$TMP/nope.h5"
+[ -e "$TMP/nope.h5" ] && fail "a sweep without its checkpoint created $TMP/nope.h5"
 # A skipped combination of two modes holds both their numbers.
 expect_exit 0 "$REFIT" run --config "$TMP/models.json" --checkpoint "$TMP/tiny.safetensors" \
   --mode grouped,fused --dry-run
