@@ -2,10 +2,13 @@
  * combination (each with its own control plane, since the layouts differ) inside one MPI job.
  * Every rank walks the same combinations and reaches the same verdicts without talking, so
  * only rank 0 prints; the jobs themselves agree on their outcome. */
+#include <errno.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "control/control.h"
 #include "io/io.h"
@@ -15,11 +18,11 @@
 /* More would be a typo in a config file rather than a plan: refuse before running any. */
 #define RF_SWEEP_MAX_COMBINATIONS 4096
 
+/* Whether a combination can run, and if not the one line its job would have printed. */
 typedef struct {
   int skipped;
-  int runs; /* its modes, or 1 for a skipped combination */
   char reason[512];
-} combination;
+} verdict;
 
 /* Combination c's configuration (the last axis varies fastest) and its varying keys as
  * "key=value ...", in the file's order. */
@@ -48,14 +51,59 @@ static rf_status combination_config(const rf_config *cfg, int c, rf_config *out,
   return RF_OK;
 }
 
+/* Rank 0 opens --checkpoint for the combination's model, as its job would (block-FP8 or not),
+ * and closes it again; the verdict is sent to every rank, since a file one rank cannot read
+ * must not send the ranks down different paths. */
+static rf_status check_checkpoint(const rf_config *cfg, const rf_job *job, rf_control *everyone,
+                                  verdict *v) {
+  if (everyone->world_rank == 0) {
+    rf_checkpoint *ck = NULL;
+    rf_log_capture(v->reason, sizeof v->reason);
+    rf_status st = job->fp8_checkpoint ? rf_checkpoint_open_fp8(cfg->checkpoint, &job->model, &ck)
+                                       : rf_checkpoint_open(cfg->checkpoint, &job->model, &ck);
+    rf_log_capture(NULL, 0);
+    if (st != RF_OK && !v->reason[0])
+      snprintf(v->reason, sizeof v->reason, "%s", rf_status_text(st));
+    v->skipped = st != RF_OK;
+    rf_checkpoint_close(ck);
+  }
+  return rf_control_bcast(everyone, everyone->world, v, (int)sizeof *v, MPI_BYTE,
+                          "the checkpoint's verdict");
+}
+
+/* Rank 0: --checkpoint names something it can read, a file or a directory of shards. What is
+ * wrong with the file itself is wrong for every combination: an error, not a skip each. */
+static rf_status checkpoint_readable(const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': %s", path,
+                   errno == ENOENT ? "no such file or directory" : strerror(errno));
+  if (S_ISDIR(sb.st_mode))
+    return RF_OK;
+  char why[128];
+  int fd = rf_open_input(path, &sb, why, sizeof why);
+  if (fd >= 0) {
+    close(fd);
+    return RF_OK;
+  }
+  if (errno == EINVAL) /* a FIFO, a device: rf_open_input says what it is */
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s' %s; give a checkpoint file or a directory of shards", path,
+                   why);
+  return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': %s", path, why);
+}
+
 /* Whether a combination can run on `world` ranks (0: on as many as it needs): the job builds
- * (model, layouts, plan) and the world has its ranks. The reason is the one line its job
- * would have printed. */
-static void check_combination(const rf_config *cfg, int world, combination *cb) {
+ * (model, layouts, plan), the world has its ranks and --checkpoint holds the model. The plan
+ * is built here, just before the combination runs or is listed, and freed at once, so that a
+ * sweep of large models holds one plan at a time and speaks as it goes. Only the checkpoint
+ * needs the ranks to talk; a failed wait ends the sweep. */
+static rf_status check_combination(const rf_config *cfg, int world, rf_control *everyone,
+                                   verdict *v) {
   rf_job job;
   memset(&job, 0, sizeof job);
-  cb->reason[0] = '\0';
-  rf_log_capture(cb->reason, sizeof cb->reason);
+  memset(v, 0, sizeof *v);
+  rf_log_capture(v->reason, sizeof v->reason);
   const rf_transport_ops *ops = NULL;
   rf_status st = rf_transport_find(cfg->transport, &ops);
   if (st == RF_OK)
@@ -63,11 +111,15 @@ static void check_combination(const rf_config *cfg, int world, combination *cb) 
   if (st == RF_OK)
     st = rf_job_build(cfg, world, &job);
   rf_log_capture(NULL, 0);
-  if (st != RF_OK && !cb->reason[0])
-    snprintf(cb->reason, sizeof cb->reason, "%s", rf_status_text(st));
-  cb->skipped = st != RF_OK;
-  cb->runs = cb->skipped ? 1 : cfg->mode.count;
+  if (st != RF_OK && !v->reason[0])
+    snprintf(v->reason, sizeof v->reason, "%s", rf_status_text(st));
+  v->skipped = st != RF_OK;
+  /* Every rank reached the same verdict so far, so all or none of them talk here. */
+  rf_status talk = RF_OK;
+  if (!v->skipped && cfg->checkpoint[0])
+    talk = check_checkpoint(cfg, &job, everyone, v);
   rf_job_free(&job);
+  return talk;
 }
 
 /* Rank 0 appends a skipped combination to --output: its configuration and the reason. */
@@ -113,7 +165,8 @@ void rf_sweep_announce(const rf_sweep_slot *slot, int mode_index, const char *mo
   fflush(stdout);
 }
 
-/* --dry-run: the lines a real sweep would print before each run, without times. */
+/* --dry-run: the lines a real sweep would print before each run, without times, out as soon
+ * as the combination is checked. */
 static void list_runs(const rf_config *cfg, const rf_sweep_slot *slot) {
   for (int m = 0; m < slot->runs; m++) {
     const char *mode = rf_mode_name(cfg->mode.items[m]);
@@ -121,6 +174,17 @@ static void list_runs(const rf_config *cfg, const rf_sweep_slot *slot) {
     printf("run %d/%d: %s%s%s%s\n", slot->first_index + m, slot->size, slot->params,
            named && slot->params[0] ? " " : "", named ? "mode=" : "", named ? mode : "");
   }
+  fflush(stdout);
+}
+
+/* "skip i/N: <keys>: <reason>"; a combination of several modes held the numbers of all its
+ * runs, "skip i-j/N". */
+static void print_skip(const rf_sweep_slot *slot, const verdict *v) {
+  printf("skip %d", slot->first_index);
+  if (slot->runs > 1)
+    printf("-%d", slot->first_index + slot->runs - 1);
+  printf("/%d: %s%s%s\n", slot->size, slot->params, slot->params[0] ? ": " : "", v->reason);
+  fflush(stdout);
 }
 
 rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed_out) {
@@ -137,55 +201,55 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
                cfg->config[0] ? cfg->config : "refit run", RF_SWEEP_MAX_COMBINATIONS);
     return RF_ERR_USAGE;
   }
-  int n = (int)total;
-  combination *cb = rf_calloc((size_t)n, sizeof *cb, "sweep combinations");
+  int n = (int)total, modes = cfg->mode.count;
   rf_config *one = rf_calloc(1, sizeof *one, "a combination's configuration");
-  char params[512];
-  rf_status st = cb && one ? RF_OK : RF_ERR_NOMEM;
+  rf_status st = one ? RF_OK : RF_ERR_NOMEM;
   /* A dry run without mpirun (a world of one) checks each combination on the ranks it needs;
    * a plain job is checked by its own control plane, with its usual errors. */
   int check_world = cfg->dry_run && world == 1 ? 0 : world;
-  int size = 0, runnable = 0;
-  rf_log_push_quiet(rank != 0);
-  for (int c = 0; c < n && st == RF_OK; c++) {
-    st = combination_config(cfg, c, one, params, sizeof params);
-    if (st == RF_OK && (sw->axis_count > 0 || cfg->dry_run))
-      check_combination(one, check_world, &cb[c]);
-    else
-      cb[c].runs = one->mode.count;
-    size += cb[c].runs;
-    runnable += cb[c].skipped ? 0 : cb[c].runs;
-  }
-  rf_log_pop_quiet();
+  int check = sw->axis_count > 0 || cfg->dry_run;
+  /* Between jobs there is no job's control plane: the sweep talks over the whole world. */
+  rf_control everyone;
+  rf_control_attach(&everyone, MPI_COMM_WORLD, cfg->timeout);
+  /* Every combination holds a number for each of its modes, known before any is checked:
+   * combinations are checked one at a time, each just before it runs. */
   rf_sweep_slot slot = {.first_index = 1,
-                        .size = size,
+                        .size = n * modes,
                         .announce = sw->axis_count > 0,
-                        .show_mode = cfg->mode.count > 1,
+                        .show_mode = modes > 1,
                         .world_rank = rank,
-                        .start = rf_now()};
+                        .start = rf_now(),
+                        .runs = modes};
+  if (st == RF_OK && check && cfg->checkpoint[0]) {
+    rf_log_push_quiet(rank != 0);
+    st = rf_control_agree(&everyone, rank == 0 ? checkpoint_readable(cfg->checkpoint) : RF_OK);
+    rf_log_pop_quiet();
+    *timed_out |= everyone.timed_out;
+  }
   int verify_failed = 0;
   for (int c = 0; c < n && st == RF_OK; c++) {
+    verdict v = {0};
     st = combination_config(cfg, c, one, slot.params, sizeof slot.params);
-    slot.runs = cb[c].runs;
-    if (st == RF_OK && cb[c].skipped) {
-      if (rank == 0) {
-        printf("skip %d/%d: %s%s%s\n", slot.first_index, size, slot.params,
-               slot.params[0] ? ": " : "", cb[c].reason);
-        fflush(stdout);
-      }
+    if (st == RF_OK && check) {
+      rf_log_push_quiet(rank != 0);
+      st = check_combination(one, check_world, &everyone, &v);
+      rf_log_pop_quiet();
+      *timed_out |= everyone.timed_out;
+    }
+    if (st == RF_OK && v.skipped) {
+      if (rank == 0)
+        print_skip(&slot, &v);
       if (!cfg->dry_run && cfg->output[0]) {
-        /* Between jobs there is no job's control plane: agree over the whole world. */
-        rf_control everyone;
-        rf_control_attach(&everyone, MPI_COMM_WORLD, cfg->timeout);
         st = rf_control_agree(
-            &everyone, rank == 0 ? record_skip(one, slot.first_index, size, cb[c].reason) : RF_OK);
+            &everyone, rank == 0 ? record_skip(one, slot.first_index, slot.size, v.reason) : RF_OK);
         *timed_out |= everyone.timed_out;
       }
     } else if (st == RF_OK && cfg->dry_run) {
       if (rank == 0)
         list_runs(one, &slot);
     } else if (st == RF_OK) {
-      slot.left_after = runnable - slot.done_before - slot.runs;
+      /* Later combinations are not checked yet: the estimate counts them all as runs. */
+      slot.left_after = slot.size - (slot.first_index - 1) - slot.runs;
       st = job(one, &slot, timed_out);
       slot.done_before += slot.runs;
       if (st == RF_ERR_VERIFY && !*timed_out) {
@@ -197,7 +261,6 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
   }
   if (rank == 0)
     fflush(stdout);
-  free(cb);
   free(one);
   return st == RF_OK && verify_failed ? RF_ERR_VERIFY : st;
 }

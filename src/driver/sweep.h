@@ -10,14 +10,14 @@
  * runs (one per mode). */
 typedef struct {
   int first_index; /* 1-based sweep index of the job's first run */
-  int size;        /* runs and skips of the whole sweep */
+  int size;        /* combinations times modes: every run, skipped ones included */
   int announce;    /* rank 0 prints a progress line before each run (sweeps only) */
   int show_mode;   /* the modes vary too, so the line names each run's mode */
   int world_rank;
   char params[512]; /* the varying keys but mode, "plan=star bucket_size=64MiB" */
   double start;     /* rf_now() when the sweep began */
   int done_before;  /* runs finished before this job */
-  int left_after;   /* runs (skips excluded) after this job's */
+  int left_after;   /* numbers after this job's (later skips are not known yet) */
   int runs;         /* this job's runs: its modes */
 } rf_sweep_slot;
 
@@ -30,10 +30,11 @@ void rf_sweep_announce(const rf_sweep_slot *slot, int mode_index, const char *mo
 typedef rf_status (*rf_sweep_job_fn)(const rf_config *cfg, const rf_sweep_slot *slot,
                                      int *timed_out);
 
-/* The sweep, on every rank between MPI_Init and MPI_Finalize. Combinations invalid for the
- * world size or the model are skipped (announced and recorded with their reason); a
- * verification failure is recorded and the sweep goes on, returning RF_ERR_VERIFY at the end;
- * any other error ends it. With --dry-run it only lists the runs and skips. */
+/* The sweep, on every rank between MPI_Init and MPI_Finalize. Each combination is checked just
+ * before it runs; one invalid for the world size, the model or --checkpoint is skipped
+ * (announced and recorded with its reason); a verification failure is recorded and the sweep
+ * goes on, returning RF_ERR_VERIFY at the end; any other error ends it. With --dry-run it only
+ * lists the runs and skips, each as soon as it is checked. */
 rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed_out);
 
 #endif

@@ -99,6 +99,61 @@ of 4096 (or 0 for the whole model in one bucket)" "$TMP/out"
 expect_grep "run 2/2: bucket_size=64KiB" "$TMP/out"
 expect_grep "# PASS" "$TMP/out"
 
+# ---- a combination that --checkpoint does not fit is skipped, and the sweep goes on ---------
+# Each combination is checked (its plan built and --checkpoint opened for its model) just
+# before it runs or is listed, so lines come out as the sweep goes.
+expect_exit 0 "$REFIT" checkpoint --model tiny --checkpoint "$TMP/tiny.safetensors"
+sed 's/"hidden_size": 64/"hidden_size": 128/' "$REFIT_SOURCE_DIR/configs/models/tiny.json" \
+  >"$TMP/wide.json"
+printf '{"model": ["tiny", "%s", "tiny"], "trainer": "fsdp=2", "rollout": "tp=2", "warmup": 0,
+  "iters": 1}' "$TMP/wide.json" >"$TMP/models.json"
+CKREASON="checkpoint '$TMP/tiny.safetensors': tensor model.embed_tokens.weight has shape \
+[512, 64], the model needs [512, 128]"
+# Without mpirun, with the model loads logged in the same stream: the first combination's line
+# is out before the last combination's model is loaded.
+expect_exit 0 sh -c 'REFIT_LOG=debug "$0" run --config "$1" --checkpoint "$2" --dry-run 2>&1' \
+  "$REFIT" "$TMP/models.json" "$TMP/tiny.safetensors"
+expect_same "dry run with --checkpoint, in order" "$(sed -n \
+  's/^refit: debug: \(model [a-z]*\):.*/\1/p; s/^refit: debug: \(checkpoint\) .*/\1/p; /^run \|^skip /p' \
+  "$TMP/out")" "model tiny
+checkpoint
+run 1/3: model=tiny
+model wide
+skip 2/3: model=$TMP/wide.json: $CKREASON
+model tiny
+checkpoint
+run 3/3: model=tiny"
+OUT="$TMP/ck.h5"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$TMP/models.json" \
+  --checkpoint "$TMP/tiny.safetensors" --output "$OUT"
+expect_same "sweep with --checkpoint" "$(grep '^run \|^skip \|^# PASS\|^# FAIL' "$TMP/out" |
+  sed 's/ (elapsed .*//')" "run 1/3: model=tiny
+# PASS
+skip 2/3: model=$TMP/wide.json: $CKREASON
+run 3/3: model=tiny
+# PASS"
+expect_same "runs in the file" "$(run_count "$OUT")" 3
+expect_same "0001 status" "$(attr "$OUT" 0001 status)" skipped
+expect_same "0001 skip_reason" "$(attr "$OUT" 0001 skip_reason)" "$CKREASON"
+expect_same "0001 sweep_index" "$(attr "$OUT" 0001 sweep_index)" 2
+expect_same "0002 status" "$(attr "$OUT" 0002 status)" RF_OK
+expect_same "0002 sweep_index" "$(attr "$OUT" 0002 sweep_index)" 3
+# A checkpoint that is not there is wrong for every combination: one line, exit 2, no file.
+NOPE="refit: error: checkpoint '$TMP/nope.safetensors': no such file or directory"
+expect_error 2 "$NOPE" "$REFIT" run --config "$TMP/models.json" --checkpoint "$TMP/nope.safetensors" \
+  --dry-run
+expect_error_mpi 2 "$NOPE" "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$TMP/models.json" \
+  --checkpoint "$TMP/nope.safetensors" --output "$TMP/nope.h5"
+[ -e "$TMP/nope.h5" ] && fail "a sweep without its checkpoint created $TMP/nope.h5"
+# A skipped combination of two modes holds both their numbers.
+expect_exit 0 "$REFIT" run --config "$TMP/models.json" --checkpoint "$TMP/tiny.safetensors" \
+  --mode grouped,fused --dry-run
+expect_same "dry run of two modes" "$(cat "$TMP/out")" "run 1/6: model=tiny mode=grouped
+run 2/6: model=tiny mode=fused
+skip 3-4/6: model=$TMP/wide.json: $CKREASON
+run 5/6: model=tiny mode=grouped
+run 6/6: model=tiny mode=fused"
+
 # ---- lists on the command line: ',' between values, ';' between layouts ---------------------
 expect_exit 0 "$REFIT" run --model tiny --plan star,p2p --dry-run
 expect_same "--plan star,p2p" "$(cat "$TMP/out")" "run 1/2: plan=star
