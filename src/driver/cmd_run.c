@@ -203,8 +203,14 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, const run_setup 
       st = rf_control_barrier(ctl, ctl->world, "the iteration barrier");
     if (st == RF_OK)
       st = rf_engine_iterate(e, times, stall);
+    /* The others may be waiting for this rank's messages: they hear of its failure at once
+     * rather than after their whole --timeout (control.h, failure notices). */
+    rf_control_notify(ctl, st);
     times[RF_PHASE_SETUP] = setup;
     st = rf_control_agree(ctl, st);
+    /* Every rank has the same status (a rank whose wait expired aborts the job instead). */
+    if (st != RF_OK && st != RF_ERR_TIMEOUT)
+      rf_engine_abandon(e); /* its own timeout marks the control plane: main then aborts */
   }
   return st;
 }
@@ -428,9 +434,9 @@ static rf_status run_one(const rf_config *cfg, const rf_sweep_slot *slot, int *t
   memset(&ctl, 0, sizeof ctl);
   int ctl_open = 0;
   rf_status st = run_job(cfg, slot, &ctl, &ctl_open);
-  *timed_out = ctl.timed_out;
   if (ctl_open && !ctl.timed_out)
-    rf_control_free(&ctl);
+    rf_control_free(&ctl); /* which may time out, receiving the ranks' failure notices */
+  *timed_out = ctl.timed_out;
   return st;
 }
 
