@@ -283,27 +283,55 @@ static int severity_rank(rf_status st) {
 
 static int status_key(rf_status st) { return severity_rank(st) * 256 + (int)st; }
 
+void rf_control_hold(rf_control *ctl) {
+  ctl->held[0] = '\0';
+  ctl->holding = 1;
+  rf_log_capture(ctl->held, sizeof ctl->held);
+}
+
+/* Ends a hold: prints the held line unless `quiet`. */
+static void release_held(rf_control *ctl, int quiet) {
+  if (!ctl->holding)
+    return;
+  rf_log_capture(NULL, 0);
+  ctl->holding = 0;
+  if (!quiet && ctl->held[0])
+    RF_ERROR("%s", ctl->held);
+}
+
 rf_status rf_control_agree(rf_control *ctl, rf_status local) {
-  if (ctl->timed_out)
+  if (ctl->timed_out) {
+    release_held(ctl, 0);
     return RF_ERR_TIMEOUT;
+  }
+  /* The capture ends before anything here can fail, so that its own line is printed; the held
+   * line waits for the outcome. */
+  if (ctl->holding)
+    rf_log_capture(NULL, 0);
   int *buf = rf_malloc(6 * sizeof *buf, "status agreement");
-  if (!buf)
+  if (!buf) {
+    release_held(ctl, 0);
     return RF_ERR_NOMEM;
+  }
   int failed = local != RF_OK;
   buf[0] = status_key(local);
   buf[1] = failed ? -buf[0] : INT_MIN;
   buf[2] = failed ? -ctl->world_rank : INT_MIN;
   MPI_Request req = MPI_REQUEST_NULL;
   rf_status st = RF_OK;
-  RF_MPI_GOTO(MPI_Iallreduce(buf, buf + 3, 3, MPI_INT, MPI_MAX, ctl->world, &req), done);
+  RF_MPI_GOTO(MPI_Iallreduce(buf, buf + 3, 3, MPI_INT, MPI_MAX, ctl->world, &req), failed);
   /* A rank still inside a data wait joins at most one timeout later, so the others wait that
    * long plus a grace. A rank whose own wait has just expired has already waited its timeout:
    * it gives the others only the grace, so that a peer that never comes (stopped, dead) ends
    * the job within timeout + grace instead of twice the timeout. */
   double bound = local == RF_ERR_TIMEOUT ? RF_AGREE_GRACE : ctl->timeout + RF_AGREE_GRACE;
   st = wait_bounded(ctl, &req, "the other ranks' status (MPI_Iallreduce)", bound);
-  if (st != RF_OK)
+  if (st != RF_OK) {
+    release_held(ctl, 0);
     return st; /* buf is leaked on purpose: the reduction may still write into it */
+  }
+  /* Every failing rank failed alike: one line, from the lowest of them. */
+  release_held(ctl, buf[3] == -buf[4] && -buf[5] != ctl->world_rank);
   rf_status worst = (rf_status)(buf[3] % 256);
   /* The job is ending: the notices have done their work, and the waits that end it (the
    * transport's abandon) must not be cut short by one arriving late. */
@@ -315,7 +343,10 @@ rf_status rf_control_agree(rf_control *ctl, rf_status local) {
     RF_INFO("stopping: rank %d failed (%s)%s", -buf[5], rf_status_text(worst),
             buf[3] == -buf[4] ? "" : ", and other ranks failed differently");
   st = worst;
-done:
+  free(buf);
+  return st;
+failed:
+  release_held(ctl, 0);
   free(buf);
   return st;
 }

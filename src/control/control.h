@@ -32,6 +32,8 @@ typedef struct {
   MPI_Request *notice_sends; /* [world_size], once this rank has sent its notices */
   int notice_in[2], notice_out[2];
   int peer_failed; /* a notice arrived: every watched wait now ends with RF_ERR_PEER */
+  int holding;     /* rf_control_hold: this rank's error line is held in `held` */
+  char held[1024];
 } rf_control;
 
 /* What each rank believes the job is; the handshake compares these. */
@@ -66,6 +68,13 @@ rf_status rf_control_handshake(rf_control *ctl, const rf_job_desc *mine);
  * local status is RF_ERR_TIMEOUT has waited its timeout already and waits only the grace. So
  * when a peer stops for good, every rank is out within timeout + 5 s. */
 rf_status rf_control_agree(rf_control *ctl, rf_status local);
+
+/* Errors that several ranks may hit alike (an allocation that does not fit): from
+ * rf_control_hold to the next rf_control_agree, this rank's error line is held back instead of
+ * printed, and the agreement prints it once: where every failing rank failed with the same
+ * status, only the lowest failing rank prints its line; where they failed differently, each
+ * prints its own. Only for local work: a wait inside would hold its timeout line too. */
+void rf_control_hold(rf_control *ctl);
 
 /* Failure notices. A rank that fails where its peers may be waiting for its messages (inside
  * an iteration) calls rf_control_notify before it joins the status agreement: it sends its

@@ -238,6 +238,7 @@ static void describe_result(const rf_config *cfg, const run_setup *rs, rf_mode m
 static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, rf_transport *tp,
                           rf_buffers *data, rf_mode mode, rf_run_result *res) {
   int iters = (int)cfg->iters, rank0 = ctl->world_rank == 0;
+  rf_control_hold(ctl); /* memory that does not fit fails every rank alike: one line says so */
   double *mine = rf_calloc((size_t)iters * RF_PHASE_COUNT, sizeof *mine, "timings");
   double *all =
       rank0 ? rf_calloc((size_t)iters * ctl->world_size * RF_PHASE_COUNT, sizeof *all, "timings")
@@ -402,9 +403,11 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
   /* The weights are generated once; every mode moves the same data. */
   rf_buffers data;
   memset(&data, 0, sizeof data);
-  if (st == RF_OK)
+  if (st == RF_OK) {
+    rf_control_hold(ctl); /* every rank may run out of memory alike: one line says so */
     st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.memory, (uint64_t)cfg->seed,
                                                rs.checkpoint, ctl->world_rank));
+  }
   setup[RF_SETUP_ARENAS] = rf_now() - t0;
   if (st == RF_OK)
     st = report_setup(ctl, setup, &rs.record);
