@@ -307,6 +307,59 @@ static void test_agree(const job *j) {
   rf_layout_free(&lay);
 }
 
+/* ---- failure notices and held errors ----------------------------------------------------- */
+
+static rf_status never_done(void *ctx, int *done) {
+  (void)ctx;
+  *done = 0;
+  return RF_OK;
+}
+
+/* Ranks 0 and last fail and notify: every rank's watched wait (the others' and each
+ * notifier's, for the other's notice) ends with RF_ERR_PEER long before its 10 s, the
+ * agreement gives the cause, after it a wait is no longer cut short, and rf_control_free
+ * receives every notice (under mpirun, a notice left pending would hang MPI_Finalize). */
+static void test_notice(const job *j) {
+  rf_layout lay;
+  make_layout(&lay, j);
+  rf_control ctl;
+  ASSERT_OK(rf_control_init(&ctl, &lay, 10.0));
+  int notifier = rank == 0 || rank == size - 1;
+  if (notifier) {
+    rf_control_notify(&ctl, RF_ERR_IO);
+    rf_control_notify(&ctl, RF_ERR_IO); /* a second call sends nothing */
+  }
+  double t0 = rf_now();
+  ASSERT_STATUS(rf_poll(never_done, NULL, 10.0), RF_ERR_PEER);
+  ASSERT_TRUE(rf_now() - t0 < 5.0);
+  ASSERT_STATUS(rf_control_agree(&ctl, notifier ? RF_ERR_IO : RF_ERR_PEER), RF_ERR_IO);
+  ASSERT_STATUS(rf_poll(never_done, NULL, 0.05), RF_ERR_TIMEOUT);
+  rf_control_free(&ctl);
+  ASSERT_TRUE(!ctl.timed_out);
+  rf_layout_free(&lay);
+}
+
+/* Every rank but 0 runs out of memory alike: one line, from rank 1; then ranks failing
+ * differently each say their own. */
+static void test_hold(const job *j) {
+  rf_layout lay;
+  make_layout(&lay, j);
+  rf_control ctl;
+  ASSERT_OK(rf_control_init(&ctl, &lay, 10.0));
+  capture_begin();
+  rf_control_hold(&ctl);
+  rf_status mine = rank == 0 ? RF_OK : rf_fail(RF_ERR_NOMEM, "no room on rank %d", rank);
+  ASSERT_STATUS(rf_control_agree(&ctl, mine), RF_ERR_NOMEM);
+  capture_end(rank == 1 ? "no room on rank 1" : NULL);
+  capture_begin();
+  rf_control_hold(&ctl);
+  mine = rank == 0 ? rf_fail(RF_ERR_IO, "cannot read") : rank == 1 ? RF_OK : RF_ERR_PEER;
+  ASSERT_STATUS(rf_control_agree(&ctl, mine), RF_ERR_IO);
+  capture_end(rank == 0 ? "cannot read" : NULL);
+  rf_control_free(&ctl);
+  rf_layout_free(&lay);
+}
+
 /* ---- (v) the bounded collectives ------------------------------------------------------ */
 
 static void test_collectives(const job *j) {
@@ -471,6 +524,8 @@ int main(int argc, char **argv) {
       test_mismatch(&jobs[i]);
     }
   test_agree(first);
+  test_notice(first);
+  test_hold(first);
   test_collectives(first);
   test_quiet_nests();
   test_timeout(first);            /* it leaves rank 0's control plane unusable */

@@ -16,6 +16,8 @@
 
 /* The point-to-point tag of the leaders' job exchange, on the private world duplicate. */
 #define RF_TAG_HANDSHAKE 0x5246
+/* The tag of a failure notice, on the notices' own duplicate. */
+#define RF_TAG_NOTICE 0x4e4f
 
 /* How much longer than the timeout the status agreement waits for a rank still in a wait of
  * its own, and how long a rank whose own wait has expired waits for the others: enough to
@@ -49,6 +51,114 @@ static rf_status check_group(MPI_Comm comm, int want_rank, int want_size, const 
   return RF_OK;
 }
 
+/* ---- failure notices (control.h, rf_control_notify) ----------------------------------------
+ * The notices travel on a duplicate of the world of their own, so that a notice can never
+ * match a receive of the handshake or a transport, and each rank keeps one receive posted for
+ * the first notice. The watch costs a watched wait one MPI_Test per turn. */
+
+/* Nonzero while the control plane itself waits: its collectives are not cut short. */
+static int control_waiting;
+
+static rf_status notice_watch(void *ctx, int *done) {
+  rf_control *ctl = ctx;
+  *done = 0;
+  if (control_waiting)
+    return RF_OK;
+  if (!ctl->peer_failed) {
+    int arrived = 0;
+    RF_MPI(MPI_Test(&ctl->notice_recv, &arrived, MPI_STATUS_IGNORE));
+    if (!arrived)
+      return RF_OK;
+    ctl->peer_failed = 1;
+    RF_INFO("stopping: rank %d failed (%s)", ctl->notice_in[1],
+            rf_status_text((rf_status)ctl->notice_in[0]));
+  }
+  return RF_ERR_PEER;
+}
+
+/* The last step of rf_control_init: ctl->notice is set only once it has succeeded, since
+ * rf_control_free drains the notices with a collective that only a whole world may run. */
+static rf_status notices_open(rf_control *ctl) {
+  MPI_Comm comm = MPI_COMM_NULL;
+  RF_MPI(MPI_Comm_dup(ctl->world, &comm));
+  int rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Irecv(ctl->notice_in, 2, MPI_INT, MPI_ANY_SOURCE, RF_TAG_NOTICE, comm,
+                   &ctl->notice_recv);
+  if (rc != MPI_SUCCESS) {
+    MPI_Comm_free(&comm);
+    return rf_mpi_failed(rc, "MPI_Irecv(failure notice)", __FILE__, __LINE__);
+  }
+  ctl->notice = comm;
+  rf_poll_set_watch(notice_watch, ctl);
+  return RF_OK;
+}
+
+void rf_control_notify(rf_control *ctl, rf_status st) {
+  if (st == RF_OK || st == RF_ERR_PEER || st == RF_ERR_TIMEOUT || ctl->notice == MPI_COMM_NULL ||
+      ctl->notice_sends || ctl->timed_out)
+    return;
+  ctl->notice_sends = malloc((size_t)ctl->world_size * sizeof *ctl->notice_sends);
+  if (!ctl->notice_sends)
+    return; /* the peers wait their timeout instead: no worse than without notices */
+  ctl->notice_out[0] = (int)st;
+  ctl->notice_out[1] = ctl->world_rank;
+  for (int r = 0; r < ctl->world_size; r++) {
+    ctl->notice_sends[r] = MPI_REQUEST_NULL;
+    /* A send that fails leaves that peer to its timeout; the cause is this rank's line. */
+    if (r != ctl->world_rank)
+      MPI_Isend(ctl->notice_out, 2, MPI_INT, r, RF_TAG_NOTICE, ctl->notice, &ctl->notice_sends[r]);
+  }
+}
+
+static rf_status wait_bounded(rf_control *ctl, MPI_Request *req, const char *what, double seconds);
+
+/* Receives every notice sent to this rank and completes this rank's sends, so that none is
+ * pending at MPI_Finalize: the ranks first add up how many of them sent notices. */
+static rf_status notices_drain(rf_control *ctl) {
+  int *count = rf_malloc(2 * sizeof *count, "notice count");
+  if (!count)
+    return RF_ERR_NOMEM;
+  count[0] = ctl->notice_sends != NULL;
+  MPI_Request req = MPI_REQUEST_NULL;
+  RF_MPI(MPI_Iallreduce(count, count + 1, 1, MPI_INT, MPI_SUM, ctl->notice, &req));
+  RF_TRY(
+      wait_bounded(ctl, &req, "the other ranks' failure notices (MPI_Iallreduce)", ctl->timeout));
+  int expected = count[1] - count[0], got = ctl->peer_failed;
+  free(count);
+  if (!ctl->peer_failed) {
+    /* A notice may have arrived without a watched wait to see it. */
+    MPI_Status status;
+    int cancelled = 0;
+    RF_MPI(MPI_Cancel(&ctl->notice_recv));
+    RF_MPI(MPI_Wait(&ctl->notice_recv, &status));
+    RF_MPI(MPI_Test_cancelled(&status, &cancelled));
+    got = !cancelled;
+  }
+  for (; got < expected; got++) {
+    RF_MPI(MPI_Irecv(ctl->notice_in, 2, MPI_INT, MPI_ANY_SOURCE, RF_TAG_NOTICE, ctl->notice, &req));
+    RF_TRY(wait_bounded(ctl, &req, "the other ranks' failure notices", ctl->timeout));
+  }
+  for (int r = 0; ctl->notice_sends && r < ctl->world_size; r++)
+    RF_TRY(wait_bounded(ctl, &ctl->notice_sends[r], "a rank to take this rank's failure notice",
+                        ctl->timeout));
+  return RF_OK;
+}
+
+/* Stops watching; after a timeout the notices stay pending (the job is aborted). */
+static void notices_close(rf_control *ctl) {
+  if (ctl->notice == MPI_COMM_NULL)
+    return;
+  rf_poll_set_watch(NULL, NULL);
+  if (!ctl->timed_out && notices_drain(ctl) != RF_OK)
+    ctl->timed_out = 1; /* something is still pending: finalising could hang */
+  if (ctl->timed_out)
+    return;
+  free(ctl->notice_sends);
+  ctl->notice_sends = NULL;
+  comm_free(&ctl->notice);
+}
+
 static rf_status create_comms(rf_control *ctl, const rf_layout *lay) {
   /* Every split below is a blocking collective; a bounded nonblocking duplicate first proves
    * that every rank has arrived, so the splits cannot wait on a rank that never comes. */
@@ -68,12 +178,13 @@ static rf_status create_comms(rf_control *ctl, const rf_layout *lay) {
   RF_MPI(MPI_Comm_set_errhandler(ctl->node, MPI_ERRORS_RETURN));
   RF_MPI(MPI_Comm_rank(ctl->node, &ctl->node_rank));
   RF_MPI(MPI_Comm_size(ctl->node, &ctl->node_size));
-  return RF_OK;
+  return notices_open(ctl);
 }
 
 rf_status rf_control_init(rf_control *ctl, const rf_layout *lay, double timeout) {
   memset(ctl, 0, sizeof *ctl);
-  ctl->world = ctl->trainer = ctl->rollout = ctl->node = MPI_COMM_NULL;
+  ctl->world = ctl->trainer = ctl->rollout = ctl->node = ctl->notice = MPI_COMM_NULL;
+  ctl->notice_recv = MPI_REQUEST_NULL;
   ctl->trainer_rank = ctl->rollout_rank = -1;
   ctl->timeout = timeout;
   int initialized = 0;
@@ -102,6 +213,7 @@ rf_status rf_control_init(rf_control *ctl, const rf_layout *lay, double timeout)
 }
 
 void rf_control_free(rf_control *ctl) {
+  notices_close(ctl);
   /* After a timeout a collective may still be pending on these communicators; freeing them
    * could block, and the job is about to be aborted anyway. */
   if (!ctl->timed_out && !ctl->borrowed) {
@@ -116,7 +228,8 @@ void rf_control_free(rf_control *ctl) {
 void rf_control_attach(rf_control *ctl, MPI_Comm world, double timeout) {
   memset(ctl, 0, sizeof *ctl);
   ctl->world = world;
-  ctl->trainer = ctl->rollout = ctl->node = MPI_COMM_NULL;
+  ctl->trainer = ctl->rollout = ctl->node = ctl->notice = MPI_COMM_NULL;
+  ctl->notice_recv = MPI_REQUEST_NULL;
   ctl->trainer_rank = ctl->rollout_rank = -1;
   ctl->timeout = timeout;
   ctl->borrowed = 1;
@@ -135,7 +248,9 @@ static rf_status wait_bounded(rf_control *ctl, MPI_Request *req, const char *wha
    * add another full timeout before the abort. */
   if (ctl->timed_out)
     return RF_ERR_TIMEOUT;
+  control_waiting++;
   rf_status st = rf_poll(request_done, req, seconds);
+  control_waiting--;
   if (st != RF_ERR_TIMEOUT)
     return st;
   ctl->timed_out = 1;
@@ -168,35 +283,70 @@ static int severity_rank(rf_status st) {
 
 static int status_key(rf_status st) { return severity_rank(st) * 256 + (int)st; }
 
+void rf_control_hold(rf_control *ctl) {
+  ctl->held[0] = '\0';
+  ctl->holding = 1;
+  rf_log_capture(ctl->held, sizeof ctl->held);
+}
+
+/* Ends a hold: prints the held line unless `quiet`. */
+static void release_held(rf_control *ctl, int quiet) {
+  if (!ctl->holding)
+    return;
+  rf_log_capture(NULL, 0);
+  ctl->holding = 0;
+  if (!quiet && ctl->held[0])
+    RF_ERROR("%s", ctl->held);
+}
+
 rf_status rf_control_agree(rf_control *ctl, rf_status local) {
-  if (ctl->timed_out)
+  if (ctl->timed_out) {
+    release_held(ctl, 0);
     return RF_ERR_TIMEOUT;
+  }
+  /* The capture ends before anything here can fail, so that its own line is printed; the held
+   * line waits for the outcome. */
+  if (ctl->holding)
+    rf_log_capture(NULL, 0);
   int *buf = rf_malloc(6 * sizeof *buf, "status agreement");
-  if (!buf)
+  if (!buf) {
+    release_held(ctl, 0);
     return RF_ERR_NOMEM;
+  }
   int failed = local != RF_OK;
   buf[0] = status_key(local);
   buf[1] = failed ? -buf[0] : INT_MIN;
   buf[2] = failed ? -ctl->world_rank : INT_MIN;
   MPI_Request req = MPI_REQUEST_NULL;
   rf_status st = RF_OK;
-  RF_MPI_GOTO(MPI_Iallreduce(buf, buf + 3, 3, MPI_INT, MPI_MAX, ctl->world, &req), done);
+  RF_MPI_GOTO(MPI_Iallreduce(buf, buf + 3, 3, MPI_INT, MPI_MAX, ctl->world, &req), failed);
   /* A rank still inside a data wait joins at most one timeout later, so the others wait that
    * long plus a grace. A rank whose own wait has just expired has already waited its timeout:
    * it gives the others only the grace, so that a peer that never comes (stopped, dead) ends
    * the job within timeout + grace instead of twice the timeout. */
   double bound = local == RF_ERR_TIMEOUT ? RF_AGREE_GRACE : ctl->timeout + RF_AGREE_GRACE;
   st = wait_bounded(ctl, &req, "the other ranks' status (MPI_Iallreduce)", bound);
-  if (st != RF_OK)
+  if (st != RF_OK) {
+    release_held(ctl, 0);
     return st; /* buf is leaked on purpose: the reduction may still write into it */
+  }
+  /* Every failing rank failed alike: one line, from the lowest of them. */
+  release_held(ctl, buf[3] == -buf[4] && -buf[5] != ctl->world_rank);
   rf_status worst = (rf_status)(buf[3] % 256);
+  /* The job is ending: the notices have done their work, and the waits that end it (the
+   * transport's abandon) must not be cut short by one arriving late. */
+  if (worst != RF_OK && ctl->notice != MPI_COMM_NULL)
+    rf_poll_set_watch(NULL, NULL);
   /* The failing rank said what went wrong where it happened; this only says why this rank
    * stops too, for REFIT_LOG=info. */
   if (worst != RF_OK && worst != local)
     RF_INFO("stopping: rank %d failed (%s)%s", -buf[5], rf_status_text(worst),
             buf[3] == -buf[4] ? "" : ", and other ranks failed differently");
   st = worst;
-done:
+  free(buf);
+  return st;
+failed:
+  release_held(ctl, 0);
   free(buf);
   return st;
 }

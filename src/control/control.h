@@ -25,6 +25,15 @@ typedef struct {
   double timeout;                 /* seconds, for every wait */
   int timed_out;                  /* set once a wait expired: MPI state is unusable */
   int borrowed;                   /* world is the caller's (rf_control_attach): never freed */
+  /* Failure notices (rf_control_notify): their own duplicate of the world, the receive posted
+   * for the first one and what it brings (status, world rank), this rank's sends. */
+  MPI_Comm notice;
+  MPI_Request notice_recv;
+  MPI_Request *notice_sends; /* [world_size], once this rank has sent its notices */
+  int notice_in[2], notice_out[2];
+  int peer_failed; /* a notice arrived: every watched wait now ends with RF_ERR_PEER */
+  int holding;     /* rf_control_hold: this rank's error line is held in `held` */
+  char held[1024];
 } rf_control;
 
 /* What each rank believes the job is; the handshake compares these. */
@@ -59,6 +68,24 @@ rf_status rf_control_handshake(rf_control *ctl, const rf_job_desc *mine);
  * local status is RF_ERR_TIMEOUT has waited its timeout already and waits only the grace. So
  * when a peer stops for good, every rank is out within timeout + 5 s. */
 rf_status rf_control_agree(rf_control *ctl, rf_status local);
+
+/* Errors that several ranks may hit alike (an allocation that does not fit): from
+ * rf_control_hold to the next rf_control_agree, this rank's error line is held back instead of
+ * printed, and the agreement prints it once: where every failing rank failed with the same
+ * status, only the lowest failing rank prints its line; where they failed differently, each
+ * prints its own. Only for local work: a wait inside would hold its timeout line too. */
+void rf_control_hold(rf_control *ctl);
+
+/* Failure notices. A rank that fails where its peers may be waiting for its messages (inside
+ * an iteration) calls rf_control_notify before it joins the status agreement: it sends its
+ * status to every other rank. Every wait through rf_poll other than the control plane's own
+ * (the transports' data waits) also tests for a notice, and once one has arrived it returns
+ * RF_ERR_PEER at once, without a line: the failing rank has said what went wrong, and the
+ * agreement that follows gives every rank its status. The control plane's own waits are not
+ * cut short: they belong to collectives every rank reaches. rf_control_free receives every
+ * notice sent, so none is left pending at MPI_Finalize. RF_OK, RF_ERR_PEER and RF_ERR_TIMEOUT
+ * (a rank that timed out has waited already) send nothing, nor does a second call. */
+void rf_control_notify(rf_control *ctl, rf_status st);
 
 /* Waits for a request with the control plane's timeout; on expiry sets ctl->timed_out and
  * returns RF_ERR_TIMEOUT after logging which operation (`what`) was waiting. Every wait of the

@@ -240,6 +240,10 @@ rf_status rf_poll(rf_poll_fn poll, void *ctx, double seconds);
  * whose progress happens inside the checks themselves, as MPI's does: a rank that naps stalls
  * the fragments of a strided message, which move only while both ends call into MPI. */
 rf_status rf_poll_busy(rf_poll_fn poll, void *ctx, double seconds);
+/* A second check that both make after each unfinished check of their own, until replaced
+ * (NULL: none): the control plane's test for another rank's failure notice (control.h), so
+ * that a wait for a rank that has failed ends at once with the watch's status. */
+void rf_poll_set_watch(rf_poll_fn watch, void *ctx);
 /* Logs "timed out after S s waiting for WHAT; <consequence> (a peer rank is dead or stalled;
  * raise --timeout if the job is just slow)" and returns RF_ERR_TIMEOUT. */
 rf_status rf_timeout_error(double seconds, const char *what, const char *consequence);

@@ -67,7 +67,8 @@ void rf_log_capture(char *buf, size_t len) {
 
 void rf_vlog_at(rf_log_level level, const char *file, int line, const char *fmt, va_list ap) {
   static const char *labels[] = {"error", "warning", "info", "debug"};
-  if (capture_buf && level == RF_LOG_ERROR) {
+  /* A quiet region's errors are another rank's to say: not captured either. */
+  if (capture_buf && level == RF_LOG_ERROR && quiet_from == 0) {
     vsnprintf(capture_buf, capture_len, fmt, ap);
     return;
   }

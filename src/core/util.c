@@ -76,6 +76,14 @@ static void tighten_timer_slack(void) {
 
 /* Polls until done, an error or the deadline; between polls it naps (after a thousand
  * spins) or, with `naps` 0, only yields the core. */
+static rf_poll_fn poll_watch;
+static void *poll_watch_ctx;
+
+void rf_poll_set_watch(rf_poll_fn watch, void *ctx) {
+  poll_watch = watch;
+  poll_watch_ctx = ctx;
+}
+
 static rf_status poll_until(rf_poll_fn poll, void *ctx, double seconds, int naps) {
   tighten_timer_slack();
   double deadline = rf_now() + seconds;
@@ -85,6 +93,8 @@ static rf_status poll_until(rf_poll_fn poll, void *ctx, double seconds, int naps
     RF_TRY(poll(ctx, &done));
     if (done)
       return RF_OK;
+    if (poll_watch)
+      RF_TRY(poll_watch(poll_watch_ctx, &done));
     if (rf_now() > deadline)
       return RF_ERR_TIMEOUT;
     if (!naps)

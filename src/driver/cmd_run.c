@@ -203,8 +203,14 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, const run_setup 
       st = rf_control_barrier(ctl, ctl->world, "the iteration barrier");
     if (st == RF_OK)
       st = rf_engine_iterate(e, times, stall);
+    /* The others may be waiting for this rank's messages: they hear of its failure at once
+     * rather than after their whole --timeout (control.h, failure notices). */
+    rf_control_notify(ctl, st);
     times[RF_PHASE_SETUP] = setup;
     st = rf_control_agree(ctl, st);
+    /* Every rank has the same status (a rank whose wait expired aborts the job instead). */
+    if (st != RF_OK && st != RF_ERR_TIMEOUT)
+      rf_engine_abandon(e); /* its own timeout marks the control plane: main then aborts */
   }
   return st;
 }
@@ -232,6 +238,7 @@ static void describe_result(const rf_config *cfg, const run_setup *rs, rf_mode m
 static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, rf_transport *tp,
                           rf_buffers *data, rf_mode mode, rf_run_result *res) {
   int iters = (int)cfg->iters, rank0 = ctl->world_rank == 0;
+  rf_control_hold(ctl); /* memory that does not fit fails every rank alike: one line says so */
   double *mine = rf_calloc((size_t)iters * RF_PHASE_COUNT, sizeof *mine, "timings");
   double *all =
       rank0 ? rf_calloc((size_t)iters * ctl->world_size * RF_PHASE_COUNT, sizeof *all, "timings")
@@ -396,9 +403,11 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
   /* The weights are generated once; every mode moves the same data. */
   rf_buffers data;
   memset(&data, 0, sizeof data);
-  if (st == RF_OK)
+  if (st == RF_OK) {
+    rf_control_hold(ctl); /* every rank may run out of memory alike: one line says so */
     st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.memory, (uint64_t)cfg->seed,
                                                rs.checkpoint, ctl->world_rank));
+  }
   setup[RF_SETUP_ARENAS] = rf_now() - t0;
   if (st == RF_OK)
     st = report_setup(ctl, setup, &rs.record);
@@ -428,9 +437,9 @@ static rf_status run_one(const rf_config *cfg, const rf_sweep_slot *slot, int *t
   memset(&ctl, 0, sizeof ctl);
   int ctl_open = 0;
   rf_status st = run_job(cfg, slot, &ctl, &ctl_open);
-  *timed_out = ctl.timed_out;
   if (ctl_open && !ctl.timed_out)
-    rf_control_free(&ctl);
+    rf_control_free(&ctl); /* which may time out, receiving the ranks' failure notices */
+  *timed_out = ctl.timed_out;
   return st;
 }
 

@@ -326,3 +326,8 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   times[RF_PHASE_TOTAL] = rf_now() - start;
   return RF_OK;
 }
+
+rf_status rf_engine_abandon(rf_engine *e) {
+  rf_transport *tp = e->transport;
+  return tp && tp->ops->abandon ? tp->ops->abandon(tp) : RF_OK;
+}

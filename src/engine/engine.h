@@ -185,6 +185,9 @@ rf_status rf_engine_poison(rf_engine *e);
 /* One transfer; phase seconds go to times[RF_PHASE_COUNT]. `stall` makes this rank skip its
  * part (the stall injection). */
 rf_status rf_engine_iterate(rf_engine *e, double *times, int stall);
+/* After an iteration that failed on some rank (every rank calls it once the ranks have agreed
+ * on the failure): ends what the transport still has posted (transport.h, abandon). */
+rf_status rf_engine_abandon(rf_engine *e);
 
 /* After the last iteration: full check of every element this rank holds on the rollout side
  * (returns the count of wrong elements; logs the first few), and the layout-invariant

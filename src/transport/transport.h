@@ -69,6 +69,12 @@ typedef struct {
    *           on first use and kept until finalize; the caller's own buffers are its own). */
   rf_status (*expose)(rf_transport *tp, void *const *buffers, int count);
   rf_status (*peer_buffer)(rf_transport *tp, int peer, int index, void **out);
+
+  /* Optional (NULL: nothing can be left pending): after an iteration that failed, called by
+   * every rank at the same point while the buffers still exist, ends whatever requests the
+   * failure left posted (a rank that failed, or whose wait a peer's failure cut short), so
+   * that freeing the buffers and finalising cannot hang or be written into. */
+  rf_status (*abandon)(rf_transport *tp);
 } rf_transport_ops;
 
 struct rf_transport {

@@ -223,6 +223,71 @@ static rf_status mpi_wait(rf_transport *tp, long upto, const char *what) {
   return RF_OK;
 }
 
+/* The abandon step (transport.h). This rank's receives are cancelled; its sends end only once
+ * their receivers take them, and a receiver whose wait was cut short will never post the
+ * receives of its later buckets. So every rank takes in, and drops, whatever reaches it on the
+ * job's communicators, until every rank's own requests have ended: each enters a nonblocking
+ * barrier once its own have, and leaves when all have. */
+typedef struct {
+  rf_transport *tp;
+  MPI_Request barrier;
+  int entered;
+} drain;
+
+static rf_status drop_one(MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL)
+    return RF_OK;
+  int found = 0, bytes = 0;
+  MPI_Message msg;
+  MPI_Status status;
+  RF_MPI(MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &found, &msg, &status));
+  if (!found)
+    return RF_OK;
+  RF_MPI(MPI_Get_count(&status, MPI_BYTE, &bytes));
+  char *buf = rf_malloc(bytes > 0 ? (size_t)bytes : 1, "a message of a failed iteration");
+  if (!buf)
+    return RF_ERR_NOMEM;
+  int rc = MPI_Mrecv(buf, bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+  free(buf);
+  return rc == MPI_SUCCESS ? RF_OK : rf_mpi_failed(rc, "MPI_Mrecv", __FILE__, __LINE__);
+}
+
+static rf_status drained(void *ctx, int *done) {
+  drain *d = ctx;
+  mpi_state *s = d->tp->state;
+  RF_TRY(drop_one(d->tp->ctl->world));
+  RF_TRY(drop_one(d->tp->ctl->trainer));
+  if (d->entered) {
+    RF_MPI(MPI_Test(&d->barrier, done, MPI_STATUS_IGNORE));
+    return RF_OK;
+  }
+  int mine = 0;
+  RF_MPI(MPI_Testall(s->count, s->requests, &mine, MPI_STATUSES_IGNORE));
+  if (mine) {
+    s->first_ticket += s->count;
+    s->count = 0;
+    RF_MPI(MPI_Ibarrier(d->tp->ctl->world, &d->barrier));
+    d->entered = 1;
+  }
+  return RF_OK;
+}
+
+static rf_status mpi_abandon(rf_transport *tp) {
+  mpi_state *s = tp->state;
+  if (tp->ctl->timed_out)
+    return RF_ERR_TIMEOUT;
+  for (int i = 0; i < s->count; i++)
+    if (s->requests[i] != MPI_REQUEST_NULL)
+      MPI_Cancel(&s->requests[i]); /* a receive not yet matched; MPI may keep a send */
+  drain d = {tp, MPI_REQUEST_NULL, 0};
+  rf_status st = rf_poll_busy(drained, &d, tp->ctl->timeout);
+  if (st != RF_ERR_TIMEOUT)
+    return st;
+  tp->ctl->timed_out = 1; /* requests stay posted: the job must be aborted */
+  return rf_timeout_error(tp->ctl->timeout, "the other ranks to end a failed iteration's messages",
+                          NULL);
+}
+
 const rf_transport_ops rf_transport_mpi = {
     .name = "mpi",
     .description = "host buffers, MPI_Isend/MPI_Irecv (runs anywhere; the CPU baseline)",
@@ -237,4 +302,5 @@ const rf_transport_ops rf_transport_mpi = {
     .post = mpi_post,
     .wait = mpi_wait,
     .post_strided = mpi_post_strided,
+    .abandon = mpi_abandon,
 };

@@ -76,15 +76,26 @@ static rf_status groups_settled(void *ctx, int *done) {
   return RF_OK;
 }
 
-/* After a timeout: abort every communicator so no rank stays blocked in NCCL. */
-static rf_status abort_all(rf_transport *tp, const char *what) {
+static void abort_comms(rf_transport *tp) {
   nccl_group *all[MAX_COMMS + 2];
   int n = all_groups(tp->state, all);
   for (int i = 0; i < n; i++) {
     ncclCommAbort(all[i]->comm);
     all[i]->comm = NULL;
   }
+}
+
+/* After a timeout: abort every communicator so no rank stays blocked in NCCL. */
+static rf_status abort_all(rf_transport *tp, const char *what) {
+  abort_comms(tp);
   return rf_timeout_error(tp->ctl->timeout, what, "NCCL communicators aborted");
+}
+
+/* The abandon step (transport.h): a failed iteration may have left operations that no peer
+ * will complete, and destroying their communicator would wait for them; every rank aborts. */
+static rf_status nccl_abandon(rf_transport *tp) {
+  abort_comms(tp);
+  return RF_OK;
 }
 
 /* Waits until every communicator has finished its pending non-blocking work. */
@@ -292,4 +303,5 @@ const rf_transport_ops rf_transport_nccl = {
     .group_end = nccl_group_end,
     .post = nccl_post,
     .wait = nccl_wait,
+    .abandon = nccl_abandon,
 };

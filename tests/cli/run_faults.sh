@@ -93,6 +93,35 @@ else
   fail "no pid for rank 3 in the header: $(head -c 800 "$TMP/out")"
 fi
 
+# A NaN in a bf16 checkpoint, met by trainer rank 0 as it quantizes for an fp8 rollout while
+# the others wait for its messages: its notice ends their waits at once, so the run is out
+# in seconds, not after --timeout, with the cause's line alone and the cause's exit code.
+"$REFIT" checkpoint --model "$REFIT_SOURCE_DIR/tests/data/fp8-small.json" \
+  --checkpoint "$TMP/nan.safetensors" >/dev/null || fail "refit checkpoint for the NaN run"
+python3 - "$TMP/nan.safetensors" <<'PYEOF' || fail "patching a NaN into the checkpoint"
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    at = json.loads(f.read(n))["model.layers.0.self_attn.q_proj.weight"]["data_offsets"][0]
+    f.seek(8 + n + at + 10)  # element 5, in the block of rows 0..127, columns 0..127
+    f.write(struct.pack("<H", 0x7FC0))  # a bf16 NaN
+PYEOF
+began=$(date +%s.%N)
+expect_error_mpi 2 "refit: error: fp8: tensor model.layers.0.self_attn.q_proj.weight holds NaN in the block of rows 0..127, columns 0..127; block-FP8 weights need finite values, check where the weights came from" \
+  timeout 15 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$REFIT_SOURCE_DIR/tests/data/fp8-small.json" \
+  --trainer fsdp=2 --rollout tp=2 --checkpoint "$TMP/nan.safetensors" --rollout-dtype fp8 --timeout 30
+within "$began" "$(date +%s.%N)" 10 "the NaN run (--timeout 30)"
+
+# Memory that no rank can allocate (a limit of 3 GB against 7.48 GiB of weights per rank):
+# every rank fails alike and the lowest one says so, once.
+(
+  ulimit -v 3000000
+  expect_error_mpi 3 "refit: error: out of memory allocating 7.48 GiB of host memory for the trainer shards" \
+    timeout 60 "${MPIRUN[@]}" -np 4 "$REFIT" run --model llama-3.1-8b --trainer fsdp=2 --rollout tp=2 \
+    --memory host
+  exit "$failures"
+) || failures=$((failures + 1))
+
 # A bad config file under mpirun -np 4: the other ranks must not exit (and get mpirun to kill
 # rank 0) before rank 0 has printed its line; 50 times, the one line every time
 # (REFIT_TEST_REPEATS times: `make sanitize` makes it 5, each run being slow there).
