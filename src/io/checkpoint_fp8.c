@@ -172,7 +172,7 @@ rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, i
   int *source, *scale;
   RF_TRY(fp8_view(model, &view, &source, &scale));
   rf_checkpoint *c = NULL;
-  rf_status st = rf_checkpoint_open(path, &view, &c);
+  rf_status st = rf_checkpoint_open_for(path, &view, RF_CHECKPOINT_FOR_VERIFY, &c);
   if (st == RF_OK)
     rf_checkpoint_checksum_format(c, format);
   for (int i = 0; i < view.tensor_count && st == RF_OK; i++) {
