@@ -93,6 +93,15 @@ rf_status ck_fail_dtype(const rf_checkpoint *c, const char *file, const rf_tenso
                    "a checkpoint of one kind",
                    file, t->name, got, first_linear(c->model)->name,
                    ck_dtype_tag(first_linear(c->model)->dtype));
+  const rf_tensor *weight = t->id > 0 ? &c->model->tensors[t->id - 1] : NULL;
+  size_t wn = weight ? strlen(weight->name) : 0;
+  if (weight && weight->dtype == RF_DTYPE_FP8 && strncmp(t->name, weight->name, wn) == 0 &&
+      strcmp(t->name + wn, "_scale_inv") == 0) /* its scales, in the view */
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s is %s, but a block-FP8 checkpoint holds the "
+                   "scales of %s as F32, one per 128x128 block; give a complete block-FP8 "
+                   "checkpoint (refit checkpoint --dtype fp8 writes one)",
+                   file, t->name, got, weight->name);
   if (want == RF_DTYPE_FP8) /* the view of a block-FP8 checkpoint (checkpoint_fp8.c) */
     return rf_fail(
         RF_ERR_CHECKPOINT,

@@ -112,6 +112,16 @@ def write(path, bf16):
     open(path, "wb").write(struct.pack("<Q", len(text)) + text + data)
 write(f"{tmp}/mixed-q.safetensors", q)
 write(f"{tmp}/mixed-k.safetensors", k)
+# q_proj's scales as F8_E4M3, a byte each
+head, data = {}, b""
+for name, (e, b) in f8.items():
+    dtype = e["dtype"]
+    if name == q + "_scale_inv":
+        dtype, b = "F8_E4M3", b[: len(b) // 4]
+    head[name] = {"dtype": dtype, "shape": e["shape"], "data_offsets": [len(data), len(data) + len(b)]}
+    data += b
+text = json.dumps(head).encode()
+open(f"{tmp}/scale-f8.safetensors", "wb").write(struct.pack("<Q", len(text)) + text + data)
 PYEOF
 mixed_q="refit: error: checkpoint '$TMP/mixed-q.safetensors': tensor $k is F8_E4M3 but the first linear weight $q is BF16; a checkpoint holds every linear weight as F8_E4M3 (block-FP8) or none, so use a checkpoint of one kind"
 mixed_k="refit: error: checkpoint '$TMP/mixed-k.safetensors': tensor $k is BF16 but the first linear weight $q is F8_E4M3; a checkpoint holds every linear weight as F8_E4M3 (block-FP8) or none, so use a checkpoint of one kind"
@@ -119,6 +129,9 @@ one=(--model "$small" --trainer fsdp=1 --rollout tp=1 --rollout-dtype fp8 --iter
 expect_error_mpi 2 "$mixed_q" timeout 60 "${MPIRUN[@]}" -np 2 "$REFIT" run "${one[@]}" --checkpoint "$TMP/mixed-q.safetensors" --output "$TMP/mixed.h5"
 expect_error_mpi 2 "$mixed_k" timeout 60 "${MPIRUN[@]}" -np 2 "$REFIT" run "${one[@]}" --checkpoint "$TMP/mixed-k.safetensors" --output "$TMP/mixed.h5"
 [ -e "$TMP/mixed.h5" ] && fail "a run from a mixed checkpoint created its results file"
+# A scale tensor in F8_E4M3: named as the scales it is (not "add --rollout-dtype fp8", given).
+expect_error_mpi 2 "refit: error: checkpoint '$TMP/scale-f8.safetensors': tensor ${q}_scale_inv is F8_E4M3, but a block-FP8 checkpoint holds the scales of $q as F32, one per 128x128 block; give a complete block-FP8 checkpoint (refit checkpoint --dtype fp8 writes one)" \
+  timeout 60 "${MPIRUN[@]}" -np 2 "$REFIT" run "${one[@]}" --checkpoint "$TMP/scale-f8.safetensors" --output "$TMP/mixed.h5"
 expect_error 2 "$mixed_q" timeout 30 "$REFIT" verify "$TMP/bf16.h5" --checkpoint "$TMP/mixed-q.safetensors"
 expect_error 2 "$mixed_k" timeout 30 "$REFIT" verify "$TMP/a.h5" --checkpoint "$TMP/mixed-k.safetensors"
 
