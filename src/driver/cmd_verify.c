@@ -123,16 +123,18 @@ static int run_is_fp8(const char *path, int run) {
  * not (of other terms: held in other dtypes; or not recorded). */
 typedef struct {
   int rollout, trainer, other_dtype, unrecorded;
+  int fp8_input; /* one of the other_dtype tensors was read fp8 by a trainer */
 } compared;
 
 static void print_compared(const compared *c, int reference) {
   const char *sep = "; not compared:";
   printf("# compared %d rollout and %d trainer checksums", c->rollout, c->trainer);
   if (c->other_dtype) {
-    printf("%s %d trainer checksums of tensors %s", sep, c->other_dtype,
-           reference ? "the two runs' trainers held in different dtypes (one read a block-FP8 "
-                       "checkpoint, one quantized in flight)"
-                     : "the checkpoint holds in fp8 and the run's trainer quantized in flight");
+    printf("%s %d trainer checksums of tensors %s%s", sep, c->other_dtype,
+           reference ? "the two runs' trainers held in different dtypes"
+                     : "the checkpoint holds in fp8 and the run's trainer quantized in flight",
+           reference && c->fp8_input ? " (one read a block-FP8 checkpoint, one quantized in flight)"
+                                     : "");
     sep = ";";
   }
   if (c->unrecorded)
@@ -184,7 +186,7 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
     expected_rollout = expected;
   }
   int differ = 0;
-  compared cmp = {0, 0, 0, 0};
+  compared cmp = {0, 0, 0, 0, 0};
   for (int i = 0; i < mine.count && st == RF_OK; i++) {
     if (ref.names && strcmp(ref.names[i], mine.names[i]) != 0) {
       st = rf_fail(RF_ERR_RESULTS,
@@ -203,6 +205,7 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
     cmp.rollout++;
     cmp.trainer += check_trainer;
     cmp.other_dtype += !same_terms;
+    cmp.fp8_input |= !same_terms && ref.names && (trainer_fp8(&mine, i) || trainer_fp8(&ref, i));
     cmp.unrecorded += same_terms && !recorded;
     uint64_t want = expected[i];
     int trainer_ok = !check_trainer || mine.trainer[i] == want;

@@ -78,6 +78,14 @@ expect_exit 0 timeout 30 "$REFIT" run --model "$small" --trainer fsdp=1 --rollou
   --iters 1 --mode grouped --output "$TMP/bf16.h5"
 expect_error 2 "refit: error: checkpoint '$TMP/f8.safetensors': tensor $q is F8_E4M3 (a block-FP8 checkpoint), which only the rollout of an fp8 run (refit run --rollout-dtype fp8) can meet; verify such a run against it, or this run against a BF16 checkpoint" \
   timeout 30 "$REFIT" verify "$TMP/bf16.h5" --checkpoint "$TMP/f8.safetensors"
+# Two model-dtype runs in different dtypes: their trainer checksums are of other values, not
+# compared, and every rollout checksum differs.
+expect_exit 0 timeout 30 "$REFIT" run --model "$small" --dtype fp32 --trainer fsdp=1 --rollout tp=1 --placement colocated \
+  --iters 1 --mode grouped --output "$TMP/fp32.h5"
+expect_exit 1 timeout 30 "$REFIT" verify "$TMP/bf16.h5" --reference "$TMP/fp32.h5"
+expect_grep "# compared 12 rollout and 0 trainer checksums; not compared: 12 trainer checksums of tensors the two runs' trainers held in different dtypes" "$TMP/out"
+grep -q "quantized in flight" "$TMP/out" && fail "bf16 against fp32 was told of fp8: $(cat "$TMP/out")"
+expect_grep "# FAIL: 12 tensors differ" "$TMP/out"
 expect_exit 0 timeout 30 "$REFIT" checkpoint --model "$small" --dtype fp32 --checkpoint "$TMP/f32.safetensors"
 expect_error 2 "refit: error: checkpoint '$TMP/f32.safetensors': tensor model.embed_tokens.weight is F32, but the run's trainer held it in BF16; verify the run against a checkpoint of its weights in that dtype" \
   timeout 30 "$REFIT" verify "$TMP/bf16.h5" --checkpoint "$TMP/f32.safetensors"
