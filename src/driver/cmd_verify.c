@@ -1,6 +1,14 @@
 /* `refit verify`: compares the per-tensor checksums of a run in a results file with a
  * reference results file, or with the checksums computed from a checkpoint. Exit 0 when every
- * tensor agrees, 1 when some differ (each named), 2 when the files cannot be compared. */
+ * tensor agrees, 1 when some differ (each named), 2 when the files cannot be compared.
+ *
+ * A verdict compares what both sides define, and says what it compared. A trainer checksum is
+ * of the tensor as that run's trainer held it: in the model's dtype, or for a trainer that read
+ * a block-FP8 checkpoint, of its fp8 bytes and scales (rf_fp8_checksum; the tensors table's
+ * dtype column says fp8). Two runs' trainer checksums of a tensor are compared where both
+ * trainers held it in the same dtype; a run quantized in flight and a run read from a block-FP8
+ * checkpoint meet on their rollout checksums, which are of fp8 bytes and scales in both. Files
+ * written before refit recorded a block-FP8 trainer's checksums hold 0 there: not compared. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,11 +19,13 @@
 typedef struct {
   int run, count;
   char (*names)[RF_NAME_MAX];
+  char (*dtypes)[8]; /* the trainer's dtype of each tensor (rf_results_read_tensor_dtypes) */
   uint64_t *trainer, *rollout;
 } run_sums;
 
 static void sums_free(run_sums *s) {
   free(s->names);
+  free(s->dtypes);
   free(s->trainer);
   free(s->rollout);
   memset(s, 0, sizeof *s);
@@ -23,8 +33,17 @@ static void sums_free(run_sums *s) {
 
 static rf_status read_sums(const char *path, int run, run_sums *s) {
   memset(s, 0, sizeof *s);
-  return rf_results_read_checksums(path, run, &s->run, &s->count, &s->names, &s->trainer,
-                                   &s->rollout);
+  RF_TRY(rf_results_read_checksums(path, run, &s->run, &s->count, &s->names, &s->trainer,
+                                   &s->rollout));
+  return rf_results_read_tensor_dtypes(path, s->run, s->count, &s->dtypes);
+}
+
+/* Whether the run's trainer held tensor i as a block-FP8 checkpoint's fp8 weight. */
+static int trainer_fp8(const run_sums *s, int i) { return strncmp(s->dtypes[i], "fp8", 3) == 0; }
+
+/* Whether the run recorded a trainer checksum for tensor i (see the top of the file). */
+static int trainer_recorded(const run_sums *s, int i) {
+  return !(trainer_fp8(s, i) && s->trainer[i] == 0);
 }
 
 /* The model a run moved (rf_job_model_of_run), from its name and its configuration. */
@@ -68,7 +87,7 @@ static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, int
   rf_status st = *out && *fp8_tensor && (!fp8 || (fp8_sums && is_fp8)) ? RF_OK : RF_ERR_NOMEM;
   if (st == RF_OK)
     st = fp8 ? rf_checkpoint_fp8_checksums(cfg->checkpoint, &model, format, fp8_sums, is_fp8)
-             : rf_checkpoint_open(cfg->checkpoint, &model, &ckpt);
+             : rf_checkpoint_open_for(cfg->checkpoint, &model, RF_CHECKPOINT_FOR_VERIFY, &ckpt);
   if (ckpt)
     rf_checkpoint_checksum_format(ckpt, format);
   for (int i = 0; i < mine->count && st == RF_OK; i++) {
@@ -98,6 +117,31 @@ static int run_is_fp8(const char *path, int run) {
   rf_status st = rf_results_run_attribute(path, run, "rollout_dtype", dtype, sizeof dtype);
   rf_log_pop_quiet();
   return st == RF_OK && strcmp(dtype, "fp8") == 0;
+}
+
+/* What a verdict compared: rollout and trainer checksums, and why some trainer checksums were
+ * not (of other terms: held in other dtypes; or not recorded). */
+typedef struct {
+  int rollout, trainer, other_dtype, unrecorded;
+  int fp8_input; /* one of the other_dtype tensors was read fp8 by a trainer */
+} compared;
+
+static void print_compared(const compared *c, int reference) {
+  const char *sep = "; not compared:";
+  printf("# compared %d rollout and %d trainer checksums", c->rollout, c->trainer);
+  if (c->other_dtype) {
+    printf("%s %d trainer checksums of tensors %s%s", sep, c->other_dtype,
+           reference ? "the two runs' trainers held in different dtypes"
+                     : "the checkpoint holds in fp8 and the run's trainer quantized in flight",
+           reference && c->fp8_input ? " (one read a block-FP8 checkpoint, one quantized in flight)"
+                                     : "");
+    sep = ";";
+  }
+  if (c->unrecorded)
+    printf("%s %d trainer checksums of fp8 tensors that %s did not record (written before refit "
+           "recorded them)",
+           sep, c->unrecorded, reference ? "one of the runs" : "the run");
+  printf("\n");
 }
 
 rf_status rf_cmd_verify(const rf_config *cfg) {
@@ -142,6 +186,7 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
     expected_rollout = expected;
   }
   int differ = 0;
+  compared cmp = {0, 0, 0, 0, 0};
   for (int i = 0; i < mine.count && st == RF_OK; i++) {
     if (ref.names && strcmp(ref.names[i], mine.names[i]) != 0) {
       st = rf_fail(RF_ERR_RESULTS,
@@ -150,16 +195,36 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
                    i, mine.names[i], cfg->inputs[0], ref.names[i]);
       break;
     }
+    /* The trainer checksum is compared where the other side holds one of the same terms: the
+     * reference run's trainer held the tensor in the same dtype; the checkpoint holds it as
+     * this run's trainer did (an fp8 weight only for a trainer that read it as fp8). */
+    int same_terms = cfg->reference[0] ? strcmp(mine.dtypes[i], ref.dtypes[i]) == 0
+                                       : !fp8_tensor || !fp8_tensor[i] || trainer_fp8(&mine, i);
+    int recorded = trainer_recorded(&mine, i) && (!ref.names || trainer_recorded(&ref, i));
+    int check_trainer = same_terms && recorded;
+    cmp.rollout++;
+    cmp.trainer += check_trainer;
+    cmp.other_dtype += !same_terms;
+    cmp.fp8_input |= !same_terms && ref.names && (trainer_fp8(&mine, i) || trainer_fp8(&ref, i));
+    cmp.unrecorded += same_terms && !recorded;
     uint64_t want = expected[i];
-    int trainer_ok = mine.trainer[i] == want || (fp8_tensor && fp8_tensor[i]);
+    int trainer_ok = !check_trainer || mine.trainer[i] == want;
     if (trainer_ok && mine.rollout[i] == expected_rollout[i])
       continue;
     differ++;
-    printf("differs: %s  trainer %016llx  rollout %016llx  %s %016llx\n", mine.names[i],
-           (unsigned long long)mine.trainer[i], (unsigned long long)mine.rollout[i],
-           cfg->reference[0] ? "reference" : "checkpoint", (unsigned long long)want);
+    if (cfg->reference[0])
+      printf("differs: %s  trainer %016llx  rollout %016llx  reference trainer %016llx  rollout "
+             "%016llx\n",
+             mine.names[i], (unsigned long long)mine.trainer[i],
+             (unsigned long long)mine.rollout[i], (unsigned long long)ref.trainer[i],
+             (unsigned long long)ref.rollout[i]);
+    else
+      printf("differs: %s  trainer %016llx  rollout %016llx  checkpoint %016llx\n", mine.names[i],
+             (unsigned long long)mine.trainer[i], (unsigned long long)mine.rollout[i],
+             (unsigned long long)want);
   }
   if (st == RF_OK) {
+    print_compared(&cmp, cfg->reference[0] != 0);
     printf("# %s run %04d against %s: %d of %d tensors differ\n", cfg->inputs[0], mine.run, against,
            differ, mine.count);
     printf(differ ? "# FAIL: %d tensors differ\n" : "# PASS\n", differ);

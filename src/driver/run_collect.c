@@ -37,13 +37,14 @@ rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_che
     res->checksum_bad = 0;
     for (int t = 0; t < nt; t++) {
       /* An fp8 tensor's rollout checksum is of its fp8 bytes and scales (rf_fp8_checksum), which
-       * no trainer shard holds: its replicas must agree with each other, and --verify full
-       * compares every byte and scale with the reference quantization. A block-FP8 checkpoint
-       * gives that checksum for the file's bytes and scales (rf_checkpoint_checksum). */
+       * a trainer quantizing in flight does not hold: its replicas must agree with each other,
+       * and --verify full compares every byte and scale with the reference quantization. A
+       * block-FP8 checkpoint gives that checksum for the file's bytes and scales
+       * (rf_checkpoint_checksum), and a trainer that read it sums its shards so too. */
       int fp8 = rf_layout_fp8(&job->layout, t);
       int fp8_file = fp8 && m->tensors[t].dtype == RF_DTYPE_FP8;
       uint64_t want = fp8_file && ref ? ref[t] : fp8 ? sum[nt + t] : sum[t];
-      int bad = !fp8 && ref && ref[t] != sum[t];
+      int bad = (!fp8 || fp8_file) && ref && ref[t] != sum[t];
       for (int p = 0; p < replicas; p++)
         bad |= sum[nt + (size_t)p * nt + t] != want;
       /* What the results file records: a lone replica's fp8 checksum without a checkpoint's
@@ -52,9 +53,11 @@ rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_che
       rec->verdicts[t] = (int8_t)(bad ? 0 : compared ? 1 : -1);
       if (!bad || res->checksum_bad++ >= 4)
         continue;
-      if (fp8_file && ref && sum[nt + t] != want) {
-        RF_ERROR("verify: checksum of %s (fp8) differs: rollout %016llx, checkpoint %016llx",
-                 m->tensors[t].name, (unsigned long long)sum[nt + t], (unsigned long long)want);
+      if (fp8_file && ref && (sum[nt + t] != want || sum[t] != want)) {
+        RF_ERROR("verify: checksum of %s (fp8) differs: trainer %016llx, rollout %016llx, "
+                 "checkpoint %016llx",
+                 m->tensors[t].name, (unsigned long long)sum[t], (unsigned long long)sum[nt + t],
+                 (unsigned long long)want);
         continue;
       }
       if (fp8) {

@@ -461,3 +461,23 @@ rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum) {
   return rf_fp8_checksum_on(e->memory, &e->plan->layout->model->tensors[t], &q, &held, &scale,
                             &blocks, sum);
 }
+
+/* The trainer's part of a block-FP8 checkpoint's tensor t (the trainer holds it as the file
+ * does): the terms of rf_fp8_checksum for its fp8 bytes, and for the scales of the blocks that
+ * start in its shard. A shard that cuts a block holds that block's scale beside its rows, as
+ * its neighbour does; counting a scale only where its block's first element lies counts each
+ * once, so the trainer ranks' sums add up to the rollout's and to the file's checksum of the
+ * tensor (rf_checkpoint_checksum), whatever the trainer's layout. */
+rf_status engine_fp8_trainer_checksum(const rf_engine *e, int t, uint64_t *sum) {
+  const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
+  rf_box box = rf_layout_trainer_box(e->plan->layout, t, e->trainer_rank), blocks, starts;
+  *sum = 0;
+  if (rf_box_is_empty(&box))
+    return RF_OK;
+  rf_region q = engine_shard_region(e, t);
+  rf_region scale = rf_shard_scale_region(e->plan, e->trainer_rank, t, e->data->shards[t], &blocks);
+  starts = blocks; /* those whose first row and column lie in the box: perhaps none */
+  for (int d = 0; d < 2; d++)
+    starts.lo[d] = (box.lo[d] + EDGE - 1) / EDGE;
+  return rf_fp8_checksum_on(e->memory, tensor, &q, &box, &scale, &starts, sum);
+}

@@ -139,6 +139,9 @@ rf_status engine_fp8_round_done(rf_engine *e, int round);
 int64_t engine_fp8_check(const rf_engine *e, rf_checkpoint *ckpt, int t, int *reported);
 /* rf_fp8_checksum of this rank's part of fp8 tensor t. */
 rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum);
+/* The same terms for this trainer rank's shard of a block-FP8 checkpoint's tensor t: its fp8
+ * bytes and the scales of the blocks whose first element it holds (each block's once). */
+rf_status engine_fp8_trainer_checksum(const rf_engine *e, int t, uint64_t *sum);
 /* GPU memory: waits for the quantization kernels queued so far and fails in one line, naming
  * the tensor and block, if one of them met inf or NaN. A no-op elsewhere. */
 rf_status engine_fp8_device_done(const rf_engine *e);

@@ -64,26 +64,75 @@ rf_status ck_fail_shape(const char *file, const rf_tensor *t, int ndim, const in
                  file, t->name, got, want);
 }
 
-rf_status ck_fail_dtype(const char *file, const rf_tensor *t, const char *got, int readable) {
-  rf_dtype dt, want = t->dtype;
-  if (want == RF_DTYPE_FP8) /* the view of a block-FP8 checkpoint (checkpoint_fp8.c) */
+/* The model's first linear weight, whose dtype in the file (it passed) says which kind of
+ * checkpoint the file is: block-FP8 or not. */
+static const rf_tensor *first_linear(const rf_model *m) {
+  for (int i = 0; i < m->tensor_count; i++)
+    if (rf_tensor_kind_is_linear(m->tensors[i].kind))
+      return &m->tensors[i];
+  return NULL;
+}
+
+/* A linear weight whose dtype in the file is F8_E4M3 where the first linear weight's is not,
+ * or the reverse: neither a block-FP8 checkpoint nor any other. */
+static int mixes_fp8(const rf_checkpoint *c, const rf_tensor *t, rf_dtype got) {
+  const rf_tensor *first = first_linear(c->model);
+  return first && first->id < t->id && rf_tensor_kind_is_linear(t->kind) &&
+         t->dtype == first->dtype && (got == RF_DTYPE_FP8) != (first->dtype == RF_DTYPE_FP8);
+}
+
+rf_status ck_fail_dtype(const rf_checkpoint *c, const char *file, const rf_tensor *t,
+                        const char *got, int readable) {
+  rf_dtype dt = RF_DTYPE_BF16, want = t->dtype;
+  int verify = c->use == RF_CHECKPOINT_FOR_VERIFY;
+  readable = readable && ck_dtype_from_tag(got, &dt);
+  if (readable && mixes_fp8(c, t, dt))
     return rf_fail(RF_ERR_CHECKPOINT,
-                   "checkpoint '%s': tensor %s is %s, but a block-FP8 checkpoint holds it as "
-                   "F8_E4M3 with its weight_scale_inv; compare an fp8 run with a block-FP8 "
+                   "checkpoint '%s': tensor %s is %s but the first linear weight %s is %s; a "
+                   "checkpoint holds every linear weight as F8_E4M3 (block-FP8) or none, so use "
+                   "a checkpoint of one kind",
+                   file, t->name, got, first_linear(c->model)->name,
+                   ck_dtype_tag(first_linear(c->model)->dtype));
+  const rf_tensor *weight = t->id > 0 ? &c->model->tensors[t->id - 1] : NULL;
+  size_t wn = weight ? strlen(weight->name) : 0;
+  if (weight && weight->dtype == RF_DTYPE_FP8 && strncmp(t->name, weight->name, wn) == 0 &&
+      strcmp(t->name + wn, "_scale_inv") == 0) /* its scales, in the view */
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s is %s, but a block-FP8 checkpoint holds the "
+                   "scales of %s as F32, one per 128x128 block; give a complete block-FP8 "
                    "checkpoint (refit checkpoint --dtype fp8 writes one)",
-                   file, t->name, got);
-  if (readable && ck_dtype_from_tag(got, &dt) && dt == RF_DTYPE_FP8)
+                   file, t->name, got, weight->name);
+  if (want == RF_DTYPE_FP8) /* the view of a block-FP8 checkpoint (checkpoint_fp8.c) */
+    return rf_fail(
+        RF_ERR_CHECKPOINT,
+        "checkpoint '%s': tensor %s is %s, but a block-FP8 checkpoint holds it as "
+        "F8_E4M3 with its weight_scale_inv; %s (refit checkpoint --dtype fp8 writes one)",
+        file, t->name, got,
+        verify ? "compare an fp8 run with a block-FP8 checkpoint"
+               : "give a complete block-FP8 checkpoint");
+  if (readable && dt == RF_DTYPE_FP8 && verify)
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s is %s (a block-FP8 checkpoint), which only the "
+                   "rollout of an fp8 run (refit run --rollout-dtype fp8) can meet; verify such "
+                   "a run against it, or this run against a %s checkpoint",
+                   file, t->name, got, ck_dtype_tag(want));
+  if (readable && dt == RF_DTYPE_FP8)
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s is %s (a block-FP8 checkpoint), which refit "
                    "reads as trainer weights for fp8 rollouts only: add --rollout-dtype fp8, "
                    "or use a %s checkpoint",
                    file, t->name, got, ck_dtype_tag(want));
-  if (readable && ck_dtype_from_tag(got, &dt) && t->own_dtype)
+  if (readable && verify)
+    return rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': tensor %s is %s, but the run's trainer held it in %s; "
+                   "verify the run against a checkpoint of its weights in that dtype",
+                   file, t->name, got, ck_dtype_tag(want));
+  if (readable && t->own_dtype)
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s is %s, the model needs %s (its own dtype, which "
                    "--dtype does not change; use another checkpoint)",
                    file, t->name, got, ck_dtype_tag(want));
-  if (readable && ck_dtype_from_tag(got, &dt))
+  if (readable)
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s is %s, the model needs %s (use --dtype %s or "
                    "another checkpoint)",
@@ -253,6 +302,11 @@ static rf_status check_regular(const char *path) {
 }
 
 rf_status rf_checkpoint_open(const char *path, const rf_model *model, rf_checkpoint **out) {
+  return rf_checkpoint_open_for(path, model, RF_CHECKPOINT_FOR_RUN, out);
+}
+
+rf_status rf_checkpoint_open_for(const char *path, const rf_model *model, rf_checkpoint_use use,
+                                 rf_checkpoint **out) {
   *out = NULL;
   struct stat sb;
   if (!path || !*path)
@@ -267,6 +321,7 @@ rf_status rf_checkpoint_open(const char *path, const rf_model *model, rf_checkpo
     return RF_ERR_NOMEM;
   c->path = rf_strdup(path);
   c->checksum = RF_CHECKSUM_CURRENT;
+  c->use = use;
   c->model = model;
   c->h5_file = -1;
   if (!c->path) {

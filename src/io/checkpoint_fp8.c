@@ -20,6 +20,14 @@
 
 static int64_t blocks(int64_t n) { return (n + EDGE - 1) / EDGE; }
 
+/* The rows of a band of tensor t that is written or summed at once: whole block rows, as many
+ * as a batch of CK_BATCH_BYTES holds, but no more than the tensor has (a small tensor's band
+ * was once a whole batch, 64 MiB allocated and filled for a few hundred bytes). */
+static int64_t band_rows(const rf_tensor *t, int esize) {
+  int64_t rows = RF_MAX(ck_batch_rows(t, t->shape[1], esize) / EDGE, 1) * EDGE;
+  return RF_MIN(rows, blocks(t->shape[0]) * EDGE);
+}
+
 /* The view of `m`; source[i] is the model tensor behind view tensor i, scale[i] whether it is
  * a weight_scale_inv. The caller frees view->tensors (rf_model_free), source and scale. */
 static rf_status fp8_view(const rf_model *m, rf_model *view, int **source, int **scale) {
@@ -84,7 +92,7 @@ typedef struct {
  * the scale tensor that follows. */
 static rf_status write_weight(fp8_writer *w, const rf_tensor *t, uint64_t seed, ck_emit_fn emit,
                               void *ctx) {
-  int64_t rows = RF_MAX(ck_batch_rows(t, t->shape[1], rf_tensor_esize(t)) / EDGE, 1) * EDGE;
+  int64_t rows = band_rows(t, rf_tensor_esize(t));
   int64_t cols = t->shape[1];
   void *x = rf_malloc((size_t)(rows * cols * rf_tensor_esize(t)), "a band of fp8 weights");
   uint8_t *q = rf_malloc((size_t)(rows * cols), "a band of fp8 weights");
@@ -144,7 +152,7 @@ rf_status rf_checkpoint_write_fp8(const char *path, const rf_model *model, uint6
 static rf_status fp8_sum(rf_checkpoint *c, const rf_tensor *t, int i, uint64_t *out) {
   const rf_tensor *s = &c->model->tensors[i + 1];
   rf_box all = {{0, 0}, {s->shape[0], s->shape[1]}};
-  int64_t rows = RF_MAX(ck_batch_rows(t, t->shape[1], 1) / EDGE, 1) * EDGE;
+  int64_t rows = band_rows(t, 1);
   float *scales = rf_malloc((size_t)s->bytes, "fp8 scales");
   uint8_t *q = rf_malloc((size_t)(rows * t->shape[1]), "a band of fp8 weights");
   rf_status st = scales && q ? RF_OK : RF_ERR_NOMEM;
@@ -172,7 +180,7 @@ rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, i
   int *source, *scale;
   RF_TRY(fp8_view(model, &view, &source, &scale));
   rf_checkpoint *c = NULL;
-  rf_status st = rf_checkpoint_open(path, &view, &c);
+  rf_status st = rf_checkpoint_open_for(path, &view, RF_CHECKPOINT_FOR_VERIFY, &c);
   if (st == RF_OK)
     rf_checkpoint_checksum_format(c, format);
   for (int i = 0; i < view.tensor_count && st == RF_OK; i++) {

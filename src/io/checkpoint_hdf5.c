@@ -115,7 +115,7 @@ static rf_status check_dataset(rf_checkpoint *c, const rf_tensor *t, int64_t fil
   RF_TRY(bf16_marked(c, d, &bf16));
   int readable = classify(ty, bf16, &dt, desc, sizeof desc);
   if (!readable || dt != t->dtype)
-    return ck_fail_dtype(c->path, t, readable ? ck_dtype_tag(dt) : desc, readable);
+    return ck_fail_dtype(c, c->path, t, readable ? ck_dtype_tag(dt) : desc, readable);
 
   hid_t sp = H5Dget_space(d);
   RF_H5(sp);

@@ -54,6 +54,7 @@ struct rf_checkpoint {
   const rf_model *run_model; /* borrowed, like model */
 
   rf_checksum_scheme checksum; /* the terms rf_checkpoint_checksum sums */
+  rf_checkpoint_use use;       /* whose advice the errors give */
 };
 
 /* Reads `box` of tensor `tensor` of c->model (the view, for a block-FP8 checkpoint). */
@@ -94,8 +95,11 @@ rf_status ck_fail_shape(const char *file, const rf_tensor *t, int ndim, const in
 /* "checkpoint 'F': tensor X is F32, the model needs BF16 (use --dtype fp32 or another
  * checkpoint)", where the model needs tensor t's own dtype (a tensor with a dtype of its own
  * is not told to use --dtype, which does not change it); `got` names what the file holds,
- * `readable` whether refit reads that type. */
-rf_status ck_fail_dtype(const char *file, const rf_tensor *t, const char *got, int readable);
+ * `readable` whether refit reads that type. The advice is that of c->use's command; a linear
+ * weight that is F8_E4M3 where the first was not (or the reverse) is named as a mixed file.
+ * The formats check tensors in the model's order, so every tensor before t has passed. */
+rf_status ck_fail_dtype(const rf_checkpoint *c, const char *file, const rf_tensor *t,
+                        const char *got, int readable);
 
 /* The number of rows of a tensor that one batch of `width` columns holds. */
 int64_t ck_batch_rows(const rf_tensor *t, int64_t width, int esize);

@@ -133,7 +133,7 @@ static rf_status check_tensor(rf_checkpoint *c, int fi, json_t *header, const rf
   rf_dtype dt;
   int readable = ck_dtype_from_tag(json_string_value(dtype), &dt);
   if (!readable || dt != t->dtype)
-    return ck_fail_dtype(f->path, t, json_string_value(dtype), readable);
+    return ck_fail_dtype(c, f->path, t, json_string_value(dtype), readable);
   if (!ck_shape_matches(t, ndim, dims))
     return ck_fail_shape(f->path, t, ndim, dims);
   int64_t a = f->data_start + begin, b = f->data_start + end;

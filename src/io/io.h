@@ -131,6 +131,11 @@ rf_status rf_results_read_checksums(const char *path, int run, int *run_read, in
                                     char (**names)[RF_NAME_MAX], uint64_t **trainer,
                                     uint64_t **rollout);
 
+/* The dtype column of run `run`'s tensors table, which `count` rows must fill: what the
+ * run's trainer held each tensor in (rf_dtype_name cut to 7 characters: "fp8_e4m" for a
+ * block-FP8 checkpoint's linear weights); "" where the table has no such column. */
+rf_status rf_results_read_tensor_dtypes(const char *path, int run, int count, char (**dtypes)[8]);
+
 /* The number of a results file's format (refit_format: 1 or 2). Format 1's checksums use its
  * own terms: compare them with a checkpoint under rf_checkpoint_checksum_format(c, 1). */
 rf_status rf_results_format(const char *path, int *format);
@@ -149,6 +154,13 @@ typedef struct rf_checkpoint rf_checkpoint;
  * dtype, and that the data lies inside the files without overlapping. Each problem gives one
  * line naming the file and the tensor, and RF_ERR_CHECKPOINT. */
 rf_status rf_checkpoint_open(const char *path, const rf_model *model, rf_checkpoint **out);
+/* The same for `refit verify`, whose advice on a file that does not fit names what verify
+ * can do (another checkpoint, another run) rather than refit run's options. A file whose
+ * linear weights mix F8_E4M3 with another dtype is refused by either, naming the first that
+ * differs from the model's first linear weight. */
+typedef enum { RF_CHECKPOINT_FOR_RUN, RF_CHECKPOINT_FOR_VERIFY } rf_checkpoint_use;
+rf_status rf_checkpoint_open_for(const char *path, const rf_model *model, rf_checkpoint_use use,
+                                 rf_checkpoint **out);
 void rf_checkpoint_close(rf_checkpoint *c);
 
 /* Reads `box` of a tensor into region `dst` (which holds that box; any strides), touching
@@ -168,7 +180,8 @@ void rf_checkpoint_checksum_format(rf_checkpoint *c, int format);
  * rf_checkpoint_fp8_checksums reads one (a file or a directory with its index) for `model` and
  * sets, per model tensor, the checksum an fp8 run records for its rollout: rf_fp8_checksum of
  * the fp8 bytes and scales for a linear weight (fp8[t] = 1), the ordinary one otherwise, under
- * the checksum terms of results format `format`. */
+ * the checksum terms of results format `format`. It is refit verify's (RF_CHECKPOINT_FOR_VERIFY).
+ */
 rf_status rf_checkpoint_write_fp8(const char *path, const rf_model *model, uint64_t seed,
                                   int64_t *bytes);
 rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, int format,

@@ -21,10 +21,14 @@
 #include "io/h5_read.h"
 #include "results_internal.h"
 
-#define NOT_HDF5                                                                                   \
-  "results file '%s' is not an HDF5 file or is damaged; choose another --output "                  \
-  "or move it away"
-#define FOREIGN "results file '%s' is an HDF5 file but not refit's results; choose another --output"
+#define NOT_HDF5 "results file '%s' is not an HDF5 file or is damaged; %s"
+#define FOREIGN "results file '%s' is an HDF5 file but not refit's results; %s"
+/* What to do about a file that cannot be used: a run's --output is replaced by another; a file
+ * read (refit verify's input or --reference) by one that a run wrote. */
+#define WRITE_ADVICE(also_move)                                                                    \
+  ((also_move) ? "choose another --output or move it away" : "choose another --output")
+#define READ_ADVICE "give a results file written by 'refit run --output'"
+#define ADVICE(appending, also_move) ((appending) ? WRITE_ADVICE(also_move) : READ_ADVICE)
 
 /* ---- small writers ------------------------------------------------------------------------ */
 
@@ -174,12 +178,8 @@ int rf_results_format_number(const char *format) {
 
 /* /runs must be a group: every reader and the append open it as one. Logs one line. */
 static rf_status check_runs_group(const char *path, hid_t f, int appending) {
-  const rf_h5_source src = {.kind = "results file",
-                            .path = path,
-                            .bad = RF_ERR_RESULTS,
-                            .todo = appending ? "choose another --output or move it away"
-                                              : "give a results file written by 'refit run "
-                                                "--output'"};
+  const rf_h5_source src = {
+      .kind = "results file", .path = path, .bad = RF_ERR_RESULTS, .todo = ADVICE(appending, 1)};
   hid_t runs;
   RF_TRY(rf_h5_open_object(&src, f, "runs", H5I_GROUP, &runs));
   H5Gclose(runs);
@@ -193,12 +193,10 @@ rf_status rf_results_open_checked(const char *path, int appending, hid_t *file) 
   if (stat(path, &sb) != 0)
     return rf_fail(RF_ERR_RESULTS, "results file '%s' cannot be read: %s", path, strerror(errno));
   if (!S_ISREG(sb.st_mode))
-    return rf_fail(RF_ERR_RESULTS,
-                   "results file '%s' is not a regular file; choose another "
-                   "--output",
-                   path);
+    return rf_fail(RF_ERR_RESULTS, "results file '%s' is not a regular file; %s", path,
+                   ADVICE(appending, 0));
   if (H5Fis_hdf5(path) <= 0)
-    return rf_fail(RF_ERR_RESULTS, NOT_HDF5, path);
+    return rf_fail(RF_ERR_RESULTS, NOT_HDF5, path, ADVICE(appending, 1));
 
   /* Only ever opened read-only here: a file that turns out not to be refit's must not be
    * touched, and appends go to a copy (results_append.c). */
@@ -210,10 +208,15 @@ rf_status rf_results_open_checked(const char *path, int appending, hid_t *file) 
   char format[64], dir[4096];
   rf_results_directory(path, dir, sizeof dir);
   if (f < 0) {
-    st = rf_fail(RF_ERR_RESULTS, NOT_HDF5, path);
+    st = rf_fail(RF_ERR_RESULTS, NOT_HDF5, path, ADVICE(appending, 1));
   } else if (H5Aexists(f, "refit_format") <= 0 ||
              rf_results_read_attr_str(f, "refit_format", format, sizeof format) != 0) {
-    st = rf_fail(RF_ERR_RESULTS, FOREIGN, path);
+    st = rf_fail(RF_ERR_RESULTS, FOREIGN, path, ADVICE(appending, 0));
+  } else if (rf_results_format_number(format) == 0 && !appending) {
+    st = rf_fail(RF_ERR_RESULTS,
+                 "results file '%s' has format '%s' but refit %s reads '%s' and '%s'; use the "
+                 "refit that wrote it",
+                 path, format, rf_version, RF_RESULTS_FORMAT, RF_RESULTS_FORMAT_V1);
   } else if (rf_results_format_number(format) == 0) {
     st = rf_fail(RF_ERR_RESULTS,
                  "results file '%s' has format '%s' but refit %s writes '%s'; "
@@ -225,10 +228,8 @@ rf_status rf_results_open_checked(const char *path, int appending, hid_t *file) 
                  "%s appends only to '%s' files; choose another --output",
                  path, format, rf_version, RF_RESULTS_FORMAT);
   } else if (H5Lexists(f, "runs", H5P_DEFAULT) <= 0) {
-    st = rf_fail(RF_ERR_RESULTS,
-                 "results file '%s' is damaged: it has no /runs group; choose "
-                 "another --output or move it away",
-                 path);
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s' is damaged: it has no /runs group; %s", path,
+                 ADVICE(appending, 1));
   } else if (check_runs_group(path, f, appending) != RF_OK) {
     st = RF_ERR_RESULTS;
   } else if (appending && access(path, W_OK) != 0) {

@@ -254,3 +254,60 @@ rf_status rf_results_run_attribute(const char *path, int run, const char *name, 
   H5Fclose(f);
   return st;
 }
+
+/* The dtype member of a tensors row: what the run's trainer held the tensor in. */
+typedef struct {
+  char dtype[8];
+} dtype_row;
+
+rf_status rf_results_read_tensor_dtypes(const char *path, int run, int count, char (**dtypes)[8]) {
+  *dtypes = rf_calloc((size_t)count + 1, sizeof **dtypes, "tensor dtypes");
+  if (!*dtypes)
+    return RF_ERR_NOMEM;
+  hid_t f, group = H5I_INVALID_HID, dset = H5I_INVALID_HID, ftype = H5I_INVALID_HID;
+  hid_t type = H5I_INVALID_HID;
+  rf_status st = rf_results_open_checked(path, 0, &f);
+  if (st != RF_OK) {
+    free(*dtypes);
+    *dtypes = NULL;
+    return st;
+  }
+  int number = -1;
+  hsize_t n = 0;
+  const rf_h5_source src = {.kind = "results file", .path = path, .bad = RF_ERR_RESULTS};
+  st = open_run(path, f, run, &group, &number);
+  if (st == RF_OK && (dset = H5Dopen2(group, "tensors", H5P_DEFAULT)) < 0)
+    st = rf_hdf5_failed("H5Dopen2(group, \"tensors\")", __FILE__, __LINE__);
+  if (st == RF_OK)
+    st = rf_h5_dataset_extent(&src, dset, 1, TENSORS_MAX, &n);
+  if (st == RF_OK && n != (hsize_t)count)
+    st = rf_fail(RF_ERR_RESULTS,
+                 "results file '%s' run %04d: dataset tensors holds %llu rows, %d a moment ago; "
+                 "was the file replaced while refit read it?",
+                 path, number, (unsigned long long)n, count);
+  if (st == RF_OK && (ftype = H5Dget_type(dset)) < 0)
+    st = rf_hdf5_failed("H5Dget_type(tensors)", __FILE__, __LINE__);
+  /* A table without the member says nothing of dtypes: every entry stays "". */
+  const rf_results_field fields[] = {RF_FIELD_STR("dtype", dtype_row, dtype)};
+  if (st == RF_OK && n > 0 && H5Tget_member_index(ftype, "dtype") >= 0) {
+    RF_TRY_GOTO(rf_results_compound(sizeof(dtype_row), fields, 1, &type), done);
+    RF_H5_GOTO(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, *dtypes), done);
+    for (hsize_t t = 0; t < n; t++)
+      (*dtypes)[t][7] = '\0';
+  }
+done:
+  if (type >= 0)
+    H5Tclose(type);
+  if (ftype >= 0)
+    H5Tclose(ftype);
+  if (dset >= 0)
+    H5Dclose(dset);
+  if (group >= 0)
+    H5Gclose(group);
+  H5Fclose(f);
+  if (st != RF_OK) {
+    free(*dtypes);
+    *dtypes = NULL;
+  }
+  return st;
+}
