@@ -274,10 +274,11 @@ rf_status rf_results_read_tensor_dtypes(const char *path, int run, int count, ch
   }
   int number = -1;
   hsize_t n = 0;
-  const rf_h5_source src = {.kind = "results file", .path = path, .bad = RF_ERR_RESULTS};
-  st = open_run(path, f, run, &group, &number);
-  if (st == RF_OK && (dset = H5Dopen2(group, "tensors", H5P_DEFAULT)) < 0)
-    st = rf_hdf5_failed("H5Dopen2(group, \"tensors\")", __FILE__, __LINE__);
+  const rf_h5_source src = {
+      .kind = "results file", .path = path, .bad = RF_ERR_RESULTS, .todo = WHAT_TO_DO};
+  st = open_run(&src, f, run, &group, &number);
+  if (st == RF_OK)
+    st = rf_h5_open_object(&src, group, "tensors", H5I_DATASET, &dset);
   if (st == RF_OK)
     st = rf_h5_dataset_extent(&src, dset, 1, TENSORS_MAX, &n);
   if (st == RF_OK && n != (hsize_t)count)
