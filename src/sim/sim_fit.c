@@ -199,6 +199,13 @@ rf_status rf_sim_calibrate(rf_cluster *c, int device, const rf_sim_sample *s, in
   double *v[RF_SIM_KNOBS];
   knobs(c, device, v, out->names);
   out->samples = n;
+  /* The first knob is a rate, the others are latencies (host: the memcpy rate too). */
+  double lo[RF_SIM_KNOBS], hi[RF_SIM_KNOBS];
+  for (int k = 0; k < RF_SIM_KNOBS; k++) {
+    int rate = k == 0 || (!device && k == 1);
+    lo[k] = rate ? RF_SIM_RATE_MIN : RF_SIM_LATENCY_MIN;
+    hi[k] = rate ? RF_SIM_RATE_MAX : RF_SIM_LATENCY_MAX;
+  }
   for (int k = 0; k < RF_SIM_KNOBS; k++) {
     /* A latency of zero has no logarithm to move: start it at a microsecond. */
     if (!(*v[k] > 0))
@@ -220,6 +227,12 @@ rf_status rf_sim_calibrate(rf_cluster *c, int device, const rf_sim_sample *s, in
       for (int sign = -1; sign <= 1; sign += 2) {
         double keep = *v[k], trial;
         *v[k] = keep * exp(sign * step);
+        /* Only rates a cluster file could hold: a rate the samples barely touch could
+         * otherwise run off to infinity, where the flow model cannot share it out. */
+        if (!(*v[k] >= lo[k] && *v[k] <= hi[k])) {
+          *v[k] = keep;
+          continue;
+        }
         RF_TRY(loss(c, s, n, &trial, NULL));
         if (trial < best * (1 - 1e-12)) {
           best = trial;
