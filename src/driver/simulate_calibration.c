@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/io.h"
 #include "simulate.h"
@@ -39,34 +40,135 @@ static int run_memory(const rf_loaded_run *r) {
   return strcmp(memory, "device") == 0 || r->gpu_versions[0] ? -1 : 0;
 }
 
-/* The run's job, as refit simulate would build it from the same options. */
-static rf_status rebuild(const rf_loaded_run *r, const rf_cluster *c, rf_config *cfg, rf_job *job,
-                         rf_cluster_placement *where) {
-  char model[4096];
-  rf_job_model_of_run(r->model, r->config_json, model, sizeof model);
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* The name refit run records for a model file: its stem, or for a file named config.json (the
+ * Hugging Face layout) its directory's name; "" where the path names no directory. */
+static void path_stem(const char *path, char *out, size_t len) {
+  char buf[RF_PATH_MAX];
+  snprintf(buf, sizeof buf, "%s", path);
+  char *base = strrchr(buf, '/');
+  base = base ? base + 1 : buf;
+  if (strcmp(base, "config.json") != 0) {
+    base[strlen(base) - 5] = '\0'; /* the caller checked the .json suffix */
+    snprintf(out, len, "%s", base);
+    return;
+  }
+  *base = '\0';
+  size_t n = strlen(buf);
+  while (n > 0 && buf[n - 1] == '/')
+    buf[--n] = '\0';
+  const char *dir = strrchr(buf, '/') ? strrchr(buf, '/') + 1 : buf;
+  snprintf(out, len, "%s", strcmp(dir, ".") == 0 || strcmp(dir, "..") == 0 ? "" : dir);
+}
+
+/* The model a run moved. A results file is outside input: its `model` attribute must be what
+ * refit run records there, a model's name, which refit looks up among the shipped models only.
+ * A path is taken from the run's recorded options alone, and only a .json file of that name
+ * (the file the name came from), so that no file names a file refit then opens. */
+static rf_status run_model(const char *path, const rf_loaded_run *r, char *model, size_t len) {
+  if (!r->model[0] || strchr(r->model, '/') || ends_with(r->model, ".json"))
+    return rf_fail(RF_ERR_RESULTS,
+                   "calibration %s: run /runs/%04d: attribute 'model' is '%s', not a model's "
+                   "name; give a results file written by refit run",
+                   path, r->number, r->model);
+  snprintf(model, len, "%s", r->model);
+  json_t *cfg = r->config_json ? json_loads(r->config_json, 0, NULL) : NULL;
+  const char *given = cfg ? json_string_value(json_object_get(cfg, "model")) : NULL;
+  char stem[RF_PATH_MAX] = "";
+  if (given && strchr(given, '/') && ends_with(given, ".json"))
+    path_stem(given, stem, sizeof stem);
+  if (stem[0] && strcmp(stem, r->model) == 0 && access(given, R_OK) == 0)
+    snprintf(model, len, "%s", given);
+  json_decref(cfg);
+  return RF_OK;
+}
+
+/* A failure while a run is built again, named after the file, the run and, where one was to
+ * blame, the attribute, rather than as the command-line option the attribute was given as. */
+static rf_status run_failed(rf_status st, const char *path, const rf_loaded_run *r,
+                            const char *attribute, const char *value, const char *why) {
+  if (st == RF_ERR_NOMEM || st == RF_ERR_IO || st == RF_ERR_INTERNAL)
+    return rf_fail(st, "calibration %s: run /runs/%04d: %s", path, r->number, why);
+  /* The option parser's reasons start with the option: the attribute stands in for it here. */
+  const char *colon = strncmp(why, "option --", 9) == 0 ? strstr(why, ": ") : NULL;
+  if (colon)
+    why = colon + 2;
+  if (attribute)
+    return rf_fail(RF_ERR_RESULTS,
+                   "calibration %s: run /runs/%04d: attribute '%s' is '%s': %s; give a results "
+                   "file written by refit run",
+                   path, r->number, attribute, value, why);
+  return rf_fail(st, "calibration %s: run /runs/%04d: %s", path, r->number, why);
+}
+
+/* The run's job, as refit simulate would build it from the same options. Errors are captured
+ * into why, for run_failed to name the run. */
+static rf_status rebuild(const char *path, const rf_loaded_run *r, const rf_cluster *c,
+                         rf_config *cfg, rf_job *job, rf_cluster_placement *where) {
+  char model[RF_PATH_MAX], why[512] = "";
+  RF_TRY(run_model(path, r, model, sizeof model));
   rf_cli_defaults(cfg);
   cfg->command = RF_CMD_SIMULATE;
   const struct {
-    const char *option, *value;
+    const char *option, *attribute, *value;
   } set[] = {
-      {"model", model},
-      {"dtype", r->dtype[0] ? r->dtype : "model"},
-      {"trainer", r->trainer},
-      {"trainer-style", r->trainer_style[0] ? r->trainer_style : "tunix"},
-      {"rollout", r->rollout},
-      {"trainer-order", r->trainer_order[0] ? r->trainer_order : "hf"},
-      {"placement", r->placement},
-      {"transport", r->transport},
-      {"plan", r->plan},
-      {"mode", r->mode},
+      {"model", "model", model},
+      {"dtype", "dtype", r->dtype[0] ? r->dtype : "model"},
+      {"trainer", "trainer", r->trainer},
+      {"trainer-style", "trainer_style", r->trainer_style[0] ? r->trainer_style : "tunix"},
+      {"rollout", "rollout", r->rollout},
+      {"trainer-order", "trainer_order", r->trainer_order[0] ? r->trainer_order : "hf"},
+      {"placement", "placement", r->placement},
+      {"transport", "transport", r->transport},
+      {"plan", "plan", r->plan},
+      {"mode", "mode", r->mode},
   };
+  rf_status st = RF_OK;
+  rf_log_capture(why, sizeof why);
   for (size_t i = 0; i < RF_ARRAY_LEN(set); i++)
-    RF_TRY(rf_cli_set_option(cfg, set[i].option, set[i].value));
+    if ((st = rf_cli_set_option(cfg, set[i].option, set[i].value)) != RF_OK) {
+      rf_log_capture(NULL, 0);
+      return run_failed(st, path, r, set[i].attribute, set[i].value, why);
+    }
+  /* A run has one mode, and refit run records the one it ran. */
+  if (cfg->mode.count != 1) {
+    rf_log_capture(NULL, 0);
+    return run_failed(RF_ERR_RESULTS, path, r, "mode", r->mode, "not one mode");
+  }
   cfg->bucket_size = r->bucket_size;
-  RF_TRY(rf_job_build_layout(cfg, 0, job));
+  st = rf_job_build_layout(cfg, 0, job);
+  /* The attribute to blame: the model's, or one whose option the reason names (--dtype). */
+  const char *attribute = NULL, *value = NULL;
+  if (st == RF_ERR_MODEL)
+    attribute = "model", value = r->model;
+  for (size_t i = 0; st != RF_OK && !attribute && i < RF_ARRAY_LEN(set); i++) {
+    size_t n = strlen(set[i].option);
+    if (strncmp(why, "option --", 9) == 0 && strncmp(why + 9, set[i].option, n) == 0 &&
+        why[9 + n] == ':')
+      attribute = set[i].attribute, value = set[i].value;
+  }
+  /* The layout parser names the side: "trainer layout 'fsdp=x': ...". */
+  char side[RF_PATH_MAX + 32];
+  for (int i = 0; st != RF_OK && !attribute && i < 2; i++) {
+    const char *name = i ? "rollout" : "trainer", *text = i ? r->rollout : r->trainer;
+    snprintf(side, sizeof side, "%s layout '%s': ", name, text);
+    if (strncmp(why, side, strlen(side)) == 0) {
+      attribute = name, value = text;
+      memmove(why, why + strlen(side), strlen(why + strlen(side)) + 1);
+    }
+  }
   rf_plan_options po;
-  RF_TRY(rf_cluster_plan_options(c, job->layout.world_size, where, &po));
-  RF_TRY(rf_plan_build(&job->plan, &job->layout, cfg->plan, &po));
+  if (st == RF_OK)
+    st = rf_cluster_plan_options(c, job->layout.world_size, where, &po);
+  if (st == RF_OK)
+    st = rf_plan_build(&job->plan, &job->layout, cfg->plan, &po);
+  rf_log_capture(NULL, 0);
+  if (st != RF_OK)
+    return run_failed(st, path, r, attribute, value, why);
   job->have_plan = 1;
   return RF_OK;
 }
@@ -115,16 +217,27 @@ static rf_status add_run(sample_list *l, rf_calibration *cal, const rf_loaded_ru
   rf_job job;
   memset(&job, 0, sizeof job);
   rf_cluster_placement where = {0};
-  rf_status st = rebuild(r, c, cfg, &job, &where);
+  rf_status st = rebuild(cal->path, r, c, cfg, &job, &where);
   /* The run's own transport decides how its pieces moved: one copy each over a mapping one. */
   const rf_transport_ops *transport = NULL;
-  if (st == RF_OK)
+  char why[512] = "";
+  if (st == RF_OK) {
+    rf_log_capture(why, sizeof why);
     st = rf_transport_describe(r->transport, &transport);
+    rf_log_capture(NULL, 0);
+    if (st != RF_OK)
+      st = run_failed(st, cal->path, r, "transport", r->transport, why);
+  }
   rf_sim_options o = {cfg->mode.items[0], r->bucket_size, device, transport && transport->mapping,
                       transport ? rf_sim_wire(transport, device) : RF_WIRE_CONTIGUOUS};
   rf_sim_trace *t = NULL;
-  if (st == RF_OK)
+  if (st == RF_OK) {
+    rf_log_capture(why, sizeof why);
     st = rf_sim_trace_record(&job.plan, c, &o, &t);
+    rf_log_capture(NULL, 0);
+    if (st != RF_OK)
+      st = run_failed(st, cal->path, r, NULL, NULL, why);
+  }
   if (st == RF_OK) {
     st = add_sample(l, cal, t, (int)o.mode, r->time_median_s, "run %04d %s", r->number, r->mode);
     cal->runs++;
@@ -141,6 +254,13 @@ static rf_status add_run(sample_list *l, rf_calibration *cal, const rf_loaded_ru
     double s = r->limit_s[limits[i]];
     if (!(s > 0))
       continue;
+    if (!isfinite(s)) {
+      st = rf_fail(RF_ERR_RESULTS,
+                   "calibration %s: run /runs/%04d: attribute 'limit_%s_s' is %g, not a time; "
+                   "give a results file written by refit run",
+                   cal->path, r->number, rf_limit_name(limits[i]), s);
+      break;
+    }
     st = rf_sim_trace_limit(&job.plan, c, device, limits[i], &t);
     if (st == RF_OK)
       st = add_sample(l, cal, t, -1, s, "run %04d limit %s", r->number, rf_limit_name(limits[i]));
@@ -152,22 +272,86 @@ static rf_status add_run(sample_list *l, rf_calibration *cal, const rf_loaded_ru
   return st;
 }
 
+/* A calibration from thousands of runs takes seconds or more. On a terminal a line on stderr
+ * says how far it is, rewritten in place at most five times a second and cleared at the end;
+ * the cursor stays at its start, so an error line printed meanwhile writes over it. Elsewhere
+ * (a pipe, a file, the tests) nothing is printed, so that an error stays one line, and
+ * REFIT_LOG=info logs every thousandth run instead. */
+typedef struct {
+  const char *path;
+  int tty, shown;
+  double last;
+} progress;
+
+static void progress_run(progress *p, int done, int total) {
+  if (done > 0 && done % 1000 == 0)
+    RF_INFO("calibration %s: %d of %d runs rebuilt", p->path, done, total);
+  double now = rf_now();
+  if (!p->tty || (now - p->last < 0.2 && done < total))
+    return;
+  p->last = now;
+  p->shown = 1;
+  fprintf(stderr, "\033[Krefit: calibration %s: %d of %d runs rebuilt\r", p->path, done, total);
+  fflush(stderr);
+}
+
+static void progress_fit(progress *p, int samples) {
+  RF_INFO("calibration %s: fitting the rates to %d samples", p->path, samples);
+  if (!p->tty)
+    return;
+  p->shown = 1;
+  fprintf(stderr, "\033[Krefit: calibration %s: fitting the rates to %d samples\r", p->path,
+          samples);
+  fflush(stderr);
+}
+
+static void progress_end(progress *p) {
+  if (p->shown)
+    fprintf(stderr, "\033[K");
+  fflush(stderr);
+}
+
 rf_status rf_calibration_fit(const char *path, rf_cluster *c, int device, rf_calibration *cal) {
   memset(cal, 0, sizeof *cal);
   snprintf(cal->path, sizeof cal->path, "%s", path);
   rf_loaded_results file;
+  progress bar = {path, isatty(STDERR_FILENO), 0, 0.0};
+  if (bar.tty) {
+    bar.shown = 1;
+    fprintf(stderr, "refit: calibration %s: loading\r", path);
+    fflush(stderr);
+  }
   rf_status st = rf_results_load(path, &file);
   sample_list l = {0};
   for (int i = 0; st == RF_OK && i < file.run_count; i++) {
     const rf_loaded_run *r = &file.runs[i];
+    progress_run(&bar, i + 1, file.run_count);
     if (r->skipped || r->simulated || strcmp(r->status, "RF_OK") != 0 || !(r->time_median_s > 0) ||
         run_memory(r) != device) {
       cal->skipped++;
       continue;
     }
+    /* An infinite median would pull every rate of the fit to its floor. */
+    if (!isfinite(r->time_median_s)) {
+      st = rf_fail(RF_ERR_RESULTS,
+                   "calibration %s: run /runs/%04d: attribute 'time_median_s' is %g, not a time; "
+                   "give a results file written by refit run",
+                   path, r->number, r->time_median_s);
+      break;
+    }
     st = add_run(&l, cal, r, c, device);
   }
   rf_loaded_results_free(&file);
+  if (st == RF_OK && l.n > 0)
+    progress_fit(&bar, l.n);
+  /* Before the fit's own message, which does not know the file. */
+  if (st == RF_OK && l.n == 0) {
+    progress_end(&bar);
+    st = rf_fail(RF_ERR_RESULTS,
+                 "calibration %s: no measured runs of weights in %s memory (%d passed over); give "
+                 "a results file of refit run --output with such runs",
+                 path, device ? "GPU" : "host", cal->skipped);
+  }
   if (st == RF_OK)
     st = rf_sim_calibrate(c, device, l.samples, l.n, &cal->fit);
   rf_sim_sample *mine = rf_calloc((size_t)l.n + 1, sizeof *mine, "calibration samples");
@@ -193,6 +377,7 @@ rf_status rf_calibration_fit(const char *path, rf_cluster *c, int device, rf_cal
     rf_sim_trace_free(l.traces[i]);
   free(l.traces);
   free(l.samples);
+  progress_end(&bar);
   return st;
 }
 
