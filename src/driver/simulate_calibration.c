@@ -173,33 +173,36 @@ static rf_status rebuild(const char *path, const rf_loaded_run *r, const rf_clus
   return RF_OK;
 }
 
+/* One job's traces: runs of the same job (a benchmark's repeats, a sweep run twice) are built
+ * and walked once, and their samples share the traces, which the fit then times once a trial. */
+typedef struct {
+  char *key; /* every attribute the job is built from */
+  rf_sim_trace *run, *limit[2];
+  int mode;
+} job_traces;
+
 typedef struct {
   rf_sim_sample *samples;
-  rf_sim_trace **traces;
   int n, cap;
+  job_traces *jobs; /* owns the traces */
+  int njobs, jobs_cap;
 } sample_list;
 
-static rf_status add_sample(sample_list *l, rf_calibration *cal, rf_sim_trace *t, int mode,
+static rf_status add_sample(sample_list *l, rf_calibration *cal, const rf_sim_trace *t, int mode,
                             double s, const char *fmt, int number, const char *what) {
   if (l->n == l->cap) {
     int cap = l->cap ? 2 * l->cap : 16;
     rf_sim_sample *a = rf_realloc(l->samples, (size_t)cap * sizeof *a, "calibration samples");
     if (a)
       l->samples = a;
-    rf_sim_trace **b = rf_realloc(l->traces, (size_t)cap * sizeof *b, "calibration traces");
-    if (b)
-      l->traces = b;
     rf_calibration_sample *c =
         rf_realloc(cal->samples, (size_t)cap * sizeof *c, "calibration samples");
     if (c)
       cal->samples = c;
-    if (!a || !b || !c) {
-      rf_sim_trace_free(t);
+    if (!a || !c)
       return RF_ERR_NOMEM;
-    }
     l->cap = cap;
   }
-  l->traces[l->n] = t;
   l->samples[l->n] = (rf_sim_sample){t, s, NULL};
   snprintf(cal->samples[l->n].label, sizeof cal->samples[l->n].label, fmt, number, what);
   cal->samples[l->n].measured_s = s;
@@ -208,16 +211,35 @@ static rf_status add_sample(sample_list *l, rf_calibration *cal, rf_sim_trace *t
   return RF_OK;
 }
 
-/* The run's trace and those of its limits. */
-static rf_status add_run(sample_list *l, rf_calibration *cal, const rf_loaded_run *r,
-                         const rf_cluster *c, int device) {
+static void sample_list_free(sample_list *l) {
+  for (int i = 0; i < l->njobs; i++) {
+    rf_sim_trace_free(l->jobs[i].run);
+    rf_sim_trace_free(l->jobs[i].limit[0]);
+    rf_sim_trace_free(l->jobs[i].limit[1]);
+    free(l->jobs[i].key);
+  }
+  free(l->jobs);
+  free(l->samples);
+  memset(l, 0, sizeof *l);
+}
+
+/* The limits a run of weights in GPU (device) or host memory measured. */
+static void limit_kinds(int device, rf_limit *limits) {
+  limits[0] = device ? RF_LIMIT_NCCL : RF_LIMIT_MPI;
+  limits[1] = device ? RF_LIMIT_DEVICE_COPY : RF_LIMIT_MEMCPY;
+}
+
+/* Builds and walks the run's job into j: its trace and, for a job large enough, those of its
+ * limits. */
+static rf_status trace_job(const char *path, const rf_loaded_run *r, const rf_cluster *c,
+                           int device, job_traces *j) {
   rf_config *cfg = rf_calloc(1, sizeof *cfg, "a configuration");
   if (!cfg)
     return RF_ERR_NOMEM;
   rf_job job;
   memset(&job, 0, sizeof job);
   rf_cluster_placement where = {0};
-  rf_status st = rebuild(cal->path, r, c, cfg, &job, &where);
+  rf_status st = rebuild(path, r, c, cfg, &job, &where);
   /* The run's own transport decides how its pieces moved: one copy each over a mapping one. */
   const rf_transport_ops *transport = NULL;
   char why[512] = "";
@@ -226,50 +248,72 @@ static rf_status add_run(sample_list *l, rf_calibration *cal, const rf_loaded_ru
     st = rf_transport_describe(r->transport, &transport);
     rf_log_capture(NULL, 0);
     if (st != RF_OK)
-      st = run_failed(st, cal->path, r, "transport", r->transport, why);
+      st = run_failed(st, path, r, "transport", r->transport, why);
   }
   rf_sim_options o = {cfg->mode.items[0], r->bucket_size, device, transport && transport->mapping,
                       transport ? rf_sim_wire(transport, device) : RF_WIRE_CONTIGUOUS};
-  rf_sim_trace *t = NULL;
+  j->mode = (int)o.mode;
   if (st == RF_OK) {
     rf_log_capture(why, sizeof why);
-    st = rf_sim_trace_record(&job.plan, c, &o, &t);
+    st = rf_sim_trace_record(&job.plan, c, &o, &j->run);
     rf_log_capture(NULL, 0);
     if (st != RF_OK)
-      st = run_failed(st, cal->path, r, NULL, NULL, why);
+      st = run_failed(st, path, r, NULL, NULL, why);
   }
-  if (st == RF_OK) {
-    st = add_sample(l, cal, t, (int)o.mode, r->time_median_s, "run %04d %s", r->number, r->mode);
-    cal->runs++;
-  }
-  const rf_limit limits[2] = {device ? RF_LIMIT_NCCL : RF_LIMIT_MPI,
-                              device ? RF_LIMIT_DEVICE_COPY : RF_LIMIT_MEMCPY};
+  rf_limit limits[2];
+  limit_kinds(device, limits);
   /* A limit of a small job measures caches and call overheads rather than links (tiny's memcpy
    * runs at 140 GB/s here, llama-3.2-1b's at 12): only jobs whose rollout ranks receive at least
    * LIMIT_MIN_BYTES each calibrate from their limits. */
   int64_t most = 0;
   for (int i = 0; st == RF_OK && i < job.layout.rollout_ranks; i++)
     most = RF_MAX(most, job.plan.recv_bytes[i]);
-  for (int i = 0; i < 2 && st == RF_OK && most >= LIMIT_MIN_BYTES; i++) {
-    double s = r->limit_s[limits[i]];
-    if (!(s > 0))
-      continue;
-    if (!isfinite(s)) {
-      st = rf_fail(RF_ERR_RESULTS,
-                   "calibration %s: run /runs/%04d: attribute 'limit_%s_s' is %g, not a time; "
-                   "give a results file written by refit run",
-                   cal->path, r->number, rf_limit_name(limits[i]), s);
-      break;
-    }
-    st = rf_sim_trace_limit(&job.plan, c, device, limits[i], &t);
-    if (st == RF_OK)
-      st = add_sample(l, cal, t, -1, s, "run %04d limit %s", r->number, rf_limit_name(limits[i]));
-    cal->limits += st == RF_OK;
-  }
+  for (int i = 0; i < 2 && st == RF_OK && most >= LIMIT_MIN_BYTES; i++)
+    st = rf_sim_trace_limit(&job.plan, c, device, limits[i], &j->limit[i]);
   rf_job_free(&job);
   rf_cluster_placement_free(&where);
   free(cfg);
   return st;
+}
+
+/* The run's samples: its median, and its limits where its job calibrates from them. */
+static rf_status add_run(sample_list *l, rf_calibration *cal, const rf_loaded_run *r,
+                         const rf_cluster *c, int device) {
+  char model[RF_PATH_MAX], key[RF_PATH_MAX + 512];
+  RF_TRY(run_model(cal->path, r, model, sizeof model));
+  snprintf(key, sizeof key, "%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%lld", model, r->dtype, r->trainer,
+           r->trainer_style, r->rollout, r->trainer_order, r->placement, r->transport, r->plan,
+           r->mode, (long long)r->bucket_size);
+  job_traces *j = NULL;
+  for (int i = 0; i < l->njobs && !j; i++)
+    if (strcmp(l->jobs[i].key, key) == 0)
+      j = &l->jobs[i];
+  if (!j) {
+    RF_TRY(rf_grow((void **)&l->jobs, l->njobs, &l->jobs_cap, sizeof *l->jobs, "calibration jobs"));
+    j = &l->jobs[l->njobs++];
+    memset(j, 0, sizeof *j);
+    if (!(j->key = rf_strdup(key)))
+      return RF_ERR_NOMEM;
+    RF_TRY(trace_job(cal->path, r, c, device, j));
+  }
+  RF_TRY(add_sample(l, cal, j->run, j->mode, r->time_median_s, "run %04d %s", r->number, r->mode));
+  cal->runs++;
+  rf_limit limits[2];
+  limit_kinds(device, limits);
+  for (int i = 0; i < 2 && j->limit[i]; i++) {
+    double s = r->limit_s[limits[i]];
+    if (!(s > 0))
+      continue;
+    if (!isfinite(s))
+      return rf_fail(RF_ERR_RESULTS,
+                     "calibration %s: run /runs/%04d: attribute 'limit_%s_s' is %g, not a time; "
+                     "give a results file written by refit run",
+                     cal->path, r->number, rf_limit_name(limits[i]), s);
+    RF_TRY(add_sample(l, cal, j->limit[i], -1, s, "run %04d limit %s", r->number,
+                      rf_limit_name(limits[i])));
+    cal->limits++;
+  }
+  return RF_OK;
 }
 
 /* A calibration from thousands of runs takes seconds or more. On a terminal a line on stderr
@@ -370,13 +414,10 @@ rf_status rf_calibration_fit(const char *path, rf_cluster *c, int device, rf_cal
   free(mine);
   for (int i = 0; st == RF_OK && i < l.n; i++) {
     int m = cal->samples[i].mode;
-    st = rf_sim_trace_time(l.traces[i], m >= 0 ? &cal->mode_cluster[m] : c,
+    st = rf_sim_trace_time(l.samples[i].trace, m >= 0 ? &cal->mode_cluster[m] : c,
                            &cal->samples[i].predicted_s);
   }
-  for (int i = 0; i < l.n; i++)
-    rf_sim_trace_free(l.traces[i]);
-  free(l.traces);
-  free(l.samples);
+  sample_list_free(&l);
   progress_end(&bar);
   return st;
 }
