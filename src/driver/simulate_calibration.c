@@ -329,13 +329,13 @@ typedef struct {
 
 static void progress_run(progress *p, int done, int total) {
   if (done > 0 && done % 1000 == 0)
-    RF_INFO("calibration %s: %d of %d runs rebuilt", p->path, done, total);
+    RF_INFO("calibration %s: %d of %d runs done", p->path, done, total);
   double now = rf_now();
   if (!p->tty || (now - p->last < 0.2 && done < total))
     return;
   p->last = now;
   p->shown = 1;
-  fprintf(stderr, "\033[Krefit: calibration %s: %d of %d runs rebuilt\r", p->path, done, total);
+  fprintf(stderr, "\033[Krefit: calibration %s: %d of %d runs done\r", p->path, done, total);
   fflush(stderr);
 }
 
