@@ -17,7 +17,7 @@ shift 3
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(config hf_config safetensors safetensors_index checkpoint_hdf5 results
-    checkpoint_fp8)
+    checkpoint_fp8 cluster)
 fi
 mkdir -p "$build/fuzz-crashes"
 # The targets write a file per input: memory is much faster than disk where there is room.

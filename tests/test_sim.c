@@ -53,6 +53,19 @@ static void test_solver(void) {
   ASSERT_TRUE(end == 3.0);
   ASSERT_OK(sim_solve(s, g + 3, 1, three, &end));
   ASSERT_TRUE(end == 0.0);
+  /* A link the filling cannot share out, infinite or of no rate, is an error, not a spin. */
+  char got[256];
+  const double infinite[2] = {1.0, INFINITY}, none[2] = {1.0, 0.0};
+  rf_log_capture(got, sizeof got);
+  ASSERT_STATUS(sim_solve(s, g, 3, infinite, &end), RF_ERR_INTERNAL);
+  ASSERT_STR_EQ(got, "the flow model met a link share of inf bytes/s; every link rate must be "
+                     "finite and positive (at most 1e+15 bytes/s)");
+  ASSERT_STATUS(sim_solve(s, g, 3, none, &end), RF_ERR_INTERNAL);
+  ASSERT_STR_EQ(got, "the flow model met a link share of 0 bytes/s; every link rate must be "
+                     "finite and positive (at most 1e+15 bytes/s)");
+  rf_log_capture(NULL, 0);
+  ASSERT_OK(sim_solve(s, f, 3, cap, &end));
+  ASSERT_TRUE(end == 2.5);
   sim_solver_free(s);
 }
 

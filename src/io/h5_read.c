@@ -345,7 +345,12 @@ rf_status rf_h5_dataset_table(const rf_h5_source *src, hid_t dset, const rf_h5_m
 
 rf_status rf_h5_dataset_read(const rf_h5_source *src, hid_t dset, hid_t mem_type, hid_t mem_space,
                              hid_t file_space, void *buf) {
-  if (H5Dread(dset, mem_type, mem_space, file_space, H5P_DEFAULT, buf) < 0)
+  return rf_h5_dataset_read_with(src, dset, mem_type, mem_space, file_space, H5P_DEFAULT, buf);
+}
+
+rf_status rf_h5_dataset_read_with(const rf_h5_source *src, hid_t dset, hid_t mem_type,
+                                  hid_t mem_space, hid_t file_space, hid_t xfer, void *buf) {
+  if (H5Dread(dset, mem_type, mem_space, file_space, xfer, buf) < 0)
     return fail_at(src, dset, NULL,
                    "cannot be read (damaged, or compressed with a filter this "
                    "HDF5 lacks)");

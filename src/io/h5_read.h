@@ -79,5 +79,8 @@ rf_status rf_h5_dataset_table(const rf_h5_source *src, hid_t dset, const rf_h5_m
  * dataset (damaged data, a filter this HDF5 lacks) instead of HDF5's stack. */
 rf_status rf_h5_dataset_read(const rf_h5_source *src, hid_t dset, hid_t mem_type, hid_t mem_space,
                              hid_t file_space, void *buf);
+/* The same with a transfer property list of the caller's (conversion buffers of its size). */
+rf_status rf_h5_dataset_read_with(const rf_h5_source *src, hid_t dset, hid_t mem_type,
+                                  hid_t mem_space, hid_t file_space, hid_t xfer, void *buf);
 
 #endif

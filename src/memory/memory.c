@@ -178,7 +178,10 @@ rf_region rf_region_transposed(void *base, const rf_box *box, int esize) {
 
 rf_region rf_region_in_fused(void *fused, int64_t ld, int64_t row, int64_t col, const rf_box *held,
                              int esize) {
-  rf_region r = {(char *)fused + (row * ld + col) * esize, *held, {ld, 1}, esize};
+  /* The cost functions and refit simulate pass no buffer (NULL): an offset from a null pointer
+   * is undefined, so the address is computed as an integer (UBSan in `make fuzz` saw it). */
+  uintptr_t at = (uintptr_t)fused + (uintptr_t)((row * ld + col) * esize);
+  rf_region r = {(void *)at, *held, {ld, 1}, esize};
   return r;
 }
 

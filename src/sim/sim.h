@@ -51,9 +51,21 @@ typedef struct {
   double latency_copy;    /* one pack or unpack copy (a kernel launch on a GPU) */
 } rf_cluster;
 
+/* The most a cluster file may say, in refit's units: a rate of a petabyte a second, a latency
+ * of a second, a node or GPU of a million GiB. Beyond them a number is a typo, and near the
+ * largest double the flow model's arithmetic turns to infinities; the calibration's fit keeps
+ * the rates it moves inside them too. */
+#define RF_SIM_RATE_MAX 1e15
+#define RF_SIM_LATENCY_MAX 1.0
+/* The fit's floor: a kilobyte a second, a picosecond. */
+#define RF_SIM_RATE_MIN 1e3
+#define RF_SIM_LATENCY_MIN 1e-12
+#define RF_SIM_MEMORY_MAX (1e6 * 1073741824.0)
+
 /* Loads a cluster: a path to a JSON file, or the name of one shipped in configs/clusters
- * ($REFIT_CLUSTER_DIR first). A missing key, a number that is not positive, an unknown key or
- * a file that does not parse is one line naming the file and the key, and RF_ERR_CONFIG. */
+ * ($REFIT_CLUSTER_DIR first). A missing key, a number that is not positive or is above the
+ * limits above, an unknown key or a file that does not parse is one line naming the file and
+ * the key, and RF_ERR_CONFIG. */
 rf_status rf_cluster_load(const char *name_or_path, rf_cluster *out);
 
 /* RF_OK when a world of `world` ranks fits on the cluster, with `device` the cluster has GPUs,

@@ -42,19 +42,26 @@ static rf_status object(const where *w, json_t *parent, const char *key, int req
                  w->path, w->at, *w->at ? "." : "", key);
 }
 
-/* A number, scaled to refit's units. `zero_ok`: 0 is allowed (no NVLink, no latency). */
+/* A number, scaled to refit's units, from `min` to `max` of them. `zero_ok`: 0 is allowed too
+ * (no NVLink, no latency). The limits keep the scaled value finite and the flow model's times
+ * with it: a rate of 1e300 GB/s is infinite in bytes a second, and an infinite link cannot be
+ * shared out, nor can a link of 1e-320 bytes a second carry a byte in finite time. */
 static rf_status number(const where *w, json_t *obj, const char *key, int required, int zero_ok,
-                        double scale, double *out) {
+                        double scale, double min, double max, double *out) {
   json_t *v = obj ? json_object_get(obj, key) : NULL;
   if (!v && !required)
     return RF_OK;
   double x = v && json_is_number(v) ? json_number_value(v) : -1.0;
-  if (x > 0 || (zero_ok && x == 0 && v && json_is_number(v))) {
-    *out = x * scale;
-    return RF_OK;
-  }
-  return rf_fail(RF_ERR_CONFIG, "cluster %s: key '%s%s%s' is missing or not a %s number; " SCHEMA,
-                 w->path, w->at, *w->at ? "." : "", key, zero_ok ? "non-negative" : "positive");
+  if (!(x > 0 || (zero_ok && x == 0 && v && json_is_number(v))))
+    return rf_fail(RF_ERR_CONFIG, "cluster %s: key '%s%s%s' is missing or not a %s number; " SCHEMA,
+                   w->path, w->at, *w->at ? "." : "", key, zero_ok ? "non-negative" : "positive");
+  if (x > 0 && !(x * scale >= min && x * scale <= max))
+    return rf_fail(
+        RF_ERR_CONFIG,
+        "cluster %s: key '%s%s%s' is %g, outside the range %g to %g refit accepts; " SCHEMA,
+        w->path, w->at, *w->at ? "." : "", key, x, min / scale, max / scale);
+  *out = x * scale;
+  return RF_OK;
 }
 
 static rf_status integer(const where *w, json_t *obj, const char *key, int required, int lo, int hi,
@@ -94,12 +101,13 @@ static rf_status read_gpus(const char *path, json_t *node, rf_cluster *c) {
     static const char *const keys[] = {"name", "memory_GiB", "copy_GBps"};
     RF_TRY(known_keys(&w, gpu, keys, RF_ARRAY_LEN(keys)));
     RF_TRY(text(&w, gpu, "name", 1, c->gpu_name, sizeof c->gpu_name));
-    RF_TRY(number(&w, gpu, "memory_GiB", 1, 0, GIB, &c->gpu_memory));
-    RF_TRY(number(&w, gpu, "copy_GBps", 1, 0, GB, &c->gpu_copy));
+    RF_TRY(number(&w, gpu, "memory_GiB", 1, 0, GIB, 0, RF_SIM_MEMORY_MAX, &c->gpu_memory));
+    RF_TRY(number(&w, gpu, "copy_GBps", 1, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX, &c->gpu_copy));
   }
   w.at = "node";
-  RF_TRY(number(&w, node, "nvlink_GBps", 0, 1, GB, &c->nvlink));
-  RF_TRY(number(&w, node, "pcie_GBps", c->gpus > 0, 0, GB, &c->pcie));
+  RF_TRY(number(&w, node, "nvlink_GBps", 0, 1, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX, &c->nvlink));
+  RF_TRY(number(&w, node, "pcie_GBps", c->gpus > 0, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX,
+                &c->pcie));
   /* One node talks to no other: adapters are only needed to reach a second one. */
   RF_TRY(object(&w, node, "nics", c->nodes > 1, &nics));
   if (nics) {
@@ -107,7 +115,7 @@ static rf_status read_gpus(const char *path, json_t *node, rf_cluster *c) {
     w.at = "node.nics";
     RF_TRY(known_keys(&w, nics, keys, RF_ARRAY_LEN(keys)));
     RF_TRY(integer(&w, nics, "count", 1, 1, 1024, &c->nics));
-    RF_TRY(number(&w, nics, "Gbps", 1, 0, GB / 8, &c->nic));
+    RF_TRY(number(&w, nics, "Gbps", 1, 0, GB / 8, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX, &c->nic));
   }
   return RF_OK;
 }
@@ -140,16 +148,18 @@ static rf_status read_cluster(const char *path, json_t *root, rf_cluster *c) {
   RF_TRY(object(&w, node, "host", 1, &host));
   w.at = "node.host";
   RF_TRY(known_keys(&w, host, host_keys, RF_ARRAY_LEN(host_keys)));
-  RF_TRY(number(&w, host, "memcpy_GBps", 1, 0, GB, &c->host_memcpy));
-  RF_TRY(number(&w, host, "mpi_GBps", 1, 0, GB, &c->host_mpi));
-  RF_TRY(number(&w, host, "memory_GiB", 1, 0, GIB, &c->host_memory));
+  RF_TRY(
+      number(&w, host, "memcpy_GBps", 1, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX, &c->host_memcpy));
+  RF_TRY(number(&w, host, "mpi_GBps", 1, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX, &c->host_mpi));
+  RF_TRY(number(&w, host, "memory_GiB", 1, 0, GIB, 0, RF_SIM_MEMORY_MAX, &c->host_memory));
   w.at = "";
   RF_TRY(object(&w, root, "latency_us", 1, &latency));
   w.at = "latency_us";
   RF_TRY(known_keys(&w, latency, latency_keys, RF_ARRAY_LEN(latency_keys)));
-  RF_TRY(number(&w, latency, "node", 1, 1, 1e-6, &c->latency_node));
-  RF_TRY(number(&w, latency, "network", c->nodes > 1, 1, 1e-6, &c->latency_network));
-  RF_TRY(number(&w, latency, "copy", 1, 1, 1e-6, &c->latency_copy));
+  RF_TRY(number(&w, latency, "node", 1, 1, 1e-6, 0, RF_SIM_LATENCY_MAX, &c->latency_node));
+  RF_TRY(number(&w, latency, "network", c->nodes > 1, 1, 1e-6, 0, RF_SIM_LATENCY_MAX,
+                &c->latency_network));
+  RF_TRY(number(&w, latency, "copy", 1, 1, 1e-6, 0, RF_SIM_LATENCY_MAX, &c->latency_copy));
   if (c->nics == 0)
     c->latency_network = c->latency_node; /* unused: one node */
   return RF_OK;

@@ -10,6 +10,7 @@
  * the per-message latency (what the many small messages of unfused and of small buckets pay);
  * for GPU memory the GPU's copy rate, the per-message and the per-copy latency. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -178,13 +179,23 @@ static void knobs(rf_cluster *c, int device, double **v, const char **names) {
   }
 }
 
-static rf_status loss(rf_cluster *c, const rf_sim_sample *s, int n, double *out, double *worst) {
+/* Samples that share a trace (runs of one job repeated, as a sweep or a benchmark records
+ * them) are timed once a trial: first[i] is the first sample of sample i's trace, times[] its
+ * time under the trial's rates. */
+typedef struct {
+  int *first;
+  double *times;
+} sharing;
+
+static rf_status loss(rf_cluster *c, const rf_sim_sample *s, int n, const sharing *sh, double *out,
+                      double *worst) {
   *out = 0.0;
   if (worst)
     *worst = 0.0;
   for (int i = 0; i < n; i++) {
-    double t;
-    RF_TRY(rf_sim_trace_time(s[i].trace, c, &t));
+    if (sh->first[i] == i)
+      RF_TRY(rf_sim_trace_time(s[i].trace, c, &sh->times[i]));
+    double t = sh->times[sh->first[i]];
     double e = log(RF_MAX(t, 1e-12) / s[i].measured_s);
     *out += e * e;
     if (worst)
@@ -193,12 +204,48 @@ static rf_status loss(rf_cluster *c, const rf_sim_sample *s, int n, double *out,
   return RF_OK;
 }
 
+static int by_trace(const void *a, const void *b) {
+  const rf_sim_sample *x = *(const rf_sim_sample *const *)a, *y = *(const rf_sim_sample *const *)b;
+  uintptr_t p = (uintptr_t)x->trace, q = (uintptr_t)y->trace;
+  return p != q ? (p < q ? -1 : 1) : (x < y ? -1 : x > y);
+}
+
+/* first[i]: the first sample of sample i's trace, the samples sorted by trace (n log n: a
+ * calibration may have many thousands). first is the caller's [n], used as scratch first. */
+static void share_traces(const rf_sim_sample *s, int n, int *first) {
+  const rf_sim_sample **order = rf_malloc((size_t)n * sizeof *order, "calibration samples");
+  if (!order) { /* no sharing then: every sample is timed */
+    for (int i = 0; i < n; i++)
+      first[i] = i;
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    order[i] = &s[i];
+  qsort(order, (size_t)n, sizeof *order, by_trace);
+  for (int i = 0, head = 0; i < n; i++) {
+    if (i > 0 && order[i]->trace != order[i - 1]->trace)
+      head = i;
+    first[order[i] - s] = (int)(order[head] - s);
+  }
+  free(order);
+}
+
+static rf_status fit(rf_cluster *c, double **v, const double *lo, const double *hi,
+                     const rf_sim_sample *s, int n, const sharing *sh, rf_sim_fit *out);
+
 rf_status rf_sim_calibrate(rf_cluster *c, int device, const rf_sim_sample *s, int n,
                            rf_sim_fit *out) {
   memset(out, 0, sizeof *out);
   double *v[RF_SIM_KNOBS];
   knobs(c, device, v, out->names);
   out->samples = n;
+  /* The first knob is a rate, the others are latencies (host: the memcpy rate too). */
+  double lo[RF_SIM_KNOBS], hi[RF_SIM_KNOBS];
+  for (int k = 0; k < RF_SIM_KNOBS; k++) {
+    int rate = k == 0 || (!device && k == 1);
+    lo[k] = rate ? RF_SIM_RATE_MIN : RF_SIM_LATENCY_MIN;
+    hi[k] = rate ? RF_SIM_RATE_MAX : RF_SIM_LATENCY_MAX;
+  }
   for (int k = 0; k < RF_SIM_KNOBS; k++) {
     /* A latency of zero has no logarithm to move: start it at a microsecond. */
     if (!(*v[k] > 0))
@@ -210,8 +257,22 @@ rf_status rf_sim_calibrate(rf_cluster *c, int device, const rf_sim_sample *s, in
                    "no measured runs to calibrate from; give a results file of "
                    "refit run --output with runs of weights in %s memory",
                    device ? "GPU" : "host");
+  sharing sh = {rf_malloc((size_t)n * sizeof *sh.first, "calibration samples"),
+                rf_malloc((size_t)n * sizeof *sh.times, "calibration samples")};
+  rf_status st = sh.first && sh.times ? RF_OK : RF_ERR_NOMEM;
+  if (st == RF_OK)
+    share_traces(s, n, sh.first);
+  if (st == RF_OK)
+    st = fit(c, v, lo, hi, s, n, &sh, out);
+  free(sh.first);
+  free(sh.times);
+  return st;
+}
+
+static rf_status fit(rf_cluster *c, double **v, const double *lo, const double *hi,
+                     const rf_sim_sample *s, int n, const sharing *sh, rf_sim_fit *out) {
   double best;
-  RF_TRY(loss(c, s, n, &best, NULL));
+  RF_TRY(loss(c, s, n, sh, &best, NULL));
   /* Coordinate descent in log space: try each rate times and divided by a factor, keep what
    * lowers the loss, halve the step (in log) when nothing does. */
   for (double step = log(16.0); step > 1e-4;) {
@@ -220,7 +281,13 @@ rf_status rf_sim_calibrate(rf_cluster *c, int device, const rf_sim_sample *s, in
       for (int sign = -1; sign <= 1; sign += 2) {
         double keep = *v[k], trial;
         *v[k] = keep * exp(sign * step);
-        RF_TRY(loss(c, s, n, &trial, NULL));
+        /* Only rates a cluster file could hold: a rate the samples barely touch could
+         * otherwise run off to infinity, where the flow model cannot share it out. */
+        if (!(*v[k] >= lo[k] && *v[k] <= hi[k])) {
+          *v[k] = keep;
+          continue;
+        }
+        RF_TRY(loss(c, s, n, sh, &trial, NULL));
         if (trial < best * (1 - 1e-12)) {
           best = trial;
           moved = 1;
@@ -233,5 +300,5 @@ rf_status rf_sim_calibrate(rf_cluster *c, int device, const rf_sim_sample *s, in
   }
   for (int k = 0; k < RF_SIM_KNOBS; k++)
     out->after[k] = *v[k];
-  return loss(c, s, n, &best, &out->worst_error);
+  return loss(c, s, n, sh, &best, &out->worst_error);
 }

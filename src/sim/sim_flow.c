@@ -100,34 +100,48 @@ static int index_links(sim_solver *s, const sim_flow *f, int n) {
   return used;
 }
 
+/* A link rate the filling cannot share out: a cluster's rates are checked when it loads and
+ * the fit keeps them in range, so this is a bug's mark, refused rather than looped on. */
+static rf_status bad_share(double share) {
+  return rf_fail(RF_ERR_INTERNAL,
+                 "the flow model met a link share of %g bytes/s; every link rate must be finite "
+                 "and positive (at most %g bytes/s)",
+                 share, RF_SIM_RATE_MAX);
+}
+
 /* One round of progressive filling over the active flows: every unfrozen flow's rate rises to
- * the smallest fair share of the links it crosses, link by link from the tightest. */
-static void fill(sim_solver *s, const sim_flow *f, int n, int used, const double *cap) {
+ * the smallest fair share of the links it crosses, link by link from the tightest. Each pass
+ * freezes every flow through one link, so at most `used` passes run; a share that is not a
+ * finite positive rate (an infinite or a zero link) is an error, not a flow left unset. */
+static rf_status fill(sim_solver *s, const sim_flow *f, int n, int used, const double *cap) {
+  int unfrozen = 0;
   for (int j = 0; j < used; j++) {
     s->left[j] = cap[s->global[j]];
     s->count[j] = 0;
   }
   for (int i = 0; i < n; i++) {
     s->frozen[i] = s->done[i];
+    unfrozen += !s->done[i];
     for (int k = 0; !s->done[i] && k < f[i].nres; k++)
       s->count[s->local[f[i].res[k]]]++;
   }
-  for (;;) {
+  for (int pass = 0; unfrozen > 0 && pass < used; pass++) {
     int tight = -1;
     double share = INFINITY;
     for (int j = 0; j < used; j++)
-      if (s->count[j] > 0 && s->left[j] / s->count[j] < share) {
+      if (s->count[j] > 0 && (tight < 0 || s->left[j] / s->count[j] < share)) {
         share = s->left[j] / s->count[j];
         tight = j;
       }
-    if (tight < 0)
-      return;
+    if (tight < 0 || !(share > 0 && share <= RF_SIM_RATE_MAX))
+      return bad_share(share);
     for (int t = s->first[tight]; t < s->first[tight + 1]; t++) {
       int i = s->through[t];
       if (s->frozen[i])
         continue;
       s->rate[i] = share;
       s->frozen[i] = 1;
+      unfrozen--;
       for (int k = 0; k < f[i].nres; k++) {
         int j = s->local[f[i].res[k]];
         s->left[j] -= share;
@@ -135,6 +149,7 @@ static void fill(sim_solver *s, const sim_flow *f, int n, int used, const double
       }
     }
   }
+  return unfrozen == 0 ? RF_OK : bad_share(NAN);
 }
 
 rf_status sim_solve(sim_solver *s, const sim_flow *f, int n, const double *cap, double *end) {
@@ -147,21 +162,28 @@ rf_status sim_solve(sim_solver *s, const sim_flow *f, int n, const double *cap, 
     s->done[i] = !(f[i].bytes > 0) || f[i].nres == 0;
     active += !s->done[i];
   }
+  /* Every round ends at least the flow that ends first, so n rounds at most. */
   double now = 0.0;
-  while (active > 0) {
-    fill(s, f, n, used, cap);
+  rf_status st = RF_OK;
+  for (int round = 0; st == RF_OK && active > 0 && round < n; round++) {
+    st = fill(s, f, n, used, cap);
     double step = INFINITY;
-    for (int i = 0; i < n; i++)
-      if (!s->done[i])
-        step = RF_MIN(step, s->remaining[i] / s->rate[i]);
+    int first = -1;
+    for (int i = 0; st == RF_OK && i < n; i++)
+      if (!s->done[i] && (first < 0 || s->remaining[i] / s->rate[i] < step)) {
+        step = s->remaining[i] / s->rate[i];
+        first = i;
+      }
+    if (st != RF_OK)
+      break;
     now += step;
     /* Flows that end within a rounding error of the first end together, so equal flows give
-     * one event and exact times. */
+     * one event and exact times; the first ends whatever its rounding. */
     for (int i = 0; i < n; i++) {
       if (s->done[i])
         continue;
       s->remaining[i] -= s->rate[i] * step;
-      if (s->remaining[i] <= 1e-9 * f[i].bytes) {
+      if (i == first || s->remaining[i] <= 1e-9 * f[i].bytes) {
         s->done[i] = 1;
         active--;
       }
@@ -170,5 +192,5 @@ rf_status sim_solve(sim_solver *s, const sim_flow *f, int n, const double *cap, 
   for (int j = 0; j < used; j++)
     s->local[s->global[j]] = -1;
   *end = now;
-  return RF_OK;
+  return st;
 }
