@@ -101,14 +101,14 @@ static rf_status plan_transfer(plan_builder *b, int64_t *load, int64_t *rooted) 
   rf_plan *plan = b->plan;
   const rf_layout *lay = plan->layout;
   int R = lay->rollout.tp, P = lay->rollout.dp;
-  rf_status st = RF_OK;
+  plan_sources *sources = NULL;
+  rf_status st = plan_sources_open(b, load, &sources);
   for (int i = 0; i < lay->model->tensor_count && st == RF_OK; i++) {
     int t = lay->order[i], shared = rf_layout_rollout_shared(lay, t), root = 0;
     for (int p = 1; p < P && !shared; p++)
       root = rooted[p] < rooted[root] ? p : root;
     plan->root[t] = shared ? -1 : root;
-    plan_sources *sources = NULL;
-    st = plan_sources_build(b, t, load, &sources);
+    plan_sources_select(sources, t);
     int first = shared ? 0 : root * R, end = shared ? R * P : root * R + R;
     for (int r = first; r < end && st == RF_OK; r++) {
       rf_box want = rf_layout_rollout_box(lay, t, r);
@@ -119,8 +119,8 @@ static rf_status plan_transfer(plan_builder *b, int64_t *load, int64_t *rooted) 
       if (!shared)
         rooted[root] += rf_box_numel(&want) * rf_dtype_size(lay->model->tensors[t].dtype);
     }
-    plan_sources_free(sources);
   }
+  plan_sources_free(sources);
   return st;
 }
 
