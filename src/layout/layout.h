@@ -191,5 +191,8 @@ int rf_layout_fp8_aligned(const rf_layout *lay, int tensor, const rf_box *box);
 /* Whether a rollout rank's copy of the tensor serves every engine replica (an expert under
  * rollout ep lives on one rank of the whole rollout group) rather than its own replica only. */
 int rf_layout_rollout_shared(const rf_layout *lay, int tensor);
+/* The one rollout rank that holds a shared tensor, or -1 for a tensor that is not shared: the
+ * planner asks it rather than every rollout rank's box. */
+int rf_layout_rollout_owner(const rf_layout *lay, int tensor);
 
 #endif

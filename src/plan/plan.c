@@ -35,7 +35,10 @@ static rf_status build_p2p(plan_builder *b) {
   for (int i = 0; i < lay->model->tensor_count && st == RF_OK; i++) {
     int t = lay->order[i];
     plan_sources_select(sources, t);
-    for (int r = 0; r < lay->rollout_ranks && st == RF_OK; r++) {
+    /* An expert under rollout ep has one rollout rank: the others' boxes are empty. */
+    int owner = rf_layout_rollout_owner(lay, t);
+    int first = owner >= 0 ? owner : 0, end = owner >= 0 ? owner + 1 : lay->rollout_ranks;
+    for (int r = first; r < end && st == RF_OK; r++) {
       rf_box want = rf_layout_rollout_box(lay, t, r);
       if (!rf_box_is_empty(&want))
         st = plan_cover_from_trainers(b, sources, t, RF_STAGE_TRANSFER, r,

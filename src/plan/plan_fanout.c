@@ -109,7 +109,8 @@ static rf_status plan_transfer(plan_builder *b, int64_t *load, int64_t *rooted) 
       root = rooted[p] < rooted[root] ? p : root;
     plan->root[t] = shared ? -1 : root;
     plan_sources_select(sources, t);
-    int first = shared ? 0 : root * R, end = shared ? R * P : root * R + R;
+    int owner = rf_layout_rollout_owner(lay, t); /* a shared tensor's one rank */
+    int first = shared ? owner : root * R, end = shared ? owner + 1 : root * R + R;
     for (int r = first; r < end && st == RF_OK; r++) {
       rf_box want = rf_layout_rollout_box(lay, t, r);
       if (rf_box_is_empty(&want))
