@@ -102,8 +102,8 @@ expect_grep 'send bytes       min 139904 (136.62 KiB)  max 139904 (136.62 KiB)  
 
 # Expert parallelism plans by the ranks that hold each expert, not tensors x trainer ranks.
 # Each command runs under `timeout 60` with its peak resident memory measured; the bounds are
-# guards against the old planner coming back (DeepSeek-V3 below took 40 s of CPU, the 65,536
-# experts hours), not benchmarks: both take about a second, three under ASan.
+# guards against the old planner coming back (DeepSeek-V3 below took 77 s of CPU, the 65,536
+# experts more than ten minutes), not benchmarks: both take about a second, three under ASan.
 measure() {
   local what=$1
   shift
