@@ -13,10 +13,86 @@ static const char *model_path(const char *name, char *buf, size_t len) {
   return buf;
 }
 
+/* The layout names the trainer ranks that can hold each tensor (rf_layout_trainer_candidates),
+ * and the planner looks at no other: they must be, ascending, exactly the ranks whose box is
+ * not empty. */
+static void check_candidates(const rf_layout *lay) {
+  int *ranks = malloc((size_t)(lay->trainer_ranks / lay->trainer.pp) * sizeof *ranks);
+  ASSERT_TRUE(ranks);
+  for (int t = 0; t < lay->model->tensor_count; t++) {
+    int n = rf_layout_trainer_candidates(lay, t, ranks), k = 0;
+    ASSERT_EQ(rf_layout_trainer_candidates(lay, t, NULL), n);
+    for (int r = 0; r < lay->trainer_ranks; r++) {
+      rf_box b = rf_layout_trainer_box(lay, t, r);
+      if (rf_box_is_empty(&b))
+        continue;
+      ASSERT_LT(k, n);
+      ASSERT_EQ(ranks[k++], r);
+    }
+    ASSERT_EQ(k, n);
+  }
+  free(ranks);
+}
+
+/* A distance of three levels: the same process, the same node (node_of), another node. */
+static int node_distance(void *ctx, int a, int b) {
+  const int *node_of = ctx;
+  return a == b ? 0 : node_of[a] == node_of[b] ? 1 : 2;
+}
+
+/* The sources of every expert of tiny-mixtral (4 experts of 12 KiB a tensor, 2 layers) with
+ * replicas: trainer ep=2,dp=2 holds expert e on trainer ranks e / 2 (replica 0) and 2 + e / 2
+ * (replica 1); the rollout tp=2,ep holds experts 0-1 on rollout rank 0 and 2-3 on rollout rank
+ * 1. Each expert tensor is one piece, the whole expert, to its rollout rank. */
+static void expert_replicas(const rf_model *m) {
+  rf_trainer_layout tl = {.fsdp = 1, .tp = 1, .dp = 2, .ep = 2, .pp = 1};
+  rf_rollout_layout rl = {.tp = 2, .dp = 1, .ep = 1};
+  rf_layout lay;
+  ASSERT_OK(rf_layout_init(&lay, m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED));
+  /* Every rank equally far: the least loaded of an expert's two holders, then the lower. The
+   * dense tensors before layer 0's experts leave ranks 2 and 3 more than one expert's bytes and
+   * at most two lighter than ranks 0 and 1, so each pair's first two tensors come from replica
+   * 1 and the pair then alternates as the loads even out. In storage order: gate and up expert
+   * by expert, then the downs. */
+  static const int by_load[2][12] = {{2, 2, 0, 2, 3, 3, 1, 3, 0, 2, 1, 3},
+                                     {2, 0, 2, 0, 3, 1, 3, 1, 2, 0, 3, 1}};
+  /* With a distance, replica 1 shares a node with the rollout (world ranks 4 and 5) and
+   * replica 0 is on another: everything comes from replica 1, asked of an opaque distance and
+   * through the node index alike. */
+  int node_of[6] = {0, 0, 1, 1, 1, 1};
+  rf_plan_options opaque = {.distance = node_distance, .distance_ctx = node_of};
+  rf_plan_options nodes = {node_distance, node_of, node_of};
+  const rf_plan_options *options[3] = {NULL, &opaque, &nodes};
+  for (int o = 0; o < 3; o++) {
+    rf_plan plan;
+    ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, options[o]));
+    check_choices(&plan, options[o]);
+    int seen[2] = {0, 0};
+    for (int i = 0; i < plan.piece_count; i++) {
+      const rf_piece *p = &plan.pieces[i];
+      const rf_tensor *t = &m->tensors[p->tensor];
+      if (o)
+        ASSERT_GE(p->src, 2);
+      if (t->expert < 0)
+        continue;
+      rf_box whole = rf_box_whole(t);
+      ASSERT_TRUE(rf_box_equal(&p->box, &whole));
+      ASSERT_EQ(p->dst, t->expert / 2);
+      int k = seen[t->layer]++;
+      ASSERT_EQ(p->src, o ? 2 + t->expert / 2 : by_load[t->layer][k]);
+    }
+    ASSERT_EQ(seen[0], 12);
+    ASSERT_EQ(seen[1], 12);
+    rf_plan_free(&plan);
+  }
+  rf_layout_free(&lay);
+}
+
 /* One layout pair, every plan kind: the checks of plan_checks.h and the slot tiling on every
  * rollout rank, whose bytes must add up to the p2p plan's transfer bytes. */
 static int check_layout(rf_layout *lay) {
   int built = 0;
+  check_candidates(lay);
   for (int kind = RF_PLAN_P2P; kind <= RF_PLAN_FANOUT; kind++) {
     rf_plan plan;
     rf_status st = rf_plan_build(&plan, lay, (rf_plan_kind)kind, NULL);
@@ -79,6 +155,13 @@ int main(void) {
   static const char *models[] = {"tiny-mixtral",  "tiny-deepseek",    "mixtral-8x7b",
                                  "qwen3-30b-a3b", "deepseek-v2-lite", "deepseek-v3"};
   static const int sizes[] = {1, 2, 4, 8}, stages[] = {1, 2, 3, 4};
+  {
+    char path[1024];
+    rf_model m;
+    ASSERT_OK(rf_model_load(model_path("tiny-mixtral", path, sizeof path), &m));
+    expert_replicas(&m);
+    rf_model_free(&m);
+  }
   srand(20261203);
   rf_log_push_quiet(1); /* random layouts that do not divide are expected here */
   int built = 0, rejected = 0, with_ep = 0, with_pp = 0, with_rollout_ep = 0;

@@ -156,6 +156,11 @@ int rf_layout_tensor_stage(const rf_layout *lay, int tensor);
 /* The box of tensor `tensor` stored on a trainer rank (empty when its stage or ep rank does
  * not hold it). */
 rf_box rf_layout_trainer_box(const rf_layout *lay, int tensor, int trainer_rank);
+/* The trainer ranks that can hold a tensor, ascending: those of its pipeline stage and, for a
+ * routed expert, of its ep rank; every other rank's box is empty. Writes them to `ranks` (room
+ * for trainer_ranks / pp) unless it is NULL, and returns how many. The planner asks this rather
+ * than every rank's box, which for an expert would cost all trainer ranks to find a few. */
+int rf_layout_trainer_candidates(const rf_layout *lay, int tensor, int *ranks);
 /* With --trainer-order jax, 2-D linear weights (and lm_head) are stored transposed, the way
  * the JAX trainer keeps them ([in, out]); embeddings and 1-D tensors keep HF order. */
 int rf_layout_trainer_transposed(const rf_layout *lay, int tensor);
@@ -186,5 +191,8 @@ int rf_layout_fp8_aligned(const rf_layout *lay, int tensor, const rf_box *box);
 /* Whether a rollout rank's copy of the tensor serves every engine replica (an expert under
  * rollout ep lives on one rank of the whole rollout group) rather than its own replica only. */
 int rf_layout_rollout_shared(const rf_layout *lay, int tensor);
+/* The one rollout rank that holds a shared tensor, or -1 for a tensor that is not shared: the
+ * planner asks it rather than every rollout rank's box. */
+int rf_layout_rollout_owner(const rf_layout *lay, int tensor);
 
 #endif

@@ -73,6 +73,11 @@ int rf_layout_rollout_shared(const rf_layout *lay, int tensor) {
   return expert_parallel(lay, &lay->model->tensors[tensor]);
 }
 
+int rf_layout_rollout_owner(const rf_layout *lay, int tensor) {
+  const rf_tensor *t = &lay->model->tensors[tensor];
+  return expert_parallel(lay, t) ? (int)(t->expert / lay->expert_group) : -1;
+}
+
 rf_box rf_layout_rollout_box(const rf_layout *lay, int tensor, int rollout_rank) {
   const rf_model *m = lay->model;
   const rf_tensor *t = &m->tensors[tensor];

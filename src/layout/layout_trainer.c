@@ -222,6 +222,28 @@ rf_box rf_layout_trainer_box(const rf_layout *lay, int tensor, int trainer_rank)
   return b;
 }
 
+int rf_layout_trainer_candidates(const rf_layout *lay, int tensor, int *ranks) {
+  const rf_tensor *t = &lay->model->tensors[tensor];
+  const rf_trainer_layout *tl = &lay->trainer;
+  int mesh = tl->fsdp * tl->tp, stage = rf_layout_tensor_stage(lay, tensor);
+  /* The numbering of layout.h: a trainer replica d's ranks of stage s and ep rank x are the
+   * mesh ranks from ((d*PP + s)*EP + x)*F*T on. */
+  int x_lo = 0, x_hi = tl->ep;
+  if (t->expert >= 0) {
+    x_lo = (int)(t->expert / (lay->model->experts / tl->ep));
+    x_hi = x_lo + 1;
+  }
+  int n = 0;
+  for (int d = 0; d < tl->dp; d++)
+    for (int x = x_lo; x < x_hi; x++) {
+      int first = ((d * tl->pp + stage) * tl->ep + x) * mesh;
+      for (int m = 0; ranks && m < mesh; m++)
+        ranks[n + m] = first + m;
+      n += mesh;
+    }
+  return n;
+}
+
 int rf_layout_trainer_transposed(const rf_layout *lay, int tensor) {
   if (lay->trainer.order != RF_ORDER_JAX)
     return 0;

@@ -30,19 +30,22 @@ static rf_status build_p2p(plan_builder *b) {
   int64_t *load = rf_calloc((size_t)lay->trainer_ranks, sizeof *load, "plan load");
   if (!load)
     return RF_ERR_NOMEM;
-  rf_status st = RF_OK;
+  plan_sources *sources = NULL;
+  rf_status st = plan_sources_open(b, load, &sources);
   for (int i = 0; i < lay->model->tensor_count && st == RF_OK; i++) {
     int t = lay->order[i];
-    plan_sources *sources = NULL;
-    st = plan_sources_build(b, t, load, &sources);
-    for (int r = 0; r < lay->rollout_ranks && st == RF_OK; r++) {
+    plan_sources_select(sources, t);
+    /* An expert under rollout ep has one rollout rank: the others' boxes are empty. */
+    int owner = rf_layout_rollout_owner(lay, t);
+    int first = owner >= 0 ? owner : 0, end = owner >= 0 ? owner + 1 : lay->rollout_ranks;
+    for (int r = first; r < end && st == RF_OK; r++) {
       rf_box want = rf_layout_rollout_box(lay, t, r);
       if (!rf_box_is_empty(&want))
         st = plan_cover_from_trainers(b, sources, t, RF_STAGE_TRANSFER, r,
                                       rf_layout_rollout_world_rank(lay, r), &want);
     }
-    plan_sources_free(sources);
   }
+  plan_sources_free(sources);
   free(load);
   return st;
 }

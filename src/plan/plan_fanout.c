@@ -101,15 +101,16 @@ static rf_status plan_transfer(plan_builder *b, int64_t *load, int64_t *rooted) 
   rf_plan *plan = b->plan;
   const rf_layout *lay = plan->layout;
   int R = lay->rollout.tp, P = lay->rollout.dp;
-  rf_status st = RF_OK;
+  plan_sources *sources = NULL;
+  rf_status st = plan_sources_open(b, load, &sources);
   for (int i = 0; i < lay->model->tensor_count && st == RF_OK; i++) {
     int t = lay->order[i], shared = rf_layout_rollout_shared(lay, t), root = 0;
     for (int p = 1; p < P && !shared; p++)
       root = rooted[p] < rooted[root] ? p : root;
     plan->root[t] = shared ? -1 : root;
-    plan_sources *sources = NULL;
-    st = plan_sources_build(b, t, load, &sources);
-    int first = shared ? 0 : root * R, end = shared ? R * P : root * R + R;
+    plan_sources_select(sources, t);
+    int owner = rf_layout_rollout_owner(lay, t); /* a shared tensor's one rank */
+    int first = shared ? owner : root * R, end = shared ? owner + 1 : root * R + R;
     for (int r = first; r < end && st == RF_OK; r++) {
       rf_box want = rf_layout_rollout_box(lay, t, r);
       if (rf_box_is_empty(&want))
@@ -119,8 +120,8 @@ static rf_status plan_transfer(plan_builder *b, int64_t *load, int64_t *rooted) 
       if (!shared)
         rooted[root] += rf_box_numel(&want) * rf_dtype_size(lay->model->tensors[t].dtype);
     }
-    plan_sources_free(sources);
   }
+  plan_sources_free(sources);
   return st;
 }
 

@@ -14,10 +14,12 @@ rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, i
                          const rf_box *box);
 
 /* The trainer ranks that hold each box of one tensor, indexed for choosing among them
- * (plan_sources.c). `load` (bytes each trainer rank sends, by trainer rank) is the builder's
- * and grows as pieces are added. */
+ * (plan_sources.c): opened once per plan, then pointed at each tensor in turn. `load` (bytes
+ * each trainer rank sends, by trainer rank) is the builder's and grows as pieces are added. */
 typedef struct plan_sources plan_sources;
-rf_status plan_sources_build(plan_builder *b, int tensor, int64_t *load, plan_sources **out);
+rf_status plan_sources_open(plan_builder *b, int64_t *load, plan_sources **out);
+/* Indexes the holders of `tensor`, in place of the tensor before. */
+void plan_sources_select(plan_sources *s, int tensor);
 void plan_sources_free(plan_sources *s);
 
 /* Covers `target` (a box of `tensor` wanted by destination `dst`, world rank `dst_world`) from

@@ -9,7 +9,14 @@
  * heap ordered by (load, rank) and an index by node. A destination then looks only at the
  * classes it overlaps, and in each at the holders on its own node (when the distance is known
  * to be "far" for every other node) or at the top of the heap. The choice is the same as the
- * naive scan's, piece for piece, so plans and their digests do not change. */
+ * naive scan's, piece for piece, so plans and their digests do not change.
+ *
+ * Nor does a tensor look at every trainer rank to find its holders: the layout names the ranks
+ * of its pipeline stage and, for a routed expert, of its ep rank (rf_layout_trainer_candidates).
+ * A model with tens of thousands of experts over as many ep ranks would otherwise cost tensors
+ * × trainer ranks, billions of boxes, before choosing anything. For the same reason the index
+ * is allocated once per plan, sized for the most holders a tensor can have, and each tensor
+ * resets only what the one before it used. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,17 +30,24 @@ typedef struct {
   int *heap;        /* count trainer ranks, a min-heap by (load, rank) */
 } source_class;
 
+typedef struct {
+  rf_box box;
+  int rank;
+} holder_box;
+
 struct plan_sources {
   const rf_layout *layout;
   const rf_plan_options *options;
   int64_t *load; /* the builder's load, by trainer rank */
+  int cap;       /* the most holders a tensor has: the trainer ranks of one stage */
+  int held;      /* the current tensor's holders */
   int class_count;
   source_class *classes; /* sorted by (lo[0], lo[1]) */
   int *holders;          /* trainer ranks grouped by class */
+  holder_box *sorted;    /* scratch: the holders and their boxes, to sort */
   int *by_node;          /* per class, its holders sorted by (node, rank); NULL without nodes */
   int *heap_pos;         /* [trainer rank]: index in its class's heap */
   int *class_of;         /* [trainer rank]: its class, -1 when it holds nothing */
-  rf_box *boxes;         /* [trainer rank] */
   int64_t *reach;        /* [class]: the largest hi[0] of classes 0..k, for the search */
   int *found;            /* scratch: the classes a target overlaps */
   int *heap_store;       /* the classes' heaps, one allocation */
@@ -89,9 +103,9 @@ static int box_order(const rf_box *a, const rf_box *b) {
 }
 
 static int by_box_then_rank(const void *pa, const void *pb) {
-  int a = *(const int *)pa, b = *(const int *)pb;
-  int c = box_order(&sort_ctx->boxes[a], &sort_ctx->boxes[b]);
-  return c ? c : (a > b) - (a < b);
+  const holder_box *a = pa, *b = pb;
+  int c = box_order(&a->box, &b->box);
+  return c ? c : (a->rank > b->rank) - (a->rank < b->rank);
 }
 
 static int by_node_then_rank(const void *pa, const void *pb) {
@@ -108,52 +122,67 @@ static int has_nodes(const plan_sources *s) {
   return s->options && s->options->distance && s->options->node_of;
 }
 
-rf_status plan_sources_build(plan_builder *b, int tensor, int64_t *load, plan_sources **out) {
+rf_status plan_sources_open(plan_builder *b, int64_t *load, plan_sources **out) {
   const rf_layout *lay = b->plan->layout;
-  int n = lay->trainer_ranks;
+  int n = lay->trainer_ranks, cap = n / lay->trainer.pp;
   plan_sources *s = rf_calloc(1, sizeof *s, "plan sources");
   if (!s)
     return RF_ERR_NOMEM;
   s->layout = lay;
   s->options = b->options;
   s->load = load;
-  s->classes = rf_calloc((size_t)n, sizeof *s->classes, "plan source classes");
-  s->holders = rf_malloc((size_t)n * sizeof *s->holders, "plan holders");
+  s->cap = cap;
+  s->classes = rf_malloc((size_t)cap * sizeof *s->classes, "plan source classes");
+  s->holders = rf_malloc((size_t)cap * sizeof *s->holders, "plan holders");
+  s->sorted = rf_malloc((size_t)cap * sizeof *s->sorted, "plan holder boxes");
   s->heap_pos = rf_malloc((size_t)n * sizeof *s->heap_pos, "plan heap");
   s->class_of = rf_malloc((size_t)n * sizeof *s->class_of, "plan classes");
-  s->boxes = rf_malloc((size_t)n * sizeof *s->boxes, "plan boxes");
-  s->found = rf_malloc((size_t)n * sizeof *s->found, "plan overlaps");
-  s->reach = rf_malloc((size_t)n * sizeof *s->reach, "plan reach");
-  int *heaps = s->heap_store = rf_malloc((size_t)n * sizeof *heaps, "plan heaps");
+  s->found = rf_malloc((size_t)cap * sizeof *s->found, "plan overlaps");
+  s->reach = rf_malloc((size_t)cap * sizeof *s->reach, "plan reach");
+  s->heap_store = rf_malloc((size_t)cap * sizeof *s->heap_store, "plan heaps");
   if (has_nodes(s))
-    s->by_node = rf_malloc((size_t)n * sizeof *s->by_node, "plan holders by node");
-  if (!s->classes || !s->holders || !s->heap_pos || !s->class_of || !s->boxes || !s->found ||
-      !s->reach || !heaps || (has_nodes(s) && !s->by_node)) {
+    s->by_node = rf_malloc((size_t)cap * sizeof *s->by_node, "plan holders by node");
+  if (!s->classes || !s->holders || !s->sorted || !s->heap_pos || !s->class_of || !s->found ||
+      !s->reach || !s->heap_store || (has_nodes(s) && !s->by_node)) {
     plan_sources_free(s);
     return RF_ERR_NOMEM;
   }
-  int held = 0;
-  for (int r = 0; r < n; r++) {
-    s->boxes[r] = rf_layout_trainer_box(lay, tensor, r);
+  for (int r = 0; r < n; r++)
     s->class_of[r] = -1;
-    if (!rf_box_is_empty(&s->boxes[r]))
-      s->holders[held++] = r;
+  *out = s;
+  return RF_OK;
+}
+
+void plan_sources_select(plan_sources *s, int tensor) {
+  const rf_layout *lay = s->layout;
+  for (int i = 0; i < s->held; i++) /* the tensor before this one's */
+    s->class_of[s->holders[i]] = -1;
+  s->held = s->class_count = 0;
+  /* Candidates ascend, as a scan by rank would meet them; the sort keeps ranks ascending
+   * inside a class. */
+  int n = rf_layout_trainer_candidates(lay, tensor, s->holders);
+  for (int i = 0; i < n; i++) {
+    holder_box h = {rf_layout_trainer_box(lay, tensor, s->holders[i]), s->holders[i]};
+    if (!rf_box_is_empty(&h.box))
+      s->sorted[s->held++] = h;
   }
-  sort_ctx = s;
-  qsort(s->holders, (size_t)held, sizeof *s->holders, by_box_then_rank);
-  for (int i = 0; i < held; i++) {
-    int r = s->holders[i];
+  qsort(s->sorted, (size_t)s->held, sizeof *s->sorted, by_box_then_rank);
+  for (int i = 0; i < s->held; i++) {
+    const holder_box *h = &s->sorted[i];
     source_class *c = &s->classes[s->class_count - 1];
-    if (s->class_count == 0 || !rf_box_equal(&c->box, &s->boxes[r])) {
+    if (s->class_count == 0 || !rf_box_equal(&c->box, &h->box)) {
       c = &s->classes[s->class_count++];
-      c->box = s->boxes[r];
+      c->box = h->box;
       c->first = i;
-      c->min_rank = r; /* ranks ascend inside a class */
-      c->heap = heaps + i;
+      c->count = 0;
+      c->min_rank = h->rank; /* ranks ascend inside a class */
+      c->heap = s->heap_store + i;
     }
     c->count++;
-    s->class_of[r] = s->class_count - 1;
+    s->holders[i] = h->rank;
+    s->class_of[h->rank] = s->class_count - 1;
   }
+  sort_ctx = s;
   for (int k = 0; k < s->class_count; k++) {
     source_class *c = &s->classes[k];
     for (int i = 0; i < c->count; i++) {
@@ -170,8 +199,6 @@ rf_status plan_sources_build(plan_builder *b, int tensor, int64_t *load, plan_so
   sort_ctx = NULL;
   for (int k = 0; k < s->class_count; k++)
     s->reach[k] = RF_MAX(k ? s->reach[k - 1] : 0, s->classes[k].box.hi[0]);
-  *out = s;
-  return RF_OK;
 }
 
 void plan_sources_free(plan_sources *s) {
@@ -181,10 +208,10 @@ void plan_sources_free(plan_sources *s) {
   free(s->reach);
   free(s->classes);
   free(s->holders);
+  free(s->sorted);
   free(s->by_node);
   free(s->heap_pos);
   free(s->class_of);
-  free(s->boxes);
   free(s->found);
   free(s);
 }

@@ -80,12 +80,12 @@ rf_status plan_build_star(plan_builder *b) {
     free(load);
     return RF_ERR_NOMEM;
   }
-  rf_status st = RF_OK;
   /* Stage 1: every trainer rank gathers its coupling box from the trainer layout, from itself
    * first (the default distance makes the same process nearest). */
+  plan_sources *sources = NULL;
+  rf_status st = plan_sources_open(b, load, &sources);
   for (int t = 0; t < nt && st == RF_OK; t++) {
-    plan_sources *sources = NULL;
-    st = plan_sources_build(b, t, load, &sources);
+    plan_sources_select(sources, t);
     for (int j = 0; j < T && st == RF_OK; j++) {
       rf_box *c = &plan->coupling[(size_t)t * (size_t)T + (size_t)j];
       st = coupling_box(plan, t, j, c);
@@ -93,8 +93,8 @@ rf_status plan_build_star(plan_builder *b) {
         st = plan_cover_from_trainers(b, sources, t, RF_STAGE_RESHAPE, j,
                                       rf_layout_trainer_world_rank(lay, j), c);
     }
-    plan_sources_free(sources);
   }
+  plan_sources_free(sources);
   /* Stage 2: arms to centre (fan-in) or centre to arms (fan-out), once per engine replica. */
   int k = plan->star_arms;
   for (int t = 0; t < nt && st == RF_OK; t++) {

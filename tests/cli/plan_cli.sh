@@ -100,6 +100,45 @@ timeout 60 "$REFIT" plan --model tiny --trainer fsdp=2,dp=4096 --rollout tp=2,dp
 expect_grep 'pieces           253952 (0 reshape, 0 local copies)' "$TMP/out"
 expect_grep 'send bytes       min 139904 (136.62 KiB)  max 139904 (136.62 KiB)  per trainer rank' "$TMP/out"
 
+# Expert parallelism plans by the ranks that hold each expert, not tensors x trainer ranks.
+# Each command runs under `timeout 60` with its peak resident memory measured; the bounds are
+# guards against the old planner coming back (DeepSeek-V3 below took 77 s of CPU, the 65,536
+# experts more than ten minutes), not benchmarks: both take about a second, three under ASan.
+measure() {
+  local what=$1
+  shift
+  /usr/bin/python3 -c 'import resource, subprocess, sys
+with open(sys.argv[1], "w") as out:
+    rc = subprocess.call(["timeout", "60"] + sys.argv[2:], stdout=out)
+print(rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)' \
+    "$TMP/out" "$@" >"$TMP/bounds"
+  read -r rc mib <"$TMP/bounds"
+  [ "$rc" -ne 124 ] || fail "$what did not finish within 60 s"
+  [ "$rc" -eq 0 ] || fail "$what exited $rc"
+  # ASan's shadow memory and quarantine (make sanitize sets REFIT_TEST_SLACK) are not refit's.
+  [ -n "${REFIT_TEST_SLACK:-}" ] || [ "$mib" -lt 512 ] || fail "$what needed $mib MiB, more than 512"
+}
+# DeepSeek-V3 over 15,616 trainer ranks (ep=256, pp=61): each expert tensor is held by one.
+measure "planning deepseek-v3 ep=256,pp=61" \
+  "$REFIT" plan --model deepseek-v3 --trainer ep=256,pp=61 --rollout tp=8,ep
+expect_grep "pieces           51352 (0 reshape, 0 local copies)" "$TMP/out"
+expect_grep "blocks           36504 transfer pieces once those contiguous on both ends are joined" "$TMP/out"
+expect_grep "transfer bytes   1356485951488 (1.23 TiB)" "$TMP/out"
+expect_grep "send bytes       min 0 (0 B)  max 319750144 (304.94 MiB)  per trainer rank" "$TMP/out"
+expect_grep "recv bytes       min 169560743936 (157.92 GiB)  max 169560743936 (157.92 GiB)  per rollout rank" "$TMP/out"
+expect_grep "digest           29417c0ba3f2e0f2" "$TMP/out"
+# The small Mixtral with 65,536 experts, one per trainer rank: 393,233 tensors.
+sed 's/"num_local_experts": 4/"num_local_experts": 65536/' \
+  "$REFIT_SOURCE_DIR/tests/data/tiny-mixtral.json" >"$TMP/mixtral-64k.json"
+measure "planning 65536 experts over ep=65536" \
+  "$REFIT" plan --model "$TMP/mixtral-64k.json" --trainer ep=65536 --rollout tp=4,ep
+expect_grep "tensors          393233 logical, 17 per rollout rank (fused)" "$TMP/out"
+expect_grep "pieces           393284 (0 reshape, 0 local copies)" "$TMP/out"
+expect_grep "blocks           262212 transfer pieces once those contiguous on both ends are joined" "$TMP/out"
+expect_grep "send bytes       min 73728 (72.00 KiB)  max 8462336 (8.07 MiB)  per trainer rank" "$TMP/out"
+expect_grep "recv bytes       min 1224786560 (1.14 GiB)  max 1224786560 (1.14 GiB)  per rollout rank" "$TMP/out"
+expect_grep "digest           14387fa4df0b060d" "$TMP/out"
+
 # Unknown model: one line listing what exists; exit 2.
 expect_exit 2 "$REFIT" plan --model llama-9
 expect_grep "unknown model 'llama-9'" "$TMP/err"
