@@ -199,8 +199,11 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, const run_setup 
         rf_engine_corrupt(e);
     }
     double *times = it < warmup ? scratch : mine + (size_t)(it - warmup) * RF_PHASE_COUNT;
+    /* Every rank enters the barrier, a rank whose poisoning failed too: one that went straight
+     * to the agreement would meet the others' barrier in its collective. */
+    rf_status entered = rf_control_barrier(ctl, ctl->world, "the iteration barrier");
     if (st == RF_OK)
-      st = rf_control_barrier(ctl, ctl->world, "the iteration barrier");
+      st = entered;
     if (st == RF_OK)
       st = rf_engine_iterate(e, times, stall);
     /* The others may be waiting for this rank's messages: they hear of its failure at once
