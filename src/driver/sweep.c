@@ -226,7 +226,7 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
     rf_log_pop_quiet();
     *timed_out |= everyone.timed_out;
   }
-  int verify_failed = 0;
+  int verify_failed = 0, ran = 0;
   for (int c = 0; c < n && st == RF_OK; c++) {
     verdict v = {0};
     st = combination_config(cfg, c, one, slot.params, sizeof slot.params);
@@ -252,12 +252,22 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
       slot.left_after = slot.size - (slot.first_index - 1) - slot.runs;
       st = job(one, &slot, timed_out);
       slot.done_before += slot.runs;
+      ran++;
       if (st == RF_ERR_VERIFY && !*timed_out) {
         verify_failed = 1; /* recorded in the results file; the next combination goes on */
         st = RF_OK;
       }
     }
     slot.first_index += slot.runs;
+  }
+  /* A sweep that measured nothing is not a pass: every combination was skipped, each with its
+   * reason printed above. */
+  if (st == RF_OK && !cfg->dry_run && sw->axis_count > 0 && ran == 0) {
+    if (rank == 0)
+      RF_ERROR("%s: every combination of the sweep was skipped (reasons above); fix the lists "
+               "or the checkpoint",
+               cfg->config[0] ? cfg->config : "refit run");
+    st = RF_ERR_USAGE;
   }
   if (rank == 0)
     fflush(stdout);

@@ -153,6 +153,13 @@ run 2/6: model=tiny mode=fused
 skip 3-4/6: model=$TMP/wide.json: $CKREASON
 run 5/6: model=tiny mode=grouped
 run 6/6: model=tiny mode=fused"
+# A sweep none of whose combinations can run measured nothing: exit 2 after the skips.
+printf '{"model": ["%s", "%s"], "trainer": "fsdp=2", "rollout": "tp=2", "warmup": 0, "iters": 1}' \
+  "$TMP/wide.json" "$TMP/wide.json" >"$TMP/wides.json"
+expect_error_mpi 2 "refit: error: $TMP/wides.json: every combination of the sweep was skipped \
+(reasons above); fix the lists or the checkpoint" "${MPIRUN[@]}" -np 4 "$REFIT" run \
+  --config "$TMP/wides.json" --checkpoint "$TMP/tiny.safetensors"
+expect_same "a sweep of skips only" "$(grep -c '^skip ' "$TMP/out")" 2
 
 # ---- lists on the command line: ',' between values, ';' between layouts ---------------------
 expect_exit 0 "$REFIT" run --model tiny --plan star,p2p --dry-run
