@@ -74,8 +74,7 @@ static void tighten_timer_slack(void) {
 #endif
 }
 
-/* Polls until done, an error or the deadline; between polls it naps (after a thousand
- * spins) or, with `naps` 0, only yields the core. */
+/* The second check of every poll (core.h, rf_poll_set_watch). */
 static rf_poll_fn poll_watch;
 static void *poll_watch_ctx;
 
@@ -84,6 +83,8 @@ void rf_poll_set_watch(rf_poll_fn watch, void *ctx) {
   poll_watch_ctx = ctx;
 }
 
+/* Polls until done, an error or the deadline; between polls it naps (after a thousand
+ * spins) or, with `naps` 0, only yields the core. */
 static rf_status poll_until(rf_poll_fn poll, void *ctx, double seconds, int naps) {
   tighten_timer_slack();
   double deadline = rf_now() + seconds;
