@@ -54,6 +54,13 @@ static rf_status run_model(const char *path, int run, char *model, size_t len) {
   if (!config)
     return RF_ERR_NOMEM;
   snprintf(name, sizeof name, "%s", model);
+  if (!rf_job_model_name_ok(name)) {
+    free(config);
+    return rf_fail(RF_ERR_RESULTS,
+                   "results file '%s' run %04d: attribute 'model' is '%s', not a model's name; "
+                   "give a results file written by 'refit run --output'",
+                   path, run, name);
+  }
   rf_log_push_quiet(1); /* runs written before config_json have none */
   rf_status st = rf_results_run_attribute(path, run, "config_json", config, CONFIG_MAX);
   rf_log_pop_quiet();

@@ -11,11 +11,23 @@
 #include "io/io.h"
 #include "transport/transport.h"
 
+static int ends_with_json(const char *s) {
+  size_t n = strlen(s);
+  return n >= 5 && strcmp(s + n - 5, ".json") == 0;
+}
+
+int rf_job_model_name_ok(const char *name) {
+  return name[0] && !strchr(name, '/') && !ends_with_json(name);
+}
+
 void rf_job_model_of_run(const char *name, const char *config_json, char *out, size_t len) {
   snprintf(out, len, "%s", name);
   json_t *cfg = config_json ? json_loads(config_json, 0, NULL) : NULL;
   const char *given = cfg ? json_string_value(json_object_get(cfg, "model")) : NULL;
-  if (given && strchr(given, '/') && access(given, R_OK) == 0)
+  char stem[RF_PATH_MAX] = "";
+  if (given && strchr(given, '/') && ends_with_json(given))
+    rf_model_stem(given, stem, sizeof stem);
+  if (stem[0] && strcmp(stem, name) == 0 && access(given, R_OK) == 0)
     snprintf(out, len, "%s", given);
   json_decref(cfg);
 }

@@ -28,9 +28,13 @@ rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job);
  * own (refit simulate, with the described cluster's distances). */
 rf_status rf_job_build_layout(const rf_config *cfg, int world_size, rf_job *job);
 /* The model a recorded run moved, for rebuilding or checking it: its name, unless the run was
- * given a config.json by path (its options, config_json, keep what --model said; NULL: none)
- * and that file is still there. */
+ * given a model file by path (its options, config_json, keep what --model said; NULL: none),
+ * that file is a .json file of that name (rf_model_stem) and it is still there. A results file
+ * is outside input: only a file its own run could have named is opened. */
 void rf_job_model_of_run(const char *name, const char *config_json, char *out, size_t len);
+/* Whether a recorded `model` attribute is a model's name, as refit run records it, rather than
+ * a path, which refit would then open: callers refuse it in one line naming file and run. */
+int rf_job_model_name_ok(const char *name);
 /* The model of --model with the --dtype override; on error nothing is left to free. */
 rf_status rf_job_load_model(const rf_config *cfg, rf_model *model);
 /* Builds the job's plan again with `options` (the topology's distances), keeping its kind.

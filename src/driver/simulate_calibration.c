@@ -40,50 +40,16 @@ static int run_memory(const rf_loaded_run *r) {
   return strcmp(memory, "device") == 0 || r->gpu_versions[0] ? -1 : 0;
 }
 
-static int ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && strcmp(s + n - m, suffix) == 0;
-}
-
-/* The name refit run records for a model file: its stem, or for a file named config.json (the
- * Hugging Face layout) its directory's name; "" where the path names no directory. */
-static void path_stem(const char *path, char *out, size_t len) {
-  char buf[RF_PATH_MAX];
-  snprintf(buf, sizeof buf, "%s", path);
-  char *base = strrchr(buf, '/');
-  base = base ? base + 1 : buf;
-  if (strcmp(base, "config.json") != 0) {
-    base[strlen(base) - 5] = '\0'; /* the caller checked the .json suffix */
-    snprintf(out, len, "%s", base);
-    return;
-  }
-  *base = '\0';
-  size_t n = strlen(buf);
-  while (n > 0 && buf[n - 1] == '/')
-    buf[--n] = '\0';
-  const char *dir = strrchr(buf, '/') ? strrchr(buf, '/') + 1 : buf;
-  snprintf(out, len, "%s", strcmp(dir, ".") == 0 || strcmp(dir, "..") == 0 ? "" : dir);
-}
-
-/* The model a run moved. A results file is outside input: its `model` attribute must be what
- * refit run records there, a model's name, which refit looks up among the shipped models only.
- * A path is taken from the run's recorded options alone, and only a .json file of that name
- * (the file the name came from), so that no file names a file refit then opens. */
+/* The model a run moved (rf_job_model_of_run): a results file is outside input, so its `model`
+ * attribute must be a model's name, looked up among the shipped models, and no path in it names
+ * a file refit then opens. */
 static rf_status run_model(const char *path, const rf_loaded_run *r, char *model, size_t len) {
-  if (!r->model[0] || strchr(r->model, '/') || ends_with(r->model, ".json"))
+  if (!rf_job_model_name_ok(r->model))
     return rf_fail(RF_ERR_RESULTS,
                    "calibration %s: run /runs/%04d: attribute 'model' is '%s', not a model's "
                    "name; give a results file written by refit run",
                    path, r->number, r->model);
-  snprintf(model, len, "%s", r->model);
-  json_t *cfg = r->config_json ? json_loads(r->config_json, 0, NULL) : NULL;
-  const char *given = cfg ? json_string_value(json_object_get(cfg, "model")) : NULL;
-  char stem[RF_PATH_MAX] = "";
-  if (given && strchr(given, '/') && ends_with(given, ".json"))
-    path_stem(given, stem, sizeof stem);
-  if (stem[0] && strcmp(stem, r->model) == 0 && access(given, R_OK) == 0)
-    snprintf(model, len, "%s", given);
-  json_decref(cfg);
+  rf_job_model_of_run(r->model, r->config_json, model, len);
   return RF_OK;
 }
 

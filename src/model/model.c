@@ -147,7 +147,7 @@ static void copy_cut(char *out, size_t len, const char *s) {
 /* The model's name is the file's stem, except that a file literally named config.json (the
  * Hugging Face convention) is named after its directory. This is lexical on purpose: the HF
  * cache links config.json to a blob named by its hash, which realpath would expose. */
-static void model_stem(const char *path, char *out, size_t len) {
+void rf_model_stem(const char *path, char *out, size_t len) {
   char buf[PATH_MAX];
   snprintf(buf, sizeof buf, "%s", path);
   char *base = strrchr(buf, '/');
@@ -191,7 +191,7 @@ rf_status rf_model_load(const char *name_or_path, rf_model *model) {
     rf_model_free(model);
     return st;
   }
-  model_stem(path, model->name, sizeof model->name);
+  rf_model_stem(path, model->name, sizeof model->name);
   RF_DEBUG("model %s: %s from %s, %d tensors, %lld parameters", model->name, model->model_type,
            path, model->tensor_count, (long long)model->total_params);
   return RF_OK;

@@ -138,6 +138,9 @@ typedef struct {
  * that does not parse, an unsupported type or a missing/invalid field gives one error line
  * naming the file and key, and RF_ERR_MODEL. */
 rf_status rf_model_load(const char *name_or_path, rf_model *model);
+/* The name a model file goes by (rf_model.name, what refit run records): the file's stem, or
+ * for a file named config.json (the Hugging Face layout) its directory's name. */
+void rf_model_stem(const char *path, char *out, size_t len);
 void rf_model_free(rf_model *model);
 
 /* Changes the model's element type (the --dtype override) and the byte counts with it; tensors

@@ -112,6 +112,10 @@ def tensors_many(g, f):
     g["tensors"] = rows
     g["tensors"].attrs["replicas"] = g.attrs["replicas"] = 1
 
+def model_path(g, f):  # a model attribute that names a file for refit to open
+    g.attrs["model"] = "/etc/passwd"
+
+craft("mp.h5", model_path)
 craft("ts.h5", timings_strings)
 craft("tf.h5", tensors_floats)
 craft("tg.h5", tensors_group)
@@ -150,6 +154,10 @@ expect_error_mpi 2 "refit: error: results file '$TMP/rd.h5': /runs is a dataset,
   "${TRUN[@]}" "${RUN1[@]}" --output "$TMP/rd.h5"
 expect_error 2 "refit: error: results file '$TMP/cols.h5': dataset /runs/0000/tensors holds 3 rollout checksums a row but its run records 1 replicas; $TODO" \
   "${T[@]}" "$REFIT" verify "$TMP/cols.h5" --reference "$TMP/r.h5"
+# A run's model attribute is a model's name; verify opens no path a results file names.
+expect_exit 0 "${T[@]}" "$REFIT" checkpoint --model tiny --checkpoint "$TMP/tiny.safetensors"
+expect_error 2 "refit: error: results file '$TMP/mp.h5' run 0000: attribute 'model' is '/etc/passwd', not a model's name; $TODO" \
+  "${T[@]}" "$REFIT" verify "$TMP/mp.h5" --checkpoint "$TMP/tiny.safetensors"
 # The report and an append do not read tensors: they take such a file as it is.
 expect_exit 0 "${T[@]}" "$REFIT" report "$TMP/cols.h5" -o "$TMP/rep"
 
@@ -169,7 +177,7 @@ expect_grep "1,0,grouped,268435456,524288,1,256.5,507,512,256.5,256.5" "$TMP/rep
 
 expect_exit 1 "${T[@]}" "$REFIT" verify "$TMP/manyb.h5" --reference "$TMP/many.h5"
 [ "$(grep -c '^differs: ' "$TMP/out")" = 1 ] || fail "verify found other than one differing tensor: $(head -c 600 "$TMP/out")"
-expect_grep "differs: t3000  trainer 00000000016a80c8  rollout 00000000016a80c9  reference 00000000016a80c8" "$TMP/out"
+expect_grep "differs: t3000  trainer 00000000016a80c8  rollout 00000000016a80c9  reference trainer 00000000016a80c8  rollout 00000000016a80c8" "$TMP/out"
 expect_grep "# $TMP/manyb.h5 run 0000 against $TMP/many.h5: 1 of 4096 tensors differ" "$TMP/out"
 
 # ---- the copies of killed writers --------------------------------------------------------------
