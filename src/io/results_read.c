@@ -188,6 +188,27 @@ done:
   return st;
 }
 
+/* Opens the results file, the run (open_run's choice) and its tensors dataset; on failure
+ * nothing stays open. */
+static rf_status open_tensors(const rf_h5_source *src, int run, hid_t *f, hid_t *group, hid_t *dset,
+                              int *number) {
+  *group = *dset = H5I_INVALID_HID;
+  RF_TRY(rf_results_open_checked(src->path, 0, f));
+  rf_status st = open_run(src, *f, run, group, number);
+  if (st == RF_OK && H5Lexists(*group, "tensors", H5P_DEFAULT) <= 0)
+    st = rf_fail(RF_ERR_RESULTS, "results file '%s' run %04d has no tensors dataset", src->path,
+                 *number);
+  if (st == RF_OK)
+    st = rf_h5_open_object(src, *group, "tensors", H5I_DATASET, dset);
+  if (st != RF_OK) {
+    if (*group >= 0)
+      H5Gclose(*group);
+    H5Fclose(*f);
+    *group = H5I_INVALID_HID;
+  }
+  return st;
+}
+
 rf_status rf_results_read_checksums(const char *path, int run, int *run_read, int *count,
                                     char (**names)[RF_NAME_MAX], uint64_t **trainer,
                                     uint64_t **rollout) {
@@ -196,23 +217,17 @@ rf_status rf_results_read_checksums(const char *path, int run, int *run_read, in
   *trainer = *rollout = NULL;
   if (run_read)
     *run_read = -1;
-  hid_t f, group = H5I_INVALID_HID, dset = H5I_INVALID_HID;
-  RF_TRY(rf_results_open_checked(path, 0, &f));
+  hid_t f, group, dset;
   const rf_h5_source src = {
       .kind = "results file", .path = path, .bad = RF_ERR_RESULTS, .todo = WHAT_TO_DO};
   int number = -1;
-  rf_status st = open_run(&src, f, run, &group, &number);
-  if (st == RF_OK && H5Lexists(group, "tensors", H5P_DEFAULT) <= 0)
-    st = rf_fail(RF_ERR_RESULTS, "results file '%s' run %04d has no tensors dataset", path, number);
-  if (st == RF_OK)
-    st = rf_h5_open_object(&src, group, "tensors", H5I_DATASET, &dset);
-  if (st == RF_OK)
+  rf_status st = open_tensors(&src, run, &f, &group, &dset, &number);
+  if (st == RF_OK) {
     st = read_tensors(&src, group, dset, count, names, trainer, rollout);
-  if (dset >= 0)
     H5Dclose(dset);
-  if (group >= 0)
     H5Gclose(group);
-  H5Fclose(f);
+    H5Fclose(f);
+  }
   if (st != RF_OK) {
     free(*names);
     free(*trainer);
@@ -264,23 +279,18 @@ rf_status rf_results_read_tensor_dtypes(const char *path, int run, int count, ch
   *dtypes = rf_calloc((size_t)count + 1, sizeof **dtypes, "tensor dtypes");
   if (!*dtypes)
     return RF_ERR_NOMEM;
-  hid_t f, group = H5I_INVALID_HID, dset = H5I_INVALID_HID, ftype = H5I_INVALID_HID;
-  hid_t type = H5I_INVALID_HID;
-  rf_status st = rf_results_open_checked(path, 0, &f);
+  hid_t f, group, dset, ftype = H5I_INVALID_HID, type = H5I_INVALID_HID;
+  int number = -1;
+  hsize_t n = 0;
+  const rf_h5_source src = {
+      .kind = "results file", .path = path, .bad = RF_ERR_RESULTS, .todo = WHAT_TO_DO};
+  rf_status st = open_tensors(&src, run, &f, &group, &dset, &number);
   if (st != RF_OK) {
     free(*dtypes);
     *dtypes = NULL;
     return st;
   }
-  int number = -1;
-  hsize_t n = 0;
-  const rf_h5_source src = {
-      .kind = "results file", .path = path, .bad = RF_ERR_RESULTS, .todo = WHAT_TO_DO};
-  st = open_run(&src, f, run, &group, &number);
-  if (st == RF_OK)
-    st = rf_h5_open_object(&src, group, "tensors", H5I_DATASET, &dset);
-  if (st == RF_OK)
-    st = rf_h5_dataset_extent(&src, dset, 1, TENSORS_MAX, &n);
+  st = rf_h5_dataset_extent(&src, dset, 1, TENSORS_MAX, &n);
   if (st == RF_OK && n != (hsize_t)count)
     st = rf_fail(RF_ERR_RESULTS,
                  "results file '%s' run %04d: dataset tensors holds %llu rows, %d a moment ago; "
@@ -292,7 +302,7 @@ rf_status rf_results_read_tensor_dtypes(const char *path, int run, int count, ch
   const rf_results_field fields[] = {RF_FIELD_STR("dtype", dtype_row, dtype)};
   if (st == RF_OK && n > 0 && H5Tget_member_index(ftype, "dtype") >= 0) {
     RF_TRY_GOTO(rf_results_compound(sizeof(dtype_row), fields, 1, &type), done);
-    RF_H5_GOTO(H5Dread(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, *dtypes), done);
+    RF_TRY_GOTO(rf_h5_dataset_read(&src, dset, type, H5S_ALL, H5S_ALL, *dtypes), done);
     for (hsize_t t = 0; t < n; t++)
       (*dtypes)[t][7] = '\0';
   }
@@ -301,10 +311,8 @@ done:
     H5Tclose(type);
   if (ftype >= 0)
     H5Tclose(ftype);
-  if (dset >= 0)
-    H5Dclose(dset);
-  if (group >= 0)
-    H5Gclose(group);
+  H5Dclose(dset);
+  H5Gclose(group);
   H5Fclose(f);
   if (st != RF_OK) {
     free(*dtypes);
