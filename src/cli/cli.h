@@ -101,7 +101,7 @@ typedef struct {
   int dry_run;                    /* --dry-run: list a sweep's runs and skips, move nothing */
   int calibrate;                  /* --calibrate: measure the limits beside every run */
   char output_dir[RF_PATH_MAX];   /* --output-dir, -o DIR (report) */
-  char cluster[RF_PATH_MAX];      /* --cluster NAME|FILE (simulate) */
+  char cluster[RF_PATH_MAX];      /* --cluster NAME|FILE (simulate, plan) */
   char calibration[RF_PATH_MAX];  /* --calibration RESULTS.h5 (simulate) */
   double published_s;             /* --published-s: a published time of the same job; 0 = none */
   char published_label[128];      /* --published-label TEXT: whose time, and where it appeared */

@@ -420,10 +420,11 @@ const rf_cli_option rf_cli_options[] = {
      .def = "",
      .unit = "",
      .metavar = "NAME|FILE",
-     .commands = SIM,
+     .commands = PLAN | SIM,
      .help = "the cluster to simulate: a JSON file (configs/clusters/README.md) or the name of "
              "one in configs/clusters (h100-hgx, h200-hgx, gb200-nvl72, h20-hgx, h800-hgx, "
-             "h200-lent, vm-2core)"},
+             "h200-lent, vm-2core); plan prints the least time any plan could take there "
+             "(over mpi, the weights on the GPUs where the cluster has them)"},
     {.name = "calibration",
      .type = RF_OPT_STRING,
      FIELD(calibration),

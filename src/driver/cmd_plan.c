@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "driver.h"
+#include "sim/sim.h"
 
 static void min_max(const int64_t *v, int n, int64_t *lo, int64_t *hi) {
   *lo = n ? v[0] : 0;
@@ -91,7 +92,8 @@ static json_t *manifest_experts(const rf_layout *lay, int rank) {
   return a;
 }
 
-static rf_status print_json(const rf_job *job, int manifest_rank) {
+static rf_status print_json(const rf_job *job, int manifest_rank, const rf_cluster *c,
+                            const rf_sim_bound *bound) {
   const rf_plan *plan = &job->plan;
   const rf_layout *lay = &job->layout;
   const rf_model *m = &job->model;
@@ -145,6 +147,11 @@ static rf_status print_json(const rf_job *job, int manifest_rank) {
                         int_array(plan->forward_recv_bytes, lay->rollout_ranks));
   }
   json_fp8(o, plan);
+  if (bound) { /* only with --cluster: other plans print as they always have */
+    json_object_set_new(o, "cluster", json_string(c->name));
+    json_object_set_new(o, "lower_bound_s", json_real(bound->seconds));
+    json_object_set_new(o, "lower_bound_binding", json_string(bound->binding));
+  }
   json_object_set_new(o, "digest", json_string(digest));
   json_object_set_new(o, "rollout_manifest_rank", json_integer(manifest_rank));
   json_object_set_new(o, "rollout_manifest_experts", manifest_experts(lay, manifest_rank));
@@ -198,7 +205,7 @@ static void print_fp8(const rf_plan *plan) {
                     "fp8 tensors per rollout rank");
 }
 
-static void print_text(const rf_job *job) {
+static void print_text(const rf_job *job, const rf_cluster *c, const rf_sim_bound *bound) {
   const rf_plan *plan = &job->plan;
   const rf_layout *lay = &job->layout;
   const rf_model *m = &job->model;
@@ -259,20 +266,34 @@ static void print_text(const rf_job *job) {
     print_range("forward recv", plan->forward_recv_bytes, lay->rollout_ranks, "per rollout rank");
   }
   print_fp8(plan);
+  if (bound)
+    printf("%-16s %.4g s on cluster %s, for any plan over mpi with the weights in %s memory "
+           "(binding: %s)\n",
+           "lower bound", bound->seconds, c->name, c->gpus ? "GPU" : "host", bound->binding);
   printf("%-16s %016" PRIx64 "\n", "digest", plan->digest);
 }
 
 rf_status rf_cmd_plan(const rf_config *cfg) {
+  /* --cluster: the least time any plan could take there, for the job refit simulate would
+   * time by default (mpi, the weights on the GPUs where the cluster has them). */
+  rf_cluster cluster;
+  rf_sim_bound bound, *b = NULL;
+  if (cfg->cluster[0])
+    RF_TRY(rf_cluster_load(cfg->cluster, &cluster));
   rf_job job;
   rf_status st = rf_job_build(cfg, 0, &job);
   if (st == RF_OK && cfg->rollout_rank >= job.layout.rollout_ranks)
     st = rf_fail(RF_ERR_USAGE, "--rollout-rank %lld: rollout %s has ranks 0 to %d; choose one",
                  (long long)cfg->rollout_rank, cfg->rollout, job.layout.rollout_ranks - 1);
+  if (st == RF_OK && cfg->cluster[0]) {
+    st = rf_sim_lower_bound(&job.layout, &cluster, cluster.gpus > 0, 0, &bound);
+    b = &bound;
+  }
   if (st == RF_OK) {
     if (cfg->json)
-      st = print_json(&job, (int)cfg->rollout_rank);
+      st = print_json(&job, (int)cfg->rollout_rank, &cluster, b);
     else
-      print_text(&job);
+      print_text(&job, &cluster, b);
   }
   rf_job_free(&job);
   return st;

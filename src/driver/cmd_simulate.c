@@ -190,7 +190,8 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
   memset(&cal, 0, sizeof cal);
   rf_results *results = NULL;
   json_t *all = NULL;
-  rf_sim_context x = {cfg, &job, &cluster, transport, device, NULL};
+  rf_sim_context x = {
+      .cfg = cfg, .job = &job, .cluster = &cluster, .transport = transport, .device = device};
   rf_plan_options po;
   rf_status st = rf_job_build_layout(cfg, 0, &job);
   /* Before the plan, the costly step: a job too large for the cluster fails at once. */
@@ -206,6 +207,14 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
     st = rf_calibration_fit(cfg->calibration, &cluster, x.device, &cal);
     x.calibration = &cal;
   }
+  if (st == RF_OK)
+    st = rf_sim_lower_bound(&job.layout, &cluster, x.device, transport->mapping, &x.bound);
+  for (int m = 0; st == RF_OK && m < RF_MODE_COUNT; m++)
+    if (x.calibration)
+      st = rf_sim_lower_bound(&job.layout, &cal.mode_cluster[m], x.device, transport->mapping,
+                              &x.mode_bound[m]);
+    else
+      x.mode_bound[m] = x.bound;
   if (st == RF_OK && cfg->output[0]) {
     rf_results_file_info info = {cfg->command_line, "", "", cfg->output_wait};
     st = rf_results_open(cfg->output, &info, &results);

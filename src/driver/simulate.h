@@ -48,6 +48,9 @@ typedef struct {
   const rf_transport_ops *transport; /* --transport, described (it need not be in this build) */
   int device;
   const rf_calibration *calibration; /* NULL without --calibration */
+  /* The least time any plan could take (rf_sim_lower_bound) on the cluster, and on each mode's
+   * (calibrated, each mode has rates of its own): each prediction is set beside its mode's. */
+  rf_sim_bound bound, mode_bound[RF_MODE_COUNT];
 } rf_sim_context;
 
 /* The header lines (cluster, job, plan, calibration), then one block per mode. */

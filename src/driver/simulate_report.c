@@ -111,6 +111,13 @@ void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_resul
   if (x->cfg->published_s > 0)
     printf("  %-14s predicted / published %.3g\n", "published",
            ph[RF_PHASE_TOTAL] / x->cfg->published_s);
+  const rf_sim_bound *lb = &x->mode_bound[mode];
+  printf("  %-14s %.4g s (binding: %s); prediction / bound ", "lower bound", lb->seconds,
+         lb->binding);
+  if (lb->seconds > 0)
+    printf("%.3g\n", ph[RF_PHASE_TOTAL] / lb->seconds);
+  else
+    printf("-\n");
 }
 
 static json_t *cluster_json(const rf_cluster *c) {
@@ -217,6 +224,8 @@ json_t *rf_sim_json(const rf_sim_context *x) {
                         json_integer(plan->destination_tensors));
   }
   json_object_set_new(o, "bucket_size", json_integer(x->cfg->bucket_size));
+  json_object_set_new(o, "lower_bound_s", json_real(x->bound.seconds));
+  json_object_set_new(o, "lower_bound_binding", json_string(x->bound.binding));
   json_object_set_new(o, "cluster", cluster_json(x->cluster));
   json_object_set_new(o, "calibration",
                       x->calibration ? calibration_json(x->calibration) : json_null());
@@ -264,6 +273,12 @@ json_t *rf_sim_mode_json(const rf_sim_context *x, rf_mode mode, const rf_sim_res
   json_object_set_new(mem, "device_capacity_bytes", json_real(r->device_capacity));
   json_object_set_new(mem, "fits", json_boolean(r->fits));
   json_object_set_new(o, "memory", mem);
+  const rf_sim_bound *lb = &x->mode_bound[mode];
+  json_object_set_new(o, "lower_bound_s", json_real(lb->seconds));
+  json_object_set_new(o, "lower_bound_binding", json_string(lb->binding));
+  json_object_set_new(o, "ratio_to_bound",
+                      lb->seconds > 0 ? json_real(r->phase[RF_PHASE_TOTAL] / lb->seconds)
+                                      : json_null());
   json_object_set_new(o, "published_ratio",
                       x->cfg->published_s > 0
                           ? json_real(r->phase[RF_PHASE_TOTAL] / x->cfg->published_s)

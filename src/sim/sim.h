@@ -148,6 +148,27 @@ rf_status rf_simulate(const rf_plan *plan, const rf_cluster *cluster, const rf_s
                       rf_sim_result *out);
 void rf_sim_result_free(rf_sim_result *r);
 
+/* ---- the lower bound (sim_bound.c) ---------------------------------------------------------
+ *
+ * The least time any plan could take for the job on the cluster, whatever its pieces, schedule
+ * or relays (docs/architecture.md, "The lower bound"): the largest over the link model's
+ * constraints of the bytes that must cross it over its rate. Every byte a rollout rank keeps
+ * counts at the rollout's size of it (fp8 where the rollout quantizes, without scales, which
+ * the destination can compute); latencies count nothing. */
+typedef struct {
+  double seconds;                /* 0 when nothing must move */
+  char binding[RF_SIM_TEXT_MAX]; /* the constraint that gives it: "NIC ingress of node 1 (8
+                                    adapters, 400 GB/s)", "ingress of the GPU of rollout rank 3
+                                    (node 1 gpu 3: NVLink 450 + NIC 50 GB/s)" */
+} rf_sim_bound;
+
+/* The bound for weights in GPU (device) or host memory over a transport that maps memory
+ * (mapping) or sends messages, with ranks placed as rf_simulate places them; a job the
+ * cluster cannot hold is one line and RF_ERR_CONFIG, as there. It reads each tensor's boxes
+ * once: far less time than the plan takes to build. */
+rf_status rf_sim_lower_bound(const rf_layout *lay, const rf_cluster *cluster, int device,
+                             int mapping, rf_sim_bound *out);
+
 /* ---- calibration ------------------------------------------------------------------------- */
 
 /* A job's synchronisation units, recorded once so that it can be timed again and again under

@@ -31,6 +31,12 @@ assert r["class_bytes"] == {"process": 0, "gpu": 0, "nvlink": 0, "pcie": 0, "hos
 assert r["messages"] == 62 and r["buckets"] == 1 and r["units"] == 1
 m = r["memory"]
 assert m["staging"] == 98304 and m["rollout"] == 140544 and m["fits"] is True, m
+# The lower bound: all 279168 model bytes (the norms that both rollout ranks keep cross once)
+# through node 1's one 1 GB/s adapter; the prediction moves the norms twice and packs.
+assert abs(o["lower_bound_s"] - 279168e-9) < 1e-18, o["lower_bound_s"]
+assert o["lower_bound_binding"] == "NIC ingress of node 1 (1 adapter, 1 GB/s)", o
+assert r["lower_bound_s"] == o["lower_bound_s"], r
+assert abs(r["ratio_to_bound"] - p["total"] / 279168e-9) < 1e-12, r
 PYEOF
 
 # The same as text: one block per mode.
@@ -41,6 +47,8 @@ expect_grep "; 62 messages, 21 units, 1 buckets" "$TMP/out"
 expect_grep "; 4 messages, 1 units, 1 buckets" "$TMP/out"
 expect_grep "  bottleneck     nic_out node 0 adapter 0: 279808 bytes at 1 GB/s, bound 0.0002798 s" "$TMP/out"
 expect_grep "  bytes          process 0, gpu 0, nvlink 0, pcie 0, host 0, network 279808" "$TMP/out"
+expect_grep "  lower bound    0.0002792 s (binding: NIC ingress of node 1 (1 adapter, 1 GB/s)); prediction / bound 1" "$TMP/out"
+[ "$(grep -c '^  lower bound ' "$TMP/out")" = 2 ] || fail "one lower bound line per mode: $(cat "$TMP/out")"
 
 # --transport ipc, a mapping transport (simulated though a host build has none): tiny from
 # fsdp=1 on GPU 0 to tp=1 on GPU 1 of the toy's node 0, every byte copied once by the rollout
@@ -114,7 +122,13 @@ expect_error 2 "refit: error: a mapping transport (ipc, shm) reaches the process
   "$REFIT" simulate --cluster "$toy" "${job[@]}" --transport ipc
 expect_error 2 "refit: error: option --memory device: the shm transport moves host memory; use --memory host or --transport ipc" \
   "$REFIT" simulate --cluster "$toy" "${one[@]}" --transport shm --memory device
-expect_error 2 "refit: error: option '--cluster' does not apply to 'refit plan'; see refit plan --help" \
-  "$REFIT" plan --cluster "$toy" "${job[@]}"
+# refit plan --cluster prints the same bound for the plan's job, and a bad cluster is one line.
+expect_exit 0 "$REFIT" plan --cluster "$toy" "${job[@]}"
+expect_grep "lower bound      0.0002792 s on cluster toy, for any plan over mpi with the weights in GPU memory (binding: NIC ingress of node 1 (1 adapter, 1 GB/s))" "$TMP/out"
+expect_exit 0 "$REFIT" plan --cluster "$toy" "${job[@]}" --json
+"${PY:-python3}" -c 'import json,sys; o=json.load(open(sys.argv[1])); assert abs(o["lower_bound_s"]-279168e-9)<1e-18 and o["cluster"]=="toy", o' "$TMP/out" ||
+  fail "plan --cluster JSON: $(head -c 600 "$TMP/out")"
+expect_error 2 "refit: error: unknown cluster 'nowhere'; give a cluster JSON file or the name of one in configs/clusters" \
+  "$REFIT" plan --cluster nowhere "${job[@]}"
 
 finish
