@@ -510,6 +510,190 @@ static void test_fit(void) {
     rf_sim_trace_free(traces[i]);
 }
 
+/* ---- the lower bound ------------------------------------------------------------------------
+ *
+ * tiny (bf16, hidden 64, 4 heads and 2 kv heads of 16, MLP 128, vocab 512, 2 layers) is 279168
+ * bytes. Over tunix fsdp=2 a rank holds half the columns of embed, lm_head, gate and up, the
+ * rows of its heads of q, k and v, half the rows of o and down, and every norm (tunix splits
+ * norms over tp only). A rollout tp=2 rank keeps half the rows of embed, lm_head, q, k, v,
+ * gate and up, half the columns of o and down, and every norm: 139904 bytes. */
+
+static void expect_bound(const char *model, const char *trainer, const char *rollout,
+                         rf_placement placement, const rf_cluster *c, int device, int mapping,
+                         double seconds, const char *binding) {
+  rf_model m;
+  rf_layout lay;
+  rf_trainer_layout t;
+  rf_rollout_layout r;
+  ASSERT_OK(rf_model_load(model, &m));
+  ASSERT_OK(rf_trainer_layout_parse(trainer, &t));
+  ASSERT_OK(rf_rollout_layout_parse(rollout, &r));
+  t.style = RF_STYLE_TUNIX;
+  t.order = RF_ORDER_HF;
+  ASSERT_OK(rf_layout_init(&lay, &m, &t, &r, placement));
+  rf_sim_bound b;
+  ASSERT_OK(rf_sim_lower_bound(&lay, c, device, mapping, &b));
+  if (strcmp(b.binding, binding) != 0)
+    fprintf(stderr, "%s %s -> %s: %s\n", model, trainer, rollout, b.binding);
+  ASSERT_NEAR(b.seconds, seconds, 1e-12);
+  ASSERT_STR_EQ(b.binding, binding);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
+static void test_bound(void) {
+  rf_cluster toy, vm;
+  ASSERT_OK(rf_cluster_load(source_file("tests/data/cluster-toy.json"), &toy));
+  ASSERT_OK(rf_cluster_load(source_file("configs/clusters/vm-2core.json"), &vm));
+  /* fsdp=2 on node 0, tp=2 on node 1: node 1 holds nothing and its two ranks need the whole
+   * model between them (the norms both keep cross once, relayed over NVLink), so all 279168
+   * bytes enter node 1 through its one 1 GB/s adapter. Each rollout GPU's ingress (139904
+   * bytes at NVLink 100 + NIC 1 GB/s) and node 0's egress (the same 279168 bytes, tried after
+   * every ingress) are no tighter. */
+  expect_bound("tiny", "fsdp=2", "tp=2", RF_PLACEMENT_DISAGGREGATED, &toy, 1, 0, 279168e-9,
+               "NIC ingress of node 1 (1 adapter, 1 GB/s)");
+  /* Colocated on node 0: rank 0 holds of what it keeps all of q, k, v and the norms, a
+   * quarter of embed, lm_head, gate and up (its column half of its row half), and a quarter of
+   * o and down. The rest it needs from GPU 1 over NVLink: a quarter of embed and lm_head (8192
+   * elements each), of gate and up (2048 each, two layers), of o (1024, two layers) and of
+   * down (2048, two layers): 30720 elements, 61440 bytes at 100 GB/s. Its writes (139904 bytes
+   * at copy 1000 + NVLink 100 GB/s) take less. */
+  expect_bound("tiny", "fsdp=2", "tp=2", RF_PLACEMENT_COLOCATED, &toy, 1, 0, 61440 / 100e9,
+               "ingress of the GPU of rollout rank 0 (node 0 gpu 0: NVLink 100 GB/s)");
+  /* Each node holds a full trainer replica beside its rollout replica: nothing must cross a
+   * NIC, and each GPU needs the same 61440 bytes as above, now over NVLink and its adapter. */
+  expect_bound("tiny", "fsdp=2,dp=2", "tp=2,dp=2", RF_PLACEMENT_COLOCATED, &toy, 1, 0,
+               61440 / 101e9,
+               "ingress of the GPU of rollout rank 0 (node 0 gpu 0: NVLink 100 + NIC 1 GB/s)");
+  /* Host memory, one node: rollout rank 0 holds nothing and keeps 139904 bytes, all through
+   * its receive path at 7.19 GB/s. */
+  expect_bound("tiny", "fsdp=2", "tp=2", RF_PLACEMENT_DISAGGREGATED, &vm, 0, 0, 139904 / 7.19e9,
+               "ingress of rollout rank 0 (host MPI 7.19 GB/s)");
+  /* One node of four GPUs, copy 100 GB/s below NVLink's 1000: fsdp=2 on GPUs 0 and 1, tp=1 on
+   * GPU 2. Over messages all 279168 bytes enter GPU 2 by NVLink (its writes may also use its
+   * copy engine: 279168 at 1100 GB/s); over ipc each piece is a copy by the rank that pulls,
+   * GPU 2, at 100 GB/s; a JAX-order trainer pushes, and each trainer GPU copies what only it
+   * holds, half of all but the norms (5 x 64 elements, 640 bytes, which both hold), (279168 -
+   * 640) / 2 bytes, at 100 GB/s. */
+  const char *path = write_cluster(
+      "quad.json", "{\"name\": \"quad\", \"nodes\": 2, \"node\": {\"gpus\": 4, \"gpu\": {"
+                   "\"name\": \"g\", \"memory_GiB\": 1, \"copy_GBps\": 100}, \"nvlink_GBps\": "
+                   "1000, \"pcie_GBps\": 10, \"nics\": {\"count\": 1, \"Gbps\": 8}, \"host\": "
+                   "{\"memcpy_GBps\": 1, \"mpi_GBps\": 1, \"memory_GiB\": 1}}, \"latency_us\": "
+                   "{\"node\": 0, \"network\": 0, \"copy\": 0}}");
+  rf_cluster quad;
+  ASSERT_OK(rf_cluster_load(path, &quad));
+  expect_bound("tiny", "fsdp=2", "tp=1", RF_PLACEMENT_DISAGGREGATED, &quad, 1, 0, 279168 / 1000e9,
+               "ingress of the GPU of rollout rank 0 (node 0 gpu 2: NVLink 1000 GB/s)");
+  expect_bound("tiny", "fsdp=2", "tp=1", RF_PLACEMENT_DISAGGREGATED, &quad, 1, 1, 279168 / 100e9,
+               "writes of the GPU of rollout rank 0 (node 0 gpu 2: copy 100 GB/s)");
+  ASSERT_EQ(setenv("REFIT_MAPPED_PUSH", "1", 1), 0);
+  expect_bound("tiny", "fsdp=2", "tp=1", RF_PLACEMENT_DISAGGREGATED, &quad, 1, 1,
+               (279168 - 640) / 2 / 100e9,
+               "copies pushed by the GPU of trainer rank 0 (node 0 gpu 0: copy 100 GB/s)");
+  ASSERT_EQ(unsetenv("REFIT_MAPPED_PUSH"), 0);
+  /* A job the cluster cannot hold is the simulation's own line. */
+  rf_model m;
+  rf_layout lay;
+  rf_trainer_layout t;
+  rf_rollout_layout r;
+  ASSERT_OK(rf_model_load("tiny", &m));
+  ASSERT_OK(rf_trainer_layout_parse("fsdp=4", &t));
+  ASSERT_OK(rf_rollout_layout_parse("tp=2", &r));
+  t.style = RF_STYLE_TUNIX;
+  t.order = RF_ORDER_HF;
+  ASSERT_OK(rf_layout_init(&lay, &m, &t, &r, RF_PLACEMENT_DISAGGREGATED));
+  rf_sim_bound b;
+  char got[256];
+  rf_log_capture(got, sizeof got);
+  ASSERT_STATUS(rf_sim_lower_bound(&lay, &toy, 1, 0, &b), RF_ERR_CONFIG);
+  rf_log_capture(NULL, 0);
+  ASSERT_STR_EQ(got, "the job needs 6 ranks but cluster toy has 2 nodes of 2 ranks (4); choose "
+                     "smaller layouts or a cluster file with more nodes");
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
+/* No prediction is faster than the bound: every plan kind, mode and transport of several
+ * layouts (replicas, colocated, experts, host memory, a mapping transport) on the toy, the quad
+ * and the VM. A prediction below its bound would be a bug in one or the other. */
+static void test_bound_below_predictions(void) {
+  rf_cluster toy, vm, quad;
+  ASSERT_OK(rf_cluster_load(source_file("tests/data/cluster-toy.json"), &toy));
+  ASSERT_OK(rf_cluster_load(source_file("configs/clusters/vm-2core.json"), &vm));
+  ASSERT_OK(rf_cluster_load(write_cluster("quad.json", "{\"name\": \"quad\", \"nodes\": 2, "
+                                                       "\"node\": {\"gpus\": 4, \"gpu\": {"
+                                                       "\"name\": \"g\", \"memory_GiB\": 1, "
+                                                       "\"copy_GBps\": 100}, \"nvlink_GBps\": "
+                                                       "1000, \"pcie_GBps\": 10, \"nics\": "
+                                                       "{\"count\": 1, \"Gbps\": 8}, \"host\": "
+                                                       "{\"memcpy_GBps\": 1, \"mpi_GBps\": 1, "
+                                                       "\"memory_GiB\": 1}}, \"latency_us\": "
+                                                       "{\"node\": 0, \"network\": 0, "
+                                                       "\"copy\": 0}}"),
+                            &quad));
+  const struct {
+    const char *model, *trainer, *rollout;
+    rf_placement placement;
+    const rf_cluster *c;
+    int device, mapping;
+  } jobs[] = {
+      {"tiny", "fsdp=2", "tp=2", RF_PLACEMENT_DISAGGREGATED, &toy, 1, 0},
+      {"tiny", "fsdp=2", "tp=1,dp=2", RF_PLACEMENT_DISAGGREGATED, &toy, 1, 0},
+      {"tiny", "fsdp=2", "tp=2", RF_PLACEMENT_COLOCATED, &toy, 1, 0},
+      {"tiny", "fsdp=2,dp=2", "tp=2,dp=2", RF_PLACEMENT_COLOCATED, &toy, 1, 0},
+      {"tiny-mixtral", "ep=2", "tp=2", RF_PLACEMENT_DISAGGREGATED, &toy, 1, 0},
+      {"tiny-mixtral", "fsdp=2", "tp=2,ep", RF_PLACEMENT_DISAGGREGATED, &toy, 1, 0},
+      {"tiny", "fsdp=2,tp=2", "tp=2,dp=2", RF_PLACEMENT_DISAGGREGATED, &quad, 1, 0},
+      {"tiny", "fsdp=2,dp=2", "tp=1,dp=4", RF_PLACEMENT_DISAGGREGATED, &quad, 1, 0},
+      {"tiny", "fsdp=2", "tp=1,dp=2", RF_PLACEMENT_DISAGGREGATED, &quad, 1, 1},
+      {"tiny", "fsdp=2", "tp=2", RF_PLACEMENT_COLOCATED, &quad, 1, 1},
+      {"tiny", "fsdp=2", "tp=1,dp=2", RF_PLACEMENT_DISAGGREGATED, &vm, 0, 0},
+      {"tiny", "fsdp=2", "tp=2", RF_PLACEMENT_COLOCATED, &vm, 0, 1},
+  };
+  int checked = 0;
+  for (size_t j = 0; j < RF_ARRAY_LEN(jobs); j++) {
+    rf_model m;
+    rf_layout lay;
+    rf_trainer_layout t;
+    rf_rollout_layout r;
+    ASSERT_OK(rf_model_load(jobs[j].model, &m));
+    ASSERT_OK(rf_trainer_layout_parse(jobs[j].trainer, &t));
+    ASSERT_OK(rf_rollout_layout_parse(jobs[j].rollout, &r));
+    t.style = RF_STYLE_TUNIX;
+    t.order = RF_ORDER_HF;
+    ASSERT_OK(rf_layout_init(&lay, &m, &t, &r, jobs[j].placement));
+    rf_sim_bound b;
+    ASSERT_OK(rf_sim_lower_bound(&lay, jobs[j].c, jobs[j].device, jobs[j].mapping, &b));
+    ASSERT_TRUE(b.seconds > 0);
+    for (int kind = 0; kind < RF_PLAN_KIND_COUNT; kind++) {
+      rf_plan plan;
+      if ((kind == RF_PLAN_FANOUT && r.dp == 1) || (kind == RF_PLAN_STAR && r.ep))
+        continue; /* no replicas to forward to; star refuses rollout ep */
+      ASSERT_OK(rf_plan_build(&plan, &lay, (rf_plan_kind)kind, NULL));
+      for (int mode = 0; mode < RF_MODE_COUNT; mode++)
+        for (int64_t bucket = 0; bucket <= 16384; bucket += 16384) {
+          rf_sim_options o = {(rf_mode)mode, bucket, jobs[j].device, jobs[j].mapping,
+                              jobs[j].device ? RF_WIRE_CONTIGUOUS : RF_WIRE_GATHERS};
+          rf_sim_result res;
+          ASSERT_OK(rf_simulate(&plan, jobs[j].c, &o, &res));
+          if (!(b.seconds <= res.phase[RF_PHASE_TOTAL] * (1 + 1e-9)))
+            fprintf(stderr, "%s %s -> %s %s %s bucket %lld: bound %.9g (%s) above %.9g\n",
+                    jobs[j].model, jobs[j].trainer, jobs[j].rollout,
+                    rf_plan_kind_name((rf_plan_kind)kind), rf_mode_name((rf_mode)mode),
+                    (long long)bucket, b.seconds, b.binding, res.phase[RF_PHASE_TOTAL]);
+          ASSERT_TRUE(b.seconds <= res.phase[RF_PHASE_TOTAL] * (1 + 1e-9));
+          checked++;
+          rf_sim_result_free(&res);
+        }
+      rf_plan_free(&plan);
+    }
+    rf_layout_free(&lay);
+    rf_model_free(&m);
+  }
+  ASSERT_GT(checked, 100);
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "/tmp/test_sim.XXXXXX");
   ASSERT_TRUE(mkdtemp(tmpdir) != NULL);
@@ -521,6 +705,8 @@ int main(void) {
   test_mapping();
   test_local();
   test_fit();
+  test_bound();
+  test_bound_below_predictions();
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   ASSERT_EQ(system(cmd), 0);
