@@ -3,7 +3,8 @@
 # from measured ones, a mapping transport (--transport ipc) timed as one copy a piece, every
 # shipped cluster file loading, and the one-line errors (exit 2) for a missing cluster, a
 # missing key, a bad number, an unknown key, a job too large, an unknown transport and a
-# mapping one across nodes.
+# mapping one across nodes; the lower bound beside each prediction, and refit plan --cluster
+# printing it.
 . "$(dirname "$0")/lib.sh"
 toy="$REFIT_SOURCE_DIR/tests/data/cluster-toy.json"
 job=(--model tiny --trainer fsdp=2 --rollout tp=2)
