@@ -113,6 +113,9 @@ rf_status rf_trainer_layout_parse(const char *text, rf_trainer_layout *out) {
   out->dp = v[2];
   out->ep = v[3];
   out->pp = v[4];
+  /* --trainer-style and --trainer-order, set apart from the text: their defaults until then. */
+  out->style = RF_STYLE_TUNIX;
+  out->order = RF_ORDER_HF;
   return check_rank_count("trainer", text, (int64_t)v[0] * v[1] * v[2] * v[3] * v[4]);
 }
 
