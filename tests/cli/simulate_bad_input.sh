@@ -47,6 +47,10 @@ expect_exit 0 timeout 60 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp
 cluster huge299 "$vm" 's/"mpi_GBps": 7.19/"mpi_GBps": 1e299/'
 expect_error 2 "refit: error: cluster $TMP/huge299.json: key 'node.host.mpi_GBps' is 1e+299, outside the range 1e-06 to 1e+06 refit accepts; $see" \
   "${T[@]}" "$REFIT" simulate --cluster "$TMP/huge299.json" --calibration "$TMP/r.h5" "${job[@]}"
+# On a terminal (script(1) gives it one) a calibration says how far it is, on stderr.
+expect_exit 0 "${T[@]}" script -qec "$REFIT simulate --cluster vm-2core --calibration $TMP/r.h5 \
+${job[*]} --memory host" /dev/null
+expect_grep "refit: calibration $TMP/r.h5: 1 of 1 runs done" "$TMP/out"
 # A run measured faster than any rate can explain (a median of a picosecond, crafted below)
 # pulls the fit's memcpy rate up as far as it may go: it ends, at no more than 1e+06 GB/s, and
 # prints nothing on stderr (no progress off a terminal).
