@@ -330,8 +330,11 @@ rf_status rf_control_agree(rf_control *ctl, rf_status local) {
     release_held(ctl, 0);
     return st; /* buf is leaked on purpose: the reduction may still write into it */
   }
-  /* Every failing rank failed alike: one line, from the lowest of them. */
-  release_held(ctl, buf[3] == -buf[4] && -buf[5] != ctl->world_rank);
+  /* Every failing rank failed alike: one line, from the lowest of them. Where none failed the
+   * reductions hold INT_MIN, which must not be negated. */
+  int any_failed = buf[4] != INT_MIN;
+  int alike = any_failed && buf[3] == -buf[4], lowest = any_failed ? -buf[5] : -1;
+  release_held(ctl, alike && lowest != ctl->world_rank);
   rf_status worst = (rf_status)(buf[3] % 256);
   /* The job is ending: the notices have done their work, and the waits that end it (the
    * transport's abandon) must not be cut short by one arriving late. */
@@ -340,8 +343,8 @@ rf_status rf_control_agree(rf_control *ctl, rf_status local) {
   /* The failing rank said what went wrong where it happened; this only says why this rank
    * stops too, for REFIT_LOG=info. */
   if (worst != RF_OK && worst != local)
-    RF_INFO("stopping: rank %d failed (%s)%s", -buf[5], rf_status_text(worst),
-            buf[3] == -buf[4] ? "" : ", and other ranks failed differently");
+    RF_INFO("stopping: rank %d failed (%s)%s", lowest, rf_status_text(worst),
+            alike ? "" : ", and other ranks failed differently");
   st = worst;
   free(buf);
   return st;
