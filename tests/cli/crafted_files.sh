@@ -4,11 +4,7 @@
 # files are made here, with h5py (Debian's python3-h5py) where HDF5 internals are needed.
 . "$(dirname "$0")/lib.sh"
 
-PY=/usr/bin/python3
-if ! "$PY" -c 'import h5py' 2>/dev/null; then
-  echo "SKIP: h5py is not importable by $PY"
-  exit 77
-fi
+need_h5py
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # One process holding both roles: no mpirun is needed to open a checkpoint.
 RUN1=("$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 --placement colocated)

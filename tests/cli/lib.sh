@@ -7,6 +7,15 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 failures=0
 
+# need_h5py: sets PY to Debian's python3 and exits 77 (skipped) where it cannot import h5py,
+# which the scripts that craft HDF5 files need.
+need_h5py() {
+  PY=/usr/bin/python3
+  "$PY" -c 'import h5py' 2>/dev/null && return 0
+  echo "SKIP: h5py is not importable by $PY"
+  exit 77
+}
+
 fail() {
   echo "FAIL: $*" >&2
   failures=$((failures + 1))

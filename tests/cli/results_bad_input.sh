@@ -5,11 +5,7 @@
 # the copies of killed writers go, and a full disk is said in numbers. Files made with h5py.
 . "$(dirname "$0")/lib.sh"
 
-PY=/usr/bin/python3
-if ! "$PY" -c 'import h5py' 2>/dev/null; then
-  echo "SKIP: h5py is not importable by $PY"
-  exit 77
-fi
+need_h5py
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 RUN1=("$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 --placement colocated --warmup 0
   --iters 1)
