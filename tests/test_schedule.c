@@ -106,6 +106,49 @@ static void check_tiling(const rf_schedule *s, int first, int end, const rf_piec
   ASSERT_EQ(bytes, p->bytes);
 }
 
+/* Buckets engage every pair: a bucket closes only once no rank pair with bytes still to send
+ * has room in it for its next row, that is, its sender or its receiver holds more than a
+ * bucket less one row. Buckets closed by a row wider than a whole bucket (cut along its
+ * columns, a bucket a column range) are the exception. */
+static void check_full(const rf_plan *plan, const rf_schedule *s) {
+  const rf_layout *lay = plan->layout;
+  int world = lay->world_size;
+  int64_t *sent = calloc((size_t)world, sizeof *sent), *received = calloc((size_t)world, 8);
+  int *next = malloc((size_t)world * world * sizeof *next); /* a pair's first chunk after b */
+  ASSERT_TRUE(sent && received && next);
+  memset(next, -1, (size_t)world * world * sizeof *next);
+  /* From the last bucket back, so that next[] holds each pair's first chunk of later buckets. */
+  for (int b = s->bucket_count - 1; b >= 0; b--) {
+    memset(sent, 0, (size_t)world * sizeof *sent);
+    memset(received, 0, (size_t)world * sizeof *received);
+    const rf_bucket *bk = &s->buckets[b];
+    int cut_row = 0;
+    for (int i = bk->first; i < bk->first + bk->count; i++) {
+      const rf_piece *p = &plan->pieces[s->chunks[i].piece];
+      cut_row |= s->chunks[i].box.hi[1] - s->chunks[i].box.lo[1] < p->box.hi[1] - p->box.lo[1];
+      if (!rf_piece_is_local(plan, p)) {
+        sent[rf_piece_src_world(plan, p)] += s->chunks[i].bytes;
+        received[rf_piece_dst_world(plan, p)] += s->chunks[i].bytes;
+      }
+    }
+    for (int pair = 0; pair < world * world && !cut_row; pair++) {
+      if (next[pair] < 0 || pair / world == pair % world)
+        continue;
+      const rf_chunk *k = &s->chunks[next[pair]];
+      int64_t row = (k->box.hi[1] - k->box.lo[1]) *
+                    rf_tensor_esize(&lay->model->tensors[plan->pieces[k->piece].tensor]);
+      ASSERT_GT(RF_MAX(sent[pair / world], received[pair % world]) + row, s->bucket_size);
+    }
+    for (int i = bk->first + bk->count - 1; i >= bk->first; i--) {
+      const rf_piece *p = &plan->pieces[s->chunks[i].piece];
+      next[rf_piece_src_world(plan, p) * world + rf_piece_dst_world(plan, p)] = i;
+    }
+  }
+  free(sent);
+  free(received);
+  free(next);
+}
+
 /* The schedule of a stage, or of one step of the forward stage (step >= 0). */
 static rf_status build(const rf_plan *plan, rf_stage stage, int step, int64_t bucket_size,
                        rf_schedule *s) {
@@ -144,23 +187,41 @@ static int check_schedule(const rf_plan *plan, rf_stage stage, int step, int64_t
     ASSERT_EQ(s.chunk_count, stage_pieces);
   }
 
-  /* Chunks come in plan order; each piece of the stage has a run of chunks that tiles it,
-   * and a local piece (a copy inside one process) is never cut. */
+  /* Within a bucket the chunks come in plan order. Taken piece by piece in schedule order,
+   * each piece of the stage has a run of chunks that tiles it, and a local piece (a copy
+   * inside one process) is never cut. */
+  for (int b = 0; b < s.bucket_count; b++)
+    for (int i = s.buckets[b].first + 1; i < s.buckets[b].first + s.buckets[b].count; i++)
+      ASSERT_LE(s.chunks[i - 1].piece, s.chunks[i].piece);
+  rf_schedule by_piece = s;
+  by_piece.chunks = malloc((size_t)s.chunk_count * sizeof *s.chunks + 1);
+  int *start = calloc((size_t)plan->piece_count + 1, sizeof *start);
+  ASSERT_TRUE(by_piece.chunks && start);
+  for (int i = 0; i < s.chunk_count; i++)
+    start[s.chunks[i].piece + 1]++;
+  for (int i = 0; i < plan->piece_count; i++)
+    start[i + 1] += start[i];
+  for (int i = 0; i < s.chunk_count; i++)
+    by_piece.chunks[start[s.chunks[i].piece]++] = s.chunks[i];
+  free(start);
   int at = 0;
   for (int i = first; i < end; i++) {
     const rf_piece *p = &plan->pieces[i];
     if (p->stage != (int32_t)stage)
       continue;
     int last = at;
-    while (last < s.chunk_count && s.chunks[last].piece == i)
+    while (last < s.chunk_count && by_piece.chunks[last].piece == i)
       last++;
     ASSERT_GT(last, at);
     if (rf_piece_is_local(plan, p))
       ASSERT_EQ(last - at, 1);
-    check_tiling(&s, at, last, p, rf_tensor_esize(&lay->model->tensors[p->tensor]));
+    check_tiling(&by_piece, at, last, p, rf_tensor_esize(&lay->model->tensors[p->tensor]));
     at = last;
   }
   ASSERT_EQ(at, s.chunk_count);
+  free(by_piece.chunks);
+  if (bucket_size > 0)
+    check_full(plan, &s);
 
   /* The bound: within one bucket no world rank sends, nor receives, more than bucket_size
    * bytes to or from other ranks (local copies are not in flight). The schedule cuts a row
@@ -259,11 +320,41 @@ static void check_independent(const char *model, const layout_case *c, rf_plan_k
   }
 }
 
+/* The chunks of piece 0 in order: `rows` rows at a time, 4096 bytes each, in later and later
+ * buckets (with `every_other`, buckets 0, 2, 4, ...); and each of those buckets also holds a chunk
+ * of the other sender to the other receiver, so both senders and both receivers work in every
+ * bucket. */
+static void check_first_piece(const rf_plan *plan, const rf_schedule *s, int rows, int chunks,
+                              int every_other) {
+  int seen = 0, last = -1;
+  for (int i = 0; i < s->chunk_count; i++) {
+    const rf_chunk *k = &s->chunks[i];
+    if (k->piece != 0)
+      continue;
+    ASSERT_EQ(k->box.lo[0], rows * seen);
+    ASSERT_EQ(k->box.hi[0], rows * seen + rows);
+    ASSERT_EQ(k->bytes, 4096);
+    if (every_other)
+      ASSERT_EQ(k->bucket, 2 * seen);
+    ASSERT_GT(k->bucket, last);
+    last = k->bucket;
+    const rf_bucket *b = &s->buckets[k->bucket];
+    ASSERT_EQ(b->count, 2);
+    const rf_piece *x = &plan->pieces[s->chunks[b->first].piece];
+    const rf_piece *y = &plan->pieces[s->chunks[b->first + 1].piece];
+    ASSERT_NE(x->src, y->src);
+    ASSERT_NE(x->dst, y->dst);
+    seen++;
+  }
+  ASSERT_EQ(seen, chunks);
+}
+
 /* A hand-checked case: tiny, fsdp=2 -> tp=2 p2p, 4096-byte buckets. Tunix splits
  * embed_tokens (512 x 64 bf16) by columns over fsdp, so trainer rank 0 holds columns 0..31
  * (64 bytes a row); rollout rank 0 keeps vocab rows 0..255. The first piece is therefore
- * rows 0..255 x columns 0..31 (16 KiB), cut into 4 chunks of 64 rows (4096 bytes), one bucket
- * each. */
+ * rows 0..255 x columns 0..31 (16 KiB), cut into 4 chunks of 64 rows (4096 bytes). Buckets
+ * fill pair by pair: bucket 0 takes the pairs 0 -> 0 and 1 -> 1, bucket 1 the pairs 1 -> 0 and
+ * 0 -> 1, and so on, so the first piece's chunks land in buckets 0, 2, 4 and 6. */
 static void test_tiny_by_hand(void) {
   rf_model m;
   ASSERT_OK(rf_model_load("tiny", &m));
@@ -281,14 +372,7 @@ static void test_tiny_by_hand(void) {
   ASSERT_EQ(p->box.hi[1], 32);
   rf_schedule s;
   ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 4096, &s));
-  int first_piece_chunks = 0;
-  for (int i = 0; i < s.chunk_count && s.chunks[i].piece == 0; i++, first_piece_chunks++) {
-    ASSERT_EQ(s.chunks[i].box.lo[0], 64 * i);
-    ASSERT_EQ(s.chunks[i].box.hi[0], 64 * i + 64);
-    ASSERT_EQ(s.chunks[i].bytes, 4096);
-    ASSERT_EQ(s.chunks[i].bucket, i);
-  }
-  ASSERT_EQ(first_piece_chunks, 4);
+  check_first_piece(&plan, &s, 64, 4, 1);
   rf_schedule_free(&s);
   rf_plan_free(&plan);
   rf_layout_free(&lay);
@@ -307,7 +391,7 @@ static void mix_dtypes(rf_model *m) {
 
 /* The hand-checked case again with embed_tokens fp32 of its own: a row of the first piece is
  * 32 columns of 4 bytes, so its 256 rows (32 KiB) are cut into 8 chunks of 32 rows, 4096
- * bytes each, one bucket each: twice the bf16 case's chunks, each of half the rows. */
+ * bytes each: twice the bf16 case's chunks, each of half the rows. */
 static void test_tiny_mixed_by_hand(void) {
   rf_model m;
   ASSERT_OK(rf_model_load("tiny", &m));
@@ -319,14 +403,7 @@ static void test_tiny_mixed_by_hand(void) {
   ASSERT_EQ(plan.pieces[0].bytes, 256 * 32 * 4);
   rf_schedule s;
   ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 4096, &s));
-  int first_piece_chunks = 0;
-  for (int i = 0; i < s.chunk_count && s.chunks[i].piece == 0; i++, first_piece_chunks++) {
-    ASSERT_EQ(s.chunks[i].box.lo[0], 32 * i);
-    ASSERT_EQ(s.chunks[i].box.hi[0], 32 * i + 32);
-    ASSERT_EQ(s.chunks[i].bytes, 4096);
-    ASSERT_EQ(s.chunks[i].bucket, i);
-  }
-  ASSERT_EQ(first_piece_chunks, 8);
+  check_first_piece(&plan, &s, 32, 8, 0);
   rf_schedule_free(&s);
   rf_plan_free(&plan);
   rf_layout_free(&lay);

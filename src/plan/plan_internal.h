@@ -32,6 +32,41 @@ rf_status plan_cover_from_trainers(plan_builder *b, plan_sources *s, int tensor,
 /* The wire totals and fp8 counts of a built plan (plan_fp8.c). */
 rf_status plan_count_wire(rf_plan *plan);
 
+/* The schedule's pairs (schedule_pairs.c): a stage's pieces grouped by (source, destination)
+ * world rank, and a queue of the pairs that takes the one furthest behind first. */
+typedef struct {
+  int index, src, dst;
+  int next, end;         /* order[next .. end): the pieces not yet wholly placed */
+  rf_box rest;           /* what is left of order[next]; empty before it starts */
+  int64_t placed, total; /* bytes of its pieces placed so far, and in all */
+} sched_pair;
+
+typedef struct {
+  double share; /* placed / total of the pair, when it last took its turn */
+  int pair;
+} sched_turn;
+
+typedef struct {
+  int *order; /* piece indices, pair by pair */
+  sched_pair *pairs;
+  int pair_count;
+  sched_turn *heap; /* the pairs that may still place into the open bucket, furthest behind
+                     * first */
+  int heap_count;
+  int *blocked; /* the pairs with no room left in the open bucket */
+  int blocked_count;
+} sched_pairs;
+
+rf_status sched_pairs_open(sched_pairs *q, const rf_plan *plan, rf_stage stage, int first, int end);
+void sched_pairs_close(sched_pairs *q);
+/* The pair furthest behind, or NULL when every pair is blocked or done. */
+sched_pair *sched_pairs_top(sched_pairs *q);
+/* After the top pair placed what it could: `blocked` when the open bucket has no room left
+ * for its next bytes. */
+void sched_pairs_update(sched_pairs *q, int blocked);
+/* A new bucket is open: every blocked pair may place again. */
+void sched_pairs_unblock(sched_pairs *q);
+
 rf_status plan_build_star(plan_builder *b);
 rf_status plan_build_fanout(plan_builder *b);
 

@@ -1,30 +1,53 @@
-/* Cutting a plan stage into buckets that bound every rank's bytes in flight. The whole
- * schedule (rf_schedule_build) is the cursor below run to the end in one step, so a caller that
- * reads the buckets a window at a time gets exactly the same chunks. */
+/* Cutting a plan stage into buckets that bound every rank's bytes in flight. The buckets fill
+ * pair by pair (schedule_pairs.c says why): the rank pair furthest behind places as much of
+ * its next piece as its two ranks have room for in the open bucket, and the bucket closes
+ * once no pair has room left. A closed bucket's chunks are put back in plan order. The whole
+ * schedule (rf_schedule_build) is the cursor below run to the end in one step, so a caller
+ * that reads the buckets a window at a time gets exactly the same chunks. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan.h"
+#include "plan_internal.h"
 
 typedef struct {
   rf_schedule *s;
   int chunk_cap, bucket_cap;
   int64_t *sent, *received; /* this bucket's remote bytes per world rank */
   int world;
-  int base; /* the schedule's number of s->buckets[0]: buckets already handed out */
+  int base;   /* the schedule's number of s->buckets[0]: buckets already handed out */
+  int opened; /* buckets opened so far: a change tells the pairs to try again */
 } builder;
+
+static int by_plan_order(const void *a, const void *b) {
+  const rf_chunk *x = a, *y = b;
+  if (x->piece != y->piece)
+    return x->piece < y->piece ? -1 : 1;
+  if (x->box.lo[0] != y->box.lo[0])
+    return x->box.lo[0] < y->box.lo[0] ? -1 : 1;
+  return x->box.lo[1] < y->box.lo[1] ? -1 : x->box.lo[1] > y->box.lo[1];
+}
+
+/* Puts the open bucket's chunks in plan order: the order the engine posts them in. */
+static void close_bucket(builder *b) {
+  rf_schedule *s = b->s;
+  if (s->bucket_count)
+    qsort(s->chunks + s->buckets[s->bucket_count - 1].first,
+          (size_t)s->buckets[s->bucket_count - 1].count, sizeof *s->chunks, by_plan_order);
+}
 
 static rf_status open_bucket(builder *b) {
   rf_schedule *s = b->s;
   if (s->bucket_count && s->buckets[s->bucket_count - 1].count == 0)
     return RF_OK; /* the current bucket is still empty */
+  close_bucket(b);
   RF_TRY(rf_grow((void **)&s->buckets, s->bucket_count, &b->bucket_cap, sizeof *s->buckets,
                  "buckets"));
   s->buckets[s->bucket_count].first = s->chunk_count;
   s->buckets[s->bucket_count++].count = 0;
   memset(b->sent, 0, (size_t)b->world * sizeof *b->sent);
   memset(b->received, 0, (size_t)b->world * sizeof *b->received);
+  b->opened++;
   return RF_OK;
 }
 
@@ -45,92 +68,122 @@ static rf_status add_chunk(builder *b, int piece, const rf_box *box, int64_t byt
   return RF_OK;
 }
 
-/* A piece that carries fp8 (rf_piece_wire_bytes) is cut only 128 rows or columns from its own
- * edges, so that each chunk carries whole blocks with their scales (a carried piece that
- * starts inside a block carries the scale of each block it touches): as many bands of 128 rows as
- * fit, and a band larger than a whole bucket a run of 128-column blocks at a time. A block (16,388
- * bytes) fits any bucket an fp8 job accepts (RF_FP8_MIN_BUCKET). */
-static rf_status place_fp8_piece(builder *b, const rf_plan *plan, int index, int src, int dst) {
+/* What one pair places of its current piece `index` into the open bucket: all of *rest, or
+ * the rows of it that fit (then *blocked: the pair has no room left in this bucket), or
+ * nothing (*blocked). A row larger than a whole bucket goes a bucket at a time along its
+ * columns, opening buckets as it goes. *rest keeps what is left. */
+static rf_status place_rows(builder *b, const rf_plan *plan, int index, rf_box *rest, int src,
+                            int dst, int *blocked) {
   const rf_piece *p = &plan->pieces[index];
+  int64_t esize = rf_tensor_esize(&plan->layout->model->tensors[p->tensor]);
   int64_t limit = b->s->bucket_size;
-  rf_box rest = p->box;
-  while (!rf_box_is_empty(&rest)) {
-    int64_t bytes = rf_piece_wire_bytes(plan, p, &rest);
-    if (limit == 0 || src == dst)
-      return add_chunk(b, index, &rest, bytes, src, dst);
-    int64_t room = limit - RF_MAX(b->sent[src], b->received[dst]);
-    if (bytes <= room)
-      return add_chunk(b, index, &rest, bytes, src, dst);
-    rf_box part = rest; /* one band of 128 rows */
-    part.hi[0] = RF_MIN(rest.hi[0], rest.lo[0] + RF_FP8_BLOCK_EDGE);
-    int64_t band = rf_piece_wire_bytes(plan, p, &part);
-    if (room >= band) {
-      part.hi[0] = RF_MIN(rest.hi[0], rest.lo[0] + room / band * RF_FP8_BLOCK_EDGE);
-      rest.lo[0] = part.hi[0];
-      RF_TRY(add_chunk(b, index, &part, rf_piece_wire_bytes(plan, p, &part), src, dst));
-    } else if (room < limit) {
-      RF_TRY(open_bucket(b)); /* not even one band fits: start afresh */
-      continue;
-    } else {
-      rf_box block = part;
-      block.hi[1] = RF_MIN(part.hi[1], part.lo[1] + RF_FP8_BLOCK_EDGE);
-      int64_t per = RF_MAX(1, limit / rf_piece_wire_bytes(plan, p, &block));
-      while (part.lo[1] < part.hi[1]) {
-        rf_box c = part;
-        c.hi[1] = RF_MIN(part.hi[1], part.lo[1] + per * RF_FP8_BLOCK_EDGE);
-        RF_TRY(add_chunk(b, index, &c, rf_piece_wire_bytes(plan, p, &c), src, dst));
-        RF_TRY(open_bucket(b));
-        part.lo[1] = c.hi[1];
-      }
-      rest.lo[0] = part.hi[0];
-      continue;
-    }
-    RF_TRY(open_bucket(b));
+  int64_t bytes = rf_box_numel(rest) * esize;
+  int64_t room = limit - RF_MAX(b->sent[src], b->received[dst]);
+  if (limit == 0 || src == dst || bytes <= room) {
+    RF_TRY(add_chunk(b, index, rest, bytes, src, dst));
+    rest->hi[0] = rest->lo[0]; /* all placed */
+    return RF_OK;
   }
+  int64_t row_bytes = (rest->hi[1] - rest->lo[1]) * esize;
+  *blocked = 1;
+  if (room >= row_bytes) {
+    rf_box part = *rest;
+    part.hi[0] = rest->lo[0] + room / row_bytes; /* as many whole rows as fit */
+    rest->lo[0] = part.hi[0];
+    return add_chunk(b, index, &part, rf_box_numel(&part) * esize, src, dst);
+  }
+  if (room < limit)
+    return RF_OK; /* not even one row fits: the next bucket */
+  /* One row is larger than a whole bucket: its columns go a bucket at a time. */
+  *blocked = 0;
+  rf_box row = *rest;
+  row.hi[0] = row.lo[0] + 1;
+  while (row.lo[1] < row.hi[1]) {
+    rf_box c = row;
+    c.hi[1] = RF_MIN(row.hi[1], row.lo[1] + limit / esize);
+    RF_TRY(add_chunk(b, index, &c, rf_box_numel(&c) * esize, src, dst));
+    RF_TRY(open_bucket(b));
+    row.lo[1] = c.hi[1];
+  }
+  rest->lo[0]++;
   return RF_OK;
 }
 
-/* Places one piece, splitting it where the current bucket has no room for all of it. */
-static rf_status place_piece(builder *b, const rf_plan *plan, int index) {
+/* The same for a piece that carries fp8 (rf_piece_wire_bytes): it is cut only 128 rows or
+ * columns from its own edges, so that each chunk carries whole blocks with their scales (a
+ * carried piece that starts inside a block carries the scale of each block it touches): as
+ * many bands of 128 rows as fit, and a band larger than a whole bucket a run of 128-column
+ * blocks at a time. A block (16,388 bytes) fits any bucket an fp8 job accepts
+ * (RF_FP8_MIN_BUCKET). */
+static rf_status place_bands(builder *b, const rf_plan *plan, int index, rf_box *rest, int src,
+                             int dst, int *blocked) {
   const rf_piece *p = &plan->pieces[index];
-  int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
-  if (rf_piece_carries_fp8(plan, p))
-    return place_fp8_piece(b, plan, index, src, dst);
-  int64_t esize = rf_tensor_esize(&plan->layout->model->tensors[p->tensor]);
   int64_t limit = b->s->bucket_size;
-  rf_box rest = p->box;
-  while (!rf_box_is_empty(&rest)) {
-    int64_t bytes = rf_box_numel(&rest) * esize;
-    if (limit == 0 || src == dst)
-      return add_chunk(b, index, &rest, bytes, src, dst);
-    int64_t room = limit - RF_MAX(b->sent[src], b->received[dst]);
-    if (bytes <= room)
-      return add_chunk(b, index, &rest, bytes, src, dst);
-    int64_t row_bytes = (rest.hi[1] - rest.lo[1]) * esize;
-    rf_box part = rest;
-    if (room >= row_bytes) {
-      part.hi[0] = rest.lo[0] + room / row_bytes; /* as many whole rows as fit */
-      rest.lo[0] = part.hi[0];
-    } else if (room < limit) {
-      RF_TRY(open_bucket(b)); /* not even one row fits: start afresh */
-      continue;
-    } else {
-      /* One row is larger than a whole bucket: its columns go a bucket at a time. */
-      rf_box row = rest;
-      row.hi[0] = row.lo[0] + 1;
-      while (row.lo[1] < row.hi[1]) {
-        rf_box c = row;
-        c.hi[1] = RF_MIN(row.hi[1], row.lo[1] + limit / esize);
-        RF_TRY(add_chunk(b, index, &c, rf_box_numel(&c) * esize, src, dst));
-        RF_TRY(open_bucket(b));
-        row.lo[1] = c.hi[1];
-      }
-      rest.lo[0]++;
-      continue;
-    }
-    RF_TRY(add_chunk(b, index, &part, rf_box_numel(&part) * esize, src, dst));
-    RF_TRY(open_bucket(b));
+  int64_t bytes = rf_piece_wire_bytes(plan, p, rest);
+  int64_t room = limit - RF_MAX(b->sent[src], b->received[dst]);
+  if (limit == 0 || src == dst || bytes <= room) {
+    RF_TRY(add_chunk(b, index, rest, bytes, src, dst));
+    rest->hi[0] = rest->lo[0];
+    return RF_OK;
   }
+  rf_box part = *rest; /* one band of 128 rows */
+  part.hi[0] = RF_MIN(rest->hi[0], rest->lo[0] + RF_FP8_BLOCK_EDGE);
+  int64_t band = rf_piece_wire_bytes(plan, p, &part);
+  *blocked = 1;
+  if (room >= band) {
+    part.hi[0] = RF_MIN(rest->hi[0], rest->lo[0] + room / band * RF_FP8_BLOCK_EDGE);
+    rest->lo[0] = part.hi[0];
+    return add_chunk(b, index, &part, rf_piece_wire_bytes(plan, p, &part), src, dst);
+  }
+  if (room < limit)
+    return RF_OK;
+  *blocked = 0;
+  rf_box block = part;
+  block.hi[1] = RF_MIN(part.hi[1], part.lo[1] + RF_FP8_BLOCK_EDGE);
+  int64_t per = RF_MAX(1, limit / rf_piece_wire_bytes(plan, p, &block));
+  while (part.lo[1] < part.hi[1]) {
+    rf_box c = part;
+    c.hi[1] = RF_MIN(part.hi[1], part.lo[1] + per * RF_FP8_BLOCK_EDGE);
+    RF_TRY(add_chunk(b, index, &c, rf_piece_wire_bytes(plan, p, &c), src, dst));
+    RF_TRY(open_bucket(b));
+    part.lo[1] = c.hi[1];
+  }
+  rest->lo[0] = part.hi[0];
+  return RF_OK;
+}
+
+/* One turn of the pair furthest behind: it places what it can of its next piece. When every
+ * pair is blocked the bucket is full: the next one opens and they all try again. Returns 0
+ * when the stage is done. */
+static rf_status take_turn(builder *b, const rf_plan *plan, sched_pairs *q, int *more) {
+  sched_pair *pair = sched_pairs_top(q);
+  *more = 1;
+  if (!pair) {
+    if (q->blocked_count == 0) {
+      *more = 0;
+      return RF_OK;
+    }
+    RF_TRY(open_bucket(b));
+    sched_pairs_unblock(q);
+    return RF_OK;
+  }
+  int index = q->order[pair->next];
+  const rf_piece *p = &plan->pieces[index];
+  if (rf_box_is_empty(&pair->rest))
+    pair->rest = p->box;
+  int blocked = 0, opened = b->opened;
+  int64_t before = rf_box_numel(&pair->rest);
+  if (!rf_box_is_empty(&pair->rest))
+    RF_TRY((rf_piece_carries_fp8(plan, p) ? place_bands : place_rows)(
+        b, plan, index, &pair->rest, pair->src, pair->dst, &blocked));
+  /* Shares count the piece's own bytes (not fp8's wire bytes), so they stay exact. */
+  int64_t numel = rf_box_numel(&p->box);
+  pair->placed += numel ? (before - rf_box_numel(&pair->rest)) * (p->bytes / numel) : 0;
+  if (rf_box_is_empty(&pair->rest))
+    pair->next++;
+  sched_pairs_update(q, blocked);
+  if (b->opened != opened)
+    sched_pairs_unblock(q);
   return RF_OK;
 }
 
@@ -139,8 +192,8 @@ struct rf_schedule_cursor {
   rf_stage stage;
   builder b;
   rf_schedule s; /* what has been cut and not handed out: the open bucket, at least */
-  int next;      /* the next piece to place */
-  int end;       /* one past the last piece to place (fanout's forward steps are ranges) */
+  sched_pairs q; /* the stage's pieces, pair by pair, and the pairs' turns */
+  int more;      /* whether pieces are left to place */
 };
 
 void rf_schedule_cursor_close(rf_schedule_cursor *c) {
@@ -148,6 +201,7 @@ void rf_schedule_cursor_close(rf_schedule_cursor *c) {
     return;
   free(c->b.sent);
   free(c->b.received);
+  sched_pairs_close(&c->q);
   rf_schedule_free(&c->s);
   free(c);
 }
@@ -161,14 +215,15 @@ static rf_status cursor_open(const rf_plan *plan, rf_stage stage, int first, int
     return RF_ERR_NOMEM;
   c->plan = plan;
   c->stage = stage;
-  c->next = first;
-  c->end = end;
+  c->more = 1;
   c->s.stage = stage;
   c->s.bucket_size = bucket_size;
-  c->b = (builder){&c->s, 0, 0, NULL, NULL, plan->layout->world_size, 0};
+  c->b = (builder){&c->s, 0, 0, NULL, NULL, plan->layout->world_size, 0, 0};
   c->b.sent = rf_calloc((size_t)c->b.world, sizeof *c->b.sent, "schedule counters");
   c->b.received = rf_calloc((size_t)c->b.world, sizeof *c->b.received, "schedule counters");
   rf_status st = c->b.sent && c->b.received ? open_bucket(&c->b) : RF_ERR_NOMEM;
+  if (st == RF_OK)
+    st = sched_pairs_open(&c->q, plan, stage, first, end);
   if (st != RF_OK) {
     rf_schedule_cursor_close(c);
     return st;
@@ -210,15 +265,13 @@ rf_status rf_schedule_cursor_next(rf_schedule_cursor *c, int max_chunks, rf_sche
   out->bucket_size = c->s.bucket_size;
   out->first_bucket = c->b.base;
   rf_schedule *s = &c->s;
-  /* Whole pieces only, so that a window ends where the whole schedule could end too; and
-   * never before a bucket has closed, so that every window holds at least one bucket. */
-  while (c->next < c->end && (s->chunk_count < max_chunks || s->bucket_count < 2)) {
-    if (plan->pieces[c->next].stage == (int32_t)c->stage)
-      RF_TRY(place_piece(&c->b, plan, c->next));
-    c->next++;
-  }
-  if (c->next < c->end)
+  /* Never before a bucket has closed, so that every window holds at least one bucket; the
+   * pairs' state goes on from where it stopped, so the windows make the same schedule. */
+  while (c->more && (s->chunk_count < max_chunks || s->bucket_count < 2))
+    RF_TRY(take_turn(&c->b, plan, &c->q, &c->more));
+  if (c->more)
     return hand_out_closed(c, out);
+  close_bucket(&c->b);
   if (s->bucket_count == 0 || (s->bucket_count == 1 && s->chunk_count == 0 && c->b.base > 0))
     return RF_OK; /* everything has been handed out: an empty window says so */
   /* A trailing empty bucket (opened after the last split) carries nothing. */

@@ -39,14 +39,14 @@ import json, sys
 o = json.load(open(sys.argv[1]))
 r = o["runs"][0]
 assert o["world_size"] == 384 and o["nodes_used"] == 48 and o["pieces"] == 17858944, o
-assert r["buckets"] == 28804 and r["units"] == 28804 and r["messages"] == 17887747, r
+assert r["buckets"] == 486 and r["units"] == 486 and r["messages"] == 17945313, r
 assert r["class_bytes"]["network"] == 16684053168128, r["class_bytes"]
 m = r["memory"]
 # The fullest rank is a rollout rank: its fused tensors hold exactly the 130344165376 bytes
 # refit plan says each rollout rank receives, plus the staging of its largest bucket; it fits
 # an H200's 141 GB.
-assert m["rollout"] == 130344165376 and m["staging"] == 210108416, m
-assert m["peak_bytes"] == 130554273792 and m["shards"] == 0 and m["fits"] is True, m
+assert m["rollout"] == 130344165376 and m["staging"] == 268434432, m
+assert m["peak_bytes"] == 130612599808 and m["shards"] == 0 and m["fits"] is True, m
 assert r["predicted_s"]["total"] > r["bound_s"] > 0, r
 PYEOF
 finish
