@@ -196,7 +196,26 @@ static void test_system(void) {
                      "num_gpus, tp_size, cp_size, ep_size, pp_size, fsdp_size or dp_size");
 }
 
+/* The files shipped in configs/m2n, as refit reads them. */
+static void test_shipped(void) {
+  static const char *const files[][3] = {
+      {"deepseek-v3-256gpus-gb200", "tp=1,cp=1,ep=16,pp=4,dp=32", "tp=8,dp=16"},
+      {"qwen3-235b-128gpus-gb200", "tp=2,cp=2,ep=16,pp=4,dp=4", "tp=8,dp=8"},
+      {"tiny-megatron-tp2ep2-to-tp2", "tp=2,cp=1,ep=2,pp=1,dp=1", "tp=2,dp=1"},
+      {"tiny-megatron-tp2cp2ep4-to-tp2", "tp=2,cp=2,ep=4,pp=1,dp=1", "tp=2,dp=1"},
+  };
+  const char *src = getenv("REFIT_SOURCE_DIR");
+  for (size_t i = 0; i < RF_ARRAY_LEN(files); i++) {
+    char path[1024], t[64], r[64];
+    snprintf(path, sizeof path, "%s/configs/m2n/%s.system.json", src ? src : ".", files[i][0]);
+    ASSERT_OK(rf_layout_read_system(path, t, sizeof t, r, sizeof r));
+    ASSERT_STR_EQ(t, files[i][1]);
+    ASSERT_STR_EQ(r, files[i][2]);
+  }
+}
+
 int main(void) {
+  test_shipped();
   test_boxes();
   test_errors();
   test_system();
