@@ -20,7 +20,7 @@ static void test_parse(void) {
   ASSERT_STATUS(rf_trainer_layout_parse("fsdp=0", &t), RF_ERR_USAGE);
   ASSERT_STATUS(rf_trainer_layout_parse("fsdp=2,", &t), RF_ERR_USAGE);
   ASSERT_STATUS(rf_trainer_layout_parse("fsdp=2,fsdp=2", &t), RF_ERR_USAGE);
-  ASSERT_STATUS(rf_trainer_layout_parse("cp=2", &t), RF_ERR_USAGE);
+  ASSERT_STATUS(rf_trainer_layout_parse("sp=2", &t), RF_ERR_USAGE);
   ASSERT_STATUS(rf_trainer_layout_parse("fsdp=2x", &t), RF_ERR_USAGE);
   ASSERT_STATUS(rf_rollout_layout_parse("fsdp=2", &r), RF_ERR_USAGE);
   ASSERT_STATUS(rf_rollout_layout_parse("", &r), RF_ERR_USAGE);

@@ -373,6 +373,33 @@ static rf_status scan_options(int argc, char **argv, rf_config *cfg, int apply) 
   return RF_OK;
 }
 
+/* --system sets the trainer, its style and the rollout. Rather than rank one source over the
+ * other, a value of any of them other than its default beside --system (on the command line, in
+ * the config file or as a sweep's list) is refused. */
+static rf_status apply_system(rf_config *cfg) {
+  if (!cfg->system[0])
+    return RF_OK;
+  static const char *const set[] = {"trainer", "trainer-style", "rollout"};
+  rf_config defaults;
+  rf_cli_defaults(&defaults);
+  for (size_t i = 0; i < RF_ARRAY_LEN(set); i++) {
+    const rf_cli_option *o = rf_cli_find_option(set[i]);
+    int swept = 0;
+    for (int a = 0; a < cfg->sweep.axis_count; a++)
+      swept |= strcmp(cfg->sweep.axes[a].name, o->name) == 0;
+    const char *mine = (const char *)cfg + o->offset, *def = (const char *)&defaults + o->offset;
+    if (swept || (o->type == RF_OPT_STRING ? strcmp(mine, def) : memcmp(mine, def, o->size)))
+      return rf_fail(RF_ERR_USAGE,
+                     "--system %s sets --trainer, --trainer-style and --rollout; leave --%s out "
+                     "or leave --system out",
+                     cfg->system, o->name);
+  }
+  RF_TRY(rf_layout_read_system(cfg->system, cfg->trainer, (int)sizeof cfg->trainer, cfg->rollout,
+                               (int)sizeof cfg->rollout));
+  cfg->trainer_style = RF_STYLE_MEGATRON;
+  return RF_OK;
+}
+
 rf_status rf_cli_parse(int argc, char **argv, rf_config *cfg) {
   rf_cli_defaults(cfg);
   record_command_line(argc, argv, cfg);
@@ -404,5 +431,6 @@ rf_status rf_cli_parse(int argc, char **argv, rf_config *cfg) {
   memset(&cfg->sweep, 0, sizeof cfg->sweep);
   if (cfg->config[0])
     RF_TRY(rf_cli_load_config(cfg));
-  return scan_options(argc - 1, argv + 1, cfg, 1);
+  RF_TRY(scan_options(argc - 1, argv + 1, cfg, 1));
+  return apply_system(cfg);
 }

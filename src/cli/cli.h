@@ -59,8 +59,9 @@ typedef struct {
   char config[RF_PATH_MAX];       /* --config */
   char model[RF_PATH_MAX];        /* --model NAME|PATH */
   char dtype[16];                 /* --dtype model|bf16|fp16|fp32 */
-  char trainer[64];               /* --trainer fsdp=F,tp=T[,ep=E][,pp=S][,dp=D] */
-  rf_trainer_style trainer_style; /* --trainer-style tunix|fsdp2 */
+  char trainer[64];               /* --trainer fsdp=F,tp=T[,ep=E][,pp=S][,dp=D][,cp=C] */
+  rf_trainer_style trainer_style; /* --trainer-style tunix|fsdp2|megatron */
+  char system[RF_PATH_MAX];       /* --system FILE: NCCL M2N system file; sets the three above */
   rf_trainer_order trainer_order; /* --trainer-order hf|jax */
   char rollout[64];               /* --rollout tp=R[,dp=P][,ep] */
   int64_t rollout_rank;           /* --rollout-rank N: whose manifest plan --json lists */

@@ -67,9 +67,10 @@ const rf_cli_option rf_cli_options[] = {
      .unit = "",
      .metavar = "MESH",
      .commands = RUN | PLAN | TOPO | SIM,
-     .help = "trainer mesh: fsdp=F,tp=T[,ep=E][,pp=S][,dp=D]; ep ranks hold whole experts, "
-             "pp stages contiguous layers (the first L mod S stages get one layer more); ranks are "
-             "numbered tp fastest, then fsdp, ep, pp, dp"},
+     .help = "trainer mesh: fsdp=F,tp=T[,ep=E][,pp=S][,dp=D][,cp=C]; ep ranks hold whole "
+             "experts, pp stages contiguous layers (the first L mod S stages get one layer more); "
+             "ranks are numbered tp fastest, then fsdp, ep, pp, dp; with --trainer-style "
+             "megatron, tp, cp, dp, pp and ep folded onto the tp*cp*dp ranks of each stage"},
     {.name = "trainer-style",
      .type = RF_OPT_ENUM,
      NAMES(rf_trainer_style, RF_TRAINER_STYLE_COUNT),
@@ -77,7 +78,19 @@ const rf_cli_option rf_cli_options[] = {
      .def = "tunix",
      .unit = "",
      .commands = RUN | PLAN | TOPO | SIM,
-     .help = "how the trainer shards each tensor: JAX tunix or PyTorch FSDP2 with TP"},
+     .help = "how the trainer shards each tensor: JAX tunix, PyTorch FSDP2 with TP, or "
+             "Megatron with parallel folding (experts whole over ep ranks folded onto tp*cp*dp; "
+             "cp ranks are replicas)"},
+    {.name = "system",
+     .type = RF_OPT_STRING,
+     FIELD(system),
+     .def = "",
+     .unit = "",
+     .metavar = "FILE",
+     .commands = RUN | PLAN | TOPO | SIM,
+     .help = "NCCL M2N reshard_model_bench system file (train and generation sizes): sets "
+             "--trainer, --trainer-style megatron and --rollout, which must then keep their "
+             "defaults"},
     {.name = "trainer-order",
      .type = RF_OPT_ENUM,
      NAMES(rf_trainer_order, RF_TRAINER_ORDER_COUNT),

@@ -110,8 +110,7 @@ static rf_status print_json(const rf_job *job, int manifest_rank, const rf_clust
   json_object_set_new(o, "tensors", json_integer(m->tensor_count));
   json_object_set_new(o, "rollout_tensors", json_integer(lay->rollout_tensor_count));
   json_object_set_new(o, "trainer", json_string(trainer));
-  json_object_set_new(o, "trainer_style",
-                      json_string(job->trainer.style == RF_STYLE_FSDP2 ? "fsdp2" : "tunix"));
+  json_object_set_new(o, "trainer_style", json_string(rf_trainer_style_name(job->trainer.style)));
   json_object_set_new(o, "trainer_ranks", json_integer(lay->trainer_ranks));
   json_object_set_new(o, "rollout", json_string(rollout));
   json_object_set_new(o, "rollout_ranks", json_integer(lay->rollout_ranks));
@@ -218,8 +217,10 @@ static void print_text(const rf_job *job, const rf_cluster *c, const rf_sim_boun
          rf_format_bytes(m->total_bytes, size, sizeof size));
   printf("%-16s %d logical, %d per rollout rank (fused)\n", "tensors", m->tensor_count,
          lay->rollout_tensor_count);
-  printf("%-16s %s (%s), %d ranks, numbered tp fastest, then fsdp, ep, pp, dp\n", "trainer",
-         trainer, job->trainer.style == RF_STYLE_FSDP2 ? "fsdp2" : "tunix", lay->trainer_ranks);
+  printf("%-16s %s (%s), %d ranks, numbered tp fastest, then %s\n", "trainer", trainer,
+         rf_trainer_style_name(job->trainer.style), lay->trainer_ranks,
+         job->trainer.style == RF_STYLE_MEGATRON ? "cp, dp, pp; ep rank = rank mod ep"
+                                                 : "fsdp, ep, pp, dp");
   printf("%-16s %s, %d ranks\n", "rollout", rollout, lay->rollout_ranks);
   if (job->rollout.dtype == RF_ROLLOUT_DTYPE_FP8)
     printf("%-16s fp8: linear weights float8_e4m3fn, an fp32 weight_scale_inv per 128x128 "

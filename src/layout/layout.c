@@ -47,9 +47,11 @@ rf_status rf_layout_init(rf_layout *lay, const rf_model *model, const rf_trainer
   memset(lay, 0, sizeof *lay);
   lay->model = model;
   lay->trainer = *trainer;
+  if (lay->trainer.cp < 1) /* a layout built by hand before cp existed */
+    lay->trainer.cp = 1;
   lay->rollout = *rollout;
   lay->placement = placement;
-  lay->trainer_ranks = trainer->fsdp * trainer->tp * trainer->ep * trainer->pp * trainer->dp;
+  lay->trainer_ranks = rf_trainer_layout_ranks(trainer);
   lay->rollout_ranks = rollout->tp * rollout->dp;
   lay->world_size = rf_layout_ranks_needed(trainer, rollout, placement);
   lay->vocab_padded = (model->vocab + 63) / 64 * 64;

@@ -7,8 +7,11 @@
  * pipeline stage's layer, another ep rank's expert) has an empty box.
  *
  * Trainer ranks are numbered ((((d*PP + s)*EP + x)*F + f)*T + t): tp fastest, then fsdp, then
- * expert parallelism, then pipeline stage, then trainer replica. Rollout ranks are p*R + r (tp
- * rank r of engine replica p); with rollout ep, expert e lives on rollout rank e / (E/(R*P)). */
+ * expert parallelism, then pipeline stage, then trainer replica. The megatron style folds its
+ * experts onto the other axes instead (Megatron's grid order tp, cp, ep, dp, pp): rank
+ * ((s*D + d)*C + c)*T + t, and within a stage the i-th rank is ep rank i mod EP. Rollout ranks
+ * are p*R + r (tp rank r of engine replica p); with rollout ep, expert e lives on rollout rank
+ * e / (E/(R*P)). */
 #ifndef RF_LAYOUT_H
 #define RF_LAYOUT_H
 
@@ -20,10 +23,12 @@
 /* The whole of a tensor as a box. */
 rf_box rf_box_whole(const rf_tensor *t);
 
-/* --trainer-style: how the trainer shards each tensor (JAX tunix, or PyTorch FSDP2 with TP). */
+/* --trainer-style: how the trainer shards each tensor (JAX tunix, PyTorch FSDP2 with TP, or
+ * Megatron-Core with parallel folding and expert tensor parallelism 1). */
 #define RF_TRAINER_STYLE_LIST(X)                                                                   \
   X(RF_STYLE_TUNIX, "tunix")                                                                       \
-  X(RF_STYLE_FSDP2, "fsdp2")
+  X(RF_STYLE_FSDP2, "fsdp2")                                                                       \
+  X(RF_STYLE_MEGATRON, "megatron")
 typedef enum { RF_TRAINER_STYLE_LIST(RF_ENUM_ID) RF_TRAINER_STYLE_COUNT } rf_trainer_style;
 RF_ENUM_DECLARE(rf_trainer_style);
 
@@ -45,6 +50,7 @@ typedef struct {
   int fsdp, tp, dp; /* the mesh is fsdp x tp, replicated dp times */
   int ep;           /* expert parallelism: each ep rank holds E/ep whole experts */
   int pp;           /* pipeline stages: contiguous runs of layers */
+  int cp;           /* megatron's context parallelism: replicas of the tp shards, no split */
   rf_trainer_style style;
   rf_trainer_order order;
 } rf_trainer_layout;
@@ -63,11 +69,20 @@ typedef struct {
   rf_rollout_dtype dtype; /* not part of the layout's text: --rollout-dtype sets it */
 } rf_rollout_layout;
 
-/* Parse "fsdp=4,tp=2[,dp=2][,ep=8][,pp=4]" and "tp=4[,dp=2][,ep]"; missing axes are 1 (ep on
+/* Parse "fsdp=4,tp=2[,dp=2][,ep=8][,pp=4][,cp=2]" and "tp=4[,dp=2][,ep]"; missing axes are 1 (ep on
  * the rollout is a bare word). Errors name the text. */
 rf_status rf_trainer_layout_parse(const char *text, rf_trainer_layout *out);
 rf_status rf_rollout_layout_parse(const char *text, rf_rollout_layout *out);
 void rf_trainer_layout_format(const rf_trainer_layout *t, char *buf, int len);
+/* The trainer's rank count: fsdp*tp*ep*pp*dp, or for the megatron style, whose experts fold
+ * onto the other axes, tp*cp*dp*pp. */
+int rf_trainer_layout_ranks(const rf_trainer_layout *t);
+/* --system: reads an NCCL M2N reshard_model_bench system file (layout_system.c) and writes the
+ * trainer layout it describes (for --trainer-style megatron) and the rollout layout as text.
+ * Anything the file says that refit cannot express is one line naming the numbers, and
+ * RF_ERR_USAGE. */
+rf_status rf_layout_read_system(const char *path, char *trainer, int trainer_len, char *rollout,
+                                int rollout_len);
 /* The most ranks one side may have: the parsers refuse more, so rank counts fit an int. */
 #define RF_LAYOUT_MAX_RANKS (1 << 20)
 /* The world a job of these layouts needs: trainer plus rollout ranks, or the larger of the
@@ -117,7 +132,7 @@ typedef struct {
   rf_trainer_layout trainer;
   rf_rollout_layout rollout;
   rf_placement placement;
-  int trainer_ranks; /* F*T*EP*PP*D */
+  int trainer_ranks; /* F*T*EP*PP*D (megatron: T*C*D*PP) */
   int rollout_ranks; /* R*P */
   int world_size;    /* disaggregated: trainer + rollout; colocated: the larger */
   int64_t vocab_padded;

@@ -86,7 +86,7 @@ static rf_status check_rank_count(const char *what, const char *text, int64_t ra
 
 int rf_layout_ranks_needed(const rf_trainer_layout *t, const rf_rollout_layout *r,
                            rf_placement placement) {
-  int trainer = t->fsdp * t->tp * t->ep * t->pp * t->dp, rollout = r->tp * r->dp;
+  int trainer = rf_trainer_layout_ranks(t), rollout = r->tp * r->dp;
   return placement == RF_PLACEMENT_COLOCATED ? RF_MAX(trainer, rollout) : trainer + rollout;
 }
 
@@ -105,18 +105,20 @@ rf_status rf_layout_check_world(const rf_trainer_layout *t, const rf_rollout_lay
 }
 
 rf_status rf_trainer_layout_parse(const char *text, rf_trainer_layout *out) {
-  static const char *const names[] = {"fsdp", "tp", "dp", "ep", "pp"};
-  int v[5];
-  RF_TRY(parse_axes("trainer", text, names, v, 5, NULL, "fsdp=4,tp=2 or fsdp=2,tp=2,ep=8,pp=4"));
+  static const char *const names[] = {"fsdp", "tp", "dp", "ep", "pp", "cp"};
+  int v[6];
+  RF_TRY(parse_axes("trainer", text, names, v, 6, NULL, "fsdp=4,tp=2 or fsdp=2,tp=2,ep=8,pp=4"));
   out->fsdp = v[0];
   out->tp = v[1];
   out->dp = v[2];
   out->ep = v[3];
   out->pp = v[4];
+  out->cp = v[5];
   /* --trainer-style and --trainer-order, set apart from the text: their defaults until then. */
   out->style = RF_STYLE_TUNIX;
   out->order = RF_ORDER_HF;
-  return check_rank_count("trainer", text, (int64_t)v[0] * v[1] * v[2] * v[3] * v[4]);
+  /* Every axis multiplied: a bound for the megatron style too, whose ep folds onto the rest. */
+  return check_rank_count("trainer", text, (int64_t)v[0] * v[1] * v[2] * v[3] * v[4] * v[5]);
 }
 
 rf_status rf_rollout_layout_parse(const char *text, rf_rollout_layout *out) {
@@ -137,15 +139,27 @@ rf_status rf_rollout_layout_parse(const char *text, rf_rollout_layout *out) {
 
 /* Axes of size 1 beyond the first two are left out, so dense layouts print as they always
  * have. */
+int rf_trainer_layout_ranks(const rf_trainer_layout *t) {
+  int cp = t->cp > 0 ? t->cp : 1; /* 0 in a layout built by hand before cp existed */
+  if (t->style == RF_STYLE_MEGATRON)
+    return t->fsdp * t->tp * cp * t->dp * t->pp;
+  return t->fsdp * t->tp * cp * t->ep * t->pp * t->dp;
+}
+
 void rf_trainer_layout_format(const rf_trainer_layout *t, char *buf, int len) {
-  char ep[16] = "", pp[16] = "", dp[16] = "";
+  char ep[16] = "", pp[16] = "", dp[16] = "", cp[16] = "";
+  if (t->cp > 1)
+    snprintf(cp, sizeof cp, ",cp=%d", t->cp);
   if (t->ep > 1)
     snprintf(ep, sizeof ep, ",ep=%d", t->ep);
   if (t->pp > 1)
     snprintf(pp, sizeof pp, ",pp=%d", t->pp);
   if (t->dp > 1)
     snprintf(dp, sizeof dp, ",dp=%d", t->dp);
-  snprintf(buf, (size_t)len, "fsdp=%d,tp=%d%s%s%s", t->fsdp, t->tp, ep, pp, dp);
+  if (t->style == RF_STYLE_MEGATRON && t->fsdp == 1) /* megatron has no fsdp axis to show */
+    snprintf(buf, (size_t)len, "tp=%d%s%s%s%s", t->tp, cp, ep, pp, dp);
+  else
+    snprintf(buf, (size_t)len, "fsdp=%d,tp=%d%s%s%s%s", t->fsdp, t->tp, cp, ep, pp, dp);
 }
 
 void rf_rollout_layout_format(const rf_rollout_layout *r, char *buf, int len) {

@@ -73,6 +73,11 @@ static void trainer_rules(rf_trainer_style style, const rf_tensor *t, int64_t he
       out[1] = split1(F, 1);
     return;
   }
+  /* megatron: expert tensor parallelism 1, so a routed expert is never split: its rank holds it
+   * whole. Everything else as fsdp2 below, whose fsdp axis megatron leaves at 1. */
+  if (style == RF_STYLE_MEGATRON &&
+      (k == RF_T_EXPERT_GATE || k == RF_T_EXPERT_UP || k == RF_T_EXPERT_DOWN))
+    return;
   /* fsdp2: Megatron TP first (column-parallel on dim 0, row-parallel on dim 1; latent
    * attention's a-projections and the router are replicated over tp), then FSDP shards dim 0
    * of whatever TP left. The router's correction bias is too small to shard. */
@@ -136,6 +141,33 @@ static rf_status init_stages(rf_layout *lay) {
   return RF_OK;
 }
 
+/* Megatron's parallel folding: the ep ranks of the experts are the same ranks as the tp x cp x dp
+ * grid of the stage, so ep must divide that grid; there is no fsdp axis, and cp exists only
+ * there (the other styles have no context parallelism to place). */
+static rf_status check_folding(const rf_layout *lay) {
+  const rf_trainer_layout *t = &lay->trainer;
+  if (t->style != RF_STYLE_MEGATRON) {
+    if (t->cp > 1)
+      return rf_fail(RF_ERR_USAGE,
+                     "trainer cp=%d needs --trainer-style megatron, the style that places "
+                     "context parallelism; use cp=1 with %s",
+                     t->cp, rf_trainer_style_name(t->style));
+    return RF_OK;
+  }
+  if (t->fsdp != 1)
+    return rf_fail(RF_ERR_USAGE,
+                   "trainer style megatron has no fsdp axis (each tp rank holds its shard whole); "
+                   "use fsdp=1, not fsdp=%d",
+                   t->fsdp);
+  int grid = t->tp * t->cp * t->dp;
+  if (grid % t->ep)
+    return rf_fail(RF_ERR_USAGE,
+                   "trainer style megatron folds ep=%d onto the tp*cp*dp = %d*%d*%d = %d ranks of "
+                   "each pipeline stage, and %d does not divide %d; choose an ep that divides %d",
+                   t->ep, t->tp, t->cp, t->dp, grid, t->ep, grid, grid);
+  return RF_OK;
+}
+
 static rf_status check_experts(const rf_layout *lay) {
   const rf_model *m = lay->model;
   int EP = lay->trainer.ep;
@@ -152,6 +184,7 @@ static rf_status check_experts(const rf_layout *lay) {
 
 rf_status layout_init_trainer(rf_layout *lay) {
   const rf_model *m = lay->model;
+  RF_TRY(check_folding(lay));
   RF_TRY(check_experts(lay));
   RF_TRY(init_stages(lay));
   lay->trainer_split =
@@ -200,6 +233,14 @@ rf_box rf_layout_trainer_box(const rf_layout *lay, int tensor, int trainer_rank)
   int mesh = trainer_rank % (tl->fsdp * tl->tp);
   int ep_rank = trainer_rank / (tl->fsdp * tl->tp) % tl->ep;
   int stage = trainer_rank / (tl->fsdp * tl->tp * tl->ep) % tl->pp;
+  if (tl->style == RF_STYLE_MEGATRON) {
+    /* Folded: the stage's tp x cp x dp ranks, tp fastest; ep counts the same ranks again, ep
+     * rank fastest (fsdp is 1, so the mesh coordinate is the tp rank). */
+    int grid = tl->tp * tl->cp * tl->dp, i = trainer_rank % grid;
+    mesh = i % tl->tp;
+    ep_rank = i % tl->ep;
+    stage = trainer_rank / grid;
+  }
   rf_box none = {{0, 0}, {0, 0}};
   if (stage != rf_layout_tensor_stage(lay, tensor))
     return none;
@@ -226,6 +267,19 @@ int rf_layout_trainer_candidates(const rf_layout *lay, int tensor, int *ranks) {
   const rf_tensor *t = &lay->model->tensors[tensor];
   const rf_trainer_layout *tl = &lay->trainer;
   int mesh = tl->fsdp * tl->tp, stage = rf_layout_tensor_stage(lay, tensor);
+  if (tl->style == RF_STYLE_MEGATRON) {
+    /* The stage's grid holds every non-expert tensor (tp shards replicated over cp and dp), and
+     * an expert on the ranks of its ep rank: every ep-th rank of the grid. */
+    int grid = tl->tp * tl->cp * tl->dp, first = stage * grid, step = 1, n = 0;
+    if (t->expert >= 0) {
+      first += (int)(t->expert / (lay->model->experts / tl->ep));
+      step = tl->ep;
+    }
+    for (int i = 0; i < grid / step; i++, n++)
+      if (ranks)
+        ranks[n] = first + i * step;
+    return n;
+  }
   /* The numbering of layout.h: a trainer replica d's ranks of stage s and ep rank x are the
    * mesh ranks from ((d*PP + s)*EP + x)*F*T on. */
   int x_lo = 0, x_hi = tl->ep;

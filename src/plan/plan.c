@@ -148,6 +148,10 @@ static rf_status compute_totals(rf_plan *plan) {
   int32_t moe[3] = {lay->trainer.ep, lay->trainer.pp, lay->rollout.ep};
   if (moe[0] != 1 || moe[1] != 1 || moe[2] != 0)
     XXH3_64bits_update(h, moe, sizeof moe);
+  /* Context parallelism (megatron only) where used, for the same reason. */
+  int32_t cp = lay->trainer.cp;
+  if (cp > 1)
+    XXH3_64bits_update(h, &cp, sizeof cp);
   /* The rollout dtype only where it is fp8, for the same reason. */
   int32_t dtype = lay->rollout.dtype;
   if (dtype != RF_ROLLOUT_DTYPE_MODEL)
