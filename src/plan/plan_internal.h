@@ -34,5 +34,6 @@ rf_status plan_count_wire(rf_plan *plan);
 
 rf_status plan_build_star(plan_builder *b);
 rf_status plan_build_fanout(plan_builder *b);
+rf_status plan_build_hierarchical(plan_builder *b);
 
 #endif
