@@ -260,9 +260,12 @@ static void print_text(const rf_job *job, const rf_cluster *c, const rf_sim_boun
   if (rf_plan_forwards(plan)) {
     printf("%-16s %" PRId64 " (%s) between replicas\n", "forward bytes", plan->forward_bytes,
            rf_format_bytes(plan->forward_bytes, size, sizeof size));
-    printf("%-16s %d (binomial trees over the %d replicas%s, a step per level)\n", "forward depth",
-           plan->forward_depth, lay->rollout.dp,
-           plan->kind == RF_PLAN_HIERARCHICAL ? " of each domain" : "");
+    if (plan->kind == RF_PLAN_HIERARCHICAL)
+      printf("%-16s %d (binomial trees over each domain's replicas, a step per level)\n",
+             "forward depth", plan->forward_depth);
+    else
+      printf("%-16s %d (binomial trees over the %d replicas, a step per level)\n", "forward depth",
+             plan->forward_depth, lay->rollout.dp);
   }
   print_range("send bytes", plan->send_bytes, lay->trainer_ranks, "per trainer rank");
   print_range("recv bytes", plan->recv_bytes, lay->rollout_ranks,
