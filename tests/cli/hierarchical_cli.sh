@@ -1,8 +1,8 @@
 # The hierarchical plan end to end on one host standing for two domains (--domain-ranks): the
 # trainer sends every element once to each domain and the replicas of a domain forward it to
 # each other; every mode over mpi and shm, tiny and tiny-mixtral with rollout ep, every element
-# verified. `refit plan` prints the two levels exactly, and a byte flipped on a root reaches
-# the replica of its own domain only.
+# verified, and an fp8 rollout. `refit plan` prints the two levels exactly, and a byte flipped
+# on a root reaches the replica of its own domain only.
 . "$(dirname "$0")/lib.sh"
 MIX="$REFIT_SOURCE_DIR/tests/data/tiny-mixtral.json"
 
@@ -20,6 +20,12 @@ for transport in mpi shm; do
   run $transport --model tiny --trainer fsdp=2 --rollout tp=1,dp=4
   run $transport --model "$MIX" --trainer ep=2 --rollout tp=1,dp=4,ep
 done
+# An fp8 rollout: the roots forward fp8 and scales (buckets cut runs of blocks).
+expect_exit 0 timeout 120 "${MPIRUN[@]}" -np 6 "$REFIT" run --mode unfused,grouped,fused \
+  --model "$REFIT_SOURCE_DIR/tests/data/fp8-small.json" --trainer fsdp=2 --rollout tp=1,dp=4 \
+  --rollout-dtype fp8 --plan hierarchical --domain-ranks 4 --warmup 0 --iters 1 \
+  --bucket-size 20000 --verify full
+expect_rows 3
 
 # ---- refit plan: one replica's bytes into each domain, the rest forwarded inside ------------
 expect_exit 0 "$REFIT" plan --model tiny --trainer fsdp=2 --rollout tp=1,dp=4 \
