@@ -168,9 +168,13 @@ static inline void check_world(const rf_plan *plan, rank_job *jobs, const uint64
       ASSERT_EQ(jobs[r].wrong[m], 0);
       /* rf_engine_corrupt flips one byte of the first element of the last rollout rank, or,
        * where the plan forwards, of the last tp rank of the first tensor's root replica,
-       * which forwards it to the last tp rank of every other replica. */
+       * which forwards it to the last tp rank of every other replica (hierarchical: of its
+       * domain). */
       int R = lay->rollout.tp;
-      int hit = plan->forward_depth > 0 ? rollout >= 0 && rollout % R == R - 1
+      int same_domain = rollout >= 0 &&
+                        (plan->domains == 0 ||
+                         plan->replica_domain[rollout / R] == plan->replica_domain[plan->root[0]]);
+      int hit = plan->forward_depth > 0 ? same_domain && rollout % R == R - 1
                                         : rollout == lay->rollout_ranks - 1;
       ASSERT_EQ(jobs[r].wrong_after_corrupt[m], hit ? 1 : 0);
     }

@@ -125,7 +125,7 @@ static inline void check_bytes(const rf_plan *plan, int by_load) {
   ASSERT_EQ(sent, recv);
   ASSERT_EQ(sent, plan->transfer_bytes);
   ASSERT_EQ(plan->transfer_bytes + plan->forward_bytes, held + plan->extra_bytes);
-  if (plan->kind != RF_PLAN_FANOUT)
+  if (!rf_plan_forwards(plan))
     ASSERT_EQ(plan->forward_bytes, 0);
   if (plan->kind == RF_PLAN_P2P) {
     ASSERT_EQ(plan->extra_bytes, 0);

@@ -67,7 +67,8 @@ typedef struct {
   int64_t rollout_rank;           /* --rollout-rank N: whose manifest plan --json lists */
   rf_rollout_dtype rollout_dtype; /* --rollout-dtype model|fp8 */
   rf_placement placement;         /* --placement disaggregated|colocated */
-  rf_plan_kind plan;              /* --plan p2p|star|fanout */
+  rf_plan_kind plan;              /* --plan p2p|star|fanout|hierarchical */
+  int64_t domain_ranks;           /* --domain-ranks N: hierarchical's domains; 0 = the nodes */
   rf_mode_list mode;              /* --mode unfused|grouped|fused, or a comma-separated list */
   int64_t bucket_size;            /* --bucket-size, bytes; 0 = whole model in one bucket */
   char transport[16];             /* --transport NAME */

@@ -149,8 +149,20 @@ const rf_cli_option rf_cli_options[] = {
      .def = "p2p",
      .unit = "",
      .commands = RUN | PLAN | TOPO | SIM,
-     .help = "direct shard-to-shard pieces, the reference bridge's stars, or each element once "
-             "to one replica that forwards it to the others"},
+     .help = "direct shard-to-shard pieces, the reference bridge's stars, each element once "
+             "to one replica that forwards it to the others, or once to each node (NVLink "
+             "domain) that forwards it inside"},
+    {.name = "domain-ranks",
+     .type = RF_OPT_INT,
+     .imin = 0,
+     .imax = RF_LAYOUT_MAX_RANKS,
+     FIELD(domain_ranks),
+     .def = "0",
+     .unit = "",
+     .metavar = "N",
+     .commands = RUN | PLAN,
+     .help = "--plan hierarchical's domains: N consecutive world ranks each, as if each were a "
+             "node; 0 = the nodes the ranks run on (run) or one domain (plan)"},
     {.name = "mode",
      .sweep = 1,
      .type = RF_OPT_ENUM,

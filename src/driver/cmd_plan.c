@@ -51,7 +51,7 @@ static void json_fp8(json_t *o, const rf_plan *plan) {
   json_object_set_new(o, "wire_transfer_bytes", json_integer(plan->wire_transfer_bytes));
   json_object_set_new(o, "wire_send_bytes", int_array(plan->wire_send_bytes, lay->trainer_ranks));
   json_object_set_new(o, "wire_recv_bytes", int_array(plan->wire_recv_bytes, lay->rollout_ranks));
-  if (plan->kind == RF_PLAN_FANOUT)
+  if (rf_plan_forwards(plan))
     json_object_set_new(o, "wire_forward_bytes", json_integer(plan->wire_forward_bytes));
   json_object_set_new(o, "source_quantized_tensors", json_integer(plan->source_tensors));
   json_object_set_new(o, "destination_quantized_tensors", json_integer(plan->destination_tensors));
@@ -136,8 +136,10 @@ static rf_status print_json(const rf_job *job, int manifest_rank, const rf_clust
   json_object_set_new(o, "recv_bytes", int_array(plan->recv_bytes, lay->rollout_ranks));
   json_object_set_new(o, "reshape_send_bytes",
                       int_array(plan->reshape_send_bytes, lay->trainer_ranks));
-  if (plan->kind == RF_PLAN_FANOUT) {
+  if (rf_plan_forwards(plan)) {
     json_object_set_new(o, "forward_depth", json_integer(plan->forward_depth));
+    if (plan->kind == RF_PLAN_HIERARCHICAL)
+      json_object_set_new(o, "domains", json_integer(plan->domains));
     json_object_set_new(o, "forward_pieces", json_integer(forward_pieces(plan)));
     json_object_set_new(o, "forward_bytes", json_integer(plan->forward_bytes));
     json_object_set_new(o, "forward_send_bytes",
@@ -190,7 +192,7 @@ static void print_fp8(const rf_plan *plan) {
          "quantizes\n",
          "wire bytes", plan->wire_transfer_bytes,
          rf_format_bytes(plan->wire_transfer_bytes, size, sizeof size));
-  if (plan->kind == RF_PLAN_FANOUT)
+  if (rf_plan_forwards(plan))
     printf("%-16s %" PRId64 " (%s) between replicas, fp8 and scales\n", "forward wire",
            plan->wire_forward_bytes, rf_format_bytes(plan->wire_forward_bytes, size, sizeof size));
   printf("%-16s %d fp8 tensors at their source, %d at their destination (a piece cuts a block "
@@ -234,9 +236,13 @@ static void print_text(const rf_job *job, const rf_cluster *c, const rf_sim_boun
   else if (plan->kind == RF_PLAN_FANOUT)
     printf("%-16s fanout: each element leaves the trainer once, for one of %d replicas\n", "plan",
            lay->rollout.dp);
+  else if (plan->kind == RF_PLAN_HIERARCHICAL)
+    printf("%-16s hierarchical: each element enters each of %d domains once, for one of its "
+           "replicas\n",
+           "plan", plan->domains);
   else
     printf("%-16s p2p\n", "plan");
-  if (plan->kind == RF_PLAN_FANOUT)
+  if (rf_plan_forwards(plan))
     printf("%-16s %d (%d forward, %d local copies)\n", "pieces", plan->piece_count,
            forward_pieces(plan), count_local(plan));
   else
@@ -252,17 +258,20 @@ static void print_text(const rf_job *job, const rf_cluster *c, const rf_sim_boun
     printf("%-16s %" PRId64 " (%s) sent whole but not kept\n", "extra bytes", plan->extra_bytes,
            rf_format_bytes(plan->extra_bytes, size, sizeof size));
   }
-  if (plan->kind == RF_PLAN_FANOUT) {
+  if (rf_plan_forwards(plan)) {
     printf("%-16s %" PRId64 " (%s) between replicas\n", "forward bytes", plan->forward_bytes,
            rf_format_bytes(plan->forward_bytes, size, sizeof size));
-    printf("%-16s %d (binomial trees over the %d replicas, a step per level)\n", "forward depth",
-           plan->forward_depth, lay->rollout.dp);
+    if (plan->kind == RF_PLAN_HIERARCHICAL)
+      printf("%-16s %d (binomial trees over each domain's replicas, a step per level)\n",
+             "forward depth", plan->forward_depth);
+    else
+      printf("%-16s %d (binomial trees over the %d replicas, a step per level)\n", "forward depth",
+             plan->forward_depth, lay->rollout.dp);
   }
   print_range("send bytes", plan->send_bytes, lay->trainer_ranks, "per trainer rank");
   print_range("recv bytes", plan->recv_bytes, lay->rollout_ranks,
-              plan->kind == RF_PLAN_FANOUT ? "per rollout rank, from the trainer"
-                                           : "per rollout rank");
-  if (plan->kind == RF_PLAN_FANOUT) {
+              rf_plan_forwards(plan) ? "per rollout rank, from the trainer" : "per rollout rank");
+  if (rf_plan_forwards(plan)) {
     print_range("forward send", plan->forward_send_bytes, lay->rollout_ranks, "per rollout rank");
     print_range("forward recv", plan->forward_recv_bytes, lay->rollout_ranks, "per rollout rank");
   }

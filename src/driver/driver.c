@@ -73,7 +73,8 @@ static rf_status use_fp8_checkpoint(const rf_config *cfg, rf_job *job) {
 
 rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job) {
   RF_TRY(rf_job_build_layout(cfg, world_size, job));
-  RF_TRY(rf_plan_build(&job->plan, &job->layout, cfg->plan, NULL));
+  rf_plan_options domains = {.domain_of = job->domain_of};
+  RF_TRY(rf_plan_build(&job->plan, &job->layout, cfg->plan, job->domain_of ? &domains : NULL));
   job->have_plan = 1;
   return RF_OK;
 }
@@ -109,6 +110,14 @@ rf_status rf_job_build_layout(const rf_config *cfg, int world_size, rf_job *job)
    * that a layout that cannot work on any world says so first. */
   if (world_size > 0)
     RF_TRY(rf_layout_check_world(&job->trainer, &job->rollout, job->placement, world_size));
+  if (cfg->domain_ranks > 0) {
+    int world = job->layout.world_size;
+    job->domain_of = rf_malloc((size_t)world * sizeof *job->domain_of + 1, "the domain table");
+    if (!job->domain_of)
+      return RF_ERR_NOMEM;
+    for (int w = 0; w < world; w++)
+      job->domain_of[w] = w / (int)cfg->domain_ranks;
+  }
   return RF_OK;
 }
 
@@ -117,7 +126,10 @@ rf_status rf_job_replan(rf_job *job, const rf_plan_options *options) {
   if (job->have_plan)
     rf_plan_free(&job->plan);
   job->have_plan = 0;
-  RF_TRY(rf_plan_build(&job->plan, &job->layout, kind, options));
+  rf_plan_options o = options ? *options : (rf_plan_options){0};
+  if (job->domain_of)
+    o.domain_of = job->domain_of;
+  RF_TRY(rf_plan_build(&job->plan, &job->layout, kind, &o));
   job->have_plan = 1;
   return RF_OK;
 }
@@ -129,6 +141,7 @@ void rf_job_free(rf_job *job) {
     rf_layout_free(&job->layout);
   if (job->have_model)
     rf_model_free(&job->model);
+  free(job->domain_of);
   memset(job, 0, sizeof *job);
 }
 

@@ -17,6 +17,8 @@ typedef struct {
   rf_plan plan;
   int have_model, have_layout, have_plan;
   int fp8_checkpoint; /* --checkpoint is block-FP8: the trainer's linear weights are fp8 */
+  int *domain_of;     /* --domain-ranks N: [world rank] -> rank / N, the hierarchical plan's
+                       * domains in place of the nodes; NULL without it */
 } rf_job;
 
 /* Loads the model (with any --dtype override), parses and checks the layouts and builds the
@@ -37,7 +39,8 @@ void rf_job_model_of_run(const char *name, const char *config_json, char *out, s
 int rf_job_model_name_ok(const char *name);
 /* The model of --model with the --dtype override; on error nothing is left to free. */
 rf_status rf_job_load_model(const rf_config *cfg, rf_model *model);
-/* Builds the job's plan again with `options` (the topology's distances), keeping its kind.
+/* Builds the job's plan again with `options` (the topology's distances), keeping its kind and
+ * the domains of --domain-ranks.
  * `refit run` and `refit topo` plan with the machine; `refit plan` does not. */
 rf_status rf_job_replan(rf_job *job, const rf_plan_options *options);
 void rf_job_free(rf_job *job);

@@ -158,7 +158,7 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, 
 void rf_record_plan_fields(rf_results_run *run, const rf_job *job) {
   const rf_plan *plan = &job->plan;
   int fp8 = plan->layout->rollout.dtype == RF_ROLLOUT_DTYPE_FP8;
-  int fanout = plan->kind == RF_PLAN_FANOUT;
+  int fanout = rf_plan_forwards(plan);
   run->pieces = plan->piece_count;
   run->transfer_bytes = plan->transfer_bytes;
   run->reshape_bytes = plan->reshape_bytes;

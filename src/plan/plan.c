@@ -86,6 +86,10 @@ int rf_piece_is_local(const rf_plan *plan, const rf_piece *piece) {
   return rf_piece_src_world(plan, piece) == rf_piece_dst_world(plan, piece);
 }
 
+int rf_plan_forwards(const rf_plan *plan) {
+  return plan->kind == RF_PLAN_FANOUT || plan->kind == RF_PLAN_HIERARCHICAL;
+}
+
 int rf_plan_forwarded_from(const rf_plan *plan, int tensor, int rollout_rank) {
   for (int i = plan->forward_first[0]; i < plan->piece_count; i++)
     if (plan->pieces[i].tensor == tensor && plan->pieces[i].dst == rollout_rank)
@@ -168,9 +172,10 @@ rf_status rf_plan_build(rf_plan *plan, const rf_layout *lay, rf_plan_kind kind,
   plan->kind = kind;
   plan->layout = lay;
   plan_builder b = {plan, 0, options};
-  rf_status st = kind == RF_PLAN_STAR     ? plan_build_star(&b)
-                 : kind == RF_PLAN_FANOUT ? plan_build_fanout(&b)
-                                          : build_p2p(&b);
+  rf_status st = kind == RF_PLAN_STAR           ? plan_build_star(&b)
+                 : kind == RF_PLAN_FANOUT       ? plan_build_fanout(&b)
+                 : kind == RF_PLAN_HIERARCHICAL ? plan_build_hierarchical(&b)
+                                                : build_p2p(&b);
   if (st == RF_OK)
     st = compute_totals(plan);
   if (st == RF_OK)
@@ -190,6 +195,8 @@ void rf_plan_free(rf_plan *plan) {
   free(plan->forward_recv_bytes);
   free(plan->forward_first);
   free(plan->root);
+  free(plan->replica_domain);
+  free(plan->domain_root);
   free(plan->wire_send_bytes);
   free(plan->wire_recv_bytes);
   free(plan->source_quantized);

@@ -15,14 +15,16 @@
 #define RF_PLAN_KIND_LIST(X)                                                                       \
   X(RF_PLAN_P2P, "p2p")                                                                            \
   X(RF_PLAN_STAR, "star")                                                                          \
-  X(RF_PLAN_FANOUT, "fanout")
+  X(RF_PLAN_FANOUT, "fanout")                                                                      \
+  X(RF_PLAN_HIERARCHICAL, "hierarchical")
 typedef enum { RF_PLAN_KIND_LIST(RF_ENUM_ID) RF_PLAN_KIND_COUNT } rf_plan_kind;
 RF_ENUM_DECLARE(rf_plan_kind); /* --plan */
 
 typedef enum {
   RF_STAGE_RESHAPE = 0,  /* star only: trainer rank -> trainer rank, into the coupling layout */
   RF_STAGE_TRANSFER = 1, /* trainer rank -> rollout rank */
-  RF_STAGE_FORWARD = 2   /* fanout only: rollout rank -> the same tp rank of another replica */
+  RF_STAGE_FORWARD = 2   /* fanout, hierarchical: rollout rank -> the same tp rank of another
+                          * replica */
 } rf_stage;
 
 /* Plain integers only, with no padding, so that a plan's digest is the hash of its bytes. */
@@ -47,6 +49,10 @@ typedef struct {
    * on different nodes is at one and the same distance, farther than any pair on one node,
    * which lets the planner look only at a destination's own node (plan_sources.c). */
   const int *node_of;
+  /* Optional: [world rank] -> domain id, the domains of the hierarchical plan (plan_hier.c),
+   * for a job that wants them other than its nodes (refit run --domain-ranks). NULL: node_of;
+   * neither: one domain. */
+  const int *domain_of;
 } rf_plan_options;
 
 typedef struct {
@@ -73,6 +79,13 @@ typedef struct {
                        * replicated (experts under rollout ep: sent straight to their rank) */
   int forward_depth;  /* steps of the forward stage: ceil(log2 P), 0 without replicas */
   int *forward_first; /* [forward_depth + 1]: pieces[forward_first[s] .. [s + 1]) are step s */
+
+  /* Hierarchical (kind == RF_PLAN_HIERARCHICAL, plan_hier.c): fanout with a root per tensor in
+   * every rollout domain, and trees only inside a domain. root[t] is domain 0's root. */
+  int domains;         /* rollout domains; 0 for other kinds */
+  int *replica_domain; /* [replica]: its domain, numbered in the order of their first replica */
+  int *domain_root;    /* [tensor * domains + domain]: the replica the trainer sends it to in
+                        * that domain; -1 where it is not replicated */
 
   /* Totals. Local pieces (same process, colocated or reshape-to-self) are copies. */
   int64_t *send_bytes;         /* [trainer rank] transfer-stage bytes sent */
@@ -143,8 +156,10 @@ int rf_piece_is_local(const rf_plan *plan, const rf_piece *piece);
 /* The world ranks of a piece's ends. */
 int rf_piece_src_world(const rf_plan *plan, const rf_piece *piece);
 int rf_piece_dst_world(const rf_plan *plan, const rf_piece *piece);
-/* The rollout rank that forwarded tensor `tensor` to `rollout_rank` (fanout), or -1 where the
- * trainer sent it straight there. */
+/* Whether the plan has a forward stage between replicas (fanout, hierarchical). */
+int rf_plan_forwards(const rf_plan *plan);
+/* The rollout rank that forwarded tensor `tensor` to `rollout_rank` (fanout, hierarchical), or
+ * -1 where the trainer sent it straight there. */
 int rf_plan_forwarded_from(const rf_plan *plan, int tensor, int rollout_rank);
 
 /* ---- schedule ----------------------------------------------------------------------------

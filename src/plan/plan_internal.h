@@ -69,5 +69,6 @@ void sched_pairs_unblock(sched_pairs *q);
 
 rf_status plan_build_star(plan_builder *b);
 rf_status plan_build_fanout(plan_builder *b);
+rf_status plan_build_hierarchical(plan_builder *b);
 
 #endif
