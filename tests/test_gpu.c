@@ -11,6 +11,7 @@
  *   - rf_copy_boxes batches of 1..200 copies between regions of those kinds (the copy box is
  *     the intersection of the two regions' boxes, as in a plan), element sizes 1, 2, 3, 4, 8,
  *     bases at odd offsets so that every access width is used, under each --copy path;
+ *   - batches of whole experts that the device joins into runs, under each --copy path;
  *   - zero, transfers between every pair of kinds, and device selection.
  * Exits 77 (skipped) in a build without CUDA or on a machine without a GPU. REFIT_TEST_SEED
  * replays another random sequence; the seed in use is printed first. */
@@ -376,6 +377,40 @@ static void test_copy_jax_slots(int64_t rows, int64_t cols, int parts) {
   mirror_free(&s), mirror_free(&d);
 }
 
+/* A MoE layer's experts as the mapping engine meets them: whole tensors stored one after
+ * another on two sources (ep=2), listed alternately, into the rows of one stacked tensor, so
+ * that the device joins the batch into a run per source (rf_box_copies_join). `shift` bytes
+ * between the two buffers' alignments put the joined runs on narrower accesses; odd shapes
+ * give runs whose length is no multiple of 16. */
+static void test_copy_experts(int experts, int64_t rows, int64_t cols, int64_t shift) {
+  const int es = 2;
+  const int64_t tensor = rows * cols * es;
+  rf_box whole = {{0, 0}, {rows, cols}};
+  mirror s = mirror_new((size_t)(experts * tensor) + 64);
+  mirror d = mirror_new((size_t)(experts * tensor + shift) + 64);
+  rf_box_copy *hc = calloc((size_t)experts, sizeof *hc), *dc = calloc((size_t)experts, sizeof *dc);
+  ASSERT_TRUE(hc && dc);
+  const int half = experts / 2;
+  for (int k = 0; k < experts; k++) {
+    int from = k % 2, e = from * half + k / 2; /* expert e, from source `from` */
+    if (k >= 2 * half)
+      e = k; /* an odd count: the last expert stands alone */
+    rf_box at = {{e * rows, 0}, {(e + 1) * rows, cols}};
+    hc[k].box = dc[k].box = whole;
+    hc[k].src = rf_region_row_major(s.host + e * tensor, &whole, es);
+    dc[k].src = rf_region_row_major(s.dev + e * tensor, &whole, es);
+    hc[k].dst = rf_region_in_fused(d.host + shift, cols, at.lo[0], 0, &whole, es);
+    dc[k].dst = rf_region_in_fused(d.dev + shift, cols, at.lo[0], 0, &whole, es);
+  }
+  ASSERT_OK(rf_copy_boxes(RF_MEM_HOST, hc, experts));
+  ASSERT_OK(rf_copy_boxes(RF_MEM_DEVICE, dc, experts));
+  ASSERT_OK(rf_mem_sync(RF_MEM_DEVICE));
+  ASSERT_EQ(mirror_diff(&d), -1);
+  ASSERT_EQ(mirror_diff(&s), -1);
+  mirror_free(&s), mirror_free(&d);
+  free(hc), free(dc);
+}
+
 /* ---- zero, transfers, selection ----------------------------------------------------------- */
 
 static void test_zero_and_transfer(void) {
@@ -453,6 +488,10 @@ int main(void) {
     rf_mem_set_copy_path((rf_copy_path)path);
     for (int b = 0; b < (int)RF_ARRAY_LEN(batches); b++)
       test_copy_batch(batches[b], (int64_t)192 << 20);
+    test_copy_experts(64, 64, 128, 0);
+    test_copy_experts(64, 64, 128, 2);
+    test_copy_experts(11, 3, 7, 0);
+    test_copy_experts(11, 3, 7, 6);
     ASSERT_OK(rf_copy_boxes(RF_MEM_DEVICE, NULL, 0));
     printf("test_gpu: box copies with --copy %s ok (%" PRId64 " copies, %" PRId64 " MiB)\n",
            rf_copy_path_name((rf_copy_path)path), covered_copies, covered_bytes >> 20);

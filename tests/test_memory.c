@@ -280,12 +280,98 @@ static void test_copy(void) {
         }
 }
 
+/* rf_box_copies_join. A MoE layer in miniature: E experts' gate and up (R x C bf16 each) stored
+ * one after another on the trainer, copied into the rows of a stacked w13 [E * 2R, C]; the
+ * joined batch must move the same bytes as the batch as listed, in fewer copies. */
+enum { JOIN_E = 4, JOIN_R = 3, JOIN_C = 8 };
+
+static rf_box_copy join_copy(char *dst, int64_t dst_row, char *src, int64_t rows, int64_t cols) {
+  rf_box held = box_of(0, rows, 0, cols);
+  rf_box_copy c;
+  c.src = rf_region_row_major(src, &held, 2);
+  c.dst = rf_region_in_fused(dst, cols, dst_row, 0, &held, 2);
+  c.box = held;
+  return c;
+}
+
+/* Runs both batches on the host into two zeroed buffers and checks they agree. */
+static void join_same_bytes(const rf_box_copy *listed, int n_listed, const rf_box_copy *joined,
+                            int n_joined, char *dst, size_t bytes) {
+  char *want = malloc(bytes);
+  memset(dst, 0, bytes);
+  ASSERT_EQ(rf_copy_boxes(RF_MEM_HOST, listed, n_listed), RF_OK);
+  memcpy(want, dst, bytes);
+  memset(dst, 0, bytes);
+  ASSERT_EQ(rf_copy_boxes(RF_MEM_HOST, joined, n_joined), RF_OK);
+  ASSERT_EQ(memcmp(want, dst, bytes), 0);
+  free(want);
+}
+
+static void test_join(void) {
+  const int64_t tensor = JOIN_R * JOIN_C * 2; /* 48 bytes: every run stays 16-byte wide */
+  _Alignas(64) static char src[2][JOIN_E * 2 * JOIN_R * JOIN_C * 2];
+  _Alignas(64) static char dst[JOIN_E * 2 * JOIN_R * JOIN_C * 2];
+  for (size_t i = 0; i < sizeof src; i++)
+    ((char *)src)[i] = (char)(i * 7 + 1);
+  rf_box_copy listed[2 * JOIN_E], joined[2 * JOIN_E];
+
+  /* One source in storage order: the 8 copies are one run of 384 bytes. */
+  for (int k = 0; k < 2 * JOIN_E; k++)
+    listed[k] = join_copy(dst, k * JOIN_R, src[0] + k * tensor, JOIN_R, JOIN_C);
+  memcpy(joined, listed, sizeof listed);
+  ASSERT_EQ(rf_box_copies_join(joined, 2 * JOIN_E), 1);
+  ASSERT_EQ(rf_box_numel(&joined[0].box), 2 * JOIN_E * JOIN_R * JOIN_C);
+  ASSERT_TRUE(joined[0].src.base == src[0] && joined[0].dst.base == dst);
+  join_same_bytes(listed, 2 * JOIN_E, joined, 1, dst, sizeof dst);
+  ASSERT_EQ(memcmp(dst, src[0], sizeof dst), 0);
+
+  /* Two sources (ep=2: experts 0-1 on one, 2-3 on the other), listed alternately as a
+   * schedule that interleaves its sources does: one run per source. */
+  const int half = JOIN_E; /* gate and up of two experts */
+  for (int k = 0; k < 2 * JOIN_E; k++) {
+    int from = k % 2, at = k / 2 + from * half;
+    listed[k] = join_copy(dst, at * JOIN_R, src[from] + (k / 2) * tensor, JOIN_R, JOIN_C);
+  }
+  memcpy(joined, listed, sizeof listed);
+  ASSERT_EQ(rf_box_copies_join(joined, 2 * JOIN_E), 2);
+  ASSERT_TRUE(joined[0].src.base == src[0] && joined[1].src.base == src[1]);
+  ASSERT_EQ(rf_box_numel(&joined[1].box), half * JOIN_R * JOIN_C);
+  join_same_bytes(listed, 2 * JOIN_E, joined, 2, dst, sizeof dst);
+
+  /* What does not join, left as listed: a source that skips a tensor, a column slice (no run),
+   * a run listed before the one it continues, and a 6-byte run after a 16-byte-wide one (its
+   * bytes would move 2 bytes at a time). */
+  rf_box_copy odd[6];
+  odd[0] = join_copy(dst, 0, src[0], JOIN_R, JOIN_C);
+  odd[1] = join_copy(dst, JOIN_R, src[0] + 2 * tensor, JOIN_R, JOIN_C);
+  rf_box full = box_of(0, JOIN_R, 0, JOIN_C), cols = box_of(0, JOIN_R, 0, JOIN_C / 2);
+  odd[2].src = rf_region_row_major(src[1], &full, 2);
+  odd[2].dst = rf_region_in_fused(dst + 4 * tensor, JOIN_C, 0, 0, &full, 2);
+  odd[2].box = cols;
+  odd[3] = join_copy(dst + 6 * tensor, 0, src[1] + 5 * tensor, JOIN_R, JOIN_C);
+  odd[4] = join_copy(dst + 5 * tensor, 0, src[1] + 4 * tensor, JOIN_R, JOIN_C);
+  odd[5] = join_copy(dst + 7 * tensor, 0, src[1] + 6 * tensor, 1, 3);
+  rf_box_copy kept[6];
+  memcpy(kept, odd, sizeof odd);
+  ASSERT_EQ(rf_box_copies_join(kept, 6), 6);
+  ASSERT_EQ(memcmp(kept, odd, sizeof odd), 0);
+
+  /* Two 6-byte runs (2-byte accesses) join: 12 bytes from aligned addresses allow 4. */
+  rf_box_copy narrow[2] = {join_copy(dst, 0, src[0], 1, 3),
+                           join_copy(dst + 6, 0, src[0] + 6, 1, 3)};
+  memcpy(kept, narrow, sizeof narrow);
+  ASSERT_EQ(rf_box_copies_join(kept, 2), 1);
+  ASSERT_EQ(rf_box_numel(&kept[0].box), 6);
+  join_same_bytes(narrow, 2, kept, 1, dst, sizeof dst);
+}
+
 int main(void) {
   test_alloc();
   test_shared();
   test_constructors();
   test_contiguous();
   test_copy();
+  test_join();
   printf("test_memory: ok\n");
   return 0;
 }

@@ -7,10 +7,11 @@
  *         destinations first, written notes back once the copies have landed).
  * An exchange is: 1. the first notes (each side first waits for its own GPU work, so what it
  * offers is complete); 2. the copies, local and remote alike, as batches of box copies: one
- * kernel launch and wait per tensor (unfused) or per bucket (grouped), or one launch for the
- * whole stage (fused: buckets bound staging memory, and a mapping transport needs none, while
- * on a GPU shared by two processes every launch costs more than in one, see
- * results/h200/README.md); 3. the second notes, after which no one touches the other's memory.
+ * kernel launch and wait per tensor (unfused) or per bucket (grouped), or a few launches and
+ * one wait for the whole stage (fused: buckets bound staging memory, and a mapping transport
+ * needs none, while on a GPU shared by two processes every launch costs more than in one, see
+ * results/h200/README.md; the first launches come early, see MAPPED_EARLY_FIRST); 3. the second
+ * notes, after which no one touches the other's memory.
  *
  * Fanout runs in rounds (plan.h, rf_rounds), each round such an exchange around its buckets:
  * the transfer's and the forward buckets whose rows earlier rounds delivered, so a replica
@@ -29,6 +30,7 @@
  * first notes, the copies' launches (host), the waits for them (host) and their GPU time
  * (CUDA events around each launch, on refit's stream), the second notes. Off, it costs one
  * branch a step. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +236,7 @@ typedef struct {
   int count, cap;
   double launch, wait; /* REFIT_TIMELINE: host seconds in the copies' launches and waits */
   int launches;
+  int64_t queued, early; /* fused: bytes listed since the last launch, and the next launch's */
 } mapped_ctx;
 
 /* Sends a note to every rank flagged in `to` and receives one from every rank flagged in
@@ -307,7 +310,23 @@ static rf_status add_copy(mapped_ctx *c, const rf_chunk *k) {
     return RF_OK;
   RF_TRY(rf_grow((void **)&c->batch, c->count, &c->cap, sizeof *c->batch, "mapped copies"));
   c->batch[c->count++] = copy;
+  c->queued += rf_box_numel(&copy.box) * copy.src.esize;
   return RF_OK;
+}
+
+/* Fused: the first bytes of a stage are launched as soon as MAPPED_EARLY_FIRST of them are
+ * listed, then each launch takes four times more, so the GPU starts copying while the host
+ * still lists the thousands of pieces of a mixture-of-experts model (DeepSeek-V2-Lite: 5,291),
+ * and a few launches cover any model. REFIT_MAPPED_EARLY=N (bytes) sets the first launch's
+ * share, 0 lists the whole stage first (as before), to measure the difference. */
+#define MAPPED_EARLY_FIRST ((int64_t)64 << 20)
+
+static int64_t early_first(void) {
+  const char *env = getenv("REFIT_MAPPED_EARLY");
+  if (!env || !*env)
+    return MAPPED_EARLY_FIRST;
+  long long n = strtoll(env, NULL, 10);
+  return n > 0 ? (int64_t)n : INT64_MAX;
 }
 
 static rf_status copy_items(mapped_ctx *c) {
@@ -319,6 +338,11 @@ static rf_status copy_items(mapped_ctx *c) {
       const rf_piece *p = &c->e->plan->pieces[s->chunks[i].piece];
       if (copies_here(c->e, p))
         RF_TRY(add_copy(c, &s->chunks[i]));
+      if (mode == RF_MODE_FUSED && c->queued >= c->early) {
+        RF_TRY(flush(c, 0));
+        c->queued = 0;
+        c->early = c->early > INT64_MAX / 4 ? INT64_MAX : c->early * 4;
+      }
       int last_of_tensor = i + 1 == bk->first + bk->count ||
                            c->e->plan->pieces[s->chunks[i + 1].piece].tensor != p->tensor;
       if (mode == RF_MODE_UNFUSED && last_of_tensor)
@@ -339,6 +363,7 @@ static rf_status run_exchange(rf_engine *e, rf_channel channel, const mapped_ite
   c.items = items;
   c.item_count = item_count;
   c.channel = channel;
+  c.early = early_first();
   c.ranks = c.channel == RF_CHANNEL_TRAINER ? e->plan->layout->trainer_ranks
                                             : e->plan->layout->world_size;
   double start = rf_now();

@@ -119,6 +119,12 @@ rf_status rf_copy_boxes(rf_mem_kind kind, const rf_box_copy *copies, int count);
  * (results/h200/README.md, "The cause: the size of the exported allocation"). */
 rf_status rf_copy_boxes_mapped(rf_mem_kind kind, const rf_box_copy *copies, int count);
 
+/* Joins, in place, the copies of a batch that are each one dense run of bytes on both sides
+ * and continue an earlier one on both sides (region_join.c), so that a batch of thousands of
+ * adjacent tensors (a MoE layer's experts) costs a few copies; returns the new count. Every
+ * byte moves as before, through an access no narrower. The device copies call it. */
+int rf_box_copies_join(rf_box_copy *copies, int count);
+
 /* Sets `bytes` of `kind` memory to zero. */
 rf_status rf_mem_zero(rf_mem_kind kind, void *ptr, size_t bytes);
 

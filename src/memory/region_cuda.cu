@@ -637,18 +637,31 @@ rf_status copy_planned(const rf_box_copy *copies, int count, int mapped) {
   return n_engine > 0 ? engine_end(stream) : RF_OK;
 }
 
+/* Whether batches are joined (rf_box_copies_join): REFIT_COPY_JOIN=0 turns it off, to measure
+ * the difference in one build (bench/moe_join_gpu.sh). Read once. */
+bool join_copies() {
+  static int on = -1;
+  if (on < 0) {
+    const char *env = getenv("REFIT_COPY_JOIN");
+    on = !(env && strcmp(env, "0") == 0);
+  }
+  return on != 0;
+}
+
 } // namespace
 
 extern "C" void rf_gpu_set_copy_path(int path) { copy_path = path; }
 
-/* Odd edges are peeled off transposes first (peel_transpose); a batch without any is planned
- * as it came, with no copy of the list. */
+/* Odd edges are peeled off transposes first (peel_transpose), then copies that continue each
+ * other are joined (rf_box_copies_join); a batch of one copy is planned as it came, with no
+ * copy of the list. */
 extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count, int mapped) {
   int extra = 0;
   rf_box_copy parts[3];
   for (int i = 0; i < count; i++)
     extra += peel_transpose(&copies[i], parts) - 1;
-  if (extra == 0)
+  const bool join = count > 1 && join_copies();
+  if (extra == 0 && !join)
     return copy_planned(copies, count, mapped);
   rf_box_copy *all =
       (rf_box_copy *)rf_malloc((size_t)(count + extra) * sizeof *all, "peeled box copies");
@@ -656,10 +669,12 @@ extern "C" rf_status rf_gpu_copy_boxes(const rf_box_copy *copies, int count, int
     return RF_ERR_NOMEM;
   int n = 0;
   for (int i = 0; i < count; i++) {
-    int k = peel_transpose(&copies[i], parts);
-    memcpy(all + n, parts, (size_t)k * sizeof *all);
+    int k = extra ? peel_transpose(&copies[i], parts) : 1;
+    memcpy(all + n, k > 1 ? parts : &copies[i], (size_t)k * sizeof *all);
     n += k;
   }
+  if (join)
+    n = rf_box_copies_join(all, n);
   rf_status st = copy_planned(all, n, mapped);
   free(all);
   return st;

@@ -36,6 +36,19 @@ done
 run 8 p2p --model "$MODELS/tiny-mixtral.json" --trainer ep=2,fsdp=2 --rollout tp=2,dp=2,ep
 run 6 p2p --model "$MODELS/tiny-deepseek.json" --trainer ep=2,pp=2 --rollout tp=2,ep --trainer-order jax
 
+# A fused mapped stage launches its first bytes early, then four times more each launch
+# (engine_mapped.c): with the first launch at 1 byte, tiny's 279,168 bytes take 10 launches
+# on the copying rank, every element verified; REFIT_MAPPED_EARLY=0 lists them all first.
+for early in 1:10 0:1; do
+  expect_exit 0 env REFIT_TIMELINE=1 REFIT_MAPPED_EARLY=${early%:*} "${MPIRUN[@]}" -np 2 "$REFIT" \
+    run --transport shm --model tiny --trainer fsdp=1 --rollout tp=1 --mode fused --warmup 0 \
+    --iters 1
+  expect_rows 1
+  expect_grep "timeline rank 1 fused stage 1 call 0:" "$TMP/err"
+  grep "timeline rank 1 fused stage 1 call 0:" "$TMP/err" | grep -qF " ${early#*:} launches)" ||
+    fail "REFIT_MAPPED_EARLY=${early%:*}: $(grep 'timeline rank 1' "$TMP/err")"
+done
+
 # The same job over mpi and over shm records the same per-tensor checksums.
 for t in mpi shm; do
   expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --transport $t --model "$MODELS/tiny-mixtral.json" \
