@@ -17,6 +17,7 @@ typedef struct {
   rf_plan plan;
   int have_model, have_layout, have_plan;
   int fp8_checkpoint; /* --checkpoint is block-FP8: the trainer's linear weights are fp8 */
+  char plan_why[512]; /* --plan auto: the one line that says which kind and why; else "" */
 } rf_job;
 
 /* Loads the model (with any --dtype override), parses and checks the layouts and builds the
