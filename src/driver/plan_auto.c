@@ -2,6 +2,7 @@
  * fastest kept (plan_auto.h). */
 #include <stdio.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "plan_auto.h"
 #include "transport/transport.h"
@@ -99,79 +100,133 @@ static void append(char *buf, size_t len, const char *text) {
     snprintf(buf + n, len - n, "%s", text);
 }
 
+/* The choice so far: the candidates' lines and times, and the best plan, held in *out. */
+typedef struct {
+  const rf_plan_auto_inputs *in;
+  int modes, capped;
+  char entry[RF_PLAN_KIND_COUNT][320];
+  double time[RF_PLAN_KIND_COUNT];
+  int predicted[RF_PLAN_KIND_COUNT], fits[RF_PLAN_KIND_COUNT];
+  uint64_t pieces_hash[RF_PLAN_KIND_COUNT]; /* 0: not built */
+  int best, distinct;
+} choice;
+
+/* Times candidate k (its plan `plan`) and writes its line. */
+static rf_status predict_kind(choice *ch, int k, const rf_plan *plan) {
+  int n = ch->modes;
+  if (plan->piece_count > RF_PLAN_AUTO_FULL_PIECES)
+    n = 1, ch->capped = 1;
+  RF_TRY(predict(plan, ch->in, n, &ch->time[k], &ch->fits[k]));
+  char t[32];
+  format_seconds(ch->time[k], t, sizeof t);
+  snprintf(ch->entry[k], sizeof ch->entry[k], "%s %s%s", rf_plan_kind_name((rf_plan_kind)k), t,
+           ch->fits[k] ? "" : " (does not fit memory)");
+  ch->predicted[k] = 1;
+  return RF_OK;
+}
+
+static int better(const choice *ch, int k) {
+  int b = ch->best;
+  return (ch->fits[k] && !ch->fits[b]) || (ch->fits[k] == ch->fits[b] && ch->time[k] < ch->time[b]);
+}
+
+/* Offers candidate k: the same pieces as an earlier one need no prediction of their own; the
+ * first distinct plan is timed only once a second one shows there is a choice to make. */
+static rf_status offer(choice *ch, int k, rf_plan *cand, rf_plan *out) {
+  uint64_t h = XXH3_64bits(cand->pieces, (size_t)cand->piece_count * sizeof *cand->pieces);
+  ch->pieces_hash[k] = h ? h : 1;
+  for (int j = 0; j < k; j++)
+    if (ch->pieces_hash[j] == ch->pieces_hash[k]) {
+      snprintf(ch->entry[k], sizeof ch->entry[k], "%s has the pieces of %s",
+               rf_plan_kind_name((rf_plan_kind)k), rf_plan_kind_name((rf_plan_kind)j));
+      rf_plan_free(cand);
+      return RF_OK;
+    }
+  if (ch->best < 0) {
+    *out = *cand;
+    ch->best = k;
+    ch->distinct = 1;
+    return RF_OK;
+  }
+  ch->distinct++;
+  rf_status st = ch->predicted[ch->best] ? RF_OK : predict_kind(ch, ch->best, out);
+  if (st == RF_OK)
+    st = predict_kind(ch, k, cand);
+  if (st == RF_OK && better(ch, k)) {
+    rf_plan_free(out);
+    *out = *cand;
+    ch->best = k;
+  } else {
+    rf_plan_free(cand);
+  }
+  return st;
+}
+
 rf_status rf_plan_auto_choose(const rf_layout *lay, const rf_plan_auto_inputs *in, rf_plan *out,
                               char *why, size_t len) {
-  char entry[RF_PLAN_KIND_COUNT][320];
-  double time[RF_PLAN_KIND_COUNT] = {0};
-  int best = -1, best_fits = 0, capped = 0;
-  int modes = in->modes && in->modes->count ? in->modes->count : 1;
-  rf_status first_failure = RF_OK;
+  choice ch;
+  memset(&ch, 0, sizeof ch);
+  ch.in = in;
+  ch.best = -1;
+  ch.modes = in->modes && in->modes->count ? in->modes->count : 1;
+  rf_status st = RF_OK, first_failure = RF_OK;
   memset(out, 0, sizeof *out);
-  for (int k = 0; k < RF_PLAN_KIND_COUNT; k++) {
+  for (int k = 0; k < RF_PLAN_KIND_COUNT && st == RF_OK; k++) {
     rf_plan cand;
     char reason[256];
     if (k == RF_PLAN_STAR && in->fp8_checkpoint) {
-      snprintf(entry[k], sizeof entry[k],
+      snprintf(ch.entry[k], sizeof ch.entry[k],
                "star skipped (its reshape would move the fp8 checkpoint's bytes without their "
                "scales)");
       continue;
     }
-    rf_status st = build_candidate(lay, (rf_plan_kind)k, in->options, &cand, reason, sizeof reason);
-    if (st == RF_ERR_NOMEM) {
-      rf_plan_free(out);
-      return st;
-    }
-    if (st != RF_OK) {
-      snprintf(entry[k], sizeof entry[k], "%s skipped (%s)", rf_plan_kind_name((rf_plan_kind)k),
-               reason);
+    st = build_candidate(lay, (rf_plan_kind)k, in->options, &cand, reason, sizeof reason);
+    if (st != RF_OK && st != RF_ERR_NOMEM) {
+      snprintf(ch.entry[k], sizeof ch.entry[k], "%s skipped (%s)",
+               rf_plan_kind_name((rf_plan_kind)k), reason);
       if (first_failure == RF_OK)
         first_failure = st;
+      st = RF_OK;
       continue;
     }
-    int n = modes, fits = 0;
-    if (cand.piece_count > RF_PLAN_AUTO_FULL_PIECES)
-      n = 1, capped = 1;
-    st = predict(&cand, in, n, &time[k], &fits);
-    if (st != RF_OK) {
-      rf_plan_free(&cand);
-      rf_plan_free(out);
-      return st;
-    }
-    char t[32];
-    format_seconds(time[k], t, sizeof t);
-    snprintf(entry[k], sizeof entry[k], "%s %s%s", rf_plan_kind_name((rf_plan_kind)k), t,
-             fits ? "" : " (does not fit memory)");
-    if (best < 0 || (fits && !best_fits) || (fits == best_fits && time[k] < time[best])) {
-      rf_plan_free(out);
-      *out = cand;
-      best = k, best_fits = fits;
-    } else {
-      rf_plan_free(&cand);
-    }
+    if (st == RF_OK)
+      st = offer(&ch, k, &cand, out);
   }
-  if (best < 0) /* no kind plans the layout: p2p's own line has been captured; say it */
+  if (st != RF_OK) {
+    if (ch.best >= 0)
+      rf_plan_free(out);
+    return st;
+  }
+  if (ch.best < 0) /* no kind plans the layout */
     return rf_fail(first_failure, "--plan auto: no plan kind can plan this layout: %s",
-                   entry[RF_PLAN_P2P]);
-  char t[32], others[1024] = "", list[128];
-  format_seconds(time[best], t, sizeof t);
+                   ch.entry[RF_PLAN_P2P]);
+  char others[1024] = "", list[128], what[192], head[128];
   for (int k = 0; k < RF_PLAN_KIND_COUNT; k++) {
-    if (k == best)
+    if (k == ch.best)
       continue;
-    append(others, sizeof others, others[0] ? ", " : " against ");
-    append(others, sizeof others, entry[k]);
+    append(others, sizeof others, others[0] ? ", " : "");
+    append(others, sizeof others, ch.entry[k]);
   }
-  char what[192];
-  if (capped || modes == 1)
-    snprintf(what, sizeof what, "mode %s%s",
-             rf_mode_name(in->modes && in->modes->count ? in->modes->items[0] : RF_MODE_GROUPED),
-             capped && modes > 1 ? " only (plans of over 200000 pieces)" : "");
+  int nodes = (lay->world_size + in->cluster->ranks_per_node - 1) / in->cluster->ranks_per_node;
+  if (ch.distinct == 1) { /* nothing to compare: no prediction was made */
+    snprintf(why, len, "plan auto -> %s: the only distinct plan of this layout%s%s",
+             rf_plan_kind_name((rf_plan_kind)ch.best), others[0] ? "; " : "", others);
+    return RF_OK;
+  }
+  rf_mode first = in->modes && in->modes->count ? in->modes->items[0] : RF_MODE_GROUPED;
+  if (ch.capped && ch.modes > 1)
+    snprintf(what, sizeof what, "mode %s only, for plans of over %d pieces", rf_mode_name(first),
+             RF_PLAN_AUTO_FULL_PIECES);
+  else if (ch.modes == 1)
+    snprintf(what, sizeof what, "mode %s", rf_mode_name(first));
   else
     snprintf(what, sizeof what, "modes %s summed",
              rf_mode_list_format(in->modes, list, sizeof list));
-  int nodes = (lay->world_size + in->cluster->ranks_per_node - 1) / in->cluster->ranks_per_node;
-  snprintf(why, len, "plan auto -> %s: predicted %s%s%s (%s) on cluster %s (%d node%s)",
-           rf_plan_kind_name((rf_plan_kind)best), t, best_fits ? "" : " (no plan fits memory)",
-           others, what, in->cluster->name, nodes, nodes == 1 ? "" : "s");
+  format_seconds(ch.time[ch.best], head, sizeof head);
+  snprintf(why, len, "plan auto -> %s: predicted %s%s against %s (%s) on cluster %s (%d node%s)",
+           rf_plan_kind_name((rf_plan_kind)ch.best), head,
+           ch.fits[ch.best] ? "" : " (no plan fits memory)", others, what, in->cluster->name, nodes,
+           nodes == 1 ? "" : "s");
   return RF_OK;
 }
 
