@@ -50,4 +50,10 @@ if command -v h5dump >/dev/null; then
   # The report reads it as any run of a named plan.
   expect_exit 0 "${R[@]}" report "$OUT" --output-dir "$TMP/report"
 fi
+# A sweep takes auto among its plans: the run says plan=auto, its row the kind it chose.
+expect_exit 0 timeout 120 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 \
+  --rollout tp=1,dp=2 --plan star,auto --transport mpi --verify full --warmup 0 --iters 1
+expect_grep "run 2/2: plan=auto" "$TMP/out"
+grep -v '^#' "$TMP/out" | grep -v '^run ' | awk '{ print $2 }' | tr '\n' ' ' | grep -qx "star p2p " ||
+  fail "the sweep's rows are not star, then p2p: $(cat "$TMP/out")"
 finish
