@@ -82,34 +82,6 @@ static void describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d
   d->plan_digest = job->plan.digest;
 }
 
-/* --plan auto: rank 0 predicts every kind on the nodes the ranks run on (plan_auto.h) and
- * tells the others the kind it chose, which they then plan as any named kind. */
-static rf_status choose_plan(rf_control *ctl, const rf_config *cfg, run_setup *rs,
-                             const rf_job_placement *placement, const rf_plan_options *popt) {
-  int kind = 0, device = rs->memory == RF_MEM_DEVICE;
-  rf_status st = RF_OK;
-  if (ctl->world_rank == 0) {
-    rf_cluster c;
-    st = rf_cluster_of_run(cfg, ctl->world_size, popt->node_of, placement->node_gpus, device, &c);
-    rf_plan_auto_inputs in = {.cluster = &c,
-                              .options = popt,
-                              .modes = &cfg->mode,
-                              .bucket_size = cfg->bucket_size,
-                              .device = device,
-                              .mapping = rs->transport->mapping,
-                              .wire = rf_sim_wire(rs->transport, device)};
-    if (st == RF_OK)
-      st = rf_job_plan(&rs->job, RF_PLAN_AUTO, &in);
-    kind = st == RF_OK ? (int)rs->job.plan.kind : 0;
-  }
-  RF_TRY(rf_control_agree(ctl, st));
-  RF_TRY(rf_control_bcast(ctl, ctl->world, &kind, 1, MPI_INT, "the plan --plan auto chose"));
-  if (ctl->world_rank == 0)
-    return RF_OK;
-  rs->job.plan.kind = (rf_plan_kind)kind;
-  return rf_job_replan(&rs->job, popt);
-}
-
 /* Where every rank runs (GPU, cores, NUMA node, NIC), decided per node and applied before
  * anything touches CUDA; then the plan again with the machine's distances, the same on every
  * rank because every rank has world rank 0's table. Rank 0 keeps the links for the header. */
@@ -125,8 +97,10 @@ static rf_status place_job(rf_control *ctl, const rf_config *cfg, run_setup *rs,
   RF_TRY(rf_job_place(ctl, &o, placement));
   rs->record.place = placement->mine;
   rf_plan_options popt = rf_job_placement_plan_options(placement);
-  rf_status st = cfg->plan == RF_PLAN_AUTO ? choose_plan(ctl, cfg, rs, placement, &popt)
-                                           : rf_job_replan(&rs->job, &popt);
+  rf_status st = cfg->plan == RF_PLAN_AUTO
+                     ? rf_job_plan_run(ctl, cfg, &rs->job, rs->transport,
+                                       rs->memory == RF_MEM_DEVICE, placement->node_gpus, &popt)
+                     : rf_job_replan(&rs->job, &popt);
   rs->forward_crosses_gpus = st == RF_OK && rf_job_forward_crosses_gpus(&rs->job.plan, &popt);
   if (st == RF_OK && ctl->world_rank == 0)
     st = rf_job_plan_links(&rs->job.plan, ctl->world_size, &popt, &rs->record.links,

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "control/control.h"
 #include "plan_auto.h"
 #include "transport/transport.h"
 
@@ -292,4 +293,31 @@ rf_status rf_cluster_of_run(const rf_config *cfg, int world, const int *node_of,
     out->nic = 50e9;
   }
   return RF_OK;
+}
+
+rf_status rf_job_plan_run(rf_control *ctl, const rf_config *cfg, rf_job *job,
+                          const rf_transport_ops *transport, int device, int node_gpus,
+                          const rf_plan_options *options) {
+  int kind = 0;
+  rf_status st = RF_OK;
+  if (ctl->world_rank == 0) {
+    rf_cluster c;
+    st = rf_cluster_of_run(cfg, ctl->world_size, options->node_of, node_gpus, device, &c);
+    rf_plan_auto_inputs in = {.cluster = &c,
+                              .options = options,
+                              .modes = &cfg->mode,
+                              .bucket_size = cfg->bucket_size,
+                              .device = device,
+                              .mapping = transport->mapping,
+                              .wire = rf_sim_wire(transport, device)};
+    if (st == RF_OK)
+      st = rf_job_plan(job, RF_PLAN_AUTO, &in);
+    kind = st == RF_OK ? (int)job->plan.kind : 0;
+  }
+  RF_TRY(rf_control_agree(ctl, st));
+  RF_TRY(rf_control_bcast(ctl, ctl->world, &kind, 1, MPI_INT, "the plan --plan auto chose"));
+  if (ctl->world_rank == 0)
+    return RF_OK;
+  job->plan.kind = (rf_plan_kind)kind;
+  return rf_job_replan(job, options);
 }

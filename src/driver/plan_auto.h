@@ -4,6 +4,7 @@
 #ifndef RF_DRIVER_PLAN_AUTO_H
 #define RF_DRIVER_PLAN_AUTO_H
 
+#include "control/control.h"
 #include "driver.h"
 #include "sim/sim.h"
 
@@ -51,6 +52,14 @@ void rf_cluster_local(rf_cluster *c, int nodes, int ranks_per_node, int gpus);
  * the placement where the weights are on GPUs, else none. */
 rf_status rf_cluster_of_run(const rf_config *cfg, int world, const int *node_of, int node_gpus,
                             int device, rf_cluster *out);
+
+/* refit run's --plan auto, once the ranks are placed: rank 0 chooses on rf_cluster_of_run's
+ * cluster with the placement's distances `options` and broadcasts the kind; every other rank
+ * then plans that kind as for a named one, so that the handshake's digests agree. Collective
+ * over ctl->world, every wait bounded; returns the agreed status. */
+rf_status rf_job_plan_run(rf_control *ctl, const rf_config *cfg, rf_job *job,
+                          const rf_transport_ops *transport, int device, int node_gpus,
+                          const rf_plan_options *options);
 
 /* "auto" for RF_PLAN_AUTO, else the kind's name: what a configuration asked for. */
 const char *rf_plan_request_name(rf_plan_kind kind);
