@@ -190,8 +190,16 @@ rf_status rf_plan_auto_choose(const rf_layout *lay, const rf_plan_auto_inputs *i
       st = RF_OK;
       continue;
     }
+    int64_t pieces = st == RF_OK ? cand.piece_count : 0;
     if (st == RF_OK)
       st = offer(&ch, k, &cand, out);
+    if (st == RF_OK && ch.distinct == 1 && pieces > RF_PLAN_AUTO_MAX_PIECES) {
+      snprintf(why, len,
+               "plan auto -> %s: no other kind built or predicted, its plan has %lld pieces "
+               "(over %d); name --plan to plan another",
+               rf_plan_kind_name((rf_plan_kind)k), (long long)pieces, RF_PLAN_AUTO_MAX_PIECES);
+      return RF_OK;
+    }
   }
   if (st != RF_OK) {
     if (ch.best >= 0)

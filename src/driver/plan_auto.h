@@ -25,6 +25,10 @@ typedef struct {
 /* A plan of more pieces than this is predicted in the job's first mode only, so that choosing
  * stays a small part of planning for the largest models; the line says so. */
 #define RF_PLAN_AUTO_FULL_PIECES 200000
+/* Where the first kind's plan has more pieces than this, no other kind is built or predicted:
+ * auto costs what planning that kind costs (Kimi-K2 from 256 ranks, 17.9 M pieces, would hold
+ * gigabytes more for the others), and the line says what was not compared. */
+#define RF_PLAN_AUTO_MAX_PIECES 1000000
 
 /* Builds into *out the plan of the kind predicted fastest, preferring one whose memory fits
  * the cluster, the earlier kind of the list on a tie, and writes the one line that says so
