@@ -27,8 +27,9 @@ typedef struct {
 #define RF_PLAN_AUTO_FULL_PIECES 200000
 /* Where the first kind's plan has more pieces than this, no other kind is built or predicted:
  * auto costs what planning that kind costs (Kimi-K2 from 256 ranks, 17.9 M pieces, would hold
- * gigabytes more for the others), and the line says what was not compared. */
-#define RF_PLAN_AUTO_MAX_PIECES 1000000
+ * gigabytes more for the others), and the line says what was not compared. Below it the
+ * comparison can take tens of seconds (Qwen3-235B 64+64, 2.4 M pieces: 38 s, 1.5 GB). */
+#define RF_PLAN_AUTO_MAX_PIECES 4000000
 
 /* Builds into *out the plan of the kind predicted fastest, preferring one whose memory fits
  * the cluster, the earlier kind of the list on a tie, and writes the one line that says so
