@@ -315,8 +315,9 @@ static void test_command_line_errors(void) {
                "unfused|grouped|fused, or a comma-separated list of them",
                "run", "--mode=fused,,grouped");
   /* Only refit run sweeps a list; the other commands take one value. */
-  EXPECT_ERROR("refit: error: option --plan: 'p2p,star' is not one of p2p|star|fanout|hierarchical",
-               "plan", "--plan=p2p,star");
+  EXPECT_ERROR(
+      "refit: error: option --plan: 'p2p,star' is not one of p2p|star|fanout|hierarchical|auto",
+      "plan", "--plan=p2p,star");
   EXPECT_ERROR("refit: error: unknown option '--foo' for 'refit plan'; see refit plan --help",
                "plan", "--foo");
   EXPECT_ERROR("refit: error: unknown option '--foo' for 'refit plan'; see refit plan --help",
@@ -453,7 +454,7 @@ static void test_config_file(void) {
                       "run");
   expect_config_error(
       "run", "{\"plan\": [\"p2p\", \"ring\"]}",
-      "1:2: key 'plan', value 2: 'ring' is not one of p2p|star|fanout|hierarchical");
+      "1:2: key 'plan', value 2: 'ring' is not one of p2p|star|fanout|hierarchical|auto");
   expect_config_error("run", "{\"bucket-size\": \"12XB\"}",
                       "1:2: key 'bucket-size': '12XB' is not a size (use e.g. 64MiB, 1GiB or a "
                       "byte count)");
@@ -640,8 +641,9 @@ static void test_command_line_sweeps(void) {
   ASSERT_STR_EQ(c.trainer, "fsdp=2;fsdp=4");
   ASSERT_EQ(c.sweep.axis_count, 0);
 
-  EXPECT_ERROR("refit: error: option --plan: 'ring' is not one of p2p|star|fanout|hierarchical",
-               "run", "--plan", "star,ring");
+  EXPECT_ERROR(
+      "refit: error: option --plan: 'ring' is not one of p2p|star|fanout|hierarchical|auto", "run",
+      "--plan", "star,ring");
   EXPECT_ERROR("refit: error: option --placement: 'colo' is not one of disaggregated|colocated",
                "run", "--placement=disaggregated,colo");
   EXPECT_ERROR("refit: error: option --plan: 'star,' has an empty value; separate the values "

@@ -53,6 +53,11 @@ typedef struct {
 
 /* The effective configuration: every field is the target of exactly one table entry. Enums
  * are parsed here, once; the names are in each enum's X-macro list. */
+/* --plan auto: no plan kind of its own, but the value after the real kinds, so that
+ * RF_PLAN_KIND_COUNT still counts plans. The driver resolves it to the kind the cost model
+ * predicts fastest before planning (src/driver/plan_auto.c). */
+#define RF_PLAN_AUTO ((rf_plan_kind)RF_PLAN_KIND_COUNT)
+
 typedef struct {
   rf_command command;
   int help;                       /* --help was given: usage printed, nothing else to do */
@@ -67,7 +72,7 @@ typedef struct {
   int64_t rollout_rank;           /* --rollout-rank N: whose manifest plan --json lists */
   rf_rollout_dtype rollout_dtype; /* --rollout-dtype model|fp8 */
   rf_placement placement;         /* --placement disaggregated|colocated */
-  rf_plan_kind plan;              /* --plan p2p|star|fanout|hierarchical */
+  rf_plan_kind plan;              /* --plan p2p|star|fanout|hierarchical|auto (RF_PLAN_AUTO) */
   int64_t domain_ranks;           /* --domain-ranks N: hierarchical's domains; 0 = the nodes */
   rf_mode_list mode;              /* --mode unfused|grouped|fused, or a comma-separated list */
   int64_t bucket_size;            /* --bucket-size, bytes; 0 = whole model in one bucket */

@@ -19,6 +19,9 @@
 /* Choices that stay text: the driver hands them on to the model and the checkpoint code. */
 static const char *const dtype_names[] = {"model", "bf16", "fp16", "fp32", "fp8"};
 static const char *const format_names[] = {"auto", "safetensors", "hdf5"};
+/* --plan: the plan kinds, then auto (RF_PLAN_AUTO), which the driver resolves to one. */
+static const char *const plan_names[] = {RF_PLAN_KIND_LIST(RF_ENUM_NAME) "auto"};
+_Static_assert(RF_ARRAY_LEN(plan_names) == RF_PLAN_AUTO + 1, "auto follows the plan kinds");
 
 /* Enum fields are stored as int, and a list as rf_mode_list's count and items. */
 _Static_assert(sizeof(rf_mode) == sizeof(int) && sizeof(rf_plan_kind) == sizeof(int) &&
@@ -144,14 +147,16 @@ const rf_cli_option rf_cli_options[] = {
     {.name = "plan",
      .sweep = 1,
      .type = RF_OPT_ENUM,
-     NAMES(rf_plan_kind, RF_PLAN_KIND_COUNT),
+     .names = plan_names,
+     .name_count = RF_PLAN_AUTO + 1,
      FIELD(plan),
-     .def = "p2p",
+     .def = "auto",
      .unit = "",
      .commands = RUN | PLAN | TOPO | SIM,
      .help = "direct shard-to-shard pieces, the reference bridge's stars, each element once "
-             "to one replica that forwards it to the others, or once to each node (NVLink "
-             "domain) that forwards it inside"},
+             "to one replica that forwards it to the others, once to each node (NVLink "
+             "domain) that forwards it inside, or auto: the plan the cost model predicts "
+             "fastest on --cluster (refit run: on the nodes it runs on), said in one line"},
     {.name = "domain-ranks",
      .type = RF_OPT_INT,
      .imin = 0,
@@ -445,11 +450,12 @@ const rf_cli_option rf_cli_options[] = {
      .def = "",
      .unit = "",
      .metavar = "NAME|FILE",
-     .commands = PLAN | SIM,
+     .commands = RUN | PLAN | SIM,
      .help = "the cluster to simulate: a JSON file (configs/clusters/README.md) or the name of "
              "one in configs/clusters (h100-hgx, h200-hgx, gb200-nvl72, h20-hgx, h800-hgx, "
              "h200-lent, vm-2core); plan prints the least time any plan could take there "
-             "(over mpi, the weights on the GPUs where the cluster has them)"},
+             "(over mpi, the weights on the GPUs where the cluster has them); refit run takes "
+             "only its rates, for --plan auto, on the nodes it runs on"},
     {.name = "calibration",
      .type = RF_OPT_STRING,
      FIELD(calibration),

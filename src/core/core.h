@@ -115,6 +115,9 @@ void rf_log_pop_quiet(void);
  * instead of stderr: for callers that report a failure their own way, as a sweep records why
  * it skips a combination. NULL ends the capture. */
 void rf_log_capture(char *buf, size_t len);
+/* The capture in force (NULL, 0: none), so that a caller may capture inside another's and then
+ * restore it with rf_log_capture. */
+void rf_log_capture_current(char **buf, size_t *len);
 
 void rf_log(rf_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void rf_log_at(rf_log_level level, const char *file, int line, const char *fmt, ...)

@@ -65,6 +65,11 @@ void rf_log_capture(char *buf, size_t len) {
   capture_len = len;
 }
 
+void rf_log_capture_current(char **buf, size_t *len) {
+  *buf = capture_buf;
+  *len = capture_len;
+}
+
 void rf_vlog_at(rf_log_level level, const char *file, int line, const char *fmt, va_list ap) {
   static const char *labels[] = {"error", "warning", "info", "debug"};
   /* A quiet region's errors are another rank's to say: not captured either. */

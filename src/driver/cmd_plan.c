@@ -119,6 +119,8 @@ static rf_status print_json(const rf_job *job, int manifest_rank, const rf_clust
       json_string(job->placement == RF_PLACEMENT_COLOCATED ? "colocated" : "disaggregated"));
   json_object_set_new(o, "world_size", json_integer(lay->world_size));
   json_object_set_new(o, "plan", json_string(rf_plan_kind_name(plan->kind)));
+  if (job->plan_why[0]) /* --plan auto only */
+    json_object_set_new(o, "plan_choice", json_string(job->plan_why));
   if (plan->kind == RF_PLAN_STAR) {
     json_object_set_new(o, "star_mode", json_string(plan->fan_in ? "fan-in" : "fan-out"));
     json_object_set_new(o, "star_count", json_integer(plan->star_count));
@@ -242,6 +244,8 @@ static void print_text(const rf_job *job, const rf_cluster *c, const rf_sim_boun
            "plan", plan->domains);
   else
     printf("%-16s p2p\n", "plan");
+  if (job->plan_why[0])
+    printf("%-16s %s\n", "plan choice", job->plan_why);
   if (rf_plan_forwards(plan))
     printf("%-16s %d (%d forward, %d local copies)\n", "pieces", plan->piece_count,
            forward_pieces(plan), count_local(plan));

@@ -10,6 +10,7 @@
 #include "driver.h"
 #include "engine/engine.h"
 #include "placement.h"
+#include "plan_auto.h"
 #include "report/report.h"
 #include "run_collect.h"
 #include "run_record.h"
@@ -65,7 +66,9 @@ static rf_status build_setup(const rf_config *cfg, run_setup *rs) {
   rs->verify_checksum = cfg->verify != RF_VERIFY_NONE;
   int world = 0;
   RF_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  return rf_job_build(cfg, world, &rs->job);
+  /* --plan auto is chosen once the ranks are placed (choose_plan). */
+  return cfg->plan == RF_PLAN_AUTO ? rf_job_build_layout(cfg, world, &rs->job)
+                                   : rf_job_build(cfg, world, &rs->job);
 }
 
 static void describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d) {
@@ -75,7 +78,7 @@ static void describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d
   rf_trainer_layout_format(&job->trainer, d->trainer, sizeof d->trainer);
   rf_rollout_layout_format(&job->rollout, d->rollout, sizeof d->rollout);
   snprintf(d->placement, sizeof d->placement, "%s", rf_placement_name(cfg->placement));
-  snprintf(d->plan, sizeof d->plan, "%s", rf_plan_kind_name(cfg->plan));
+  snprintf(d->plan, sizeof d->plan, "%s", rf_plan_kind_name(job->plan.kind));
   d->plan_digest = job->plan.digest;
 }
 
@@ -94,7 +97,10 @@ static rf_status place_job(rf_control *ctl, const rf_config *cfg, run_setup *rs,
   RF_TRY(rf_job_place(ctl, &o, placement));
   rs->record.place = placement->mine;
   rf_plan_options popt = rf_job_placement_plan_options(placement);
-  rf_status st = rf_job_replan(&rs->job, &popt);
+  rf_status st = cfg->plan == RF_PLAN_AUTO
+                     ? rf_job_plan_run(ctl, cfg, &rs->job, rs->transport,
+                                       rs->memory == RF_MEM_DEVICE, placement->node_gpus, &popt)
+                     : rf_job_replan(&rs->job, &popt);
   rs->forward_crosses_gpus = st == RF_OK && rf_job_forward_crosses_gpus(&rs->job.plan, &popt);
   if (st == RF_OK && ctl->world_rank == 0)
     st = rf_job_plan_links(&rs->job.plan, ctl->world_size, &popt, &rs->record.links,
@@ -138,17 +144,17 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
                "%d at the destination)",
                (long long)job->plan.wire_transfer_bytes, job->plan.source_tensors,
                job->plan.destination_tensors);
-    char job_line[640];
+    char job_line[1280];
     snprintf(job_line, sizeof job_line,
              "%s (%s, %lld bytes, %d tensors); trainer %s (%s, %s order); rollout %s%s; %s; "
              "transport %s (weights in %s memory); verify %s; warmup %lld, iters %lld; "
-             "seed %lld",
+             "seed %lld%s%s",
              m->name, rf_dtype_name(m->dtype), (long long)m->total_bytes, m->tensor_count,
              cfg->trainer, rf_trainer_style_name(cfg->trainer_style),
              rf_trainer_order_name(cfg->trainer_order), cfg->rollout, fp8,
              rf_placement_name(cfg->placement), cfg->transport, rf_mem_kind_name(rs_memory),
              rf_verify_level_name(cfg->verify), (long long)cfg->warmup, (long long)cfg->iters,
-             (long long)cfg->seed);
+             (long long)cfg->seed, job->plan_why[0] ? "; " : "", job->plan_why);
     rf_report_header(stdout, cfg->command_line, job_line, all, ctl->world_size, rec->links,
                      rec->link_count);
   }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/io.h"
+#include "plan_auto.h"
 #include "run_record.h"
 #include "simulate.h"
 
@@ -200,13 +201,20 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
   /* Planned with the cluster's distances, as refit run plans with the machine's. */
   if (st == RF_OK)
     st = rf_cluster_plan_options(&cluster, job.layout.world_size, &where, &po);
-  if (st == RF_OK)
-    st = rf_plan_build(&job.plan, &job.layout, cfg->plan, &po);
-  job.have_plan = st == RF_OK;
+  /* Calibrated before planning, so that --plan auto chooses with the fitted rates. */
   if (st == RF_OK && cfg->calibration[0]) {
     st = rf_calibration_fit(cfg->calibration, &cluster, x.device, &cal);
     x.calibration = &cal;
   }
+  rf_plan_auto_inputs in = {.cluster = &cluster,
+                            .options = &po,
+                            .modes = &cfg->mode,
+                            .bucket_size = cfg->bucket_size,
+                            .device = x.device,
+                            .mapping = transport->mapping,
+                            .wire = rf_sim_wire(transport, x.device)};
+  if (st == RF_OK)
+    st = rf_job_plan(&job, cfg->plan, &in);
   if (st == RF_OK)
     st = rf_sim_lower_bound(&job.layout, &cluster, x.device, transport->mapping, &x.bound);
   for (int m = 0; st == RF_OK && m < RF_MODE_COUNT; m++)

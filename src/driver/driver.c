@@ -9,6 +9,7 @@
 #include "control/control.h"
 #include "driver.h"
 #include "io/io.h"
+#include "plan_auto.h"
 #include "transport/transport.h"
 
 static int ends_with_json(const char *s) {
@@ -73,6 +74,8 @@ static rf_status use_fp8_checkpoint(const rf_config *cfg, rf_job *job) {
 
 rf_status rf_job_build(const rf_config *cfg, int world_size, rf_job *job) {
   RF_TRY(rf_job_build_layout(cfg, world_size, job));
+  if (cfg->plan == RF_PLAN_AUTO)
+    return rf_job_plan_auto_default(cfg, job);
   rf_plan_options domains = {.domain_of = job->domain_of};
   RF_TRY(rf_plan_build(&job->plan, &job->layout, cfg->plan, job->domain_of ? &domains : NULL));
   job->have_plan = 1;

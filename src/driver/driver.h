@@ -19,6 +19,7 @@ typedef struct {
   int fp8_checkpoint; /* --checkpoint is block-FP8: the trainer's linear weights are fp8 */
   int *domain_of;     /* --domain-ranks N: [world rank] -> rank / N, the hierarchical plan's
                        * domains in place of the nodes; NULL without it */
+  char plan_why[512]; /* --plan auto: the one line that says which kind and why; else "" */
 } rf_job;
 
 /* Loads the model (with any --dtype override), parses and checks the layouts and builds the

@@ -159,6 +159,7 @@ void rf_record_plan_fields(rf_results_run *run, const rf_job *job) {
   const rf_plan *plan = &job->plan;
   int fp8 = plan->layout->rollout.dtype == RF_ROLLOUT_DTYPE_FP8;
   int fanout = rf_plan_forwards(plan);
+  run->plan_choice = job->plan_why[0] ? job->plan_why : NULL;
   run->pieces = plan->piece_count;
   run->transfer_bytes = plan->transfer_bytes;
   run->reshape_bytes = plan->reshape_bytes;

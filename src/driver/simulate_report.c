@@ -56,6 +56,8 @@ void rf_sim_print_header(const rf_sim_context *x) {
   if (plan->kind == RF_PLAN_STAR)
     printf(", %" PRId64 " reshape bytes", plan->reshape_bytes);
   printf("\n");
+  if (job->plan_why[0])
+    printf("%-16s %s\n", "plan choice", job->plan_why);
   if (job->rollout.dtype == RF_ROLLOUT_DTYPE_FP8)
     printf("%-16s fp8: %" PRId64 " transfer bytes on the wire (what the prediction moves), %d "
            "fp8 tensors quantized at their source, %d at their destination\n",
@@ -212,6 +214,8 @@ json_t *rf_sim_json(const rf_sim_context *x) {
   json_object_set_new(o, "transport", json_string(x->transport->name));
   json_object_set_new(o, "mapping", json_boolean(x->transport->mapping));
   json_object_set_new(o, "plan", json_string(rf_plan_kind_name(plan->kind)));
+  if (job->plan_why[0]) /* --plan auto only: other jobs print as before */
+    json_object_set_new(o, "plan_choice", json_string(job->plan_why));
   json_object_set_new(o, "pieces", json_integer(plan->piece_count));
   json_object_set_new(o, "blocks", json_integer(plan->block_count));
   json_object_set_new(o, "transfer_bytes", json_integer(plan->transfer_bytes));

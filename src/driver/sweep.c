@@ -12,6 +12,7 @@
 
 #include "control/control.h"
 #include "io/io.h"
+#include "plan_auto.h"
 #include "sweep.h"
 #include "transport/transport.h"
 
@@ -108,8 +109,10 @@ static rf_status check_combination(const rf_config *cfg, int world, rf_control *
   rf_status st = rf_transport_find(cfg->transport, &ops);
   if (st == RF_OK)
     st = rf_run_check_rollout_dtype(cfg);
+  /* --plan auto plans whatever layout p2p plans: the run chooses once its ranks are placed. */
   if (st == RF_OK)
-    st = rf_job_build(cfg, world, &job);
+    st = cfg->plan == RF_PLAN_AUTO ? rf_job_build_layout(cfg, world, &job)
+                                   : rf_job_build(cfg, world, &job);
   rf_log_capture(NULL, 0);
   if (st != RF_OK && !v->reason[0])
     snprintf(v->reason, sizeof v->reason, "%s", rf_status_text(st));
@@ -133,7 +136,7 @@ static rf_status record_skip(const rf_config *cfg, int index, int size, const ch
                         .trainer = cfg->trainer,
                         .rollout = cfg->rollout,
                         .placement = rf_placement_name(cfg->placement),
-                        .plan = rf_plan_kind_name(cfg->plan),
+                        .plan = rf_plan_request_name(cfg->plan),
                         .mode = rf_mode_list_format(&cfg->mode, modes, sizeof modes),
                         .transport = cfg->transport,
                         .bucket_size = cfg->bucket_size,

@@ -38,6 +38,9 @@ typedef struct {
   const char *model, *model_type, *dtype, *trainer, *trainer_style, *trainer_order, *rollout,
       *placement, *plan, *mode, *transport, *verify;
   const char *memory; /* where the weights were: "host", "device" (rf_mem_kind), or NULL */
+  /* --plan auto: the line that says which kind (`plan`) it chose and why; NULL writes none,
+   * as every run before auto and every run of a named kind. */
+  const char *plan_choice;
   int64_t bucket_size, seed;
 
   const rf_run_result *result; /* timings [iteration][rank][phase] and the summary */

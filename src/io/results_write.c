@@ -107,6 +107,8 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
     RF_TRY(rf_results_attr_str(g, ".", strings[i].name, strings[i].value));
   if (run->memory)
     RF_TRY(rf_results_attr_str(g, ".", "memory", run->memory));
+  if (run->plan_choice)
+    RF_TRY(rf_results_attr_str(g, ".", "plan_choice", run->plan_choice));
   for (int i = 0; run->job_setup && i < RF_SETUP_STEP_COUNT; i++) {
     char name[48];
     snprintf(name, sizeof name, "setup_%s_s", rf_setup_step_name((rf_setup_step)i));

@@ -180,7 +180,7 @@ expect_exit 0 "$REFIT" run --config "$SWEEPS/trainer-layouts.json" --plan star -
   'fsdp=1,tp=2;fsdp=2' --dry-run
 expect_same "command-line list over a file's" "$(cat "$TMP/out")" "run 1/2: trainer=fsdp=1,tp=2
 run 2/2: trainer=fsdp=2"
-expect_error 2 "refit: error: option --plan: 'ring' is not one of p2p|star|fanout|hierarchical" \
+expect_error 2 "refit: error: option --plan: 'ring' is not one of p2p|star|fanout|hierarchical|auto" \
   "$REFIT" run --model tiny --plan star,ring --dry-run
 # Each run of a command-line sweep is recorded like a config file's.
 OUT="$TMP/cl.h5"
@@ -199,7 +199,7 @@ transport, trainer, rollout, rollout_dtype, placement, bucket_size and model can
   "$REFIT" run --config "$TMP/seed.json" --dry-run
 printf '{"plan": ["p2p", "ring"]}' >"$TMP/ring.json"
 expect_error 2 "refit: error: $TMP/ring.json:1:2: key 'plan', value 2: 'ring' is not one of \
-p2p|star|fanout|hierarchical" "$REFIT" run --config "$TMP/ring.json" --dry-run
+p2p|star|fanout|hierarchical|auto" "$REFIT" run --config "$TMP/ring.json" --dry-run
 printf '{"plan": ["p2p", "star"]}' >"$TMP/plan.json"
 expect_error 2 "refit: error: $TMP/plan.json:1:2: key 'plan' holds a list; only mode, plan, \
 transport, trainer, rollout, rollout_dtype, placement, bucket_size and model can be swept, by refit run" \
