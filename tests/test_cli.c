@@ -149,7 +149,7 @@ static void test_defaults(void) {
   ASSERT_EQ(c.trainer_order, RF_ORDER_HF);
   ASSERT_STR_EQ(c.rollout, "tp=2");
   ASSERT_EQ(c.placement, RF_PLACEMENT_DISAGGREGATED);
-  ASSERT_EQ(c.plan, RF_PLAN_P2P);
+  ASSERT_EQ(c.plan, RF_PLAN_AUTO);
   ASSERT_MODES(c, "grouped");
   ASSERT_EQ(c.bucket_size, INT64_C(268435456));
   ASSERT_STR_EQ(c.transport, "mpi");
