@@ -3,10 +3,12 @@
 
 Every row of configs/published/refits.json is simulated with `refit simulate --json` for each
 plan that applies (p2p; star unless the rollout spreads experts with ep, which star refuses;
-fanout where the rollout has replicas), each bucket size and the three modes, appending every
+fanout and hierarchical where the rollout has replicas; and auto, the plan refit picks by
+itself, at the first bucket size), each bucket size and the three modes, appending every
 prediction to OUTDIR/published.h5 with the row's published time and label. refit's best
 prediction per row, among those whose memory fits the cluster (or among all, marked, when none
-does), goes into results/published.md with the published time, its source and the ratio.
+does), goes into results/published.md with the plan-independent lower bound, the published
+time, its source and both ratios.
 Nothing here is timed for pass/fail: the wall times go to stdout only, so the committed table
 changes only when a prediction does.
 """
@@ -17,7 +19,7 @@ import sys
 import time
 
 MODES = "unfused,grouped,fused"
-BUCKETS = ["256MiB", "0"]  # the default bucket, and the whole stage in one bucket
+BUCKETS = ["256MiB", "1GiB", "0"]  # the default bucket, a larger one, the whole stage
 
 
 def plans_for(row):
@@ -28,8 +30,8 @@ def plans_for(row):
     if "ep" not in rollout:
         plans.append("star")
     if any(p.startswith("dp=") and p != "dp=1" for p in rollout):
-        plans.append("fanout")
-    return plans
+        plans += ["fanout", "hierarchical"]
+    return plans + ["auto"]
 
 
 def simulate(refit, row, plan, bucket, h5):
@@ -61,7 +63,7 @@ def command_line(row):
 
 
 def fmt_s(s):
-    return f"{s:.3f} s" if s < 10 else f"{s:.1f} s"
+    return f"{s:.4f} s" if s < 1 else f"{s:.3f} s" if s < 10 else f"{s:.1f} s"
 
 
 def main():
@@ -78,14 +80,19 @@ def main():
     results = []
     for row in rows:
         preds, refused = [], []
+        bound = None
         for plan in plans_for(row):
-            for bucket in row.get("bench", {}).get("buckets", BUCKETS):
+            buckets = row.get("bench", {}).get("buckets", BUCKETS)
+            for bucket in buckets[:1] if plan == "auto" else buckets:
                 out, why, seconds = simulate(refit, row, plan, bucket, h5)
                 print(f"{row['id']:32s} {plan:7s} bucket {bucket:7s} {seconds:7.1f} s wall"
                       + (f"  refused: {why}" if why else ""), flush=True)
                 if why:
                     refused.append((plan, why))
                     continue
+                bound = out["lower_bound_s"]
+                if plan == "auto":
+                    plan = "auto: " + out["plan"]
                 for run in out["runs"]:
                     preds.append({"plan": plan, "bucket": bucket, "mode": run["mode"],
                                   "s": run["predicted_s"]["total"],
@@ -93,7 +100,7 @@ def main():
                                   "fits": run["memory"]["fits"]})
         fitting = [p for p in preds if p["fits"]]
         best = min(fitting or preds, key=lambda p: p["s"]) if preds else None
-        results.append((row, preds, refused, best, bool(fitting)))
+        results.append((row, preds, refused, best, bool(fitting), bound))
     write_md(md_path, rows, results, refit)
     print(f"wrote {md_path} and {h5}; refit report {h5} shows the same predictions")
 
@@ -108,15 +115,17 @@ def write_md(path, rows, results, refit):
     L.append(f"`refit simulate` ({version or 'refit'}). refit's times are **predictions** of its link model")
     L.append("on the cluster files of `configs/clusters/` (docs/architecture.md, \"The simulation")
     L.append("model\"), not measurements; the published ones are the systems' own. refit's best is the")
-    L.append("fastest prediction over the plans, bucket sizes (256 MiB and the whole stage) and modes")
-    L.append("whose memory fits the cluster's GPUs; ratio = refit predicted / published (below 1:")
+    L.append("fastest prediction over the plans, bucket sizes (256 MiB, 1 GiB and the whole stage) and")
+    L.append("modes whose memory fits the cluster's GPUs. The bound is the least time any plan could")
+    L.append("take on that cluster (docs/architecture.md, \"The lower bound\"); / bound = refit")
+    L.append("predicted / bound (1.5 is the aim); / published = refit predicted / published (below 1:")
     L.append("refit predicts itself faster). The same predictions, with the published time and label")
     L.append("on each run, are in the HDF5 file the script writes: `refit report OUTDIR/published.h5`.")
     L.append("In the tables of each row, ✗ marks a prediction whose memory does not fit the GPUs.")
     L.append("")
-    L.append("| system | model | GPUs trainer+rollout | hardware | published layouts | published | refit layouts (cluster) | refit best: plan, mode, bucket | predicted | bottleneck link | ratio |")
-    L.append("|---|---|---:|---|---|---:|---|---|---:|---|---:|")
-    for row, preds, refused, best, fits in results:
+    L.append("| system | model | GPUs trainer+rollout | hardware | published layouts | published | refit layouts (cluster) | refit best: plan, mode, bucket | bound | predicted | bottleneck link | / bound | / published |")
+    L.append("|---|---|---:|---|---|---:|---|---|---:|---:|---|---:|---:|")
+    for row, preds, refused, best, fits, bound in results:
         g = row["gpus"]
         r = row["refit"]
         src = f"[{row['source']['name']}]({row['source']['url']})"
@@ -127,15 +136,18 @@ def write_md(path, rows, results, refit):
             how = f"{best['plan']}, {best['mode']}, {bucket}" + ("" if fits else " (does not fit)")
             pred, link = fmt_s(best["s"]), best["bottleneck"]
             ratio = f"{best['s'] / row['published_s']:.2f}"
+            to_bound = f"{best['s'] / bound:.2f}"
         else:
             how, pred, link, ratio = "none: " + "; ".join(w for _, w in refused), "-", "-", "-"
+            to_bound = "-"
         L.append(f"| {row['system']} | {row['model']} | {g['trainer']}+{g['rollout']} | "
                  f"{row['hardware']} | {row['published_layouts']} | {fmt_s(row['published_s'])} "
-                 f"({src}) | {layouts} | {how} | {pred} | {link} | {ratio} |")
+                 f"({src}) | {layouts} | {how} | {fmt_s(bound) if bound else '-'} | {pred} | "
+                 f"{link} | {to_bound} | {ratio} |")
     L.append("")
     L.append("## Each row")
     L.append("")
-    for row, preds, refused, best, fits in results:
+    for row, preds, refused, best, fits, bound in results:
         L.append(f"### {row['system']}: {row['model']}")
         L.append("")
         L.append(f"- Published: {fmt_s(row['published_s'])}, {row['published_note']}; "
