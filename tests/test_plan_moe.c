@@ -61,7 +61,7 @@ static void expert_replicas(const rf_model *m) {
    * through the node index alike. */
   int node_of[6] = {0, 0, 1, 1, 1, 1};
   rf_plan_options opaque = {.distance = node_distance, .distance_ctx = node_of};
-  rf_plan_options nodes = {node_distance, node_of, node_of};
+  rf_plan_options nodes = {.distance = node_distance, .distance_ctx = node_of, .node_of = node_of};
   const rf_plan_options *options[3] = {NULL, &opaque, &nodes};
   for (int o = 0; o < 3; o++) {
     rf_plan plan;

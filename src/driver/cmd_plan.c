@@ -16,13 +16,6 @@ static void min_max(const int64_t *v, int n, int64_t *lo, int64_t *hi) {
   }
 }
 
-static int count_local(const rf_plan *plan) {
-  int n = 0;
-  for (int i = 0; i < plan->piece_count; i++)
-    n += rf_piece_is_local(plan, &plan->pieces[i]);
-  return n;
-}
-
 static int forward_pieces(const rf_plan *plan) {
   return plan->forward_first[plan->forward_depth] - plan->forward_first[0];
 }
@@ -127,7 +120,7 @@ static rf_status print_json(const rf_job *job, int manifest_rank, const rf_clust
   }
   json_object_set_new(o, "pieces", json_integer(plan->piece_count));
   json_object_set_new(o, "reshape_pieces", json_integer(plan->reshape_count));
-  json_object_set_new(o, "local_pieces", json_integer(count_local(plan)));
+  json_object_set_new(o, "local_pieces", json_integer(plan->local_count));
   json_object_set_new(o, "blocks", json_integer(plan->block_count));
   json_object_set_new(o, "transfer_bytes", json_integer(plan->transfer_bytes));
   json_object_set_new(o, "reshape_bytes", json_integer(plan->reshape_bytes));
@@ -237,10 +230,10 @@ static void print_text(const rf_job *job, const rf_cluster *c, const rf_sim_boun
     printf("%-16s p2p\n", "plan");
   if (plan->kind == RF_PLAN_FANOUT)
     printf("%-16s %d (%d forward, %d local copies)\n", "pieces", plan->piece_count,
-           forward_pieces(plan), count_local(plan));
+           forward_pieces(plan), plan->local_count);
   else
     printf("%-16s %d (%d reshape, %d local copies)\n", "pieces", plan->piece_count,
-           plan->reshape_count, count_local(plan));
+           plan->reshape_count, plan->local_count);
   printf("%-16s %d transfer pieces once those contiguous on both ends are joined\n", "blocks",
          plan->block_count);
   printf("%-16s %" PRId64 " (%s)\n", "transfer bytes", plan->transfer_bytes,
@@ -280,8 +273,14 @@ rf_status rf_cmd_plan(const rf_config *cfg) {
   rf_sim_bound bound, *b = NULL;
   if (cfg->cluster[0])
     RF_TRY(rf_cluster_load(cfg->cluster, &cluster));
+  /* Totals and digest only: the pieces are counted as they are made, not kept (plan.h), which
+   * a hundred million pieces of a star at 256 ranks would need gigabytes for. */
   rf_job job;
-  rf_status st = rf_job_build(cfg, 0, &job);
+  rf_plan_options summary = {.summary = 1};
+  rf_status st = rf_job_build_layout(cfg, 0, &job);
+  if (st == RF_OK)
+    st = rf_plan_build(&job.plan, &job.layout, cfg->plan, &summary);
+  job.have_plan = st == RF_OK;
   if (st == RF_OK && cfg->rollout_rank >= job.layout.rollout_ranks)
     st = rf_fail(RF_ERR_USAGE, "--rollout-rank %lld: rollout %s has ranks 0 to %d; choose one",
                  (long long)cfg->rollout_rank, cfg->rollout, job.layout.rollout_ranks - 1);

@@ -47,6 +47,11 @@ typedef struct {
    * on different nodes is at one and the same distance, farther than any pair on one node,
    * which lets the planner look only at a destination's own node (plan_sources.c). */
   const int *node_of;
+  /* The totals and digest only (refit plan): each piece is counted and hashed as it is made,
+   * then dropped, so that a plan of a hundred million pieces needs megabytes, not gigabytes.
+   * The plan then has no pieces (pieces NULL, piece_count still their number) and serves no
+   * schedule. Fanout, whose forward stage reads its transfer pieces back, keeps them all. */
+  int summary;
 } rf_plan_options;
 
 typedef struct {
@@ -58,6 +63,7 @@ typedef struct {
                       * layout's storage order (rf_layout.order), then forward pieces (fanout)
                       * step by step */
   int reshape_count; /* pieces[0 .. reshape_count) are the reshape stage */
+  int local_count;   /* pieces that stay inside one process (rf_piece_is_local) */
 
   /* Star topology (kind == RF_PLAN_STAR). */
   int fan_in;       /* 1: T >= R, rollout ranks are the centres; 0: trainer ranks are */

@@ -4,10 +4,17 @@
 
 #include "plan.h"
 
+/* The running totals, fp8 counts and digest of the pieces made so far (plan.c). */
+typedef struct plan_tally plan_tally;
+
 typedef struct {
   rf_plan *plan;
   int cap;
   const rf_plan_options *options;
+  /* Summary plans (rf_plan_options.summary): pieces holds the latest few only; each time it
+   * fills, the tally takes them and they are dropped. streamed counts those dropped. */
+  plan_tally *tally;
+  int streamed;
 } plan_builder;
 
 rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, int dst,
@@ -29,8 +36,15 @@ void plan_sources_free(plan_sources *s);
 rf_status plan_cover_from_trainers(plan_builder *b, plan_sources *s, int tensor, rf_stage stage,
                                    int dst, int dst_world, const rf_box *target);
 
-/* The wire totals and fp8 counts of a built plan (plan_fp8.c). */
-rf_status plan_count_wire(rf_plan *plan);
+/* The wire totals and fp8 counts (plan_fp8.c), piece by piece in plan order: open allocates
+ * the plan's arrays, add counts one piece, close counts the last fp8 tensor. */
+typedef struct {
+  int *last; /* [trainer ranks + rollout ranks]: the last fp8 tensor each rank was counted for */
+  int tensor, any_destination;
+} plan_wire;
+rf_status plan_wire_open(rf_plan *plan, plan_wire *w);
+void plan_wire_add(rf_plan *plan, plan_wire *w, const rf_piece *p);
+void plan_wire_close(rf_plan *plan, plan_wire *w);
 
 rf_status plan_build_star(plan_builder *b);
 rf_status plan_build_fanout(plan_builder *b);
