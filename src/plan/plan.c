@@ -30,7 +30,12 @@ rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, i
   pc->src = src;
   pc->dst = dst;
   pc->box = *box;
-  pc->bytes = rf_box_numel(box) * rf_tensor_esize(&plan->layout->model->tensors[tensor]);
+  /* Pieces of one tensor come together: its element size is looked up once. */
+  if (tensor != b->esize_tensor) {
+    b->esize_tensor = tensor;
+    b->esize = rf_tensor_esize(&plan->layout->model->tensors[tensor]);
+  }
+  pc->bytes = rf_box_numel(box) * b->esize;
   return RF_OK;
 }
 
@@ -108,12 +113,18 @@ struct plan_tally {
   plan_wire wire;
   rf_piece prev; /* the piece before, for rf_piece_continues */
   int have_prev;
+  /* The box the destination of the piece before holds, and what one element takes: a run of
+   * pieces to one rollout rank (k arms of a star, the shards of a p2p target) asks once. */
+  int held_tensor, held_dst;
+  rf_box held;
+  int64_t held_esize;
 };
 
 /* Allocates the totals and starts the digest with what precedes the pieces. */
 static rf_status tally_open(rf_plan *plan, plan_tally *t) {
   const rf_layout *lay = plan->layout;
   memset(t, 0, sizeof *t);
+  t->held_tensor = t->held_dst = -1;
   plan->send_bytes = rf_calloc((size_t)lay->trainer_ranks, sizeof(int64_t), "plan totals");
   plan->reshape_send_bytes = rf_calloc((size_t)lay->trainer_ranks, sizeof(int64_t), "totals");
   plan->recv_bytes = rf_calloc((size_t)lay->rollout_ranks, sizeof(int64_t), "plan totals");
@@ -167,10 +178,15 @@ static void tally_add(rf_plan *plan, plan_tally *t, const rf_piece *pieces, int 
       plan->recv_bytes[p->dst] += p->bytes;
       plan->block_count += first || !rf_piece_continues(plan, prev, p);
       plan->transfer_bytes += p->bytes;
-      rf_box held = rf_layout_rollout_box(lay, p->tensor, p->dst), kept;
-      rf_box_intersect(&p->box, &held, &kept);
-      plan->extra_bytes +=
-          p->bytes - rf_box_numel(&kept) * rf_tensor_esize(&lay->model->tensors[p->tensor]);
+      if (p->tensor != t->held_tensor || p->dst != t->held_dst) {
+        t->held_tensor = p->tensor;
+        t->held_dst = p->dst;
+        t->held = rf_layout_rollout_box(lay, p->tensor, p->dst);
+        t->held_esize = rf_tensor_esize(&lay->model->tensors[p->tensor]);
+      }
+      rf_box kept;
+      rf_box_intersect(&p->box, &t->held, &kept);
+      plan->extra_bytes += p->bytes - rf_box_numel(&kept) * t->held_esize;
     }
     t->have_prev = 1;
   }
@@ -201,7 +217,7 @@ rf_status rf_plan_build(rf_plan *plan, const rf_layout *lay, rf_plan_kind kind,
   plan->kind = kind;
   plan->layout = lay;
   plan_tally tally;
-  plan_builder b = {plan, 0, options, NULL, 0};
+  plan_builder b = {plan, 0, options, NULL, 0, -1, 0};
   rf_status st = tally_open(plan, &tally);
   if (st == RF_OK && options && options->summary && kind != RF_PLAN_FANOUT)
     b.tally = &tally;

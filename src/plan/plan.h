@@ -49,8 +49,9 @@ typedef struct {
   const int *node_of;
   /* The totals and digest only (refit plan): each piece is counted and hashed as it is made,
    * then dropped, so that a plan of a hundred million pieces needs megabytes, not gigabytes.
-   * The plan then has no pieces (pieces NULL, piece_count still their number) and serves no
-   * schedule. Fanout, whose forward stage reads its transfer pieces back, keeps them all. */
+   * The plan then has no pieces (pieces NULL, piece_count still their number) and no star
+   * coupling, and serves no schedule. Fanout, whose forward stage reads its transfer pieces back,
+   * keeps them all. */
   int summary;
 } rf_plan_options;
 

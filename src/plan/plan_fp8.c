@@ -82,8 +82,11 @@ rf_status plan_wire_open(rf_plan *plan, plan_wire *w) {
 
 void plan_wire_add(rf_plan *plan, plan_wire *w, const rf_piece *p) {
   int T = plan->layout->trainer_ranks;
-  int64_t wire = rf_piece_wire_bytes(plan, p, &p->box);
+  /* A piece that does not carry fp8 puts its own bytes on the wire (rf_piece_wire_bytes). */
   rf_quant q = rf_piece_quant(plan, p);
+  int64_t wire = q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED || q == RF_QUANT_CARRIED
+                     ? rf_piece_wire_bytes(plan, p, &p->box)
+                     : p->bytes;
   if (p->stage == RF_STAGE_FORWARD)
     plan->wire_forward_bytes += wire;
   if (p->stage != RF_STAGE_TRANSFER)

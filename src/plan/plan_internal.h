@@ -15,6 +15,8 @@ typedef struct {
    * fills, the tally takes them and they are dropped. streamed counts those dropped. */
   plan_tally *tally;
   int streamed;
+  int esize_tensor; /* the tensor of the piece before (-1 at first), and its element size */
+  int64_t esize;
 } plan_builder;
 
 rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, int dst,
