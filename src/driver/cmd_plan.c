@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "driver.h"
+#include "plan_auto.h"
 #include "sim/sim.h"
 
 static void min_max(const int64_t *v, int n, int64_t *lo, int64_t *hi) {
@@ -14,13 +15,6 @@ static void min_max(const int64_t *v, int n, int64_t *lo, int64_t *hi) {
     *lo = RF_MIN(*lo, v[i]);
     *hi = RF_MAX(*hi, v[i]);
   }
-}
-
-static int count_local(const rf_plan *plan) {
-  int n = 0;
-  for (int i = 0; i < plan->piece_count; i++)
-    n += rf_piece_is_local(plan, &plan->pieces[i]);
-  return n;
 }
 
 static int forward_pieces(const rf_plan *plan) {
@@ -128,7 +122,7 @@ static rf_status print_json(const rf_job *job, int manifest_rank, const rf_clust
   }
   json_object_set_new(o, "pieces", json_integer(plan->piece_count));
   json_object_set_new(o, "reshape_pieces", json_integer(plan->reshape_count));
-  json_object_set_new(o, "local_pieces", json_integer(count_local(plan)));
+  json_object_set_new(o, "local_pieces", json_integer(plan->local_count));
   json_object_set_new(o, "blocks", json_integer(plan->block_count));
   json_object_set_new(o, "transfer_bytes", json_integer(plan->transfer_bytes));
   json_object_set_new(o, "reshape_bytes", json_integer(plan->reshape_bytes));
@@ -248,10 +242,10 @@ static void print_text(const rf_job *job, const rf_cluster *c, const rf_sim_boun
     printf("%-16s %s\n", "plan choice", job->plan_why);
   if (rf_plan_forwards(plan))
     printf("%-16s %d (%d forward, %d local copies)\n", "pieces", plan->piece_count,
-           forward_pieces(plan), count_local(plan));
+           forward_pieces(plan), plan->local_count);
   else
     printf("%-16s %d (%d reshape, %d local copies)\n", "pieces", plan->piece_count,
-           plan->reshape_count, count_local(plan));
+           plan->reshape_count, plan->local_count);
   printf("%-16s %d transfer pieces once those contiguous on both ends are joined\n", "blocks",
          plan->block_count);
   printf("%-16s %" PRId64 " (%s)\n", "transfer bytes", plan->transfer_bytes,
@@ -294,8 +288,17 @@ rf_status rf_cmd_plan(const rf_config *cfg) {
   rf_sim_bound bound, *b = NULL;
   if (cfg->cluster[0])
     RF_TRY(rf_cluster_load(cfg->cluster, &cluster));
+  /* Totals and digest only: the pieces are counted as they are made, not kept (plan.h), which
+   * a hundred million pieces of a star at 256 ranks would need gigabytes for. */
   rf_job job;
-  rf_status st = rf_job_build(cfg, 0, &job);
+  rf_status st = rf_job_build_layout(cfg, 0, &job);
+  if (st == RF_OK && cfg->plan == RF_PLAN_AUTO) {
+    st = rf_job_plan_auto_default(cfg, &job); /* the candidates keep their pieces to time them */
+  } else if (st == RF_OK) {
+    rf_plan_options summary = {.summary = 1, .domain_of = job.domain_of};
+    st = rf_plan_build(&job.plan, &job.layout, cfg->plan, &summary);
+    job.have_plan = st == RF_OK;
+  }
   if (st == RF_OK && cfg->rollout_rank >= job.layout.rollout_ranks)
     st = rf_fail(RF_ERR_USAGE, "--rollout-rank %lld: rollout %s has ranks 0 to %d; choose one",
                  (long long)cfg->rollout_rank, cfg->rollout, job.layout.rollout_ranks - 1);

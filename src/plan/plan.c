@@ -8,9 +8,19 @@
 
 RF_ENUM_DEFINE(rf_plan_kind, "plan", RF_PLAN_KIND_LIST, RF_PLAN_KIND_COUNT)
 
+/* Pieces a summary plan holds at a time (3.5 MiB): the tally takes them in batches. */
+#define PLAN_STREAM_PIECES (1 << 16)
+
+static void tally_add(rf_plan *plan, plan_tally *t, const rf_piece *pieces, int n);
+
 rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, int dst,
                          const rf_box *box) {
   rf_plan *plan = b->plan;
+  if (b->tally && plan->piece_count == PLAN_STREAM_PIECES) {
+    tally_add(plan, b->tally, plan->pieces, plan->piece_count);
+    b->streamed += plan->piece_count;
+    plan->piece_count = 0;
+  }
   RF_TRY(rf_grow((void **)&plan->pieces, plan->piece_count, &b->cap, sizeof *plan->pieces,
                  "plan pieces"));
   rf_piece *pc = &plan->pieces[plan->piece_count++];
@@ -20,7 +30,12 @@ rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, i
   pc->src = src;
   pc->dst = dst;
   pc->box = *box;
-  pc->bytes = rf_box_numel(box) * rf_tensor_esize(&plan->layout->model->tensors[tensor]);
+  /* Pieces of one tensor come together: its element size is looked up once. */
+  if (tensor != b->esize_tensor) {
+    b->esize_tensor = tensor;
+    b->esize = rf_tensor_esize(&plan->layout->model->tensors[tensor]);
+  }
+  pc->bytes = rf_box_numel(box) * b->esize;
   return RF_OK;
 }
 
@@ -86,8 +101,10 @@ int rf_piece_is_local(const rf_plan *plan, const rf_piece *piece) {
   return rf_piece_src_world(plan, piece) == rf_piece_dst_world(plan, piece);
 }
 
-int rf_plan_forwards(const rf_plan *plan) {
-  return plan->kind == RF_PLAN_FANOUT || plan->kind == RF_PLAN_HIERARCHICAL;
+int rf_plan_forwards(const rf_plan *plan) { return rf_plan_kind_forwards(plan->kind); }
+
+int rf_plan_kind_forwards(rf_plan_kind kind) {
+  return kind == RF_PLAN_FANOUT || kind == RF_PLAN_HIERARCHICAL;
 }
 
 int rf_plan_forwarded_from(const rf_plan *plan, int tensor, int rollout_rank) {
@@ -97,89 +114,145 @@ int rf_plan_forwarded_from(const rf_plan *plan, int tensor, int rollout_rank) {
   return -1;
 }
 
-static rf_status compute_totals(rf_plan *plan) {
+struct plan_tally {
+  XXH3_state_t *hash;
+  plan_wire wire;
+  rf_piece prev; /* the piece before, for rf_piece_continues */
+  int have_prev;
+  /* The box the destination of the piece before holds, and what one element takes: a run of
+   * pieces to one rollout rank (k arms of a star, the shards of a p2p target) asks once. */
+  int held_tensor, held_dst;
+  rf_box held;
+  int64_t held_esize;
+};
+
+/* Allocates the totals and starts the digest with what precedes the pieces. */
+static rf_status tally_open(rf_plan *plan, plan_tally *t) {
   const rf_layout *lay = plan->layout;
+  memset(t, 0, sizeof *t);
+  t->held_tensor = t->held_dst = -1;
   plan->send_bytes = rf_calloc((size_t)lay->trainer_ranks, sizeof(int64_t), "plan totals");
   plan->reshape_send_bytes = rf_calloc((size_t)lay->trainer_ranks, sizeof(int64_t), "totals");
   plan->recv_bytes = rf_calloc((size_t)lay->rollout_ranks, sizeof(int64_t), "plan totals");
   plan->forward_send_bytes = rf_calloc((size_t)lay->rollout_ranks, sizeof(int64_t), "totals");
   plan->forward_recv_bytes = rf_calloc((size_t)lay->rollout_ranks, sizeof(int64_t), "totals");
-  if (!plan->forward_first) { /* plans without a forward stage */
-    plan->forward_first = rf_calloc(1, sizeof *plan->forward_first, "plan forward steps");
-    if (plan->forward_first)
-      plan->forward_first[0] = plan->piece_count;
-  }
+  t->hash = XXH3_createState();
   if (!plan->send_bytes || !plan->reshape_send_bytes || !plan->recv_bytes ||
-      !plan->forward_send_bytes || !plan->forward_recv_bytes || !plan->forward_first)
+      !plan->forward_send_bytes || !plan->forward_recv_bytes || !t->hash)
     return RF_ERR_NOMEM;
-  for (int i = 0; i < plan->piece_count; i++) {
-    const rf_piece *p = &plan->pieces[i];
+  RF_TRY(plan_wire_open(plan, &t->wire));
+  XXH3_64bits_reset(t->hash);
+  int32_t head[8] = {plan->kind,         lay->trainer.fsdp, lay->trainer.tp, lay->trainer.dp,
+                     lay->trainer.style, lay->rollout.tp,   lay->rollout.dp, lay->placement};
+  XXH3_64bits_update(t->hash, head, sizeof head);
+  /* The axes that came with expert parallelism, only where used: dense plans keep the digests
+   * they have always had. */
+  int32_t moe[3] = {lay->trainer.ep, lay->trainer.pp, lay->rollout.ep};
+  if (moe[0] != 1 || moe[1] != 1 || moe[2] != 0)
+    XXH3_64bits_update(t->hash, moe, sizeof moe);
+  /* Context parallelism (megatron only) where used, for the same reason. */
+  int32_t cp = lay->trainer.cp;
+  if (cp > 1)
+    XXH3_64bits_update(t->hash, &cp, sizeof cp);
+  /* The rollout dtype only where it is fp8, for the same reason. */
+  int32_t dtype = lay->rollout.dtype;
+  if (dtype != RF_ROLLOUT_DTYPE_MODEL)
+    XXH3_64bits_update(t->hash, &dtype, sizeof dtype);
+  return RF_OK;
+}
+
+/* Counts the next n pieces of the plan, in plan order. */
+static void tally_add(rf_plan *plan, plan_tally *t, const rf_piece *pieces, int n) {
+  const rf_layout *lay = plan->layout;
+  for (int i = 0; i < n; i++) {
+    const rf_piece *p = &pieces[i];
     int local = rf_piece_is_local(plan, p);
+    plan->local_count += local;
     if (local)
       plan->local_bytes += p->bytes;
+    plan_wire_add(plan, &t->wire, p);
+    int first = !t->have_prev;
+    const rf_piece *prev = i ? &pieces[i - 1] : &t->prev;
     if (p->stage == RF_STAGE_RESHAPE) {
       plan->reshape_count++;
       if (!local) {
         plan->reshape_bytes += p->bytes;
         plan->reshape_send_bytes[p->src] += p->bytes;
       }
-      continue;
-    }
-    if (p->stage == RF_STAGE_FORWARD) {
+    } else if (p->stage == RF_STAGE_FORWARD) {
       plan->forward_send_bytes[p->src] += p->bytes;
       plan->forward_recv_bytes[p->dst] += p->bytes;
       plan->forward_bytes += p->bytes;
-      continue;
+    } else {
+      plan->send_bytes[p->src] += p->bytes;
+      plan->recv_bytes[p->dst] += p->bytes;
+      plan->block_count += first || !rf_piece_continues(plan, prev, p);
+      plan->transfer_bytes += p->bytes;
+      if (p->tensor != t->held_tensor || p->dst != t->held_dst) {
+        t->held_tensor = p->tensor;
+        t->held_dst = p->dst;
+        t->held = rf_layout_rollout_box(lay, p->tensor, p->dst);
+        t->held_esize = rf_tensor_esize(&lay->model->tensors[p->tensor]);
+      }
+      rf_box kept;
+      rf_box_intersect(&p->box, &t->held, &kept);
+      plan->extra_bytes += p->bytes - rf_box_numel(&kept) * t->held_esize;
     }
-    plan->send_bytes[p->src] += p->bytes;
-    plan->recv_bytes[p->dst] += p->bytes;
-    plan->block_count += i == 0 || !rf_piece_continues(plan, &plan->pieces[i - 1], p);
-    plan->transfer_bytes += p->bytes;
-    rf_box held = rf_layout_rollout_box(lay, p->tensor, p->dst), kept;
-    rf_box_intersect(&p->box, &held, &kept);
-    plan->extra_bytes +=
-        p->bytes - rf_box_numel(&kept) * rf_tensor_esize(&lay->model->tensors[p->tensor]);
+    t->have_prev = 1;
   }
-  XXH3_state_t *h = XXH3_createState();
-  if (!h)
-    return RF_ERR_NOMEM;
-  XXH3_64bits_reset(h);
-  int32_t head[8] = {plan->kind,         lay->trainer.fsdp, lay->trainer.tp, lay->trainer.dp,
-                     lay->trainer.style, lay->rollout.tp,   lay->rollout.dp, lay->placement};
-  XXH3_64bits_update(h, head, sizeof head);
-  /* The axes that came with expert parallelism, only where used: dense plans keep the digests
-   * they have always had. */
-  int32_t moe[3] = {lay->trainer.ep, lay->trainer.pp, lay->rollout.ep};
-  if (moe[0] != 1 || moe[1] != 1 || moe[2] != 0)
-    XXH3_64bits_update(h, moe, sizeof moe);
-  /* Context parallelism (megatron only) where used, for the same reason. */
-  int32_t cp = lay->trainer.cp;
-  if (cp > 1)
-    XXH3_64bits_update(h, &cp, sizeof cp);
-  /* The rollout dtype only where it is fp8, for the same reason. */
-  int32_t dtype = lay->rollout.dtype;
-  if (dtype != RF_ROLLOUT_DTYPE_MODEL)
-    XXH3_64bits_update(h, &dtype, sizeof dtype);
-  XXH3_64bits_update(h, plan->pieces, (size_t)plan->piece_count * sizeof *plan->pieces);
-  plan->digest = XXH3_64bits_digest(h);
-  XXH3_freeState(h);
+  if (n > 0)
+    t->prev = pieces[n - 1];
+  XXH3_64bits_update(t->hash, pieces, (size_t)n * sizeof *pieces);
+}
+
+/* Ends the tally: the digest, the last fp8 tensor, and forward_first for the kinds without a
+ * forward stage. */
+static rf_status tally_close(rf_plan *plan, plan_tally *t) {
+  plan_wire_close(plan, &t->wire);
+  plan->digest = XXH3_64bits_digest(t->hash);
+  XXH3_freeState(t->hash);
+  t->hash = NULL;
+  if (!plan->forward_first) {
+    plan->forward_first = rf_calloc(1, sizeof *plan->forward_first, "plan forward steps");
+    if (!plan->forward_first)
+      return RF_ERR_NOMEM;
+    plan->forward_first[0] = plan->piece_count;
+  }
   return RF_OK;
 }
 
 rf_status rf_plan_build(rf_plan *plan, const rf_layout *lay, rf_plan_kind kind,
                         const rf_plan_options *options) {
   memset(plan, 0, sizeof *plan);
+  if ((int)kind < 0 || kind >= RF_PLAN_KIND_COUNT)
+    return rf_fail(RF_ERR_INTERNAL, "plan: kind %d is no plan kind (auto is resolved before)",
+                   (int)kind);
   plan->kind = kind;
   plan->layout = lay;
-  plan_builder b = {plan, 0, options};
-  rf_status st = kind == RF_PLAN_STAR           ? plan_build_star(&b)
-                 : kind == RF_PLAN_FANOUT       ? plan_build_fanout(&b)
-                 : kind == RF_PLAN_HIERARCHICAL ? plan_build_hierarchical(&b)
-                                                : build_p2p(&b);
+  plan_tally tally;
+  plan_builder b = {plan, 0, options, NULL, 0, -1, 0};
+  rf_status st = tally_open(plan, &tally);
+  /* The forwarding kinds read their transfer pieces back to forward them: they keep them. */
+  if (st == RF_OK && options && options->summary && !rf_plan_kind_forwards(kind))
+    b.tally = &tally;
   if (st == RF_OK)
-    st = compute_totals(plan);
-  if (st == RF_OK)
-    st = plan_count_wire(plan);
+    st = kind == RF_PLAN_STAR           ? plan_build_star(&b)
+         : kind == RF_PLAN_FANOUT       ? plan_build_fanout(&b)
+         : kind == RF_PLAN_HIERARCHICAL ? plan_build_hierarchical(&b)
+                                        : build_p2p(&b);
+  if (st == RF_OK) {
+    /* Whatever the tally has not taken yet: the last batch, or every piece. */
+    tally_add(plan, &tally, plan->pieces, plan->piece_count);
+    if (b.tally) {
+      free(plan->pieces);
+      plan->pieces = NULL;
+      plan->piece_count += b.streamed;
+    }
+    st = tally_close(plan, &tally);
+  }
+  if (tally.hash)
+    XXH3_freeState(tally.hash);
+  free(tally.wire.last);
   if (st != RF_OK)
     rf_plan_free(plan);
   return st;

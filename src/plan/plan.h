@@ -53,6 +53,12 @@ typedef struct {
    * for a job that wants them other than its nodes (refit run --domain-ranks). NULL: node_of;
    * neither: one domain. */
   const int *domain_of;
+  /* The totals and digest only (refit plan): each piece is counted and hashed as it is made,
+   * then dropped, so that a plan of a hundred million pieces needs megabytes, not gigabytes.
+   * The plan then has no pieces (pieces NULL, piece_count still their number) and no star
+   * coupling, and serves no schedule. Fanout, whose forward stage reads its transfer pieces back,
+   * keeps them all. */
+  int summary;
 } rf_plan_options;
 
 typedef struct {
@@ -64,6 +70,7 @@ typedef struct {
                       * layout's storage order (rf_layout.order), then forward pieces (fanout)
                       * step by step */
   int reshape_count; /* pieces[0 .. reshape_count) are the reshape stage */
+  int local_count;   /* pieces that stay inside one process (rf_piece_is_local) */
 
   /* Star topology (kind == RF_PLAN_STAR). */
   int fan_in;       /* 1: T >= R, rollout ranks are the centres; 0: trainer ranks are */
@@ -158,6 +165,8 @@ int rf_piece_src_world(const rf_plan *plan, const rf_piece *piece);
 int rf_piece_dst_world(const rf_plan *plan, const rf_piece *piece);
 /* Whether the plan has a forward stage between replicas (fanout, hierarchical). */
 int rf_plan_forwards(const rf_plan *plan);
+/* The same for a kind, before there is a plan. */
+int rf_plan_kind_forwards(rf_plan_kind kind);
 /* The rollout rank that forwarded tensor `tensor` to `rollout_rank` (fanout, hierarchical), or
  * -1 where the trainer sent it straight there. */
 int rf_plan_forwarded_from(const rf_plan *plan, int tensor, int rollout_rank);

@@ -97,10 +97,29 @@ static const int *order_of(plan_builder *b, order_cache *c, int r, int root) {
 
 /* The trainer's part: every replicated tensor to its root's ranks, every expert under
  * rollout ep to the one rank that holds it. */
+rf_status plan_cover_root(plan_builder *b, plan_sources *sources, int t, int root,
+                          int64_t *rooted) {
+  const rf_layout *lay = b->plan->layout;
+  int R = lay->rollout.tp;
+  int owner = rf_layout_rollout_owner(lay, t); /* a shared tensor's one rank */
+  int first = root < 0 ? owner : root * R, end = root < 0 ? owner + 1 : root * R + R;
+  rf_status st = RF_OK;
+  for (int r = first; r < end && st == RF_OK; r++) {
+    rf_box want = rf_layout_rollout_box(lay, t, r);
+    if (rf_box_is_empty(&want))
+      continue;
+    st = plan_cover_from_trainers(b, sources, t, RF_STAGE_TRANSFER, r,
+                                  rf_layout_rollout_world_rank(lay, r), &want);
+    if (root >= 0)
+      rooted[root] += rf_box_numel(&want) * rf_dtype_size(lay->model->tensors[t].dtype);
+  }
+  return st;
+}
+
 static rf_status plan_transfer(plan_builder *b, int64_t *load, int64_t *rooted) {
   rf_plan *plan = b->plan;
   const rf_layout *lay = plan->layout;
-  int R = lay->rollout.tp, P = lay->rollout.dp;
+  int P = lay->rollout.dp;
   plan_sources *sources = NULL;
   rf_status st = plan_sources_open(b, load, &sources);
   for (int i = 0; i < lay->model->tensor_count && st == RF_OK; i++) {
@@ -109,17 +128,7 @@ static rf_status plan_transfer(plan_builder *b, int64_t *load, int64_t *rooted) 
       root = rooted[p] < rooted[root] ? p : root;
     plan->root[t] = shared ? -1 : root;
     plan_sources_select(sources, t);
-    int owner = rf_layout_rollout_owner(lay, t); /* a shared tensor's one rank */
-    int first = shared ? owner : root * R, end = shared ? owner + 1 : root * R + R;
-    for (int r = first; r < end && st == RF_OK; r++) {
-      rf_box want = rf_layout_rollout_box(lay, t, r);
-      if (rf_box_is_empty(&want))
-        continue;
-      st = plan_cover_from_trainers(b, sources, t, RF_STAGE_TRANSFER, r,
-                                    rf_layout_rollout_world_rank(lay, r), &want);
-      if (!shared)
-        rooted[root] += rf_box_numel(&want) * rf_dtype_size(lay->model->tensors[t].dtype);
-    }
+    st = plan_cover_root(b, sources, t, shared ? -1 : root, rooted);
   }
   plan_sources_free(sources);
   return st;

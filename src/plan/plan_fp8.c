@@ -57,7 +57,7 @@ int64_t rf_piece_wire_bytes(const rf_plan *plan, const rf_piece *piece, const rf
   return rf_box_numel(box) * rf_tensor_esize(&plan->layout->model->tensors[piece->tensor]);
 }
 
-rf_status plan_count_wire(rf_plan *plan) {
+rf_status plan_wire_open(rf_plan *plan, plan_wire *w) {
   const rf_layout *lay = plan->layout;
   int T = lay->trainer_ranks, R = lay->rollout_ranks;
   plan->wire_send_bytes = rf_calloc((size_t)T, sizeof(int64_t), "plan wire bytes");
@@ -66,42 +66,53 @@ rf_status plan_count_wire(rf_plan *plan) {
   plan->destination_quantized = rf_calloc((size_t)R, sizeof(int), "plan fp8 counts");
   /* The last fp8 tensor each rank was counted for: a stage lists a tensor's pieces together
    * (plan.h), so a rank's count grows once per tensor. */
-  int *last = rf_malloc((size_t)(T + R) * sizeof *last, "plan fp8 counts");
+  w->last = rf_malloc((size_t)(T + R) * sizeof *w->last, "plan fp8 counts");
+  w->tensor = -1;
+  w->any_destination = 0;
   if (!plan->wire_send_bytes || !plan->wire_recv_bytes || !plan->source_quantized ||
-      !plan->destination_quantized || !last) {
-    free(last);
+      !plan->destination_quantized || !w->last) {
+    free(w->last);
+    w->last = NULL;
     return RF_ERR_NOMEM;
   }
   for (int i = 0; i < T + R; i++)
-    last[i] = -1;
-  int tensor = -1, any_destination = 0;
-  for (int i = 0; i < plan->piece_count; i++) {
-    const rf_piece *p = &plan->pieces[i];
-    int64_t wire = rf_piece_wire_bytes(plan, p, &p->box);
-    rf_quant q = rf_piece_quant(plan, p);
-    if (p->stage == RF_STAGE_FORWARD)
-      plan->wire_forward_bytes += wire;
-    if (p->stage != RF_STAGE_TRANSFER)
-      continue;
-    plan->wire_send_bytes[p->src] += wire;
-    plan->wire_recv_bytes[p->dst] += wire;
-    plan->wire_transfer_bytes += wire;
-    if (q == RF_QUANT_NONE || q == RF_QUANT_CARRIED)
-      continue;
-    if (p->tensor != tensor) { /* the previous fp8 tensor is complete */
-      plan->source_tensors += tensor >= 0 && !any_destination;
-      plan->destination_tensors += tensor >= 0 && any_destination;
-      tensor = p->tensor, any_destination = 0;
-    }
-    any_destination |= q == RF_QUANT_DESTINATION;
-    int *seen = q == RF_QUANT_SOURCE ? &last[p->src] : &last[T + p->dst];
-    int *count = q == RF_QUANT_SOURCE ? &plan->source_quantized[p->src]
-                                      : &plan->destination_quantized[p->dst];
-    *count += *seen != p->tensor;
-    *seen = p->tensor;
-  }
-  plan->source_tensors += tensor >= 0 && !any_destination;
-  plan->destination_tensors += tensor >= 0 && any_destination;
-  free(last);
+    w->last[i] = -1;
   return RF_OK;
+}
+
+void plan_wire_add(rf_plan *plan, plan_wire *w, const rf_piece *p) {
+  int T = plan->layout->trainer_ranks;
+  /* A piece that does not carry fp8 puts its own bytes on the wire (rf_piece_wire_bytes). */
+  rf_quant q = rf_piece_quant(plan, p);
+  int64_t wire = q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED || q == RF_QUANT_CARRIED
+                     ? rf_piece_wire_bytes(plan, p, &p->box)
+                     : p->bytes;
+  if (p->stage == RF_STAGE_FORWARD)
+    plan->wire_forward_bytes += wire;
+  if (p->stage != RF_STAGE_TRANSFER)
+    return;
+  plan->wire_send_bytes[p->src] += wire;
+  plan->wire_recv_bytes[p->dst] += wire;
+  plan->wire_transfer_bytes += wire;
+  if (q == RF_QUANT_NONE || q == RF_QUANT_CARRIED)
+    return;
+  if (p->tensor != w->tensor) { /* the previous fp8 tensor is complete */
+    plan->source_tensors += w->tensor >= 0 && !w->any_destination;
+    plan->destination_tensors += w->tensor >= 0 && w->any_destination;
+    w->tensor = p->tensor, w->any_destination = 0;
+  }
+  w->any_destination |= q == RF_QUANT_DESTINATION;
+  int *seen = q == RF_QUANT_SOURCE ? &w->last[p->src] : &w->last[T + p->dst];
+  int *count =
+      q == RF_QUANT_SOURCE ? &plan->source_quantized[p->src] : &plan->destination_quantized[p->dst];
+  *count += *seen != p->tensor;
+  *seen = p->tensor;
+}
+
+void plan_wire_close(rf_plan *plan, plan_wire *w) {
+  plan->source_tensors += w->tensor >= 0 && !w->any_destination;
+  plan->destination_tensors += w->tensor >= 0 && w->any_destination;
+  w->tensor = -1;
+  free(w->last);
+  w->last = NULL;
 }

@@ -94,7 +94,7 @@ static rf_status plan_transfer(plan_builder *b, const domain_table *d, int64_t *
                                int64_t *rooted) {
   rf_plan *plan = b->plan;
   const rf_layout *lay = plan->layout;
-  int R = lay->rollout.tp, D = plan->domains;
+  int D = plan->domains;
   plan_sources *sources = NULL;
   rf_status st = plan_sources_open(b, load, &sources);
   for (int i = 0; i < lay->model->tensor_count && st == RF_OK; i++) {
@@ -105,17 +105,7 @@ static rf_status plan_transfer(plan_builder *b, const domain_table *d, int64_t *
       for (int j = d->first[k] + 1; j < d->first[k + 1] && !shared; j++)
         root = rooted[d->members[j]] < rooted[root] ? d->members[j] : root;
       plan->domain_root[(size_t)t * (size_t)D + (size_t)k] = shared ? -1 : root;
-      int owner = rf_layout_rollout_owner(lay, t); /* a shared tensor's one rank */
-      int first = shared ? owner : root * R, end = shared ? owner + 1 : root * R + R;
-      for (int r = first; r < end && st == RF_OK; r++) {
-        rf_box want = rf_layout_rollout_box(lay, t, r);
-        if (rf_box_is_empty(&want))
-          continue;
-        st = plan_cover_from_trainers(b, sources, t, RF_STAGE_TRANSFER, r,
-                                      rf_layout_rollout_world_rank(lay, r), &want);
-        if (!shared)
-          rooted[root] += rf_box_numel(&want) * rf_dtype_size(lay->model->tensors[t].dtype);
-      }
+      st = plan_cover_root(b, sources, t, shared ? -1 : root, rooted);
     }
     for (int k = 1; shared && k < D; k++)
       plan->domain_root[(size_t)t * (size_t)D + (size_t)k] = -1;

@@ -4,10 +4,19 @@
 
 #include "plan.h"
 
+/* The running totals, fp8 counts and digest of the pieces made so far (plan.c). */
+typedef struct plan_tally plan_tally;
+
 typedef struct {
   rf_plan *plan;
   int cap;
   const rf_plan_options *options;
+  /* Summary plans (rf_plan_options.summary): pieces holds the latest few only; each time it
+   * fills, the tally takes them and they are dropped. streamed counts those dropped. */
+  plan_tally *tally;
+  int streamed;
+  int esize_tensor; /* the tensor of the piece before (-1 at first), and its element size */
+  int64_t esize;
 } plan_builder;
 
 rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, int dst,
@@ -29,8 +38,20 @@ void plan_sources_free(plan_sources *s);
 rf_status plan_cover_from_trainers(plan_builder *b, plan_sources *s, int tensor, rf_stage stage,
                                    int dst, int dst_world, const rf_box *target);
 
-/* The wire totals and fp8 counts of a built plan (plan_fp8.c). */
-rf_status plan_count_wire(rf_plan *plan);
+/* Covers, from the trainer, what replica `root`'s ranks hold of tensor t (root < 0: a shared
+ * tensor's one owning rank), adding the bytes to rooted[root]: fanout's and hierarchical's
+ * transfer to a root replica. */
+rf_status plan_cover_root(plan_builder *b, plan_sources *sources, int t, int root, int64_t *rooted);
+
+/* The wire totals and fp8 counts (plan_fp8.c), piece by piece in plan order: open allocates
+ * the plan's arrays, add counts one piece, close counts the last fp8 tensor. */
+typedef struct {
+  int *last; /* [trainer ranks + rollout ranks]: the last fp8 tensor each rank was counted for */
+  int tensor, any_destination;
+} plan_wire;
+rf_status plan_wire_open(rf_plan *plan, plan_wire *w);
+void plan_wire_add(rf_plan *plan, plan_wire *w, const rf_piece *p);
+void plan_wire_close(rf_plan *plan, plan_wire *w);
 
 /* The schedule's pairs (schedule_pairs.c): a stage's pieces grouped by (source, destination)
  * world rank, and a queue of the pairs that takes the one furthest behind first. */
