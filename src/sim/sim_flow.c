@@ -21,6 +21,7 @@ struct sim_solver {
   int *through;
   double *remaining, *rate; /* [flows] */
   char *frozen, *done;
+  int *act; /* [flows]: the flows still moving */
   int cap_flows;
 };
 
@@ -59,6 +60,7 @@ void sim_solver_free(sim_solver *s) {
   free(s->rate);
   free(s->frozen);
   free(s->done);
+  free(s->act);
   free(s);
 }
 
@@ -67,12 +69,14 @@ static rf_status reserve(sim_solver *s, int flows) {
     return RF_OK;
   int cap = RF_MAX(flows, 2 * s->cap_flows);
   free(s->through), free(s->remaining), free(s->rate), free(s->frozen), free(s->done);
+  free(s->act);
   s->through = rf_malloc((size_t)cap * SIM_ROUTE_MAX * sizeof *s->through, "flows");
   s->remaining = rf_malloc((size_t)cap * sizeof *s->remaining, "flows");
   s->rate = rf_malloc((size_t)cap * sizeof *s->rate, "flows");
   s->frozen = rf_malloc((size_t)cap, "flows");
   s->done = rf_malloc((size_t)cap, "flows");
-  s->cap_flows = s->through && s->remaining && s->rate && s->frozen && s->done ? cap : 0;
+  s->act = rf_malloc((size_t)cap * sizeof *s->act, "flows");
+  s->cap_flows = s->through && s->remaining && s->rate && s->frozen && s->done && s->act ? cap : 0;
   return s->cap_flows ? RF_OK : RF_ERR_NOMEM;
 }
 
@@ -109,20 +113,22 @@ static rf_status bad_share(double share) {
                  share, RF_SIM_RATE_MAX);
 }
 
-/* One round of progressive filling over the active flows: every unfrozen flow's rate rises to
- * the smallest fair share of the links it crosses, link by link from the tightest. Each pass
+/* One round of progressive filling over the active flows act[0 .. nact) (a done flow stays
+ * frozen): every unfrozen flow's rate rises to the smallest fair share of the links it crosses,
+ * link by link from the tightest. Each pass
  * freezes every flow through one link, so at most `used` passes run; a share that is not a
  * finite positive rate (an infinite or a zero link) is an error, not a flow left unset. */
-static rf_status fill(sim_solver *s, const sim_flow *f, int n, int used, const double *cap) {
-  int unfrozen = 0;
+static rf_status fill(sim_solver *s, const sim_flow *f, const int *act, int nact, int used,
+                      const double *cap) {
+  int unfrozen = nact;
   for (int j = 0; j < used; j++) {
     s->left[j] = cap[s->global[j]];
     s->count[j] = 0;
   }
-  for (int i = 0; i < n; i++) {
-    s->frozen[i] = s->done[i];
-    unfrozen += !s->done[i];
-    for (int k = 0; !s->done[i] && k < f[i].nres; k++)
+  for (int a = 0; a < nact; a++) {
+    int i = act[a];
+    s->frozen[i] = 0;
+    for (int k = 0; k < f[i].nres; k++)
       s->count[s->local[f[i].res[k]]]++;
   }
   for (int pass = 0; unfrozen > 0 && pass < used; pass++) {
@@ -156,38 +162,47 @@ rf_status sim_solve(sim_solver *s, const sim_flow *f, int n, const double *cap, 
   *end = 0.0;
   RF_TRY(reserve(s, n));
   int used = index_links(s, f, n);
-  int active = 0;
+  /* The flows still moving, compacted as they end, so that a unit of thousands of pairs whose
+   * flows end one after the other costs the flows left in each round, not all of them. */
+  int *act = s->act, nact = 0;
   for (int i = 0; i < n; i++) {
     s->remaining[i] = f[i].bytes;
     s->done[i] = !(f[i].bytes > 0) || f[i].nres == 0;
-    active += !s->done[i];
+    s->frozen[i] = 1;
+    if (!s->done[i])
+      act[nact++] = i;
   }
   /* Every round ends at least the flow that ends first, so n rounds at most. */
   double now = 0.0;
   rf_status st = RF_OK;
-  for (int round = 0; st == RF_OK && active > 0 && round < n; round++) {
-    st = fill(s, f, n, used, cap);
+  for (int round = 0; st == RF_OK && nact > 0 && round < n; round++) {
+    st = fill(s, f, act, nact, used, cap);
     double step = INFINITY;
     int first = -1;
-    for (int i = 0; st == RF_OK && i < n; i++)
-      if (!s->done[i] && (first < 0 || s->remaining[i] / s->rate[i] < step)) {
+    for (int a = 0; st == RF_OK && a < nact; a++) {
+      int i = act[a];
+      if (first < 0 || s->remaining[i] / s->rate[i] < step) {
         step = s->remaining[i] / s->rate[i];
         first = i;
       }
+    }
     if (st != RF_OK)
       break;
     now += step;
     /* Flows that end within a rounding error of the first end together, so equal flows give
      * one event and exact times; the first ends whatever its rounding. */
-    for (int i = 0; i < n; i++) {
-      if (s->done[i])
-        continue;
+    int kept = 0;
+    for (int a = 0; a < nact; a++) {
+      int i = act[a];
       s->remaining[i] -= s->rate[i] * step;
       if (i == first || s->remaining[i] <= 1e-9 * f[i].bytes) {
         s->done[i] = 1;
-        active--;
+        s->frozen[i] = 1;
+      } else {
+        act[kept++] = i;
       }
     }
+    nact = kept;
   }
   for (int j = 0; j < used; j++)
     s->local[s->global[j]] = -1;
