@@ -31,7 +31,8 @@ static int by_plan_order(const void *a, const void *b) {
 /* Puts the open bucket's chunks in plan order: the order the engine posts them in. */
 static void close_bucket(builder *b) {
   rf_schedule *s = b->s;
-  if (s->bucket_count)
+  /* Fewer than two chunks need no order (and an empty schedule has no array to give qsort). */
+  if (s->bucket_count && s->buckets[s->bucket_count - 1].count > 1)
     qsort(s->chunks + s->buckets[s->bucket_count - 1].first,
           (size_t)s->buckets[s->bucket_count - 1].count, sizeof *s->chunks, by_plan_order);
 }
