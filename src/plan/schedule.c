@@ -15,8 +15,7 @@ typedef struct {
   int chunk_cap, bucket_cap;
   int64_t *sent, *received; /* this bucket's remote bytes per world rank */
   int world;
-  int base;   /* the schedule's number of s->buckets[0]: buckets already handed out */
-  int opened; /* buckets opened so far: a change tells the pairs to try again */
+  int base; /* the schedule's number of s->buckets[0]: buckets already handed out */
 } builder;
 
 static int by_plan_order(const void *a, const void *b) {
@@ -48,7 +47,6 @@ static rf_status open_bucket(builder *b) {
   s->buckets[s->bucket_count++].count = 0;
   memset(b->sent, 0, (size_t)b->world * sizeof *b->sent);
   memset(b->received, 0, (size_t)b->world * sizeof *b->received);
-  b->opened++;
   return RF_OK;
 }
 
@@ -154,8 +152,8 @@ static rf_status place_bands(builder *b, const rf_plan *plan, int index, rf_box 
 }
 
 /* One turn of the pair furthest behind: it places what it can of its next piece. When every
- * pair is blocked the bucket is full: the next one opens and they all try again. Returns 0
- * when the stage is done. */
+ * pair is blocked the bucket is full: the next one opens and they all try again. *more is 0
+ * once the stage is done. */
 static rf_status take_turn(builder *b, const rf_plan *plan, sched_pairs *q, int *more) {
   sched_pair *pair = sched_pairs_top(q);
   *more = 1;
@@ -172,7 +170,8 @@ static rf_status take_turn(builder *b, const rf_plan *plan, sched_pairs *q, int 
   const rf_piece *p = &plan->pieces[index];
   if (rf_box_is_empty(&pair->rest))
     pair->rest = p->box;
-  int blocked = 0, opened = b->opened;
+  /* Buckets opened so far (handed out or not): a change tells the blocked pairs to try again. */
+  int blocked = 0, opened = b->base + b->s->bucket_count;
   int64_t before = rf_box_numel(&pair->rest);
   if (!rf_box_is_empty(&pair->rest))
     RF_TRY((rf_piece_carries_fp8(plan, p) ? place_bands : place_rows)(
@@ -183,7 +182,7 @@ static rf_status take_turn(builder *b, const rf_plan *plan, sched_pairs *q, int 
   if (rf_box_is_empty(&pair->rest))
     pair->next++;
   sched_pairs_update(q, blocked);
-  if (b->opened != opened)
+  if (b->base + b->s->bucket_count != opened)
     sched_pairs_unblock(q);
   return RF_OK;
 }
@@ -219,7 +218,7 @@ static rf_status cursor_open(const rf_plan *plan, rf_stage stage, int first, int
   c->more = 1;
   c->s.stage = stage;
   c->s.bucket_size = bucket_size;
-  c->b = (builder){&c->s, 0, 0, NULL, NULL, plan->layout->world_size, 0, 0};
+  c->b = (builder){&c->s, 0, 0, NULL, NULL, plan->layout->world_size, 0};
   c->b.sent = rf_calloc((size_t)c->b.world, sizeof *c->b.sent, "schedule counters");
   c->b.received = rf_calloc((size_t)c->b.world, sizeof *c->b.received, "schedule counters");
   rf_status st = c->b.sent && c->b.received ? open_bucket(&c->b) : RF_ERR_NOMEM;
