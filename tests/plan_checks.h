@@ -169,16 +169,20 @@ static inline int test_distance(void *ctx, int a, int b) {
 
 /* Replays the rule the planner promises, the naive way: every piece of the stage that chooses
  * sources comes from the nearest trainer rank holding exactly its elements' box, then the
- * least loaded so far, then the lowest rank; load counts bytes that leave the process. */
+ * least loaded so far, then the lowest rank; load counts bytes that leave the process, and
+ * where ranks sit on nodes, bytes that stay on the node and bytes that leave it apart, each
+ * destination comparing the load of its own class (plan_sources.c). */
 static inline void check_choices(const rf_plan *plan, const rf_plan_options *o) {
   const rf_layout *lay = plan->layout;
   rf_stage choosing = plan->kind == RF_PLAN_STAR ? RF_STAGE_RESHAPE : RF_STAGE_TRANSFER;
   int64_t *load = calloc((size_t)lay->trainer_ranks, sizeof *load);
+  int64_t *near = calloc((size_t)lay->trainer_ranks, sizeof *near);
+  const int *node = o && o->distance ? o->node_of : NULL;
   /* Every trainer rank's box of the current tensor, computed once per tensor: pieces come
    * tensor by tensor, and the big MoE models have tens of thousands of tensors. */
   rf_box *boxes = calloc((size_t)lay->trainer_ranks, sizeof *boxes);
   int boxes_of = -1;
-  ASSERT_TRUE(load && boxes);
+  ASSERT_TRUE(load && near && boxes);
   for (int i = 0; i < plan->piece_count; i++) {
     const rf_piece *p = &plan->pieces[i];
     if (p->stage != (int32_t)choosing)
@@ -193,17 +197,20 @@ static inline void check_choices(const rf_plan *plan, const rf_plan_options *o) 
         continue;
       int w = rf_layout_trainer_world_rank(lay, r);
       int d = o && o->distance ? o->distance(o->distance_ctx, w, dst_world) : w != dst_world;
-      if (best < 0 || d < best_dist || (d == best_dist && load[r] < load[best])) {
+      const int64_t *by = node && node[w] == node[dst_world] ? near : load;
+      if (best < 0 || d < best_dist || (d == best_dist && by[r] < by[best])) {
         best = r;
         best_dist = d;
       }
     }
     ASSERT_EQ(p->src, best);
+    int src_world = rf_layout_trainer_world_rank(lay, p->src);
     if (!rf_piece_is_local(plan, p))
-      load[p->src] += p->bytes;
+      (node && node[src_world] == node[dst_world] ? near : load)[p->src] += p->bytes;
   }
   free(boxes);
   free(load);
+  free(near);
 }
 
 /* Orders the members of one rollout rank's fused tensors by tensor, then first local row. */

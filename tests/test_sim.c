@@ -602,6 +602,21 @@ static void test_bound(void) {
                (279168 - 640) / 2 / 100e9,
                "copies pushed by the GPU of trainer rank 0 (node 0 gpu 0: copy 100 GB/s)");
   ASSERT_EQ(unsetenv("REFIT_MAPPED_PUSH"), 0);
+  /* Two nodes of four GPUs, each with its own 1 GB/s adapter: fsdp=4 fills node 0 and tp=2
+   * takes two GPUs of node 1. The whole model, 279168 bytes, enters node 1 by the two
+   * adapters its rollout GPUs send and receive by; the two idle GPUs' adapters carry none of
+   * the job's bytes, so the bound is 279168 bytes at 2 GB/s, not at 4. */
+  rf_cluster quad4;
+  ASSERT_OK(rf_cluster_load(
+      write_cluster("quad4.json",
+                    "{\"name\": \"quad4\", \"nodes\": 2, \"node\": {\"gpus\": 4, \"gpu\": {"
+                    "\"name\": \"g\", \"memory_GiB\": 1, \"copy_GBps\": 100}, \"nvlink_GBps\": "
+                    "1000, \"pcie_GBps\": 10, \"nics\": {\"count\": 4, \"Gbps\": 8}, \"host\": "
+                    "{\"memcpy_GBps\": 1, \"mpi_GBps\": 1, \"memory_GiB\": 1}}, \"latency_us\": "
+                    "{\"node\": 0, \"network\": 0, \"copy\": 0}}"),
+      &quad4));
+  expect_bound("tiny", "fsdp=4", "tp=2", RF_PLACEMENT_DISAGGREGATED, &quad4, 1, 0, 279168 / 2e9,
+               "NIC ingress of node 1 (2 adapters, 2 GB/s)");
   /* A job the cluster cannot hold is the simulation's own line. */
   rf_model m;
   rf_layout lay;

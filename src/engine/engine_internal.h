@@ -37,8 +37,8 @@ const rf_schedule *engine_stage(const rf_engine *e, int i);
 
 /* What the posts of one round share: the transport's last ticket, the staging that unfused
  * and grouped have used since their last wait, the local copies still to run as one batch, the
- * receives that landed in staging and are unpacked once the round's wait completes, and fused's
- * peer tables and message parts. */
+ * receives that landed in staging and are unpacked once the round's wait completes, the packs
+ * or unpacks of a bucket gathered into one batch, and fused's peer tables and message parts. */
 typedef struct {
   rf_engine *e;
   long ticket;
@@ -48,6 +48,8 @@ typedef struct {
   const rf_chunk **unpack_chunk;
   char **unpack_at;
   int unpack_count, unpack_cap;
+  rf_box_copy *batch; /* plain box copies into or out of staging, run by flush_batch */
+  int batch_count, batch_cap;
   int64_t *peers;
   rf_strided *parts; /* a gathered message's parts (fused on a wire that gathers) */
   int part_count, part_cap;

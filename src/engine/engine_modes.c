@@ -97,36 +97,64 @@ static void init_ctx(stage_ctx *c, rf_engine *e, engine_round *r, const rf_sched
 }
 
 /* Box copies go through the memory module, which runs them on the CPU or, for device
- * memory, as kernels on refit's stream (ordered before the transport's next operation). */
+ * memory, as kernels on refit's stream (ordered before the transport's next operation). A
+ * round that gathers them (`batch`) runs them later as one batch (flush_batch): on a GPU one
+ * launch and one timed span for a bucket's thousands of pieces instead of one each, which is
+ * what packing a MoE layer's experts cost. */
 static rf_status copy_box(stage_ctx *c, const rf_region *dst, const rf_region *src,
-                          const rf_box *box) {
+                          const rf_box *box, int batch) {
   rf_box_copy copy = {*dst, *src, *box};
-  return rf_box_is_empty(box) ? RF_OK : rf_copy_boxes(c->e->memory, &copy, 1);
+  if (rf_box_is_empty(box))
+    return RF_OK;
+  if (!batch)
+    return rf_copy_boxes(c->e->memory, &copy, 1);
+  engine_round *r = c->r;
+  RF_TRY(rf_grow((void **)&r->batch, r->batch_count, &r->batch_cap, sizeof *r->batch,
+                 "a bucket's copies"));
+  r->batch[r->batch_count++] = copy;
+  return RF_OK;
 }
 
-static rf_status pack(stage_ctx *c, const rf_chunk *k, char *to) {
+/* Runs the gathered copies, timed as one span of `timer`. */
+static rf_status flush_batch(engine_round *r, rf_mem_timer *timer) {
+  if (!r->batch_count)
+    return RF_OK;
+  rf_mem_timer_begin(timer);
+  rf_status st = rf_copy_boxes(r->e->memory, r->batch, r->batch_count);
+  rf_mem_timer_end(timer);
+  r->batch_count = 0;
+  return st;
+}
+
+/* Packs chunk k into staging at `to`: fp8 chunks at once (quantized or carried with their
+ * scales), plain ones into the round's batch when `batch` is set. */
+static rf_status pack(stage_ctx *c, const rf_chunk *k, char *to, int batch) {
   rf_region src = engine_source(c->e, piece_of(c, k));
   rf_region staging = rf_region_row_major(to, &k->box, engine_esize(c->e, piece_of(c, k)->tensor));
-  rf_mem_timer_begin(&c->e->pack_timer);
   rf_quant quant = rf_piece_quant(c->e->plan, piece_of(c, k));
+  if (quant == RF_QUANT_NONE || quant == RF_QUANT_DESTINATION)
+    if (batch)
+      return copy_box(c, &staging, &src, &k->box, 1);
+  rf_mem_timer_begin(&c->e->pack_timer);
   rf_status st =
       quant == RF_QUANT_SOURCE      ? engine_fp8_pack(c->e, piece_of(c, k), &src, &k->box, to)
       : quant == RF_QUANT_CARRIED   ? engine_fp8_carried(c->e, piece_of(c, k), &src, &k->box, to)
       : quant == RF_QUANT_FORWARDED ? engine_fp8_pack_forward(c->e, piece_of(c, k), &k->box, to)
-                                    : copy_box(c, &staging, &src, &k->box);
+                                    : copy_box(c, &staging, &src, &k->box, 0);
   rf_mem_timer_end(&c->e->pack_timer);
   return st;
 }
 
+/* Unpacks chunk k from staging at `from`, into the round's batch unless it carries fp8. */
 static rf_status unpack(stage_ctx *c, const rf_chunk *k, char *from) {
   rf_box kept;
   rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
   rf_region staging =
       rf_region_row_major(from, &k->box, engine_esize(c->e, piece_of(c, k)->tensor));
+  if (!rf_piece_carries_fp8(c->e->plan, piece_of(c, k)))
+    return copy_box(c, &dst, &staging, &kept, 1);
   rf_mem_timer_begin(&c->e->unpack_timer);
-  rf_status st = rf_piece_carries_fp8(c->e->plan, piece_of(c, k))
-                     ? engine_fp8_unpack(c->e, piece_of(c, k), &k->box, from)
-                     : copy_box(c, &dst, &staging, &kept);
+  rf_status st = engine_fp8_unpack(c->e, piece_of(c, k), &k->box, from);
   rf_mem_timer_end(&c->e->unpack_timer);
   return st;
 }
@@ -193,7 +221,7 @@ static rf_status post_chunk(stage_ctx *c, const rf_chunk *k) {
     } else {
       char *buf = (char *)c->e->staging[0][0] + r->send_off;
       r->send_off += k->bytes;
-      RF_TRY(pack(c, k, buf));
+      RF_TRY(pack(c, k, buf, 0)); /* sent at once: not batched */
       RF_TRY(engine_wire_ready(c->e));
       RF_TRY(
           rf_transport_send(tp, c->channel, peer_of(c, p, 1), buf, (size_t)k->bytes, &r->ticket));
@@ -224,6 +252,7 @@ rf_status engine_complete(engine_round *r, const char *what) {
   for (int i = 0; i < r->unpack_count; i++)
     RF_TRY(unpack(&c, r->unpack_chunk[i], r->unpack_at[i]));
   r->unpack_count = 0;
+  RF_TRY(flush_batch(r, &r->e->unpack_timer));
   r->send_off = r->recv_off = 0; /* so unfused and grouped hold at most a bucket's staging */
   return engine_wire_ready(c.e); /* the staging is received into again once the unpacks are done */
 }
@@ -349,7 +378,7 @@ rf_status engine_unpack_fused(engine_round *r, const rf_schedule *s, int b, char
     RF_TRY(unpack(&c, k, recv_base + pt.recv_at[q])); /* in the order the sender packed it */
     pt.recv_at[q] += k->bytes;
   }
-  return RF_OK;
+  return flush_batch(r, &r->e->unpack_timer);
 }
 
 /* Peer q's message of a bucket on a wire that gathers: its chunks in order, each in place or at
@@ -400,10 +429,11 @@ rf_status engine_post_fused(engine_round *r, const rf_schedule *s, int b, char *
       RF_TRY(copy_local(&c, k));
     } else if (sends(&c, p) && !send_in_place(&c, k)) {
       int q = peer_of(&c, p, 1);
-      RF_TRY(pack(&c, k, send_base + pt.send_next[q]));
+      RF_TRY(pack(&c, k, send_base + pt.send_next[q], 1));
       pt.send_next[q] += k->bytes;
     }
   }
+  RF_TRY(flush_batch(r, &r->e->pack_timer));
   RF_TRY(engine_flush_local(r));
   RF_TRY(engine_wire_ready(c.e));
   int gathers = r->e->wire_rule == RF_WIRE_GATHERS;
@@ -427,6 +457,7 @@ void engine_round_free(engine_round *r) {
   free(r->local);
   free(r->unpack_chunk);
   free(r->unpack_at);
+  free(r->batch);
   free(r->peers);
   free(r->parts);
   memset(r, 0, sizeof *r);

@@ -9,7 +9,14 @@
  * heap ordered by (load, rank) and an index by node. A destination then looks only at the
  * classes it overlaps, and in each at the holders on its own node (when the distance is known
  * to be "far" for every other node) or at the top of the heap. The choice is the same as the
- * naive scan's, piece for piece, so plans and their digests do not change.
+ * naive scan's, piece for piece.
+ *
+ * Where ranks sit on nodes, load is kept per link class: bytes that leave the node (the
+ * source's network adapter) and bytes that stay on it (NVLink or the node's memory). A holder
+ * that feeds its own node's destinations is no busier on its adapter for it, so the bytes that
+ * must cross the network spread over every holder's adapter; one load for both had the far
+ * destinations avoid the holders that fed near ones, and the other nodes' adapters carried up
+ * to 1.3 times their share (DeepSeek-V3 on GB200 racks, results/published.md).
  *
  * Nor does a tensor look at every trainer rank to find its holders: the layout names the ranks
  * of its pipeline stage and, for a routed expert, of its ep rank (rf_layout_trainer_candidates).
@@ -38,9 +45,10 @@ typedef struct {
 struct plan_sources {
   const rf_layout *layout;
   const rf_plan_options *options;
-  int64_t *load; /* the builder's load, by trainer rank */
-  int cap;       /* the most holders a tensor has: the trainer ranks of one stage */
-  int held;      /* the current tensor's holders */
+  int64_t *load;      /* the builder's load, by trainer rank: bytes that leave the node */
+  int64_t *near_load; /* with nodes: bytes to destinations on the source's own node */
+  int cap;            /* the most holders a tensor has: the trainer ranks of one stage */
+  int held;           /* the current tensor's holders */
   int class_count;
   source_class *classes; /* sorted by (lo[0], lo[1]) */
   int *holders;          /* trainer ranks grouped by class */
@@ -55,9 +63,11 @@ struct plan_sources {
 
 /* ---- the heap of a class: least load first, then lowest rank ------------------------------ */
 
-static int lighter(const plan_sources *s, int a, int b) {
-  return s->load[a] != s->load[b] ? s->load[a] < s->load[b] : a < b;
+static int lighter_by(const int64_t *load, int a, int b) {
+  return load[a] != load[b] ? load[a] < load[b] : a < b;
 }
+
+static int lighter(const plan_sources *s, int a, int b) { return lighter_by(s->load, a, b); }
 
 static void heap_swap(plan_sources *s, int *heap, int i, int j) {
   int t = heap[i];
@@ -140,10 +150,12 @@ rf_status plan_sources_open(plan_builder *b, int64_t *load, plan_sources **out) 
   s->found = rf_malloc((size_t)cap * sizeof *s->found, "plan overlaps");
   s->reach = rf_malloc((size_t)cap * sizeof *s->reach, "plan reach");
   s->heap_store = rf_malloc((size_t)cap * sizeof *s->heap_store, "plan heaps");
-  if (has_nodes(s))
+  if (has_nodes(s)) {
     s->by_node = rf_malloc((size_t)cap * sizeof *s->by_node, "plan holders by node");
+    s->near_load = rf_calloc((size_t)n + 1, sizeof *s->near_load, "plan load");
+  }
   if (!s->classes || !s->holders || !s->sorted || !s->heap_pos || !s->class_of || !s->found ||
-      !s->reach || !s->heap_store || (has_nodes(s) && !s->by_node)) {
+      !s->reach || !s->heap_store || (has_nodes(s) && (!s->by_node || !s->near_load))) {
     plan_sources_free(s);
     return RF_ERR_NOMEM;
   }
@@ -210,6 +222,7 @@ void plan_sources_free(plan_sources *s) {
   free(s->holders);
   free(s->sorted);
   free(s->by_node);
+  free(s->near_load);
   free(s->heap_pos);
   free(s->class_of);
   free(s->found);
@@ -253,13 +266,14 @@ static int distance(const plan_sources *s, int src_world, int dst_world) {
   return src_world == dst_world ? 0 : 1;
 }
 
-/* The nearest, then least loaded, then lowest of `count` trainer ranks. */
-static int best_of(const plan_sources *s, const int *ranks, int count, int dst_world) {
+/* The nearest, then least loaded (by `load`), then lowest of `count` trainer ranks. */
+static int best_of(const plan_sources *s, const int64_t *load, const int *ranks, int count,
+                   int dst_world) {
   int best = -1, best_dist = 0;
   for (int i = 0; i < count; i++) {
     int r = ranks[i];
     int d = distance(s, rf_layout_trainer_world_rank(s->layout, r), dst_world);
-    if (best < 0 || d < best_dist || (d == best_dist && lighter(s, r, best))) {
+    if (best < 0 || d < best_dist || (d == best_dist && lighter_by(load, r, best))) {
       best = r;
       best_dist = d;
     }
@@ -284,10 +298,10 @@ static int choose(const plan_sources *s, int k, int dst_world) {
     int end = lo;
     while (end < c->count && node[rf_layout_trainer_world_rank(s->layout, v[end])] == want)
       end++;
-    return end > lo ? best_of(s, v + lo, end - lo, dst_world) : c->heap[0];
+    return end > lo ? best_of(s, s->near_load, v + lo, end - lo, dst_world) : c->heap[0];
   }
   if (s->options && s->options->distance) /* an opaque distance: ask about every holder */
-    return best_of(s, s->holders + c->first, c->count, dst_world);
+    return best_of(s, s->load, s->holders + c->first, c->count, dst_world);
   /* The default distance: only the destination's own process is nearer than the rest, and
    * trainer rank r is world rank r (layout.h). */
   if (dst_world >= 0 && dst_world < s->layout->trainer_ranks && s->class_of[dst_world] == k &&
@@ -305,8 +319,14 @@ rf_status plan_cover_from_trainers(plan_builder *b, plan_sources *s, int tensor,
     rf_box_intersect(&s->classes[k].box, target, &region);
     RF_TRY(plan_add_piece(b, tensor, stage, src, dst, &region));
     /* Load counts what crosses a link: a local copy does not make a source busier. */
-    if (rf_layout_trainer_world_rank(s->layout, src) != dst_world) {
-      s->load[src] += b->plan->pieces[b->plan->piece_count - 1].bytes;
+    int src_world = rf_layout_trainer_world_rank(s->layout, src);
+    int64_t bytes = b->plan->pieces[b->plan->piece_count - 1].bytes;
+    if (src_world == dst_world)
+      continue;
+    if (s->by_node && s->options->node_of[src_world] == s->options->node_of[dst_world]) {
+      s->near_load[src] += bytes;
+    } else {
+      s->load[src] += bytes;
       loaded(s, src);
     }
   }

@@ -249,22 +249,60 @@ static void place_name(const bound_ctx *b, int p, const char *role, int rank, co
     snprintf(buf, len, "%s rank %d (%s)", role, rank, r->text);
 }
 
+/* The adapters the job's ranks on node n send and receive by: in the link model each place
+ * uses its own GPU's adapter (its share of the node's by local rank without GPUs, sim_net.c),
+ * so an adapter whose GPUs run no rank of the job carries none of its bytes, even relayed. A
+ * rack of 72 GPUs that runs 40 rollout ranks takes its bytes in through 40 adapters. */
+static int adapters_used(const bound_ctx *b, const rf_cluster *c, int n, char *mark) {
+  int per = b->device ? b->gpus : b->rpn, used = 0;
+  memset(mark, 0, (size_t)c->nics);
+  for (int local = 0; local < per; local++) {
+    int p = n * per + local;
+    if (p >= b->places || (b->rollout_of[p] < 0 && b->trainer_of[p] < 0))
+      continue;
+    int a = (int)((int64_t)local * c->nics / per);
+    used += !mark[a];
+    mark[a] = 1;
+  }
+  return used;
+}
+
+static void network_terms(const bound_ctx *b, const rf_cluster *c, rf_sim_bound *out) {
+  char *mark = rf_malloc((size_t)c->nics + 1, "the bound's adapters");
+  int *used = rf_malloc((size_t)b->nodes * sizeof *used, "the bound's adapters");
+  if (!mark || !used) { /* the node terms are left out: a looser bound, still a bound */
+    free(mark), free(used);
+    return;
+  }
+  int held = 0; /* the adapters of the trainer nodes */
+  for (int n = 0; n < b->nodes; n++) {
+    used[n] = adapters_used(b, c, n, mark);
+    int per = b->device ? b->gpus : b->rpn, trainer = 0;
+    for (int p = n * per; p < RF_MIN((n + 1) * per, b->places); p++)
+      trainer |= b->trainer_of[p] >= 0;
+    held += trainer ? used[n] : 0;
+  }
+  for (int n = 0; n < b->nodes; n++)
+    term(out, (double)b->node_in[n], used[n] * c->nic,
+         "NIC ingress of node %d (%d adapter%s, %g GB/s)", n, used[n], used[n] == 1 ? "" : "s",
+         used[n] * c->nic / 1e9);
+  for (int n = 0; n < b->nodes; n++)
+    term(out, (double)b->node_out[n], used[n] * c->nic,
+         "NIC egress of node %d (%d adapter%s, %g GB/s)", n, used[n], used[n] == 1 ? "" : "s",
+         used[n] * c->nic / 1e9);
+  /* What must leave the nodes that hold it leaves by their adapters, however it is split. */
+  term(out, (double)b->leave, held * c->nic,
+       "NIC egress of the %d trainer nodes together (%d adapters, %g GB/s)", b->trainer_nodes, held,
+       held * c->nic / 1e9);
+  free(mark);
+  free(used);
+}
+
 static void terms(const bound_ctx *b, const rf_cluster *c, rf_sim_bound *out) {
   char name[RF_SIM_TEXT_MAX];
   int multi = b->nodes > 1;
-  if (multi) {
-    double nics = (double)c->nics * c->nic;
-    for (int n = 0; n < b->nodes; n++)
-      term(out, (double)b->node_in[n], nics, "NIC ingress of node %d (%d adapter%s, %g GB/s)", n,
-           c->nics, c->nics == 1 ? "" : "s", nics / 1e9);
-    for (int n = 0; n < b->nodes; n++)
-      term(out, (double)b->node_out[n], nics, "NIC egress of node %d (%d adapter%s, %g GB/s)", n,
-           c->nics, c->nics == 1 ? "" : "s", nics / 1e9);
-    /* What must leave the nodes that hold it leaves by their adapters, however it is split. */
-    term(out, (double)b->leave, b->trainer_nodes * nics,
-         "NIC egress of the %d trainer nodes together (%g GB/s)", b->trainer_nodes,
-         b->trainer_nodes * nics / 1e9);
-  }
+  if (multi)
+    network_terms(b, c, out);
   /* Over a mapping transport a piece is a copy by one side's engine, with the link between
    * two GPUs beside it; over messages a byte lands by a copy on the place (a local one, or
    * between two processes of one GPU), over the link, or over the network. */

@@ -37,7 +37,8 @@ typedef struct {
   size_t slots; /* a power of two, at least twice npairs; 0 before the first pair */
   unsigned unit;
   int64_t *pack_bytes, *unpack_bytes; /* [world] */
-  int *pack_copies, *unpack_copies;   /* [world] */
+  int *pack_copies, *unpack_copies;   /* [world]: copies launched one by one */
+  char *pack_batch, *unpack_batch;    /* [world]: copies the engine gathers into one batch */
   int *touched;                       /* ranks with copies in the unit, each once */
   char *is_touched;
   int ntouched;
@@ -144,11 +145,13 @@ static rf_status close_unit(walker *w, rf_stage stage, int bucket, int buckets) 
   for (int t = 0; t < w->ntouched; t++) {
     int r = w->touched[t];
     if (w->pack_bytes[r])
-      w->pack[npack++] = (sim_copy){r, w->pack_bytes[r], w->pack_copies[r]};
+      w->pack[npack++] = (sim_copy){r, w->pack_bytes[r], w->pack_copies[r] + w->pack_batch[r]};
     if (w->unpack_bytes[r])
-      w->unpack[nunpack++] = (sim_copy){r, w->unpack_bytes[r], w->unpack_copies[r]};
+      w->unpack[nunpack++] =
+          (sim_copy){r, w->unpack_bytes[r], w->unpack_copies[r] + w->unpack_batch[r]};
     w->pack_bytes[r] = w->unpack_bytes[r] = 0;
     w->pack_copies[r] = w->unpack_copies[r] = 0;
+    w->pack_batch[r] = w->unpack_batch[r] = 0;
     w->is_touched[r] = 0;
   }
   w->ntouched = 0;
@@ -224,20 +227,31 @@ static rf_status walk_run(walker *w, const rf_schedule *s, int i, int run) {
   if (run > 1) /* a joined block travels in place on both ends */
     return add_pair(w, src, dst, bytes, 1);
   /* A gathered chunk is copied like a packed one (by MPI, through its fragments), with no
-   * staging. */
+   * staging. The engine gathers a unit's plain box copies into one batch (engine_modes.c):
+   * fused's packs and every mode's unpacks; fp8 chunks, grouped's and unfused's packs (each
+   * sent as soon as it is packed) and the transport's gathers are copies one by one. */
   rf_chunk_path out = rf_engine_send_path(plan, w->mode, w->wire, k);
   rf_chunk_path in = rf_engine_recv_path(plan, w->mode, w->wire, k);
+  rf_quant quant = rf_piece_quant(plan, p);
+  int plain_out = quant == RF_QUANT_NONE || quant == RF_QUANT_DESTINATION;
+  int plain_in = !rf_piece_carries_fp8(plan, p);
   if (out != RF_CHUNK_DIRECT) {
     touch(w, src);
     w->pack_bytes[src] += bytes;
-    w->pack_copies[src]++;
+    if (out == RF_CHUNK_STAGED && plain_out && w->mode == RF_MODE_FUSED)
+      w->pack_batch[src] = 1;
+    else
+      w->pack_copies[src]++;
     if (out == RF_CHUNK_STAGED)
       stage_bytes(w, src, w->send_staged, bytes);
   }
   if (in != RF_CHUNK_DIRECT) {
     touch(w, dst);
     w->unpack_bytes[dst] += bytes;
-    w->unpack_copies[dst]++;
+    if (in == RF_CHUNK_STAGED && plain_in)
+      w->unpack_batch[dst] = 1;
+    else
+      w->unpack_copies[dst]++;
     if (in == RF_CHUNK_STAGED)
       stage_bytes(w, dst, w->recv_staged, bytes);
   }
@@ -306,7 +320,7 @@ rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *stagin
               .unit = 1};
   int64_t *i64 = rf_calloc(6 * n, sizeof *i64, "the walk's counters");
   int *ints = rf_calloc(4 * n, sizeof *ints, "the walk's counters");
-  char *flags = rf_calloc(2 * n, 1, "the walk's counters");
+  char *flags = rf_calloc(4 * n, 1, "the walk's counters");
   w.pack = rf_calloc(n, sizeof *w.pack, "the walk's copies");
   w.unpack = rf_calloc(n, sizeof *w.unpack, "the walk's copies");
   if (o->mapping)
@@ -319,6 +333,7 @@ rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *stagin
     w.pack_copies = ints, w.unpack_copies = ints + n, w.touched = ints + 2 * n;
     w.staged_ranks = ints + 3 * n;
     w.is_touched = flags, w.is_staged = flags + n;
+    w.pack_batch = flags + 2 * n, w.unpack_batch = flags + 3 * n;
     st = walk_stage(&w, RF_STAGE_RESHAPE, -1, o->bucket_size);
   }
   if (st == RF_OK)
