@@ -165,9 +165,10 @@ const rf_cli_option rf_cli_options[] = {
      .def = "0",
      .unit = "",
      .metavar = "N",
-     .commands = RUN | PLAN,
+     .commands = RUN | PLAN | SIM,
      .help = "--plan hierarchical's domains: N consecutive world ranks each, as if each were a "
-             "node; 0 = the nodes the ranks run on (run) or one domain (plan)"},
+             "node; 0 = the nodes the ranks run on (run), the cluster's nodes (simulate) or "
+             "one domain (plan)"},
     {.name = "mode",
      .sweep = 1,
      .type = RF_OPT_ENUM,

@@ -201,6 +201,8 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
   /* Planned with the cluster's distances, as refit run plans with the machine's. */
   if (st == RF_OK)
     st = rf_cluster_plan_options(&cluster, job.layout.world_size, &where, &po);
+  if (st == RF_OK && job.domain_of) /* --domain-ranks: domains other than the cluster's nodes */
+    po.domain_of = job.domain_of;
   /* Calibrated before planning, so that --plan auto chooses with the fitted rates. */
   if (st == RF_OK && cfg->calibration[0]) {
     st = rf_calibration_fit(cfg->calibration, &cluster, x.device, &cal);

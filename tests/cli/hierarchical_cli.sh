@@ -57,6 +57,14 @@ expect_exit 0 "$REFIT" plan --model tiny --trainer fsdp=2 --rollout tp=1,dp=4 \
 expect_grep "plan             hierarchical: each element enters each of 1 domains once" "$TMP/out"
 expect_grep "transfer bytes   279168 (272.62 KiB)" "$TMP/out"
 expect_grep "forward depth    2 " "$TMP/out"
+# refit simulate plans with the same domains: two of them on the one-node VM cluster, so each
+# element crosses twice, as refit plan said above; without them, the cluster's one node.
+expect_exit 0 "$REFIT" simulate --model tiny --trainer fsdp=2 --rollout tp=1,dp=4 \
+  --plan hierarchical --domain-ranks 4 --cluster vm-2core --mode fused --json
+expect_grep '"transfer_bytes": 558336,' "$TMP/out"
+expect_exit 0 "$REFIT" simulate --model tiny --trainer fsdp=2 --rollout tp=1,dp=4 \
+  --plan hierarchical --cluster vm-2core --mode fused --json
+expect_grep '"transfer_bytes": 279168,' "$TMP/out"
 
 # ---- a byte flipped on a root -----------------------------------------------------------------
 # Rollout rank 0 (replica 0, the embeddings' root in domain 0) flips element 0 before
