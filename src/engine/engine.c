@@ -148,6 +148,15 @@ static rf_chunk_path path_of(const rf_region *r, const rf_box *box, rf_mode mode
   return mode != RF_MODE_FUSED && contiguous ? RF_CHUNK_DIRECT : RF_CHUNK_STAGED;
 }
 
+int rf_engine_pack_batched(const rf_plan *plan, rf_mode mode, const rf_piece *p) {
+  rf_quant quant = rf_piece_quant(plan, p);
+  return mode == RF_MODE_FUSED && (quant == RF_QUANT_NONE || quant == RF_QUANT_DESTINATION);
+}
+
+int rf_engine_unpack_batched(const rf_plan *plan, const rf_piece *p) {
+  return !rf_piece_carries_fp8(plan, p);
+}
+
 rf_chunk_path rf_engine_send_path(const rf_plan *plan, rf_mode mode, rf_wire wire,
                                   const rf_chunk *k) {
   if (wire == RF_WIRE_STAGED || carries_fp8(plan, k))

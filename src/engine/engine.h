@@ -233,6 +233,13 @@ rf_chunk_path rf_engine_send_path(const rf_plan *plan, rf_mode mode, rf_wire wir
 /* The same rules for the destination's region, which must keep all of the chunk. */
 rf_chunk_path rf_engine_recv_path(const rf_plan *plan, rf_mode mode, rf_wire wire,
                                   const rf_chunk *k);
+/* Whether the engine gathers piece p's box copies into staging (pack) or out of it (unpack)
+ * into one batch per bucket, one launch instead of one per chunk (engine_modes.c): fused's
+ * packs and every mode's unpacks, but not fp8 chunks, quantized, carried or forwarded with
+ * their scales (grouped and unfused send each chunk as soon as it is packed). refit simulate
+ * charges one copy launch per batch by the same rule. */
+int rf_engine_pack_batched(const rf_plan *plan, rf_mode mode, const rf_piece *p);
+int rf_engine_unpack_batched(const rf_plan *plan, const rf_piece *p);
 /* How many chunks from chunks[i] (before `end`, the bucket's end) move as one message in
  * unfused and grouped: whole pieces that continue each other in memory on both ends
  * (rf_piece_continues); 1 in fused and on a staged wire. */

@@ -126,15 +126,15 @@ static rf_status flush_batch(engine_round *r, rf_mem_timer *timer) {
   return st;
 }
 
-/* Packs chunk k into staging at `to`: fp8 chunks at once (quantized or carried with their
- * scales), plain ones into the round's batch when `batch` is set. */
-static rf_status pack(stage_ctx *c, const rf_chunk *k, char *to, int batch) {
+/* Packs chunk k into staging at `to`: into the round's batch where rf_engine_pack_batched
+ * says so, else at once (fp8 chunks quantized or carried with their scales, and every chunk
+ * of the modes that send it as soon as it is packed). */
+static rf_status pack(stage_ctx *c, const rf_chunk *k, char *to) {
   rf_region src = engine_source(c->e, piece_of(c, k));
   rf_region staging = rf_region_row_major(to, &k->box, engine_esize(c->e, piece_of(c, k)->tensor));
+  if (rf_engine_pack_batched(c->e->plan, c->e->mode, piece_of(c, k)))
+    return copy_box(c, &staging, &src, &k->box, 1);
   rf_quant quant = rf_piece_quant(c->e->plan, piece_of(c, k));
-  if (quant == RF_QUANT_NONE || quant == RF_QUANT_DESTINATION)
-    if (batch)
-      return copy_box(c, &staging, &src, &k->box, 1);
   rf_mem_timer_begin(&c->e->pack_timer);
   rf_status st =
       quant == RF_QUANT_SOURCE      ? engine_fp8_pack(c->e, piece_of(c, k), &src, &k->box, to)
@@ -151,7 +151,7 @@ static rf_status unpack(stage_ctx *c, const rf_chunk *k, char *from) {
   rf_region dst = engine_destination(c->e, piece_of(c, k), &k->box, &kept);
   rf_region staging =
       rf_region_row_major(from, &k->box, engine_esize(c->e, piece_of(c, k)->tensor));
-  if (!rf_piece_carries_fp8(c->e->plan, piece_of(c, k)))
+  if (rf_engine_unpack_batched(c->e->plan, piece_of(c, k)))
     return copy_box(c, &dst, &staging, &kept, 1);
   rf_mem_timer_begin(&c->e->unpack_timer);
   rf_status st = engine_fp8_unpack(c->e, piece_of(c, k), &k->box, from);
@@ -221,7 +221,7 @@ static rf_status post_chunk(stage_ctx *c, const rf_chunk *k) {
     } else {
       char *buf = (char *)c->e->staging[0][0] + r->send_off;
       r->send_off += k->bytes;
-      RF_TRY(pack(c, k, buf, 0)); /* sent at once: not batched */
+      RF_TRY(pack(c, k, buf));
       RF_TRY(engine_wire_ready(c->e));
       RF_TRY(
           rf_transport_send(tp, c->channel, peer_of(c, p, 1), buf, (size_t)k->bytes, &r->ticket));
@@ -429,7 +429,7 @@ rf_status engine_post_fused(engine_round *r, const rf_schedule *s, int b, char *
       RF_TRY(copy_local(&c, k));
     } else if (sends(&c, p) && !send_in_place(&c, k)) {
       int q = peer_of(&c, p, 1);
-      RF_TRY(pack(&c, k, send_base + pt.send_next[q], 1));
+      RF_TRY(pack(&c, k, send_base + pt.send_next[q]));
       pt.send_next[q] += k->bytes;
     }
   }

@@ -253,14 +253,16 @@ static void place_name(const bound_ctx *b, int p, const char *role, int rank, co
  * uses its own GPU's adapter (its share of the node's by local rank without GPUs, sim_net.c),
  * so an adapter whose GPUs run no rank of the job carries none of its bytes, even relayed. A
  * rack of 72 GPUs that runs 40 rollout ranks takes its bytes in through 40 adapters. */
-static int adapters_used(const bound_ctx *b, const rf_cluster *c, int n, char *mark) {
+static int adapters_used(const bound_ctx *b, const rf_cluster *c, int n, char *mark, int *trainer) {
   int per = b->device ? b->gpus : b->rpn, used = 0;
   memset(mark, 0, (size_t)c->nics);
+  *trainer = 0;
   for (int local = 0; local < per; local++) {
     int p = n * per + local;
     if (p >= b->places || (b->rollout_of[p] < 0 && b->trainer_of[p] < 0))
       continue;
-    int a = (int)((int64_t)local * c->nics / per);
+    *trainer |= b->trainer_of[p] >= 0;
+    int a = sim_adapter_of(local, c->nics, per);
     used += !mark[a];
     mark[a] = 1;
   }
@@ -276,10 +278,8 @@ static void network_terms(const bound_ctx *b, const rf_cluster *c, rf_sim_bound 
   }
   int held = 0; /* the adapters of the trainer nodes */
   for (int n = 0; n < b->nodes; n++) {
-    used[n] = adapters_used(b, c, n, mark);
-    int per = b->device ? b->gpus : b->rpn, trainer = 0;
-    for (int p = n * per; p < RF_MIN((n + 1) * per, b->places); p++)
-      trainer |= b->trainer_of[p] >= 0;
+    int trainer;
+    used[n] = adapters_used(b, c, n, mark, &trainer);
     held += trainer ? used[n] : 0;
   }
   for (int n = 0; n < b->nodes; n++)

@@ -43,6 +43,12 @@ typedef struct {
 rf_status sim_net_init(sim_net *n, const rf_cluster *c, int world, int device, int mapping);
 /* The resources a flow from world rank src to dst uses, and its class; returns how many. Over a
  * mapping transport the flow is the one copy of the rank that copies. */
+/* The adapter that node-local GPU (or, without GPUs, node-local rank) `local` of `per` sends
+ * and receives by, of a node's `nics`: the one an HGX tray wires beside it. sim_net.c routes by
+ * it and sim_bound.c counts the adapters a job can use by it. */
+static inline int sim_adapter_of(int local, int nics, int per) {
+  return (int)((int64_t)local * nics / per);
+}
 int sim_net_route(const sim_net *n, int src, int dst, int *res, rf_sim_class *cls);
 /* The copy engine a rank packs and unpacks with. */
 int sim_net_copy(const sim_net *n, int rank);

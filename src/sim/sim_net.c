@@ -51,7 +51,8 @@ static int gpu_of(const sim_net *n, int rank) { return rank % n->ranks_per_node 
  * adapters by node-local rank. */
 static int nic_of(const sim_net *n, int rank) {
   int local = rank % n->ranks_per_node;
-  return n->gpus ? gpu_of(n, rank) * n->nics / n->gpus : local * n->nics / n->ranks_per_node;
+  return n->gpus ? sim_adapter_of(gpu_of(n, rank), n->nics, n->gpus)
+                 : sim_adapter_of(local, n->nics, n->ranks_per_node);
 }
 
 static int gpu_res(const sim_net *n, int rank, sim_res_kind kind) {

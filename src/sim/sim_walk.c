@@ -227,18 +227,14 @@ static rf_status walk_run(walker *w, const rf_schedule *s, int i, int run) {
   if (run > 1) /* a joined block travels in place on both ends */
     return add_pair(w, src, dst, bytes, 1);
   /* A gathered chunk is copied like a packed one (by MPI, through its fragments), with no
-   * staging. The engine gathers a unit's plain box copies into one batch (engine_modes.c):
-   * fused's packs and every mode's unpacks; fp8 chunks, grouped's and unfused's packs (each
-   * sent as soon as it is packed) and the transport's gathers are copies one by one. */
+   * staging. Staged copies the engine batches (rf_engine_pack_batched, _unpack_batched) are
+   * one launch a unit; the rest, and the transport's gathers, are copies one by one. */
   rf_chunk_path out = rf_engine_send_path(plan, w->mode, w->wire, k);
   rf_chunk_path in = rf_engine_recv_path(plan, w->mode, w->wire, k);
-  rf_quant quant = rf_piece_quant(plan, p);
-  int plain_out = quant == RF_QUANT_NONE || quant == RF_QUANT_DESTINATION;
-  int plain_in = !rf_piece_carries_fp8(plan, p);
   if (out != RF_CHUNK_DIRECT) {
     touch(w, src);
     w->pack_bytes[src] += bytes;
-    if (out == RF_CHUNK_STAGED && plain_out && w->mode == RF_MODE_FUSED)
+    if (out == RF_CHUNK_STAGED && rf_engine_pack_batched(plan, w->mode, p))
       w->pack_batch[src] = 1;
     else
       w->pack_copies[src]++;
@@ -248,7 +244,7 @@ static rf_status walk_run(walker *w, const rf_schedule *s, int i, int run) {
   if (in != RF_CHUNK_DIRECT) {
     touch(w, dst);
     w->unpack_bytes[dst] += bytes;
-    if (in == RF_CHUNK_STAGED && plain_in)
+    if (in == RF_CHUNK_STAGED && rf_engine_unpack_batched(plan, p))
       w->unpack_batch[dst] = 1;
     else
       w->unpack_copies[dst]++;
