@@ -145,8 +145,12 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
 
 /* Predicts each mode in turn, printing as it goes (text) or collecting (JSON). */
 static rf_status simulate_modes(const rf_sim_context *x, rf_results *results, json_t *all) {
-  rf_sim_options o = {RF_MODE_GROUPED, x->cfg->bucket_size, x->device, x->transport->mapping,
-                      rf_sim_wire(x->transport, x->device)};
+  rf_sim_options o = {RF_MODE_GROUPED,
+                      x->cfg->bucket_size,
+                      x->device,
+                      x->transport->mapping,
+                      rf_sim_wire(x->transport, x->device),
+                      x->transport->ordered};
   for (int i = 0; i < x->cfg->mode.count; i++) {
     o.mode = x->cfg->mode.items[i];
     /* Calibrated, each mode with the rates its own runs gave (simulate.h). */
@@ -214,6 +218,7 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
                             .bucket_size = cfg->bucket_size,
                             .device = x.device,
                             .mapping = transport->mapping,
+                            .ordered = transport->ordered,
                             .wire = rf_sim_wire(transport, x.device)};
   if (st == RF_OK)
     st = rf_job_plan(&job, cfg->plan, &in);

@@ -53,7 +53,8 @@ static void format_seconds(double s, char *buf, size_t len) {
 /* The kind's predicted time: its modes' totals summed (only the first beyond the cap). */
 static rf_status predict(const rf_plan *plan, const rf_plan_auto_inputs *in, int modes,
                          double *seconds, int *fits) {
-  rf_sim_options o = {RF_MODE_GROUPED, in->bucket_size, in->device, in->mapping, in->wire};
+  rf_sim_options o = {RF_MODE_GROUPED, in->bucket_size, in->device,
+                      in->mapping,     in->wire,        in->ordered};
   *seconds = 0;
   *fits = 1;
   for (int i = 0; i < modes; i++) {
@@ -322,7 +323,8 @@ rf_status rf_job_plan_run(rf_control *ctl, const rf_config *cfg, rf_job *job,
                               .bucket_size = cfg->bucket_size,
                               .device = device,
                               .mapping = transport->mapping,
-                              .wire = rf_sim_wire(transport, device)};
+                              .wire = rf_sim_wire(transport, device),
+                              .ordered = transport->ordered};
     if (st == RF_OK)
       st = rf_job_plan(job, RF_PLAN_AUTO, &in);
     kind = st == RF_OK ? (int)job->plan.kind : 0;

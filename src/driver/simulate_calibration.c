@@ -216,8 +216,12 @@ static rf_status trace_job(const char *path, const rf_loaded_run *r, const rf_cl
     if (st != RF_OK)
       st = run_failed(st, path, r, "transport", r->transport, why);
   }
-  rf_sim_options o = {cfg->mode.items[0], r->bucket_size, device, transport && transport->mapping,
-                      transport ? rf_sim_wire(transport, device) : RF_WIRE_CONTIGUOUS};
+  rf_sim_options o = {cfg->mode.items[0],
+                      r->bucket_size,
+                      device,
+                      transport && transport->mapping,
+                      transport ? rf_sim_wire(transport, device) : RF_WIRE_CONTIGUOUS,
+                      transport && transport->ordered};
   j->mode = (int)o.mode;
   if (st == RF_OK) {
     rf_log_capture(why, sizeof why);

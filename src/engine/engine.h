@@ -240,6 +240,15 @@ rf_chunk_path rf_engine_recv_path(const rf_plan *plan, rf_mode mode, rf_wire wir
  * charges one copy launch per batch by the same rule. */
 int rf_engine_pack_batched(const rf_plan *plan, rf_mode mode, const rf_piece *p);
 int rf_engine_unpack_batched(const rf_plan *plan, const rf_piece *p);
+/* The staging rule (engine_staging.c), which refit simulate follows too: most[dir * world + r]
+ * the staging slot world rank r needs for sending (dir 0) and receiving (1), the largest bucket
+ * of any stage (reshape, transfer, every forward step); for grouped *breaks (NULL otherwise,
+ * freed by the caller), per item of the rounds, 1 where a round's group of messages ends early
+ * because that bucket would overflow some rank's staging. most holds 2 * world values. */
+rf_status rf_engine_staging_rule(const rf_plan *plan, rf_mode mode, rf_wire wire,
+                                 const rf_schedule *reshape, const rf_schedule *transfer,
+                                 const rf_schedule *forward, const rf_rounds *rounds, int64_t *most,
+                                 char **breaks);
 /* How many chunks from chunks[i] (before `end`, the bucket's end) move as one message in
  * unfused and grouped: whole pieces that continue each other in memory on both ends
  * (rf_piece_continues); 1 in fused and on a staged wire. */

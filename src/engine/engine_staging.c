@@ -19,6 +19,9 @@
 /* Per world rank: a bucket's staging (need), the open group's (open) and the largest
  * bucket's (most), each for sending [0] and receiving [1]; the ranks the bucket touched. */
 typedef struct {
+  const rf_plan *plan;
+  rf_mode mode;
+  rf_wire wire;
   int64_t *need[2], *open[2], *most[2];
   int *touched;
   int ntouched;
@@ -32,10 +35,10 @@ static void add_need(rank_needs *n, int rank, int dir, int64_t bytes) {
 
 /* Every rank's staging for bucket b of s: chunks that are neither local copies nor sent or
  * received in place, as engine_modes.c posts them (joined blocks are counted chunk by chunk,
- * which can only overstate them). */
-static void bucket_needs(const rf_engine *e, const rf_schedule *s, int b, rank_needs *n) {
-  const rf_plan *plan = e->plan;
-  /* Every rank of a job has the same memory and wire, so this rank's answer is every rank's. */
+ * which can only overstate them). Every rank of a job has the same memory and wire, so one
+ * rank's answer is every rank's. */
+static void bucket_needs(rank_needs *n, const rf_schedule *s, int b) {
+  const rf_plan *plan = n->plan;
   const rf_bucket *bk = &s->buckets[b];
   for (int i = bk->first; i < bk->first + bk->count; i++) {
     const rf_chunk *k = &s->chunks[i];
@@ -43,9 +46,9 @@ static void bucket_needs(const rf_engine *e, const rf_schedule *s, int b, rank_n
     int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
     if (src == dst || !k->bytes)
       continue;
-    if (rf_engine_send_path(plan, e->mode, e->wire_rule, k) == RF_CHUNK_STAGED)
+    if (rf_engine_send_path(plan, n->mode, n->wire, k) == RF_CHUNK_STAGED)
       add_need(n, src, 0, k->bytes);
-    if (rf_engine_recv_path(plan, e->mode, e->wire_rule, k) == RF_CHUNK_STAGED)
+    if (rf_engine_recv_path(plan, n->mode, n->wire, k) == RF_CHUNK_STAGED)
       add_need(n, dst, 1, k->bytes);
   }
 }
@@ -56,7 +59,8 @@ static void clear_needs(rank_needs *n) {
   n->ntouched = 0;
 }
 
-/* Whether bucket b of s, added to the open group, would overflow some rank's staging. */
+/* Whether the bucket in n->need, added to the open group, would overflow some rank's
+ * staging. */
 static int overflows(const rank_needs *n) {
   for (int t = 0; t < n->ntouched; t++)
     for (int dir = 0; dir < 2; dir++) {
@@ -67,18 +71,15 @@ static int overflows(const rank_needs *n) {
   return 0;
 }
 
-/* grouped: group_break[i] for item i of e->rounds, greedily, a round at a time. */
-static rf_status find_breaks(rf_engine *e, rank_needs *n, size_t world) {
-  const rf_rounds *rounds = &e->rounds;
-  e->group_break = rf_calloc((size_t)rounds->first[rounds->round_count] + 1, 1, "group breaks");
-  if (!e->group_break)
-    return RF_ERR_NOMEM;
+/* grouped: breaks[i] for item i of the rounds, greedily, a round at a time. */
+static void find_breaks(rank_needs *n, const rf_schedule *transfer, const rf_schedule *forward,
+                        const rf_rounds *rounds, char *breaks, size_t world) {
   for (int k = 0; k < rounds->round_count; k++) {
     for (int i = rounds->first[k]; i < rounds->first[k + 1]; i++) {
       const rf_round_item *it = &rounds->items[i];
-      bucket_needs(e, it->step < 0 ? &e->transfer : &e->forward[it->step], it->bucket, n);
+      bucket_needs(n, it->step < 0 ? transfer : &forward[it->step], it->bucket);
       if (i > rounds->first[k] && overflows(n)) {
-        e->group_break[i] = 1;
+        breaks[i] = 1;
         memset(n->open[0], 0, world * sizeof(int64_t));
         memset(n->open[1], 0, world * sizeof(int64_t));
       }
@@ -90,25 +91,36 @@ static rf_status find_breaks(rf_engine *e, rank_needs *n, size_t world) {
     memset(n->open[0], 0, world * sizeof(int64_t));
     memset(n->open[1], 0, world * sizeof(int64_t));
   }
-  return RF_OK;
 }
 
-rf_status engine_alloc_staging(rf_engine *e) {
-  size_t world = (size_t)e->plan->layout->world_size;
-  int64_t *mem = rf_calloc(6 * world + 1, sizeof *mem, "staging per rank");
-  rank_needs n = {.touched = rf_malloc(world * sizeof(int) + 1, "staging per rank")};
-  if (!mem || !n.touched) {
-    free(mem), free(n.touched);
+rf_status rf_engine_staging_rule(const rf_plan *plan, rf_mode mode, rf_wire wire,
+                                 const rf_schedule *reshape, const rf_schedule *transfer,
+                                 const rf_schedule *forward, const rf_rounds *rounds, int64_t *most,
+                                 char **breaks) {
+  size_t world = (size_t)plan->layout->world_size;
+  int64_t *mem = rf_calloc(4 * world + 1, sizeof *mem, "staging per rank");
+  rank_needs n = {.plan = plan,
+                  .mode = mode,
+                  .wire = wire,
+                  .touched = rf_malloc(world * sizeof(int) + 1, "staging per rank")};
+  *breaks = NULL;
+  if (mode == RF_MODE_GROUPED && rounds)
+    *breaks = rf_calloc((size_t)rounds->first[rounds->round_count] + 1, 1, "group breaks");
+  if (!mem || !n.touched || (mode == RF_MODE_GROUPED && rounds && !*breaks)) {
+    free(mem), free(n.touched), free(*breaks);
+    *breaks = NULL;
     return RF_ERR_NOMEM;
   }
   for (int dir = 0; dir < 2; dir++) {
     n.need[dir] = mem + dir * world;
     n.open[dir] = mem + (2 + dir) * world;
-    n.most[dir] = mem + (4 + dir) * world;
+    n.most[dir] = most + dir * world;
   }
-  for (int s = 0; s < 2 + e->plan->forward_depth; s++)
-    for (int b = 0; b < engine_stage(e, s)->bucket_count; b++) {
-      bucket_needs(e, engine_stage(e, s), b, &n);
+  memset(most, 0, 2 * world * sizeof(int64_t));
+  for (int s = 0; s < 2 + plan->forward_depth; s++) {
+    const rf_schedule *sched = s == 0 ? reshape : s == 1 ? transfer : &forward[s - 2];
+    for (int b = 0; b < sched->bucket_count; b++) {
+      bucket_needs(&n, sched, b);
       for (int t = 0; t < n.ntouched; t++)
         for (int dir = 0; dir < 2; dir++) {
           int r = n.touched[t];
@@ -116,15 +128,29 @@ rf_status engine_alloc_staging(rf_engine *e) {
         }
       clear_needs(&n);
     }
-  rf_status st = e->mode == RF_MODE_GROUPED ? find_breaks(e, &n, world) : RF_OK;
+  }
+  if (*breaks)
+    find_breaks(&n, transfer, forward, rounds, *breaks, world);
+
+  free(mem);
+  free(n.touched);
+  return RF_OK;
+}
+
+rf_status engine_alloc_staging(rf_engine *e) {
+  size_t world = (size_t)e->plan->layout->world_size;
+  int64_t *most = rf_calloc(2 * world + 1, sizeof *most, "staging per rank");
+  if (!most)
+    return RF_ERR_NOMEM;
+  rf_status st = rf_engine_staging_rule(e->plan, e->mode, e->wire_rule, &e->reshape, &e->transfer,
+                                        e->forward, &e->rounds, most, &e->group_break);
   int slots = e->mode == RF_MODE_FUSED ? 2 : 1;
   for (int dir = 0; dir < 2 && st == RF_OK; dir++) {
-    int64_t need = n.most[dir][e->world_rank];
+    int64_t need = most[dir * world + (size_t)e->world_rank];
     e->staging_bytes[dir] = (size_t)need;
     for (int k = 0; k < slots && need > 0 && st == RF_OK; k++)
       st = rf_mem_alloc(e->wire, (size_t)need, "a staging buffer", &e->staging[dir][k]);
   }
-  free(mem);
-  free(n.touched);
+  free(most);
   return st;
 }

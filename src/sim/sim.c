@@ -106,6 +106,7 @@ rf_status rf_simulate(const rf_plan *plan, const rf_cluster *c, const rf_sim_opt
   sim_net net;
   RF_TRY(sim_net_init(&net, c, world, o->device, o->mapping));
   net.push = o->mapping && rf_engine_pushes(plan);
+  net.ordered = o->ordered;
   r->ranks = world;
   r->nodes_used = net.nodes;
   size_t n = (size_t)world + 1;
@@ -123,8 +124,9 @@ rf_status rf_simulate(const rf_plan *plan, const rf_cluster *c, const rf_sim_opt
   rf_status st = sim_clock_init(&k, &net, c, o->mode, cap, 1);
   if (st == RF_OK)
     st = sim_walk(plan, o, r->staging, clock_unit, &k);
+  if (st == RF_OK)
+    st = sim_clock_finish(&k, r->phase);
   if (st == RF_OK) {
-    sim_clock_finish(&k, r->phase);
     r->latency_s = k.sum_latency;
     memcpy(r->class_bytes, k.class_bytes, sizeof r->class_bytes);
     r->messages = k.messages;

@@ -108,6 +108,7 @@ typedef struct {
                           copy straight across, no messages, no staging; else messages (mpi,
                           nccl) */
   rf_wire wire;        /* on messages, which chunks travel in place (rf_engine_wire_rule) */
+  int ordered;         /* the transport moves messages in the order posted (rf_transport_ops) */
 } rf_sim_options;
 
 /* The wire rule a simulation of `ops` walks with (rf_sim_options.wire): the engine's for host

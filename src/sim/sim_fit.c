@@ -18,7 +18,7 @@
 
 typedef struct {
   rf_stage stage;
-  int step, bucket, buckets, notes;
+  int step, bucket, buckets, notes, round, forward;
   int first_pair, npairs, first_pack, npack, first_unpack, nunpack;
 } trace_unit;
 
@@ -60,6 +60,8 @@ static rf_status keep_unit(void *ctx, const sim_unit *u) {
                     .bucket = u->bucket,
                     .buckets = u->buckets,
                     .notes = u->notes,
+                    .round = u->round,
+                    .forward = u->forward,
                     .first_pair = t->npairs,
                     .npairs = u->npairs,
                     .npack = u->npack,
@@ -88,6 +90,7 @@ static rf_status trace_new(const rf_plan *plan, const rf_cluster *c, int device,
 rf_status rf_sim_trace_record(const rf_plan *plan, const rf_cluster *c, const rf_sim_options *o,
                               rf_sim_trace **out) {
   RF_TRY(trace_new(plan, c, o->device, o->mapping, o->mode, out));
+  (*out)->net.ordered = o->ordered;
   return sim_walk(plan, o, NULL, keep_unit, *out);
 }
 
@@ -153,12 +156,14 @@ rf_status rf_sim_trace_time(const rf_sim_trace *t, const rf_cluster *c, double *
                   .pairs = t->pairs + x->first_pair,
                   .pack = t->copies + x->first_pack,
                   .unpack = t->copies + x->first_unpack,
-                  .notes = x->notes};
+                  .notes = x->notes,
+                  .round = x->round,
+                  .forward = x->forward};
     st = sim_clock_unit(&k, &u);
   }
   double phase[RF_PHASE_COUNT];
   if (st == RF_OK) {
-    sim_clock_finish(&k, phase);
+    st = sim_clock_finish(&k, phase);
     *seconds = phase[RF_PHASE_TOTAL];
   }
   sim_clock_free(&k);

@@ -158,24 +158,28 @@ static rf_status fill(sim_solver *s, const sim_flow *f, const int *act, int nact
   return unfrozen == 0 ? RF_OK : bad_share(NAN);
 }
 
-rf_status sim_solve(sim_solver *s, const sim_flow *f, int n, const double *cap, double *end) {
-  *end = 0.0;
-  RF_TRY(reserve(s, n));
+/* Runs the flows f[0 .. n) from s->remaining, `now` seconds in, until `until`, until no flow
+ * of a group up to `target` (>= 0) moves any more, or until every flow has ended; s->remaining and
+ * s->done say where each stands, *now when it stopped. */
+static rf_status run(sim_solver *s, const sim_flow *f, int n, const double *cap, const int *group,
+                     int target, double until, double *now) {
   int used = index_links(s, f, n);
   /* The flows still moving, compacted as they end, so that a unit of thousands of pairs whose
    * flows end one after the other costs the flows left in each round, not all of them. */
-  int *act = s->act, nact = 0;
+  int *act = s->act, nact = 0, moving = 0;
   for (int i = 0; i < n; i++) {
-    s->remaining[i] = f[i].bytes;
-    s->done[i] = !(f[i].bytes > 0) || f[i].nres == 0;
+    s->done[i] = !(s->remaining[i] > 0) || f[i].nres == 0;
     s->frozen[i] = 1;
-    if (!s->done[i])
+    if (!s->done[i]) {
       act[nact++] = i;
+      moving += group && group[i] <= target;
+    }
   }
   /* Every round ends at least the flow that ends first, so n rounds at most. */
-  double now = 0.0;
   rf_status st = RF_OK;
-  for (int round = 0; st == RF_OK && nact > 0 && round < n; round++) {
+  for (int round = 0; st == RF_OK && nact > 0 && round < n && *now < until; round++) {
+    if (target >= 0 && moving == 0)
+      break;
     st = fill(s, f, act, nact, used, cap);
     double step = INFINITY;
     int first = -1;
@@ -188,7 +192,13 @@ rf_status sim_solve(sim_solver *s, const sim_flow *f, int n, const double *cap, 
     }
     if (st != RF_OK)
       break;
-    now += step;
+    if (*now + step > until) { /* stop part way: every flow moves on at its rate */
+      for (int a = 0; a < nact; a++)
+        s->remaining[act[a]] -= s->rate[act[a]] * (until - *now);
+      *now = until;
+      break;
+    }
+    *now += step;
     /* Flows that end within a rounding error of the first end together, so equal flows give
      * one event and exact times; the first ends whatever its rounding. */
     int kept = 0;
@@ -198,6 +208,7 @@ rf_status sim_solve(sim_solver *s, const sim_flow *f, int n, const double *cap, 
       if (i == first || s->remaining[i] <= 1e-9 * f[i].bytes) {
         s->done[i] = 1;
         s->frozen[i] = 1;
+        moving -= group && group[i] <= target;
       } else {
         act[kept++] = i;
       }
@@ -206,6 +217,63 @@ rf_status sim_solve(sim_solver *s, const sim_flow *f, int n, const double *cap, 
   }
   for (int j = 0; j < used; j++)
     s->local[s->global[j]] = -1;
-  *end = now;
+  return st;
+}
+
+rf_status sim_solve(sim_solver *s, const sim_flow *f, int n, const double *cap, double *end) {
+  *end = 0.0;
+  RF_TRY(reserve(s, n));
+  for (int i = 0; i < n; i++)
+    s->remaining[i] = f[i].bytes;
+  return run(s, f, n, cap, NULL, -1, INFINITY, end);
+}
+
+/* ---- flows that outlive a unit ------------------------------------------------------------ */
+
+void sim_fluid_free(sim_fluid *fl) {
+  free(fl->flows);
+  free(fl->group);
+  memset(fl, 0, sizeof *fl);
+}
+
+rf_status sim_fluid_add(sim_fluid *fl, const sim_flow *f, int n, int group) {
+  if (fl->count + n > fl->cap) {
+    int cap = RF_MAX(fl->count + n, 2 * fl->cap);
+    sim_flow *flows = rf_realloc(fl->flows, (size_t)cap * sizeof *flows, "flows in flight");
+    if (!flows)
+      return RF_ERR_NOMEM;
+    fl->flows = flows;
+    int *g = rf_realloc(fl->group, (size_t)cap * sizeof *g, "flows in flight");
+    if (!g)
+      return RF_ERR_NOMEM;
+    fl->group = g;
+    fl->cap = cap;
+  }
+  for (int i = 0; i < n; i++)
+    if (f[i].bytes > 0 && f[i].nres > 0) {
+      fl->flows[fl->count] = f[i];
+      fl->group[fl->count++] = group;
+    }
+  return RF_OK;
+}
+
+rf_status sim_fluid_run(sim_fluid *fl, sim_solver *s, const double *cap, double until, int target) {
+  int n = fl->count;
+  RF_TRY(reserve(s, n));
+  for (int i = 0; i < n; i++)
+    s->remaining[i] = fl->flows[i].bytes;
+  double now = fl->now;
+  rf_status st = run(s, fl->flows, n, cap, fl->group, target, until, &now);
+  /* What is left moves on from here: the ended flows drop out. */
+  int kept = 0;
+  for (int i = 0; i < n; i++)
+    if (!s->done[i]) {
+      fl->flows[kept] = fl->flows[i];
+      fl->flows[kept].bytes = s->remaining[i];
+      fl->group[kept++] = fl->group[i];
+    }
+  fl->count = kept;
+  /* Run to a time, the flows stop short of it only by ending: the clock is there either way. */
+  fl->now = target < 0 && until < INFINITY ? RF_MAX(now, until) : now;
   return st;
 }

@@ -31,6 +31,7 @@ typedef struct {
   int world, device;
   int mapping, push; /* a mapping transport; its sources copy (push) rather than the
                         destinations (pull), as rf_engine_pushes decides */
+  int ordered;       /* the transport moves messages in the order posted (rf_sim_options) */
   int nodes, gpus, nics, ranks_per_node;
   int nvlink;    /* GPUs of a node talk over NVLink (else PCIe) */
   int per_node;  /* resources per node: 3 per GPU, 2 per adapter */
@@ -75,6 +76,23 @@ void sim_solver_free(sim_solver *s);
  * the last ends. Flows of no bytes take no time. */
 rf_status sim_solve(sim_solver *s, const sim_flow *flows, int n, const double *cap, double *end);
 
+/* Flows that stay in flight across units: fused posts a bucket while the one before is still
+ * moving, so their flows share the links for a while. Each flow has its item's group; fluid
+ * time runs on from one call to the next. */
+typedef struct {
+  sim_flow *flows; /* bytes: what is left of each */
+  int *group;
+  int count, cap;
+  double now;
+} sim_fluid;
+
+/* Adds the flows that have bytes and links, from fl->now, as group `group`. */
+rf_status sim_fluid_add(sim_fluid *fl, const sim_flow *f, int n, int group);
+/* Moves every flow in flight on, max-min as sim_solve, until time `until`, or (target >= 0)
+ * until no flow of a group up to `target` is left; fl->now is where it stopped. */
+rf_status sim_fluid_run(sim_fluid *fl, sim_solver *s, const double *cap, double until, int target);
+void sim_fluid_free(sim_fluid *fl);
+
 /* ---- synchronisation units ----------------------------------------------------------------
  *
  * What happens between two waits: flows between rank pairs (bytes, messages), and on each rank
@@ -102,8 +120,11 @@ typedef struct {
   int npairs, npack, nunpack;
   const sim_pair *pairs;
   const sim_copy *pack, *unpack;
-  int notes; /* mapping transports: the ready and done notes of the stage's busiest rank, one
-                per-message latency each */
+  int notes;   /* mapping transports: the ready and done notes of the stage's busiest rank, one
+                  per-message latency each */
+  int round;   /* the round (rf_rounds) of a unit walked in rounds; else its bucket */
+  int forward; /* a forward step's bucket: fused completes the bucket in flight first when it
+                  belongs to an earlier round, since this one sends what that delivered */
 } sim_unit;
 
 typedef rf_status (*sim_unit_fn)(void *ctx, const sim_unit *u);
@@ -128,7 +149,14 @@ typedef struct {
   double *latency; /* [world] scratch */
   /* per stage: */
   double pack, transfer, unpack, latency_s;
-  double cpu, flight_end, pending_unpack; /* fused's pipeline */
+  /* fused's pipeline (engine_rounds.c, run_fused): the engine's thread (packs, waits,
+   * unpacks), the flows in flight (each bucket's a group of its own, numbered in posting
+   * order), and the bucket posted last (open), not yet waited for: its group, round, latency
+   * and unpack */
+  double cpu;
+  sim_fluid fluid;
+  int open, open_group, open_round;
+  double open_latency, open_unpack;
   rf_stage stage;
   int step, started;
   /* wall clock per stage; the forward steps add up in stage_total[RF_STAGE_FORWARD] */
@@ -150,6 +178,6 @@ rf_status sim_clock_init(sim_clock *k, const sim_net *net, const rf_cluster *c, 
 void sim_clock_free(sim_clock *k);
 rf_status sim_clock_unit(sim_clock *k, const sim_unit *u);
 /* Ends the last stage; fills the phases (reshape, pack, transfer, unpack, total). */
-void sim_clock_finish(sim_clock *k, double *phase);
+rf_status sim_clock_finish(sim_clock *k, double *phase);
 
 #endif

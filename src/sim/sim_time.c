@@ -8,9 +8,14 @@
  * local piece, or any over a mapping transport) fly with the messages, on the copy engines
  * their routes name, and add one per-copy latency a unit: each copying rank launches its
  * unit's copies as one batch and waits for them. unfused and grouped run their units one after
- * the other. fused runs the engine's pipeline: it packs bucket b+1 while bucket b flies, and
- * unpacks b after waiting for it; the flights themselves follow one another (over a mapping
- * transport nothing is packed, and a stage is one unit). */
+ * the other. fused runs the engine's pipeline (engine_rounds.c): it packs and posts bucket b+1,
+ * then waits for b and unpacks it. Over a transport that moves messages in the order posted
+ * (nccl) the flight of b+1 starts once b has landed; over the others (mpi) the two buckets'
+ * flows share the links while both are in flight, which is what lets a forward bucket's
+ * NVLink traffic run beside a transfer bucket's network traffic. A forward bucket that opens
+ * a round waits for the bucket before it first, as the engine does. Over a mapping transport
+ * nothing is packed, and a stage is one unit. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +45,7 @@ rf_status sim_clock_init(sim_clock *k, const sim_net *net, const rf_cluster *c, 
 
 void sim_clock_free(sim_clock *k) {
   sim_solver_free(k->solver);
+  sim_fluid_free(&k->fluid);
   free(k->flows);
   free(k->latency);
   free(k->res_bytes);
@@ -75,8 +81,9 @@ static rf_status copies_time(sim_clock *k, const sim_copy *cp, int n, double *ou
   return RF_OK;
 }
 
-/* The unit's tightest link (most bytes for its capacity) is charged the unit's flight: summed
- * over units, the link that held the transfer up longest. */
+/* The unit's tightest link (most bytes for its capacity) is charged the unit's flight (its
+ * bytes over capacity where the flight overlaps others): summed over units, the link that held
+ * the transfer up longest. */
 static void tightest(sim_clock *k, double flight) {
   if (!k->res_bytes)
     return;
@@ -87,7 +94,7 @@ static void tightest(sim_clock *k, double flight) {
       best = r;
   }
   if (best >= 0) {
-    k->limiting[best] += flight;
+    k->limiting[best] += flight >= 0 ? flight : k->unit_bytes[best] / k->cap[best];
     k->bound += k->unit_bytes[best] / k->cap[best];
   }
   for (int t = 0; t < k->ntouched; t++)
@@ -95,10 +102,10 @@ static void tightest(sim_clock *k, double flight) {
   k->ntouched = 0;
 }
 
-/* The pairs' flight: max-min over their routes, plus the per-message latency of the rank that
+/* The unit's flows (k->flows) and their latency: the per-message latency of the rank that
  * posts (or receives) the most, one message after the other, the launch of the unit's copies
  * and the stage's notes. */
-static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out, double *latency) {
+static rf_status unit_flows(sim_clock *k, const sim_unit *u, double *latency) {
   RF_TRY(room(k, u->npairs));
   int copies = 0;
   for (int i = 0; i < u->npairs; i++) {
@@ -129,19 +136,66 @@ static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out, doubl
   for (int i = 0; i < u->npairs; i++)
     k->latency[u->pairs[i].src] = k->latency[u->pairs[i].dst] = 0.0;
   *latency += copies * k->c->latency_copy + u->notes * k->c->latency_node;
+  return RF_OK;
+}
+
+/* The pairs' flight on its own: max-min over their routes, plus its latency. */
+static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out, double *latency) {
+  RF_TRY(unit_flows(k, u, latency));
   RF_TRY(sim_solve(k->solver, k->flows, u->npairs, k->cap, out));
   tightest(k, *out);
   *out += *latency;
   return RF_OK;
 }
 
+/* fused: the bucket in flight has landed (its flows, and those posted before, have ended,
+ * then its latency) and the engine's thread has waited for it and unpacked it. */
+static rf_status complete_open(sim_clock *k) {
+  if (!k->open)
+    return RF_OK;
+  RF_TRY(sim_fluid_run(&k->fluid, k->solver, k->cap, INFINITY, k->open_group));
+  k->cpu = RF_MAX(k->cpu, k->fluid.now + k->open_latency) + k->open_unpack;
+  k->open = 0;
+  return RF_OK;
+}
+
+/* fused: bucket u packed (p seconds) and posted, then the one before it waited for and
+ * unpacked, as run_fused does; v is u's own unpack, after its wait. A forward bucket that
+ * opens a round waits for the bucket before it first, since it sends what that delivered. */
+static rf_status fused_unit(sim_clock *k, const sim_unit *u, double p, double v) {
+  if (k->open && k->open_round < u->round && u->forward)
+    RF_TRY(complete_open(k));
+  double latency;
+  RF_TRY(unit_flows(k, u, &latency));
+  tightest(k, -1.0);
+  k->cpu += p;
+  double start = k->cpu;
+  /* The bucket before must land first in order, and over a mapping transport, whose stage is
+   * one launch of copies and then its notes. */
+  if (k->open && (k->net->ordered || k->net->mapping)) {
+    RF_TRY(sim_fluid_run(&k->fluid, k->solver, k->cap, INFINITY, k->open_group));
+    start = RF_MAX(start, k->fluid.now + k->open_latency);
+  }
+  RF_TRY(sim_fluid_run(&k->fluid, k->solver, k->cap, start, -1));
+  int group = k->open_group + 1;
+  RF_TRY(sim_fluid_add(&k->fluid, k->flows, u->npairs, group));
+  RF_TRY(complete_open(k));
+  k->open = 1;
+  k->open_group = group;
+  k->open_round = u->round;
+  k->open_latency = latency;
+  k->open_unpack = v;
+  return RF_OK;
+}
+
 /* Ends a stage: fused's last flight and unpack; the stage's wall clock. */
-static void end_stage(sim_clock *k) {
+static rf_status end_stage(sim_clock *k) {
   if (!k->started)
-    return;
+    return RF_OK;
   double total = k->pack + k->transfer + k->unpack;
   if (k->mode == RF_MODE_FUSED) {
-    total = RF_MAX(k->cpu, k->flight_end) + k->pending_unpack;
+    RF_TRY(complete_open(k));
+    total = k->cpu;
     k->transfer = RF_MAX(0.0, total - k->pack - k->unpack);
   }
   k->stage_total[k->stage] += total;
@@ -149,44 +203,43 @@ static void end_stage(sim_clock *k) {
   k->sum_pack += k->stage != RF_STAGE_RESHAPE ? k->pack : 0.0;
   k->sum_unpack += k->stage != RF_STAGE_RESHAPE ? k->unpack : 0.0;
   k->started = 0;
+  return RF_OK;
 }
 
 rf_status sim_clock_unit(sim_clock *k, const sim_unit *u) {
   if (k->started && (u->stage != k->stage || u->step != k->step))
-    end_stage(k);
+    RF_TRY(end_stage(k));
   if (!k->started) {
     k->started = 1;
     k->stage = u->stage;
     k->step = u->step;
     k->pack = k->transfer = k->unpack = 0.0;
-    k->cpu = k->flight_end = k->pending_unpack = 0.0;
+    k->cpu = 0.0;
+    k->open = 0;
+    k->open_group = 0;
+    k->fluid.count = 0;
+    k->fluid.now = 0.0;
   }
-  double p, x, v, latency;
+  double p, x = 0.0, v, latency = 0.0;
   RF_TRY(copies_time(k, u->pack, u->npack, &p));
-  RF_TRY(flight_time(k, u, &x, &latency));
   RF_TRY(copies_time(k, u->unpack, u->nunpack, &v));
+  if (k->mode == RF_MODE_FUSED) {
+    RF_TRY(fused_unit(k, u, p, v));
+    latency = k->open_latency;
+  } else {
+    RF_TRY(flight_time(k, u, &x, &latency));
+  }
   k->pack += p;
   k->transfer += x;
   k->unpack += v;
   k->sum_latency += latency;
   k->units++;
   k->buckets += u->buckets;
-  if (k->mode == RF_MODE_FUSED) {
-    /* post_bucket(b) packs b; the flight of b starts when it is packed and the one before
-     * has landed; then the wait for b - 1 and its unpack, before b + 1 is packed. */
-    k->cpu += p;
-    double start = RF_MAX(k->cpu, k->flight_end);
-    double previous_end = k->flight_end;
-    k->flight_end = start + x;
-    if (u->bucket > 0)
-      k->cpu = RF_MAX(k->cpu, previous_end) + k->pending_unpack;
-    k->pending_unpack = v;
-  }
   return RF_OK;
 }
 
-void sim_clock_finish(sim_clock *k, double *phase) {
-  end_stage(k);
+rf_status sim_clock_finish(sim_clock *k, double *phase) {
+  RF_TRY(end_stage(k));
   for (int i = 0; i < RF_PHASE_COUNT; i++)
     phase[i] = 0.0;
   phase[RF_PHASE_RESHAPE] = k->stage_total[RF_STAGE_RESHAPE];
@@ -195,4 +248,5 @@ void sim_clock_finish(sim_clock *k, double *phase) {
   double moved = k->stage_total[RF_STAGE_TRANSFER] + k->stage_total[RF_STAGE_FORWARD];
   phase[RF_PHASE_TRANSFER] = RF_MAX(0.0, moved - k->sum_pack - k->sum_unpack);
   phase[RF_PHASE_TOTAL] = k->stage_total[RF_STAGE_RESHAPE] + moved;
+  return RF_OK;
 }

@@ -3,6 +3,12 @@
  * make (engine.h's cost functions): grouped and fused wait once per bucket, unfused after every
  * tensor of a bucket (docs/architecture.md, "Transfer modes").
  *
+ * A plan with forward steps (fanout, hierarchical) runs its transfer and forward buckets in
+ * rounds (rf_rounds, engine_rounds.c), and the walk follows them: the whole schedules are
+ * built, grouped's unit is a round's group of messages (closed early where the engine's
+ * staging rule closes it), fused's units come in the rounds' order with their round, so that
+ * the clock overlaps a forward bucket with the transfer bucket beside it.
+ *
  * Over a mapping transport (engine_mapped.c) every piece is one copy straight across: no
  * messages, packs, unpacks or staging. unfused launches and waits once a tensor, grouped once a
  * bucket, fused once a stage; each stage adds the two rounds of ready and done notes. */
@@ -53,6 +59,11 @@ typedef struct {
    * has walked into its one unit of the stage. */
   char *peer;
   int open_buckets;
+  /* In rounds: every unit is timed as the transfer stage's (the engine times the forward
+   * buckets with it), with its round and whether it is a forward bucket; unit_buckets counts
+   * the buckets a grouped unit holds. */
+  int in_rounds, round, forward, unit_buckets;
+  int64_t *rule_staging; /* [world]: in rounds, the staging the engine's rule allocates */
 } walker;
 
 static void touch(walker *w, int rank) {
@@ -155,10 +166,12 @@ static rf_status close_unit(walker *w, rf_stage stage, int bucket, int buckets) 
     w->is_touched[r] = 0;
   }
   w->ntouched = 0;
-  sim_unit u = {.stage = stage,
+  sim_unit u = {.stage = w->in_rounds ? RF_STAGE_TRANSFER : stage,
                 .step = w->step,
                 .bucket = bucket,
                 .buckets = buckets,
+                .round = w->in_rounds ? w->round : bucket,
+                .forward = w->forward,
                 .npairs = n,
                 .npack = npack,
                 .nunpack = nunpack,
@@ -254,7 +267,8 @@ static rf_status walk_run(walker *w, const rf_schedule *s, int i, int run) {
   return add_pair(w, src, dst, bytes, 1);
 }
 
-static rf_status walk_bucket(walker *w, const rf_schedule *s, int b) {
+/* Bucket b of s; its unit closes with it unless `keep_open` (grouped's round goes on). */
+static rf_status walk_bucket(walker *w, const rf_schedule *s, int b, int keep_open) {
   const rf_bucket *bk = &s->buckets[b];
   int end = bk->first + bk->count, bucket = s->first_bucket + b;
   for (int i = bk->first; i < end; i++) {
@@ -275,7 +289,7 @@ static rf_status walk_bucket(walker *w, const rf_schedule *s, int b) {
     w->open_buckets++; /* one launch for the whole stage */
     return RF_OK;
   }
-  return close_unit(w, s->stage, bucket, 1);
+  return keep_open ? RF_OK : close_unit(w, s->stage, bucket, 1);
 }
 
 /* One stage, or one forward step (step >= 0), a window at a time. */
@@ -291,7 +305,7 @@ static rf_status walk_stage(walker *w, rf_stage stage, int step, int64_t bucket_
     /* A stage without chunks (p2p's reshape) is not run at all, as in rf_engine_iterate. */
     int empty = st != RF_OK || win.bucket_count == 0 || (win.first_bucket == 0 && !win.chunk_count);
     for (int b = 0; !empty && st == RF_OK && b < win.bucket_count; b++)
-      st = walk_bucket(w, &win, b);
+      st = walk_bucket(w, &win, b, 0);
     rf_schedule_free(&win);
     if (st != RF_OK || empty)
       break;
@@ -299,6 +313,84 @@ static rf_status walk_stage(walker *w, rf_stage stage, int step, int64_t bucket_
   rf_schedule_cursor_close(c);
   if (st == RF_OK && w->mapping)
     st = close_mapped_stage(w, stage);
+  return st;
+}
+
+typedef struct {
+  rf_schedule reshape, transfer, *forward;
+  rf_rounds rounds;
+  char *breaks;
+} round_walk;
+
+static void round_walk_free(round_walk *r, int depth) {
+  rf_schedule_free(&r->reshape);
+  rf_schedule_free(&r->transfer);
+  for (int s = 0; r->forward && s < depth; s++)
+    rf_schedule_free(&r->forward[s]);
+  free(r->forward);
+  rf_rounds_free(&r->rounds);
+  free(r->breaks);
+}
+
+/* The rounds' items in order. grouped closes its unit at a round's end and where the staging
+ * rule breaks the round's group; unfused and fused close theirs per bucket as always. */
+static rf_status walk_items(walker *w, const round_walk *r) {
+  const rf_rounds *rounds = &r->rounds;
+  int grouped = w->mode == RF_MODE_GROUPED;
+  for (int k = 0; k < rounds->round_count; k++) {
+    w->round = k;
+    for (int i = rounds->first[k]; i < rounds->first[k + 1]; i++) {
+      const rf_round_item *it = &rounds->items[i];
+      const rf_schedule *s = it->step < 0 ? &r->transfer : &r->forward[it->step];
+      if (grouped && r->breaks && r->breaks[i] && w->unit_buckets) {
+        RF_TRY(close_unit(w, RF_STAGE_TRANSFER, k, w->unit_buckets));
+        w->unit_buckets = 0;
+      }
+      w->forward = it->step >= 0;
+      RF_TRY(walk_bucket(w, s, it->bucket, grouped));
+      w->unit_buckets += grouped;
+    }
+    if (grouped && w->unit_buckets) {
+      RF_TRY(close_unit(w, RF_STAGE_TRANSFER, k, w->unit_buckets));
+      w->unit_buckets = 0;
+    }
+  }
+  return RF_OK;
+}
+
+/* The transfer and the forward steps in rounds, from their whole schedules. */
+static rf_status walk_rounds(walker *w, int64_t bucket_size) {
+  const rf_plan *plan = w->plan;
+  int depth = plan->forward_depth;
+  round_walk r = {.forward = rf_calloc((size_t)depth + 1, sizeof *r.forward, "forward steps")};
+  rf_status st = r.forward ? RF_OK : RF_ERR_NOMEM;
+  if (st == RF_OK)
+    st = rf_schedule_build(plan, RF_STAGE_TRANSFER, bucket_size, &r.transfer);
+  for (int s = 0; st == RF_OK && s < depth; s++)
+    st = rf_schedule_build_forward(plan, s, bucket_size, &r.forward[s]);
+  if (st == RF_OK)
+    st = rf_rounds_build(plan, &r.transfer, r.forward, depth, &r.rounds);
+  /* The staging the engine allocates for these rounds, and grouped's early ends of a group. */
+  size_t world = (size_t)w->world;
+  int64_t *most = rf_calloc(2 * world + 1, sizeof *most, "staging per rank");
+  w->rule_staging = rf_calloc(world + 1, sizeof *w->rule_staging, "staging per rank");
+  if (st == RF_OK)
+    st = most && w->rule_staging
+             ? rf_schedule_build(plan, RF_STAGE_RESHAPE, bucket_size, &r.reshape)
+             : RF_ERR_NOMEM;
+  if (st == RF_OK)
+    st = rf_engine_staging_rule(plan, w->mode, w->wire, &r.reshape, &r.transfer, r.forward,
+                                &r.rounds, most, &r.breaks);
+  int slots = w->mode == RF_MODE_FUSED ? 2 : 1;
+  for (size_t q = 0; st == RF_OK && q < world; q++)
+    w->rule_staging[q] = slots * (most[q] + most[world + q]);
+  free(most);
+  w->in_rounds = 1;
+  w->step = 0;
+  if (st == RF_OK)
+    st = walk_items(w, &r);
+  w->in_rounds = 0;
+  round_walk_free(&r, depth);
   return st;
 }
 
@@ -332,15 +424,19 @@ rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *stagin
     w.pack_batch = flags + 2 * n, w.unpack_batch = flags + 3 * n;
     st = walk_stage(&w, RF_STAGE_RESHAPE, -1, o->bucket_size);
   }
-  if (st == RF_OK)
+  /* Over messages the engine runs the forward steps in rounds with the transfer; over a mapping
+   * transport each forward step sends on what the ones before delivered, a stage of its own. */
+  if (st == RF_OK && plan->forward_depth > 0 && !o->mapping)
+    st = walk_rounds(&w, o->bucket_size);
+  else if (st == RF_OK)
     st = walk_stage(&w, RF_STAGE_TRANSFER, -1, o->bucket_size);
-  /* Each forward step sends on what the ones before delivered, so each is a stage of its own. */
-  for (int s = 0; st == RF_OK && s < plan->forward_depth; s++)
+  for (int s = 0; st == RF_OK && o->mapping && s < plan->forward_depth; s++)
     st = walk_stage(&w, RF_STAGE_FORWARD, s, o->bucket_size);
   /* alloc_staging: the largest bucket of either stage once per direction, twice for fused. */
   int slots = o->mode == RF_MODE_FUSED ? 2 : 1;
   for (int r = 0; st == RF_OK && staging && r < world; r++)
-    staging[r] = slots * (w.send_need[r] + w.recv_need[r]);
+    staging[r] = w.rule_staging ? w.rule_staging[r] : slots * (w.send_need[r] + w.recv_need[r]);
+  free(w.rule_staging);
   free(i64);
   free(ints);
   free(flags);

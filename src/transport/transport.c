@@ -33,6 +33,7 @@ static const rf_transport_ops *const absent[] = {
                               .memory = RF_MEM_DEVICE,
                               .gpu_per_rank = 1,
                               .limit = RF_LIMIT_NCCL,
+                              .ordered = 1,
                               .init = absent_init},
 #endif
 #ifndef REFIT_HAVE_CUDA

@@ -39,6 +39,10 @@ typedef struct {
   int mapping;        /* it maps its peers' memory (expose and peer_buffer below, as ipc and shm
                          do): the engine copies each piece once, straight across, and refit
                          simulate times it so even for a transport this build leaves out */
+  int ordered;        /* its messages move in the order posted: a fused bucket's messages start
+                         once the bucket before has landed (NCCL's operations queue on one CUDA
+                         stream), where over MPI both buckets' messages are in flight at once;
+                         refit simulate times fused's buckets by it */
   rf_status (*init)(rf_transport *tp);
   void (*finalize)(rf_transport *tp);
   /* Optional: tells the transport a buffer will be used repeatedly (NULL when unneeded). */

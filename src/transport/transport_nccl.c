@@ -295,6 +295,7 @@ const rf_transport_ops rf_transport_nccl = {
     .description = "device buffers, ncclSend/ncclRecv (one GPU per rank)",
     .memory = RF_MEM_DEVICE,
     .gpu_per_rank = 1,
+    .ordered = 1,
     .limit = RF_LIMIT_NCCL,
     .init = nccl_init,
     .finalize = nccl_finalize,
