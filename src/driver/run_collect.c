@@ -109,9 +109,11 @@ rf_status rf_run_collect(rf_control *ctl, const rf_engine *e, rf_mode mode, cons
              RF_PHASE_COUNT * sizeof *all);
   free(by_rank);
   RF_TRY(st);
-  /* A fused run double-buffers its staging, so twice the bytes are live at once. */
+  /* A fused run double-buffers its staging (each lane's), so twice the bytes are live at once. */
   int slots = mode == RF_MODE_FUSED ? 2 : 1;
-  int64_t staging = (int64_t)(e->staging_bytes[0] + e->staging_bytes[1]) * slots;
+  int64_t staging = (int64_t)(e->staging_bytes[0][0] + e->staging_bytes[1][0] +
+                              e->staging_bytes[0][1] + e->staging_bytes[1][1]) *
+                    slots;
   int64_t peaks[2] = {staging, rf_mem_peak_rss()}, maxes[2] = {0, 0};
   int64_t messages = e->messages, total = 0;
   RF_TRY(rf_control_reduce(ctl, ctl->world, peaks, maxes, 2, MPI_INT64_T, MPI_MAX,

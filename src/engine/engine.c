@@ -261,9 +261,9 @@ void rf_engine_free(rf_engine *e) {
   if (!e->plan)
     return;
   for (int dir = 0; dir < 2; dir++)
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 4; k++)
       if (e->staging[dir][k])
-        rf_mem_free(e->wire, e->staging[dir][k], e->staging_bytes[dir]);
+        rf_mem_free(e->wire, e->staging[dir][k], e->staging_bytes[dir][k / 2]);
   rf_mem_timer_free(&e->pack_timer);
   rf_mem_timer_free(&e->unpack_timer);
   rf_mem_timer_free(&e->timeline_timer);

@@ -155,12 +155,14 @@ typedef struct {
   /* The message path runs the reshape a bucket per round, and the transfer with the forward
    * steps in rounds that let forwarding overlap receiving (plan.h, rf_rounds). */
   rf_rounds reshape_rounds, rounds;
-  char *group_break;   /* grouped: [item of rounds] 1 where a round's group ends early, so
-                        * that its staging fits (engine_staging.c) */
-  int corrupt_round;   /* the round after which --inject corrupt flips its byte */
-  int corrupt_armed;   /* rf_engine_corrupt: flip a byte in the next iteration */
-  void *staging[2][2]; /* [send/recv][double buffer] */
-  size_t staging_bytes[2];
+  char *group_break; /* grouped: [item of rounds] 1 where a round's group ends early, so
+                      * that its staging fits (engine_staging.c) */
+  int corrupt_round; /* the round after which --inject corrupt flips its byte */
+  int corrupt_armed; /* rf_engine_corrupt: flip a byte in the next iteration */
+  /* [send/recv][slot]: slots 0 and 1 double-buffer the stage's buckets (every bucket but
+   * fused's forward ones); fused with forward steps double-buffers those in slots 2 and 3 */
+  void *staging[2][4];
+  size_t staging_bytes[2][2];            /* [send/recv][lane]: each lane's two slots' size */
   int64_t messages;                      /* messages this rank sent in the last iteration */
   rf_mem_timer pack_timer, unpack_timer; /* the pack and unpack phases' copies */
   /* fp8: the blocks this rank quantizes from its landing buffers, by the transfer round whose
@@ -242,9 +244,12 @@ int rf_engine_pack_batched(const rf_plan *plan, rf_mode mode, const rf_piece *p)
 int rf_engine_unpack_batched(const rf_plan *plan, const rf_piece *p);
 /* The staging rule (engine_staging.c), which refit simulate follows too: most[dir * world + r]
  * the staging slot world rank r needs for sending (dir 0) and receiving (1), the largest bucket
- * of any stage (reshape, transfer, every forward step); for grouped *breaks (NULL otherwise,
- * freed by the caller), per item of the rounds, 1 where a round's group of messages ends early
- * because that bucket would overflow some rank's staging. most holds 2 * world values. */
+ * of any stage (reshape, transfer, every forward step), and for fused with forward steps, whose
+ * forward buckets have slots of their own, of reshape and transfer alone, with
+ * most[(2 + dir) * world + r] the forward slots' (0 otherwise); for grouped *breaks (NULL
+ * otherwise, freed by the caller), per item of the rounds, 1 where a round's group of messages
+ * ends early because that bucket would overflow some rank's staging. most holds 4 * world
+ * values. */
 rf_status rf_engine_staging_rule(const rf_plan *plan, rf_mode mode, rf_wire wire,
                                  const rf_schedule *reshape, const rf_schedule *transfer,
                                  const rf_schedule *forward, const rf_rounds *rounds, int64_t *most,

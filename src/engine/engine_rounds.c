@@ -8,11 +8,13 @@
  * Staging stays what it was when the stages ran one after another (engine_staging.c), however
  * many buckets a round holds. unfused and grouped post a round's buckets and wait once
  * (unfused also after every tensor, as it always does; grouped also where the next bucket's
- * staging would not fit). fused runs the round's buckets as one sequence through its two
- * staging slots, as it ran a stage's buckets before: bucket i is packed and posted while
- * bucket i - 1 is in flight, then i - 1 completes and is unpacked. Only a forward bucket that
- * opens a round waits for the bucket before it first, since it reads what that round
- * delivered. */
+ * staging would not fit). fused runs two lanes, each the pipeline of two staging slots it ran
+ * a stage's buckets with before (bucket i packed and posted while the lane's bucket before is
+ * in flight, then that one completes and is unpacked): the stage's buckets in one, the forward
+ * buckets in the other, each waited for on its own tickets (rf_transport_ops.wait_range), so
+ * that the transfer's next bucket crosses the network while forward buckets cross NVLink. A
+ * forward bucket waits for the buckets of the rounds before its own first, since it sends what
+ * they delivered. */
 #include <stdlib.h>
 
 #include "engine_internal.h"
@@ -65,51 +67,101 @@ static rf_status run_per_chunk(engine_round *r, const rf_rounds *rounds, int sta
   return RF_OK;
 }
 
-/* fused: item i of the rounds in staging slot i % 2. */
-static rf_status post_fused(engine_round *r, const rf_rounds *rounds, int stage, int i) {
-  rf_engine *e = r->e;
-  const rf_round_item *it = &rounds->items[i];
-  return engine_post_fused(r, item_schedule(e, stage, it), it->bucket, e->staging[0][i % 2],
-                           e->staging[1][i % 2]);
-}
+/* fused: the buckets posted and not yet waited for, one per lane at most (the stage's
+ * buckets in lane 0, fanout's forward buckets in lane 1), each with its tickets and slot, and
+ * which items have landed, so that the rounds are done in order. */
+typedef struct {
+  struct {
+    int item; /* -1: none in flight */
+    long from, upto;
+    int slot;
+  } lane[2];
+  int posted[2]; /* buckets each lane has posted: slot 2 * lane + posted % 2 is the next */
+  char *landed;  /* [item] */
+  int done;      /* rounds done */
+} fused_state;
 
-/* Waits for item i (everything posted up to done_at) and unpacks it; the rounds it finishes
- * are done (*done counts them). */
-static rf_status complete_fused(engine_round *r, const rf_rounds *rounds, int stage, int i,
-                                long done_at, int *done) {
+/* Waits for lane l's bucket in flight (its own tickets: the other lane's may still move) and
+ * unpacks it; the rounds all of whose items have then landed are done, in order. */
+static rf_status complete_lane(engine_round *r, const rf_rounds *rounds, int stage, fused_state *f,
+                               int l) {
   rf_engine *e = r->e;
+  rf_transport *tp = e->transport;
+  int i = f->lane[l].item;
+  if (i < 0)
+    return RF_OK;
   const rf_round_item *it = &rounds->items[i];
   int last = i + 1 == rounds->first[rounds->round_count];
-  RF_TRY(e->transport->ops->wait(e->transport, done_at,
-                                 last ? "the last fused bucket" : "a fused bucket"));
-  RF_TRY(engine_unpack_fused(r, item_schedule(e, stage, it), it->bucket, e->staging[1][i % 2]));
+  const char *what = last ? "the last fused bucket" : "a fused bucket";
+  RF_TRY(tp->ops->wait_range ? tp->ops->wait_range(tp, f->lane[l].from, f->lane[l].upto, what)
+                             : tp->ops->wait(tp, f->lane[l].upto, what));
+  RF_TRY(engine_unpack_fused(r, item_schedule(e, stage, it), it->bucket,
+                             e->staging[1][f->lane[l].slot]));
   RF_TRY(engine_wire_ready(e));
-  while (*done < rounds->round_count && (last || rounds->first[*done + 1] <= i + 1))
-    RF_TRY(round_done(e, stage, (*done)++));
+  f->lane[l].item = -1;
+  f->landed[i] = 1;
+  while (f->done < rounds->round_count) {
+    int k = f->done, all = 1;
+    for (int j = rounds->first[k]; j < rounds->first[k + 1] && all; j++)
+      all = f->landed[j];
+    if (!all)
+      break;
+    RF_TRY(round_done(e, stage, f->done++));
+  }
   return RF_OK;
 }
 
-static rf_status run_fused(engine_round *r, const rf_rounds *rounds, int stage) {
-  int open = -1, open_round = -1; /* the item in flight (-1: none) and its round */
-  long done_at = 0;               /* its ticket bound */
-  int done = 0;
-  for (int k = 0; k < rounds->round_count; k++)
-    for (int i = rounds->first[k]; i < rounds->first[k + 1]; i++) {
-      /* A forward bucket reads what the rounds before its own delivered: if the item in
-       * flight belongs to one of them, it must land first. */
-      if (open >= 0 && open_round < k && rounds->items[i].step >= 0) {
-        RF_TRY(complete_fused(r, rounds, stage, open, done_at, &done));
-        open = -1;
-      }
-      RF_TRY(post_fused(r, rounds, stage, i));
-      /* Item i - 1 completes while i is in flight; then slot (i + 1) % 2 is free again. */
-      if (open >= 0)
-        RF_TRY(complete_fused(r, rounds, stage, open, done_at, &done));
-      open = i, open_round = k, done_at = r->ticket + 1;
+/* Completes the buckets in flight of rounds before `round`, the one posted first first. */
+static rf_status complete_before(engine_round *r, const rf_rounds *rounds, int stage,
+                                 fused_state *f, int round) {
+  for (;;) {
+    int oldest = -1;
+    for (int l = 0; l < 2; l++) {
+      int i = f->lane[l].item;
+      if (i >= 0 && i < rounds->first[round] && (oldest < 0 || i < f->lane[oldest].item))
+        oldest = l;
     }
-  if (open >= 0)
-    RF_TRY(complete_fused(r, rounds, stage, open, done_at, &done));
-  return RF_OK;
+    if (oldest < 0)
+      return RF_OK;
+    RF_TRY(complete_lane(r, rounds, stage, f, oldest));
+  }
+}
+
+/* Items in the rounds' order. Within a lane it is the pipeline of two slots: bucket i is packed
+ * and posted while the lane's bucket before is in flight, then that one completes and is
+ * unpacked. A forward bucket first waits for the buckets of the rounds before its own, whose
+ * rows it sends; the stage's next bucket does not, so it crosses the network while the forward
+ * buckets cross NVLink. */
+static rf_status run_fused(engine_round *r, const rf_rounds *rounds, int stage) {
+  rf_engine *e = r->e;
+  int items = rounds->first[rounds->round_count];
+  fused_state f = {.lane = {{-1, 0, 0, 0}, {-1, 0, 0, 0}},
+                   .landed = rf_calloc((size_t)items + 1, 1, "fused buckets landed")};
+  if (!f.landed)
+    return RF_ERR_NOMEM;
+  rf_status st = RF_OK;
+  for (int k = 0; k < rounds->round_count && st == RF_OK; k++)
+    for (int i = rounds->first[k]; i < rounds->first[k + 1] && st == RF_OK; i++) {
+      const rf_round_item *it = &rounds->items[i];
+      /* the forward slots exist where the plan has forward steps (engine_alloc_staging) */
+      int l = it->step >= 0 ? 1 : 0;
+      if (l == 1)
+        st = complete_before(r, rounds, stage, &f, k);
+      int slot = 2 * l + f.posted[l] % 2;
+      long from = r->ticket + 1;
+      if (st == RF_OK)
+        st = engine_post_fused(r, item_schedule(e, stage, it), it->bucket, e->staging[0][slot],
+                               e->staging[1][slot]);
+      f.posted[l]++;
+      if (st == RF_OK)
+        st = complete_lane(r, rounds, stage, &f, l);
+      f.lane[l].item = i, f.lane[l].from = from, f.lane[l].upto = r->ticket + 1;
+      f.lane[l].slot = slot;
+    }
+  if (st == RF_OK)
+    st = complete_before(r, rounds, stage, &f, rounds->round_count);
+  free(f.landed);
+  return st;
 }
 
 rf_status engine_run_rounds(rf_engine *e, const rf_rounds *rounds, int stage, double *times) {

@@ -6,7 +6,8 @@
  * refit simulate counts. A round may hold a transfer bucket and several forward buckets, so
  * sizing staging for the largest round held up to (1 + depth) buckets per slot, and fused
  * refits with four replicas of a 1B model at 256 MiB buckets no longer fitted a 23 GB host.
- * Instead fused keeps at most two buckets in flight, one per slot (engine_rounds.c), unfused
+ * Instead fused keeps at most two buckets in flight per lane, one per slot (engine_rounds.c:
+ * the stage's buckets in slots 0 and 1, fanout's forward buckets in slots 2 and 3), unfused
  * completes after every bucket, and grouped ends its group before a bucket whose staging would
  * overflow some rank's buffer. That last decision is taken for every rank from the plan alone,
  * so all ranks close their groups at the same bucket: a rank never waits on a group whose
@@ -98,6 +99,8 @@ rf_status rf_engine_staging_rule(const rf_plan *plan, rf_mode mode, rf_wire wire
                                  const rf_schedule *forward, const rf_rounds *rounds, int64_t *most,
                                  char **breaks) {
   size_t world = (size_t)plan->layout->world_size;
+  /* fused with forward steps gives the forward buckets slots of their own (engine_rounds.c) */
+  int lanes = mode == RF_MODE_FUSED && plan->forward_depth > 0;
   int64_t *mem = rf_calloc(4 * world + 1, sizeof *mem, "staging per rank");
   rank_needs n = {.plan = plan,
                   .mode = mode,
@@ -116,15 +119,16 @@ rf_status rf_engine_staging_rule(const rf_plan *plan, rf_mode mode, rf_wire wire
     n.open[dir] = mem + (2 + dir) * world;
     n.most[dir] = most + dir * world;
   }
-  memset(most, 0, 2 * world * sizeof(int64_t));
+  memset(most, 0, 4 * world * sizeof(int64_t));
   for (int s = 0; s < 2 + plan->forward_depth; s++) {
     const rf_schedule *sched = s == 0 ? reshape : s == 1 ? transfer : &forward[s - 2];
+    int64_t *lane = most + (lanes && s >= 2 ? 2 * world : 0);
     for (int b = 0; b < sched->bucket_count; b++) {
       bucket_needs(&n, sched, b);
       for (int t = 0; t < n.ntouched; t++)
         for (int dir = 0; dir < 2; dir++) {
           int r = n.touched[t];
-          n.most[dir][r] = RF_MAX(n.most[dir][r], n.need[dir][r]);
+          lane[dir * world + r] = RF_MAX(lane[dir * world + r], n.need[dir][r]);
         }
       clear_needs(&n);
     }
@@ -139,18 +143,20 @@ rf_status rf_engine_staging_rule(const rf_plan *plan, rf_mode mode, rf_wire wire
 
 rf_status engine_alloc_staging(rf_engine *e) {
   size_t world = (size_t)e->plan->layout->world_size;
-  int64_t *most = rf_calloc(2 * world + 1, sizeof *most, "staging per rank");
+  int64_t *most = rf_calloc(4 * world + 1, sizeof *most, "staging per rank");
   if (!most)
     return RF_ERR_NOMEM;
   rf_status st = rf_engine_staging_rule(e->plan, e->mode, e->wire_rule, &e->reshape, &e->transfer,
                                         e->forward, &e->rounds, most, &e->group_break);
   int slots = e->mode == RF_MODE_FUSED ? 2 : 1;
-  for (int dir = 0; dir < 2 && st == RF_OK; dir++) {
-    int64_t need = most[dir * world + (size_t)e->world_rank];
-    e->staging_bytes[dir] = (size_t)need;
-    for (int k = 0; k < slots && need > 0 && st == RF_OK; k++)
-      st = rf_mem_alloc(e->wire, (size_t)need, "a staging buffer", &e->staging[dir][k]);
-  }
+  for (int lane = 0; lane < 2; lane++)
+    for (int dir = 0; dir < 2 && st == RF_OK; dir++) {
+      int64_t need = most[(2 * lane + dir) * world + (size_t)e->world_rank];
+      e->staging_bytes[dir][lane] = (size_t)need;
+      for (int k = 0; k < slots && need > 0 && st == RF_OK; k++)
+        st =
+            rf_mem_alloc(e->wire, (size_t)need, "a staging buffer", &e->staging[dir][2 * lane + k]);
+    }
   free(most);
   return st;
 }

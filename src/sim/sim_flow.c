@@ -159,7 +159,7 @@ static rf_status fill(sim_solver *s, const sim_flow *f, const int *act, int nact
 }
 
 /* Runs the flows f[0 .. n) from s->remaining, `now` seconds in, until `until`, until no flow
- * of a group up to `target` (>= 0) moves any more, or until every flow has ended; s->remaining and
+ * of group `target` (>= 0) moves any more, or until every flow has ended; s->remaining and
  * s->done say where each stands, *now when it stopped. */
 static rf_status run(sim_solver *s, const sim_flow *f, int n, const double *cap, const int *group,
                      int target, double until, double *now) {
@@ -172,7 +172,7 @@ static rf_status run(sim_solver *s, const sim_flow *f, int n, const double *cap,
     s->frozen[i] = 1;
     if (!s->done[i]) {
       act[nact++] = i;
-      moving += group && group[i] <= target;
+      moving += group && group[i] == target;
     }
   }
   /* Every round ends at least the flow that ends first, so n rounds at most. */
@@ -208,7 +208,7 @@ static rf_status run(sim_solver *s, const sim_flow *f, int n, const double *cap,
       if (i == first || s->remaining[i] <= 1e-9 * f[i].bytes) {
         s->done[i] = 1;
         s->frozen[i] = 1;
-        moving -= group && group[i] <= target;
+        moving -= group && group[i] == target;
       } else {
         act[kept++] = i;
       }

@@ -89,7 +89,7 @@ typedef struct {
 /* Adds the flows that have bytes and links, from fl->now, as group `group`. */
 rf_status sim_fluid_add(sim_fluid *fl, const sim_flow *f, int n, int group);
 /* Moves every flow in flight on, max-min as sim_solve, until time `until`, or (target >= 0)
- * until no flow of a group up to `target` is left; fl->now is where it stopped. */
+ * until no flow of group `target` is left; fl->now is where it stopped. */
 rf_status sim_fluid_run(sim_fluid *fl, sim_solver *s, const double *cap, double until, int target);
 void sim_fluid_free(sim_fluid *fl);
 
@@ -155,8 +155,12 @@ typedef struct {
    * and unpack */
   double cpu;
   sim_fluid fluid;
-  int open, open_group, open_round;
-  double open_latency, open_unpack;
+  struct {
+    int open, group, round;
+    double latency, unpack;
+  } lane[2];  /* [0] the stage's buckets, [1] the forward buckets */
+  int groups; /* buckets posted in the stage: the last one's group */
+  double unit_latency, last_latency;
   rf_stage stage;
   int step, started;
   /* wall clock per stage; the forward steps add up in stage_total[RF_STAGE_FORWARD] */

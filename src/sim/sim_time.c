@@ -8,13 +8,15 @@
  * local piece, or any over a mapping transport) fly with the messages, on the copy engines
  * their routes name, and add one per-copy latency a unit: each copying rank launches its
  * unit's copies as one batch and waits for them. unfused and grouped run their units one after
- * the other. fused runs the engine's pipeline (engine_rounds.c): it packs and posts bucket b+1,
- * then waits for b and unpacks it. Over a transport that moves messages in the order posted
- * (nccl) the flight of b+1 starts once b has landed; over the others (mpi) the two buckets'
- * flows share the links while both are in flight, which is what lets a forward bucket's
- * NVLink traffic run beside a transfer bucket's network traffic. A forward bucket that opens
- * a round waits for the bucket before it first, as the engine does. Over a mapping transport
+ * the other. fused runs the engine's pipeline (engine_rounds.c) in two lanes, the stage's
+ * buckets and fanout's forward buckets: it packs and posts a lane's bucket b+1, then waits for
+ * its b and unpacks it; a forward bucket first waits for the rounds before its own. Over a
+ * transport that moves messages in the order posted (nccl) a bucket's flight starts once what
+ * was posted before has landed; over the others (mpi) the buckets in flight share the links,
+ * which is what lets a forward bucket's NVLink traffic run beside a transfer bucket's network
+ * traffic. Over a mapping transport
  * nothing is packed, and a stage is one unit. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,23 +150,40 @@ static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out, doubl
   return RF_OK;
 }
 
-/* fused: the bucket in flight has landed (its flows, and those posted before, have ended,
- * then its latency) and the engine's thread has waited for it and unpacked it. */
-static rf_status complete_open(sim_clock *k) {
-  if (!k->open)
+/* fused: lane l's bucket in flight has landed (its flows have ended, then its latency) and
+ * the engine's thread has waited for it and unpacked it. */
+static rf_status complete_lane(sim_clock *k, int l) {
+  if (!k->lane[l].open)
     return RF_OK;
-  RF_TRY(sim_fluid_run(&k->fluid, k->solver, k->cap, INFINITY, k->open_group));
-  k->cpu = RF_MAX(k->cpu, k->fluid.now + k->open_latency) + k->open_unpack;
-  k->open = 0;
+  RF_TRY(sim_fluid_run(&k->fluid, k->solver, k->cap, INFINITY, k->lane[l].group));
+  k->cpu = RF_MAX(k->cpu, k->fluid.now + k->lane[l].latency) + k->lane[l].unpack;
+  k->lane[l].open = 0;
   return RF_OK;
 }
 
-/* fused: bucket u packed (p seconds) and posted, then the one before it waited for and
- * unpacked, as run_fused does; v is u's own unpack, after its wait. A forward bucket that
- * opens a round waits for the bucket before it first, since it sends what that delivered. */
+/* Completes the buckets in flight of rounds before `round`, oldest first. */
+static rf_status complete_before(sim_clock *k, int round) {
+  for (;;) {
+    int oldest = -1;
+    for (int l = 0; l < 2; l++)
+      if (k->lane[l].open && k->lane[l].round < round &&
+          (oldest < 0 || k->lane[l].group < k->lane[oldest].group))
+        oldest = l;
+    if (oldest < 0)
+      return RF_OK;
+    RF_TRY(complete_lane(k, oldest));
+  }
+}
+
+/* fused: bucket u packed (p seconds) and posted, then the one before it in its lane (the
+ * stage's buckets, or the forward ones) waited for and unpacked, as run_fused does; v is u's
+ * own unpack, after its wait. A forward bucket waits first for the buckets of the rounds before
+ * its own. In order (nccl) and over a mapping transport a bucket's flows start once everything
+ * posted before it has landed. */
 static rf_status fused_unit(sim_clock *k, const sim_unit *u, double p, double v) {
-  if (k->open && k->open_round < u->round && u->forward)
-    RF_TRY(complete_open(k));
+  int l = u->forward ? 1 : 0;
+  if (u->forward)
+    RF_TRY(complete_before(k, u->round));
   double latency;
   RF_TRY(unit_flows(k, u, &latency));
   tightest(k, -1.0);
@@ -172,19 +191,20 @@ static rf_status fused_unit(sim_clock *k, const sim_unit *u, double p, double v)
   double start = k->cpu;
   /* The bucket before must land first in order, and over a mapping transport, whose stage is
    * one launch of copies and then its notes. */
-  if (k->open && (k->net->ordered || k->net->mapping)) {
-    RF_TRY(sim_fluid_run(&k->fluid, k->solver, k->cap, INFINITY, k->open_group));
-    start = RF_MAX(start, k->fluid.now + k->open_latency);
+  if (k->groups > 0 && (k->net->ordered || k->net->mapping)) {
+    RF_TRY(sim_fluid_run(&k->fluid, k->solver, k->cap, INFINITY, k->groups));
+    start = RF_MAX(start, k->fluid.now + k->last_latency);
   }
   RF_TRY(sim_fluid_run(&k->fluid, k->solver, k->cap, start, -1));
-  int group = k->open_group + 1;
+  int group = ++k->groups;
   RF_TRY(sim_fluid_add(&k->fluid, k->flows, u->npairs, group));
-  RF_TRY(complete_open(k));
-  k->open = 1;
-  k->open_group = group;
-  k->open_round = u->round;
-  k->open_latency = latency;
-  k->open_unpack = v;
+  RF_TRY(complete_lane(k, l));
+  k->lane[l].open = 1;
+  k->lane[l].group = group;
+  k->lane[l].round = u->round;
+  k->lane[l].latency = latency;
+  k->lane[l].unpack = v;
+  k->unit_latency = k->last_latency = latency;
   return RF_OK;
 }
 
@@ -194,7 +214,7 @@ static rf_status end_stage(sim_clock *k) {
     return RF_OK;
   double total = k->pack + k->transfer + k->unpack;
   if (k->mode == RF_MODE_FUSED) {
-    RF_TRY(complete_open(k));
+    RF_TRY(complete_before(k, INT_MAX));
     total = k->cpu;
     k->transfer = RF_MAX(0.0, total - k->pack - k->unpack);
   }
@@ -215,8 +235,9 @@ rf_status sim_clock_unit(sim_clock *k, const sim_unit *u) {
     k->step = u->step;
     k->pack = k->transfer = k->unpack = 0.0;
     k->cpu = 0.0;
-    k->open = 0;
-    k->open_group = 0;
+    k->lane[0].open = k->lane[1].open = 0;
+    k->groups = 0;
+    k->last_latency = 0.0;
     k->fluid.count = 0;
     k->fluid.now = 0.0;
   }
@@ -225,7 +246,7 @@ rf_status sim_clock_unit(sim_clock *k, const sim_unit *u) {
   RF_TRY(copies_time(k, u->unpack, u->nunpack, &v));
   if (k->mode == RF_MODE_FUSED) {
     RF_TRY(fused_unit(k, u, p, v));
-    latency = k->open_latency;
+    latency = k->unit_latency;
   } else {
     RF_TRY(flight_time(k, u, &x, &latency));
   }

@@ -372,7 +372,7 @@ static rf_status walk_rounds(walker *w, int64_t bucket_size) {
     st = rf_rounds_build(plan, &r.transfer, r.forward, depth, &r.rounds);
   /* The staging the engine allocates for these rounds, and grouped's early ends of a group. */
   size_t world = (size_t)w->world;
-  int64_t *most = rf_calloc(2 * world + 1, sizeof *most, "staging per rank");
+  int64_t *most = rf_calloc(4 * world + 1, sizeof *most, "staging per rank");
   w->rule_staging = rf_calloc(world + 1, sizeof *w->rule_staging, "staging per rank");
   if (st == RF_OK)
     st = most && w->rule_staging
@@ -383,7 +383,8 @@ static rf_status walk_rounds(walker *w, int64_t bucket_size) {
                                 &r.rounds, most, &r.breaks);
   int slots = w->mode == RF_MODE_FUSED ? 2 : 1;
   for (size_t q = 0; st == RF_OK && q < world; q++)
-    w->rule_staging[q] = slots * (most[q] + most[world + q]);
+    w->rule_staging[q] =
+        slots * (most[q] + most[world + q] + most[2 * world + q] + most[3 * world + q]);
   free(most);
   w->in_rounds = 1;
   w->step = 0;

@@ -56,6 +56,10 @@ typedef struct {
                     long *ticket);
   /* Completes every request whose ticket is < upto; `what` names the wait in a timeout error. */
   rf_status (*wait)(rf_transport *tp, long upto, const char *what);
+  /* Optional (NULL: wait(upto), which also completes what was posted before `from`): completes
+   * the requests of tickets from .. upto - 1 alone, so that fused can wait for one bucket while
+   * a bucket posted before it is still in flight. */
+  rf_status (*wait_range)(rf_transport *tp, long from, long upto, const char *what);
   /* Optional (NULL: the engine packs strided boxes into staging and unpacks them from it):
    * posts one message whose bytes are those of parts[0..count), in order, read from them when
    * sending and written into them when receiving. A sender and a receiver may cut the same

@@ -183,44 +183,56 @@ static rf_status mpi_post_strided(rf_transport *tp, int send, rf_channel ch, int
 /* On a timeout the pending requests are cancelled so that MPI can still finalise; a request
  * that cannot be cancelled (a send already matched) leaves the control plane marked as timed
  * out, and main() then aborts the job instead. */
-static void cancel_pending(rf_transport *tp, mpi_state *s, int n) {
+static void cancel_pending(rf_transport *tp, MPI_Request *requests, int n) {
   for (int i = 0; i < n; i++)
-    if (s->requests[i] != MPI_REQUEST_NULL)
-      MPI_Cancel(&s->requests[i]);
+    if (requests[i] != MPI_REQUEST_NULL)
+      MPI_Cancel(&requests[i]);
   double deadline = rf_now() + 1.0;
   int done = 0;
   while (!done && rf_now() < deadline)
-    MPI_Testall(n, s->requests, &done, MPI_STATUSES_IGNORE);
+    MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
   if (!done)
     tp->ctl->timed_out = 1;
 }
 
 typedef struct {
-  mpi_state *s;
+  MPI_Request *requests;
   int n;
 } pending;
 
 static rf_status all_done(void *ctx, int *done) {
   pending *p = ctx;
-  int rc = MPI_Testall(p->n, p->s->requests, done, MPI_STATUSES_IGNORE);
+  int rc = MPI_Testall(p->n, p->requests, done, MPI_STATUSES_IGNORE);
   return rc == MPI_SUCCESS ? RF_OK : rf_mpi_failed(rc, "MPI_Testall", __FILE__, __LINE__);
 }
 
-static rf_status mpi_wait(rf_transport *tp, long upto, const char *what) {
+/* Completes the requests of tickets from .. upto - 1 (MPI_Testall leaves each completed one
+ * MPI_REQUEST_NULL), then drops the completed ones at the front: a range completed before the
+ * requests ahead of it stays until those complete too. */
+static rf_status mpi_wait_range(rf_transport *tp, long from, long upto, const char *what) {
   mpi_state *s = tp->state;
-  pending p = {s, (int)RF_MIN((long)s->count, upto - s->first_ticket)};
-  if (p.n <= 0)
-    return RF_OK;
-  rf_status st = rf_poll_busy(all_done, &p, tp->ctl->timeout);
-  if (st == RF_ERR_TIMEOUT) {
-    cancel_pending(tp, s, p.n);
-    return rf_timeout_error(tp->ctl->timeout, what, NULL);
+  long lo = RF_MAX(from - s->first_ticket, 0L);
+  long hi = RF_MIN((long)s->count, upto - s->first_ticket);
+  if (hi > lo) {
+    pending p = {s->requests + lo, (int)(hi - lo)};
+    rf_status st = rf_poll_busy(all_done, &p, tp->ctl->timeout);
+    if (st == RF_ERR_TIMEOUT) {
+      cancel_pending(tp, s->requests, (int)hi);
+      return rf_timeout_error(tp->ctl->timeout, what, NULL);
+    }
+    RF_TRY(st);
   }
-  RF_TRY(st);
-  memmove(s->requests, s->requests + p.n, (size_t)(s->count - p.n) * sizeof *s->requests);
-  s->count -= p.n;
-  s->first_ticket += p.n;
+  int n = 0;
+  while (n < s->count && s->requests[n] == MPI_REQUEST_NULL)
+    n++;
+  memmove(s->requests, s->requests + n, (size_t)(s->count - n) * sizeof *s->requests);
+  s->count -= n;
+  s->first_ticket += n;
   return RF_OK;
+}
+
+static rf_status mpi_wait(rf_transport *tp, long upto, const char *what) {
+  return mpi_wait_range(tp, 0, upto, what);
 }
 
 /* The abandon step (transport.h). This rank's receives are cancelled; its sends end only once
@@ -301,6 +313,7 @@ const rf_transport_ops rf_transport_mpi = {
     .group_end = noop,
     .post = mpi_post,
     .wait = mpi_wait,
+    .wait_range = mpi_wait_range,
     .post_strided = mpi_post_strided,
     .abandon = mpi_abandon,
 };
