@@ -151,16 +151,18 @@ typedef struct {
   double pack, transfer, unpack, latency_s;
   /* fused's pipeline (engine_rounds.c, run_fused): the engine's thread (packs, waits,
    * unpacks), the flows in flight (each bucket's a group of its own, numbered in posting
-   * order), and the bucket posted last (open), not yet waited for: its group, round, latency
-   * and unpack */
+   * order), and per lane the bucket posted last (open), not yet waited for */
   double cpu;
   sim_fluid fluid;
   struct {
     int open, group, round;
-    double latency, unpack;
+    double posted; /* when its rank that posts the most has posted its last message */
+    double single; /* on GPUs, a message's latency after the flows */
+    double tail;   /* what lands after both (latency in host memory, launches) */
+    double unpack;
   } lane[2];  /* [0] the stage's buckets, [1] the forward buckets */
   int groups; /* buckets posted in the stage: the last one's group */
-  double unit_latency, last_latency;
+  double last_posted, last_single, last_tail;
   rf_stage stage;
   int step, started;
   /* wall clock per stage; the forward steps add up in stage_total[RF_STAGE_FORWARD] */

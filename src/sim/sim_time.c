@@ -104,12 +104,23 @@ static void tightest(sim_clock *k, double flight) {
   k->ntouched = 0;
 }
 
-/* The unit's flows (k->flows) and their latency: the per-message latency of the rank that
- * posts (or receives) the most, one message after the other, the launch of the unit's copies
- * and the stage's notes. */
-static rf_status unit_flows(sim_clock *k, const sim_unit *u, double *latency) {
+/* The unit's flows (k->flows) and what its messages and launches cost beyond them. Each rank
+ * posts (or receives) its messages one after the other at the per-message latency; `posting`
+ * is the busiest rank's sum. With the weights in host memory the processes copy the bytes
+ * themselves, so that time adds to the flows' (`tail` holds it, with the rest). With the
+ * weights on GPUs the bytes move by DMA (copy engines, adapters) while the rank posts its next
+ * message, so the flight lasts the longer of the flows with one message's latency (the
+ * largest of the unit's) and the posting, each message one gap after the one before (LogGP,
+ * the gap the per-message latency); one message pays what it paid before. Either way the
+ * launch of the unit's copies and the stage's notes come on top. */
+typedef struct {
+  double posting, single, tail;
+} unit_cost;
+
+static rf_status unit_flows(sim_clock *k, const sim_unit *u, unit_cost *cost) {
   RF_TRY(room(k, u->npairs));
   int copies = 0;
+  double single = 0.0;
   for (int i = 0; i < u->npairs; i++) {
     const sim_pair *p = &u->pairs[i];
     sim_flow *f = &k->flows[i];
@@ -117,6 +128,8 @@ static rf_status unit_flows(sim_clock *k, const sim_unit *u, double *latency) {
     f->bytes = (double)p->bytes;
     f->nres = sim_net_route(k->net, p->src, p->dst, f->res, &cls);
     double l = p->messages * sim_latency(k->c, cls);
+    if (p->messages > 0)
+      single = RF_MAX(single, sim_latency(k->c, cls));
     k->latency[p->src] += l;
     if (p->dst != p->src)
       k->latency[p->dst] += l;
@@ -130,23 +143,29 @@ static rf_status unit_flows(sim_clock *k, const sim_unit *u, double *latency) {
       k->unit_bytes[f->res[r]] += (double)p->bytes;
     }
   }
-  *latency = 0.0;
+  double posting = 0.0;
   for (int i = 0; i < u->npairs; i++) {
     const sim_pair *p = &u->pairs[i];
-    *latency = RF_MAX(*latency, RF_MAX(k->latency[p->src], k->latency[p->dst]));
+    posting = RF_MAX(posting, RF_MAX(k->latency[p->src], k->latency[p->dst]));
   }
   for (int i = 0; i < u->npairs; i++)
     k->latency[u->pairs[i].src] = k->latency[u->pairs[i].dst] = 0.0;
-  *latency += copies * k->c->latency_copy + u->notes * k->c->latency_node;
+  double launches = copies * k->c->latency_copy + u->notes * k->c->latency_node;
+  *cost = k->net->device ? (unit_cost){posting, single, launches}
+                         : (unit_cost){0.0, 0.0, posting + launches};
   return RF_OK;
 }
 
-/* The pairs' flight on its own: max-min over their routes, plus its latency. */
-static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out, double *latency) {
-  RF_TRY(unit_flows(k, u, latency));
-  RF_TRY(sim_solve(k->solver, k->flows, u->npairs, k->cap, out));
-  tightest(k, *out);
-  *out += *latency;
+/* The pairs' flight on its own: max-min over their routes, with its cost; the part beyond the
+ * flows counts as latency. */
+static rf_status flight_time(sim_clock *k, const sim_unit *u, double *out) {
+  unit_cost cost;
+  RF_TRY(unit_flows(k, u, &cost));
+  double flows;
+  RF_TRY(sim_solve(k->solver, k->flows, u->npairs, k->cap, &flows));
+  tightest(k, flows);
+  *out = RF_MAX(flows + cost.single, cost.posting) + cost.tail;
+  k->sum_latency += *out - flows;
   return RF_OK;
 }
 
@@ -156,7 +175,9 @@ static rf_status complete_lane(sim_clock *k, int l) {
   if (!k->lane[l].open)
     return RF_OK;
   RF_TRY(sim_fluid_run(&k->fluid, k->solver, k->cap, INFINITY, k->lane[l].group));
-  k->cpu = RF_MAX(k->cpu, k->fluid.now + k->lane[l].latency) + k->lane[l].unpack;
+  double end = RF_MAX(k->fluid.now + k->lane[l].single, k->lane[l].posted) + k->lane[l].tail;
+  k->sum_latency += end - k->fluid.now;
+  k->cpu = RF_MAX(k->cpu, end) + k->lane[l].unpack;
   k->lane[l].open = 0;
   return RF_OK;
 }
@@ -184,8 +205,8 @@ static rf_status fused_unit(sim_clock *k, const sim_unit *u, double p, double v)
   int l = u->forward ? 1 : 0;
   if (u->forward)
     RF_TRY(complete_before(k, u->round));
-  double latency;
-  RF_TRY(unit_flows(k, u, &latency));
+  unit_cost cost;
+  RF_TRY(unit_flows(k, u, &cost));
   tightest(k, -1.0);
   k->cpu += p;
   double start = k->cpu;
@@ -193,7 +214,7 @@ static rf_status fused_unit(sim_clock *k, const sim_unit *u, double p, double v)
    * one launch of copies and then its notes. */
   if (k->groups > 0 && (k->net->ordered || k->net->mapping)) {
     RF_TRY(sim_fluid_run(&k->fluid, k->solver, k->cap, INFINITY, k->groups));
-    start = RF_MAX(start, k->fluid.now + k->last_latency);
+    start = RF_MAX(start, RF_MAX(k->fluid.now + k->last_single, k->last_posted) + k->last_tail);
   }
   RF_TRY(sim_fluid_run(&k->fluid, k->solver, k->cap, start, -1));
   int group = ++k->groups;
@@ -202,9 +223,10 @@ static rf_status fused_unit(sim_clock *k, const sim_unit *u, double p, double v)
   k->lane[l].open = 1;
   k->lane[l].group = group;
   k->lane[l].round = u->round;
-  k->lane[l].latency = latency;
+  k->lane[l].posted = k->last_posted = start + cost.posting;
+  k->lane[l].single = k->last_single = cost.single;
+  k->lane[l].tail = k->last_tail = cost.tail;
   k->lane[l].unpack = v;
-  k->unit_latency = k->last_latency = latency;
   return RF_OK;
 }
 
@@ -237,23 +259,21 @@ rf_status sim_clock_unit(sim_clock *k, const sim_unit *u) {
     k->cpu = 0.0;
     k->lane[0].open = k->lane[1].open = 0;
     k->groups = 0;
-    k->last_latency = 0.0;
+    k->last_posted = k->last_single = k->last_tail = 0.0;
     k->fluid.count = 0;
     k->fluid.now = 0.0;
   }
-  double p, x = 0.0, v, latency = 0.0;
+  double p, x = 0.0, v;
   RF_TRY(copies_time(k, u->pack, u->npack, &p));
   RF_TRY(copies_time(k, u->unpack, u->nunpack, &v));
   if (k->mode == RF_MODE_FUSED) {
     RF_TRY(fused_unit(k, u, p, v));
-    latency = k->unit_latency;
   } else {
-    RF_TRY(flight_time(k, u, &x, &latency));
+    RF_TRY(flight_time(k, u, &x));
   }
   k->pack += p;
   k->transfer += x;
   k->unpack += v;
-  k->sum_latency += latency;
   k->units++;
   k->buckets += u->buckets;
   return RF_OK;
