@@ -1,10 +1,10 @@
 /* Schedule properties over the small shipped models (and tiny with tensors of three dtypes),
- * several layouts, every plan kind (each step of fanout's forward stage a schedule of its own)
- * and several bucket sizes: the chunks of every piece tile its box exactly, each chunk's bytes
- * in its tensor's own element size, no rank sends or receives more than a bucket's bytes in one
- * bucket, and the schedule is a pure function of plan, stage and bucket size (what lets every
- * rank build it alone and still agree), and a cursor's windows put together are the same
- * schedule. */
+ * several layouts, every plan kind (each step of fanout's forward stage a schedule of its own),
+ * several bucket sizes and both paces: the chunks of every piece tile its box exactly, each
+ * chunk's bytes in its tensor's own element size, no rank sends or receives more than a
+ * bucket's bytes in one bucket, and the schedule is a pure function of plan, stage, bucket size
+ * and pace (what lets every rank build it alone and still agree), and a cursor's windows put
+ * together are the same schedule. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,7 +42,7 @@ static const int window_sizes[] = {1, 7, 1000};
 static void check_windows(const rf_plan *plan, rf_stage stage, const rf_schedule *whole,
                           int max_chunks) {
   rf_schedule_cursor *c = NULL;
-  ASSERT_OK(rf_schedule_cursor_open(plan, stage, whole->bucket_size, &c));
+  ASSERT_OK(rf_schedule_cursor_open(plan, stage, whole->bucket_size, whole->pace, &c));
   int chunks = 0, buckets = 0;
   for (;;) {
     rf_schedule win;
@@ -52,6 +52,7 @@ static void check_windows(const rf_plan *plan, rf_stage stage, const rf_schedule
       break;
     }
     ASSERT_EQ(win.first_bucket, buckets);
+    ASSERT_EQ(win.pace, whole->pace);
     ASSERT_LE(buckets + win.bucket_count, whole->bucket_count);
     for (int b = 0; b < win.bucket_count; b++) {
       ASSERT_EQ(win.buckets[b].first + chunks, whole->buckets[buckets + b].first);
@@ -151,21 +152,23 @@ static void check_full(const rf_plan *plan, const rf_schedule *s) {
 
 /* The schedule of a stage, or of one step of the forward stage (step >= 0). */
 static rf_status build(const rf_plan *plan, rf_stage stage, int step, int64_t bucket_size,
-                       rf_schedule *s) {
-  return step >= 0 ? rf_schedule_build_forward(plan, step, bucket_size, s)
-                   : rf_schedule_build(plan, stage, bucket_size, s);
+                       rf_pace pace, rf_schedule *s) {
+  return step >= 0 ? rf_schedule_build_forward(plan, step, bucket_size, pace, s)
+                   : rf_schedule_build(plan, stage, bucket_size, pace, s);
 }
 
 /* Everything one schedule promises, for one stage (or forward step) of one plan. Returns its
  * chunk count. */
-static int check_schedule(const rf_plan *plan, rf_stage stage, int step, int64_t bucket_size) {
+static int check_schedule(const rf_plan *plan, rf_stage stage, int step, int64_t bucket_size,
+                          rf_pace pace) {
   const rf_layout *lay = plan->layout;
   int first = step >= 0 ? plan->forward_first[step] : 0;
   int end = step >= 0 ? plan->forward_first[step + 1] : plan->piece_count;
   rf_schedule s;
-  ASSERT_OK(build(plan, stage, step, bucket_size, &s));
+  ASSERT_OK(build(plan, stage, step, bucket_size, pace, &s));
   ASSERT_EQ(s.stage, stage);
   ASSERT_EQ(s.bucket_size, bucket_size);
+  ASSERT_EQ(s.pace, pace);
 
   /* Buckets are non-empty, consecutive, in order, and cover every chunk once. */
   int stage_pieces = 0;
@@ -255,7 +258,7 @@ static int check_schedule(const rf_plan *plan, rf_stage stage, int step, int64_t
 
   /* A pure function: built again from the same plan, the same chunks and buckets. */
   rf_schedule again;
-  ASSERT_OK(build(plan, stage, step, bucket_size, &again));
+  ASSERT_OK(build(plan, stage, step, bucket_size, pace, &again));
   ASSERT_EQ(again.chunk_count, s.chunk_count);
   ASSERT_EQ(again.bucket_count, s.bucket_count);
   /* An empty stage has no arrays at all, and memcmp may not be given NULL even for 0 bytes. */
@@ -285,7 +288,7 @@ static void make_layout(rf_layout *lay, const rf_model *m, const layout_case *c)
 /* Two ranks that build everything on their own (model, layout, plan) get the same plan
  * digest and byte-identical schedules of both stages. */
 static void check_independent(const char *model, const layout_case *c, rf_plan_kind kind,
-                              int64_t bucket_size) {
+                              int64_t bucket_size, rf_pace pace) {
   rf_model m[2];
   rf_layout lay[2];
   rf_plan plan[2];
@@ -294,8 +297,8 @@ static void check_independent(const char *model, const layout_case *c, rf_plan_k
     ASSERT_OK(rf_model_load(model, &m[k]));
     make_layout(&lay[k], &m[k], c);
     ASSERT_OK(rf_plan_build(&plan[k], &lay[k], kind, NULL));
-    ASSERT_OK(rf_schedule_build(&plan[k], RF_STAGE_RESHAPE, bucket_size, &s[k][0]));
-    ASSERT_OK(rf_schedule_build(&plan[k], RF_STAGE_TRANSFER, bucket_size, &s[k][1]));
+    ASSERT_OK(rf_schedule_build(&plan[k], RF_STAGE_RESHAPE, bucket_size, pace, &s[k][0]));
+    ASSERT_OK(rf_schedule_build(&plan[k], RF_STAGE_TRANSFER, bucket_size, pace, &s[k][1]));
   }
   ASSERT_U64_EQ(plan[0].digest, plan[1].digest);
   for (int st = 0; st < 2; st++) {
@@ -371,7 +374,7 @@ static void test_tiny_by_hand(void) {
   ASSERT_EQ(p->box.lo[1], 0);
   ASSERT_EQ(p->box.hi[1], 32);
   rf_schedule s;
-  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 4096, &s));
+  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 4096, RF_PACE_PIECES, &s));
   check_first_piece(&plan, &s, 64, 4, 1);
   rf_schedule_free(&s);
   rf_plan_free(&plan);
@@ -402,7 +405,7 @@ static void test_tiny_mixed_by_hand(void) {
   ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
   ASSERT_EQ(plan.pieces[0].bytes, 256 * 32 * 4);
   rf_schedule s;
-  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 4096, &s));
+  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 4096, RF_PACE_PIECES, &s));
   check_first_piece(&plan, &s, 32, 8, 0);
   rf_schedule_free(&s);
   rf_plan_free(&plan);
@@ -428,17 +431,21 @@ int main(void) {
         for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++) {
           if (bucket_sizes[bi] == 4096 && mi > 0 && li > 0)
             continue;
-          for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
-            chunks += check_schedule(&plan, (rf_stage)stage, -1, bucket_sizes[bi]);
-            schedules++;
-          }
-          for (int step = 0; step < plan.forward_depth; step++) {
-            chunks += check_schedule(&plan, RF_STAGE_FORWARD, step, bucket_sizes[bi]);
-            schedules++;
+          for (int pace = RF_PACE_PIECES; pace <= RF_PACE_ROWS; pace++) {
+            for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
+              chunks += check_schedule(&plan, (rf_stage)stage, -1, bucket_sizes[bi], (rf_pace)pace);
+              schedules++;
+            }
+            for (int step = 0; step < plan.forward_depth; step++) {
+              chunks +=
+                  check_schedule(&plan, RF_STAGE_FORWARD, step, bucket_sizes[bi], (rf_pace)pace);
+              schedules++;
+            }
           }
         }
         rf_plan_free(&plan);
-        check_independent(models[mi], &layouts[li], (rf_plan_kind)kind, 65536);
+        for (int pace = RF_PACE_PIECES; pace <= RF_PACE_ROWS; pace++)
+          check_independent(models[mi], &layouts[li], (rf_plan_kind)kind, 65536, (rf_pace)pace);
       }
       rf_layout_free(&lay);
     }
@@ -455,10 +462,11 @@ int main(void) {
       rf_plan plan;
       ASSERT_OK(rf_plan_build(&plan, &lay, (rf_plan_kind)kind, NULL));
       for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++)
-        for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
-          chunks += check_schedule(&plan, (rf_stage)stage, -1, bucket_sizes[bi]);
-          schedules++;
-        }
+        for (int pace = RF_PACE_PIECES; pace <= RF_PACE_ROWS; pace++)
+          for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
+            chunks += check_schedule(&plan, (rf_stage)stage, -1, bucket_sizes[bi], (rf_pace)pace);
+            schedules++;
+          }
       rf_plan_free(&plan);
     }
     rf_layout_free(&lay);
@@ -467,7 +475,8 @@ int main(void) {
   printf("schedules checked: %d, chunks: %ld\n", schedules, chunks);
   /* Model, layout and bucket size: 3 * 5 * 5 less the 8 skipped; p2p, star and fanout two
    * stages each; fanout's forward steps: 1 (dp=2) and 2 (dp=4), 13 combinations each; then
-   * tiny with three dtypes: 5 layouts, p2p and star, 5 bucket sizes, two stages each. */
-  ASSERT_EQ(schedules, (3 * 5 * 5 - 2 * 4) * 3 * 2 + 13 * (1 + 2) + 5 * 2 * 5 * 2);
+   * tiny with three dtypes: 5 layouts, p2p and star, 5 bucket sizes, two stages each. Each of
+   * them paced both ways. */
+  ASSERT_EQ(schedules, 2 * ((3 * 5 * 5 - 2 * 4) * 3 * 2 + 13 * (1 + 2) + 5 * 2 * 5 * 2));
   return 0;
 }

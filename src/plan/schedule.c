@@ -208,7 +208,7 @@ void rf_schedule_cursor_close(rf_schedule_cursor *c) {
 
 /* A cursor over the pieces [first, end) of `stage`. */
 static rf_status cursor_open(const rf_plan *plan, rf_stage stage, int first, int end,
-                             int64_t bucket_size, rf_schedule_cursor **out) {
+                             int64_t bucket_size, rf_pace pace, rf_schedule_cursor **out) {
   rf_schedule_cursor *c = rf_calloc(1, sizeof *c, "a schedule cursor");
   *out = NULL;
   if (!c)
@@ -218,6 +218,7 @@ static rf_status cursor_open(const rf_plan *plan, rf_stage stage, int first, int
   c->more = 1;
   c->s.stage = stage;
   c->s.bucket_size = bucket_size;
+  c->s.pace = pace; /* carried for now: the buckets do not depend on it yet */
   c->b = (builder){&c->s, 0, 0, NULL, NULL, plan->layout->world_size, 0};
   c->b.sent = rf_calloc((size_t)c->b.world, sizeof *c->b.sent, "schedule counters");
   c->b.received = rf_calloc((size_t)c->b.world, sizeof *c->b.received, "schedule counters");
@@ -233,8 +234,8 @@ static rf_status cursor_open(const rf_plan *plan, rf_stage stage, int first, int
 }
 
 rf_status rf_schedule_cursor_open(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
-                                  rf_schedule_cursor **out) {
-  return cursor_open(plan, stage, 0, plan->piece_count, bucket_size, out);
+                                  rf_pace pace, rf_schedule_cursor **out) {
+  return cursor_open(plan, stage, 0, plan->piece_count, bucket_size, pace, out);
 }
 
 /* Hands the closed buckets to `out` and keeps the open one, renumbered from 0 here and from
@@ -263,6 +264,7 @@ rf_status rf_schedule_cursor_next(rf_schedule_cursor *c, int max_chunks, rf_sche
   memset(out, 0, sizeof *out);
   out->stage = c->stage;
   out->bucket_size = c->s.bucket_size;
+  out->pace = c->s.pace;
   out->first_bucket = c->b.base;
   rf_schedule *s = &c->s;
   /* Never before a bucket has closed, so that every window holds at least one bucket; the
@@ -282,16 +284,17 @@ rf_status rf_schedule_cursor_next(rf_schedule_cursor *c, int max_chunks, rf_sche
   memset(s, 0, sizeof *s);
   s->stage = out->stage;
   s->bucket_size = out->bucket_size;
+  s->pace = out->pace;
   c->b.base += out->bucket_count;
   return RF_OK;
 }
 
 /* The pieces [first, end) of `stage` into buckets, in one window. */
 static rf_status build(const rf_plan *plan, rf_stage stage, int first, int end, int64_t bucket_size,
-                       rf_schedule *out) {
+                       rf_pace pace, rf_schedule *out) {
   memset(out, 0, sizeof *out);
   rf_schedule_cursor *c = NULL;
-  RF_TRY(cursor_open(plan, stage, first, end, bucket_size, &c));
+  RF_TRY(cursor_open(plan, stage, first, end, bucket_size, pace, &c));
   rf_status st = rf_schedule_cursor_next(c, INT_MAX, out);
   rf_schedule_cursor_close(c);
   if (st != RF_OK)
@@ -299,28 +302,28 @@ static rf_status build(const rf_plan *plan, rf_stage stage, int first, int end, 
   return st;
 }
 
-rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
+rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size, rf_pace pace,
                             rf_schedule *out) {
-  return build(plan, stage, 0, plan->piece_count, bucket_size, out);
+  return build(plan, stage, 0, plan->piece_count, bucket_size, pace, out);
 }
 
 rf_status rf_schedule_cursor_open_forward(const rf_plan *plan, int step, int64_t bucket_size,
-                                          rf_schedule_cursor **out) {
+                                          rf_pace pace, rf_schedule_cursor **out) {
   *out = NULL;
   if (step < 0 || step >= plan->forward_depth)
     return rf_fail(RF_ERR_INTERNAL, "schedule: forward step %d of a plan with %d steps", step,
                    plan->forward_depth);
   return cursor_open(plan, RF_STAGE_FORWARD, plan->forward_first[step],
-                     plan->forward_first[step + 1], bucket_size, out);
+                     plan->forward_first[step + 1], bucket_size, pace, out);
 }
 
 rf_status rf_schedule_build_forward(const rf_plan *plan, int step, int64_t bucket_size,
-                                    rf_schedule *out) {
+                                    rf_pace pace, rf_schedule *out) {
   if (step < 0 || step >= plan->forward_depth)
     return rf_fail(RF_ERR_INTERNAL, "schedule: forward step %d of a plan with %d steps", step,
                    plan->forward_depth);
   return build(plan, RF_STAGE_FORWARD, plan->forward_first[step], plan->forward_first[step + 1],
-               bucket_size, out);
+               bucket_size, pace, out);
 }
 
 void rf_schedule_free(rf_schedule *s) {

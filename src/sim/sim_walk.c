@@ -282,8 +282,10 @@ static rf_status walk_bucket(walker *w, const rf_schedule *s, int b) {
 static rf_status walk_stage(walker *w, rf_stage stage, int step, int64_t bucket_size) {
   rf_schedule_cursor *c = NULL;
   w->step = RF_MAX(step, 0);
-  RF_TRY(step >= 0 ? rf_schedule_cursor_open_forward(w->plan, step, bucket_size, &c)
-                   : rf_schedule_cursor_open(w->plan, stage, bucket_size, &c));
+  RF_TRY(
+      step >= 0
+          ? rf_schedule_cursor_open_forward(w->plan, step, bucket_size, rf_engine_pace(w->mode), &c)
+          : rf_schedule_cursor_open(w->plan, stage, bucket_size, rf_engine_pace(w->mode), &c));
   rf_status st = RF_OK;
   for (;;) {
     rf_schedule win;
