@@ -2,7 +2,8 @@
  * several layouts, every plan kind (each step of fanout's forward stage a schedule of its own),
  * several bucket sizes and both paces: the chunks of every piece tile its box exactly, each
  * chunk's bytes in its tensor's own element size, no rank sends or receives more than a
- * bucket's bytes in one bucket, and the schedule is a pure function of plan, stage, bucket size
+ * bucket's bytes in one bucket, a bucket closes only once every pair is out of room or at its
+ * pace, every pair keeps its pace, the schedule is a pure function of plan, stage, bucket size
  * and pace (what lets every rank build it alone and still agree), and a cursor's windows put
  * together are the same schedule. */
 #include <stdlib.h>
@@ -109,28 +110,76 @@ static void check_tiling(const rf_schedule *s, int first, int end, const rf_piec
 
 /* Buckets engage every pair: a bucket closes only once no rank pair with bytes still to send
  * has room in it for its next row, that is, its sender or its receiver holds more than a
- * bucket less one row. Buckets closed by a row wider than a whole bucket (cut along its
- * columns, a bucket a column range) are the exception. */
+ * bucket less one row, or the pair has kept pace: paced by rows, one more row would take its
+ * bytes placed so far past its target; paced by pieces, they have reached it. The target of
+ * bucket b is worked out here from the schedule's own chunks: b + 1 quotas, a quota a pair's
+ * remote bytes over B, B the buckets the busiest rank's remote bytes need, both rounded up (no
+ * target from bucket B - 1 on). Buckets closed by a row wider than a whole bucket (cut along
+ * its columns, a bucket a column range) are the exception.
+ *
+ * And the pairs keep pace: a pair's every chunk is a turn of its own (a turn places into one
+ * piece, and a pair cut short by room or pace waits for the next bucket), and before its last
+ * turn in a bucket the pair had not yet reached the bucket's target unless that was its first
+ * turn there. Paced by rows, that last turn placed no more than its target left it, or one
+ * row. */
 static void check_full(const rf_plan *plan, const rf_schedule *s) {
   const rf_layout *lay = plan->layout;
   int world = lay->world_size;
   int64_t *sent = calloc((size_t)world, sizeof *sent), *received = calloc((size_t)world, 8);
   int *next = malloc((size_t)world * world * sizeof *next); /* a pair's first chunk after b */
-  ASSERT_TRUE(sent && received && next);
+  /* A pair's remote bytes in all, then its quota; its bytes placed through bucket b. */
+  int64_t *quota = calloc((size_t)world * world, sizeof *quota);
+  int64_t *placed = calloc((size_t)world * world, sizeof *placed);
+  int64_t *in_bucket = calloc((size_t)world * world, sizeof *in_bucket);
+  int *last = malloc((size_t)world * world * sizeof *last); /* a pair's last chunk in b */
+  ASSERT_TRUE(sent && received && next && quota && placed && in_bucket && last);
   memset(next, -1, (size_t)world * world * sizeof *next);
+  for (int i = 0; i < s->chunk_count; i++) {
+    const rf_piece *p = &plan->pieces[s->chunks[i].piece];
+    int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
+    if (src != dst) {
+      quota[src * world + dst] += s->chunks[i].bytes;
+      placed[src * world + dst] += s->chunks[i].bytes;
+      sent[src] += s->chunks[i].bytes;
+      received[dst] += s->chunks[i].bytes;
+    }
+  }
+  int64_t busiest = 0;
+  for (int r = 0; r < world; r++)
+    busiest = RF_MAX(busiest, RF_MAX(sent[r], received[r]));
+  int64_t buckets = RF_MAX(1, (busiest + s->bucket_size - 1) / s->bucket_size);
+  for (int pair = 0; pair < world * world; pair++)
+    quota[pair] = RF_MAX(1, (quota[pair] + buckets - 1) / buckets);
   /* From the last bucket back, so that next[] holds each pair's first chunk of later buckets. */
   for (int b = s->bucket_count - 1; b >= 0; b--) {
     memset(sent, 0, (size_t)world * sizeof *sent);
     memset(received, 0, (size_t)world * sizeof *received);
+    memset(in_bucket, 0, (size_t)world * world * sizeof *in_bucket);
+    memset(last, -1, (size_t)world * world * sizeof *last);
     const rf_bucket *bk = &s->buckets[b];
     int cut_row = 0;
     for (int i = bk->first; i < bk->first + bk->count; i++) {
       const rf_piece *p = &plan->pieces[s->chunks[i].piece];
       cut_row |= s->chunks[i].box.hi[1] - s->chunks[i].box.lo[1] < p->box.hi[1] - p->box.lo[1];
       if (!rf_piece_is_local(plan, p)) {
-        sent[rf_piece_src_world(plan, p)] += s->chunks[i].bytes;
-        received[rf_piece_dst_world(plan, p)] += s->chunks[i].bytes;
+        int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
+        sent[src] += s->chunks[i].bytes;
+        received[dst] += s->chunks[i].bytes;
+        in_bucket[src * world + dst] += s->chunks[i].bytes;
+        last[src * world + dst] = i;
       }
+    }
+    for (int pair = 0; pair < world * world; pair++) {
+      if (last[pair] < 0)
+        continue;
+      const rf_chunk *k = &s->chunks[last[pair]];
+      int64_t target = b + 1 >= buckets ? INT64_MAX : (b + 1) * quota[pair];
+      int64_t before_last = placed[pair] - k->bytes;
+      ASSERT_TRUE(before_last < target || before_last == placed[pair] - in_bucket[pair]);
+      int64_t row = (k->box.hi[1] - k->box.lo[1]) *
+                    rf_tensor_esize(&lay->model->tensors[plan->pieces[k->piece].tensor]);
+      if (s->pace == RF_PACE_ROWS && target != INT64_MAX)
+        ASSERT_LE(k->bytes, RF_MAX(target - before_last, row));
     }
     for (int pair = 0; pair < world * world && !cut_row; pair++) {
       if (next[pair] < 0 || pair / world == pair % world)
@@ -138,7 +187,18 @@ static void check_full(const rf_plan *plan, const rf_schedule *s) {
       const rf_chunk *k = &s->chunks[next[pair]];
       int64_t row = (k->box.hi[1] - k->box.lo[1]) *
                     rf_tensor_esize(&lay->model->tensors[plan->pieces[k->piece].tensor]);
-      ASSERT_GT(RF_MAX(sent[pair / world], received[pair % world]) + row, s->bucket_size);
+      int full = RF_MAX(sent[pair / world], received[pair % world]) + row > s->bucket_size;
+      int64_t target = b + 1 >= buckets ? INT64_MAX : (b + 1) * quota[pair];
+      int paced =
+          placed[pair] >= target || (s->pace == RF_PACE_ROWS && placed[pair] + row > target);
+      ASSERT_TRUE(full || paced);
+    }
+    /* What the pairs placed in this bucket is not placed through bucket b - 1. */
+    for (int i = bk->first; i < bk->first + bk->count; i++) {
+      const rf_piece *p = &plan->pieces[s->chunks[i].piece];
+      if (!rf_piece_is_local(plan, p))
+        placed[rf_piece_src_world(plan, p) * world + rf_piece_dst_world(plan, p)] -=
+            s->chunks[i].bytes;
     }
     for (int i = bk->first + bk->count - 1; i >= bk->first; i--) {
       const rf_piece *p = &plan->pieces[s->chunks[i].piece];
@@ -148,6 +208,10 @@ static void check_full(const rf_plan *plan, const rf_schedule *s) {
   free(sent);
   free(received);
   free(next);
+  free(quota);
+  free(placed);
+  free(in_bucket);
+  free(last);
 }
 
 /* The schedule of a stage, or of one step of the forward stage (step >= 0). */
@@ -413,7 +477,61 @@ static void test_tiny_mixed_by_hand(void) {
   rf_model_free(&m);
 }
 
+/* Pacing worked out by hand: one trainer rank sends two pieces of tiny's embedding (bf16, 8
+ * columns: 16 bytes a row) to two rollout ranks, 96 rows (1536 bytes) to one and 32 rows (512
+ * bytes) to the other, in buckets of 512 bytes. The sender needs B = 2048 / 512 = 4 buckets,
+ * so the quotas are 384 bytes (24 rows) and 128 bytes (8 rows). Paced by rows, each bucket
+ * carries 24 rows of the first piece and 8 of the second: a quarter of each pair, so the
+ * sender's two links work alike in all four buckets. Paced by pieces a piece is not cut at its
+ * share, and each pair here has one piece: the first fills bucket 0 by its room (32 rows),
+ * the second, now further behind, bucket 1 whole, and the first the last two. */
+static void test_pace_by_hand(void) {
+  rf_model m;
+  ASSERT_OK(rf_model_load("tiny", &m));
+  ASSERT_STR_EQ(m.tensors[0].name, "model.embed_tokens.weight");
+  ASSERT_EQ(rf_tensor_esize(&m.tensors[0]), 2);
+  rf_layout lay = {.model = &m, .trainer_ranks = 1, .rollout_ranks = 2, .world_size = 3};
+  lay.placement = RF_PLACEMENT_DISAGGREGATED;
+  rf_piece pieces[] = {{0, RF_STAGE_TRANSFER, 0, 0, {{0, 0}, {96, 8}}, 96 * 16},
+                       {0, RF_STAGE_TRANSFER, 0, 1, {{96, 0}, {128, 8}}, 32 * 16}};
+  rf_plan plan = {.kind = RF_PLAN_P2P, .layout = &lay, .piece_count = 2, .pieces = pieces};
+  /* {piece, first row, end row} of each chunk, bucket by bucket (two chunks a bucket). */
+  static const int rows[2][4][2][3] = {
+      {{{0, 0, 24}, {1, 96, 104}},
+       {{0, 24, 48}, {1, 104, 112}},
+       {{0, 48, 72}, {1, 112, 120}},
+       {{0, 72, 96}, {1, 120, 128}}},
+      {{{0, 0, 32}, {-1, 0, 0}},
+       {{1, 96, 128}, {-1, 0, 0}},
+       {{0, 32, 64}, {-1, 0, 0}},
+       {{0, 64, 96}, {-1, 0, 0}}},
+  };
+  for (int k = 0; k < 2; k++) {
+    rf_schedule s;
+    ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 512,
+                                k == 0 ? RF_PACE_ROWS : RF_PACE_PIECES, &s));
+    ASSERT_EQ(s.bucket_count, 4);
+    for (int b = 0; b < 4; b++) {
+      int count = rows[k][b][1][0] < 0 ? 1 : 2;
+      ASSERT_EQ(s.buckets[b].count, count);
+      for (int c = 0; c < count; c++) {
+        const rf_chunk *ch = &s.chunks[s.buckets[b].first + c];
+        ASSERT_EQ(ch->piece, rows[k][b][c][0]);
+        ASSERT_EQ(ch->box.lo[0], rows[k][b][c][1]);
+        ASSERT_EQ(ch->box.hi[0], rows[k][b][c][2]);
+        ASSERT_EQ(ch->box.lo[1], 0);
+        ASSERT_EQ(ch->box.hi[1], 8);
+        ASSERT_EQ(ch->bytes, (rows[k][b][c][2] - rows[k][b][c][1]) * 16);
+      }
+    }
+    check_full(&plan, &s);
+    rf_schedule_free(&s);
+  }
+  rf_model_free(&m);
+}
+
 int main(void) {
+  test_pace_by_hand();
   test_tiny_by_hand();
   test_tiny_mixed_by_hand();
   int schedules = 0;
