@@ -113,7 +113,8 @@ static int misaligned_fp32_chunks(const rf_plan *plan, int64_t bucket_size) {
   ASSERT_TRUE(bytes && at);
   for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
     rf_schedule s;
-    ASSERT_OK(rf_schedule_build(plan, (rf_stage)stage, bucket_size, &s));
+    ASSERT_OK(
+        rf_schedule_build(plan, (rf_stage)stage, bucket_size, rf_engine_pace(RF_MODE_FUSED), &s));
     for (int b = 0; b < s.bucket_count; b++) {
       const rf_bucket *bk = &s.buckets[b];
       memset(bytes, 0, (size_t)n * (size_t)n * sizeof *bytes);

@@ -139,13 +139,14 @@ static void test_fanout(void) {
 
 /* The schedule of an fp8 plan: chunk bytes are wire bytes and add up to the stage's; a chunk of
  * an fp8 piece holds whole blocks; no rank sends or receives more than a bucket. A bucket of
- * 20000 bytes holds one block (16388), so every 128-row band of two blocks is cut in two. */
-static void test_schedule(void) {
+ * 20000 bytes holds one block (16388), so every 128-row band of two blocks is cut in two,
+ * whichever the pace (a pair's share never cuts below a band). */
+static void test_schedule(rf_pace pace) {
   rf_layout lay;
   rf_plan plan;
   rf_schedule s;
   build(&lay, &plan, "fsdp=2", "tp=2", RF_ORDER_HF, RF_PLAN_P2P);
-  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 20000, &s));
+  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 20000, pace, &s));
   int64_t total = 0, fp8_chunks = 0;
   int world = lay.world_size;
   int64_t *sent = calloc((size_t)world * (size_t)s.bucket_count, sizeof *sent);
@@ -173,7 +174,7 @@ static void test_schedule(void) {
   free(received);
   rf_schedule_free(&s);
   /* With room for the whole plan the pieces stay whole. */
-  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 0, &s));
+  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 0, pace, &s));
   ASSERT_EQ(s.chunk_count, plan.piece_count);
   rf_schedule_free(&s);
   rf_plan_free(&plan);
@@ -208,7 +209,8 @@ int main(void) {
   test_destination();
   test_mixed();
   test_fanout();
-  test_schedule();
+  test_schedule(RF_PACE_PIECES);
+  test_schedule(RF_PACE_ROWS);
   test_digest();
   rf_model_free(&model);
   return 0;

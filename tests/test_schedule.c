@@ -1,10 +1,11 @@
 /* Schedule properties over the small shipped models (and tiny with tensors of three dtypes),
- * several layouts, every plan kind (each step of fanout's forward stage a schedule of its own)
- * and several bucket sizes: the chunks of every piece tile its box exactly, each chunk's bytes
- * in its tensor's own element size, no rank sends or receives more than a bucket's bytes in one
- * bucket, and the schedule is a pure function of plan, stage and bucket size (what lets every
- * rank build it alone and still agree), and a cursor's windows put together are the same
- * schedule. */
+ * several layouts, every plan kind (each step of fanout's forward stage a schedule of its own),
+ * several bucket sizes and both paces: the chunks of every piece tile its box exactly, each
+ * chunk's bytes in its tensor's own element size, no rank sends or receives more than a
+ * bucket's bytes in one bucket, a bucket closes only once every pair is out of room or at its
+ * pace, every pair keeps its pace, the schedule is a pure function of plan, stage, bucket size
+ * and pace (what lets every rank build it alone and still agree), and a cursor's windows put
+ * together are the same schedule. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,7 +43,7 @@ static const int window_sizes[] = {1, 7, 1000};
 static void check_windows(const rf_plan *plan, rf_stage stage, const rf_schedule *whole,
                           int max_chunks) {
   rf_schedule_cursor *c = NULL;
-  ASSERT_OK(rf_schedule_cursor_open(plan, stage, whole->bucket_size, &c));
+  ASSERT_OK(rf_schedule_cursor_open(plan, stage, whole->bucket_size, whole->pace, &c));
   int chunks = 0, buckets = 0;
   for (;;) {
     rf_schedule win;
@@ -52,6 +53,7 @@ static void check_windows(const rf_plan *plan, rf_stage stage, const rf_schedule
       break;
     }
     ASSERT_EQ(win.first_bucket, buckets);
+    ASSERT_EQ(win.pace, whole->pace);
     ASSERT_LE(buckets + win.bucket_count, whole->bucket_count);
     for (int b = 0; b < win.bucket_count; b++) {
       ASSERT_EQ(win.buckets[b].first + chunks, whole->buckets[buckets + b].first);
@@ -108,28 +110,76 @@ static void check_tiling(const rf_schedule *s, int first, int end, const rf_piec
 
 /* Buckets engage every pair: a bucket closes only once no rank pair with bytes still to send
  * has room in it for its next row, that is, its sender or its receiver holds more than a
- * bucket less one row. Buckets closed by a row wider than a whole bucket (cut along its
- * columns, a bucket a column range) are the exception. */
+ * bucket less one row, or the pair has kept pace: paced by rows, one more row would take its
+ * bytes placed so far past its target; paced by pieces, they have reached it. The target of
+ * bucket b is worked out here from the schedule's own chunks: b + 1 quotas, a quota a pair's
+ * remote bytes over B, B the buckets the busiest rank's remote bytes need, both rounded up (no
+ * target from bucket B - 1 on). Buckets closed by a row wider than a whole bucket (cut along
+ * its columns, a bucket a column range) are the exception.
+ *
+ * And the pairs keep pace: a pair's every chunk is a turn of its own (a turn places into one
+ * piece, and a pair cut short by room or pace waits for the next bucket), and before its last
+ * turn in a bucket the pair had not yet reached the bucket's target unless that was its first
+ * turn there. Paced by rows, that last turn placed no more than its target left it, or one
+ * row. */
 static void check_full(const rf_plan *plan, const rf_schedule *s) {
   const rf_layout *lay = plan->layout;
   int world = lay->world_size;
   int64_t *sent = calloc((size_t)world, sizeof *sent), *received = calloc((size_t)world, 8);
   int *next = malloc((size_t)world * world * sizeof *next); /* a pair's first chunk after b */
-  ASSERT_TRUE(sent && received && next);
+  /* A pair's remote bytes in all, then its quota; its bytes placed through bucket b. */
+  int64_t *quota = calloc((size_t)world * world, sizeof *quota);
+  int64_t *placed = calloc((size_t)world * world, sizeof *placed);
+  int64_t *in_bucket = calloc((size_t)world * world, sizeof *in_bucket);
+  int *last = malloc((size_t)world * world * sizeof *last); /* a pair's last chunk in b */
+  ASSERT_TRUE(sent && received && next && quota && placed && in_bucket && last);
   memset(next, -1, (size_t)world * world * sizeof *next);
+  for (int i = 0; i < s->chunk_count; i++) {
+    const rf_piece *p = &plan->pieces[s->chunks[i].piece];
+    int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
+    if (src != dst) {
+      quota[src * world + dst] += s->chunks[i].bytes;
+      placed[src * world + dst] += s->chunks[i].bytes;
+      sent[src] += s->chunks[i].bytes;
+      received[dst] += s->chunks[i].bytes;
+    }
+  }
+  int64_t busiest = 0;
+  for (int r = 0; r < world; r++)
+    busiest = RF_MAX(busiest, RF_MAX(sent[r], received[r]));
+  int64_t buckets = RF_MAX(1, (busiest + s->bucket_size - 1) / s->bucket_size);
+  for (int pair = 0; pair < world * world; pair++)
+    quota[pair] = RF_MAX(1, (quota[pair] + buckets - 1) / buckets);
   /* From the last bucket back, so that next[] holds each pair's first chunk of later buckets. */
   for (int b = s->bucket_count - 1; b >= 0; b--) {
     memset(sent, 0, (size_t)world * sizeof *sent);
     memset(received, 0, (size_t)world * sizeof *received);
+    memset(in_bucket, 0, (size_t)world * world * sizeof *in_bucket);
+    memset(last, -1, (size_t)world * world * sizeof *last);
     const rf_bucket *bk = &s->buckets[b];
     int cut_row = 0;
     for (int i = bk->first; i < bk->first + bk->count; i++) {
       const rf_piece *p = &plan->pieces[s->chunks[i].piece];
       cut_row |= s->chunks[i].box.hi[1] - s->chunks[i].box.lo[1] < p->box.hi[1] - p->box.lo[1];
       if (!rf_piece_is_local(plan, p)) {
-        sent[rf_piece_src_world(plan, p)] += s->chunks[i].bytes;
-        received[rf_piece_dst_world(plan, p)] += s->chunks[i].bytes;
+        int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
+        sent[src] += s->chunks[i].bytes;
+        received[dst] += s->chunks[i].bytes;
+        in_bucket[src * world + dst] += s->chunks[i].bytes;
+        last[src * world + dst] = i;
       }
+    }
+    for (int pair = 0; pair < world * world; pair++) {
+      if (last[pair] < 0)
+        continue;
+      const rf_chunk *k = &s->chunks[last[pair]];
+      int64_t target = b + 1 >= buckets ? INT64_MAX : (b + 1) * quota[pair];
+      int64_t before_last = placed[pair] - k->bytes;
+      ASSERT_TRUE(before_last < target || before_last == placed[pair] - in_bucket[pair]);
+      int64_t row = (k->box.hi[1] - k->box.lo[1]) *
+                    rf_tensor_esize(&lay->model->tensors[plan->pieces[k->piece].tensor]);
+      if (s->pace == RF_PACE_ROWS && target != INT64_MAX)
+        ASSERT_LE(k->bytes, RF_MAX(target - before_last, row));
     }
     for (int pair = 0; pair < world * world && !cut_row; pair++) {
       if (next[pair] < 0 || pair / world == pair % world)
@@ -137,7 +187,18 @@ static void check_full(const rf_plan *plan, const rf_schedule *s) {
       const rf_chunk *k = &s->chunks[next[pair]];
       int64_t row = (k->box.hi[1] - k->box.lo[1]) *
                     rf_tensor_esize(&lay->model->tensors[plan->pieces[k->piece].tensor]);
-      ASSERT_GT(RF_MAX(sent[pair / world], received[pair % world]) + row, s->bucket_size);
+      int full = RF_MAX(sent[pair / world], received[pair % world]) + row > s->bucket_size;
+      int64_t target = b + 1 >= buckets ? INT64_MAX : (b + 1) * quota[pair];
+      int paced =
+          placed[pair] >= target || (s->pace == RF_PACE_ROWS && placed[pair] + row > target);
+      ASSERT_TRUE(full || paced);
+    }
+    /* What the pairs placed in this bucket is not placed through bucket b - 1. */
+    for (int i = bk->first; i < bk->first + bk->count; i++) {
+      const rf_piece *p = &plan->pieces[s->chunks[i].piece];
+      if (!rf_piece_is_local(plan, p))
+        placed[rf_piece_src_world(plan, p) * world + rf_piece_dst_world(plan, p)] -=
+            s->chunks[i].bytes;
     }
     for (int i = bk->first + bk->count - 1; i >= bk->first; i--) {
       const rf_piece *p = &plan->pieces[s->chunks[i].piece];
@@ -147,25 +208,31 @@ static void check_full(const rf_plan *plan, const rf_schedule *s) {
   free(sent);
   free(received);
   free(next);
+  free(quota);
+  free(placed);
+  free(in_bucket);
+  free(last);
 }
 
 /* The schedule of a stage, or of one step of the forward stage (step >= 0). */
 static rf_status build(const rf_plan *plan, rf_stage stage, int step, int64_t bucket_size,
-                       rf_schedule *s) {
-  return step >= 0 ? rf_schedule_build_forward(plan, step, bucket_size, s)
-                   : rf_schedule_build(plan, stage, bucket_size, s);
+                       rf_pace pace, rf_schedule *s) {
+  return step >= 0 ? rf_schedule_build_forward(plan, step, bucket_size, pace, s)
+                   : rf_schedule_build(plan, stage, bucket_size, pace, s);
 }
 
 /* Everything one schedule promises, for one stage (or forward step) of one plan. Returns its
  * chunk count. */
-static int check_schedule(const rf_plan *plan, rf_stage stage, int step, int64_t bucket_size) {
+static int check_schedule(const rf_plan *plan, rf_stage stage, int step, int64_t bucket_size,
+                          rf_pace pace) {
   const rf_layout *lay = plan->layout;
   int first = step >= 0 ? plan->forward_first[step] : 0;
   int end = step >= 0 ? plan->forward_first[step + 1] : plan->piece_count;
   rf_schedule s;
-  ASSERT_OK(build(plan, stage, step, bucket_size, &s));
+  ASSERT_OK(build(plan, stage, step, bucket_size, pace, &s));
   ASSERT_EQ(s.stage, stage);
   ASSERT_EQ(s.bucket_size, bucket_size);
+  ASSERT_EQ(s.pace, pace);
 
   /* Buckets are non-empty, consecutive, in order, and cover every chunk once. */
   int stage_pieces = 0;
@@ -255,7 +322,7 @@ static int check_schedule(const rf_plan *plan, rf_stage stage, int step, int64_t
 
   /* A pure function: built again from the same plan, the same chunks and buckets. */
   rf_schedule again;
-  ASSERT_OK(build(plan, stage, step, bucket_size, &again));
+  ASSERT_OK(build(plan, stage, step, bucket_size, pace, &again));
   ASSERT_EQ(again.chunk_count, s.chunk_count);
   ASSERT_EQ(again.bucket_count, s.bucket_count);
   /* An empty stage has no arrays at all, and memcmp may not be given NULL even for 0 bytes. */
@@ -285,7 +352,7 @@ static void make_layout(rf_layout *lay, const rf_model *m, const layout_case *c)
 /* Two ranks that build everything on their own (model, layout, plan) get the same plan
  * digest and byte-identical schedules of both stages. */
 static void check_independent(const char *model, const layout_case *c, rf_plan_kind kind,
-                              int64_t bucket_size) {
+                              int64_t bucket_size, rf_pace pace) {
   rf_model m[2];
   rf_layout lay[2];
   rf_plan plan[2];
@@ -294,8 +361,8 @@ static void check_independent(const char *model, const layout_case *c, rf_plan_k
     ASSERT_OK(rf_model_load(model, &m[k]));
     make_layout(&lay[k], &m[k], c);
     ASSERT_OK(rf_plan_build(&plan[k], &lay[k], kind, NULL));
-    ASSERT_OK(rf_schedule_build(&plan[k], RF_STAGE_RESHAPE, bucket_size, &s[k][0]));
-    ASSERT_OK(rf_schedule_build(&plan[k], RF_STAGE_TRANSFER, bucket_size, &s[k][1]));
+    ASSERT_OK(rf_schedule_build(&plan[k], RF_STAGE_RESHAPE, bucket_size, pace, &s[k][0]));
+    ASSERT_OK(rf_schedule_build(&plan[k], RF_STAGE_TRANSFER, bucket_size, pace, &s[k][1]));
   }
   ASSERT_U64_EQ(plan[0].digest, plan[1].digest);
   for (int st = 0; st < 2; st++) {
@@ -371,7 +438,7 @@ static void test_tiny_by_hand(void) {
   ASSERT_EQ(p->box.lo[1], 0);
   ASSERT_EQ(p->box.hi[1], 32);
   rf_schedule s;
-  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 4096, &s));
+  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 4096, RF_PACE_PIECES, &s));
   check_first_piece(&plan, &s, 64, 4, 1);
   rf_schedule_free(&s);
   rf_plan_free(&plan);
@@ -402,7 +469,7 @@ static void test_tiny_mixed_by_hand(void) {
   ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
   ASSERT_EQ(plan.pieces[0].bytes, 256 * 32 * 4);
   rf_schedule s;
-  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 4096, &s));
+  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 4096, RF_PACE_PIECES, &s));
   check_first_piece(&plan, &s, 32, 8, 0);
   rf_schedule_free(&s);
   rf_plan_free(&plan);
@@ -410,7 +477,61 @@ static void test_tiny_mixed_by_hand(void) {
   rf_model_free(&m);
 }
 
+/* Pacing worked out by hand: one trainer rank sends two pieces of tiny's embedding (bf16, 8
+ * columns: 16 bytes a row) to two rollout ranks, 96 rows (1536 bytes) to one and 32 rows (512
+ * bytes) to the other, in buckets of 512 bytes. The sender needs B = 2048 / 512 = 4 buckets,
+ * so the quotas are 384 bytes (24 rows) and 128 bytes (8 rows). Paced by rows, each bucket
+ * carries 24 rows of the first piece and 8 of the second: a quarter of each pair, so the
+ * sender's two links work alike in all four buckets. Paced by pieces a piece is not cut at its
+ * share, and each pair here has one piece: the first fills bucket 0 by its room (32 rows),
+ * the second, now further behind, bucket 1 whole, and the first the last two. */
+static void test_pace_by_hand(void) {
+  rf_model m;
+  ASSERT_OK(rf_model_load("tiny", &m));
+  ASSERT_STR_EQ(m.tensors[0].name, "model.embed_tokens.weight");
+  ASSERT_EQ(rf_tensor_esize(&m.tensors[0]), 2);
+  rf_layout lay = {.model = &m, .trainer_ranks = 1, .rollout_ranks = 2, .world_size = 3};
+  lay.placement = RF_PLACEMENT_DISAGGREGATED;
+  rf_piece pieces[] = {{0, RF_STAGE_TRANSFER, 0, 0, {{0, 0}, {96, 8}}, 96 * 16},
+                       {0, RF_STAGE_TRANSFER, 0, 1, {{96, 0}, {128, 8}}, 32 * 16}};
+  rf_plan plan = {.kind = RF_PLAN_P2P, .layout = &lay, .piece_count = 2, .pieces = pieces};
+  /* {piece, first row, end row} of each chunk, bucket by bucket (two chunks a bucket). */
+  static const int rows[2][4][2][3] = {
+      {{{0, 0, 24}, {1, 96, 104}},
+       {{0, 24, 48}, {1, 104, 112}},
+       {{0, 48, 72}, {1, 112, 120}},
+       {{0, 72, 96}, {1, 120, 128}}},
+      {{{0, 0, 32}, {-1, 0, 0}},
+       {{1, 96, 128}, {-1, 0, 0}},
+       {{0, 32, 64}, {-1, 0, 0}},
+       {{0, 64, 96}, {-1, 0, 0}}},
+  };
+  for (int k = 0; k < 2; k++) {
+    rf_schedule s;
+    ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 512,
+                                k == 0 ? RF_PACE_ROWS : RF_PACE_PIECES, &s));
+    ASSERT_EQ(s.bucket_count, 4);
+    for (int b = 0; b < 4; b++) {
+      int count = rows[k][b][1][0] < 0 ? 1 : 2;
+      ASSERT_EQ(s.buckets[b].count, count);
+      for (int c = 0; c < count; c++) {
+        const rf_chunk *ch = &s.chunks[s.buckets[b].first + c];
+        ASSERT_EQ(ch->piece, rows[k][b][c][0]);
+        ASSERT_EQ(ch->box.lo[0], rows[k][b][c][1]);
+        ASSERT_EQ(ch->box.hi[0], rows[k][b][c][2]);
+        ASSERT_EQ(ch->box.lo[1], 0);
+        ASSERT_EQ(ch->box.hi[1], 8);
+        ASSERT_EQ(ch->bytes, (rows[k][b][c][2] - rows[k][b][c][1]) * 16);
+      }
+    }
+    check_full(&plan, &s);
+    rf_schedule_free(&s);
+  }
+  rf_model_free(&m);
+}
+
 int main(void) {
+  test_pace_by_hand();
   test_tiny_by_hand();
   test_tiny_mixed_by_hand();
   int schedules = 0;
@@ -428,17 +549,21 @@ int main(void) {
         for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++) {
           if (bucket_sizes[bi] == 4096 && mi > 0 && li > 0)
             continue;
-          for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
-            chunks += check_schedule(&plan, (rf_stage)stage, -1, bucket_sizes[bi]);
-            schedules++;
-          }
-          for (int step = 0; step < plan.forward_depth; step++) {
-            chunks += check_schedule(&plan, RF_STAGE_FORWARD, step, bucket_sizes[bi]);
-            schedules++;
+          for (int pace = RF_PACE_PIECES; pace <= RF_PACE_ROWS; pace++) {
+            for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
+              chunks += check_schedule(&plan, (rf_stage)stage, -1, bucket_sizes[bi], (rf_pace)pace);
+              schedules++;
+            }
+            for (int step = 0; step < plan.forward_depth; step++) {
+              chunks +=
+                  check_schedule(&plan, RF_STAGE_FORWARD, step, bucket_sizes[bi], (rf_pace)pace);
+              schedules++;
+            }
           }
         }
         rf_plan_free(&plan);
-        check_independent(models[mi], &layouts[li], (rf_plan_kind)kind, 65536);
+        for (int pace = RF_PACE_PIECES; pace <= RF_PACE_ROWS; pace++)
+          check_independent(models[mi], &layouts[li], (rf_plan_kind)kind, 65536, (rf_pace)pace);
       }
       rf_layout_free(&lay);
     }
@@ -455,10 +580,11 @@ int main(void) {
       rf_plan plan;
       ASSERT_OK(rf_plan_build(&plan, &lay, (rf_plan_kind)kind, NULL));
       for (size_t bi = 0; bi < RF_ARRAY_LEN(bucket_sizes); bi++)
-        for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
-          chunks += check_schedule(&plan, (rf_stage)stage, -1, bucket_sizes[bi]);
-          schedules++;
-        }
+        for (int pace = RF_PACE_PIECES; pace <= RF_PACE_ROWS; pace++)
+          for (int stage = RF_STAGE_RESHAPE; stage <= RF_STAGE_TRANSFER; stage++) {
+            chunks += check_schedule(&plan, (rf_stage)stage, -1, bucket_sizes[bi], (rf_pace)pace);
+            schedules++;
+          }
       rf_plan_free(&plan);
     }
     rf_layout_free(&lay);
@@ -467,7 +593,8 @@ int main(void) {
   printf("schedules checked: %d, chunks: %ld\n", schedules, chunks);
   /* Model, layout and bucket size: 3 * 5 * 5 less the 8 skipped; p2p, star and fanout two
    * stages each; fanout's forward steps: 1 (dp=2) and 2 (dp=4), 13 combinations each; then
-   * tiny with three dtypes: 5 layouts, p2p and star, 5 bucket sizes, two stages each. */
-  ASSERT_EQ(schedules, (3 * 5 * 5 - 2 * 4) * 3 * 2 + 13 * (1 + 2) + 5 * 2 * 5 * 2);
+   * tiny with three dtypes: 5 layouts, p2p and star, 5 bucket sizes, two stages each. Each of
+   * them paced both ways. */
+  ASSERT_EQ(schedules, 2 * ((3 * 5 * 5 - 2 * 4) * 3 * 2 + 13 * (1 + 2) + 5 * 2 * 5 * 2));
   return 0;
 }

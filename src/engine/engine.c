@@ -191,6 +191,10 @@ int rf_engine_joined_chunks(const rf_plan *plan, rf_mode mode, rf_wire wire, con
   return n;
 }
 
+rf_pace rf_engine_pace(rf_mode mode) {
+  return mode == RF_MODE_FUSED ? RF_PACE_ROWS : RF_PACE_PIECES;
+}
+
 const rf_schedule *engine_stage(const rf_engine *e, int i) {
   return i == 0 ? &e->reshape : i == 1 ? &e->transfer : &e->forward[i - 2];
 }
@@ -234,13 +238,14 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
   RF_TRY(check_fp8(e, tp));
   e->pack_timer.kind = e->unpack_timer.kind = e->memory;
   rf_layout_roles(plan->layout, world_rank, &e->trainer_rank, &e->rollout_rank);
-  RF_TRY(rf_schedule_build(plan, RF_STAGE_RESHAPE, bucket_size, &e->reshape));
-  RF_TRY(rf_schedule_build(plan, RF_STAGE_TRANSFER, bucket_size, &e->transfer));
+  RF_TRY(rf_schedule_build(plan, RF_STAGE_RESHAPE, bucket_size, rf_engine_pace(mode), &e->reshape));
+  RF_TRY(
+      rf_schedule_build(plan, RF_STAGE_TRANSFER, bucket_size, rf_engine_pace(mode), &e->transfer));
   e->forward = rf_calloc((size_t)plan->forward_depth + 1, sizeof *e->forward, "forward steps");
   if (!e->forward)
     return RF_ERR_NOMEM;
   for (int s = 0; s < plan->forward_depth; s++)
-    RF_TRY(rf_schedule_build_forward(plan, s, bucket_size, &e->forward[s]));
+    RF_TRY(rf_schedule_build_forward(plan, s, bucket_size, rf_engine_pace(mode), &e->forward[s]));
   RF_TRY(rf_rounds_build(plan, &e->transfer, e->forward, plan->forward_depth, &e->rounds));
   e->corrupt_round = engine_corrupt_round(e);
   RF_TRY(engine_fp8_blocks_init(e));

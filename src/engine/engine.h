@@ -259,6 +259,11 @@ rf_status rf_engine_staging_rule(const rf_plan *plan, rf_mode mode, rf_wire wire
  * (rf_piece_continues); 1 in fused and on a staged wire. */
 int rf_engine_joined_chunks(const rf_plan *plan, rf_mode mode, rf_wire wire, const rf_chunk *chunks,
                             int i, int end);
+/* How the schedule paces each rank pair over the buckets for `mode` (rf_pace): fused cuts
+ * pieces at a pair's target, since it sends a pair's chunks of a bucket as one message anyway;
+ * grouped and unfused post a message per chunk, so they keep pieces whole. refit simulate
+ * cuts its schedules by the same rule. */
+rf_pace rf_engine_pace(rf_mode mode);
 /* Over a mapping transport, whether each piece's source copies it into the destination's
  * memory (push, 1) or the destination reads it out of the source's (pull, 0): a JAX-order
  * trainer pushes (engine_mapped.c says why). */

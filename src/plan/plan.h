@@ -174,7 +174,7 @@ int rf_plan_forwarded_from(const rf_plan *plan, int tensor, int rollout_rank);
 /* ---- schedule ----------------------------------------------------------------------------
  *
  * The schedule: how one stage of a plan is cut into buckets, a pure function of the plan, the
- * stage and the bucket size, identical on every rank.
+ * stage, the bucket size and the pace, identical on every rank.
  *
  * A bucket bounds the bytes that any one rank sends, and any one rank receives, before the
  * next bucket starts: that is what bounds staging memory. A piece larger than what is left of
@@ -191,6 +191,22 @@ typedef struct {
   int first, count; /* chunks[first .. first+count) */
 } rf_bucket;
 
+/* How the schedule paces each rank pair over the buckets of a stage (schedule.c). A pair's
+ * quota is 1/B of its remote bytes in the stage, B the buckets that the busiest rank's remote
+ * bytes need (its bytes sent or received, over bucket_size), and by the end of bucket k the
+ * pair may have placed k + 1 quotas, its target. Every bucket then carries a slice of every
+ * pair and loads the stage's bottleneck links alike, instead of the first buckets filling some
+ * ranks' links and the last ones others'. The paces differ in what a cut costs the mode. */
+typedef enum {
+  /* A pair starts no new piece in a bucket once it has reached its target, but pieces stay
+   * whole (cut only where a bucket is full, as without pacing): grouped and unfused post one
+   * message per chunk, so cutting pieces at the target would add messages. */
+  RF_PACE_PIECES,
+  /* A pair stops at its target, cutting a piece by rows there: fused sends a pair's chunks of
+   * a bucket as one message, so the cut costs nothing. */
+  RF_PACE_ROWS
+} rf_pace;
+
 typedef struct {
   rf_stage stage;
   int64_t bucket_size; /* 0 = one bucket for the whole stage */
@@ -199,14 +215,16 @@ typedef struct {
   int bucket_count;
   rf_bucket *buckets;
   int first_bucket; /* the stage's number of buckets[0]: 0, except in a cursor's windows */
+  rf_pace pace;     /* last: tests build schedules with positional initializers */
 } rf_schedule;
 
-rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
+/* `pace` is the engine's for its mode (rf_engine_pace); bucket_size 0 is one bucket, unpaced. */
+rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size, rf_pace pace,
                             rf_schedule *out);
 /* One step of the forward stage (0 <= step < plan->forward_depth): step s forwards what step
  * s - 1 (or the transfer) delivered, a bucket as soon as its rows are there (rf_rounds). */
 rf_status rf_schedule_build_forward(const rf_plan *plan, int step, int64_t bucket_size,
-                                    rf_schedule *out);
+                                    rf_pace pace, rf_schedule *out);
 void rf_schedule_free(rf_schedule *s);
 
 /* The same schedule a window of whole buckets at a time, for callers that read a stage once
@@ -217,11 +235,11 @@ void rf_schedule_free(rf_schedule *s);
  * buckets means the stage is done. The caller frees each window with rf_schedule_free. */
 typedef struct rf_schedule_cursor rf_schedule_cursor;
 rf_status rf_schedule_cursor_open(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
-                                  rf_schedule_cursor **out);
+                                  rf_pace pace, rf_schedule_cursor **out);
 /* The same over fanout's forward step `step` (0 .. forward_depth - 1), as
  * rf_schedule_build_forward cuts it. */
 rf_status rf_schedule_cursor_open_forward(const rf_plan *plan, int step, int64_t bucket_size,
-                                          rf_schedule_cursor **out);
+                                          rf_pace pace, rf_schedule_cursor **out);
 rf_status rf_schedule_cursor_next(rf_schedule_cursor *c, int max_chunks, rf_schedule *out);
 void rf_schedule_cursor_close(rf_schedule_cursor *c);
 

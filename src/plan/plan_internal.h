@@ -60,6 +60,10 @@ typedef struct {
   int next, end;         /* order[next .. end): the pieces not yet wholly placed */
   rf_box rest;           /* what is left of order[next]; empty before it starts */
   int64_t placed, total; /* bytes of its pieces placed so far, and in all */
+  /* Pacing (rf_pace, schedule.c): its quota, the wire bytes it may place a bucket (INT64_MAX:
+   * unpaced), and its remote wire bytes placed so far. Both count wire bytes, which the buckets
+   * bound, where `placed` counts the pieces' own bytes for the turns' order. */
+  int64_t quota, paced;
 } sched_pair;
 
 typedef struct {

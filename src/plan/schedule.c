@@ -1,9 +1,23 @@
 /* Cutting a plan stage into buckets that bound every rank's bytes in flight. The buckets fill
  * pair by pair (schedule_pairs.c says why): the rank pair furthest behind places as much of
- * its next piece as its two ranks have room for in the open bucket, and the bucket closes
- * once no pair has room left. A closed bucket's chunks are put back in plan order. The whole
- * schedule (rf_schedule_build) is the cursor below run to the end in one step, so a caller
- * that reads the buckets a window at a time gets exactly the same chunks. */
+ * its next piece as its two ranks have room for in the open bucket, and its pace allows (below),
+ * and the bucket closes once every pair is out of room or at its pace. A closed bucket's chunks
+ * are put back in plan order. The whole schedule (rf_schedule_build) is the cursor below run to
+ * the end in one step, so a caller that reads the buckets a window at a time gets exactly the
+ * same chunks.
+ *
+ * Room alone lets the pairs of some ranks fill the first buckets and those of others the
+ * later ones, so a bucket may load one set of links and leave the bottleneck idle. Each pair is
+ * therefore paced (rf_pace) to 1/B of its remote bytes a bucket, its quota, B the buckets the
+ * busiest rank needs: by the end of bucket k it places up to its target, k + 1 quotas. The
+ * target is cumulative, not a quota per bucket, because a pair's bytes come in whole rows: held
+ * to its quota in each bucket alone, a pair whose quota is 1.7 rows places one row a bucket
+ * and needs 1.7 times the buckets of the busiest rank (Llama-3.2-1B to tp=2,dp=4 in 1 MiB
+ * buckets: 2,048, not 1,179); against its target, what it falls short of in one bucket it makes
+ * up in the next. With RF_PACE_ROWS the target bounds a pair as the room does, cutting a piece
+ * by rows; with RF_PACE_PIECES the pair only stops starting pieces there. Either way a pair
+ * places at least one row (or piece) in any bucket it has room in, so every pair progresses,
+ * and that last row (or piece) may take it past its target. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +30,9 @@ typedef struct {
   int64_t *sent, *received; /* this bucket's remote bytes per world rank */
   int world;
   int base; /* the schedule's number of s->buckets[0]: buckets already handed out */
+  rf_pace pace;
+  int64_t paced_buckets; /* B (sched_pair.quota); 0: unpaced */
+  int64_t turn_bytes;    /* remote bytes placed by the current turn */
 } builder;
 
 static int by_plan_order(const void *a, const void *b) {
@@ -63,31 +80,35 @@ static rf_status add_chunk(builder *b, int piece, const rf_box *box, int64_t byt
   if (src != dst) {
     b->sent[src] += bytes;
     b->received[dst] += bytes;
+    b->turn_bytes += bytes;
   }
   return RF_OK;
 }
 
 /* What one pair places of its current piece `index` into the open bucket: all of *rest, or
- * the rows of it that fit (then *blocked: the pair has no room left in this bucket), or
- * nothing (*blocked). A row larger than a whole bucket goes a bucket at a time along its
+ * the rows of it that fit its room and `share` (what its pace lets it place still, INT64_MAX
+ * when unpaced), then *blocked: the pair is done with this bucket, or nothing (*blocked). The
+ * share never holds it below one row, so that a pair ahead of its pace, or whose share is less
+ * than a row, still moves. A row larger than a whole bucket goes a bucket at a time along its
  * columns, opening buckets as it goes. *rest keeps what is left. */
 static rf_status place_rows(builder *b, const rf_plan *plan, int index, rf_box *rest, int src,
-                            int dst, int *blocked) {
+                            int dst, int64_t share, int *blocked) {
   const rf_piece *p = &plan->pieces[index];
   int64_t esize = rf_tensor_esize(&plan->layout->model->tensors[p->tensor]);
   int64_t limit = b->s->bucket_size;
   int64_t bytes = rf_box_numel(rest) * esize;
   int64_t room = limit - RF_MAX(b->sent[src], b->received[dst]);
-  if (limit == 0 || src == dst || bytes <= room) {
+  int64_t row_bytes = (rest->hi[1] - rest->lo[1]) * esize;
+  int64_t fit = RF_MIN(room, RF_MAX(share, row_bytes));
+  if (limit == 0 || src == dst || bytes <= fit) {
     RF_TRY(add_chunk(b, index, rest, bytes, src, dst));
     rest->hi[0] = rest->lo[0]; /* all placed */
     return RF_OK;
   }
-  int64_t row_bytes = (rest->hi[1] - rest->lo[1]) * esize;
   *blocked = 1;
-  if (room >= row_bytes) {
+  if (fit >= row_bytes) {
     rf_box part = *rest;
-    part.hi[0] = rest->lo[0] + room / row_bytes; /* as many whole rows as fit */
+    part.hi[0] = rest->lo[0] + fit / row_bytes; /* as many whole rows as fit */
     rest->lo[0] = part.hi[0];
     return add_chunk(b, index, &part, rf_box_numel(&part) * esize, src, dst);
   }
@@ -115,22 +136,23 @@ static rf_status place_rows(builder *b, const rf_plan *plan, int index, rf_box *
  * blocks at a time. A block (16,388 bytes) fits any bucket an fp8 job accepts
  * (RF_FP8_MIN_BUCKET). */
 static rf_status place_bands(builder *b, const rf_plan *plan, int index, rf_box *rest, int src,
-                             int dst, int *blocked) {
+                             int dst, int64_t share, int *blocked) {
   const rf_piece *p = &plan->pieces[index];
   int64_t limit = b->s->bucket_size;
   int64_t bytes = rf_piece_wire_bytes(plan, p, rest);
   int64_t room = limit - RF_MAX(b->sent[src], b->received[dst]);
-  if (limit == 0 || src == dst || bytes <= room) {
+  rf_box part = *rest; /* one band of 128 rows */
+  part.hi[0] = RF_MIN(rest->hi[0], rest->lo[0] + RF_FP8_BLOCK_EDGE);
+  int64_t band = rf_piece_wire_bytes(plan, p, &part);
+  int64_t fit = RF_MIN(room, RF_MAX(share, band)); /* at least a band, as place_rows a row */
+  if (limit == 0 || src == dst || bytes <= fit) {
     RF_TRY(add_chunk(b, index, rest, bytes, src, dst));
     rest->hi[0] = rest->lo[0];
     return RF_OK;
   }
-  rf_box part = *rest; /* one band of 128 rows */
-  part.hi[0] = RF_MIN(rest->hi[0], rest->lo[0] + RF_FP8_BLOCK_EDGE);
-  int64_t band = rf_piece_wire_bytes(plan, p, &part);
   *blocked = 1;
-  if (room >= band) {
-    part.hi[0] = RF_MIN(rest->hi[0], rest->lo[0] + room / band * RF_FP8_BLOCK_EDGE);
+  if (fit >= band) {
+    part.hi[0] = RF_MIN(rest->hi[0], rest->lo[0] + fit / band * RF_FP8_BLOCK_EDGE);
     rest->lo[0] = part.hi[0];
     return add_chunk(b, index, &part, rf_piece_wire_bytes(plan, p, &part), src, dst);
   }
@@ -151,9 +173,19 @@ static rf_status place_bands(builder *b, const rf_plan *plan, int index, rf_box 
   return RF_OK;
 }
 
+/* What a pair may have placed, in remote wire bytes, by the end of the stage's bucket
+ * `bucket`: bucket + 1 quotas (sched_pair); everything from bucket B - 1 on, where B quotas are
+ * its total at least, and for a pair that is not paced. */
+static int64_t pace_target(const builder *b, const sched_pair *pair, int bucket) {
+  if (pair->quota == INT64_MAX || bucket + 1 >= b->paced_buckets)
+    return INT64_MAX;
+  return (int64_t)(bucket + 1) * pair->quota; /* below total + B: no overflow */
+}
+
 /* One turn of the pair furthest behind: it places what it can of its next piece. When every
  * pair is blocked the bucket is full: the next one opens and they all try again. *more is 0
- * once the stage is done. */
+ * once the stage is done. A pair that has reached its target (pace_target) is blocked until
+ * the next bucket opens, whichever its pace; only RF_PACE_ROWS also cuts a piece at it. */
 static rf_status take_turn(builder *b, const rf_plan *plan, sched_pairs *q, int *more) {
   sched_pair *pair = sched_pairs_top(q);
   *more = 1;
@@ -172,10 +204,19 @@ static rf_status take_turn(builder *b, const rf_plan *plan, sched_pairs *q, int 
     pair->rest = p->box;
   /* Buckets opened so far (handed out or not): a change tells the blocked pairs to try again. */
   int blocked = 0, opened = b->base + b->s->bucket_count;
+  /* Paced by rows, what the pair may still place in this bucket; it may be 0 or less on the
+   * pair's first turn in a bucket, if it ran ahead in the last (place_rows still moves it). */
+  int64_t target = pace_target(b, pair, opened - 1);
+  int64_t share = b->pace == RF_PACE_ROWS && target != INT64_MAX ? target - pair->paced : INT64_MAX;
   int64_t before = rf_box_numel(&pair->rest);
+  b->turn_bytes = 0;
   if (!rf_box_is_empty(&pair->rest))
     RF_TRY((rf_piece_carries_fp8(plan, p) ? place_bands : place_rows)(
-        b, plan, index, &pair->rest, pair->src, pair->dst, &blocked));
+        b, plan, index, &pair->rest, pair->src, pair->dst, share, &blocked));
+  pair->paced += b->turn_bytes;
+  /* Against the bucket now open: a row cut along its columns opened buckets as it went. */
+  if (pair->paced >= pace_target(b, pair, b->base + b->s->bucket_count - 1))
+    blocked = 1;
   /* Shares count the piece's own bytes (not fp8's wire bytes), so they stay exact. */
   int64_t numel = rf_box_numel(&p->box);
   pair->placed += numel ? (before - rf_box_numel(&pair->rest)) * (p->bytes / numel) : 0;
@@ -206,9 +247,47 @@ void rf_schedule_cursor_close(rf_schedule_cursor *c) {
   free(c);
 }
 
+/* Each remote pair's quota (sched_pair): 1/B of its bytes, B the buckets that the busiest
+ * rank's remote bytes need, sent or received. In wire bytes, what the buckets bound (fp8's
+ * included). Local pairs, and every pair of a stage in one bucket, stay unpaced. The bucket's
+ * counters, zero before the first chunk, hold the ranks' totals meanwhile. */
+static void set_pace(rf_schedule_cursor *c) {
+  const rf_plan *plan = c->plan;
+  sched_pairs *q = &c->q;
+  int64_t size = c->s.bucket_size, busiest = 0;
+  if (size == 0)
+    return;
+  for (int k = 0; k < q->pair_count; k++) {
+    sched_pair *pair = &q->pairs[k];
+    if (pair->src == pair->dst)
+      continue;
+    int64_t wire = 0;
+    for (int i = pair->next; i < pair->end; i++) {
+      const rf_piece *p = &plan->pieces[q->order[i]];
+      wire += rf_piece_wire_bytes(plan, p, &p->box);
+    }
+    pair->quota = wire; /* its total, until B is known */
+    c->b.sent[pair->src] += wire;
+    c->b.received[pair->dst] += wire;
+  }
+  for (int r = 0; r < c->b.world; r++) {
+    busiest = RF_MAX(busiest, c->b.sent[r]);
+    busiest = RF_MAX(busiest, c->b.received[r]);
+  }
+  int64_t buckets = RF_MAX(1, busiest / size + (busiest % size != 0));
+  c->b.paced_buckets = buckets;
+  for (int k = 0; k < q->pair_count; k++) {
+    sched_pair *pair = &q->pairs[k];
+    if (pair->src != pair->dst)
+      pair->quota = RF_MAX(1, pair->quota / buckets + (pair->quota % buckets != 0));
+  }
+  memset(c->b.sent, 0, (size_t)c->b.world * sizeof *c->b.sent);
+  memset(c->b.received, 0, (size_t)c->b.world * sizeof *c->b.received);
+}
+
 /* A cursor over the pieces [first, end) of `stage`. */
 static rf_status cursor_open(const rf_plan *plan, rf_stage stage, int first, int end,
-                             int64_t bucket_size, rf_schedule_cursor **out) {
+                             int64_t bucket_size, rf_pace pace, rf_schedule_cursor **out) {
   rf_schedule_cursor *c = rf_calloc(1, sizeof *c, "a schedule cursor");
   *out = NULL;
   if (!c)
@@ -218,12 +297,15 @@ static rf_status cursor_open(const rf_plan *plan, rf_stage stage, int first, int
   c->more = 1;
   c->s.stage = stage;
   c->s.bucket_size = bucket_size;
-  c->b = (builder){&c->s, 0, 0, NULL, NULL, plan->layout->world_size, 0};
+  c->s.pace = pace;
+  c->b = (builder){&c->s, 0, 0, NULL, NULL, plan->layout->world_size, 0, pace, 0, 0};
   c->b.sent = rf_calloc((size_t)c->b.world, sizeof *c->b.sent, "schedule counters");
   c->b.received = rf_calloc((size_t)c->b.world, sizeof *c->b.received, "schedule counters");
   rf_status st = c->b.sent && c->b.received ? open_bucket(&c->b) : RF_ERR_NOMEM;
   if (st == RF_OK)
     st = sched_pairs_open(&c->q, plan, stage, first, end);
+  if (st == RF_OK)
+    set_pace(c);
   if (st != RF_OK) {
     rf_schedule_cursor_close(c);
     return st;
@@ -233,8 +315,8 @@ static rf_status cursor_open(const rf_plan *plan, rf_stage stage, int first, int
 }
 
 rf_status rf_schedule_cursor_open(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
-                                  rf_schedule_cursor **out) {
-  return cursor_open(plan, stage, 0, plan->piece_count, bucket_size, out);
+                                  rf_pace pace, rf_schedule_cursor **out) {
+  return cursor_open(plan, stage, 0, plan->piece_count, bucket_size, pace, out);
 }
 
 /* Hands the closed buckets to `out` and keeps the open one, renumbered from 0 here and from
@@ -263,6 +345,7 @@ rf_status rf_schedule_cursor_next(rf_schedule_cursor *c, int max_chunks, rf_sche
   memset(out, 0, sizeof *out);
   out->stage = c->stage;
   out->bucket_size = c->s.bucket_size;
+  out->pace = c->s.pace;
   out->first_bucket = c->b.base;
   rf_schedule *s = &c->s;
   /* Never before a bucket has closed, so that every window holds at least one bucket; the
@@ -282,16 +365,17 @@ rf_status rf_schedule_cursor_next(rf_schedule_cursor *c, int max_chunks, rf_sche
   memset(s, 0, sizeof *s);
   s->stage = out->stage;
   s->bucket_size = out->bucket_size;
+  s->pace = out->pace;
   c->b.base += out->bucket_count;
   return RF_OK;
 }
 
 /* The pieces [first, end) of `stage` into buckets, in one window. */
 static rf_status build(const rf_plan *plan, rf_stage stage, int first, int end, int64_t bucket_size,
-                       rf_schedule *out) {
+                       rf_pace pace, rf_schedule *out) {
   memset(out, 0, sizeof *out);
   rf_schedule_cursor *c = NULL;
-  RF_TRY(cursor_open(plan, stage, first, end, bucket_size, &c));
+  RF_TRY(cursor_open(plan, stage, first, end, bucket_size, pace, &c));
   rf_status st = rf_schedule_cursor_next(c, INT_MAX, out);
   rf_schedule_cursor_close(c);
   if (st != RF_OK)
@@ -299,28 +383,28 @@ static rf_status build(const rf_plan *plan, rf_stage stage, int first, int end, 
   return st;
 }
 
-rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size,
+rf_status rf_schedule_build(const rf_plan *plan, rf_stage stage, int64_t bucket_size, rf_pace pace,
                             rf_schedule *out) {
-  return build(plan, stage, 0, plan->piece_count, bucket_size, out);
+  return build(plan, stage, 0, plan->piece_count, bucket_size, pace, out);
 }
 
 rf_status rf_schedule_cursor_open_forward(const rf_plan *plan, int step, int64_t bucket_size,
-                                          rf_schedule_cursor **out) {
+                                          rf_pace pace, rf_schedule_cursor **out) {
   *out = NULL;
   if (step < 0 || step >= plan->forward_depth)
     return rf_fail(RF_ERR_INTERNAL, "schedule: forward step %d of a plan with %d steps", step,
                    plan->forward_depth);
   return cursor_open(plan, RF_STAGE_FORWARD, plan->forward_first[step],
-                     plan->forward_first[step + 1], bucket_size, out);
+                     plan->forward_first[step + 1], bucket_size, pace, out);
 }
 
 rf_status rf_schedule_build_forward(const rf_plan *plan, int step, int64_t bucket_size,
-                                    rf_schedule *out) {
+                                    rf_pace pace, rf_schedule *out) {
   if (step < 0 || step >= plan->forward_depth)
     return rf_fail(RF_ERR_INTERNAL, "schedule: forward step %d of a plan with %d steps", step,
                    plan->forward_depth);
   return build(plan, RF_STAGE_FORWARD, plan->forward_first[step], plan->forward_first[step + 1],
-               bucket_size, out);
+               bucket_size, pace, out);
 }
 
 void rf_schedule_free(rf_schedule *s) {

@@ -9,6 +9,7 @@
  * pair has room left in it: every sender and receiver of the stage works in every bucket.
  * Within a bucket the schedule puts the chunks back in plan order (schedule.c), so runs that
  * continue each other in memory still join into one message. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,6 +131,7 @@ rf_status sched_pairs_open(sched_pairs *q, const rf_plan *plan, rf_stage stage, 
       np->src = rf_piece_src_world(plan, piece);
       np->dst = rf_piece_dst_world(plan, piece);
       np->next = np->end = i;
+      np->quota = INT64_MAX; /* unpaced until the schedule says otherwise */
     }
     q->pairs[p].end++;
     q->pairs[p].total += piece->bytes;

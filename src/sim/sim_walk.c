@@ -296,8 +296,10 @@ static rf_status walk_bucket(walker *w, const rf_schedule *s, int b, int keep_op
 static rf_status walk_stage(walker *w, rf_stage stage, int step, int64_t bucket_size) {
   rf_schedule_cursor *c = NULL;
   w->step = RF_MAX(step, 0);
-  RF_TRY(step >= 0 ? rf_schedule_cursor_open_forward(w->plan, step, bucket_size, &c)
-                   : rf_schedule_cursor_open(w->plan, stage, bucket_size, &c));
+  RF_TRY(
+      step >= 0
+          ? rf_schedule_cursor_open_forward(w->plan, step, bucket_size, rf_engine_pace(w->mode), &c)
+          : rf_schedule_cursor_open(w->plan, stage, bucket_size, rf_engine_pace(w->mode), &c));
   rf_status st = RF_OK;
   for (;;) {
     rf_schedule win;
@@ -365,9 +367,10 @@ static rf_status walk_rounds(walker *w, int64_t bucket_size) {
   round_walk r = {.forward = rf_calloc((size_t)depth + 1, sizeof *r.forward, "forward steps")};
   rf_status st = r.forward ? RF_OK : RF_ERR_NOMEM;
   if (st == RF_OK)
-    st = rf_schedule_build(plan, RF_STAGE_TRANSFER, bucket_size, &r.transfer);
+    st = rf_schedule_build(plan, RF_STAGE_TRANSFER, bucket_size, rf_engine_pace(w->mode),
+                           &r.transfer);
   for (int s = 0; st == RF_OK && s < depth; s++)
-    st = rf_schedule_build_forward(plan, s, bucket_size, &r.forward[s]);
+    st = rf_schedule_build_forward(plan, s, bucket_size, rf_engine_pace(w->mode), &r.forward[s]);
   if (st == RF_OK)
     st = rf_rounds_build(plan, &r.transfer, r.forward, depth, &r.rounds);
   /* The staging the engine allocates for these rounds, and grouped's early ends of a group. */
@@ -375,9 +378,9 @@ static rf_status walk_rounds(walker *w, int64_t bucket_size) {
   int64_t *most = rf_calloc(4 * world + 1, sizeof *most, "staging per rank");
   w->rule_staging = rf_calloc(world + 1, sizeof *w->rule_staging, "staging per rank");
   if (st == RF_OK)
-    st = most && w->rule_staging
-             ? rf_schedule_build(plan, RF_STAGE_RESHAPE, bucket_size, &r.reshape)
-             : RF_ERR_NOMEM;
+    st = most && w->rule_staging ? rf_schedule_build(plan, RF_STAGE_RESHAPE, bucket_size,
+                                                     rf_engine_pace(w->mode), &r.reshape)
+                                 : RF_ERR_NOMEM;
   if (st == RF_OK)
     st = rf_engine_staging_rule(plan, w->mode, w->wire, &r.reshape, &r.transfer, r.forward,
                                 &r.rounds, most, &r.breaks);
