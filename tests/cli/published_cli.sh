@@ -8,14 +8,14 @@ job=(--model llama-3.1-8b --trainer fsdp=1,tp=8 --rollout tp=8 --cluster h100-hg
 label="JAX-vLLM bridge (NVIDIA/JAX-Toolbox #1797)"
 H5="$TMP/published.h5"
 
-# The text output names the reference and each mode's ratio: 65.86 ms / 187 ms and
-# 41.66 ms / 187 ms.
+# The text output names the reference and each mode's ratio: 40.48 ms / 187 ms and
+# 41.64 ms / 187 ms.
 expect_exit 0 "$REFIT" simulate "${job[@]}" --mode grouped,fused --published-s 0.187 \
   --published-label "$label" --output "$H5"
 expect_grep "published        0.187 s ($label)" "$TMP/out"
 [ "$(grep -c '^  published      predicted / published ' "$TMP/out")" = 2 ] ||
   fail "two modes should print their ratio: $(cat "$TMP/out")"
-expect_grep "  published      predicted / published 0.352" "$TMP/out"
+expect_grep "  published      predicted / published 0.216" "$TMP/out"
 expect_grep "  published      predicted / published 0.223" "$TMP/out"
 
 # A prediction of the same job without a reference is listed, with its published cells empty,
@@ -40,15 +40,15 @@ cat >"$TMP/want" <<EOF
 
 | file | run | model | trainer | rollout | cluster | plan | mode | bucket_size_bytes | fits | predicted_ms | published_ms | published_label | ratio |
 |---:|---:|---|---|---|---|---|---|---:|---|---:|---:|---|---:|
-| 1 | 0 | llama-3.1-8b | fsdp=1,tp=8 | tp=8 | h100-hgx | p2p | grouped | 268435456 | yes | 65.860 | 187.000 | $label | 0.352 |
-| 1 | 1 | llama-3.1-8b | fsdp=1,tp=8 | tp=8 | h100-hgx | p2p | fused | 268435456 | yes | 41.660 | 187.000 | $label | 0.223 |
-| 1 | 2 | llama-3.1-8b | fsdp=1,tp=8 | tp=8 | h100-hgx | star | unfused | 268435456 | yes | 129.805 | - |  | - |
+| 1 | 0 | llama-3.1-8b | fsdp=1,tp=8 | tp=8 | h100-hgx | p2p | grouped | 268435456 | yes | 40.480 | 187.000 | $label | 0.216 |
+| 1 | 1 | llama-3.1-8b | fsdp=1,tp=8 | tp=8 | h100-hgx | p2p | fused | 268435456 | yes | 41.635 | 187.000 | $label | 0.223 |
+| 1 | 2 | llama-3.1-8b | fsdp=1,tp=8 | tp=8 | h100-hgx | star | unfused | 268435456 | yes | 128.589 | - |  | - |
 
 ## Published refits: refit's best prediction beside each
 
 | file | published_label | model | trainer | rollout | cluster | published_ms | runs | best_plan | best_mode | best_bucket_size_bytes | best_fits | predicted_ms | ratio |
 |---:|---|---|---|---|---|---:|---:|---|---|---:|---|---:|---:|
-| 1 | $label | llama-3.1-8b | fsdp=1,tp=8 | tp=8 | h100-hgx | 187.000 | 2 | p2p | fused | 268435456 | yes | 41.660 | 0.223 |
+| 1 | $label | llama-3.1-8b | fsdp=1,tp=8 | tp=8 | h100-hgx | 187.000 | 2 | p2p | grouped | 268435456 | yes | 40.480 | 0.216 |
 
 EOF
 diff "$TMP/want" "$TMP/section" >"$TMP/diff" || fail "report.md's prediction tables differ: $(cat "$TMP/diff")"
@@ -57,15 +57,15 @@ diff "$TMP/want" "$TMP/section" >"$TMP/diff" || fail "report.md's prediction tab
 expect_grep ">Published refits: refit's best prediction beside each</h2>" "$TMP/rep/report.html"
 
 # The best prediction is one whose memory fits: Qwen3-235B-A22B 8:8 on H100 (the vLLM row) in
-# one whole-stage bucket is faster (1258.487 ms) but stages more than an 80 GB GPU holds, so
-# 4 MiB buckets' 2483.061 ms, slower but fitting, are the ones set beside the published 3.2 s.
+# one whole-stage bucket is faster (1258.361 ms) but stages more than an 80 GB GPU holds, so
+# 4 MiB buckets' 1391.695 ms, slower but fitting, are the ones set beside the published 3.2 s.
 q=(--model qwen3-235b-a22b --trainer fsdp=8 --rollout tp=8,ep --cluster h100-hgx --mode fused
   --published-s 3.2 --published-label vllm --output "$TMP/q.h5")
 expect_exit 0 "$REFIT" simulate "${q[@]}" --bucket-size 0
 expect_exit 0 "$REFIT" simulate "${q[@]}" --bucket-size 4MiB
 expect_exit 0 "$REFIT" report "$TMP/q.h5" -o "$TMP/repq"
-expect_grep "| 1 | 0 | qwen3-235b-a22b | fsdp=8,tp=1 | tp=8,ep | h100-hgx | p2p | fused | 0 | no | 1258.487 | 3200.000 | vllm | 0.393 |" "$TMP/repq/report.md"
-expect_grep "| 1 | vllm | qwen3-235b-a22b | fsdp=8,tp=1 | tp=8,ep | h100-hgx | 3200.000 | 2 | p2p | fused | 4194304 | yes | 2483.061 | 0.776 |" "$TMP/repq/report.md"
+expect_grep "| 1 | 0 | qwen3-235b-a22b | fsdp=8,tp=1 | tp=8,ep | h100-hgx | p2p | fused | 0 | no | 1258.361 | 3200.000 | vllm | 0.393 |" "$TMP/repq/report.md"
+expect_grep "| 1 | vllm | qwen3-235b-a22b | fsdp=8,tp=1 | tp=8,ep | h100-hgx | 3200.000 | 2 | p2p | fused | 4194304 | yes | 1391.695 | 0.435 |" "$TMP/repq/report.md"
 
 if command -v h5dump >/dev/null; then
   h5dump -a /runs/0001/published_s -a /runs/0001/published_label "$H5" >"$TMP/attrs"
