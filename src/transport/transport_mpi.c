@@ -225,6 +225,8 @@ static rf_status mpi_wait_range(rf_transport *tp, long from, long upto, const ch
   int n = 0;
   while (n < s->count && s->requests[n] == MPI_REQUEST_NULL)
     n++;
+  if (n == 0)
+    return RF_OK; /* nothing completed at the front (requests may still be NULL: none posted) */
   memmove(s->requests, s->requests + n, (size_t)(s->count - n) * sizeof *s->requests);
   s->count -= n;
   s->first_ticket += n;
