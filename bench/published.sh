@@ -6,9 +6,11 @@
 #
 #   bench/published.sh [OUTDIR]        default OUTDIR: build/published
 # Environment: BUILD (build dir, default build), MD (the table, default results/published.md),
-# TABLE (the rows, default configs/published/refits.json). About 4 minutes and 2.5 GB on the
-# 2-core VM (246 s measured while other builds ran); the rows whose every plan and bucket size
-# would take longer simulate fewer, as their "bench" entries say.
+# TABLE (the rows, default configs/published/refits.json). About an hour on the
+# 2-core VM (measured while a sanitizer build and the tests shared its cores), most of it the
+# DeepSeek-V3 and Kimi-K2 rows, whose fused buckets' flows the simulation carries from one
+# unit to the next; the rows whose every plan and bucket size would take longer simulate fewer,
+# as their "bench" entries say.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
