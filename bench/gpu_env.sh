@@ -58,3 +58,14 @@ if [ -d carry/deps/usr/include ]; then
   ln -sfn /usr/lib/x86_64-linux-gnu/libxxhash.so.0 $lib/libxxhash.so
   export PKG_CONFIG_SYSROOT_DIR=$PWD/carry/deps PKG_CONFIG_PATH=$PWD/$lib/pkgconfig
 fi
+# gpu_tests: builds build-gpu (build_gpu), names the GPU in OUT/gpu.txt and runs the GPU tests
+# into OUT/ctest_gpu.txt, their verdicts into the summary; returns 1 if the build failed.
+gpu_tests() {
+  build_gpu || return 1
+  log "built"
+  nvidia-smi --query-gpu=name,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
+  export REFIT_MODEL_DIR=$PWD/configs/models
+  (cd build-gpu && timeout 200 ctest -L gpu --output-on-failure) >"$OUT/ctest_gpu.txt" 2>&1
+  log "ctest -L gpu: exit $?"
+  grep -E "Test +#|tests passed|Failed" "$OUT/ctest_gpu.txt" | tee -a "$OUT/summary.txt"
+}

@@ -10,12 +10,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:?}
 mkdir -p "$OUT"
 . bench/gpu_env.sh
-build_gpu || exit 1
-log "built"
-nvidia-smi --query-gpu=name,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
-export REFIT_MODEL_DIR=$PWD/configs/models
-(cd build-gpu && timeout 200 ctest -L gpu --output-on-failure) >"$OUT/ctest_gpu.txt" 2>&1
-log "ctest -L gpu: exit $?"; grep -E "Test +#|tests passed|Failed" "$OUT/ctest_gpu.txt" | tee -a "$OUT/summary.txt"
+gpu_tests || exit 1
 R=build-gpu/refit
 JOB_TAIL=10 JOB_TIMEOUT=150 job auto-ipc-dp2 "${MPI[@]}" -np 3 $R run --model llama-3.2-1b --trainer fsdp=1 \
   --rollout tp=1,dp=2 --transport ipc --verify full --mode grouped,fused --iters 3 --timeout 60
