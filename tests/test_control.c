@@ -449,6 +449,33 @@ static void test_collective_timeout(const job *j) {
   rf_layout_free(&lay);
 }
 
+/* ---- local work longer than the timeout ------------------------------------------------- */
+
+/* The last rank works for three times the timeout, ticking; the others join the agreement at
+ * once and wait it out without timing out, then all get the busy rank's status. */
+static void test_busy(const job *j) {
+  rf_layout lay;
+  make_layout(&lay, j);
+  rf_control ctl;
+  ASSERT_OK(rf_control_init(&ctl, &lay, 10.0));
+  ctl.timeout = 0.5;
+  int busy = rank == size - 1;
+  for (int round = 0; round < 2; round++) {
+    double t0 = rf_now();
+    rf_control_busy_begin(&ctl);
+    while (busy && rf_now() - t0 < 1.5) {
+      rf_control_busy(&ctl);
+      usleep(20000);
+    }
+    rf_status local = busy && round == 1 ? RF_ERR_IO : RF_OK;
+    ASSERT_STATUS(rf_control_agree_busy(&ctl, local), round == 1 ? RF_ERR_IO : RF_OK);
+    ASSERT_TRUE(rf_now() - t0 >= 1.5);
+    ASSERT_TRUE(!ctl.timed_out);
+  }
+  rf_control_free(&ctl);
+  rf_layout_free(&lay);
+}
+
 /* ---- (vi) the quiet-log switch nests --------------------------------------------------- */
 
 static void test_quiet_nests(void) {
@@ -527,6 +554,8 @@ int main(int argc, char **argv) {
   test_notice(first);
   test_hold(first);
   test_collectives(first);
+  if (size <= 4) /* the same on every size; each run takes 3 s */
+    test_busy(first);
   test_quiet_nests();
   test_timeout(first);            /* it leaves rank 0's control plane unusable */
   test_collective_timeout(first); /* last: its barrier stays pending on every rank but one */

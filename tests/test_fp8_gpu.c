@@ -341,6 +341,36 @@ static void test_checksum(void) {
   checksum_case("a shard starting mid-word", 300, 333, (rf_box){{128, 131}, {300, 333}}, 341, 0);
 }
 
+/* The comparison behind the device check: rows of got (in a wider buffer) against want, with
+ * differences planted at a row's first and last element, in every byte of a 4-byte element
+ * and in none of some rows; the counts per row are exact. */
+static void test_compare_rows(int esize) {
+  const int64_t rows = 300, cols = 2049, pitch = 2100;
+  size_t wb = (size_t)(rows * cols * esize), gb = (size_t)(rows * pitch * esize);
+  char *want = random_host(wb), *got = malloc(gb);
+  ASSERT_TRUE(got != NULL);
+  int64_t expect[300] = {0};
+  for (int64_t r = 0; r < rows; r++)
+    memcpy(got + r * pitch * esize, want + r * cols * esize, (size_t)(cols * esize));
+  for (int64_t r = 0; r < rows; r += 7) {
+    int64_t c[3] = {0, cols - 1, rng_range(1, cols - 2)};
+    for (int k = 0; k < 3; k++) {
+      char *at = got + (r * pitch + c[k]) * esize + (k == 2 ? esize - 1 : 0);
+      *at ^= 0x10; /* the last byte of an element, for 4-byte elements */
+    }
+    expect[r] = 3;
+  }
+  void *dg = device_copy_of(got, gb), *dw = device_copy_of(want, wb);
+  int64_t counts[300];
+  ASSERT_OK(rf_gpu_compare_rows(dg, pitch, dw, cols, rows, cols, esize, counts));
+  for (int64_t r = 0; r < rows; r++)
+    ASSERT_EQ(counts[r], expect[r]);
+  rf_mem_free(RF_MEM_DEVICE, dg, gb);
+  rf_mem_free(RF_MEM_DEVICE, dw, wb);
+  free(got);
+  free(want);
+}
+
 int main(void) {
   if (!rf_gpu_built()) {
     printf("test_fp8_gpu: skipped: this build has no CUDA\n");
@@ -359,6 +389,8 @@ int main(void) {
   test_refused(RF_DTYPE_BF16, 0x7fc0, 1);
   test_refused(RF_DTYPE_FP16, 0xfc00, 0);
   test_checksum();
+  test_compare_rows(1);
+  test_compare_rows(4);
   printf("test_fp8_gpu: ok\n");
   return 0;
 }

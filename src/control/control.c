@@ -184,7 +184,7 @@ static rf_status create_comms(rf_control *ctl, const rf_layout *lay) {
 rf_status rf_control_init(rf_control *ctl, const rf_layout *lay, double timeout) {
   memset(ctl, 0, sizeof *ctl);
   ctl->world = ctl->trainer = ctl->rollout = ctl->node = ctl->notice = MPI_COMM_NULL;
-  ctl->notice_recv = MPI_REQUEST_NULL;
+  ctl->notice_recv = ctl->tick = MPI_REQUEST_NULL;
   ctl->trainer_rank = ctl->rollout_rank = -1;
   ctl->timeout = timeout;
   int initialized = 0;
@@ -229,7 +229,7 @@ void rf_control_attach(rf_control *ctl, MPI_Comm world, double timeout) {
   memset(ctl, 0, sizeof *ctl);
   ctl->world = world;
   ctl->trainer = ctl->rollout = ctl->node = ctl->notice = MPI_COMM_NULL;
-  ctl->notice_recv = MPI_REQUEST_NULL;
+  ctl->notice_recv = ctl->tick = MPI_REQUEST_NULL;
   ctl->trainer_rank = ctl->rollout_rank = -1;
   ctl->timeout = timeout;
   ctl->borrowed = 1;

@@ -34,6 +34,11 @@ typedef struct {
   int peer_failed; /* a notice arrived: every watched wait now ends with RF_ERR_PEER */
   int holding;     /* rf_control_hold: this rank's error line is held in `held` */
   char held[1024];
+  /* rf_control_busy: the one tick this rank may have posted, its buffers, when it was posted
+   * and whether this rank is in local work */
+  MPI_Request tick;
+  int tick_in, tick_out, busy;
+  double tick_last;
 } rf_control;
 
 /* What each rank believes the job is; the handshake compares these. */
@@ -75,6 +80,16 @@ rf_status rf_control_agree(rf_control *ctl, rf_status local);
  * status, only the lowest failing rank prints its line; where they failed differently, each
  * prints its own. Only for local work: a wait inside would hold its timeout line too. */
 void rf_control_hold(rf_control *ctl);
+
+/* Local work of any length between two agreements (control_busy.c): a rank calls
+ * rf_control_busy_begin before it, rf_control_busy (a void * callback, rf_engine_set_progress)
+ * often during it, and rf_control_agree_busy, on every rank, instead of rf_control_agree
+ * after it. Busy ranks tick at least once a second (or every quarter of the timeout), so the
+ * ranks that finished first wait without their timeout running out on a peer that is still
+ * working; a peer that stops ticking for a timeout still ends the job. */
+void rf_control_busy_begin(rf_control *ctl);
+void rf_control_busy(void *ctl);
+rf_status rf_control_agree_busy(rf_control *ctl, rf_status local);
 
 /* Failure notices. A rank that fails where its peers may be waiting for its messages (inside
  * an iteration) calls rf_control_notify before it joins the status agreement: it sends its

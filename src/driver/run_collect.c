@@ -12,9 +12,13 @@ rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_che
   int nt = m->tensor_count, replicas = job->rollout.dp;
   res->wrong = -1;
   res->checksum_bad = -1;
+  /* The checks are local work that grows with the model: the ranks tick while they run, so
+   * that a rank done early waits for the others without its timeout running out. */
+  rf_engine_set_progress(e, rf_control_busy, ctl);
   if (full) {
+    rf_control_busy_begin(ctl);
     int64_t wrong = rf_engine_check(e, ck), total = 0;
-    RF_TRY(rf_control_agree(ctl, wrong < 0 ? RF_ERR_IO : RF_OK));
+    RF_TRY(rf_control_agree_busy(ctl, wrong < 0 ? RF_ERR_IO : RF_OK));
     RF_TRY(rf_control_reduce(ctl, ctl->world, &wrong, &total, 1, MPI_INT64_T, MPI_SUM,
                              "the element check"));
     res->wrong = total;
@@ -27,8 +31,10 @@ rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_che
   free(rec->verdicts);
   rec->verdicts = ctl->world_rank == 0 ? rf_calloc((size_t)nt, 1, "checksum verdicts") : NULL;
   rf_status st = local && sum && (rec->verdicts || ctl->world_rank != 0) ? RF_OK : RF_ERR_NOMEM;
-  if (st == RF_OK)
-    st = rf_control_agree(ctl, rf_engine_checksums(e, local, local + nt));
+  if (st == RF_OK) {
+    rf_control_busy_begin(ctl);
+    st = rf_control_agree_busy(ctl, rf_engine_checksums(e, local, local + nt));
+  }
   if (st == RF_OK)
     st = rf_control_reduce(ctl, ctl->world, local, sum, (int)n, MPI_UINT64_T, MPI_SUM,
                            "the checksums");

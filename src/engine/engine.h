@@ -169,6 +169,9 @@ typedef struct {
    * end brings their last piece (engine_fp8.c), and the next one to quantize. */
   struct rf_fp8_block *fp8_blocks;
   int fp8_block_count, fp8_next;
+  /* rf_engine_set_progress: called between tensors of the checks */
+  void (*progress)(void *ctx);
+  void *progress_ctx;
 } rf_engine;
 
 /* Builds the schedules of one mode over the job's buffers and allocates the staging. */
@@ -197,6 +200,10 @@ rf_status rf_engine_abandon(rf_engine *e);
  * counting each element once per group (the lowest rank holding a replicated box). */
 int64_t rf_engine_check(rf_engine *e, rf_checkpoint *checkpoint);
 rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout);
+/* The checks are local work whose length grows with the model; `fn(ctx)` is called between
+ * tensors so that the caller can tell its peers that this rank is busy, not dead
+ * (rf_control_busy). NULL turns it off. */
+void rf_engine_set_progress(rf_engine *e, void (*fn)(void *ctx), void *ctx);
 
 /* xxh3-64 of every shard this rank holds: trainer shards as stored, rollout parts in
  * row-major order. Sets *count; the caller frees *out. On failure (memory, reading device

@@ -93,6 +93,16 @@ static rf_status check_against_file(rf_engine *e, rf_checkpoint *ckpt, int t, rf
   return st;
 }
 
+void rf_engine_set_progress(rf_engine *e, void (*fn)(void *ctx), void *ctx) {
+  e->progress = fn;
+  e->progress_ctx = ctx;
+}
+
+static void progress(const rf_engine *e) {
+  if (e->progress)
+    e->progress(e->progress_ctx);
+}
+
 int64_t rf_engine_check(rf_engine *e, rf_checkpoint *checkpoint) {
   if (e->rollout_rank < 0)
     return 0;
@@ -102,6 +112,7 @@ int64_t rf_engine_check(rf_engine *e, rf_checkpoint *checkpoint) {
   for (int t = 0; t < m->tensor_count; t++) {
     rf_box held;
     rf_region r = engine_rollout_region(e, t, &held);
+    progress(e);
     if (rf_box_is_empty(&held))
       continue;
     if (rf_layout_fp8(e->plan->layout, t)) { /* bytes and scales against the quantized reference */
@@ -161,6 +172,7 @@ rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout
   const rf_model *m = lay->model;
   for (int t = 0; t < m->tensor_count; t++) {
     uint64_t sum = 0;
+    progress(e);
     /* A trainer's fp8 weight (a block-FP8 checkpoint) is summed as its rollout is, fp8 bytes
      * and scales (rf_fp8_checksum), each cut block's scale once (engine_fp8_trainer_checksum). */
     if (e->trainer_rank >= 0) {

@@ -62,8 +62,8 @@ rf_region engine_fp8_scale_region(const rf_plan *plan, void *scales, int tensor,
                             blocks, rf_dtype_size(s->dtype));
 }
 
-static rf_status non_finite(const rf_tensor *t, int nan, int64_t r0, int64_t r1, int64_t c0,
-                            int64_t c1) {
+rf_status engine_fp8_non_finite(const rf_tensor *t, int nan, int64_t r0, int64_t r1, int64_t c0,
+                                int64_t c1) {
   return rf_fail(RF_ERR_CHECKPOINT,
                  "fp8: tensor %s holds %s in the block of rows %lld..%lld, columns %lld..%lld; "
                  "block-FP8 weights need finite values, check where the weights came from",
@@ -105,7 +105,7 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
       const char *x = rf_region_at(src, r0, c0);
       float amax = rf_fp8_block_amax(x, t->dtype, src->stride[0], r1 - r0, c1 - c0);
       if (!isfinite(amax))
-        return non_finite(t, isnan(amax), r0, r1, c0, c1);
+        return engine_fp8_non_finite(t, isnan(amax), r0, r1, c0, c1);
       rf_fp8_quantize_with_amax(x, t->dtype, src->stride[0], r1 - r0, c1 - c0, amax,
                                 (uint8_t *)rf_region_at(q, r0, c0), q->stride[0]);
       float s = rf_fp8_scale_of(amax).scale_inv;
@@ -122,8 +122,8 @@ rf_status engine_fp8_device_done(const rf_engine *e) {
   if (!bad.found)
     return RF_OK;
   const rf_tensor *t = &e->plan->layout->model->tensors[bad.tag];
-  return non_finite(t, bad.nan, bad.row, RF_MIN(bad.row + EDGE, t->shape[0]), bad.col,
-                    RF_MIN(bad.col + EDGE, t->shape[1]));
+  return engine_fp8_non_finite(t, bad.nan, bad.row, RF_MIN(bad.row + EDGE, t->shape[0]), bad.col,
+                               RF_MIN(bad.col + EDGE, t->shape[1]));
 }
 
 /* Copies `box` between regions in this rank's memory kind; src may be a mapped peer's. */
@@ -177,8 +177,7 @@ rf_status engine_fp8_carried(const rf_engine *e, const rf_piece *p, const rf_reg
   return move_box(e, &wscale, &scale, &box_blocks);
 }
 
-/* This rank's fp8 part of a tensor and its scales. */
-static void rollout_fp8(const rf_engine *e, int tensor, rf_region *q, rf_box *held,
+void engine_fp8_rollout(const rf_engine *e, int tensor, rf_region *q, rf_box *held,
                         rf_region *scale, rf_box *blocks) {
   *q = engine_rollout_region(e, tensor, held);
   void *scales = e->data->rollout[e->plan->layout->slots[tensor].local + 1]; /* layout_fp8.c */
@@ -189,7 +188,7 @@ rf_status engine_fp8_pack_forward(const rf_engine *e, const rf_piece *p, const r
                                   char *to) {
   rf_region q, scale, wq, wscale;
   rf_box held, blocks;
-  rollout_fp8(e, p->tensor, &q, &held, &scale, &blocks);
+  engine_fp8_rollout(e, p->tensor, &q, &held, &scale, &blocks);
   wire_regions(to, box, &wq, &wscale);
   rf_box box_blocks = engine_fp8_blocks_of(box);
   RF_TRY(move_box(e, &wq, &q, box));
@@ -208,7 +207,7 @@ rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_regio
   rf_region q, scale;
   rf_box held, blocks, kept;
   RF_TRY(require_rows_dense(t, src));
-  rollout_fp8(e, p->tensor, &q, &held, &scale, &blocks);
+  engine_fp8_rollout(e, p->tensor, &q, &held, &scale, &blocks);
   if (!rf_box_intersect(box, &held, &kept))
     return RF_OK;
   return quantize_blocks(e, p->tensor, src, &kept, &q, &scale);
@@ -218,7 +217,7 @@ rf_status engine_fp8_copy(const rf_engine *e, const rf_piece *p, const rf_region
                           const rf_region *src_scale, const rf_box *box) {
   rf_region q, scale;
   rf_box held, blocks, kept;
-  rollout_fp8(e, p->tensor, &q, &held, &scale, &blocks);
+  engine_fp8_rollout(e, p->tensor, &q, &held, &scale, &blocks);
   if (!rf_box_intersect(box, &held, &kept))
     return RF_OK;
   rf_box kept_blocks = engine_fp8_blocks_of(&kept);
@@ -319,7 +318,7 @@ rf_status engine_fp8_round_done(rf_engine *e, int round) {
     const rf_tensor *tensor = &lay->model->tensors[b->tensor];
     rf_region q, scale;
     rf_box held, blocks;
-    rollout_fp8(e, b->tensor, &q, &held, &scale, &blocks);
+    engine_fp8_rollout(e, b->tensor, &q, &held, &scale, &blocks);
     rf_region land =
         rf_region_row_major(e->data->landing[b->tensor], &held, rf_tensor_esize(tensor));
     rf_box rect = {{b->bi * EDGE, b->bj * EDGE},
@@ -330,154 +329,4 @@ rf_status engine_fp8_round_done(rf_engine *e, int round) {
   e->fp8_next = i;
   rf_mem_timer_end(&e->unpack_timer);
   return st;
-}
-
-/* ---- checks --------------------------------------------------------------------------------- */
-
-/* The reference of this rank's part of fp8 tensor t: its elements from the generator (or the
- * checkpoint) in the trainer's dtype, quantized by the CPU reference; or, from a block-FP8
- * checkpoint, the file's fp8 bytes and scales themselves. */
-static rf_status reference(const rf_engine *e, rf_checkpoint *ckpt, int t, const rf_box *held,
-                           uint8_t *q, float *scale) {
-  const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
-  int64_t rows = held->hi[0] - held->lo[0], cols = held->hi[1] - held->lo[1];
-  if (tensor->dtype == RF_DTYPE_FP8) { /* a block-FP8 checkpoint: its own bytes and scales */
-    rf_box blocks = engine_fp8_blocks_of(held);
-    rf_region rq = rf_region_row_major(q, held, 1), rs = rf_region_row_major(scale, &blocks, 4);
-    if (!ckpt)
-      return rf_fail(RF_ERR_INTERNAL, "fp8: trainer tensor %s is fp8 without a checkpoint",
-                     tensor->name);
-    RF_TRY(rf_checkpoint_read(ckpt, t, held, &rq));
-    return rf_checkpoint_read_scales(ckpt, t, &blocks, &rs);
-  }
-  void *x = rf_malloc((size_t)(rows * cols * rf_tensor_esize(tensor)), "an fp8 reference");
-  if (!x)
-    return RF_ERR_NOMEM;
-  rf_region r = rf_region_row_major(x, held, rf_tensor_esize(tensor));
-  rf_status st = RF_OK;
-  if (ckpt)
-    st = rf_checkpoint_read(ckpt, t, held, &r);
-  else
-    rf_fill_region(&r, held, tensor, e->seed, tensor->dtype);
-  if (st == RF_OK)
-    st = rf_fp8_quantize_ref(tensor->name, x, tensor->dtype, rows, cols, cols, q, scale);
-  free(x);
-  return st;
-}
-
-static void report(const rf_engine *e, const char *name, const char *suffix, int64_t index,
-                   int64_t row, int64_t col, uint32_t got, uint32_t want, int *reported) {
-  if ((*reported)++ >= 4)
-    return;
-  RF_ERROR("verify: %s%s on rollout rank %d: element %lld (row %lld, col %lld) is 0x%x, "
-           "expected 0x%x",
-           name, suffix, e->rollout_rank, (long long)index, (long long)row, (long long)col, got,
-           want);
-}
-
-/* `box` of region r readable on the host: r itself in host memory; out of device memory, a
- * row-major copy in *buf (to free). */
-static rf_status host_view(const rf_engine *e, const rf_region *r, const rf_box *box,
-                           rf_region *out, void **buf) {
-  *buf = NULL;
-  *out = *r;
-  if (e->memory != RF_MEM_DEVICE)
-    return RF_OK;
-  size_t bytes = (size_t)rf_box_numel(box) * (size_t)r->esize + 1;
-  void *dev = NULL;
-  RF_TRY(rf_mem_alloc(RF_MEM_DEVICE, bytes, "a device copy of an fp8 tensor to check", &dev));
-  rf_box_copy c = {rf_region_row_major(dev, box, r->esize), *r, *box};
-  rf_status st = rf_copy_boxes(RF_MEM_DEVICE, &c, 1);
-  if (st == RF_OK && !(*buf = rf_malloc(bytes, "a host copy of an fp8 tensor to check")))
-    st = RF_ERR_NOMEM;
-  if (st == RF_OK)
-    st = rf_mem_transfer(*buf, RF_MEM_HOST, dev, RF_MEM_DEVICE, bytes);
-  rf_mem_free(RF_MEM_DEVICE, dev, bytes);
-  if (st != RF_OK) {
-    free(*buf);
-    *buf = NULL;
-    return st;
-  }
-  *out = rf_region_row_major(*buf, box, r->esize);
-  return RF_OK;
-}
-
-/* This rank's fp8 part of tensor t and its scales, readable on the host (*bufs to free). */
-static rf_status rollout_fp8_on_host(const rf_engine *e, int t, rf_region *q, rf_box *held,
-                                     rf_region *scale, rf_box *blocks, void *bufs[2]) {
-  rf_region dq, dscale;
-  rollout_fp8(e, t, &dq, held, &dscale, blocks);
-  bufs[1] = NULL;
-  RF_TRY(host_view(e, &dq, held, q, &bufs[0]));
-  rf_status st = host_view(e, &dscale, blocks, scale, &bufs[1]);
-  if (st != RF_OK)
-    free(bufs[0]);
-  return st;
-}
-
-int64_t engine_fp8_check(const rf_engine *e, rf_checkpoint *ckpt, int t, int *reported) {
-  const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
-  rf_region q, scale;
-  rf_box held, blocks;
-  void *bufs[2];
-  if (rollout_fp8_on_host(e, t, &q, &held, &scale, &blocks, bufs) != RF_OK)
-    return -1;
-  int64_t cols = held.hi[1] - held.lo[1], bcols = blocks.hi[1] - blocks.lo[1];
-  uint8_t *want_q = rf_malloc((size_t)rf_box_numel(&held), "an fp8 reference");
-  float *want_s = rf_malloc((size_t)rf_box_numel(&blocks) * sizeof(float), "an fp8 reference");
-  int64_t wrong = -1;
-  if (want_q && want_s && reference(e, ckpt, t, &held, want_q, want_s) == RF_OK) {
-    wrong = 0;
-    for (int64_t i = held.lo[0]; i < held.hi[0]; i++)
-      for (int64_t j = held.lo[1]; j < held.hi[1]; j++) {
-        uint8_t got = *(const uint8_t *)rf_region_at(&q, i, j);
-        uint8_t want = want_q[(i - held.lo[0]) * cols + j - held.lo[1]];
-        if (got != want && ++wrong)
-          report(e, tensor->name, "", i * tensor->shape[1] + j, i, j, got, want, reported);
-      }
-    int64_t grid = (tensor->shape[1] + EDGE - 1) / EDGE;
-    for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0]; bi++)
-      for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1]; bj++) {
-        uint32_t got, want;
-        memcpy(&got, rf_region_at(&scale, bi, bj), 4);
-        memcpy(&want, &want_s[(bi - blocks.lo[0]) * bcols + bj - blocks.lo[1]], 4);
-        if (got != want && ++wrong)
-          report(e, tensor->name, "_scale_inv", bi * grid + bj, bi, bj, got, want, reported);
-      }
-  }
-  free(want_q);
-  free(want_s);
-  free(bufs[0]);
-  free(bufs[1]);
-  return wrong;
-}
-
-/* Summed where the bytes are: on the GPU for a device rollout, so a checksum run does not
- * copy every fp8 tensor to the host. */
-rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum) {
-  rf_region q, scale;
-  rf_box held, blocks;
-  rollout_fp8(e, t, &q, &held, &scale, &blocks);
-  return rf_fp8_checksum_on(e->memory, &e->plan->layout->model->tensors[t], &q, &held, &scale,
-                            &blocks, sum);
-}
-
-/* The trainer's part of a block-FP8 checkpoint's tensor t (the trainer holds it as the file
- * does): the terms of rf_fp8_checksum for its fp8 bytes, and for the scales of the blocks that
- * start in its shard. A shard that cuts a block holds that block's scale beside its rows, as
- * its neighbour does; counting a scale only where its block's first element lies counts each
- * once, so the trainer ranks' sums add up to the rollout's and to the file's checksum of the
- * tensor (rf_checkpoint_checksum), whatever the trainer's layout. */
-rf_status engine_fp8_trainer_checksum(const rf_engine *e, int t, uint64_t *sum) {
-  const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
-  rf_box box = rf_layout_trainer_box(e->plan->layout, t, e->trainer_rank), blocks, starts;
-  *sum = 0;
-  if (rf_box_is_empty(&box))
-    return RF_OK;
-  rf_region q = engine_shard_region(e, t);
-  rf_region scale = rf_shard_scale_region(e->plan, e->trainer_rank, t, e->data->shards[t], &blocks);
-  starts = blocks; /* those whose first row and column lie in the box: perhaps none */
-  for (int d = 0; d < 2; d++)
-    starts.lo[d] = (box.lo[d] + EDGE - 1) / EDGE;
-  return rf_fp8_checksum_on(e->memory, tensor, &q, &box, &scale, &starts, sum);
 }

@@ -135,9 +135,16 @@ struct rf_fp8_block {
  * quantizes those whose last piece that round brought (fp8_next must be 0 at the first). */
 rf_status engine_fp8_blocks_init(rf_engine *e);
 rf_status engine_fp8_round_done(rf_engine *e, int round);
+/* This rank's fp8 part of tensor t (q, held) and its scales (scale, blocks, in block
+ * coordinates). */
+void engine_fp8_rollout(const rf_engine *e, int tensor, rf_region *q, rf_box *held,
+                        rf_region *scale, rf_box *blocks);
+/* The one-line error for a block [r0, r1) x [c0, c1) of t that holds inf (nan 0) or NaN. */
+rf_status engine_fp8_non_finite(const rf_tensor *t, int nan, int64_t r0, int64_t r1, int64_t c0,
+                                int64_t c1);
 /* Every fp8 byte and scale of this rank's part of fp8 tensor t against the reference from the
  * generator (or the checkpoint): the count of wrong ones (-1: the reference failed); logs the
- * first few while *reported is below 4. */
+ * first few while *reported is below 4. Device memory is checked on the GPU. */
 int64_t engine_fp8_check(const rf_engine *e, rf_checkpoint *ckpt, int t, int *reported);
 /* rf_fp8_checksum of this rank's part of fp8 tensor t. */
 rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum);

@@ -93,6 +93,15 @@ typedef struct {
 } rf_fp8_bad;
 rf_status rf_fp8_device_bad(rf_fp8_bad *bad);
 
+/* Compares rows x cols elements of esize bytes at got (rows got_stride elements apart) with
+ * want (rows want_stride apart), both in device memory, on refit's stream: row_wrong[r] (a
+ * host array of rows entries) gets the number of elements of row r that differ in any byte.
+ * Only counts come back, so a check reads its mismatching rows alone to name elements. Waits
+ * for the kernel. Builds without CUDA fail with one line. */
+rf_status rf_gpu_compare_rows(const void *got, int64_t got_stride, const void *want,
+                              int64_t want_stride, int64_t rows, int64_t cols, int esize,
+                              int64_t *row_wrong);
+
 /* The layout-invariant checksum of an fp8 rollout tensor's part: the checksum terms
  * (verify.h) of its fp8 bytes at their global row-major indices, plus those of its fp32 scales
  * at their global block indices (block row * block columns + block column) under tensor id

@@ -21,6 +21,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 extern "C" {
@@ -187,6 +188,27 @@ refuse:
   }
 }
 
+/* Row r of the comparison is CUDA block row blockIdx.y; each thread compares elements
+ * blockDim.x apart and the block adds its count to the row's once per warp. */
+__global__ void __launch_bounds__(kThreads)
+    compare_rows(const uint8_t *got, int64_t got_pitch, const uint8_t *want, int64_t want_pitch,
+                 int64_t cols, int esize, unsigned int *row_wrong) {
+  const int64_t r = blockIdx.y;
+  const uint8_t *g = got + r * got_pitch, *w = want + r * want_pitch;
+  unsigned int n = 0;
+  for (int64_t c = (int64_t)blockIdx.x * kThreads + threadIdx.x; c < cols;
+       c += (int64_t)gridDim.x * kThreads) {
+    bool differ = false;
+    for (int b = 0; b < esize; b++)
+      differ |= g[c * esize + b] != w[c * esize + b];
+    n += differ;
+  }
+  for (int o = 16; o > 0; o >>= 1)
+    n += __shfl_xor_sync(0xffffffffu, n, o);
+  if ((threadIdx.x & 31) == 0 && n)
+    atomicAdd(&row_wrong[r], n);
+}
+
 } // namespace
 
 extern "C" rf_status rf_fp8_quantize_device(const rf_fp8_job *job) {
@@ -246,4 +268,41 @@ extern "C" rf_status rf_fp8_device_bad(rf_fp8_bad *bad) {
   const bad_record none = {0, 0, 0, 0, 0};
   RF_CUDA(cudaMemcpyToSymbol(g_bad, &none, sizeof none));
   return RF_OK;
+}
+
+extern "C" rf_status rf_gpu_compare_rows(const void *got, int64_t got_stride, const void *want,
+                                         int64_t want_stride, int64_t rows, int64_t cols, int esize,
+                                         int64_t *row_wrong) {
+  memset(row_wrong, 0, (size_t)rows * sizeof *row_wrong);
+  if (rows <= 0 || cols <= 0)
+    return RF_OK;
+  if (rows > 65535)
+    return rf_fail(RF_ERR_INTERNAL, "verify: %lld rows is more than one comparison takes",
+                   (long long)rows);
+  cudaStream_t s = (cudaStream_t)rf_gpu_stream();
+  unsigned int *dev = NULL;
+  RF_CUDA(cudaMallocAsync((void **)&dev, (size_t)rows * sizeof *dev, s));
+  rf_status st = RF_OK;
+  if (cudaMemsetAsync(dev, 0, (size_t)rows * sizeof *dev, s) != cudaSuccess)
+    st = rf_fail(RF_ERR_CUDA, "verify: cannot clear the comparison's row counts");
+  const unsigned int gx = (unsigned int)((cols + kThreads * 8 - 1) / (kThreads * 8));
+  if (st == RF_OK) {
+    compare_rows<<<dim3(gx, (unsigned int)rows), kThreads, 0, s>>>(
+        (const uint8_t *)got, got_stride * esize, (const uint8_t *)want, want_stride * esize, cols,
+        esize, dev);
+    if (cudaGetLastError() != cudaSuccess)
+      st = rf_fail(RF_ERR_CUDA, "verify: the comparison kernel did not launch");
+  }
+  unsigned int *host = (unsigned int *)malloc((size_t)rows * sizeof *host);
+  if (st == RF_OK && !host)
+    st = RF_ERR_NOMEM;
+  if (st == RF_OK && (cudaMemcpyAsync(host, dev, (size_t)rows * sizeof *host,
+                                      cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+                      cudaStreamSynchronize(s) != cudaSuccess))
+    st = rf_fail(RF_ERR_CUDA, "verify: cannot read the comparison's row counts back");
+  for (int64_t r = 0; st == RF_OK && r < rows; r++)
+    row_wrong[r] = host[r];
+  free(host);
+  cudaFreeAsync(dev, s);
+  return st;
 }
