@@ -423,7 +423,7 @@ static void test_config_file(void) {
   ASSERT_OK(parse_config(&c, "run", "{}"));
   ASSERT_EQ(c.rollout_dtype, RF_ROLLOUT_DTYPE_MODEL);
   ASSERT_OK(parse_config(&c, "plan", "{\"rollout_dtype\": \"fp8\"}"));
-  ASSERT_EQ(c.rollout_dtype, RF_ROLLOUT_DTYPE_FP8);
+  ASSERT_EQ(c.rollout_dtype, RF_FORMAT_FP8);
   ASSERT_OK(parse_config(&c, "run", "{\"rollout-dtype\": [\"model\", \"fp8\"]}"));
   ASSERT_EQ(c.sweep.axis_count, 1);
   ASSERT_STR_EQ(c.sweep.axes[0].name, "rollout-dtype");

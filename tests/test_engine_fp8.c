@@ -77,7 +77,7 @@ static int run_layouts(const rf_model *m, int *source, int *destination, int64_t
   ASSERT_TRUE(trainer_want && rollout_want);
   for (size_t li = 0; li < RF_ARRAY_LEN(layouts); li++) {
     rf_layout lay;
-    make_layout(&lay, m, &layouts[li], RF_ROLLOUT_DTYPE_FP8);
+    make_layout(&lay, m, &layouts[li], RF_FORMAT_FP8);
     expected_checksums(&lay, trainer_want, rollout_want);
     rank_job *jobs = calloc((size_t)lay.world_size, sizeof *jobs);
     ASSERT_TRUE(jobs);
@@ -130,7 +130,7 @@ static void test_flipped_bytes(const rf_model *m) {
   static const layout_case one = {"fsdp=1", "tp=1", RF_STYLE_TUNIX, RF_ORDER_HF,
                                   RF_PLACEMENT_COLOCATED};
   rf_layout lay;
-  make_layout(&lay, m, &one, RF_ROLLOUT_DTYPE_FP8);
+  make_layout(&lay, m, &one, RF_FORMAT_FP8);
   rf_plan plan;
   ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
   rf_loopback *lb;

@@ -15,7 +15,7 @@ static rf_status make_fp8(rf_layout *lay, const rf_model *m, const char *trainer
   RF_TRY(rf_rollout_layout_parse(rollout, &r));
   t.style = RF_STYLE_FSDP2;
   t.order = RF_ORDER_HF;
-  r.dtype = RF_ROLLOUT_DTYPE_FP8;
+  r.dtype = RF_FORMAT_FP8;
   return rf_layout_init(lay, m, &t, &r, RF_PLACEMENT_DISAGGREGATED);
 }
 

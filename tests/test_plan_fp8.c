@@ -28,7 +28,7 @@ static void build_style(rf_layout *lay, rf_plan *plan, const char *trainer, cons
   ASSERT_OK(rf_rollout_layout_parse(rollout, &r));
   t.style = style;
   t.order = order;
-  r.dtype = RF_ROLLOUT_DTYPE_FP8;
+  r.dtype = RF_FORMAT_FP8;
   ASSERT_OK(rf_layout_init(lay, &model, &t, &r, RF_PLACEMENT_DISAGGREGATED));
   ASSERT_OK(rf_plan_build(plan, lay, kind, NULL));
   check_coverage(plan);

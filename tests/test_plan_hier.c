@@ -150,7 +150,7 @@ static int test_random(const char *name) {
                             .style = (rf_trainer_style)(rand() % 2)};
     rf_rollout_layout rl = {.tp = pick(sizes, 3), .dp = 1 + rand() % 6, .ep = moe && rand() % 2};
     for (int fp8 = 0; fp8 <= 1; fp8++) {
-      rl.dtype = fp8 ? RF_ROLLOUT_DTYPE_FP8 : RF_ROLLOUT_DTYPE_MODEL;
+      rl.dtype = fp8 ? RF_FORMAT_FP8 : RF_ROLLOUT_DTYPE_MODEL;
       rf_layout lay;
       if (rf_layout_init(&lay, &m, &tl, &rl, (rf_placement)(rand() % 2)) != RF_OK)
         continue;

@@ -17,7 +17,8 @@
 #define NAMES(type, count) .names = type##_names, .name_count = (count)
 
 /* Choices that stay text: the driver hands them on to the model and the checkpoint code. */
-static const char *const dtype_names[] = {"model", "bf16", "fp16", "fp32", "fp8"};
+static const char *const dtype_names[] = {"model", "bf16", "fp16", "fp32",
+                                          RF_FORMAT_LIST(RF_ENUM_NAME)};
 static const char *const format_names[] = {"auto", "safetensors", "hdf5"};
 /* --plan: the plan kinds, then auto (RF_PLAN_AUTO), which the driver resolves to one. */
 static const char *const plan_names[] = {RF_PLAN_KIND_LIST(RF_ENUM_NAME) "auto"};
@@ -53,14 +54,16 @@ const rf_cli_option rf_cli_options[] = {
              "out)"},
     {.name = "dtype",
      .type = RF_OPT_CHOICE,
-     NAMES(dtype, 5),
+     NAMES(dtype, (int)RF_ARRAY_LEN(dtype_names)),
      FIELD(dtype),
      .def = "model",
      .unit = "",
      .commands = RUN | PLAN | CKPT | SIM,
      .help = "element type of the weights; model keeps the model's own; tensors with a type "
-             "of their own (DeepSeek's fp32 router bias) keep it; fp8 is for refit checkpoint "
-             "only: a block-FP8 checkpoint (DeepSeek-V3's layout) of the model's weights"},
+             "of their own (DeepSeek's fp32 router bias) keep it; the quantized formats (fp8, "
+             "fp8-ue8m0, mxfp8, mxfp4, nvfp4 and the -floor variants; see --rollout-dtype) are "
+             "for refit checkpoint only: the model's weights quantized, in the names and dtypes "
+             "of the format's ecosystem"},
     {.name = "trainer",
      .sweep = 1,
      .separator = ';',

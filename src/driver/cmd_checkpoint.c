@@ -9,23 +9,25 @@
 #include "driver.h"
 #include "io/io.h"
 
-/* --dtype fp8: the model's weights in its own dtype, quantized to a block-FP8 checkpoint. One
- * safetensors file: the layout DeepSeek's checkpoints use, which refit verify reads. */
-static rf_status write_fp8(const rf_config *cfg) {
+/* --dtype FORMAT: the model's weights in its own dtype, quantized to one of the formats
+ * (format.h). One safetensors file, in the names and dtypes of the format's ecosystem (the
+ * block-FP8 layout of DeepSeek's checkpoints for fp8, which refit verify reads). */
+static rf_status write_format(const rf_config *cfg, const rf_format *f) {
   const char *format = rf_checkpoint_format_for(cfg->checkpoint, cfg->format);
   if (strcmp(format, "safetensors") != 0 || cfg->shard_size > 0)
-    return rf_fail(RF_ERR_USAGE, "refit checkpoint --dtype fp8 writes one safetensors file: drop "
-                                 "--shard-size and --format hdf5 (and a .h5 name)");
+    return rf_fail(RF_ERR_USAGE,
+                   "refit checkpoint --dtype %s writes one safetensors file: drop "
+                   "--shard-size and --format hdf5 (and a .h5 name)",
+                   f->name);
   rf_model model;
   RF_TRY(rf_model_load(cfg->model, &model));
   int64_t bytes = 0;
   rf_status st = rf_checkpoint_check_target(cfg->checkpoint, 0, cfg->force);
   if (st == RF_OK)
-    st = rf_checkpoint_write_fp8(cfg->checkpoint, &model, (uint64_t)cfg->seed, &bytes);
+    st = rf_checkpoint_write_format(cfg->checkpoint, &model, f, (uint64_t)cfg->seed, &bytes);
   if (st == RF_OK) {
-    printf("wrote %s: %s, %d tensors, %" PRId64 " bytes, safetensors, block-FP8 (linear weights "
-           "F8_E4M3 with weight_scale_inv)\n",
-           cfg->checkpoint, model.name, model.tensor_count, bytes);
+    printf("wrote %s: %s, %d tensors, %" PRId64 " bytes, safetensors, %s (%s)\n", cfg->checkpoint,
+           model.name, model.tensor_count, bytes, f->name, f->summary);
     fflush(stdout);
   }
   rf_model_free(&model);
@@ -36,8 +38,8 @@ rf_status rf_cmd_checkpoint(const rf_config *cfg) {
   if (!cfg->checkpoint[0])
     return rf_fail(RF_ERR_USAGE, "refit checkpoint needs --checkpoint PATH (where to write)");
   rf_model model;
-  if (strcmp(cfg->dtype, "fp8") == 0)
-    return write_fp8(cfg);
+  if (rf_format_find(cfg->dtype))
+    return write_format(cfg, rf_format_find(cfg->dtype));
   RF_TRY(rf_job_load_model(cfg, &model));
   /* Without --format the name decides, so that `--checkpoint x.h5` writes the HDF5 file that
    * `refit run --checkpoint x.h5` expects. */

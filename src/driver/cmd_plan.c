@@ -39,7 +39,7 @@ static json_t *count_array(const int *v, int n) {
  * the wire (fp8 and scales where the source quantizes) and where each tensor is quantized. */
 static void json_fp8(json_t *o, const rf_plan *plan) {
   const rf_layout *lay = plan->layout;
-  if (lay->rollout.dtype != RF_ROLLOUT_DTYPE_FP8)
+  if (!rf_layout_format(lay))
     return;
   json_object_set_new(o, "rollout_dtype", json_string(rf_rollout_dtype_name(lay->rollout.dtype)));
   json_object_set_new(o, "wire_transfer_bytes", json_integer(plan->wire_transfer_bytes));
@@ -182,18 +182,20 @@ static void print_count_range(const char *label, const int *v, int n, const char
 static void print_fp8(const rf_plan *plan) {
   const rf_layout *lay = plan->layout;
   char size[32];
-  if (lay->rollout.dtype != RF_ROLLOUT_DTYPE_FP8)
+  const rf_format *f = rf_layout_format(lay);
+  if (!f)
     return;
-  printf("%-16s %" PRId64 " (%s) of the transfer bytes, fp8 and scales where the source "
+  printf("%-16s %" PRId64 " (%s) of the transfer bytes, %s and scales where the source "
          "quantizes\n",
          "wire bytes", plan->wire_transfer_bytes,
-         rf_format_bytes(plan->wire_transfer_bytes, size, sizeof size));
+         rf_format_bytes(plan->wire_transfer_bytes, size, sizeof size), f->name);
   if (rf_plan_forwards(plan))
-    printf("%-16s %" PRId64 " (%s) between replicas, fp8 and scales\n", "forward wire",
-           plan->wire_forward_bytes, rf_format_bytes(plan->wire_forward_bytes, size, sizeof size));
-  printf("%-16s %d fp8 tensors at their source, %d at their destination (a piece cuts a block "
+    printf("%-16s %" PRId64 " (%s) between replicas, %s and scales\n", "forward wire",
+           plan->wire_forward_bytes, rf_format_bytes(plan->wire_forward_bytes, size, sizeof size),
+           f->name);
+  printf("%-16s %d %s tensors at their source, %d at their destination (a piece cuts a block "
          "or is transposed)\n",
-         "quantized", plan->source_tensors, plan->destination_tensors);
+         "quantized", plan->source_tensors, f->name, plan->destination_tensors);
   print_range("wire send", plan->wire_send_bytes, lay->trainer_ranks, "per trainer rank");
   print_range("wire recv", plan->wire_recv_bytes, lay->rollout_ranks, "per rollout rank");
   print_count_range("quantize send", plan->source_quantized, lay->trainer_ranks,
@@ -220,10 +222,9 @@ static void print_text(const rf_job *job, const rf_cluster *c, const rf_sim_boun
          job->trainer.style == RF_STYLE_MEGATRON ? "cp, dp, pp; ep rank = rank mod ep"
                                                  : "fsdp, ep, pp, dp");
   printf("%-16s %s, %d ranks\n", "rollout", rollout, lay->rollout_ranks);
-  if (job->rollout.dtype == RF_ROLLOUT_DTYPE_FP8)
-    printf("%-16s fp8: linear weights float8_e4m3fn, an fp32 weight_scale_inv per 128x128 "
-           "block\n",
-           "rollout dtype");
+  if (rf_layout_format(lay))
+    printf("%-16s %s: %s\n", "rollout dtype", rf_layout_format(lay)->name,
+           rf_layout_format(lay)->summary);
   printf("%-16s %s, world size %d\n", "placement",
          job->placement == RF_PLACEMENT_COLOCATED ? "colocated" : "disaggregated", lay->world_size);
   if (plan->kind == RF_PLAN_STAR)

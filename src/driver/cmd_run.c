@@ -51,7 +51,7 @@ static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
     rs->memory = RF_MEM_HOST;
   } else if (cfg->memory == RF_MEM_REQUEST_DEVICE || gpu_transport) {
     rs->memory = RF_MEM_DEVICE;
-  } else if (cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8) {
+  } else if (rf_format_of(cfg->rollout_dtype)) {
     rs->memory = RF_MEM_HOST; /* mpi stages GPU weights through host memory */
   } else {
     rs->memory = rf_gpu_count() > 0 ? RF_MEM_DEVICE : RF_MEM_HOST;
@@ -138,12 +138,12 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
                " (fp8 from the block-FP8 checkpoint; wire %lld bytes, fp8 and scales as the "
                "trainer holds them)",
                (long long)job->plan.wire_transfer_bytes);
-    else if (cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8)
+    else if (rf_format_of(cfg->rollout_dtype))
       snprintf(fp8, sizeof fp8,
-               " (fp8, block-quantized; wire %lld bytes, %d tensors quantized at the source, "
+               " (%s, block-quantized; wire %lld bytes, %d tensors quantized at the source, "
                "%d at the destination)",
-               (long long)job->plan.wire_transfer_bytes, job->plan.source_tensors,
-               job->plan.destination_tensors);
+               rf_format_of(cfg->rollout_dtype)->name, (long long)job->plan.wire_transfer_bytes,
+               job->plan.source_tensors, job->plan.destination_tensors);
     char job_line[1280];
     snprintf(job_line, sizeof job_line,
              "%s (%s, %lld bytes, %d tensors); trainer %s (%s, %s order); rollout %s%s; %s; "

@@ -115,15 +115,22 @@ static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, int
   return st;
 }
 
-/* Whether a run moved fp8 rollouts: its rollout checksums are then of fp8 bytes and scales
- * (rf_fp8_checksum), comparable only with another fp8 run's. Runs written before fp8 have no
- * rollout_dtype attribute and moved the model's dtype. */
-static int run_is_fp8(const char *path, int run) {
-  char dtype[16] = "";
+/* The rollout dtype a run moved: in a quantized format its rollout checksums are of the
+ * format's bytes and scales (rf_fp8_checksum), comparable only with a run of the same format.
+ * Runs written before formats have no rollout_dtype attribute and moved the model's dtype. */
+static rf_rollout_dtype run_rollout_dtype(const char *path, int run) {
+  char text[32] = "";
+  rf_rollout_dtype dtype = RF_ROLLOUT_DTYPE_MODEL;
   rf_log_push_quiet(1);
-  rf_status st = rf_results_run_attribute(path, run, "rollout_dtype", dtype, sizeof dtype);
+  if (rf_results_run_attribute(path, run, "rollout_dtype", text, sizeof text) != RF_OK ||
+      rf_rollout_dtype_parse(text, &dtype) != RF_OK)
+    dtype = RF_ROLLOUT_DTYPE_MODEL;
   rf_log_pop_quiet();
-  return st == RF_OK && strcmp(dtype, "fp8") == 0;
+  return dtype;
+}
+
+static const char *rollout_dtype_text(rf_rollout_dtype d) {
+  return d == RF_ROLLOUT_DTYPE_MODEL ? "model-dtype" : rf_rollout_dtype_name(d);
 }
 
 /* What a verdict compared: rollout and trainer checksums, and why some trainer checksums were
@@ -160,7 +167,8 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
   RF_TRY(read_sums(cfg->inputs[0], (int)cfg->run, &mine));
   uint64_t *expected = NULL, *expected_rollout = NULL;
   const char *against = cfg->reference[0] ? cfg->reference : cfg->checkpoint;
-  int fp8 = run_is_fp8(cfg->inputs[0], mine.run);
+  rf_rollout_dtype rollout_dtype = run_rollout_dtype(cfg->inputs[0], mine.run);
+  int fp8 = rollout_dtype != RF_ROLLOUT_DTYPE_MODEL;
   int *fp8_tensor = NULL; /* with --checkpoint: compared by their rollout checksums only */
   int format = 0, ref_format = 0;
   rf_status st = rf_results_format(cfg->inputs[0], &format);
@@ -175,12 +183,13 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
                    cfg->inputs[0], format, cfg->reference, ref_format);
     if (st == RF_OK)
       st = read_sums(cfg->reference, -1, &ref);
-    if (st == RF_OK && fp8 != run_is_fp8(cfg->reference, ref.run))
+    rf_rollout_dtype ref_dtype = st == RF_OK ? run_rollout_dtype(cfg->reference, ref.run) : 0;
+    if (st == RF_OK && rollout_dtype != ref_dtype)
       st = rf_fail(RF_ERR_USAGE,
                    "run %04d of '%s' moved %s rollouts but the reference run %04d of '%s' moved "
-                   "%s; compare fp8 runs with fp8 runs",
-                   mine.run, cfg->inputs[0], fp8 ? "fp8" : "model-dtype", ref.run, cfg->reference,
-                   fp8 ? "model-dtype" : "fp8");
+                   "%s; compare runs of one rollout dtype",
+                   mine.run, cfg->inputs[0], rollout_dtype_text(rollout_dtype), ref.run,
+                   cfg->reference, rollout_dtype_text(ref_dtype));
     if (st == RF_OK && ref.count != mine.count)
       st = rf_fail(RF_ERR_RESULTS,
                    "'%s' has %d tensors but the reference '%s' has %d; compare "

@@ -34,10 +34,12 @@ void rf_job_model_of_run(const char *name, const char *config_json, char *out, s
 }
 
 rf_status rf_job_load_model(const rf_config *cfg, rf_model *model) {
-  if (strcmp(cfg->dtype, "fp8") == 0)
-    return rf_fail(RF_ERR_USAGE, "option --dtype fp8 writes a block-FP8 checkpoint (refit "
-                                 "checkpoint); the trainer's weights are model, bf16, fp16 or "
-                                 "fp32: use --rollout-dtype fp8 to move fp8 rollouts");
+  if (rf_format_find(cfg->dtype))
+    return rf_fail(RF_ERR_USAGE,
+                   "option --dtype %s writes a quantized checkpoint (refit checkpoint); the "
+                   "trainer's weights are model, bf16, fp16 or fp32: use --rollout-dtype %s to "
+                   "move %s rollouts",
+                   cfg->dtype, cfg->dtype, cfg->dtype);
   RF_TRY(rf_model_load(cfg->model, model));
   if (strcmp(cfg->dtype, "model") == 0)
     return RF_OK;
@@ -57,7 +59,7 @@ rf_status rf_job_load_model(const rf_config *cfg, rf_model *model) {
  * readable at all) is left to the ordinary checkpoint open to describe. */
 static rf_status use_fp8_checkpoint(const rf_config *cfg, rf_job *job) {
   int fp8 = 0;
-  if (!cfg->checkpoint[0] || cfg->rollout_dtype != RF_ROLLOUT_DTYPE_FP8)
+  if (!cfg->checkpoint[0] || !rf_format_of(cfg->rollout_dtype))
     return RF_OK;
   RF_TRY(rf_checkpoint_is_fp8(cfg->checkpoint, &job->model, &fp8));
   if (!fp8)
@@ -91,7 +93,7 @@ rf_status rf_job_build_layout(const rf_config *cfg, int world_size, rf_job *job)
                    "option --bucket-size: %lld bytes is below the minimum of 4096 "
                    "(or 0 for the whole model in one bucket)",
                    (long long)cfg->bucket_size);
-  if (cfg->rollout_dtype == RF_ROLLOUT_DTYPE_FP8 && cfg->bucket_size != 0 &&
+  if (rf_format_of(cfg->rollout_dtype) && cfg->bucket_size != 0 &&
       cfg->bucket_size < RF_FP8_MIN_BUCKET)
     return rf_fail(RF_ERR_USAGE,
                    "option --bucket-size: %lld bytes is below the %d of one 128x128 fp8 block "
@@ -180,7 +182,7 @@ static void leave_together(double timeout) {
 }
 
 rf_status rf_run_check_rollout_dtype(const rf_config *cfg) {
-  if (cfg->rollout_dtype != RF_ROLLOUT_DTYPE_FP8)
+  if (!rf_format_of(cfg->rollout_dtype))
     return RF_OK;
   /* mpi takes GPU weights through pinned host buffers, where the quantize kernels would read
    * and write across the bus (engine.c, check_fp8); shm never holds GPU memory (cmd_run.c). */

@@ -157,7 +157,7 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, 
 
 void rf_record_plan_fields(rf_results_run *run, const rf_job *job) {
   const rf_plan *plan = &job->plan;
-  int fp8 = plan->layout->rollout.dtype == RF_ROLLOUT_DTYPE_FP8;
+  int fp8 = rf_layout_format(plan->layout) != NULL;
   int fanout = rf_plan_forwards(plan);
   run->plan_choice = job->plan_why[0] ? job->plan_why : NULL;
   run->pieces = plan->piece_count;

@@ -58,11 +58,11 @@ void rf_sim_print_header(const rf_sim_context *x) {
   printf("\n");
   if (job->plan_why[0])
     printf("%-16s %s\n", "plan choice", job->plan_why);
-  if (job->rollout.dtype == RF_ROLLOUT_DTYPE_FP8)
-    printf("%-16s fp8: %" PRId64 " transfer bytes on the wire (what the prediction moves), %d "
-           "fp8 tensors quantized at their source, %d at their destination\n",
-           "rollout dtype", plan->wire_transfer_bytes, plan->source_tensors,
-           plan->destination_tensors);
+  if (rf_layout_format(&job->layout))
+    printf("%-16s %s: %" PRId64 " transfer bytes on the wire (what the prediction moves), %d "
+           "%s tensors quantized at their source, %d at their destination\n",
+           "rollout dtype", rf_layout_format(&job->layout)->name, plan->wire_transfer_bytes,
+           plan->source_tensors, rf_layout_format(&job->layout)->name, plan->destination_tensors);
   if (x->cfg->published_s > 0)
     printf("%-16s %.4g s (%s)\n", "published", x->cfg->published_s,
            x->cfg->published_label[0] ? x->cfg->published_label : "no label");
@@ -220,8 +220,8 @@ json_t *rf_sim_json(const rf_sim_context *x) {
   json_object_set_new(o, "blocks", json_integer(plan->block_count));
   json_object_set_new(o, "transfer_bytes", json_integer(plan->transfer_bytes));
   json_object_set_new(o, "reshape_bytes", json_integer(plan->reshape_bytes));
-  if (job->rollout.dtype == RF_ROLLOUT_DTYPE_FP8) { /* only with fp8: other jobs print as before */
-    json_object_set_new(o, "rollout_dtype", json_string("fp8"));
+  if (rf_layout_format(&job->layout)) { /* only with a format: other jobs print as before */
+    json_object_set_new(o, "rollout_dtype", json_string(rf_layout_format(&job->layout)->name));
     json_object_set_new(o, "wire_transfer_bytes", json_integer(plan->wire_transfer_bytes));
     json_object_set_new(o, "source_quantized_tensors", json_integer(plan->source_tensors));
     json_object_set_new(o, "destination_quantized_tensors",

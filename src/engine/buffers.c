@@ -122,7 +122,7 @@ static rf_status landing_walk(const rf_plan *plan, int mine, int64_t *per_rank, 
     last[r] = -1, per_rank[r] = 0;
   for (int t = 0; off && t < lay->model->tensor_count; t++)
     off[t] = -1;
-  for (int i = 0; i < plan->piece_count && lay->rollout.dtype == RF_ROLLOUT_DTYPE_FP8; i++) {
+  for (int i = 0; i < plan->piece_count && rf_layout_format(lay); i++) {
     const rf_piece *p = &plan->pieces[i];
     if (p->stage != RF_STAGE_TRANSFER || last[p->dst] == p->tensor ||
         (mine >= 0 && p->dst != mine) || rf_piece_quant(plan, p) != RF_QUANT_DESTINATION)
@@ -198,7 +198,7 @@ rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory
   }
   if (b->rollout_rank >= 0)
     RF_TRY(alloc_family(b, RF_FAMILY_ROLLOUT, b->rollout_rank, "the rollout tensors"));
-  if (b->rollout_rank >= 0 && lay->rollout.dtype == RF_ROLLOUT_DTYPE_FP8)
+  if (b->rollout_rank >= 0 && rf_layout_format(lay))
     RF_TRY(alloc_landing(b));
   b->shards = b->ptr[RF_FAMILY_SHARDS];
   b->coupling = b->ptr[RF_FAMILY_COUPLING];

@@ -205,7 +205,7 @@ const rf_schedule *engine_stage(const rf_engine *e, int i) {
  * buffers across the bus: refused before anything is built. */
 static rf_status check_fp8(const rf_engine *e, const rf_transport *tp) {
   const rf_plan *plan = e->plan;
-  if (plan->layout->rollout.dtype != RF_ROLLOUT_DTYPE_FP8)
+  if (!rf_layout_format(plan->layout))
     return RF_OK;
   if (e->memory != RF_MEM_DEVICE || e->wire == RF_MEM_DEVICE)
     return RF_OK;

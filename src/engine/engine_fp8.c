@@ -80,6 +80,7 @@ rf_status engine_fp8_non_finite(const rf_tensor *t, int nan, int64_t r0, int64_t
 static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region *src,
                                  const rf_box *box, const rf_region *q, const rf_region *scale) {
   const rf_tensor *t = &e->plan->layout->model->tensors[tensor];
+  const rf_format *f = rf_layout_format(e->plan->layout);
   rf_box blocks = engine_fp8_blocks_of(box);
   if (rf_box_is_empty(box))
     return RF_OK;
@@ -93,6 +94,7 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
                       .q_stride = q->stride[0],
                       .scale = rf_region_at(scale, blocks.lo[0], blocks.lo[1]),
                       .scale_stride = scale->stride[0],
+                      .rule = f->rule,
                       .tag = tensor,
                       .row0 = box->lo[0],
                       .col0 = box->lo[1]};
@@ -106,16 +108,16 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
       float amax = rf_fp8_block_amax(x, t->dtype, src->stride[0], r1 - r0, c1 - c0);
       if (!isfinite(amax))
         return engine_fp8_non_finite(t, isnan(amax), r0, r1, c0, c1);
-      rf_fp8_quantize_with_amax(x, t->dtype, src->stride[0], r1 - r0, c1 - c0, amax,
-                                (uint8_t *)rf_region_at(q, r0, c0), q->stride[0]);
-      float s = rf_fp8_scale_of(amax).scale_inv;
-      memcpy(rf_region_at(scale, bi, bj), &s, sizeof s);
+      rf_format_scale s = rf_format_scale_of(f, amax, 1.0f);
+      rf_format_quantize_block(f, x, t->dtype, src->stride[0], r1 - r0, c1 - c0, &s,
+                               (uint8_t *)rf_region_at(q, r0, c0), q->stride[0]);
+      memcpy(rf_region_at(scale, bi, bj), s.stored, (size_t)f->scale_bytes);
     }
   return RF_OK;
 }
 
 rf_status engine_fp8_device_done(const rf_engine *e) {
-  if (e->memory != RF_MEM_DEVICE || e->plan->layout->rollout.dtype != RF_ROLLOUT_DTYPE_FP8)
+  if (e->memory != RF_MEM_DEVICE || !rf_layout_format(e->plan->layout))
     return RF_OK;
   rf_fp8_bad bad;
   RF_TRY(rf_fp8_device_bad(&bad));

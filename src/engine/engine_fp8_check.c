@@ -18,7 +18,8 @@
 #define EDGE RF_FP8_BLOCK_EDGE
 
 /* The reference of this rank's part of fp8 tensor t: its elements from the generator (or the
- * checkpoint) in the trainer's dtype, quantized by the CPU reference; or, from a block-FP8
+ * checkpoint) in the trainer's dtype, quantized by the CPU reference of the rollout's format;
+ * or, from a block-FP8
  * checkpoint, the file's fp8 bytes and scales themselves. */
 static rf_status reference(const rf_engine *e, rf_checkpoint *ckpt, int t, const rf_box *held,
                            uint8_t *q, float *scale) {
@@ -38,12 +39,14 @@ static rf_status reference(const rf_engine *e, rf_checkpoint *ckpt, int t, const
     return RF_ERR_NOMEM;
   rf_region r = rf_region_row_major(x, held, rf_tensor_esize(tensor));
   rf_status st = RF_OK;
+  float global = 1.0f;
   if (ckpt)
     st = rf_checkpoint_read(ckpt, t, held, &r);
   else
     rf_fill_region(&r, held, tensor, e->seed, tensor->dtype);
   if (st == RF_OK)
-    st = rf_fp8_quantize_ref(tensor->name, x, tensor->dtype, rows, cols, cols, q, scale);
+    st = rf_format_quantize_ref(rf_layout_format(e->plan->layout), tensor->name, x, tensor->dtype,
+                                rows, cols, cols, global, q, (uint8_t *)scale);
   free(x);
   return st;
 }
@@ -148,6 +151,7 @@ static rf_status reference_band(const rf_engine *e, rf_checkpoint *ckpt, int t, 
                     .q_stride = cols,
                     .scale = d->scale,
                     .scale_stride = blocks.hi[1] - blocks.lo[1],
+                    .rule = rf_layout_format(e->plan->layout)->rule,
                     .tag = t,
                     .row0 = box->lo[0],
                     .col0 = box->lo[1]};

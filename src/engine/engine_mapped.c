@@ -163,7 +163,7 @@ static rf_status chunk_copy(rf_engine *e, const rf_piece *p, const rf_box *box, 
 
 int rf_engine_pushes(const rf_plan *plan) {
   /* An fp8 rollout pulls: its destination quantizes, or lands pieces in buffers no peer maps. */
-  if (plan->layout->rollout.dtype == RF_ROLLOUT_DTYPE_FP8)
+  if (rf_layout_format(plan->layout))
     return 0;
   /* REFIT_MAPPED_PUSH=0|1 overrides the choice by order, for measuring both directions; every
    * rank must see the same value (mpirun passes the environment to all of them). */

@@ -24,7 +24,8 @@
 static const char *const dtype_tags[] = {[RF_DTYPE_BF16] = "BF16",
                                          [RF_DTYPE_FP16] = "F16",
                                          [RF_DTYPE_FP32] = "F32",
-                                         [RF_DTYPE_FP8] = "F8_E4M3"};
+                                         [RF_DTYPE_FP8] = "F8_E4M3",
+                                         [RF_DTYPE_U8] = "U8"};
 
 const char *ck_dtype_tag(rf_dtype dt) {
   return (int)dt >= 0 && (int)dt < (int)RF_ARRAY_LEN(dtype_tags) ? dtype_tags[dt] : "?";

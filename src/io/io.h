@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "format/format.h"
 #include "memory/memory.h"
 #include "model/model.h"
 #include "result/result.h"
@@ -176,17 +177,20 @@ rf_status rf_checkpoint_read(rf_checkpoint *c, int tensor, const rf_box *box, co
 rf_status rf_checkpoint_checksum(rf_checkpoint *c, int tensor, uint64_t *out);
 void rf_checkpoint_checksum_format(rf_checkpoint *c, int format);
 
+/* Quantized checkpoints (checkpoint_format.c): rf_checkpoint_write_format writes the synthetic
+ * weights with every linear weight quantized to format f by its CPU reference, under the names
+ * and dtypes of the format's ecosystem, as one safetensors file (*bytes: its data bytes). */
+rf_status rf_checkpoint_write_format(const char *path, const rf_model *model, const rf_format *f,
+                                     uint64_t seed, int64_t *bytes);
+
 /* Block-FP8 checkpoints (checkpoint_fp8.c): every linear weight X.weight F8_E4M3 followed by
  * X.weight_scale_inv F32 (one per 128x128 block), the other tensors in their own dtype, as
- * DeepSeek-V3's checkpoints hold them. rf_checkpoint_write_fp8 writes the synthetic weights
- * quantized by the CPU reference as one safetensors file (*bytes: its data bytes).
+ * DeepSeek-V3's checkpoints hold them (fp8 and fp8-ue8m0 files).
  * rf_checkpoint_fp8_checksums reads one (a file or a directory with its index) for `model` and
  * sets, per model tensor, the checksum an fp8 run records for its rollout: rf_fp8_checksum of
  * the fp8 bytes and scales for a linear weight (fp8[t] = 1), the ordinary one otherwise, under
  * the checksum terms of results format `format`. It is refit verify's (RF_CHECKPOINT_FOR_VERIFY).
  */
-rf_status rf_checkpoint_write_fp8(const char *path, const rf_model *model, uint64_t seed,
-                                  int64_t *bytes);
 rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, int format,
                                       uint64_t *sums, int *fp8);
 /* A block-FP8 checkpoint as the trainer's weights (--rollout-dtype fp8): *fp8 says whether

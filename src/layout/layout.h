@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "core/box.h"
+#include "format/format.h"
 #include "model/model.h"
 
 /* The whole of a tensor as a box. */
@@ -54,14 +55,6 @@ typedef struct {
   rf_trainer_style style;
   rf_trainer_order order;
 } rf_trainer_layout;
-
-/* --rollout-dtype: the rollout receives every tensor in the trainer's dtype, or its linear
- * weights block-quantized to fp8 with their scales (layout_fp8.c). */
-#define RF_ROLLOUT_DTYPE_LIST(X)                                                                   \
-  X(RF_ROLLOUT_DTYPE_MODEL, "model")                                                               \
-  X(RF_ROLLOUT_DTYPE_FP8, "fp8")
-typedef enum { RF_ROLLOUT_DTYPE_LIST(RF_ENUM_ID) RF_ROLLOUT_DTYPE_COUNT } rf_rollout_dtype;
-RF_ENUM_DECLARE(rf_rollout_dtype);
 
 typedef struct {
   int tp, dp;             /* dp = engine replicas, each a vLLM TP group of tp ranks */
@@ -192,6 +185,8 @@ int rf_layout_rollout_split_dim(const rf_layout *lay, int tensor);
  * weight_scale_inv of one element per 128x128 block, as vLLM's block-FP8 layers hold them;
  * embeddings, lm_head, norms, biases and routers keep the trainer's dtype. */
 #define RF_FP8_BLOCK_EDGE 128
+/* The format the rollout's linear weights take (format.h), or NULL for the trainer's dtype. */
+const rf_format *rf_layout_format(const rf_layout *lay);
 /* Whether the rollout receives logical tensor `tensor` quantized to fp8. */
 int rf_layout_fp8(const rf_layout *lay, int tensor);
 /* Bytes per element of logical tensor `tensor` in the rollout's tensors: 1 where the rollout

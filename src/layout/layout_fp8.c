@@ -20,9 +20,10 @@
 
 static int64_t ceil_blocks(int64_t n) { return (n + EDGE - 1) / EDGE; }
 
+const rf_format *rf_layout_format(const rf_layout *lay) { return rf_format_of(lay->rollout.dtype); }
+
 int rf_layout_fp8(const rf_layout *lay, int tensor) {
-  return lay->rollout.dtype == RF_ROLLOUT_DTYPE_FP8 &&
-         rf_tensor_kind_is_linear(lay->model->tensors[tensor].kind);
+  return rf_layout_format(lay) && rf_tensor_kind_is_linear(lay->model->tensors[tensor].kind);
 }
 
 int rf_layout_rollout_esize(const rf_layout *lay, int tensor) {
@@ -165,8 +166,22 @@ static rf_status scale_of(const rf_rollout_tensor *w, int index, int64_t rows,
   return RF_OK;
 }
 
+/* The engine, the plan and the kernels move 128x128 blocks of e4m3 with fp32 scales; the other
+ * formats have their reference (format_ref.c) and checkpoints, not yet a rollout. */
+static rf_status require_moved(const rf_format *f) {
+  if (f->block_rows == EDGE && f->block_cols == EDGE && f->elem == RF_ELEM_E4M3 &&
+      f->scale_store == RF_SCALE_STORE_FP32)
+    return RF_OK;
+  return rf_fail(RF_ERR_UNSUPPORTED,
+                 "--rollout-dtype %s: refit moves formats of 128x128 e4m3 blocks with fp32 "
+                 "scales into a rollout (fp8, fp8-ue8m0); %s has its reference quantizer and "
+                 "checkpoints (refit checkpoint --dtype %s), not yet a rollout",
+                 f->name, f->name, f->name);
+}
+
 rf_status layout_init_fp8(rf_layout *lay) {
   const rf_model *m = lay->model;
+  RF_TRY(require_moved(rf_layout_format(lay)));
   int cut_at = first_cut(lay);
   if (cut_at >= 0)
     return refuse_cut(lay, cut_at);

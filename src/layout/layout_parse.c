@@ -10,7 +10,6 @@
 RF_ENUM_DEFINE(rf_trainer_style, "trainer-style", RF_TRAINER_STYLE_LIST, RF_TRAINER_STYLE_COUNT)
 RF_ENUM_DEFINE(rf_trainer_order, "trainer-order", RF_TRAINER_ORDER_LIST, RF_TRAINER_ORDER_COUNT)
 RF_ENUM_DEFINE(rf_placement, "placement", RF_PLACEMENT_LIST, RF_PLACEMENT_COUNT)
-RF_ENUM_DEFINE(rf_rollout_dtype, "rollout-dtype", RF_ROLLOUT_DTYPE_LIST, RF_ROLLOUT_DTYPE_COUNT)
 
 rf_box rf_box_whole(const rf_tensor *t) {
   rf_box b = {{0, 0}, {t->shape[0], t->shape[1]}};

@@ -297,5 +297,5 @@ rf_status layout_init_rollout(rf_layout *lay) {
     lay->slots[i].local = local;
     lay->slots[i].row = slot_row(lay, t);
   }
-  return lay->rollout.dtype == RF_ROLLOUT_DTYPE_FP8 ? layout_init_fp8(lay) : RF_OK;
+  return rf_layout_format(lay) ? layout_init_fp8(lay) : RF_OK;
 }

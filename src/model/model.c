@@ -21,7 +21,7 @@
 static const struct {
   const char *name;
   int size;
-} dtypes[] = {{"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp8_e4m3fn", 1}};
+} dtypes[] = {{"bf16", 2}, {"fp16", 2}, {"fp32", 4}, {"fp8_e4m3fn", 1}, {"u8", 1}};
 
 static int dtype_valid(rf_dtype dt) { return (int)dt >= 0 && (int)dt < (int)RF_ARRAY_LEN(dtypes); }
 

@@ -13,9 +13,17 @@
  * --rollout-dtype fp8 (layout_fp8.c), and the trainer's linear weights when they come from a
  * block-FP8 checkpoint (rf_model_weights_fp8). It is never a --dtype, so rf_dtype_parse does
  * not accept it. */
-typedef enum { RF_DTYPE_BF16 = 0, RF_DTYPE_FP16, RF_DTYPE_FP32, RF_DTYPE_FP8 } rf_dtype;
-const char *rf_dtype_name(rf_dtype dt);                 /* "bf16", "fp16", "fp32", "fp8_e4m3fn" */
-int rf_dtype_size(rf_dtype dt);                         /* bytes per element */
+/* RF_DTYPE_U8: bytes of a quantized format that are not e4m3 (packed e2m1 pairs, E8M0
+ * scales; format.h), only in the checkpoints refit writes. */
+typedef enum {
+  RF_DTYPE_BF16 = 0,
+  RF_DTYPE_FP16,
+  RF_DTYPE_FP32,
+  RF_DTYPE_FP8,
+  RF_DTYPE_U8
+} rf_dtype;
+const char *rf_dtype_name(rf_dtype dt); /* "bf16", "fp16", "fp32", "fp8_e4m3fn", "u8" */
+int rf_dtype_size(rf_dtype dt);         /* bytes per element */
 rf_status rf_dtype_parse(const char *s, rf_dtype *out); /* accepts HF torch_dtype names too */
 
 /* What a tensor is decides how every layout splits it. */

@@ -72,6 +72,7 @@ typedef struct {
   int64_t q_stride;
   char *scale;
   int64_t scale_stride;
+  int rule; /* format.h's rf_scale_rule: fp32-inverse (0) or ue8m0-ceil */
   int tag;
   int64_t row0, col0;
 } rf_fp8_job;

@@ -25,6 +25,7 @@
 #include <string.h>
 
 extern "C" {
+#include "format/format.h"
 #include "memory/memory_gpu.h"
 #include "verify/fp8.h"
 }
@@ -43,6 +44,7 @@ struct job_dev {
   char *scale;
   int64_t scale_stride;
   float inv_max; /* fp32(1 / 448), rounded on the host as fp8.c rounds it */
+  int rule;      /* rf_scale_rule: fp32-inverse or ue8m0-ceil */
   int tag;
   int64_t row0, col0;
 };
@@ -94,12 +96,21 @@ __device__ __forceinline__ uint32_t block_max(uint32_t m, uint32_t *smem) {
   return r;
 }
 
-/* rf_fp8_scale_of, with the same roundings: factor = fp32(fp32(1 / amax) * 448) and
- * weight_scale_inv = fp32(amax * fp32(1 / 448)). */
-__device__ __forceinline__ void scale_of(uint32_t amax_bits, float inv_max, float *factor,
+/* rf_format_scale_of (format_ref.c), with the same roundings. fp32-inverse (fp8): factor =
+ * fp32(fp32(1 / amax) * 448) and weight_scale_inv = fp32(amax * fp32(1 / 448)). ue8m0-ceil
+ * (fp8-ue8m0): that same fp32 amax / 448, rounded up to a power of two 2^e on its bits
+ * (normal: the clamp keeps it above 2^-23), stored as the fp32 2^e, and factor 2^-e. */
+__device__ __forceinline__ void scale_of(uint32_t amax_bits, float inv_max, int rule, float *factor,
                                          float *scale_inv) {
   float a = __uint_as_float(amax_bits);
   a = a < RF_FP8_AMAX_MIN ? RF_FP8_AMAX_MIN : a;
+  if (rule == RF_SCALE_UE8M0_CEIL) {
+    const uint32_t b = __float_as_uint(__fmul_rn(a, inv_max));
+    const uint32_t e = (b >> 23) + ((b & 0x7fffffu) != 0); /* biased exponent of 2^ceil */
+    *scale_inv = __uint_as_float(e << 23);
+    *factor = __uint_as_float((254u - e) << 23);
+    return;
+  }
   *factor = __fmul_rn(__frcp_rn(a), RF_FP8_E4M3_MAX);
   *scale_inv = __fmul_rn(a, inv_max);
 }
@@ -135,7 +146,7 @@ template <rf_dtype D> __global__ void __launch_bounds__(kThreads) quantize(job_d
     m = block_max(m, smem);
     if (m >= kInfBits)
       goto refuse;
-    scale_of(m, j.inv_max, &factor, &scale_inv);
+    scale_of(m, j.inv_max, j.rule, &factor, &scale_inv);
 #pragma unroll
     for (int k = 0; k < kPasses; k++) {
       const int r = row + k * kRowsPerPass;
@@ -160,7 +171,7 @@ template <rf_dtype D> __global__ void __launch_bounds__(kThreads) quantize(job_d
     m = block_max(m, smem);
     if (m >= kInfBits)
       goto refuse;
-    scale_of(m, j.inv_max, &factor, &scale_inv);
+    scale_of(m, j.inv_max, j.rule, &factor, &scale_inv);
     for (int e = threadIdx.x; e < nr * kEdge; e += kThreads) {
       const int r = e / kEdge, c = e % kEdge;
       if (c < nc)
@@ -230,6 +241,7 @@ extern "C" rf_status rf_fp8_quantize_device(const rf_fp8_job *job) {
                job->scale,
                job->scale_stride,
                1.0f / RF_FP8_E4M3_MAX,
+               job->rule,
                job->tag,
                job->row0,
                job->col0};

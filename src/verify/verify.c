@@ -188,6 +188,7 @@ void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, u
       fill_line(p, &bw, g, key, RF_DTYPE_FP32);
       break;
     case RF_DTYPE_FP8: /* a rollout dtype only: no logical tensor has it (model.h) */
+    case RF_DTYPE_U8:  /* format bytes in a written checkpoint only */
       break;
     }
   }
@@ -249,6 +250,7 @@ int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *
       wrong += check_line(p, &bw, g, t, key, RF_DTYPE_FP32, out, max_report, &nrep);
       break;
     case RF_DTYPE_FP8: /* a rollout dtype only: no logical tensor has it (model.h) */
+    case RF_DTYPE_U8:  /* format bytes in a written checkpoint only */
       break;
     }
   }

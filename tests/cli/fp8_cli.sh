@@ -66,7 +66,7 @@ PYEOF
 # A rollout shard that cuts a block: one line naming the tensor and the tps that fit, exit 2.
 expect_error 2 "refit: error: --rollout-dtype fp8: tensor 'model.layers.0.mlp.gate_proj.weight' [14336, 4096] is cut inside a 128x128 block by rollout tp=32; use tp=1, 2, 4, 8 or 16" \
   "$REFIT" plan --model llama-3.1-8b --trainer fsdp=1 --rollout tp=32 --rollout-dtype fp8
-expect_error 2 "refit: error: option --rollout-dtype: 'fp4' is not one of model|fp8" \
+expect_error 2 "refit: error: option --rollout-dtype: 'fp4' is not one of model|fp8|fp8-ue8m0|mxfp8|mxfp8-floor|mxfp4|mxfp4-floor|nvfp4" \
   "$REFIT" plan --model llama-3.1-8b --rollout-dtype fp4
 
 # refit run moves fp8 in host memory over mpi and shm, in GPU memory over ipc and nccl
@@ -144,13 +144,13 @@ expect_grep "# PASS" "$TMP/out"
 expect_exit 0 "$REFIT" verify "$TMP/fp8-jax.h5" --reference "$TMP/fp8-p2p.h5"
 expect_grep "# PASS" "$TMP/out"
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 --iters 1 --output "$TMP/bf16.h5"
-expect_error 2 "refit: error: run 0002 of '$TMP/fp8-p2p.h5' moved fp8 rollouts but the reference run 0000 of '$TMP/bf16.h5' moved model-dtype; compare fp8 runs with fp8 runs" \
+expect_error 2 "refit: error: run 0002 of '$TMP/fp8-p2p.h5' moved fp8 rollouts but the reference run 0000 of '$TMP/bf16.h5' moved model-dtype; compare runs of one rollout dtype" \
   "$REFIT" verify "$TMP/fp8-p2p.h5" --reference "$TMP/bf16.h5"
 
 # A block-FP8 checkpoint (DeepSeek-V3's layout) of the same synthetic weights: refit verify
 # compares the fp8 run's rollout checksums with its fp8 bytes and scales.
 expect_exit 0 "$REFIT" checkpoint --model "$small" --dtype fp8 --checkpoint "$TMP/small-fp8.safetensors"
-expect_grep "wrote $TMP/small-fp8.safetensors: fp8-small, 12 tensors, 1181344 bytes, safetensors, block-FP8 (linear weights F8_E4M3 with weight_scale_inv)" "$TMP/out"
+expect_grep "wrote $TMP/small-fp8.safetensors: fp8-small, 12 tensors, 1181344 bytes, safetensors, fp8 (linear weights float8_e4m3fn, an fp32 weight_scale_inv per 128x128 block)" "$TMP/out"
 expect_exit 0 "$REFIT" verify "$TMP/fp8-p2p.h5" --checkpoint "$TMP/small-fp8.safetensors"
 expect_grep "run 0002 against $TMP/small-fp8.safetensors: 0 of 12 tensors differ" "$TMP/out"
 expect_exit 0 "$REFIT" checkpoint --model "$small" --dtype fp8 --seed 2 --checkpoint "$TMP/seed2-fp8.safetensors"
@@ -159,7 +159,7 @@ expect_grep "# FAIL: 12 tensors differ" "$TMP/out"
 expect_exit 0 "$REFIT" checkpoint --model "$small" --checkpoint "$TMP/small.safetensors"
 expect_error 2 "refit: error: checkpoint '$TMP/small.safetensors': tensor model.layers.0.self_attn.q_proj.weight is BF16, but a block-FP8 checkpoint holds it as F8_E4M3 with its weight_scale_inv; compare an fp8 run with a block-FP8 checkpoint (refit checkpoint --dtype fp8 writes one)" \
   "$REFIT" verify "$TMP/fp8-p2p.h5" --checkpoint "$TMP/small.safetensors"
-expect_error 2 "refit: error: option --dtype fp8 writes a block-FP8 checkpoint (refit checkpoint); the trainer's weights are model, bf16, fp16 or fp32: use --rollout-dtype fp8 to move fp8 rollouts" \
+expect_error 2 "refit: error: option --dtype fp8 writes a quantized checkpoint (refit checkpoint); the trainer's weights are model, bf16, fp16 or fp32: use --rollout-dtype fp8 to move fp8 rollouts" \
   "$REFIT" plan --model "$small" --dtype fp8
 # Weights read from a checkpoint (seed 7): --verify full quantizes the file's rows for its
 # reference, and the run agrees with the block-FP8 checkpoint of the same weights only.

@@ -1,0 +1,199 @@
+/* Quantized checkpoints in every format of the table (format.h; docs/architecture.md,
+ * "Quantized formats"): each linear weight P.weight becomes P + weight_suffix, followed by its
+ * scales at P + scale_suffix and, for a format with a global scale, P + global_suffix; the
+ * other tensors stay in their own dtype. The names and dtypes are each ecosystem's:
+ *   fp8, fp8-ue8m0  P.weight F8_E4M3, P.weight_scale_inv F32 [rows/128, cols/128] (DeepSeek-V3,
+ *                   DeepSeek-V3.1's power-of-two scales)
+ *   mxfp8           P.weight F8_E4M3, P.weight_scale U8 (E8M0) [rows, cols/32]
+ *   mxfp4           P_blocks U8 [rows, cols/2] (two e2m1 a byte, the even column in the low
+ *                   nibble), P_scales U8 (E8M0) [rows, cols/32]: gpt-oss's tensors, whose files
+ *                   shape the same bytes [rows, cols/32, 16]
+ *   nvfp4           P.weight U8 [rows, cols/2], P.weight_scale F8_E4M3 [rows, cols/16]
+ *                   (row-major, as ModelOpt writes them; vLLM swizzles them when it loads),
+ *                   P.weight_scale_2 F32 [] (ModelOpt's)
+ * Writing streams the synthetic weights quantized by the CPU reference (format_ref.c) in bands
+ * of whole block rows; a format with a global scale reads the tensor once more first, for its
+ * maximum. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/format.h"
+#include "io/checkpoint_internal.h"
+#include "verify/fp8.h"
+#include "verify/verify.h"
+
+enum { ROLE_PLAIN, ROLE_WEIGHT, ROLE_SCALE, ROLE_GLOBAL };
+
+/* The length of t's name without a trailing ".weight": the prefix P of the names above. */
+static size_t prefix_len(const char *name) {
+  size_t n = strlen(name), w = strlen(".weight");
+  return n > w && strcmp(name + n - w, ".weight") == 0 ? n - w : n;
+}
+
+static rf_status name_as(rf_tensor *v, const rf_tensor *t, const char *suffix) {
+  int n = snprintf(v->name, sizeof v->name, "%.*s%s", (int)prefix_len(t->name), t->name, suffix);
+  if (n < 0 || (size_t)n >= sizeof v->name)
+    return rf_fail(RF_ERR_MODEL, "checkpoint: %.*s%s is longer than %d characters",
+                   (int)prefix_len(t->name), t->name, suffix, RF_NAME_MAX - 1);
+  return RF_OK;
+}
+
+static void shape_as(rf_tensor *v, int ndim, int64_t rows, int64_t cols, rf_dtype dt) {
+  v->ndim = ndim;
+  v->shape[0] = ndim ? rows : 1;
+  v->shape[1] = ndim == 2 ? cols : 1;
+  v->numel = v->shape[0] * v->shape[1];
+  v->dtype = dt;
+  v->own_dtype = 1;
+  v->bytes = v->numel * rf_dtype_size(dt);
+}
+
+static const rf_dtype scale_dtypes[] = {[RF_SCALE_STORE_FP32] = RF_DTYPE_FP32,
+                                        [RF_SCALE_STORE_E8M0] = RF_DTYPE_U8,
+                                        [RF_SCALE_STORE_E4M3] = RF_DTYPE_FP8};
+
+/* The file's tensors: source[i] is the model tensor behind view tensor i, role[i] what it is. */
+static rf_status format_view(const rf_model *m, const rf_format *f, rf_model *view, int *source,
+                             int *role) {
+  *view = *m;
+  view->tensors = rf_calloc((size_t)m->tensor_count * 3 + 1, sizeof *view->tensors,
+                            "a quantized checkpoint's tensors");
+  if (!view->tensors)
+    return RF_ERR_NOMEM;
+  int n = 0;
+  view->total_bytes = 0;
+  rf_status st = RF_OK;
+  for (int t = 0; t < m->tensor_count && st == RF_OK; t++) {
+    const rf_tensor *x = &m->tensors[t];
+    int quantized = rf_tensor_kind_is_linear(x->kind);
+    int parts = !quantized ? 1 : f->global_scale ? 3 : 2;
+    for (int p = 0; p < parts && st == RF_OK; p++, n++) {
+      rf_tensor *v = &view->tensors[n];
+      *v = *x;
+      v->id = n;
+      source[n] = t;
+      role[n] = !quantized ? ROLE_PLAIN : p == 0 ? ROLE_WEIGHT : p == 1 ? ROLE_SCALE : ROLE_GLOBAL;
+      if (role[n] == ROLE_WEIGHT) {
+        st = name_as(v, x, f->weight_suffix);
+        shape_as(v, 2, x->shape[0], rf_format_row_bytes(f, x->shape[1]),
+                 f->elem_bits == 4 ? RF_DTYPE_U8 : RF_DTYPE_FP8);
+      } else if (role[n] == ROLE_SCALE) {
+        st = name_as(v, x, f->scale_suffix);
+        shape_as(v, 2, rf_format_block_grid(f, 0, x->shape[0]),
+                 rf_format_block_grid(f, 1, x->shape[1]), scale_dtypes[f->scale_store]);
+      } else if (role[n] == ROLE_GLOBAL) {
+        st = name_as(v, x, f->global_suffix);
+        shape_as(v, 0, 1, 1, RF_DTYPE_FP32);
+      }
+      view->total_bytes += v->bytes;
+    }
+  }
+  view->tensor_count = n;
+  if (st != RF_OK) {
+    free(view->tensors);
+    view->tensors = NULL;
+  }
+  return st;
+}
+
+typedef struct {
+  const rf_model *model;
+  const rf_format *format;
+  const int *source, *role;
+  uint8_t *scales; /* the last weight's scales, emitted as the next tensor */
+  float global;    /* and its global scale, after them */
+} format_writer;
+
+/* Rows of tensor t a band takes: whole block rows, about one batch of the source. */
+static int64_t band_rows(const rf_format *f, const rf_tensor *t) {
+  int64_t rows = ck_batch_rows(t, t->shape[1], rf_tensor_esize(t));
+  rows = RF_MAX(rows / f->block_rows, 1) * f->block_rows;
+  return RF_MIN(rows, t->shape[0]);
+}
+
+/* The global scale of t's generator values (1 for formats without one). */
+static rf_status tensor_global(const format_writer *w, const rf_tensor *t, uint64_t seed, void *x,
+                               int64_t rows, float *out) {
+  *out = 1.0f;
+  if (!w->format->global_scale)
+    return RF_OK;
+  float amax = 0;
+  for (int64_t r0 = 0; r0 < t->shape[0]; r0 += rows) {
+    rf_box b = {{r0, 0}, {RF_MIN(r0 + rows, t->shape[0]), t->shape[1]}};
+    rf_region reg = rf_region_row_major(x, &b, rf_tensor_esize(t));
+    rf_fill_region(&reg, &b, t, seed, t->dtype);
+    float a = rf_fp8_block_amax(x, t->dtype, t->shape[1], b.hi[0] - r0, t->shape[1]);
+    amax = a > amax ? a : amax;
+  }
+  *out = rf_format_global_of(w->format, amax);
+  return RF_OK;
+}
+
+static rf_status write_weight(format_writer *w, const rf_tensor *t, const rf_tensor *v,
+                              uint64_t seed, ck_emit_fn emit, void *ctx) {
+  const rf_format *f = w->format;
+  int64_t rows = band_rows(f, t), cols = t->shape[1], row_bytes = rf_format_row_bytes(f, cols);
+  int64_t grid_cols = rf_format_block_grid(f, 1, cols);
+  void *x = rf_malloc((size_t)(rows * cols * rf_tensor_esize(t)), "a band of weights");
+  uint8_t *q = rf_malloc((size_t)(rows * row_bytes), "a band of quantized weights");
+  free(w->scales);
+  w->scales =
+      rf_malloc((size_t)(rf_format_block_grid(f, 0, t->shape[0]) * grid_cols * f->scale_bytes),
+                "a weight's scales");
+  rf_status st = x && q && w->scales ? RF_OK : RF_ERR_NOMEM;
+  if (st == RF_OK)
+    st = tensor_global(w, t, seed, x, rows, &w->global);
+  for (int64_t r0 = 0; r0 < t->shape[0] && st == RF_OK; r0 += rows) {
+    int64_t r1 = RF_MIN(r0 + rows, t->shape[0]);
+    rf_box b = {{r0, 0}, {r1, cols}};
+    rf_region reg = rf_region_row_major(x, &b, rf_tensor_esize(t));
+    rf_fill_region(&reg, &b, t, seed, t->dtype);
+    uint8_t *s = w->scales + r0 / f->block_rows * grid_cols * f->scale_bytes;
+    st = rf_format_quantize_ref(f, t->name, x, t->dtype, r1 - r0, cols, cols, w->global, q, s);
+    if (st == RF_OK)
+      st = emit(ctx, v, r0, r1, q, (size_t)((r1 - r0) * row_bytes));
+  }
+  free(x);
+  free(q);
+  return st;
+}
+
+static rf_status generate(void *gen, const rf_model *view, int i, uint64_t seed, ck_emit_fn emit,
+                          void *ctx) {
+  format_writer *w = gen;
+  const rf_tensor *t = &w->model->tensors[w->source[i]], *v = &view->tensors[i];
+  rf_status st = RF_OK;
+  switch (w->role[i]) {
+  case ROLE_WEIGHT:
+    return write_weight(w, t, v, seed, emit, ctx);
+  case ROLE_SCALE:
+    st = emit(ctx, v, 0, v->shape[0], w->scales, (size_t)v->bytes);
+    free(w->scales);
+    w->scales = NULL;
+    return st;
+  case ROLE_GLOBAL:
+    return emit(ctx, v, 0, 1, &w->global, sizeof w->global);
+  default:
+    return ck_generate(t, seed, emit, ctx);
+  }
+}
+
+rf_status rf_checkpoint_write_format(const char *path, const rf_model *model, const rf_format *f,
+                                     uint64_t seed, int64_t *bytes) {
+  size_t n = (size_t)model->tensor_count * 3 + 1;
+  int *source = rf_calloc(n, sizeof *source, "a quantized checkpoint's tensors");
+  int *role = rf_calloc(n, sizeof *role, "a quantized checkpoint's tensors");
+  rf_model view;
+  memset(&view, 0, sizeof view);
+  rf_status st = source && role ? format_view(model, f, &view, source, role) : RF_ERR_NOMEM;
+  format_writer w = {model, f, source, role, NULL, 1.0f};
+  if (st == RF_OK)
+    st = ck_st_write_file(path, &view, seed, generate, &w);
+  *bytes = view.total_bytes;
+  free(w.scales);
+  free(source);
+  free(role);
+  free(view.tensors);
+  return st;
+}
