@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "memory/memory.h"
+#include "format/format.h"
 #include "test.h"
 #include "verify/fp8.h"
 #include "verify/values.h"
@@ -102,6 +103,9 @@ typedef struct {
 
 static int64_t blocks_of(int64_t n) { return (n + RF_FP8_BLOCK - 1) / RF_FP8_BLOCK; }
 
+/* The format whose rule the kernels run: fp8, then fp8-ue8m0 (power-of-two scales). */
+static const rf_format *fmt;
+
 /* Quantizes x (host, rows x cols of dt at g's stride) on the device and on the CPU and
  * compares every byte of the fp8 and scale buffers, inside and around the output. */
 static int64_t compare(rf_dtype dt, int64_t rows, int64_t cols, const void *x, const geometry *g) {
@@ -109,8 +113,8 @@ static int64_t compare(rf_dtype dt, int64_t rows, int64_t cols, const void *x, c
   int64_t br = blocks_of(rows), bc = blocks_of(cols);
   uint8_t *want_q = malloc((size_t)(rows * cols) + 1);
   float *want_s = malloc((size_t)(br * bc) * sizeof(float) + 1);
-  ASSERT_OK(rf_fp8_quantize_ref("case", (const char *)x + g->x_off * es, dt, rows, cols,
-                                g->x_stride, want_q, want_s));
+  ASSERT_OK(rf_format_quantize_ref(fmt, "case", (const char *)x + g->x_off * es, dt, rows, cols,
+                                   g->x_stride, 1.0f, want_q, (uint8_t *)want_s));
 
   size_t x_bytes = (size_t)(g->x_off + rows * g->x_stride) * es;
   size_t q_bytes = (size_t)(g->q_off + rows * g->q_stride) + 64;
@@ -127,6 +131,7 @@ static int64_t compare(rf_dtype dt, int64_t rows, int64_t cols, const void *x, c
                     .q_stride = g->q_stride,
                     .scale = ds + g->s_off,
                     .scale_stride = g->s_stride,
+                    .rule = fmt->rule,
                     .tag = 3};
   ASSERT_OK(rf_fp8_quantize_device(&job));
   rf_fp8_bad bad;
@@ -211,7 +216,7 @@ static void test_crafted_blocks(void) {
   geometry g = dense(n);
   compare(RF_DTYPE_BF16, n, n, x, &g);
   free(x);
-  printf("test_fp8_gpu: crafted blocks ok\n");
+  printf("test_fp8_gpu: %s: crafted blocks ok\n", fmt->name);
 }
 
 static void test_random(void) {
@@ -245,7 +250,7 @@ static void test_random(void) {
   geometry g = dense(cols);
   elems += compare(RF_DTYPE_BF16, rows, cols, x, &g);
   free(x);
-  printf("test_fp8_gpu: %" PRId64 " random elements ok\n", elems);
+  printf("test_fp8_gpu: %s: %" PRId64 " random elements ok\n", fmt->name, elems);
 }
 
 /* A NaN (bf16) or an inf (fp16) in block (1, 1) of a 256 x 384 tensor: that block keeps its
@@ -384,8 +389,13 @@ int main(void) {
   }
   ASSERT_OK(st);
   printf("test_fp8_gpu: GPU %d: %s\n", info.device, info.name);
-  test_crafted_blocks();
-  test_random();
+  /* Both 128x128 rules the kernels run, on the same blocks. */
+  for (const char *const *name = (const char *const[]){"fp8", "fp8-ue8m0", NULL}; *name; name++) {
+    fmt = rf_format_find(*name);
+    test_crafted_blocks();
+    test_random();
+  }
+  fmt = rf_format_find("fp8");
   test_refused(RF_DTYPE_BF16, 0x7fc0, 1);
   test_refused(RF_DTYPE_FP16, 0xfc00, 0);
   test_checksum();

@@ -134,10 +134,12 @@ const rf_cli_option rf_cli_options[] = {
      .def = "model",
      .unit = "",
      .commands = RUN | PLAN | SIM,
-     .help = "what the rollout receives: every tensor in the trainer's dtype, or every linear "
-             "weight as float8_e4m3fn with an fp32 weight_scale_inv per 128x128 block (vLLM's "
-             "block FP8; refit run moves it in host memory over mpi or shm, in GPU memory over "
-             "ipc or nccl)"},
+     .help = "what the rollout receives: every tensor in the trainer's dtype (model), or every "
+             "linear weight in a quantized format: fp8 (float8_e4m3fn, an fp32 "
+             "weight_scale_inv per 128x128 block, vLLM's block FP8), fp8-ue8m0 (the same with "
+             "power-of-two scales), mxfp8, mxfp4, nvfp4 and OCP's -floor variants "
+             "(docs/architecture.md, Quantized formats); refit run moves fp8 and fp8-ue8m0 in "
+             "host memory over mpi or shm, in GPU memory over ipc or nccl"},
     {.name = "placement",
      .sweep = 1,
      .type = RF_OPT_ENUM,

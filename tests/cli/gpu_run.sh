@@ -136,6 +136,21 @@ for run in fp8-ipc-hf fp8-ipc-jax fp8-nccl; do
   expect_exit 0 "$REFIT" verify "$TMP/$run.h5" --checkpoint "$TMP/small-fp8.safetensors"
   expect_grep "against $TMP/small-fp8.safetensors: 0 of 12 tensors differ" "$TMP/out"
 done
+# fp8-ue8m0 (power-of-two scales) through the same kernels over ipc (JAX order: quantized at the
+# destination) and colocated nccl; its bytes and scales are its checkpoint's (the CPU reference).
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
+  --trainer-order jax --rollout-dtype fp8-ue8m0 --transport ipc --mode grouped,fused \
+  --verify full --output "$TMP/ue8m0-ipc.h5"
+fp8_rows 2
+expect_exit 0 "${RUN[@]}" -np 1 "$REFIT" run --model "$small" --trainer fsdp=1 --rollout tp=1 \
+  --placement colocated --rollout-dtype fp8-ue8m0 --transport nccl --mode fused \
+  --verify full --output "$TMP/ue8m0-nccl.h5"
+fp8_rows 1
+expect_exit 0 "$REFIT" checkpoint --model "$small" --dtype fp8-ue8m0 --checkpoint "$TMP/small-ue8m0.safetensors"
+for run in ue8m0-ipc ue8m0-nccl; do
+  expect_exit 0 "$REFIT" verify "$TMP/$run.h5" --checkpoint "$TMP/small-ue8m0.safetensors"
+  expect_grep "against $TMP/small-ue8m0.safetensors: 0 of 12 tensors differ" "$TMP/out"
+done
 # A block-FP8 checkpoint as the trainer's weights on the GPU: shards that cut blocks (fp8-cut,
 # fsdp=4) over ipc in both orders, and colocated nccl; every byte and scale is the file's.
 cut="$REFIT_SOURCE_DIR/tests/data/fp8-cut.json"
