@@ -14,8 +14,8 @@
  * Exits 77 (skipped) in a build without CUDA or on a machine without a GPU. */
 #include <math.h>
 
-#include "memory/memory.h"
 #include "format/format.h"
+#include "memory/memory.h"
 #include "test.h"
 #include "verify/fp8.h"
 #include "verify/values.h"

@@ -31,7 +31,7 @@ static const rf_format table[] = {
     [RF_FORMAT_FP8_UE8M0 -
         1] = {.name = "fp8-ue8m0",
               .summary = "linear weights float8_e4m3fn, a power-of-two fp32 weight_scale_inv per "
-                         "128x128 block, rounded up (DeepGEMM's UE8M0)",
+                         "128x128 block, rounded up as DeepGEMM's UE8M0",
               E4M3,
               .block_rows = 128,
               .block_cols = 128,
@@ -69,7 +69,7 @@ static const rf_format table[] = {
                                    .scale_suffix = ".weight_scale"},
     [RF_FORMAT_MXFP4 - 1] = {.name = "mxfp4",
                              .summary = "linear weights e2m1 two a byte, an E8M0 scale per 1x32 "
-                                        "block, rounded up (gpt-oss's _blocks and _scales)",
+                                        "block, rounded up, as gpt-oss's _blocks and _scales",
                              E2M1,
                              .block_rows = 1,
                              .block_cols = 32,
