@@ -132,23 +132,6 @@ float rf_format_global_of(const rf_format *f, float amax) {
   return amax / 2688.0f;
 }
 
-/* Element i of an array of dtype dt as a float, exactly. */
-static float load(const void *x, rf_dtype dt, int64_t i) {
-  uint16_t h;
-  float v;
-  switch (dt) {
-  case RF_DTYPE_BF16:
-    memcpy(&h, (const char *)x + i * 2, 2);
-    return rf_bf16_to_float(h);
-  case RF_DTYPE_FP16:
-    memcpy(&h, (const char *)x + i * 2, 2);
-    return rf_fp16_to_float(h);
-  default:
-    memcpy(&v, (const char *)x + i * 4, 4);
-    return v;
-  }
-}
-
 static uint8_t encode(const rf_format *f, float v, const rf_format_scale *s) {
   float p = s->div != 0 ? v / s->div : v * s->mul;
   return f->elem == RF_ELEM_E2M1 ? rf_e2m1_from_float(p) : rf_fp8_e4m3_from_float(p);
@@ -160,7 +143,7 @@ void rf_format_quantize_block(const rf_format *f, const void *x, rf_dtype dt, in
   for (int64_t r = 0; r < rows; r++) {
     uint8_t *row = q + r * q_stride;
     for (int64_t c = 0; c < cols; c++) {
-      uint8_t code = encode(f, load(x, dt, r * row_stride + c), s);
+      uint8_t code = encode(f, rf_float_at(x, dt, r * row_stride + c), s);
       if (f->elem_bits == 4)
         row[c / 2] = (uint8_t)(c % 2 ? (row[c / 2] & 0x0f) | code << 4 : code);
       else

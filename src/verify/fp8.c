@@ -90,8 +90,7 @@ float rf_fp16_to_float(uint16_t h) {
   return float_of(sign | (e - 15 + 127) << 23 | m << 13);
 }
 
-/* Element i of an array of dtype dt as a float (exact for every dtype). */
-static float load(const void *x, rf_dtype dt, int64_t i) {
+float rf_float_at(const void *x, rf_dtype dt, int64_t i) {
   uint16_t h;
   float f;
   switch (dt) {
@@ -128,7 +127,7 @@ float rf_fp8_block_amax(const void *x, rf_dtype dt, int64_t row_stride, int64_t 
   uint32_t m = 0;
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < cols; c++) {
-      uint32_t a = bits_of(load(x, dt, r * row_stride + c)) & 0x7fffffffu;
+      uint32_t a = bits_of(rf_float_at(x, dt, r * row_stride + c)) & 0x7fffffffu;
       m = a > m ? a : m;
     }
   return float_of(m);
@@ -141,7 +140,7 @@ void rf_fp8_quantize_with_amax(const void *x, rf_dtype dt, int64_t row_stride, i
     for (int64_t c = 0; c < cols; c++) {
       /* Stored to a float first: the product is rounded to fp32 before the conversion sees it,
        * as PyTorch materialises x * factor as an fp32 tensor. */
-      float p = load(x, dt, r * row_stride + c) * s.factor;
+      float p = rf_float_at(x, dt, r * row_stride + c) * s.factor;
       q[r * q_stride + c] = rf_fp8_e4m3_from_float(p);
     }
 }

@@ -30,6 +30,8 @@ float rf_fp8_e4m3_to_float(uint8_t b);
 /* bf16 and fp16 bit patterns -> float, exact (NaN payloads kept). */
 float rf_bf16_to_float(uint16_t b);
 float rf_fp16_to_float(uint16_t h);
+/* Element i of an array of dtype dt (bf16, fp16 or fp32) as a float, exactly. */
+float rf_float_at(const void *x, rf_dtype dt, int64_t i);
 
 /* What a block's amax decides: the clamped amax, the factor that multiplies every element and
  * the scale stored with the block. */
