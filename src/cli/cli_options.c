@@ -137,7 +137,8 @@ const rf_cli_option rf_cli_options[] = {
      .help = "what the rollout receives: every tensor in the trainer's dtype, or every linear "
              "weight as float8_e4m3fn with an fp32 weight_scale_inv per 128x128 block (vLLM's "
              "block FP8; refit run moves it in host memory over mpi or shm, in GPU memory over "
-             "ipc or nccl)"},
+             "ipc or nccl), or in another format: fp8-ue8m0, mxfp8 and mxfp8-floor (an E8M0 "
+             "weight_scale per 1x32 block; host memory only) move, the 4-bit formats not yet"},
     {.name = "placement",
      .sweep = 1,
      .type = RF_OPT_ENUM,
