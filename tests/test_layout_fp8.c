@@ -7,16 +7,21 @@
 
 #include "layout_helpers.h"
 
-static rf_status make_fp8(rf_layout *lay, const rf_model *m, const char *trainer,
-                          const char *rollout) {
+static rf_status make_format(rf_layout *lay, const rf_model *m, const char *trainer,
+                             const char *rollout, rf_rollout_dtype dtype) {
   rf_trainer_layout t;
   rf_rollout_layout r;
   RF_TRY(rf_trainer_layout_parse(trainer, &t));
   RF_TRY(rf_rollout_layout_parse(rollout, &r));
   t.style = RF_STYLE_FSDP2;
   t.order = RF_ORDER_HF;
-  r.dtype = RF_FORMAT_FP8;
+  r.dtype = dtype;
   return rf_layout_init(lay, m, &t, &r, RF_PLACEMENT_DISAGGREGATED);
+}
+
+static rf_status make_fp8(rf_layout *lay, const rf_model *m, const char *trainer,
+                          const char *rollout) {
+  return make_format(lay, m, trainer, rollout, RF_FORMAT_FP8);
 }
 
 /* One rollout tensor: vLLM's shape (c = 0: 2-D, b = 0: 1-D), dtype and bytes; a scale names its
@@ -35,6 +40,9 @@ static void expect_tensor(const rf_layout *lay, const char *name, int64_t a, int
   ASSERT_EQ(rt->bytes, bytes);
   ASSERT_EQ(rt->numel * rf_dtype_size(dtype), bytes);
   const char *suffix = strstr(name, "_scale_inv");
+  size_t len = strlen(name);
+  if (!suffix && len > 6 && strcmp(name + len - 6, "_scale") == 0) /* mxfp8's weight_scale */
+    suffix = name + len - 6;
   if (!suffix) {
     ASSERT_EQ(rt->scale_of, -1);
     return;
@@ -181,6 +189,67 @@ static void test_deepseek(void) {
   rf_model_free(&m);
 }
 
+/* mxfp8: one E8M0 byte (u8) per 1x32 block, named weight_scale. Llama-3.1-8B at tp=8 as in
+ * test_llama: every block row is a row, so a fused tensor's scale rows are its rows (qkv 512 +
+ * 128 + 128 = 768, gate_up 2 x 1792 = 3584) and the scale columns are the columns / 32 (4096:
+ * 128, o's 512: 16, down's 1792: 56); one scale byte per 32 fp8 bytes, 851968 a layer. */
+static void test_mxfp8(void) {
+  rf_model m;
+  rf_layout lay;
+  ASSERT_OK(rf_model_load("llama-3.1-8b", &m));
+  ASSERT_OK(make_format(&lay, &m, "fsdp=8", "tp=8", RF_FORMAT_MXFP8));
+  const char *l = "model.layers.31.";
+  char n[128];
+#define AT(suffix) (snprintf(n, sizeof n, "%s%s", l, suffix), n)
+  expect_tensor(&lay, AT("self_attn.qkv_proj.weight"), 768, 4096, 0, RF_DTYPE_FP8, 3145728);
+  expect_tensor(&lay, AT("self_attn.qkv_proj.weight_scale"), 768, 128, 0, RF_DTYPE_U8, 98304);
+  expect_tensor(&lay, AT("self_attn.o_proj.weight_scale"), 4096, 16, 0, RF_DTYPE_U8, 65536);
+  expect_tensor(&lay, AT("mlp.gate_up_proj.weight_scale"), 3584, 128, 0, RF_DTYPE_U8, 458752);
+  expect_tensor(&lay, AT("mlp.down_proj.weight_scale"), 4096, 56, 0, RF_DTYPE_U8, 229376);
+#undef AT
+  ASSERT_EQ(lay.rollout_tensor_count, 195 + 32 * 4);
+  int64_t sum = 0;
+  for (int i = 0; i < lay.rollout_tensor_count; i++)
+    sum += lay.rollout_tensors[i].bytes;
+  ASSERT_EQ(sum, 32 * (27262976 + 851968 + 2 * 8192) + 2 * 131334144 + 8192);
+  /* The grid: rows are blocks, columns on multiples of 32. */
+  const rf_format *f = rf_layout_format(&lay);
+  int down = rf_model_find(&m, "model.layers.0.mlp.down_proj.weight"); /* [4096, 14336] */
+  rf_box b = {{3, 32}, {5, 100}}; /* 2 rows, column blocks 1, 2 and 3 */
+  ASSERT_EQ(rf_format_box_blocks(f, &b), 6);
+  ASSERT_FALSE(rf_layout_fp8_aligned(&lay, down, &b));
+  b.hi[1] = 128;
+  ASSERT_TRUE(rf_layout_fp8_aligned(&lay, down, &b));
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+
+  /* mxfp8-floor has the same tensors; stacked experts (DeepSeek-V3, tp=8): w13 [256, 2 x 256
+   * rows, 7168 / 32 = 224], w2 [256, 7168, 256 / 32 = 8]; fused_qkv_a 1536 + 576 rows. */
+  ASSERT_OK(rf_model_load("deepseek-v3", &m));
+  ASSERT_OK(make_format(&lay, &m, "fsdp=8", "tp=8", RF_FORMAT_MXFP8_FLOOR));
+  expect_tensor(&lay, "model.layers.7.mlp.experts.w13_weight_scale", 256, 512, 224, RF_DTYPE_U8,
+                256 * 512 * 224);
+  expect_tensor(&lay, "model.layers.7.mlp.experts.w2_weight_scale", 256, 7168, 8, RF_DTYPE_U8,
+                256 * 7168 * 8);
+  expect_tensor(&lay, "model.layers.7.self_attn.fused_qkv_a_proj.weight_scale", 2112, 224, 0,
+                RF_DTYPE_U8, 2112 * 224);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
+static void expect_cut_as(const char *model, const char *rollout, rf_rollout_dtype dtype,
+                          const char *message) {
+  rf_model m;
+  rf_layout lay;
+  char got[512] = "";
+  ASSERT_OK(rf_model_load(model, &m));
+  rf_log_capture(got, sizeof got);
+  ASSERT_STATUS(make_format(&lay, &m, "fsdp=1", rollout, dtype), RF_ERR_LAYOUT);
+  rf_log_capture(NULL, 0);
+  ASSERT_STR_EQ(got, message);
+  rf_model_free(&m);
+}
+
 static void expect_cut(const char *model, const char *rollout, const char *message) {
   rf_model m;
   rf_layout lay;
@@ -211,6 +280,11 @@ static void test_cuts(void) {
              "--rollout-dtype fp8: tensor 'model.layers.0.self_attn.q_proj.weight' [64, 64] is "
              "cut inside a 128x128 block by rollout tp=1, and so is some tensor at every tp up "
              "to 64; use --rollout-dtype model");
+  /* mxfp8 cuts only columns at multiples of 32: DeepSeek-V2-Lite's dense down_proj has
+   * 10944 / 4 = 2736 columns at tp=4, 85.5 blocks (tp=2: 5472, 171 blocks; tp=1 whole). */
+  expect_cut_as("deepseek-v2-lite", "tp=4", RF_FORMAT_MXFP8,
+                "--rollout-dtype mxfp8: tensor 'model.layers.0.mlp.down_proj.weight' [2048, "
+                "10944] is cut inside a 1x32 block by rollout tp=4; use tp=1 or 2");
 }
 
 int main(void) {
@@ -218,5 +292,6 @@ int main(void) {
   test_llama();
   test_deepseek();
   test_cuts();
+  test_mxfp8();
   return 0;
 }

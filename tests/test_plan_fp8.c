@@ -9,6 +9,8 @@
 #include "plan_checks.h"
 
 static rf_model model;
+/* The rollout's format: fp8, but mxfp8 in test_mxfp8. */
+static rf_rollout_dtype format = RF_FORMAT_FP8;
 
 /* Per fp8 block on the wire: 128 x 128 fp8 bytes and one fp32 scale. */
 #define BLOCK (128 * 128 + 4)
@@ -28,7 +30,7 @@ static void build_style(rf_layout *lay, rf_plan *plan, const char *trainer, cons
   ASSERT_OK(rf_rollout_layout_parse(rollout, &r));
   t.style = style;
   t.order = order;
-  r.dtype = RF_FORMAT_FP8;
+  r.dtype = format;
   ASSERT_OK(rf_layout_init(lay, &model, &t, &r, RF_PLACEMENT_DISAGGREGATED));
   ASSERT_OK(rf_plan_build(plan, lay, kind, NULL));
   check_coverage(plan);
@@ -181,6 +183,54 @@ static void test_schedule(rf_pace pace) {
   rf_layout_free(&lay);
 }
 
+/* mxfp8's 1x32 blocks with one E8M0 byte each: the linear weights' 655360 elements put
+ * 655360 fp8 bytes and 655360 / 32 = 20480 scale bytes on the wire. Rows are whole blocks, so
+ * test_mixed's 64-row fsdp shards, which cut fp8's blocks, hold whole mxfp8 blocks: every
+ * tensor is quantized at its source in both layouts. A schedule of 200-byte buckets cuts each
+ * row of 256 columns (256 + 8 = 264 bytes) into runs of 200 / 33 = 6 blocks (192 columns,
+ * 198 bytes) and the rest (64 columns, 66 bytes), each on the 32-column grid. */
+static void test_mxfp8(void) {
+  rf_layout lay;
+  rf_plan plan;
+  rf_schedule s;
+  format = RF_FORMAT_MXFP8;
+  build(&lay, &plan, "fsdp=2", "tp=2", RF_ORDER_HF, RF_PLAN_P2P);
+  int64_t fp8 = 655360 + 655360 / 32;
+  ASSERT_EQ(plan.wire_transfer_bytes, fp8 + 2 * 262144 + 2 * 3 * 512);
+  ASSERT_EQ(plan.wire_transfer_bytes, 1203200);
+  ASSERT_EQ(plan.source_tensors, 7);
+  ASSERT_EQ(plan.destination_tensors, 0);
+  ASSERT_EQ(rf_format_min_bucket(rf_layout_format(&lay)), 33);
+  ASSERT_OK(rf_schedule_build(&plan, RF_STAGE_TRANSFER, 200, RF_PACE_PIECES, &s));
+  int64_t total = 0, wide = 0, narrow = 0;
+  for (int i = 0; i < s.chunk_count; i++) {
+    const rf_chunk *c = &s.chunks[i];
+    const rf_piece *p = &plan.pieces[c->piece];
+    ASSERT_EQ(c->bytes, rf_piece_wire_bytes(&plan, p, &c->box));
+    total += c->bytes;
+    if (rf_piece_quant(&plan, p) != RF_QUANT_SOURCE)
+      continue;
+    ASSERT_TRUE(rf_layout_fp8_aligned(&lay, p->tensor, &c->box));
+    ASSERT_LE(c->bytes, 200);
+    wide += c->bytes == 198;
+    narrow += c->bytes == 66;
+  }
+  ASSERT_EQ(total, plan.wire_transfer_bytes);
+  /* Rows of 256 columns: q, k, v (256 x 256), gate and up (512 x 256); down's 256 x 512 pieces
+   * (256 rows of 256 columns a rank) and o's (128 x 128: 132 bytes a row) too. */
+  ASSERT_TRUE(wide > 0 && wide == narrow);
+  rf_schedule_free(&s);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  build_style(&lay, &plan, "fsdp=2,tp=2", "tp=2", RF_STYLE_FSDP2, RF_ORDER_HF, RF_PLAN_P2P);
+  ASSERT_EQ(plan.wire_transfer_bytes, 1203200);
+  ASSERT_EQ(plan.source_tensors, 7);
+  ASSERT_EQ(plan.destination_tensors, 0);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  format = RF_FORMAT_FP8;
+}
+
 /* The digest tells an fp8 plan from the same plan in the model's dtype. */
 static void test_digest(void) {
   rf_layout lay, plain_lay;
@@ -212,6 +262,7 @@ int main(void) {
   test_schedule(RF_PACE_PIECES);
   test_schedule(RF_PACE_ROWS);
   test_digest();
+  test_mxfp8();
   rf_model_free(&model);
   return 0;
 }

@@ -137,9 +137,10 @@ const rf_cli_option rf_cli_options[] = {
      .help = "what the rollout receives: every tensor in the trainer's dtype (model), or every "
              "linear weight in a quantized format: fp8 (float8_e4m3fn, an fp32 "
              "weight_scale_inv per 128x128 block, vLLM's block FP8), fp8-ue8m0 (the same with "
-             "power-of-two scales), mxfp8, mxfp4, nvfp4 and OCP's -floor variants "
-             "(docs/architecture.md, Quantized formats); refit run moves fp8 and fp8-ue8m0 in "
-             "host memory over mpi or shm, in GPU memory over ipc or nccl"},
+             "power-of-two scales), mxfp8 (an E8M0 weight_scale per 1x32 block), mxfp4, nvfp4 "
+             "and OCP's -floor variants (docs/architecture.md, Quantized formats); refit run "
+             "moves fp8 and fp8-ue8m0 in host memory over mpi or shm and in GPU memory over ipc "
+             "or nccl, mxfp8 and mxfp8-floor in host memory; the 4-bit formats not yet"},
     {.name = "placement",
      .sweep = 1,
      .type = RF_OPT_ENUM,

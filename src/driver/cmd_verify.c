@@ -72,8 +72,9 @@ static rf_status run_model(const char *path, int run, char *model, size_t len) {
 /* The reference checksums of the run's tensors from a checkpoint, for the run's model. An fp8
  * run is compared with a block-FP8 checkpoint: its linear weights' checksums are of fp8 bytes
  * and scales (fp8_tensor[i] = 1), the trainer's weights behind them are not in the file. */
-static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, int fp8, int format,
-                                 uint64_t **out, int **fp8_tensor) {
+static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, const rf_format *fmt,
+                                 int format, uint64_t **out, int **fp8_tensor) {
+  int fp8 = fmt != NULL;
   char model_name[RF_PATH_MAX] = "", dtype[16] = "";
   RF_TRY(
       rf_results_run_attribute(cfg->inputs[0], mine->run, "model", model_name, sizeof model_name));
@@ -93,8 +94,9 @@ static rf_status checkpoint_sums(const rf_config *cfg, const run_sums *mine, int
   rf_checkpoint *ckpt = NULL;
   rf_status st = *out && *fp8_tensor && (!fp8 || (fp8_sums && is_fp8)) ? RF_OK : RF_ERR_NOMEM;
   if (st == RF_OK)
-    st = fp8 ? rf_checkpoint_fp8_checksums(cfg->checkpoint, &model, format, fp8_sums, is_fp8)
-             : rf_checkpoint_open_for(cfg->checkpoint, &model, RF_CHECKPOINT_FOR_VERIFY, &ckpt);
+    st =
+        fp8 ? rf_checkpoint_format_checksums(cfg->checkpoint, &model, fmt, format, fp8_sums, is_fp8)
+            : rf_checkpoint_open_for(cfg->checkpoint, &model, RF_CHECKPOINT_FOR_VERIFY, &ckpt);
   if (ckpt)
     rf_checkpoint_checksum_format(ckpt, format);
   for (int i = 0; i < mine->count && st == RF_OK; i++) {
@@ -198,7 +200,7 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
     expected = ref.trainer;
     expected_rollout = fp8 ? ref.rollout : ref.trainer;
   } else if (st == RF_OK) {
-    st = checkpoint_sums(cfg, &mine, fp8, format, &expected, &fp8_tensor);
+    st = checkpoint_sums(cfg, &mine, rf_format_of(rollout_dtype), format, &expected, &fp8_tensor);
     expected_rollout = expected;
   }
   int differ = 0;

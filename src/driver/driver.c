@@ -64,6 +64,13 @@ static rf_status use_fp8_checkpoint(const rf_config *cfg, rf_job *job) {
   RF_TRY(rf_checkpoint_is_fp8(cfg->checkpoint, &job->model, &fp8));
   if (!fp8)
     return RF_OK;
+  const rf_format *f = rf_format_of(cfg->rollout_dtype);
+  if (!rf_format_on_gpu(f))
+    return rf_fail(RF_ERR_USAGE,
+                   "--rollout-dtype %s cannot take the block-FP8 checkpoint '%s' as the trainer's "
+                   "weights: refit reads quantized checkpoints for fp8 rollouts only so far; use "
+                   "--rollout-dtype fp8, or a checkpoint in the model's dtype",
+                   f->name, cfg->checkpoint);
   if (cfg->plan == RF_PLAN_STAR)
     return rf_fail(RF_ERR_USAGE,
                    "--plan star cannot move the block-FP8 checkpoint '%s': its reshape would "
@@ -93,12 +100,14 @@ rf_status rf_job_build_layout(const rf_config *cfg, int world_size, rf_job *job)
                    "option --bucket-size: %lld bytes is below the minimum of 4096 "
                    "(or 0 for the whole model in one bucket)",
                    (long long)cfg->bucket_size);
-  if (rf_format_of(cfg->rollout_dtype) && cfg->bucket_size != 0 &&
-      cfg->bucket_size < RF_FP8_MIN_BUCKET)
+  const rf_format *f = rf_format_of(cfg->rollout_dtype);
+  if (f && cfg->bucket_size != 0 && cfg->bucket_size < rf_format_min_bucket(f))
     return rf_fail(RF_ERR_USAGE,
-                   "option --bucket-size: %lld bytes is below the %d of one 128x128 fp8 block "
-                   "and its scale, which --rollout-dtype fp8 moves whole; use %d or more (or 0)",
-                   (long long)cfg->bucket_size, RF_FP8_MIN_BUCKET, RF_FP8_MIN_BUCKET);
+                   "option --bucket-size: %lld bytes is below the %lld of one %dx%d %s block "
+                   "and its scale, which --rollout-dtype %s moves whole; use %lld or more (or 0)",
+                   (long long)cfg->bucket_size, (long long)rf_format_min_bucket(f), f->block_rows,
+                   f->block_cols, f->block_rows == 128 ? "fp8" : f->name, f->name,
+                   (long long)rf_format_min_bucket(f));
   RF_TRY(rf_trainer_layout_parse(cfg->trainer, &job->trainer));
   RF_TRY(rf_rollout_layout_parse(cfg->rollout, &job->rollout));
   job->trainer.style = cfg->trainer_style;
@@ -182,8 +191,18 @@ static void leave_together(double timeout) {
 }
 
 rf_status rf_run_check_rollout_dtype(const rf_config *cfg) {
-  if (!rf_format_of(cfg->rollout_dtype))
+  const rf_format *f = rf_format_of(cfg->rollout_dtype);
+  if (!f)
     return RF_OK;
+  /* The CUDA kernels (fp8_cuda.cu) quantize 128x128 blocks with fp32 scales only; the other
+   * moved formats (mxfp8's 1x32 blocks) are quantized by the CPU reference in host memory. */
+  if (!rf_format_on_gpu(f) &&
+      (cfg->memory == RF_MEM_REQUEST_DEVICE || strcmp(cfg->transport, "ipc") == 0 ||
+       strcmp(cfg->transport, "nccl") == 0))
+    return rf_fail(RF_ERR_USAGE,
+                   "--rollout-dtype %s with the weights in GPU memory: refit quantizes %s on the "
+                   "CPU only so far; use --memory host with --transport mpi or shm",
+                   f->name, f->name);
   /* mpi takes GPU weights through pinned host buffers, where the quantize kernels would read
    * and write across the bus (engine.c, check_fp8); shm never holds GPU memory (cmd_run.c). */
   if (cfg->memory == RF_MEM_REQUEST_DEVICE && strcmp(cfg->transport, "mpi") == 0)

@@ -33,8 +33,8 @@ int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int ran
       rf_box box = rf_layout_trainer_box(lay, i, rank);
       bytes = rf_box_numel(&box) * rf_tensor_esize(&lay->model->tensors[i]);
       if (lay->model->tensors[i].dtype == RF_DTYPE_FP8 && bytes) { /* its scales follow */
-        rf_box blocks = engine_fp8_blocks_of(&box);
-        bytes = align_up(bytes) + rf_box_numel(&blocks) * 4;
+        rf_box blocks = engine_fp8_blocks_of(lay, &box);
+        bytes = align_up(bytes) + rf_box_numel(&blocks) * rf_layout_format(lay)->scale_bytes;
       }
     } else if (plan->kind == RF_PLAN_STAR) {
       const rf_box *c = &plan->coupling[(size_t)i * lay->trainer_ranks + rank];
@@ -57,8 +57,9 @@ rf_region rf_shard_region(const rf_plan *plan, int trainer_rank, int tensor, voi
 rf_region rf_shard_scale_region(const rf_plan *plan, int trainer_rank, int tensor, void *base,
                                 rf_box *blocks) {
   rf_box box = rf_layout_trainer_box(plan->layout, tensor, trainer_rank);
-  *blocks = engine_fp8_blocks_of(&box);
-  return rf_region_row_major((char *)base + align_up(rf_box_numel(&box)), blocks, 4);
+  *blocks = engine_fp8_blocks_of(plan->layout, &box);
+  return rf_region_row_major((char *)base + align_up(rf_box_numel(&box)), blocks,
+                             rf_layout_format(plan->layout)->scale_bytes);
 }
 
 /* Reads only this rank's rows and columns of a tensor from the checkpoint. Device shards are
@@ -86,7 +87,9 @@ static rf_status read_shard(rf_buffers *b, rf_checkpoint *ckpt, int t, const rf_
     return RF_OK;
   rf_box blocks;
   rf_region s = rf_shard_scale_region(b->plan, b->trainer_rank, t, b->shards[t], &blocks);
-  return read_box(b, ckpt, t, 1, &blocks, &s, (size_t)rf_box_numel(&blocks) * 4);
+  return read_box(b, ckpt, t, 1, &blocks, &s,
+                  (size_t)rf_box_numel(&blocks) *
+                      (size_t)rf_layout_format(b->plan->layout)->scale_bytes);
 }
 
 /* The layout sizes each fused rollout tensor; the engine writes each member tensor into it at

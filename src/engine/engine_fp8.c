@@ -2,7 +2,8 @@
  * pieces the plan marks (plan_fp8.c), where the bytes land, and the checks of fp8 tensors.
  *
  * A source-quantized chunk travels as its box's fp8 bytes in row-major order followed by one
- * fp32 weight_scale_inv per 128x128 block of the box, row-major over the blocks; the schedule
+ * scale per block of the format in the box (fp8: an fp32 weight_scale_inv per 128x128 block;
+ * mxfp8: an E8M0 byte per 1x32 block), row-major over the blocks; the schedule
  * cuts such pieces at block edges only, so each chunk holds whole blocks. A destination-
  * quantized piece travels in the trainer's dtype into this rank's landing buffer for the
  * tensor (buffers.c), and at the end of the transfer round that brings a block's last such
@@ -27,27 +28,21 @@
 #include "verify/fp8.h"
 #include "verify/verify.h"
 
-#define EDGE RF_FP8_BLOCK_EDGE
-
-rf_box engine_fp8_blocks_of(const rf_box *b) {
-  rf_box r;
-  for (int d = 0; d < 2; d++) {
-    r.lo[d] = b->lo[d] / EDGE;
-    r.hi[d] = (b->hi[d] + EDGE - 1) / EDGE;
-  }
-  return r;
+rf_box engine_fp8_blocks_of(const rf_layout *lay, const rf_box *b) {
+  return rf_format_blocks_of(rf_layout_format(lay), b);
 }
 
 /* The first row of a rollout tensor's scales that belongs to the member at `slot`: a stacked
  * expert tensor's scales are [experts, block rows, block columns], so an expert's member starts
  * at its expert's block rows plus its own offset; in a 2-D fused tensor every member before the
  * last holds whole blocks (layout_fp8.c), so its row offset is a whole number of blocks. */
-static int64_t scale_row(const rf_rollout_tensor *w, const rf_rollout_tensor *s, int64_t row) {
+static int64_t scale_row(const rf_rollout_tensor *w, const rf_rollout_tensor *s, int64_t row,
+                         int64_t edge) {
   if (w->vllm_ndim == 3) {
     int64_t per = w->vllm_shape[1];
-    return row / per * s->vllm_shape[1] + row % per / EDGE;
+    return row / per * s->vllm_shape[1] + row % per / edge;
   }
-  return row / EDGE;
+  return row / edge;
 }
 
 rf_region engine_fp8_scale_region(const rf_plan *plan, void *scales, int tensor, int rollout_rank,
@@ -56,10 +51,11 @@ rf_region engine_fp8_scale_region(const rf_plan *plan, void *scales, int tensor,
   const rf_rollout_slot *slot = &lay->slots[tensor];
   const rf_rollout_tensor *w = &lay->rollout_tensors[slot->local];
   const rf_rollout_tensor *s = &lay->rollout_tensors[slot->local + 1]; /* layout_fp8.c */
+  const rf_format *f = rf_layout_format(lay);
   rf_box held = rf_layout_rollout_box(lay, tensor, rollout_rank);
-  *blocks = engine_fp8_blocks_of(&held);
-  return rf_region_in_fused(scales, s->shape[1], scale_row(w, s, slot->row), slot->col / EDGE,
-                            blocks, rf_dtype_size(s->dtype));
+  *blocks = engine_fp8_blocks_of(lay, &held);
+  return rf_region_in_fused(scales, s->shape[1], scale_row(w, s, slot->row, f->block_rows),
+                            slot->col / f->block_cols, blocks, rf_dtype_size(s->dtype));
 }
 
 rf_status engine_fp8_non_finite(const rf_tensor *t, int nan, int64_t r0, int64_t r1, int64_t c0,
@@ -72,8 +68,9 @@ rf_status engine_fp8_non_finite(const rf_tensor *t, int nan, int64_t r0, int64_t
 }
 
 /* Quantizes the whole blocks of `box` (its origin on the block grid, its edges on the grid or
- * at the tensor's end) of tensor `tensor` from src into q (fp8) and scale (one fp32 per block,
- * in block coordinates, at any byte offset: in staging it may sit anywhere). Both src and q
+ * at the tensor's end) of tensor `tensor` from src into q (fp8) and scale (one per block, in
+ * the format's scale dtype and block coordinates, at any byte offset: in staging it may sit
+ * anywhere). Both src and q
  * must be dense along a row. Host memory runs the reference block by block; device memory
  * queues one launch for the box (fp8_cuda.cu), whose refusal of a block that is not finite
  * engine_fp8_device_done reports once the launches are done. */
@@ -81,10 +78,11 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
                                  const rf_box *box, const rf_region *q, const rf_region *scale) {
   const rf_tensor *t = &e->plan->layout->model->tensors[tensor];
   const rf_format *f = rf_layout_format(e->plan->layout);
-  rf_box blocks = engine_fp8_blocks_of(box);
+  rf_box blocks = engine_fp8_blocks_of(e->plan->layout, box);
+  int64_t er = f->block_rows, ec = f->block_cols;
   if (rf_box_is_empty(box))
     return RF_OK;
-  if (e->memory == RF_MEM_DEVICE) {
+  if (e->memory == RF_MEM_DEVICE) { /* 128x128 fp32-scaled formats only (rf_format_on_gpu) */
     rf_fp8_job job = {.x = rf_region_at(src, box->lo[0], box->lo[1]),
                       .dtype = t->dtype,
                       .x_stride = src->stride[0],
@@ -102,8 +100,8 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
   }
   for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0]; bi++)
     for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1]; bj++) {
-      int64_t r0 = RF_MAX(bi * EDGE, box->lo[0]), r1 = RF_MIN((bi + 1) * EDGE, box->hi[0]);
-      int64_t c0 = RF_MAX(bj * EDGE, box->lo[1]), c1 = RF_MIN((bj + 1) * EDGE, box->hi[1]);
+      int64_t r0 = RF_MAX(bi * er, box->lo[0]), r1 = RF_MIN((bi + 1) * er, box->hi[0]);
+      int64_t c0 = RF_MAX(bj * ec, box->lo[1]), c1 = RF_MIN((bj + 1) * ec, box->hi[1]);
       const char *x = rf_region_at(src, r0, c0);
       float amax = rf_fp8_block_amax(x, t->dtype, src->stride[0], r1 - r0, c1 - c0);
       if (!isfinite(amax))
@@ -124,8 +122,9 @@ rf_status engine_fp8_device_done(const rf_engine *e) {
   if (!bad.found)
     return RF_OK;
   const rf_tensor *t = &e->plan->layout->model->tensors[bad.tag];
-  return engine_fp8_non_finite(t, bad.nan, bad.row, RF_MIN(bad.row + EDGE, t->shape[0]), bad.col,
-                               RF_MIN(bad.col + EDGE, t->shape[1]));
+  const rf_format *f = rf_layout_format(e->plan->layout);
+  return engine_fp8_non_finite(t, bad.nan, bad.row, RF_MIN(bad.row + f->block_rows, t->shape[0]),
+                               bad.col, RF_MIN(bad.col + f->block_cols, t->shape[1]));
 }
 
 /* Copies `box` between regions in this rank's memory kind; src may be a mapped peer's. */
@@ -151,10 +150,12 @@ static rf_status require_rows_dense(const rf_tensor *t, const rf_region *r) {
 }
 
 /* The fp8 and scale parts of a source-quantized chunk's wire bytes at `at`. */
-static void wire_regions(char *at, const rf_box *box, rf_region *q, rf_region *scale) {
-  rf_box blocks = engine_fp8_blocks_of(box);
+static void wire_regions(const rf_engine *e, char *at, const rf_box *box, rf_region *q,
+                         rf_region *scale) {
+  const rf_format *f = rf_layout_format(e->plan->layout);
+  rf_box blocks = engine_fp8_blocks_of(e->plan->layout, box);
   *q = rf_region_row_major(at, box, 1);
-  *scale = rf_region_row_major(at + rf_box_numel(box), &blocks, (int)sizeof(float));
+  *scale = rf_region_row_major(at + rf_box_numel(box), &blocks, f->scale_bytes);
 }
 
 rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region *src,
@@ -162,7 +163,7 @@ rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region
   const rf_tensor *t = &e->plan->layout->model->tensors[p->tensor];
   RF_TRY(require_rows_dense(t, src));
   rf_region q, scale;
-  wire_regions(to, box, &q, &scale);
+  wire_regions(e, to, box, &q, &scale);
   return quantize_blocks(e, p->tensor, src, box, &q, &scale);
 }
 
@@ -173,8 +174,8 @@ rf_status engine_fp8_carried(const rf_engine *e, const rf_piece *p, const rf_reg
   if (!to)
     return engine_fp8_copy(e, p, src, &scale, box);
   rf_region wq, wscale;
-  wire_regions(to, box, &wq, &wscale);
-  rf_box box_blocks = engine_fp8_blocks_of(box);
+  wire_regions(e, to, box, &wq, &wscale);
+  rf_box box_blocks = engine_fp8_blocks_of(e->plan->layout, box);
   RF_TRY(move_box(e, &wq, src, box));
   return move_box(e, &wscale, &scale, &box_blocks);
 }
@@ -191,15 +192,15 @@ rf_status engine_fp8_pack_forward(const rf_engine *e, const rf_piece *p, const r
   rf_region q, scale, wq, wscale;
   rf_box held, blocks;
   engine_fp8_rollout(e, p->tensor, &q, &held, &scale, &blocks);
-  wire_regions(to, box, &wq, &wscale);
-  rf_box box_blocks = engine_fp8_blocks_of(box);
+  wire_regions(e, to, box, &wq, &wscale);
+  rf_box box_blocks = engine_fp8_blocks_of(e->plan->layout, box);
   RF_TRY(move_box(e, &wq, &q, box));
   return move_box(e, &wscale, &scale, &box_blocks);
 }
 
 rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box *box, char *from) {
   rf_region wq, wscale;
-  wire_regions(from, box, &wq, &wscale);
+  wire_regions(e, from, box, &wq, &wscale);
   return engine_fp8_copy(e, p, &wq, &wscale, box);
 }
 
@@ -222,7 +223,7 @@ rf_status engine_fp8_copy(const rf_engine *e, const rf_piece *p, const rf_region
   engine_fp8_rollout(e, p->tensor, &q, &held, &scale, &blocks);
   if (!rf_box_intersect(box, &held, &kept))
     return RF_OK;
-  rf_box kept_blocks = engine_fp8_blocks_of(&kept);
+  rf_box kept_blocks = engine_fp8_blocks_of(e->plan->layout, &kept);
   RF_TRY(move_box(e, &q, src_q, &kept));
   return move_box(e, &scale, src_scale, &kept_blocks);
 }
@@ -256,7 +257,7 @@ rf_status engine_fp8_blocks_init(rf_engine *e) {
     rf_box held = rf_layout_rollout_box(plan->layout, p->tensor, e->rollout_rank), kept;
     if (!rf_box_intersect(&k->box, &held, &kept))
       continue;
-    rf_box blocks = engine_fp8_blocks_of(&kept);
+    rf_box blocks = engine_fp8_blocks_of(plan->layout, &kept);
     for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0]; bi++)
       for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1]; bj++) {
         if (rf_grow((void **)&list, n, &cap, sizeof *list, "fp8 blocks") != RF_OK) {
@@ -323,8 +324,10 @@ rf_status engine_fp8_round_done(rf_engine *e, int round) {
     engine_fp8_rollout(e, b->tensor, &q, &held, &scale, &blocks);
     rf_region land =
         rf_region_row_major(e->data->landing[b->tensor], &held, rf_tensor_esize(tensor));
-    rf_box rect = {{b->bi * EDGE, b->bj * EDGE},
-                   {RF_MIN(bi1 * EDGE, held.hi[0]), RF_MIN(bj1 * EDGE, held.hi[1])}};
+    const rf_format *f = rf_layout_format(lay);
+    int64_t er = f->block_rows, ec = f->block_cols;
+    rf_box rect = {{b->bi * er, b->bj * ec},
+                   {RF_MIN(bi1 * er, held.hi[0]), RF_MIN(bj1 * ec, held.hi[1])}};
     st = quantize_blocks(e, b->tensor, &land, &rect, &q, &scale);
     i = n;
   }

@@ -15,6 +15,8 @@
 #include "verify/fp8.h"
 #include "verify/verify.h"
 
+/* The device check and a block-FP8 checkpoint's trainer shards: 128x128 formats only (the
+ * kernels quantize those alone, rf_format_on_gpu; checkpoints as trainer weights are fp8). */
 #define EDGE RF_FP8_BLOCK_EDGE
 
 /* The reference of this rank's part of fp8 tensor t: its elements from the generator (or the
@@ -22,12 +24,14 @@
  * or, from a block-FP8
  * checkpoint, the file's fp8 bytes and scales themselves. */
 static rf_status reference(const rf_engine *e, rf_checkpoint *ckpt, int t, const rf_box *held,
-                           uint8_t *q, float *scale) {
+                           uint8_t *q, uint8_t *scale) {
   const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
+  const rf_format *f = rf_layout_format(e->plan->layout);
   int64_t rows = held->hi[0] - held->lo[0], cols = held->hi[1] - held->lo[1];
   if (tensor->dtype == RF_DTYPE_FP8) { /* a block-FP8 checkpoint: its own bytes and scales */
-    rf_box blocks = engine_fp8_blocks_of(held);
-    rf_region rq = rf_region_row_major(q, held, 1), rs = rf_region_row_major(scale, &blocks, 4);
+    rf_box blocks = engine_fp8_blocks_of(e->plan->layout, held);
+    rf_region rq = rf_region_row_major(q, held, 1),
+              rs = rf_region_row_major(scale, &blocks, f->scale_bytes);
     if (!ckpt)
       return rf_fail(RF_ERR_INTERNAL, "fp8: trainer tensor %s is fp8 without a checkpoint",
                      tensor->name);
@@ -45,8 +49,8 @@ static rf_status reference(const rf_engine *e, rf_checkpoint *ckpt, int t, const
   else
     rf_fill_region(&r, held, tensor, e->seed, tensor->dtype);
   if (st == RF_OK)
-    st = rf_format_quantize_ref(rf_layout_format(e->plan->layout), tensor->name, x, tensor->dtype,
-                                rows, cols, cols, global, q, (uint8_t *)scale);
+    st = rf_format_quantize_ref(f, tensor->name, x, tensor->dtype, rows, cols, cols, global, q,
+                                scale);
   free(x);
   return st;
 }
@@ -63,12 +67,14 @@ static void report(const rf_engine *e, const char *name, const char *suffix, int
 
 static int64_t check_on_host(const rf_engine *e, rf_checkpoint *ckpt, int t, int *reported) {
   const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
+  const rf_format *f = rf_layout_format(e->plan->layout);
+  size_t sb = (size_t)f->scale_bytes;
   rf_region q, scale;
   rf_box held, blocks;
   engine_fp8_rollout(e, t, &q, &held, &scale, &blocks);
   int64_t cols = held.hi[1] - held.lo[1], bcols = blocks.hi[1] - blocks.lo[1];
   uint8_t *want_q = rf_malloc((size_t)rf_box_numel(&held), "an fp8 reference");
-  float *want_s = rf_malloc((size_t)rf_box_numel(&blocks) * sizeof(float), "an fp8 reference");
+  uint8_t *want_s = rf_malloc((size_t)rf_box_numel(&blocks) * sb, "an fp8 reference");
   int64_t wrong = -1;
   if (want_q && want_s && reference(e, ckpt, t, &held, want_q, want_s) == RF_OK) {
     wrong = 0;
@@ -79,14 +85,15 @@ static int64_t check_on_host(const rf_engine *e, rf_checkpoint *ckpt, int t, int
         if (got != want && ++wrong)
           report(e, tensor->name, "", i * tensor->shape[1] + j, i, j, got, want, reported);
       }
-    int64_t grid = (tensor->shape[1] + EDGE - 1) / EDGE;
+    int64_t grid = rf_format_block_grid(f, 1, tensor->shape[1]);
     for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0]; bi++)
       for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1]; bj++) {
-        uint32_t got, want;
-        memcpy(&got, rf_region_at(&scale, bi, bj), 4);
-        memcpy(&want, &want_s[(bi - blocks.lo[0]) * bcols + bj - blocks.lo[1]], 4);
+        uint32_t got = 0, want = 0;
+        memcpy(&got, rf_region_at(&scale, bi, bj), sb);
+        memcpy(&want, &want_s[((bi - blocks.lo[0]) * bcols + bj - blocks.lo[1]) * (int64_t)sb], sb);
         if (got != want && ++wrong)
-          report(e, tensor->name, "_scale_inv", bi * grid + bj, bi, bj, got, want, reported);
+          report(e, tensor->name, rf_format_rollout_scale_suffix(f), bi * grid + bj, bi, bj, got,
+                 want, reported);
       }
   }
   free(want_q);
@@ -119,7 +126,7 @@ static void scratch_free(device_scratch *d) {
 static rf_status reference_band(const rf_engine *e, rf_checkpoint *ckpt, int t, const rf_box *box,
                                 device_scratch *d) {
   const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
-  rf_box blocks = engine_fp8_blocks_of(box);
+  rf_box blocks = engine_fp8_blocks_of(e->plan->layout, box);
   int64_t rows = box->hi[0] - box->lo[0], cols = box->hi[1] - box->lo[1];
   size_t qb = (size_t)(rows * cols), sb = (size_t)rf_box_numel(&blocks) * 4;
   if (tensor->dtype == RF_DTYPE_FP8) {
@@ -229,7 +236,7 @@ static int64_t check_on_device(const rf_engine *e, rf_checkpoint *ckpt, int t, i
   wrong = 0;
   for (int64_t r0 = held.lo[0]; r0 < held.hi[0] && wrong >= 0; r0 += band) {
     rf_box box = {{r0, held.lo[1]}, {RF_MIN(r0 + band, held.hi[0]), held.hi[1]}};
-    rf_box bb = engine_fp8_blocks_of(&box);
+    rf_box bb = engine_fp8_blocks_of(e->plan->layout, &box);
     if (reference_band(e, ckpt, t, &box, &d) != RF_OK) {
       wrong = -1;
       break;
@@ -259,8 +266,9 @@ rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum) {
   rf_region q, scale;
   rf_box held, blocks;
   engine_fp8_rollout(e, t, &q, &held, &scale, &blocks);
-  return rf_fp8_checksum_on(e->memory, &e->plan->layout->model->tensors[t], &q, &held, &scale,
-                            &blocks, sum);
+  return rf_format_checksum_on(rf_layout_format(e->plan->layout), e->memory,
+                               &e->plan->layout->model->tensors[t], &q, &held, &scale, &blocks,
+                               sum);
 }
 
 /* The trainer's part of a block-FP8 checkpoint's tensor t (the trainer holds it as the file

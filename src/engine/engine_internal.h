@@ -100,8 +100,9 @@ rf_status engine_alloc_staging(rf_engine *e);
 
 /* ---- fp8 rollouts (engine_fp8.c) ---- */
 
-/* The 128x128 blocks a box touches, in block coordinates. */
-rf_box engine_fp8_blocks_of(const rf_box *box);
+/* The blocks of the rollout's format (128x128 for fp8, 1x32 for mxfp8) that a box touches, in
+ * block coordinates. */
+rf_box engine_fp8_blocks_of(const rf_layout *lay, const rf_box *box);
 /* Rollout rank `rollout_rank`'s scales of fp8 tensor `tensor` in block coordinates (*blocks:
  * the blocks of its held box), in the scale tensor that starts at `scales` (its weight's
  * rollout tensor's next one, layout_fp8.c; NULL: geometry only). */

@@ -138,6 +138,49 @@ void rf_format_names(char *buf, size_t len) {
   }
 }
 
+rf_dtype rf_format_scale_dtype(const rf_format *f) {
+  return f->scale_store == RF_SCALE_STORE_FP32   ? RF_DTYPE_FP32
+         : f->scale_store == RF_SCALE_STORE_E8M0 ? RF_DTYPE_U8
+                                                 : RF_DTYPE_FP8;
+}
+
+rf_box rf_format_blocks_of(const rf_format *f, const rf_box *b) {
+  rf_box r;
+  int64_t edge[2] = {f->block_rows, f->block_cols};
+  for (int d = 0; d < 2; d++) {
+    r.lo[d] = b->lo[d] / edge[d];
+    r.hi[d] = (b->hi[d] + edge[d] - 1) / edge[d];
+  }
+  return r;
+}
+
+const char *rf_format_rollout_scale_suffix(const rf_format *f) {
+  size_t wl = strlen(f->weight_suffix);
+  return strncmp(f->scale_suffix, f->weight_suffix, wl) == 0 ? f->scale_suffix + wl
+                                                             : f->scale_suffix;
+}
+
+int rf_format_moved(const rf_format *f) {
+  return f->elem == RF_ELEM_E4M3 && !f->global_scale && f->scale_layout == RF_SCALE_ROW_MAJOR;
+}
+
+int rf_format_on_gpu(const rf_format *f) {
+  return f->elem == RF_ELEM_E4M3 && f->block_rows == 128 && f->block_cols == 128 &&
+         f->scale_store == RF_SCALE_STORE_FP32;
+}
+
+void rf_format_moved_names(char *buf, size_t len) {
+  size_t used = 0;
+  if (len)
+    buf[0] = '\0';
+  for (int i = 0; i < rf_format_count() && used < len; i++) {
+    if (!rf_format_moved(&table[i]))
+      continue;
+    int n = snprintf(buf + used, len - used, "%s%s", used ? ", " : "", table[i].name);
+    used += n > 0 ? (size_t)n : 0;
+  }
+}
+
 int64_t rf_format_row_bytes(const rf_format *f, int64_t cols) {
   return f->elem_bits == 4 ? cols / 2 : cols;
 }

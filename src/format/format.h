@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "core/box.h"
 #include "core/core.h"
 #include "model/model.h"
 
@@ -117,6 +118,22 @@ void rf_format_names(char *buf, size_t len);
 int64_t rf_format_row_bytes(const rf_format *f, int64_t cols);
 int64_t rf_format_block_grid(const rf_format *f, int dim, int64_t extent);
 int64_t rf_format_scale_bytes(const rf_format *f, int64_t rows, int64_t cols);
+
+/* The rf_dtype a format's scales are stored as: fp32, u8 (E8M0 bytes) or fp8 (e4m3 bytes). */
+rf_dtype rf_format_scale_dtype(const rf_format *f);
+/* The blocks of f's grid (block coordinates) that a box of elements touches. */
+rf_box rf_format_blocks_of(const rf_format *f, const rf_box *box);
+/* The suffix that names a scale tensor after its weight's name: "_scale_inv" (fp8,
+ * fp8-ue8m0: X.weight_scale_inv) or "_scale" (mxfp8: X.weight_scale), as vLLM names them. */
+const char *rf_format_rollout_scale_suffix(const rf_format *f);
+/* Whether refit moves f into a rollout (layout_fp8.c): e4m3 elements with one scale per block,
+ * row-major, and no global scale. Not yet mxfp4, mxfp4-floor, nvfp4. */
+int rf_format_moved(const rf_format *f);
+/* Whether the CUDA kernels (verify/fp8_cuda.cu) quantize f: 128x128 blocks of e4m3 with fp32
+ * scales. The other moved formats are quantized on the CPU only. */
+int rf_format_on_gpu(const rf_format *f);
+/* "fp8, fp8-ue8m0, ..." of the formats refit moves into a rollout, for usage lines. */
+void rf_format_moved_names(char *buf, size_t len);
 
 /* The index (in stored scales) of block (i, j) of a grid with `grid_cols` block columns, in
  * the format's rollout layout. The swizzled layout pads the grid to 128 rows and 4 columns. */

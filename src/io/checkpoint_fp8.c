@@ -7,7 +7,12 @@
  * linear weight turned fp8 and its scale tensor inserted after it. Writing streams the view
  * (the synthetic weights quantized by the CPU reference, 128-row bands at a time); reading
  * opens the view with the ordinary reader, so every header, dtype, shape and truncation check
- * applies unchanged, and computes the checksums an fp8 run records for its rollout. */
+ * applies unchanged, and computes the checksums an fp8 run records for its rollout.
+ *
+ * The reading side takes any moved format (format.h, rf_format_moved) for refit verify: an
+ * mxfp8 file (refit checkpoint --dtype mxfp8) holds X.weight F8_E4M3 followed by
+ * X.weight_scale, U8 (E8M0), one byte per 1x32 block, and its view is built from the format's
+ * block and scale dtype. Reading a file as the trainer's weights stays block-FP8's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,21 +21,24 @@
 #include "verify/fp8.h"
 #include "verify/verify.h"
 
-#define EDGE RF_FP8_BLOCK
+/* The format of a block-FP8 file read as the trainer's weights: fp8 and fp8-ue8m0 files have
+ * the same names, grid and dtypes. */
+static const rf_format *block_fp8(void) { return rf_format_of(RF_FORMAT_FP8); }
 
-static int64_t blocks(int64_t n) { return (n + EDGE - 1) / EDGE; }
-
-/* The rows of a band of tensor t that is written or summed at once: whole block rows, as many
- * as a batch of CK_BATCH_BYTES holds, but no more than the tensor has (a small tensor's band
- * was once a whole batch, 64 MiB allocated and filled for a few hundred bytes). */
-static int64_t band_rows(const rf_tensor *t, int esize) {
-  int64_t rows = RF_MAX(ck_batch_rows(t, t->shape[1], esize) / EDGE, 1) * EDGE;
-  return RF_MIN(rows, blocks(t->shape[0]) * EDGE);
+/* The rows of a band of tensor t that is written or summed at once: whole block rows of f, as
+ * many as a batch of CK_BATCH_BYTES holds, but no more than the tensor has (a small tensor's
+ * band was once a whole batch, 64 MiB allocated and filled for a few hundred bytes). */
+static int64_t band_rows(const rf_format *f, const rf_tensor *t, int esize) {
+  int64_t edge = f->block_rows;
+  int64_t rows = RF_MAX(ck_batch_rows(t, t->shape[1], esize) / edge, 1) * edge;
+  return RF_MIN(rows, rf_format_block_grid(f, 0, t->shape[0]) * edge);
 }
 
-/* The view of `m`; source[i] is the model tensor behind view tensor i, scale[i] whether it is
- * a weight_scale_inv. The caller frees view->tensors (rf_model_free), source and scale. */
-static rf_status fp8_view(const rf_model *m, rf_model *view, int **source, int **scale) {
+/* The view of `m` in format f; source[i] is the model tensor behind view tensor i, scale[i]
+ * whether it is a scale tensor (weight_scale_inv, or mxfp8's weight_scale). The caller frees
+ * view->tensors (rf_model_free), source and scale. */
+static rf_status fp8_view(const rf_format *f, const rf_model *m, rf_model *view, int **source,
+                          int **scale) {
   *view = *m;
   view->tensors = rf_calloc((size_t)m->tensor_count * 2 + 1, sizeof *view->tensors, "fp8 view");
   *source = rf_calloc((size_t)m->tensor_count * 2 + 1, sizeof **source, "fp8 view");
@@ -57,7 +65,8 @@ static rf_status fp8_view(const rf_model *m, rf_model *view, int **source, int *
     view->total_bytes += w->bytes;
     rf_tensor *s = &view->tensors[n];
     *s = *w;
-    if ((size_t)snprintf(s->name, sizeof s->name, "%s_scale_inv", w->name) >= sizeof s->name) {
+    if ((size_t)snprintf(s->name, sizeof s->name, "%s%s", w->name,
+                         rf_format_rollout_scale_suffix(f)) >= sizeof s->name) {
       free(view->tensors), free(*source), free(*scale);
       view->tensors = NULL, *source = *scale = NULL;
       return rf_fail(RF_ERR_MODEL,
@@ -67,11 +76,11 @@ static rf_status fp8_view(const rf_model *m, rf_model *view, int **source, int *
     }
     s->id = n;
     s->ndim = 2;
-    s->shape[0] = blocks(w->shape[0]);
-    s->shape[1] = blocks(w->shape[1]);
+    s->shape[0] = rf_format_block_grid(f, 0, w->shape[0]);
+    s->shape[1] = rf_format_block_grid(f, 1, w->shape[1]);
     s->numel = s->shape[0] * s->shape[1];
-    s->dtype = RF_DTYPE_FP32;
-    s->bytes = s->numel * 4;
+    s->dtype = rf_format_scale_dtype(f);
+    s->bytes = s->numel * f->scale_bytes;
     view->total_bytes += s->bytes;
     (*scale)[n] = 1;
     (*source)[n++] = t;
@@ -82,26 +91,27 @@ static rf_status fp8_view(const rf_model *m, rf_model *view, int **source, int *
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
-/* The fp8 checksum (rf_fp8_checksum) of model tensor t from view tensors i (fp8) and i + 1
- * (its scales), 128-row bands at a time. */
-static rf_status fp8_sum(rf_checkpoint *c, const rf_tensor *t, int i, uint64_t *out) {
+/* The checksum of format f (rf_format_checksum) of model tensor t from view tensors i (fp8)
+ * and i + 1 (its scales), bands of whole block rows at a time. */
+static rf_status fp8_sum(const rf_format *f, rf_checkpoint *c, const rf_tensor *t, int i,
+                         uint64_t *out) {
   const rf_tensor *s = &c->model->tensors[i + 1];
   rf_box all = {{0, 0}, {s->shape[0], s->shape[1]}};
-  int64_t rows = band_rows(t, 1);
-  float *scales = rf_malloc((size_t)s->bytes, "fp8 scales");
+  int64_t rows = band_rows(f, t, 1);
+  uint8_t *scales = rf_malloc((size_t)s->bytes, "fp8 scales");
   uint8_t *q = rf_malloc((size_t)(rows * t->shape[1]), "a band of fp8 weights");
   rf_status st = scales && q ? RF_OK : RF_ERR_NOMEM;
-  rf_region sreg = rf_region_row_major(scales, &all, 4);
+  rf_region sreg = rf_region_row_major(scales, &all, f->scale_bytes);
   if (st == RF_OK)
     st = ck_read(c, i + 1, &all, &sreg);
   uint64_t sum = 0;
   for (int64_t r0 = 0; r0 < t->shape[0] && st == RF_OK; r0 += rows) {
     rf_box b = {{r0, 0}, {RF_MIN(r0 + rows, t->shape[0]), t->shape[1]}};
-    rf_box bb = {{r0 / EDGE, 0}, {blocks(b.hi[0]), s->shape[1]}};
+    rf_box bb = {{r0 / f->block_rows, 0}, {rf_format_block_grid(f, 0, b.hi[0]), s->shape[1]}};
     rf_region qreg = rf_region_row_major(q, &b, 1);
     st = ck_read(c, i, &b, &qreg);
     if (st == RF_OK)
-      sum += rf_fp8_checksum(c->checksum, t, &qreg, &b, &sreg, &bb);
+      sum += rf_format_checksum(f, c->checksum, t, &qreg, &b, &sreg, &bb);
   }
   free(scales);
   free(q);
@@ -111,9 +121,14 @@ static rf_status fp8_sum(rf_checkpoint *c, const rf_tensor *t, int i, uint64_t *
 
 rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, int format,
                                       uint64_t *sums, int *fp8) {
+  return rf_checkpoint_format_checksums(path, model, block_fp8(), format, sums, fp8);
+}
+
+rf_status rf_checkpoint_format_checksums(const char *path, const rf_model *model,
+                                         const rf_format *f, int format, uint64_t *sums, int *fp8) {
   rf_model view;
   int *source, *scale;
-  RF_TRY(fp8_view(model, &view, &source, &scale));
+  RF_TRY(fp8_view(f, model, &view, &source, &scale));
   rf_checkpoint *c = NULL;
   rf_status st = rf_checkpoint_open_for(path, &view, RF_CHECKPOINT_FOR_VERIFY, &c);
   if (st == RF_OK)
@@ -124,7 +139,7 @@ rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, i
     const rf_tensor *t = &model->tensors[source[i]];
     fp8[source[i]] = view.tensors[i].dtype == RF_DTYPE_FP8;
     if (fp8[source[i]]) {
-      st = fp8_sum(c, t, i, &sums[source[i]]);
+      st = fp8_sum(f, c, t, i, &sums[source[i]]);
       continue;
     }
     /* The checksum under the model's tensor id, read through the view's tensor. */
@@ -146,7 +161,7 @@ rf_status rf_checkpoint_open_fp8(const char *path, const rf_model *model, rf_che
   int *source = NULL, *scale = NULL;
   if (!view)
     return RF_ERR_NOMEM;
-  rf_status st = fp8_view(model, view, &source, &scale);
+  rf_status st = fp8_view(block_fp8(), model, view, &source, &scale);
   if (st != RF_OK) {
     free(view);
     return st;
@@ -199,6 +214,6 @@ rf_status ck_fp8_checksum(rf_checkpoint *c, int t, uint64_t *out) {
   const rf_tensor *run = &c->run_model->tensors[t];
   int i = c->view_of[t];
   if (c->view->tensors[i].dtype == RF_DTYPE_FP8)
-    return fp8_sum(c, run, i, out);
+    return fp8_sum(block_fp8(), c, run, i, out);
   return ck_checksum_as(c, i, run, out);
 }

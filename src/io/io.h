@@ -193,6 +193,11 @@ rf_status rf_checkpoint_write_format(const char *path, const rf_model *model, co
  */
 rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, int format,
                                       uint64_t *sums, int *fp8);
+/* The same for a file of any moved format f (rf_format_moved): mxfp8's X.weight F8_E4M3 with
+ * X.weight_scale U8 [rows, cols/32] (refit checkpoint --dtype mxfp8), each linear weight's
+ * checksum rf_format_checksum of its bytes and scales as an mxfp8 run records it. */
+rf_status rf_checkpoint_format_checksums(const char *path, const rf_model *model,
+                                         const rf_format *f, int format, uint64_t *sums, int *fp8);
 /* A block-FP8 checkpoint as the trainer's weights (--rollout-dtype fp8): *fp8 says whether
  * `path` is one for `model` (every linear weight F8_E4M3 with its scales, the rest in the
  * model's dtype). rf_checkpoint_open_fp8 opens it for a model whose linear weights are fp8

@@ -192,10 +192,12 @@ int rf_layout_fp8(const rf_layout *lay, int tensor);
 /* Bytes per element of logical tensor `tensor` in the rollout's tensors: 1 where the rollout
  * receives it as fp8, else its own dtype's. */
 int rf_layout_rollout_esize(const rf_layout *lay, int tensor);
-/* The 128x128 blocks of the HF tensor's grid that a box touches. */
+/* The 128x128 blocks of the HF tensor's grid that a box touches (fp8's grid). */
 int64_t rf_layout_fp8_blocks(const rf_box *box);
-/* Whether every edge of a box lies on the HF tensor's block grid (a multiple of 128, or the
- * tensor's end), so that it holds whole blocks only. */
+/* The blocks of format f's grid that a box touches. */
+int64_t rf_format_box_blocks(const rf_format *f, const rf_box *box);
+/* Whether every edge of a box lies on the HF tensor's block grid of the rollout's format (a
+ * multiple of the block's edge, or the tensor's end), so that it holds whole blocks only. */
 int rf_layout_fp8_aligned(const rf_layout *lay, int tensor, const rf_box *box);
 
 /* Whether a rollout rank's copy of the tensor serves every engine replica (an expert under

@@ -1,6 +1,7 @@
 /* FP8 rollouts (docs/architecture.md, "FP8 rollouts"): which rollout tensors vLLM's block-FP8
- * layers hold as float8_e4m3fn, the weight_scale_inv tensor beside each, and the rule that no
- * rollout shard cuts a 128x128 block of the Hugging Face tensor.
+ * (and MXFP8) layers hold as float8_e4m3fn, the scale tensor beside each (weight_scale_inv,
+ * or mxfp8's E8M0 weight_scale), and the rule that no rollout shard cuts a block of the format
+ * (128x128, or 1x32) of the Hugging Face tensor.
  *
  * The block grid is the HF tensor's, because that is the grid of an FP8 checkpoint and of the
  * reference quantizer: a rollout shard that started inside a block would hold part of a block
@@ -14,11 +15,18 @@
 
 #include "layout_internal.h"
 
-#define EDGE RF_FP8_BLOCK_EDGE
 /* The largest rollout tp the error line suggests. */
 #define MAX_SUGGESTED_TP 64
 
-static int64_t ceil_blocks(int64_t n) { return (n + EDGE - 1) / EDGE; }
+/* The block edge of the layout's format along dimension d (rows 0, columns 1). */
+static int64_t edge(const rf_layout *lay, int d) {
+  const rf_format *f = rf_layout_format(lay);
+  return d == 0 ? f->block_rows : f->block_cols;
+}
+
+static int64_t ceil_blocks(const rf_layout *lay, int d, int64_t n) {
+  return (n + edge(lay, d) - 1) / edge(lay, d);
+}
 
 const rf_format *rf_layout_format(const rf_layout *lay) { return rf_format_of(lay->rollout.dtype); }
 
@@ -32,18 +40,20 @@ int rf_layout_rollout_esize(const rf_layout *lay, int tensor) {
 }
 
 int64_t rf_layout_fp8_blocks(const rf_box *b) {
+  return rf_format_box_blocks(rf_format_of(RF_FORMAT_FP8), b);
+}
+
+int64_t rf_format_box_blocks(const rf_format *f, const rf_box *b) {
   if (rf_box_is_empty(b))
     return 0;
-  int64_t n = 1;
-  for (int d = 0; d < 2; d++)
-    n *= (b->hi[d] - 1) / EDGE - b->lo[d] / EDGE + 1;
-  return n;
+  rf_box blocks = rf_format_blocks_of(f, b);
+  return rf_box_numel(&blocks);
 }
 
 int rf_layout_fp8_aligned(const rf_layout *lay, int tensor, const rf_box *b) {
   const rf_tensor *t = &lay->model->tensors[tensor];
   for (int d = 0; d < 2; d++)
-    if (b->lo[d] % EDGE != 0 || (b->hi[d] % EDGE != 0 && b->hi[d] != t->shape[d]))
+    if (b->lo[d] % edge(lay, d) != 0 || (b->hi[d] % edge(lay, d) != 0 && b->hi[d] != t->shape[d]))
       return 0;
   return 1;
 }
@@ -64,7 +74,7 @@ static int cut(const rf_layout *lay, const rf_tensor *t) {
     if (rf_box_is_empty(&b))
       continue;
     if (!rf_layout_fp8_aligned(lay, t->id, &b) ||
-        (followed(lay, t->kind) && (b.hi[0] - b.lo[0]) % EDGE != 0))
+        (followed(lay, t->kind) && (b.hi[0] - b.lo[0]) % edge(lay, 0) != 0))
       return 1;
   }
   return 0;
@@ -105,6 +115,7 @@ static int tp_fits(const rf_layout *lay, int tp) {
 
 static rf_status refuse_cut(const rf_layout *lay, int tensor) {
   const rf_tensor *t = &lay->model->tensors[tensor];
+  const rf_format *f = rf_layout_format(lay);
   char fits[256] = "";
   int n = 0, last = 0;
   size_t len = 0;
@@ -117,66 +128,72 @@ static rf_status refuse_cut(const rf_layout *lay, int tensor) {
   }
   if (n == 0)
     return rf_fail(RF_ERR_LAYOUT,
-                   "--rollout-dtype fp8: tensor '%s' [%lld, %lld] is cut inside a 128x128 block "
+                   "--rollout-dtype %s: tensor '%s' [%lld, %lld] is cut inside a %dx%d block "
                    "by rollout tp=%d, and so is some tensor at every tp up to %d; use "
                    "--rollout-dtype model",
-                   t->name, (long long)t->shape[0], (long long)t->shape[1], lay->rollout.tp,
-                   MAX_SUGGESTED_TP);
+                   f->name, t->name, (long long)t->shape[0], (long long)t->shape[1], f->block_rows,
+                   f->block_cols, lay->rollout.tp, MAX_SUGGESTED_TP);
   /* "1, 2 or 4": the list so far, then the last one. */
   if (len < sizeof fits)
     snprintf(fits + len, sizeof fits - len, "%s%d", n > 1 ? " or " : "", last);
   return rf_fail(RF_ERR_LAYOUT,
-                 "--rollout-dtype fp8: tensor '%s' [%lld, %lld] is cut inside a 128x128 block by "
+                 "--rollout-dtype %s: tensor '%s' [%lld, %lld] is cut inside a %dx%d block by "
                  "rollout tp=%d; use tp=%s",
-                 t->name, (long long)t->shape[0], (long long)t->shape[1], lay->rollout.tp, fits);
+                 f->name, t->name, (long long)t->shape[0], (long long)t->shape[1], f->block_rows,
+                 f->block_cols, lay->rollout.tp, fits);
 }
 
-/* The scale tensor of fp8 rollout tensor `w`, in vLLM's shapes: one fp32 per block, a fused
- * tensor's members' blocks one after another (`rows`: the sum of their block rows), and a
- * stacked expert tensor's [experts, block rows, block columns]. */
-static rf_status scale_of(const rf_rollout_tensor *w, int index, int64_t rows,
+/* The scale tensor of fp8 rollout tensor `w`, in vLLM's shapes: one scale per block of the
+ * format, in its stored dtype (fp32, or an E8M0 byte), a fused tensor's members' blocks one
+ * after another (`rows`: the sum of their block rows), and a stacked expert tensor's
+ * [experts, block rows, block columns]. Its name is the weight's with the format's suffix:
+ * `X.weight_scale_inv` (fp8) or `X.weight_scale` (mxfp8), as vLLM names them. */
+static rf_status scale_of(const rf_layout *lay, const rf_rollout_tensor *w, int index, int64_t rows,
                           rf_rollout_tensor *s) {
-  static const char suffix[] = "_scale_inv";
-  size_t len = strlen(w->name);
+  const rf_format *f = rf_layout_format(lay);
+  const char *suffix = rf_format_rollout_scale_suffix(f);
+  size_t len = strlen(w->name), slen = strlen(suffix);
   memset(s, 0, sizeof *s);
-  if (len + sizeof suffix > sizeof s->name)
+  if (len + slen + 1 > sizeof s->name)
     return rf_fail(RF_ERR_LAYOUT,
-                   "--rollout-dtype fp8: the scale of '%s' has a name longer than "
+                   "--rollout-dtype %s: the scale of '%s' has a name longer than "
                    "%d characters; shorten the model's tensor names",
-                   w->name, RF_NAME_MAX - 1);
+                   f->name, w->name, RF_NAME_MAX - 1);
   memcpy(s->name, w->name, len);
-  memcpy(s->name + len, suffix, sizeof suffix);
+  memcpy(s->name + len, suffix, slen + 1);
   s->scale_of = index;
-  s->dtype = RF_DTYPE_FP32;
+  s->dtype = rf_format_scale_dtype(f);
   s->ndim = 2;
   if (w->vllm_ndim == 3) {
     s->vllm_ndim = 3;
     s->vllm_shape[0] = w->vllm_shape[0];
-    s->vllm_shape[1] = ceil_blocks(w->vllm_shape[1]);
-    s->vllm_shape[2] = ceil_blocks(w->vllm_shape[2]);
+    s->vllm_shape[1] = ceil_blocks(lay, 0, w->vllm_shape[1]);
+    s->vllm_shape[2] = ceil_blocks(lay, 1, w->vllm_shape[2]);
     s->shape[0] = s->vllm_shape[0] * s->vllm_shape[1];
     s->shape[1] = s->vllm_shape[2];
   } else {
     s->vllm_ndim = 2;
     s->shape[0] = s->vllm_shape[0] = rows;
-    s->shape[1] = s->vllm_shape[1] = ceil_blocks(w->shape[1]);
+    s->shape[1] = s->vllm_shape[1] = ceil_blocks(lay, 1, w->shape[1]);
   }
   s->numel = s->shape[0] * s->shape[1];
   s->bytes = s->numel * rf_dtype_size(s->dtype);
   return RF_OK;
 }
 
-/* The engine, the plan and the kernels move 128x128 blocks of e4m3 with fp32 scales; the other
- * formats have their reference (format_ref.c) and checkpoints, not yet a rollout. */
+/* The engine and the plan move e4m3 blocks of any shape with one scale each (fp32 or E8M0);
+ * the 4-bit formats and NVFP4's global scale have their reference (format_ref.c) and
+ * checkpoints, not yet a rollout. */
 static rf_status require_moved(const rf_format *f) {
-  if (f->block_rows == EDGE && f->block_cols == EDGE && f->elem == RF_ELEM_E4M3 &&
-      f->scale_store == RF_SCALE_STORE_FP32)
+  if (rf_format_moved(f))
     return RF_OK;
+  char moved[128];
+  rf_format_moved_names(moved, sizeof moved);
   return rf_fail(RF_ERR_UNSUPPORTED,
-                 "--rollout-dtype %s: refit moves formats of 128x128 e4m3 blocks with fp32 "
-                 "scales into a rollout (fp8, fp8-ue8m0); %s has its reference quantizer and "
-                 "checkpoints (refit checkpoint --dtype %s), not yet a rollout",
-                 f->name, f->name, f->name);
+                 "--rollout-dtype %s: refit moves formats of e4m3 blocks with one scale each "
+                 "into a rollout (%s); %s has its reference quantizer and checkpoints (refit "
+                 "checkpoint --dtype %s), not yet a rollout",
+                 f->name, moved, f->name, f->name);
 }
 
 rf_status layout_init_fp8(rf_layout *lay) {
@@ -203,7 +220,7 @@ rf_status layout_init_fp8(rf_layout *lay) {
     fp8[local] = 1;
     if (m->tensors[i].expert < 0) {
       rf_box b = rf_layout_rollout_box(lay, i, 0);
-      rows[local] += ceil_blocks(b.hi[0] - b.lo[0]);
+      rows[local] += ceil_blocks(lay, 0, b.hi[0] - b.lo[0]);
     }
   }
   memcpy(old, lay->rollout_tensors, (size_t)n * sizeof *old);
@@ -217,7 +234,7 @@ rf_status layout_init_fp8(rf_layout *lay) {
       continue;
     w->dtype = RF_DTYPE_FP8;
     w->bytes = w->numel * rf_dtype_size(w->dtype);
-    st = scale_of(w, moved[i], rows[i], &lay->rollout_tensors[at++]);
+    st = scale_of(lay, w, moved[i], rows[i], &lay->rollout_tensors[at++]);
   }
   lay->rollout_tensor_count = at;
   for (int i = 0; i < m->tensor_count && st == RF_OK; i++)

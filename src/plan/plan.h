@@ -151,12 +151,15 @@ rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece);
  * staging and are cut at block edges relative to the piece. */
 int rf_piece_carries_fp8(const rf_plan *plan, const rf_piece *piece);
 /* The bytes that part `box` of a piece puts on the wire: per element one fp8 byte and per
- * 128x128 block it touches one fp32 scale where the piece carries fp8 (whole blocks, except a
- * carried piece whose trainer shard cuts one), else its elements in the tensor's dtype. */
+ * block of the format it touches one scale (4 bytes for fp8's 128x128 blocks, 1 for mxfp8's
+ * 1x32) where the piece carries fp8 (whole blocks, except a carried piece whose trainer shard
+ * cuts one), else its elements in the tensor's dtype. */
 int64_t rf_piece_wire_bytes(const rf_plan *plan, const rf_piece *piece, const rf_box *box);
 /* The smallest bucket of an fp8 job, other than 0: one block and its scale, so that the
  * schedule never needs to cut a block (128 * 128 fp8 bytes and 4 bytes of scale). */
 #define RF_FP8_MIN_BUCKET (RF_FP8_BLOCK_EDGE * RF_FP8_BLOCK_EDGE + 4)
+/* The same for any format: one block's e4m3 bytes and its scale (33 bytes for mxfp8). */
+int64_t rf_format_min_bucket(const rf_format *f);
 
 /* Whether a piece stays inside one process (a copy rather than a message). */
 int rf_piece_is_local(const rf_plan *plan, const rf_piece *piece);

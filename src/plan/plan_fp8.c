@@ -45,15 +45,20 @@ rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece) {
              : RF_QUANT_DESTINATION;
 }
 
+int64_t rf_format_min_bucket(const rf_format *f) {
+  return (int64_t)f->block_rows * f->block_cols * rf_dtype_size(RF_DTYPE_FP8) + f->scale_bytes;
+}
+
 int rf_piece_carries_fp8(const rf_plan *plan, const rf_piece *piece) {
   rf_quant q = rf_piece_quant(plan, piece);
   return q == RF_QUANT_SOURCE || q == RF_QUANT_FORWARDED || q == RF_QUANT_CARRIED;
 }
 
 int64_t rf_piece_wire_bytes(const rf_plan *plan, const rf_piece *piece, const rf_box *box) {
+  const rf_format *f = rf_layout_format(plan->layout);
   if (rf_piece_carries_fp8(plan, piece))
     return rf_box_numel(box) * rf_dtype_size(RF_DTYPE_FP8) +
-           rf_layout_fp8_blocks(box) * rf_dtype_size(RF_DTYPE_FP32);
+           rf_format_box_blocks(f, box) * f->scale_bytes;
   return rf_box_numel(box) * rf_tensor_esize(&plan->layout->model->tensors[piece->tensor]);
 }
 

@@ -129,20 +129,21 @@ static rf_status place_rows(builder *b, const rf_plan *plan, int index, rf_box *
   return RF_OK;
 }
 
-/* The same for a piece that carries fp8 (rf_piece_wire_bytes): it is cut only 128 rows or
- * columns from its own edges, so that each chunk carries whole blocks with their scales (a
- * carried piece that starts inside a block carries the scale of each block it touches): as
- * many bands of 128 rows as fit, and a band larger than a whole bucket a run of 128-column
- * blocks at a time. A block (16,388 bytes) fits any bucket an fp8 job accepts
- * (RF_FP8_MIN_BUCKET). */
+/* The same for a piece that carries fp8 (rf_piece_wire_bytes): it is cut only a block's rows
+ * or columns (128 for fp8; 1 row and 32 columns for mxfp8) from its own edges, so that each
+ * chunk carries whole blocks with their scales (a carried piece that starts inside a block
+ * carries the scale of each block it touches): as many bands of block rows as fit, and a band
+ * larger than a whole bucket a run of blocks at a time. A block (16,388 bytes for fp8, 33 for
+ * mxfp8) fits any bucket an fp8 job accepts (rf_format_min_bucket). */
 static rf_status place_bands(builder *b, const rf_plan *plan, int index, rf_box *rest, int src,
                              int dst, int64_t share, int *blocked) {
   const rf_piece *p = &plan->pieces[index];
+  const rf_format *f = rf_layout_format(plan->layout);
   int64_t limit = b->s->bucket_size;
   int64_t bytes = rf_piece_wire_bytes(plan, p, rest);
   int64_t room = limit - RF_MAX(b->sent[src], b->received[dst]);
-  rf_box part = *rest; /* one band of 128 rows */
-  part.hi[0] = RF_MIN(rest->hi[0], rest->lo[0] + RF_FP8_BLOCK_EDGE);
+  rf_box part = *rest; /* one band of block rows */
+  part.hi[0] = RF_MIN(rest->hi[0], rest->lo[0] + f->block_rows);
   int64_t band = rf_piece_wire_bytes(plan, p, &part);
   int64_t fit = RF_MIN(room, RF_MAX(share, band)); /* at least a band, as place_rows a row */
   if (limit == 0 || src == dst || bytes <= fit) {
@@ -152,7 +153,7 @@ static rf_status place_bands(builder *b, const rf_plan *plan, int index, rf_box 
   }
   *blocked = 1;
   if (fit >= band) {
-    part.hi[0] = RF_MIN(rest->hi[0], rest->lo[0] + fit / band * RF_FP8_BLOCK_EDGE);
+    part.hi[0] = RF_MIN(rest->hi[0], rest->lo[0] + fit / band * f->block_rows);
     rest->lo[0] = part.hi[0];
     return add_chunk(b, index, &part, rf_piece_wire_bytes(plan, p, &part), src, dst);
   }
@@ -160,11 +161,11 @@ static rf_status place_bands(builder *b, const rf_plan *plan, int index, rf_box 
     return RF_OK;
   *blocked = 0;
   rf_box block = part;
-  block.hi[1] = RF_MIN(part.hi[1], part.lo[1] + RF_FP8_BLOCK_EDGE);
+  block.hi[1] = RF_MIN(part.hi[1], part.lo[1] + f->block_cols);
   int64_t per = RF_MAX(1, limit / rf_piece_wire_bytes(plan, p, &block));
   while (part.lo[1] < part.hi[1]) {
     rf_box c = part;
-    c.hi[1] = RF_MIN(part.hi[1], part.lo[1] + per * RF_FP8_BLOCK_EDGE);
+    c.hi[1] = RF_MIN(part.hi[1], part.lo[1] + per * f->block_cols);
     RF_TRY(add_chunk(b, index, &c, rf_piece_wire_bytes(plan, p, &c), src, dst));
     RF_TRY(open_bucket(b));
     part.lo[1] = c.hi[1];

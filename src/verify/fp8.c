@@ -175,36 +175,54 @@ rf_status rf_fp8_quantize_ref(const char *name, const void *x, rf_dtype dt, int6
   return RF_OK;
 }
 
-/* The scales as a tensor of their own for the checksum walk: one fp32 per block, indexed on
- * the block grid, under an id no tensor has (the top bit set), so that a scale cannot stand
- * in for a weight byte. */
-static rf_tensor scale_tensor_of(const rf_tensor *t) {
+/* The scales as a tensor of their own for the checksum walk: one per block of format f
+ * (fp32, or a byte), indexed on f's block grid, under an id no tensor has (the top bit set),
+ * so that a scale cannot stand in for a weight byte. */
+static rf_tensor scale_tensor_of(const rf_format *f, const rf_tensor *t) {
   rf_tensor s;
   memset(&s, 0, sizeof s);
   s.id = (int32_t)((uint32_t)t->id | 0x80000000u);
   s.ndim = 2;
-  s.shape[0] = (t->shape[0] + RF_FP8_BLOCK - 1) / RF_FP8_BLOCK;
-  s.shape[1] = (t->shape[1] + RF_FP8_BLOCK - 1) / RF_FP8_BLOCK;
+  s.shape[0] = rf_format_block_grid(f, 0, t->shape[0]);
+  s.shape[1] = rf_format_block_grid(f, 1, t->shape[1]);
   s.numel = s.shape[0] * s.shape[1];
-  s.dtype = RF_DTYPE_FP32;
-  s.bytes = s.numel * 4;
+  s.dtype = rf_format_scale_dtype(f);
+  s.bytes = s.numel * f->scale_bytes;
   return s;
+}
+
+/* The checksum walks fp32 scales as fp32 words and 1-byte scales (E8M0, e4m3) as the fp8
+ * bytes are walked: only their bit patterns count. */
+static rf_dtype scale_walk_dtype(const rf_format *f) {
+  return f->scale_bytes == 4 ? RF_DTYPE_FP32 : RF_DTYPE_FP8;
+}
+
+uint64_t rf_format_checksum(const rf_format *f, rf_checksum_scheme scheme, const rf_tensor *t,
+                            const rf_region *q, const rf_box *held, const rf_region *scale,
+                            const rf_box *blocks) {
+  rf_tensor st = scale_tensor_of(f, t);
+  return rf_checksum_region_as(scheme, q, held, t, RF_DTYPE_FP8) +
+         rf_checksum_region_as(scheme, scale, blocks, &st, scale_walk_dtype(f));
 }
 
 uint64_t rf_fp8_checksum(rf_checksum_scheme scheme, const rf_tensor *t, const rf_region *q,
                          const rf_box *held, const rf_region *scale, const rf_box *blocks) {
-  rf_tensor st = scale_tensor_of(t);
-  return rf_checksum_region_as(scheme, q, held, t, RF_DTYPE_FP8) +
-         rf_checksum_region_as(scheme, scale, blocks, &st, RF_DTYPE_FP32);
+  return rf_format_checksum(rf_format_of(RF_FORMAT_FP8), scheme, t, q, held, scale, blocks);
+}
+
+rf_status rf_format_checksum_on(const rf_format *f, rf_mem_kind kind, const rf_tensor *t,
+                                const rf_region *q, const rf_box *held, const rf_region *scale,
+                                const rf_box *blocks, uint64_t *sum) {
+  rf_tensor st = scale_tensor_of(f, t);
+  uint64_t bytes = 0, scales = 0;
+  RF_TRY(rf_checksum_region_on(kind, q, held, t, RF_DTYPE_FP8, &bytes));
+  RF_TRY(rf_checksum_region_on(kind, scale, blocks, &st, scale_walk_dtype(f), &scales));
+  *sum = bytes + scales;
+  return RF_OK;
 }
 
 rf_status rf_fp8_checksum_on(rf_mem_kind kind, const rf_tensor *t, const rf_region *q,
                              const rf_box *held, const rf_region *scale, const rf_box *blocks,
                              uint64_t *sum) {
-  rf_tensor st = scale_tensor_of(t);
-  uint64_t bytes = 0, scales = 0;
-  RF_TRY(rf_checksum_region_on(kind, q, held, t, RF_DTYPE_FP8, &bytes));
-  RF_TRY(rf_checksum_region_on(kind, scale, blocks, &st, RF_DTYPE_FP32, &scales));
-  *sum = bytes + scales;
-  return RF_OK;
+  return rf_format_checksum_on(rf_format_of(RF_FORMAT_FP8), kind, t, q, held, scale, blocks, sum);
 }

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "format/format.h"
 #include "memory/memory.h"
 #include "model/model.h"
 #include "verify/verify.h"
@@ -118,5 +119,14 @@ uint64_t rf_fp8_checksum(rf_checksum_scheme scheme, const rf_tensor *t, const rf
 rf_status rf_fp8_checksum_on(rf_mem_kind kind, const rf_tensor *t, const rf_region *q,
                              const rf_box *held, const rf_region *scale, const rf_box *blocks,
                              uint64_t *sum);
+/* The same two sums for a rollout tensor of any moved format f (format.h): the block grid is
+ * f's and each scale is summed at its stored size (fp32 words, or E8M0 bytes summed as the fp8
+ * bytes are); rf_fp8_checksum and rf_fp8_checksum_on are these with fp8's format. */
+uint64_t rf_format_checksum(const rf_format *f, rf_checksum_scheme scheme, const rf_tensor *t,
+                            const rf_region *q, const rf_box *held, const rf_region *scale,
+                            const rf_box *blocks);
+rf_status rf_format_checksum_on(const rf_format *f, rf_mem_kind kind, const rf_tensor *t,
+                                const rf_region *q, const rf_box *held, const rf_region *scale,
+                                const rf_box *blocks, uint64_t *sum);
 
 #endif

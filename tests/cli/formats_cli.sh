@@ -2,7 +2,8 @@
 # format in its ecosystem's names, dtypes and shapes, and numpy, quantizing the bf16 checkpoint
 # of the same weights by each rule with code of its own, agrees on every byte and scale;
 # fp8-ue8m0 moves through refit run in every mode and checks against its own checkpoint (and
-# not against fp8's); the formats the engine does not move yet are refused in one line.
+# not against fp8's), as mxfp8 does in host memory with every plan, dense and MoE, mpi and shm;
+# the formats the engine does not move yet are refused in one line.
 . "$(dirname "$0")/lib.sh"
 small="$REFIT_SOURCE_DIR/tests/data/fp8-small.json"
 
@@ -148,6 +149,49 @@ expect_grep "against $TMP/small-fp8-ue8m0.safetensors: 0 of 12 tensors differ" "
 expect_exit 1 "$REFIT" verify "$TMP/ue8m0.h5" --checkpoint "$TMP/small-fp8.safetensors"
 expect_grep "against $TMP/small-fp8.safetensors: 7 of 12 tensors differ" "$TMP/out"
 
-expect_error 2 "refit: error: --rollout-dtype mxfp4: refit moves formats of 128x128 e4m3 blocks with fp32 scales into a rollout (fp8, fp8-ue8m0); mxfp4 has its reference quantizer and checkpoints (refit checkpoint --dtype mxfp4), not yet a rollout" \
+# mxfp8 (1x32 blocks along the columns, an E8M0 weight_scale byte each) moves in host memory:
+# every mode over mpi, checked in full; each row a block, so fsdp's row shards hold whole
+# blocks and every piece is quantized at its source (655360 fp8 bytes and 20480 scale bytes).
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
+  --rollout-dtype mxfp8 --mode unfused,grouped,fused --iters 1 --output "$TMP/mxfp8.h5"
+[ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "mxfp8: not 3 verified rows"
+expect_grep "rollout tp=2 (mxfp8, block-quantized; wire 1203200 bytes, 7 tensors quantized at the source, 0 at the destination)" "$TMP/out"
+# Its checksums against its own checkpoint: 0 differ; mxfp8-floor's scales (and so bytes)
+# differ on every linear weight.
+expect_exit 0 "$REFIT" verify "$TMP/mxfp8.h5" --checkpoint "$TMP/small-mxfp8.safetensors"
+expect_grep "against $TMP/small-mxfp8.safetensors: 0 of 12 tensors differ" "$TMP/out"
+expect_exit 1 "$REFIT" verify "$TMP/mxfp8.h5" --checkpoint "$TMP/small-mxfp8-floor.safetensors"
+expect_grep "against $TMP/small-mxfp8-floor.safetensors: 7 of 12 tensors differ" "$TMP/out"
+# fanout (forward pieces carry fp8 bytes and E8M0 scales), and star's reshape with mxfp8-floor
+# checked by checksums.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=1,dp=2 --plan fanout \
+  --rollout-dtype mxfp8 --mode unfused,grouped,fused --iters 1 --output "$TMP/mxfp8-fanout.h5"
+[ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "mxfp8 fanout: not 3 verified rows"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 --plan star \
+  --rollout-dtype mxfp8-floor --mode unfused,grouped,fused --iters 1 --verify checksum --output "$TMP/mxfp8-star.h5"
+[ "$(grep -c " checksum            -        ok" "$TMP/out")" -eq 3 ] || fail "mxfp8-floor star: not 3 checksum rows"
+expect_exit 0 "$REFIT" verify "$TMP/mxfp8-star.h5" --checkpoint "$TMP/small-mxfp8-floor.safetensors"
+# The MoE's stacked experts (weight_scale [experts, rows, cols / 32]) from trainer ep and pp to
+# rollout ep.
+moe="$REFIT_SOURCE_DIR/tests/data/fp8-moe.json"
+expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$moe" --trainer fsdp=1,ep=2,pp=2 --rollout tp=2,ep \
+  --plan p2p --rollout-dtype mxfp8 --mode unfused,grouped,fused --iters 1 --output "$TMP/mxfp8-moe.h5"
+[ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "mxfp8 moe: not 3 verified rows"
+# mxfp8-cut's down_proj has 192 columns: trainer tp=4 gives shards of 48, which cut 32-column
+# blocks, so its pieces move as bf16 and the rollout quantizes them; over shm, in small buckets.
+cut="$REFIT_SOURCE_DIR/tests/data/mxfp8-cut.json"
+expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$cut" --trainer tp=4 --rollout tp=2 --transport shm \
+  --bucket-size 4096 --rollout-dtype mxfp8 --mode unfused,grouped,fused --iters 1 --output "$TMP/mxfp8-shm.h5"
+[ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "mxfp8 shm: not 3 verified rows"
+expect_grep "6 tensors quantized at the source, 1 at the destination" "$TMP/out"
+# A rollout tp whose shares cut a 32-column block, and GPU memory (the kernels quantize 128x128
+# blocks only): one line each, before MPI.
+expect_error 2 "refit: error: --rollout-dtype mxfp8: tensor 'model.layers.0.mlp.down_proj.weight' [128, 192] is cut inside a 1x32 block by rollout tp=4; use tp=1 or 2" \
+  "$REFIT" plan --model "$cut" --rollout tp=4 --rollout-dtype mxfp8
+on_gpu="refit: error: --rollout-dtype mxfp8 with the weights in GPU memory: refit quantizes mxfp8 on the CPU only so far; use --memory host with --transport mpi or shm"
+expect_error 2 "$on_gpu" "$REFIT" run --model "$small" --rollout-dtype mxfp8 --memory device --dry-run
+expect_error 2 "$on_gpu" "$REFIT" run --model "$small" --rollout-dtype mxfp8 --transport ipc --dry-run
+
+expect_error 2 "refit: error: --rollout-dtype mxfp4: refit moves formats of e4m3 blocks with one scale each into a rollout (fp8, fp8-ue8m0, mxfp8, mxfp8-floor); mxfp4 has its reference quantizer and checkpoints (refit checkpoint --dtype mxfp4), not yet a rollout" \
   "$REFIT" plan --model "$small" --rollout-dtype mxfp4
 finish
