@@ -346,6 +346,69 @@ static void test_checksum(void) {
   checksum_case("a shard starting mid-word", 300, 333, (rf_box){{128, 131}, {300, 333}}, 341, 0);
 }
 
+/* The 1-D kernel (mxfp8, mxfp8-floor: 1x32 blocks, E8M0 bytes) against the CPU reference on
+ * rows of spread and random values with edge blocks, plus a row of zeros, a row of bf16
+ * subnormals, a row with one huge value and a row around 448. */
+static void test_1d(const char *name, rf_dtype dt) {
+  const rf_format *f = rf_format_find(name);
+  const int64_t rows = 300, cols = 1000, grid = (cols + 31) / 32;
+  size_t es = (size_t)rf_dtype_size(dt);
+  char *x = malloc((size_t)(rows * cols) * es);
+  ASSERT_TRUE(x != NULL);
+  for (int64_t i = 0; i < rows * cols; i++) {
+    int64_t r = i / cols, c = i % cols;
+    uint32_t bits = r % 2 ? random_bits(dt) : spread_bits(dt);
+    if (dt == RF_DTYPE_BF16 && r == 0)
+      bits = 0;
+    else if (dt == RF_DTYPE_BF16 && r == 1)
+      bits = (uint32_t)(c & 0x807f); /* subnormals and signed zeros */
+    else if (dt == RF_DTYPE_BF16 && r == 2)
+      bits = c == 77 ? 0x7f7f : 0x3f80; /* the largest finite bf16 among ones */
+    else if (dt == RF_DTYPE_BF16 && r == 3)
+      bits = (uint32_t)(0x43d0 + c % 17);
+    put(x, dt, i, bits);
+  }
+  uint8_t *want_q = malloc((size_t)(rows * cols)), *want_s = malloc((size_t)(rows * grid));
+  ASSERT_OK(rf_format_quantize_ref(f, "case", x, dt, rows, cols, cols, 1.0f, want_q, want_s));
+  char *dx = device_copy_of(x, (size_t)(rows * cols) * es);
+  char *dq = device_copy_of(want_q, (size_t)(rows * cols)); /* overwritten */
+  char *ds = device_copy_of(want_s, (size_t)(rows * grid));
+  ASSERT_OK(rf_mem_zero(RF_MEM_DEVICE, dq, (size_t)(rows * cols)));
+  ASSERT_OK(rf_mem_zero(RF_MEM_DEVICE, ds, (size_t)(rows * grid)));
+  rf_fp8_job job = {.x = dx,
+                    .dtype = dt,
+                    .x_stride = cols,
+                    .rows = rows,
+                    .cols = cols,
+                    .q = (uint8_t *)dq,
+                    .q_stride = cols,
+                    .scale = ds,
+                    .scale_stride = grid,
+                    .rule = f->rule,
+                    .block_cols = f->block_cols,
+                    .tag = 1};
+  ASSERT_OK(rf_fp8_quantize_device(&job));
+  rf_fp8_bad bad;
+  ASSERT_OK(rf_fp8_device_bad(&bad));
+  ASSERT_EQ(bad.found, 0);
+  uint8_t *got_q = malloc((size_t)(rows * cols)), *got_s = malloc((size_t)(rows * grid));
+  ASSERT_OK(rf_mem_transfer(got_q, RF_MEM_HOST, dq, RF_MEM_DEVICE, (size_t)(rows * cols)));
+  ASSERT_OK(rf_mem_transfer(got_s, RF_MEM_HOST, ds, RF_MEM_DEVICE, (size_t)(rows * grid)));
+  for (int64_t i = 0; i < rows * cols; i++)
+    if (got_q[i] != want_q[i]) {
+      fprintf(stderr, "%s %s: element %lld is 0x%02x, want 0x%02x\n", name, rf_dtype_name(dt),
+              (long long)i, got_q[i], want_q[i]);
+      ASSERT_EQ(got_q[i], want_q[i]);
+    }
+  ASSERT_EQ(memcmp(got_s, want_s, (size_t)(rows * grid)), 0);
+  rf_mem_free(RF_MEM_DEVICE, dx, (size_t)(rows * cols) * es);
+  rf_mem_free(RF_MEM_DEVICE, dq, (size_t)(rows * cols));
+  rf_mem_free(RF_MEM_DEVICE, ds, (size_t)(rows * grid));
+  free(x), free(want_q), free(want_s), free(got_q), free(got_s);
+  printf("test_fp8_gpu: %s %s: %lld elements ok\n", name, rf_dtype_name(dt),
+         (long long)(rows * cols));
+}
+
 /* The comparison behind the device check: rows of got (in a wider buffer) against want, with
  * differences planted at a row's first and last element, in every byte of a 4-byte element
  * and in none of some rows; the counts per row are exact. */
@@ -396,6 +459,12 @@ int main(void) {
     test_random();
   }
   fmt = rf_format_find("fp8");
+  for (const char *const *name = (const char *const[]){"mxfp8", "mxfp8-floor", NULL}; *name;
+       name++) {
+    test_1d(*name, RF_DTYPE_BF16);
+    test_1d(*name, RF_DTYPE_FP16);
+    test_1d(*name, RF_DTYPE_FP32);
+  }
   test_refused(RF_DTYPE_BF16, 0x7fc0, 1);
   test_refused(RF_DTYPE_FP16, 0xfc00, 0);
   test_checksum();

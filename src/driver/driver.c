@@ -65,7 +65,7 @@ static rf_status use_fp8_checkpoint(const rf_config *cfg, rf_job *job) {
   if (!fp8)
     return RF_OK;
   const rf_format *f = rf_format_of(cfg->rollout_dtype);
-  if (!rf_format_on_gpu(f))
+  if (!rf_format_block_fp8(f))
     return rf_fail(RF_ERR_USAGE,
                    "--rollout-dtype %s cannot take the block-FP8 checkpoint '%s' as the trainer's "
                    "weights: refit reads quantized checkpoints for fp8 rollouts only so far; use "
@@ -194,8 +194,8 @@ rf_status rf_run_check_rollout_dtype(const rf_config *cfg) {
   const rf_format *f = rf_format_of(cfg->rollout_dtype);
   if (!f)
     return RF_OK;
-  /* The CUDA kernels (fp8_cuda.cu) quantize 128x128 blocks with fp32 scales only; the other
-   * moved formats (mxfp8's 1x32 blocks) are quantized by the CPU reference in host memory. */
+  /* The CUDA kernels (fp8_cuda.cu) quantize the formats rf_format_on_gpu names; any other moved
+   * format is quantized by the CPU reference in host memory. */
   if (!rf_format_on_gpu(f) &&
       (cfg->memory == RF_MEM_REQUEST_DEVICE || strcmp(cfg->transport, "ipc") == 0 ||
        strcmp(cfg->transport, "nccl") == 0))

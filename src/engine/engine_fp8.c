@@ -82,7 +82,7 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
   int64_t er = f->block_rows, ec = f->block_cols;
   if (rf_box_is_empty(box))
     return RF_OK;
-  if (e->memory == RF_MEM_DEVICE) { /* 128x128 fp32-scaled formats only (rf_format_on_gpu) */
+  if (e->memory == RF_MEM_DEVICE) { /* the formats rf_format_on_gpu names */
     rf_fp8_job job = {.x = rf_region_at(src, box->lo[0], box->lo[1]),
                       .dtype = t->dtype,
                       .x_stride = src->stride[0],
@@ -93,6 +93,7 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
                       .scale = rf_region_at(scale, blocks.lo[0], blocks.lo[1]),
                       .scale_stride = scale->stride[0],
                       .rule = f->rule,
+                      .block_cols = f->block_rows == 1 ? f->block_cols : 0,
                       .tag = tensor,
                       .row0 = box->lo[0],
                       .col0 = box->lo[1]};

@@ -126,12 +126,13 @@ static void scratch_free(device_scratch *d) {
 static rf_status reference_band(const rf_engine *e, rf_checkpoint *ckpt, int t, const rf_box *box,
                                 device_scratch *d) {
   const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
+  const rf_format *f = rf_layout_format(e->plan->layout);
   rf_box blocks = engine_fp8_blocks_of(e->plan->layout, box);
   int64_t rows = box->hi[0] - box->lo[0], cols = box->hi[1] - box->lo[1];
-  size_t qb = (size_t)(rows * cols), sb = (size_t)rf_box_numel(&blocks) * 4;
+  size_t qb = (size_t)(rows * cols), sb = (size_t)(rf_box_numel(&blocks) * f->scale_bytes);
   if (tensor->dtype == RF_DTYPE_FP8) {
     rf_region rq = rf_region_row_major(d->host, box, 1);
-    rf_region rs = rf_region_row_major((char *)d->host + qb, &blocks, 4);
+    rf_region rs = rf_region_row_major((char *)d->host + qb, &blocks, f->scale_bytes);
     if (!ckpt)
       return rf_fail(RF_ERR_INTERNAL, "fp8: trainer tensor %s is fp8 without a checkpoint",
                      tensor->name);
@@ -158,7 +159,8 @@ static rf_status reference_band(const rf_engine *e, rf_checkpoint *ckpt, int t, 
                     .q_stride = cols,
                     .scale = d->scale,
                     .scale_stride = blocks.hi[1] - blocks.lo[1],
-                    .rule = rf_layout_format(e->plan->layout)->rule,
+                    .rule = f->rule,
+                    .block_cols = f->block_rows == 1 ? f->block_cols : 0,
                     .tag = t,
                     .row0 = box->lo[0],
                     .col0 = box->lo[1]};
@@ -166,8 +168,9 @@ static rf_status reference_band(const rf_engine *e, rf_checkpoint *ckpt, int t, 
   rf_fp8_bad bad;
   RF_TRY(rf_fp8_device_bad(&bad));
   if (bad.found)
-    return engine_fp8_non_finite(tensor, bad.nan, bad.row, RF_MIN(bad.row + EDGE, box->hi[0]),
-                                 bad.col, RF_MIN(bad.col + EDGE, box->hi[1]));
+    return engine_fp8_non_finite(tensor, bad.nan, bad.row,
+                                 RF_MIN(bad.row + f->block_rows, box->hi[0]), bad.col,
+                                 RF_MIN(bad.col + f->block_cols, box->hi[1]));
   return RF_OK;
 }
 
@@ -213,15 +216,17 @@ static int64_t check_on_device(const rf_engine *e, rf_checkpoint *ckpt, int t, i
   rf_region q, scale;
   rf_box held, blocks;
   engine_fp8_rollout(e, t, &q, &held, &scale, &blocks);
+  const rf_format *f = rf_layout_format(e->plan->layout);
   int64_t cols = held.hi[1] - held.lo[1], bcols = blocks.hi[1] - blocks.lo[1];
-  int64_t band = RF_MAX(1, BAND_ELEMENTS / (cols * EDGE)) * EDGE;
-  band = RF_MIN(band, 65535 / EDGE * EDGE); /* rows of one comparison launch */
+  int64_t br = f->block_rows;
+  int64_t band = RF_MAX(1, BAND_ELEMENTS / (cols * br)) * br;
+  band = RF_MIN(band, 65535 / br * br); /* rows of one comparison launch */
   int esize = rf_tensor_esize(tensor);
-  int64_t grid = (tensor->shape[1] + EDGE - 1) / EDGE;
+  int64_t grid = rf_format_block_grid(f, 1, tensor->shape[1]);
   device_scratch d;
   memset(&d, 0, sizeof d);
   d.q_bytes = (size_t)(band * cols);
-  d.scale_bytes = (size_t)(band / EDGE * bcols * 4);
+  d.scale_bytes = (size_t)(band / br * bcols * f->scale_bytes);
   d.src_bytes = tensor->dtype == RF_DTYPE_FP8 ? 0 : d.q_bytes * (size_t)esize;
   d.host_bytes = ckpt ? d.q_bytes * (size_t)esize + d.scale_bytes : 0;
   int64_t wrong = -1;
@@ -243,10 +248,10 @@ static int64_t check_on_device(const rf_engine *e, rf_checkpoint *ckpt, int t, i
     }
     int64_t w = compare_band(e, tensor->name, "", tensor->shape[1], &q, r0, held.lo[1], d.q,
                              box.hi[0] - r0, cols, 1, d.row_wrong, reported);
-    int64_t ws = w < 0
-                     ? -1
-                     : compare_band(e, tensor->name, "_scale_inv", grid, &scale, bb.lo[0], bb.lo[1],
-                                    d.scale, bb.hi[0] - bb.lo[0], bcols, 4, d.row_wrong, reported);
+    int64_t ws = w < 0 ? -1
+                       : compare_band(e, tensor->name, rf_format_rollout_scale_suffix(f), grid,
+                                      &scale, bb.lo[0], bb.lo[1], d.scale, bb.hi[0] - bb.lo[0],
+                                      bcols, f->scale_bytes, d.row_wrong, reported);
     wrong = ws < 0 ? -1 : wrong + w + ws;
   }
 done:

@@ -129,8 +129,11 @@ const char *rf_format_rollout_scale_suffix(const rf_format *f);
 /* Whether refit moves f into a rollout (layout_fp8.c): e4m3 elements with one scale per block,
  * row-major, and no global scale. Not yet mxfp4, mxfp4-floor, nvfp4. */
 int rf_format_moved(const rf_format *f);
-/* Whether the CUDA kernels (verify/fp8_cuda.cu) quantize f: 128x128 blocks of e4m3 with fp32
- * scales. The other moved formats are quantized on the CPU only. */
+/* Whether f is block FP8's layout: 128x128 blocks of e4m3 with fp32 scales (fp8, fp8-ue8m0),
+ * the layout of the quantized checkpoints refit reads as a trainer's weights. */
+int rf_format_block_fp8(const rf_format *f);
+/* Whether the CUDA kernels (verify/fp8_cuda.cu) quantize f: block FP8, and e4m3 in 1-D blocks
+ * of up to 32 with E8M0 scales (mxfp8, mxfp8-floor). */
 int rf_format_on_gpu(const rf_format *f);
 /* "fp8, fp8-ue8m0, ..." of the formats refit moves into a rollout, for usage lines. */
 void rf_format_moved_names(char *buf, size_t len);

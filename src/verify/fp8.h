@@ -75,13 +75,16 @@ typedef struct {
   int64_t q_stride;
   char *scale;
   int64_t scale_stride;
-  int rule; /* format.h's rf_scale_rule: fp32-inverse (0) or ue8m0-ceil */
+  int rule;       /* format.h's rf_scale_rule: fp32-inverse (0), ue8m0-ceil or ue8m0-floor */
+  int block_cols; /* 0: 128x128 blocks with fp32 scales; else 1 x block_cols blocks (32 for
+                   * mxfp8) with one E8M0 byte each, at scale + i * scale_stride + j */
   int tag;
   int64_t row0, col0;
 } rf_fp8_job;
 
 /* Quantizes a job in device memory (or through another process's mapping of it): one CUDA
- * block per 128x128 block, queued on refit's stream (memory_gpu.h), with the operations of
+ * block per 128x128 block, or one warp per 1 x block_cols blocks (a lane per element), queued
+ * on refit's stream (memory_gpu.h), with the operations of
  * rf_fp8_quantize_with_amax and rf_fp8_scale_of, so the bytes are the reference's (test_fp8_gpu).
  * A block that holds inf or NaN is left unwritten and recorded instead of failing here, so the
  * launch does not wait; rf_fp8_device_bad says which, once the stream is done. Builds without

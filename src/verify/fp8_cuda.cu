@@ -43,8 +43,9 @@ struct job_dev {
   int64_t q_stride;
   char *scale;
   int64_t scale_stride;
-  float inv_max; /* fp32(1 / 448), rounded on the host as fp8.c rounds it */
-  int rule;      /* rf_scale_rule: fp32-inverse or ue8m0-ceil */
+  float inv_max;  /* fp32(1 / 448), rounded on the host as fp8.c rounds it */
+  int rule;       /* rf_scale_rule: fp32-inverse, ue8m0-ceil or ue8m0-floor */
+  int block_cols; /* 0: 128x128; else 1 x block_cols (one warp per block) */
   int tag;
   int64_t row0, col0;
 };
@@ -220,6 +221,64 @@ __global__ void __launch_bounds__(kThreads)
     atomicAdd(&row_wrong[r], n);
 }
 
+/* The E8M0 exponent e of a 1-D block under rf_format_scale_of's ue8m0 rules, for e4m3
+ * elements: ceil, the smallest 2^e at or above fp32(amax * fp32(1/448)); floor, OCP's
+ * floor(log2(amax)) - 8; both clamped to [-127, 127], -127 for a zero block. From the bits, as
+ * format_ref.c does. */
+__device__ __forceinline__ int e8m0_exponent(uint32_t amax_bits, float inv_max, int rule) {
+  if (rule == RF_SCALE_UE8M0_FLOOR) {
+    if (amax_bits == 0)
+      return -127;
+    const int be = (int)(amax_bits >> 23);
+    const int fl = be ? be - 127 : -149 + (31 - __clz(amax_bits & 0x7fffffu));
+    return max(-127, min(127, fl - 8));
+  }
+  const uint32_t b = __float_as_uint(__fmul_rn(__uint_as_float(amax_bits), inv_max));
+  if (b == 0)
+    return -127;
+  const int be = (int)(b >> 23);
+  if (be == 0) /* subnormal: at most 2^-126, and 2^-127 exactly when it is that */
+    return b <= 0x00400000u ? -127 : -126;
+  return min(127, be - 127 + ((b & 0x7fffffu) != 0));
+}
+
+/* 2^k for -127 <= k <= 127, exactly (2^-127 is subnormal). */
+__device__ __forceinline__ float pow2(int k) {
+  return k >= -126 ? __uint_as_float((uint32_t)(k + 127) << 23) : __uint_as_float(0x00400000u);
+}
+
+/* One warp per 1 x block_cols block, a lane per element (block_cols <= 32): the warp's maximum
+ * of the bit patterns, the exponent, then each lane its element and lane 0 the E8M0 byte. */
+template <rf_dtype D> __global__ void __launch_bounds__(kThreads) quantize_1d(job_dev j) {
+  constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
+  const int64_t per_row = (j.cols + j.block_cols - 1) / j.block_cols;
+  const int64_t block = (int64_t)blockIdx.x * kWarps + threadIdx.x / 32;
+  if (block >= j.rows * per_row)
+    return;
+  const int64_t r = block / per_row, bj = block % per_row;
+  const int lane = threadIdx.x & 31;
+  const int64_t c = bj * j.block_cols + lane;
+  const bool mine = lane < j.block_cols && c < j.cols;
+  const float v = mine ? load<D>(j.x + (r * j.x_stride + c) * es) : 0.0f;
+  uint32_t m = mine ? abs_bits(v) : 0;
+  for (int o = 16; o > 0; o >>= 1)
+    m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (m >= kInfBits) {
+    if (lane == 0 && atomicCAS(&g_bad.found, 0, 1) == 0) {
+      g_bad.tag = j.tag;
+      g_bad.nan = m > kInfBits;
+      g_bad.row = j.row0 + r;
+      g_bad.col = j.col0 + bj * j.block_cols;
+    }
+    return;
+  }
+  const int e = e8m0_exponent(m, j.inv_max, j.rule);
+  if (mine)
+    j.q[r * j.q_stride + c] = (uint8_t)to_e4m3(v, pow2(-e));
+  if (lane == 0)
+    j.scale[r * j.scale_stride + bj] = (char)(e + 127);
+}
+
 } // namespace
 
 extern "C" rf_status rf_fp8_quantize_device(const rf_fp8_job *job) {
@@ -242,11 +301,37 @@ extern "C" rf_status rf_fp8_quantize_device(const rf_fp8_job *job) {
                job->scale_stride,
                1.0f / RF_FP8_E4M3_MAX,
                job->rule,
+               job->block_cols,
                job->tag,
                job->row0,
                job->col0};
-  const dim3 grid((unsigned)block_cols, (unsigned)block_rows);
   cudaStream_t s = (cudaStream_t)rf_gpu_stream();
+  if (job->block_cols > 0) {
+    const int64_t blocks = job->rows * ((job->cols + job->block_cols - 1) / job->block_cols);
+    const int64_t ctas = (blocks + kWarps - 1) / kWarps;
+    if (job->block_cols > 32 || ctas > INT32_MAX)
+      return rf_fail(RF_ERR_UNSUPPORTED,
+                     "fp8: a box of %lld x %lld elements in 1x%d blocks is more than one launch "
+                     "takes; use a larger --rollout tp",
+                     (long long)job->rows, (long long)job->cols, job->block_cols);
+    switch (job->dtype) {
+    case RF_DTYPE_BF16:
+      quantize_1d<RF_DTYPE_BF16><<<(unsigned)ctas, kThreads, 0, s>>>(d);
+      break;
+    case RF_DTYPE_FP16:
+      quantize_1d<RF_DTYPE_FP16><<<(unsigned)ctas, kThreads, 0, s>>>(d);
+      break;
+    case RF_DTYPE_FP32:
+      quantize_1d<RF_DTYPE_FP32><<<(unsigned)ctas, kThreads, 0, s>>>(d);
+      break;
+    default:
+      return rf_fail(RF_ERR_INTERNAL, "fp8: the device quantizer reads bf16, fp16 or fp32, not %s",
+                     rf_dtype_name(job->dtype));
+    }
+    RF_CUDA(cudaGetLastError());
+    return RF_OK;
+  }
+  const dim3 grid((unsigned)block_cols, (unsigned)block_rows);
   switch (job->dtype) {
   case RF_DTYPE_BF16:
     quantize<RF_DTYPE_BF16><<<grid, kThreads, 0, s>>>(d);

@@ -184,13 +184,9 @@ expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$cut" --trainer tp=4 --
   --bucket-size 4096 --rollout-dtype mxfp8 --mode unfused,grouped,fused --iters 1 --output "$TMP/mxfp8-shm.h5"
 [ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "mxfp8 shm: not 3 verified rows"
 expect_grep "6 tensors quantized at the source, 1 at the destination" "$TMP/out"
-# A rollout tp whose shares cut a 32-column block, and GPU memory (the kernels quantize 128x128
-# blocks only): one line each, before MPI.
+# A rollout tp whose shares cut a 32-column block: one line, before MPI.
 expect_error 2 "refit: error: --rollout-dtype mxfp8: tensor 'model.layers.0.mlp.down_proj.weight' [128, 192] is cut inside a 1x32 block by rollout tp=4; use tp=1 or 2" \
   "$REFIT" plan --model "$cut" --rollout tp=4 --rollout-dtype mxfp8
-on_gpu="refit: error: --rollout-dtype mxfp8 with the weights in GPU memory: refit quantizes mxfp8 on the CPU only so far; use --memory host with --transport mpi or shm"
-expect_error 2 "$on_gpu" "$REFIT" run --model "$small" --rollout-dtype mxfp8 --memory device --dry-run
-expect_error 2 "$on_gpu" "$REFIT" run --model "$small" --rollout-dtype mxfp8 --transport ipc --dry-run
 
 expect_error 2 "refit: error: --rollout-dtype mxfp4: refit moves formats of e4m3 blocks with one scale each into a rollout (fp8, fp8-ue8m0, mxfp8, mxfp8-floor); mxfp4 has its reference quantizer and checkpoints (refit checkpoint --dtype mxfp4), not yet a rollout" \
   "$REFIT" plan --model "$small" --rollout-dtype mxfp4

@@ -151,6 +151,34 @@ for run in ue8m0-ipc ue8m0-nccl; do
   expect_exit 0 "$REFIT" verify "$TMP/$run.h5" --checkpoint "$TMP/small-ue8m0.safetensors"
   expect_grep "against $TMP/small-ue8m0.safetensors: 0 of 12 tensors differ" "$TMP/out"
 done
+# mxfp8 (1x32 blocks, E8M0 scales) through the 1-D kernel: ipc in both orders (quantized at the
+# source, and at the destination), fanout, colocated nccl, and mxfp8-floor; every run's bytes
+# and scales are its checkpoint's.
+expect_exit 0 "$REFIT" checkpoint --model "$small" --dtype mxfp8 --checkpoint "$TMP/small-mxfp8.safetensors"
+for order in hf jax; do
+  expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
+    --trainer-order $order --rollout-dtype mxfp8 --transport ipc --mode unfused,grouped,fused \
+    --verify full --output "$TMP/mxfp8-ipc-$order.h5"
+  fp8_rows 3
+done
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=1,dp=2 \
+  --plan fanout --rollout-dtype mxfp8 --transport ipc --mode grouped,fused --verify full \
+  --output "$TMP/mxfp8-fanout.h5"
+fp8_rows 2
+expect_exit 0 "${RUN[@]}" -np 1 "$REFIT" run --model "$small" --trainer fsdp=1 --rollout tp=1 \
+  --placement colocated --rollout-dtype mxfp8 --transport nccl --mode grouped,fused \
+  --verify full --output "$TMP/mxfp8-nccl.h5"
+fp8_rows 2
+for run in mxfp8-ipc-hf mxfp8-ipc-jax mxfp8-fanout mxfp8-nccl; do
+  expect_exit 0 "$REFIT" verify "$TMP/$run.h5" --checkpoint "$TMP/small-mxfp8.safetensors"
+  expect_grep "against $TMP/small-mxfp8.safetensors: 0 of 12 tensors differ" "$TMP/out"
+done
+expect_exit 0 "$REFIT" checkpoint --model "$small" --dtype mxfp8-floor --checkpoint "$TMP/small-mxfp8-floor.safetensors"
+expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model "$small" --trainer fsdp=1 --rollout tp=1 \
+  --rollout-dtype mxfp8-floor --transport ipc --mode fused --verify full --output "$TMP/floor.h5"
+fp8_rows 1
+expect_exit 0 "$REFIT" verify "$TMP/floor.h5" --checkpoint "$TMP/small-mxfp8-floor.safetensors"
+expect_grep "0 of 12 tensors differ" "$TMP/out"
 # A block-FP8 checkpoint as the trainer's weights on the GPU: shards that cut blocks (fp8-cut,
 # fsdp=4) over ipc in both orders, and colocated nccl; every byte and scale is the file's.
 cut="$REFIT_SOURCE_DIR/tests/data/fp8-cut.json"
