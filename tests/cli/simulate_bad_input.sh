@@ -103,7 +103,7 @@ craft trainer trainer fsdp=x
 expect_error 2 "refit: error: calibration $TMP/trainer.h5: run /runs/0000: attribute 'trainer' is 'fsdp=x': fsdp must be an integer from 1 to 65536, not 'x'; $todo" \
   "${cal[@]}" "$TMP/trainer.h5"
 craft dtype dtype int4
-expect_error 2 "refit: error: calibration $TMP/dtype.h5: run /runs/0000: attribute 'dtype' is 'int4': 'int4' is not one of model|bf16|fp16|fp32|fp8; $todo" \
+expect_error 2 "refit: error: calibration $TMP/dtype.h5: run /runs/0000: attribute 'dtype' is 'int4': 'int4' is not one of model|bf16|fp16|fp32|fp8|fp8-ue8m0|mxfp8|mxfp8-floor|mxfp4|mxfp4-floor|nvfp4; $todo" \
   "${cal[@]}" "$TMP/dtype.h5"
 craft transport transport pigeon
 expect_error 2 "refit: error: calibration $TMP/transport.h5: run /runs/0000: attribute 'transport' is 'pigeon': 'pigeon' is not a transport; refit has mpi, shm, nccl, ipc; $todo" \
