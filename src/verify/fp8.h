@@ -83,12 +83,11 @@ typedef struct {
 } rf_fp8_job;
 
 /* Quantizes a job in device memory (or through another process's mapping of it): one CUDA
- * block per 128x128 block, or one warp per 1 x block_cols blocks (a lane per element), queued
- * on refit's stream (memory_gpu.h), with the operations of
- * rf_fp8_quantize_with_amax and rf_fp8_scale_of, so the bytes are the reference's (test_fp8_gpu).
- * A block that holds inf or NaN is left unwritten and recorded instead of failing here, so the
- * launch does not wait; rf_fp8_device_bad says which, once the stream is done. Builds without
- * CUDA fail with one line. */
+ * block per 128x128 block, or one thread per 1 x block_cols block, queued on refit's stream
+ * (memory_gpu.h), with the operations of rf_fp8_quantize_with_amax and rf_fp8_scale_of, so the
+ * bytes are the reference's (test_fp8_gpu). A block that holds inf or NaN is left unwritten and
+ * recorded instead of failing here, so the launch does not wait; rf_fp8_device_bad says which, once
+ * the stream is done. Builds without CUDA fail with one line. */
 rf_status rf_fp8_quantize_device(const rf_fp8_job *job);
 
 /* The first block since the last call that a device job refused (inf or NaN): waits for refit's

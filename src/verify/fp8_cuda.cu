@@ -247,36 +247,72 @@ __device__ __forceinline__ float pow2(int k) {
   return k >= -126 ? __uint_as_float((uint32_t)(k + 127) << 23) : __uint_as_float(0x00400000u);
 }
 
-/* One warp per 1 x block_cols block, a lane per element (block_cols <= 32): the warp's maximum
- * of the bit patterns, the exponent, then each lane its element and lane 0 the E8M0 byte. */
+/* One thread per 1 x block_cols block (block_cols <= 32). A whole block of 2-byte elements
+ * whose source and destination are 16-byte aligned is read as four 16-byte loads, its maximum
+ * taken two bit patterns at a time and its elements converted two per instruction, then stored
+ * as two 16-byte writes; any other block (an edge, fp32, an odd offset) goes element by
+ * element. Neighbouring threads take neighbouring blocks of a row, so the scale bytes are
+ * written together. */
 template <rf_dtype D> __global__ void __launch_bounds__(kThreads) quantize_1d(job_dev j) {
   constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
   const int64_t per_row = (j.cols + j.block_cols - 1) / j.block_cols;
-  const int64_t block = (int64_t)blockIdx.x * kWarps + threadIdx.x / 32;
+  const int64_t block = (int64_t)blockIdx.x * kThreads + threadIdx.x;
   if (block >= j.rows * per_row)
     return;
-  const int64_t r = block / per_row, bj = block % per_row;
-  const int lane = threadIdx.x & 31;
-  const int64_t c = bj * j.block_cols + lane;
-  const bool mine = lane < j.block_cols && c < j.cols;
-  const float v = mine ? load<D>(j.x + (r * j.x_stride + c) * es) : 0.0f;
-  uint32_t m = mine ? abs_bits(v) : 0;
-  for (int o = 16; o > 0; o >>= 1)
-    m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (m >= kInfBits) {
-    if (lane == 0 && atomicCAS(&g_bad.found, 0, 1) == 0) {
-      g_bad.tag = j.tag;
-      g_bad.nan = m > kInfBits;
-      g_bad.row = j.row0 + r;
-      g_bad.col = j.col0 + bj * j.block_cols;
+  const int64_t r = block / per_row, bj = block % per_row, c0 = bj * j.block_cols;
+  const int n = (int)min((int64_t)j.block_cols, j.cols - c0);
+  const char *x = j.x + (r * j.x_stride + c0) * es;
+  uint8_t *q = j.q + r * j.q_stride + c0;
+  const bool wide = es == 2 && n == 32 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)q & 15) == 0;
+  uint32_t m = 0;
+  if (wide) {
+    uint4 v[4];
+    uint32_t m2 = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      v[k] = __ldg((const uint4 *)x + k);
+      m2 = __vmaxu2(m2, __vmaxu2(__vmaxu2(v[k].x & 0x7fff7fffu, v[k].y & 0x7fff7fffu),
+                                 __vmaxu2(v[k].z & 0x7fff7fffu, v[k].w & 0x7fff7fffu)));
     }
+    m = abs_bits(from_bits<D>(max(m2 & 0xffffu, m2 >> 16)));
+    if (m >= kInfBits)
+      goto refuse;
+    const int e = e8m0_exponent(m, j.inv_max, j.rule);
+    const float factor = pow2(-e);
+    uint32_t out[8];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+      for (int h = 0; h < 4; h += 2)
+        out[2 * k + h / 2] =
+            to_e4m3x2(from_bits<D>(w[h] & 0xffffu), from_bits<D>(w[h] >> 16), factor) |
+            to_e4m3x2(from_bits<D>(w[h + 1] & 0xffffu), from_bits<D>(w[h + 1] >> 16), factor) << 16;
+    }
+    ((uint4 *)q)[0] = make_uint4(out[0], out[1], out[2], out[3]);
+    ((uint4 *)q)[1] = make_uint4(out[4], out[5], out[6], out[7]);
+    j.scale[r * j.scale_stride + bj] = (char)(e + 127);
     return;
   }
-  const int e = e8m0_exponent(m, j.inv_max, j.rule);
-  if (mine)
-    j.q[r * j.q_stride + c] = (uint8_t)to_e4m3(v, pow2(-e));
-  if (lane == 0)
+  for (int i = 0; i < n; i++)
+    m = max(m, abs_bits(load<D>(x + i * es)));
+  if (m >= kInfBits)
+    goto refuse;
+  {
+    const int e = e8m0_exponent(m, j.inv_max, j.rule);
+    const float factor = pow2(-e);
+    for (int i = 0; i < n; i++)
+      q[i] = (uint8_t)to_e4m3(load<D>(x + i * es), factor);
     j.scale[r * j.scale_stride + bj] = (char)(e + 127);
+  }
+  return;
+refuse:
+  if (atomicCAS(&g_bad.found, 0, 1) == 0) {
+    g_bad.tag = j.tag;
+    g_bad.nan = m > kInfBits;
+    g_bad.row = j.row0 + r;
+    g_bad.col = j.col0 + c0;
+  }
 }
 
 } // namespace
@@ -308,7 +344,7 @@ extern "C" rf_status rf_fp8_quantize_device(const rf_fp8_job *job) {
   cudaStream_t s = (cudaStream_t)rf_gpu_stream();
   if (job->block_cols > 0) {
     const int64_t blocks = job->rows * ((job->cols + job->block_cols - 1) / job->block_cols);
-    const int64_t ctas = (blocks + kWarps - 1) / kWarps;
+    const int64_t ctas = (blocks + kThreads - 1) / kThreads;
     if (job->block_cols > 32 || ctas > INT32_MAX)
       return rf_fail(RF_ERR_UNSUPPORTED,
                      "fp8: a box of %lld x %lld elements in 1x%d blocks is more than one launch "
