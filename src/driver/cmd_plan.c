@@ -198,10 +198,11 @@ static void print_fp8(const rf_plan *plan) {
          "quantized", plan->source_tensors, f->name, plan->destination_tensors);
   print_range("wire send", plan->wire_send_bytes, lay->trainer_ranks, "per trainer rank");
   print_range("wire recv", plan->wire_recv_bytes, lay->rollout_ranks, "per rollout rank");
-  print_count_range("quantize send", plan->source_quantized, lay->trainer_ranks,
-                    "fp8 tensors per trainer rank");
-  print_count_range("quantize recv", plan->destination_quantized, lay->rollout_ranks,
-                    "fp8 tensors per rollout rank");
+  char per_trainer[64], per_rollout[64];
+  snprintf(per_trainer, sizeof per_trainer, "%s tensors per trainer rank", f->name);
+  snprintf(per_rollout, sizeof per_rollout, "%s tensors per rollout rank", f->name);
+  print_count_range("quantize send", plan->source_quantized, lay->trainer_ranks, per_trainer);
+  print_count_range("quantize recv", plan->destination_quantized, lay->rollout_ranks, per_rollout);
 }
 
 static void print_text(const rf_job *job, const rf_cluster *c, const rf_sim_bound *bound) {
