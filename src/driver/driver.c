@@ -194,15 +194,6 @@ rf_status rf_run_check_rollout_dtype(const rf_config *cfg) {
   const rf_format *f = rf_format_of(cfg->rollout_dtype);
   if (!f)
     return RF_OK;
-  /* The CUDA kernels (fp8_cuda.cu) quantize the formats rf_format_on_gpu names; any other moved
-   * format is quantized by the CPU reference in host memory. */
-  if (!rf_format_on_gpu(f) &&
-      (cfg->memory == RF_MEM_REQUEST_DEVICE || strcmp(cfg->transport, "ipc") == 0 ||
-       strcmp(cfg->transport, "nccl") == 0))
-    return rf_fail(RF_ERR_USAGE,
-                   "--rollout-dtype %s with the weights in GPU memory: refit quantizes %s on the "
-                   "CPU only so far; use --memory host with --transport mpi or shm",
-                   f->name, f->name);
   /* mpi takes GPU weights through pinned host buffers, where the quantize kernels would read
    * and write across the bus (engine.c, check_fp8); shm never holds GPU memory (cmd_run.c). */
   if (cfg->memory == RF_MEM_REQUEST_DEVICE && strcmp(cfg->transport, "mpi") == 0)

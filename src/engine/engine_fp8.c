@@ -82,7 +82,7 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
   int64_t er = f->block_rows, ec = f->block_cols;
   if (rf_box_is_empty(box))
     return RF_OK;
-  if (e->memory == RF_MEM_DEVICE) { /* the formats rf_format_on_gpu names */
+  if (e->memory == RF_MEM_DEVICE) { /* every moved format has a kernel (rf_format_moved) */
     rf_fp8_job job = {.x = rf_region_at(src, box->lo[0], box->lo[1]),
                       .dtype = t->dtype,
                       .x_stride = src->stride[0],

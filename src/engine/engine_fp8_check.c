@@ -15,8 +15,8 @@
 #include "verify/fp8.h"
 #include "verify/verify.h"
 
-/* The device check and a block-FP8 checkpoint's trainer shards: 128x128 formats only (the
- * kernels quantize those alone, rf_format_on_gpu; checkpoints as trainer weights are fp8). */
+/* A block-FP8 checkpoint's trainer shards: 128x128 blocks (checkpoints as trainer weights are
+ * block FP8's, rf_format_block_fp8). */
 #define EDGE RF_FP8_BLOCK_EDGE
 
 /* The reference of this rank's part of fp8 tensor t: its elements from the generator (or the

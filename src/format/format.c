@@ -160,19 +160,15 @@ const char *rf_format_rollout_scale_suffix(const rf_format *f) {
                                                              : f->scale_suffix;
 }
 
-int rf_format_moved(const rf_format *f) {
-  return f->elem == RF_ELEM_E4M3 && !f->global_scale && f->scale_layout == RF_SCALE_ROW_MAJOR;
-}
-
 int rf_format_block_fp8(const rf_format *f) {
   return f->elem == RF_ELEM_E4M3 && f->block_rows == 128 && f->block_cols == 128 &&
          f->scale_store == RF_SCALE_STORE_FP32;
 }
 
-int rf_format_on_gpu(const rf_format *f) {
-  return rf_format_block_fp8(f) ||
-         (f->elem == RF_ELEM_E4M3 && f->block_rows == 1 && f->block_cols <= 32 &&
-          f->scale_store == RF_SCALE_STORE_E8M0 && f->rule != RF_SCALE_E4M3_GLOBAL);
+int rf_format_moved(const rf_format *f) {
+  return rf_format_block_fp8(f) || (f->elem == RF_ELEM_E4M3 && f->block_rows == 1 &&
+                                    f->block_cols <= 32 && f->scale_store == RF_SCALE_STORE_E8M0 &&
+                                    !f->global_scale && f->scale_layout == RF_SCALE_ROW_MAJOR);
 }
 
 void rf_format_moved_names(char *buf, size_t len) {

@@ -126,15 +126,14 @@ rf_box rf_format_blocks_of(const rf_format *f, const rf_box *box);
 /* The suffix that names a scale tensor after its weight's name: "_scale_inv" (fp8,
  * fp8-ue8m0: X.weight_scale_inv) or "_scale" (mxfp8: X.weight_scale), as vLLM names them. */
 const char *rf_format_rollout_scale_suffix(const rf_format *f);
-/* Whether refit moves f into a rollout (layout_fp8.c): e4m3 elements with one scale per block,
- * row-major, and no global scale. Not yet mxfp4, mxfp4-floor, nvfp4. */
-int rf_format_moved(const rf_format *f);
 /* Whether f is block FP8's layout: 128x128 blocks of e4m3 with fp32 scales (fp8, fp8-ue8m0),
  * the layout of the quantized checkpoints refit reads as a trainer's weights. */
 int rf_format_block_fp8(const rf_format *f);
-/* Whether the CUDA kernels (verify/fp8_cuda.cu) quantize f: block FP8, and e4m3 in 1-D blocks
- * of up to 32 with E8M0 scales (mxfp8, mxfp8-floor). */
-int rf_format_on_gpu(const rf_format *f);
+/* Whether refit moves f into a rollout (layout_fp8.c), in host and GPU memory alike: the
+ * engine and the CUDA kernels (verify/fp8_cuda.cu) take block FP8, and e4m3 in 1-D blocks of
+ * up to 32 with one row-major E8M0 byte each (mxfp8, mxfp8-floor). Not yet mxfp4,
+ * mxfp4-floor, nvfp4. */
+int rf_format_moved(const rf_format *f);
 /* "fp8, fp8-ue8m0, ..." of the formats refit moves into a rollout, for usage lines. */
 void rf_format_moved_names(char *buf, size_t len);
 

@@ -12,26 +12,14 @@
 
 _Static_assert(FLT_EVAL_METHOD == 0, "format_ref.c needs float arithmetic evaluated in float");
 
-static uint32_t bits_of(float f) {
-  uint32_t b;
-  memcpy(&b, &f, sizeof b);
-  return b;
-}
-
-static float float_of(uint32_t b) {
-  float f;
-  memcpy(&f, &b, sizeof f);
-  return f;
-}
-
 /* 2^e for -149 <= e <= 127, exactly (subnormal below 2^-126). */
 static float pow2(int e) {
-  return e >= -126 ? float_of((uint32_t)(e + 127) << 23) : float_of(1u << (e + 149));
+  return e >= -126 ? rf_bits_float((uint32_t)(e + 127) << 23) : rf_bits_float(1u << (e + 149));
 }
 
 /* floor(log2(a)) of a finite a > 0, from its bits (subnormals included). */
 static int floor_log2(float a) {
-  uint32_t b = bits_of(a) & 0x7fffffffu;
+  uint32_t b = rf_float_bits(a) & 0x7fffffffu;
   int ex = (int)(b >> 23);
   if (ex)
     return ex - 127;
@@ -50,7 +38,7 @@ static int ceil_log2(float a) {
 static int clamp_exponent(int e) { return e < -127 ? -127 : e > 127 ? 127 : e; }
 
 uint8_t rf_e2m1_from_float(float x) {
-  uint8_t sign = bits_of(x) >> 31 ? 0x8 : 0;
+  uint8_t sign = rf_float_bits(x) >> 31 ? 0x8 : 0;
   float a = fabsf(x);
   /* The codes 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6. Between two of them the nearer wins; at a
    * midpoint the even code (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4,
@@ -79,7 +67,7 @@ static void store_power(const rf_format *f, int e, rf_format_scale *s) {
     s->stored[0] = (uint8_t)(e + 127);
     return;
   }
-  uint32_t b = bits_of(pow2(e));
+  uint32_t b = rf_float_bits(pow2(e));
   memcpy(s->stored, &b, 4); /* little endian, as the host and the GPU store fp32 */
 }
 
@@ -90,7 +78,7 @@ rf_format_scale rf_format_scale_of(const rf_format *f, float amax, float global)
   switch (f->rule) {
   case RF_SCALE_FP32_INVERSE: {
     rf_fp8_scale k = rf_fp8_scale_of(a);
-    uint32_t b = bits_of(k.scale_inv);
+    uint32_t b = rf_float_bits(k.scale_inv);
     memcpy(s.stored, &b, 4);
     s.mul = k.factor;
     break;

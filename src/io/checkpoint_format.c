@@ -23,8 +23,6 @@
 #include "verify/fp8.h"
 #include "verify/verify.h"
 
-enum { ROLE_PLAIN, ROLE_WEIGHT, ROLE_SCALE, ROLE_GLOBAL };
-
 /* The length of t's name without a trailing ".weight": the prefix P of the names above. */
 static size_t prefix_len(const char *name) {
   size_t n = strlen(name), w = strlen(".weight");
@@ -49,18 +47,18 @@ static void shape_as(rf_tensor *v, int ndim, int64_t rows, int64_t cols, rf_dtyp
   v->bytes = v->numel * rf_dtype_size(dt);
 }
 
-static const rf_dtype scale_dtypes[] = {[RF_SCALE_STORE_FP32] = RF_DTYPE_FP32,
-                                        [RF_SCALE_STORE_E8M0] = RF_DTYPE_U8,
-                                        [RF_SCALE_STORE_E4M3] = RF_DTYPE_FP8};
-
-/* The file's tensors: source[i] is the model tensor behind view tensor i, role[i] what it is. */
-static rf_status format_view(const rf_model *m, const rf_format *f, rf_model *view, int *source,
-                             int *role) {
+rf_status ck_format_view(const rf_model *m, const rf_format *f, rf_model *view, int **source_out,
+                         int **role_out) {
+  size_t cap = (size_t)m->tensor_count * 3 + 1;
   *view = *m;
-  view->tensors = rf_calloc((size_t)m->tensor_count * 3 + 1, sizeof *view->tensors,
-                            "a quantized checkpoint's tensors");
-  if (!view->tensors)
+  view->tensors = rf_calloc(cap, sizeof *view->tensors, "a quantized checkpoint's tensors");
+  int *source = rf_calloc(cap, sizeof *source, "a quantized checkpoint's tensors");
+  int *role = rf_calloc(cap, sizeof *role, "a quantized checkpoint's tensors");
+  if (!view->tensors || !source || !role) {
+    free(view->tensors), free(source), free(role);
+    view->tensors = NULL;
     return RF_ERR_NOMEM;
+  }
   int n = 0;
   view->total_bytes = 0;
   rf_status st = RF_OK;
@@ -73,16 +71,19 @@ static rf_status format_view(const rf_model *m, const rf_format *f, rf_model *vi
       *v = *x;
       v->id = n;
       source[n] = t;
-      role[n] = !quantized ? ROLE_PLAIN : p == 0 ? ROLE_WEIGHT : p == 1 ? ROLE_SCALE : ROLE_GLOBAL;
-      if (role[n] == ROLE_WEIGHT) {
+      role[n] = !quantized ? CK_ROLE_PLAIN
+                : p == 0   ? CK_ROLE_WEIGHT
+                : p == 1   ? CK_ROLE_SCALE
+                           : CK_ROLE_GLOBAL;
+      if (role[n] == CK_ROLE_WEIGHT) {
         st = name_as(v, x, f->weight_suffix);
         shape_as(v, 2, x->shape[0], rf_format_row_bytes(f, x->shape[1]),
                  f->elem_bits == 4 ? RF_DTYPE_U8 : RF_DTYPE_FP8);
-      } else if (role[n] == ROLE_SCALE) {
+      } else if (role[n] == CK_ROLE_SCALE) {
         st = name_as(v, x, f->scale_suffix);
         shape_as(v, 2, rf_format_block_grid(f, 0, x->shape[0]),
-                 rf_format_block_grid(f, 1, x->shape[1]), scale_dtypes[f->scale_store]);
-      } else if (role[n] == ROLE_GLOBAL) {
+                 rf_format_block_grid(f, 1, x->shape[1]), rf_format_scale_dtype(f));
+      } else if (role[n] == CK_ROLE_GLOBAL) {
         st = name_as(v, x, f->global_suffix);
         shape_as(v, 0, 1, 1, RF_DTYPE_FP32);
       }
@@ -91,10 +92,13 @@ static rf_status format_view(const rf_model *m, const rf_format *f, rf_model *vi
   }
   view->tensor_count = n;
   if (st != RF_OK) {
-    free(view->tensors);
+    free(view->tensors), free(source), free(role);
     view->tensors = NULL;
+    return st;
   }
-  return st;
+  *source_out = source;
+  *role_out = role;
+  return RF_OK;
 }
 
 typedef struct {
@@ -165,14 +169,14 @@ static rf_status generate(void *gen, const rf_model *view, int i, uint64_t seed,
   const rf_tensor *t = &w->model->tensors[w->source[i]], *v = &view->tensors[i];
   rf_status st = RF_OK;
   switch (w->role[i]) {
-  case ROLE_WEIGHT:
+  case CK_ROLE_WEIGHT:
     return write_weight(w, t, v, seed, emit, ctx);
-  case ROLE_SCALE:
+  case CK_ROLE_SCALE:
     st = emit(ctx, v, 0, v->shape[0], w->scales, (size_t)v->bytes);
     free(w->scales);
     w->scales = NULL;
     return st;
-  case ROLE_GLOBAL:
+  case CK_ROLE_GLOBAL:
     return emit(ctx, v, 0, 1, &w->global, sizeof w->global);
   default:
     return ck_generate(t, seed, emit, ctx);
@@ -181,15 +185,12 @@ static rf_status generate(void *gen, const rf_model *view, int i, uint64_t seed,
 
 rf_status rf_checkpoint_write_format(const char *path, const rf_model *model, const rf_format *f,
                                      uint64_t seed, int64_t *bytes) {
-  size_t n = (size_t)model->tensor_count * 3 + 1;
-  int *source = rf_calloc(n, sizeof *source, "a quantized checkpoint's tensors");
-  int *role = rf_calloc(n, sizeof *role, "a quantized checkpoint's tensors");
+  int *source = NULL, *role = NULL;
   rf_model view;
-  memset(&view, 0, sizeof view);
-  rf_status st = source && role ? format_view(model, f, &view, source, role) : RF_ERR_NOMEM;
+  *bytes = 0;
+  RF_TRY(ck_format_view(model, f, &view, &source, &role));
   format_writer w = {model, f, source, role, NULL, 1.0f};
-  if (st == RF_OK)
-    st = ck_st_write_file(path, &view, seed, generate, &w);
+  rf_status st = ck_st_write_file(path, &view, seed, generate, &w);
   *bytes = view.total_bytes;
   free(w.scales);
   free(source);

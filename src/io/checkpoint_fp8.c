@@ -3,11 +3,11 @@
  * followed by X.weight_scale_inv, F32, one element per 128x128 block; embeddings, lm_head,
  * norms and routers stay in their own dtype.
  *
- * Both directions go through the checkpoint's view of the model: the model's tensors with each
- * linear weight turned fp8 and its scale tensor inserted after it. Writing streams the view
- * (the synthetic weights quantized by the CPU reference, 128-row bands at a time); reading
- * opens the view with the ordinary reader, so every header, dtype, shape and truncation check
- * applies unchanged, and computes the checksums an fp8 run records for its rollout.
+ * Both directions go through the checkpoint's view of the model (ck_format_view): the model's
+ * tensors with each linear weight turned fp8 and its scale tensor inserted after it. Writing
+ * streams the view (checkpoint_format.c); reading opens the view with the ordinary reader, so every
+ * header, dtype, shape and truncation check applies unchanged, and computes the checksums an fp8
+ * run records for its rollout.
  *
  * The reading side takes any moved format (format.h, rf_format_moved) for refit verify: an
  * mxfp8 file (refit checkpoint --dtype mxfp8) holds X.weight F8_E4M3 followed by
@@ -32,61 +32,6 @@ static int64_t band_rows(const rf_format *f, const rf_tensor *t, int esize) {
   int64_t edge = f->block_rows;
   int64_t rows = RF_MAX(ck_batch_rows(t, t->shape[1], esize) / edge, 1) * edge;
   return RF_MIN(rows, rf_format_block_grid(f, 0, t->shape[0]) * edge);
-}
-
-/* The view of `m` in format f; source[i] is the model tensor behind view tensor i, scale[i]
- * whether it is a scale tensor (weight_scale_inv, or mxfp8's weight_scale). The caller frees
- * view->tensors (rf_model_free), source and scale. */
-static rf_status fp8_view(const rf_format *f, const rf_model *m, rf_model *view, int **source,
-                          int **scale) {
-  *view = *m;
-  view->tensors = rf_calloc((size_t)m->tensor_count * 2 + 1, sizeof *view->tensors, "fp8 view");
-  *source = rf_calloc((size_t)m->tensor_count * 2 + 1, sizeof **source, "fp8 view");
-  *scale = rf_calloc((size_t)m->tensor_count * 2 + 1, sizeof **scale, "fp8 view");
-  if (!view->tensors || !*source || !*scale) {
-    free(view->tensors), free(*source), free(*scale);
-    view->tensors = NULL, *source = *scale = NULL;
-    return RF_ERR_NOMEM;
-  }
-  int n = 0;
-  view->total_bytes = 0;
-  for (int t = 0; t < m->tensor_count; t++) {
-    rf_tensor *w = &view->tensors[n];
-    *w = m->tensors[t];
-    w->id = n;
-    (*source)[n++] = t;
-    if (!rf_tensor_kind_is_linear(w->kind)) {
-      view->total_bytes += w->bytes;
-      continue;
-    }
-    w->dtype = RF_DTYPE_FP8;
-    w->own_dtype = 1;
-    w->bytes = w->numel;
-    view->total_bytes += w->bytes;
-    rf_tensor *s = &view->tensors[n];
-    *s = *w;
-    if ((size_t)snprintf(s->name, sizeof s->name, "%s%s", w->name,
-                         rf_format_rollout_scale_suffix(f)) >= sizeof s->name) {
-      free(view->tensors), free(*source), free(*scale);
-      view->tensors = NULL, *source = *scale = NULL;
-      return rf_fail(RF_ERR_MODEL,
-                     "fp8 checkpoint: the scale of %s has a name longer than %d "
-                     "characters",
-                     w->name, RF_NAME_MAX - 1);
-    }
-    s->id = n;
-    s->ndim = 2;
-    s->shape[0] = rf_format_block_grid(f, 0, w->shape[0]);
-    s->shape[1] = rf_format_block_grid(f, 1, w->shape[1]);
-    s->numel = s->shape[0] * s->shape[1];
-    s->dtype = rf_format_scale_dtype(f);
-    s->bytes = s->numel * f->scale_bytes;
-    view->total_bytes += s->bytes;
-    (*scale)[n] = 1;
-    (*source)[n++] = t;
-  }
-  view->tensor_count = n;
-  return RF_OK;
 }
 
 /* ---- reading ------------------------------------------------------------------------------ */
@@ -127,17 +72,17 @@ rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, i
 rf_status rf_checkpoint_format_checksums(const char *path, const rf_model *model,
                                          const rf_format *f, int format, uint64_t *sums, int *fp8) {
   rf_model view;
-  int *source, *scale;
-  RF_TRY(fp8_view(f, model, &view, &source, &scale));
+  int *source, *role;
+  RF_TRY(ck_format_view(model, f, &view, &source, &role));
   rf_checkpoint *c = NULL;
   rf_status st = rf_checkpoint_open_for(path, &view, RF_CHECKPOINT_FOR_VERIFY, &c);
   if (st == RF_OK)
     rf_checkpoint_checksum_format(c, format);
   for (int i = 0; i < view.tensor_count && st == RF_OK; i++) {
-    if (scale[i])
+    if (role[i] == CK_ROLE_SCALE)
       continue;
     const rf_tensor *t = &model->tensors[source[i]];
-    fp8[source[i]] = view.tensors[i].dtype == RF_DTYPE_FP8;
+    fp8[source[i]] = role[i] == CK_ROLE_WEIGHT;
     if (fp8[source[i]]) {
       st = fp8_sum(f, c, t, i, &sums[source[i]]);
       continue;
@@ -148,7 +93,7 @@ rf_status rf_checkpoint_format_checksums(const char *path, const rf_model *model
   if (c)
     rf_checkpoint_close(c);
   free(source);
-  free(scale);
+  free(role);
   rf_model_free(&view);
   return st;
 }
@@ -158,20 +103,20 @@ rf_status rf_checkpoint_format_checksums(const char *path, const rf_model *model
 rf_status rf_checkpoint_open_fp8(const char *path, const rf_model *model, rf_checkpoint **out) {
   *out = NULL;
   rf_model *view = rf_calloc(1, sizeof *view, "the fp8 checkpoint's view");
-  int *source = NULL, *scale = NULL;
+  int *source = NULL, *role = NULL;
   if (!view)
     return RF_ERR_NOMEM;
-  rf_status st = fp8_view(block_fp8(), model, view, &source, &scale);
+  rf_status st = ck_format_view(model, block_fp8(), view, &source, &role);
   if (st != RF_OK) {
     free(view);
     return st;
   }
   int *view_of = rf_calloc((size_t)model->tensor_count + 1, sizeof *view_of, "fp8 view");
   for (int i = 0; i < view->tensor_count && view_of; i++)
-    if (!scale[i])
+    if (role[i] != CK_ROLE_SCALE)
       view_of[source[i]] = i;
   free(source);
-  free(scale);
+  free(role);
   rf_checkpoint *c = NULL;
   st = view_of ? rf_checkpoint_open(path, view, &c) : RF_ERR_NOMEM;
   if (st != RF_OK) {

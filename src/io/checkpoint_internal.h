@@ -134,6 +134,15 @@ typedef rf_status (*ck_gen_fn)(void *gen, const rf_model *m, int i, uint64_t see
 rf_status ck_st_write_file(const char *path, const rf_model *m, uint64_t seed, ck_gen_fn generate,
                            void *gen);
 
+/* The tensors of a quantized checkpoint of `m` in format f (checkpoint_format.c), which the
+ * writer streams and the readers open (checkpoint_fp8.c): each linear weight P.weight becomes
+ * P + weight_suffix, followed by its scales and, for a format with one, its global scale; every
+ * other tensor is as in `m`. source[i] is the model tensor behind view tensor i, role[i] which
+ * of these it is. Allocates view->tensors, *source and *role (the caller frees the three). */
+enum { CK_ROLE_PLAIN, CK_ROLE_WEIGHT, CK_ROLE_SCALE, CK_ROLE_GLOBAL };
+rf_status ck_format_view(const rf_model *m, const rf_format *f, rf_model *view, int **source,
+                         int **role);
+
 /* rf_checkpoint_checksum of the checkpoint's tensor `tensor`, its terms under tensor t's id
  * (t has the same shape and dtype): a view of a model (checkpoint_fp8.c) numbers its tensors
  * apart from the model whose checksums it computes. */

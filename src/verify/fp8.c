@@ -16,20 +16,8 @@
 
 _Static_assert(FLT_EVAL_METHOD == 0, "fp8.c needs float arithmetic evaluated in float (SSE)");
 
-static uint32_t bits_of(float f) {
-  uint32_t b;
-  memcpy(&b, &f, sizeof b);
-  return b;
-}
-
-static float float_of(uint32_t b) {
-  float f;
-  memcpy(&f, &b, sizeof f);
-  return f;
-}
-
 uint8_t rf_fp8_e4m3_from_float(float x) {
-  uint32_t bits = bits_of(x);
+  uint32_t bits = rf_float_bits(x);
   uint8_t sign = (uint8_t)(bits >> 24 & 0x80);
   uint32_t a = bits & 0x7fffffffu;
   /* NaN keeps its sign, as in PyTorch's conversion; the GPU's cvt gives 0x7f for every NaN,
@@ -76,18 +64,18 @@ float rf_fp8_e4m3_to_float(uint8_t b) {
   return b & 0x80 ? -v : v;
 }
 
-float rf_bf16_to_float(uint16_t b) { return float_of((uint32_t)b << 16); }
+float rf_bf16_to_float(uint16_t b) { return rf_bits_float((uint32_t)b << 16); }
 
 float rf_fp16_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000) << 16;
   uint32_t e = h >> 10 & 31, m = h & 0x3ff;
   if (e == 31) /* infinity or NaN, payload kept */
-    return float_of(sign | 0x7f800000u | m << 13);
+    return rf_bits_float(sign | 0x7f800000u | m << 13);
   if (e == 0) { /* zero or subnormal: m · 2^-24, exact in float */
     float v = ldexpf((float)m, -24);
     return sign ? -v : v;
   }
-  return float_of(sign | (e - 15 + 127) << 23 | m << 13);
+  return rf_bits_float(sign | (e - 15 + 127) << 23 | m << 13);
 }
 
 float rf_float_at(const void *x, rf_dtype dt, int64_t i) {
@@ -127,10 +115,10 @@ float rf_fp8_block_amax(const void *x, rf_dtype dt, int64_t row_stride, int64_t 
   uint32_t m = 0;
   for (int64_t r = 0; r < rows; r++)
     for (int64_t c = 0; c < cols; c++) {
-      uint32_t a = bits_of(rf_float_at(x, dt, r * row_stride + c)) & 0x7fffffffu;
+      uint32_t a = rf_float_bits(rf_float_at(x, dt, r * row_stride + c)) & 0x7fffffffu;
       m = a > m ? a : m;
     }
-  return float_of(m);
+  return rf_bits_float(m);
 }
 
 void rf_fp8_quantize_with_amax(const void *x, rf_dtype dt, int64_t row_stride, int64_t rows,

@@ -9,6 +9,7 @@
 #define RF_FP8_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "format/format.h"
 #include "memory/memory.h"
@@ -27,6 +28,18 @@
 uint8_t rf_fp8_e4m3_from_float(float x);
 /* float8_e4m3fn -> float, exact. */
 float rf_fp8_e4m3_to_float(uint8_t b);
+
+/* A float's bit pattern, and the float of a bit pattern. */
+static inline uint32_t rf_float_bits(float f) {
+  uint32_t b;
+  memcpy(&b, &f, sizeof b);
+  return b;
+}
+static inline float rf_bits_float(uint32_t b) {
+  float f;
+  memcpy(&f, &b, sizeof f);
+  return f;
+}
 
 /* bf16 and fp16 bit patterns -> float, exact (NaN payloads kept). */
 float rf_bf16_to_float(uint16_t b);
