@@ -14,9 +14,11 @@
  *                  (lines of 4 KiB with unequal pitches, as a row-parallel split gives);
  *   fill, checksum, check   rf_*_region_on over the source buffer seen as one tensor;
  *   checksum x N   the same checksum tensor by tensor, one call each, as the engine calls it;
- *   quantize fp8   the block-FP8 quantizer (--rollout-dtype fp8) alone: every tensor into fp8
- *                  bytes and one fp32 scale per 128x128 block, one launch per tensor, as the
- *                  engine quantizes a whole tensor's piece.
+ *   quantize F     each quantizer the engine runs (every moved --rollout-dtype F) alone: every
+ *                  tensor into F's elements and scales, one job per tensor and one flush, as the
+ *                  engine quantizes a whole tensor's piece; "quantize F jax" the same from
+ *                  sources stored transposed (the fused transpose and quantize). After each, a
+ *                  line gives its own limit: the bytes it reads and writes at the d2d rate.
  * GB/s is the data set's bytes over the time (10^9 bytes/s): a copy counts each byte once,
  * as the d2d figure does (it reads and writes each once), a checksum or check counts the bytes
  * it reads, a fill those it writes, quantize the bf16 bytes it reads. "vs d2d" is the d2d
@@ -58,7 +60,7 @@ static int cmp_float(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static double d2d_ms;
+static double d2d_ms, last_ms;
 
 static int time_step(bench *b, const char *name, step_fn fn) {
   cudaStream_t s = (cudaStream_t)rf_gpu_stream();
@@ -82,6 +84,7 @@ static int time_step(bench *b, const char *name, step_fn fn) {
   double med = (ms[REPEAT / 2 - 1] + ms[REPEAT / 2]) / 2;
   if (d2d_ms == 0)
     d2d_ms = med;
+  last_ms = med;
   printf("%-16s %10.3f %9.1f %8.3f\n", name, med, (double)b->bytes / (med * 1e-3) / 1e9,
          d2d_ms / med);
   fflush(stdout);
@@ -201,26 +204,49 @@ static rf_status step_checksum_each(bench *b) {
   return RF_OK;
 }
 
-/* Every tensor of the data set, row-major in src, into fp8 bytes at the same element offset in
- * dst and its scales after each other in `scales`. */
+/* The format and source order step_quantize runs. */
+static const rf_format *quant_format;
+static int quant_transposed;
+
+/* Every tensor of the data set, row-major in src (or, transposed, as a JAX-order shard holds
+ * it), into its format's bytes at the same element offset in dst and its scales after each
+ * other in `scales`: one job per tensor, all queued, then one flush, as the engine does. */
 static rf_status step_quantize(bench *b) {
+  const rf_format *f = quant_format;
   size_t scale_at = 0;
   for (int l = 0; l < b->layers; l++)
     for (int k = 0; k < 5; k++) {
       size_t at = tensor_offset(l, k) / 2;
+      int64_t grid = rf_format_block_grid(f, 1, HIDDEN);
       rf_fp8_job job = {.x = b->src + at * 2,
                         .dtype = RF_DTYPE_BF16,
-                        .x_stride = HIDDEN,
+                        .x_stride = quant_transposed ? 1 : HIDDEN,
+                        .x_col_stride = quant_transposed ? tensor_rows[k] : 1,
                         .rows = tensor_rows[k],
                         .cols = HIDDEN,
                         .q = (uint8_t *)b->dst + at,
                         .q_stride = HIDDEN,
                         .scale = b->scales + scale_at,
-                        .scale_stride = HIDDEN / RF_FP8_BLOCK};
+                        .scale_stride = grid,
+                        .rule = f->rule,
+                        .block_cols = f->block_rows == 1 ? f->block_cols : 0};
       RF_TRY(rf_fp8_quantize_device(&job));
-      scale_at += (size_t)(tensor_rows[k] / RF_FP8_BLOCK) * (HIDDEN / RF_FP8_BLOCK) * 4;
+      scale_at += (size_t)rf_format_scale_bytes(f, tensor_rows[k], HIDDEN);
     }
-  return RF_OK;
+  return rf_fp8_device_flush();
+}
+
+/* A quantize row against its own limit: the bytes it reads (bf16) and writes (elements and
+ * scales) moved at the rate of the d2d row, which reads and writes the data set once each. */
+static void print_limit(const bench *b, const char *name, double ms) {
+  size_t elems = b->bytes / 2, scales = 0;
+  for (int l = 0; l < b->layers; l++)
+    for (int k = 0; k < 5; k++)
+      scales += (size_t)rf_format_scale_bytes(quant_format, tensor_rows[k], HIDDEN);
+  size_t moved = b->bytes + (size_t)rf_format_row_bytes(quant_format, (int64_t)elems) + scales;
+  double limit_ms = d2d_ms * (double)moved / (2.0 * (double)b->bytes);
+  printf("# %s: reads %zu and writes %zu bytes; at the d2d rate %.3f ms; %.3f of its limit\n", name,
+         b->bytes, moved - b->bytes, limit_ms, limit_ms / ms);
 }
 
 int main(int argc, char **argv) {
@@ -267,10 +293,21 @@ int main(int argc, char **argv) {
   bad |= time_step(&b, "check", step_check);
   bad |= time_step(&b, "checksum x N", step_checksum_each);
   /* The weights the fill wrote are finite, so no block is refused. */
-  size_t scale_bytes = b.bytes / 2 / (RF_FP8_BLOCK * RF_FP8_BLOCK) * 4;
+  size_t scale_bytes = b.bytes / 2 / 32; /* the most a moved format needs: a byte per 32 */
   if (rf_mem_alloc(RF_MEM_DEVICE, scale_bytes, "bench scales", (void **)&b.scales))
     return 3;
-  bad |= time_step(&b, "quantize fp8", step_quantize);
+  for (int i = 0; i < rf_format_count(); i++) {
+    quant_format = rf_format_at(i);
+    if (!rf_format_moved(quant_format))
+      continue;
+    for (quant_transposed = 0; quant_transposed < 2; quant_transposed++) {
+      char name[48];
+      snprintf(name, sizeof name, "quantize %s%s", quant_format->name,
+               quant_transposed ? " jax" : "");
+      bad |= time_step(&b, name, step_quantize);
+      print_limit(&b, name, last_ms);
+    }
+  }
   rf_fp8_bad refused;
   if (rf_fp8_device_bad(&refused) != RF_OK || refused.found)
     bad = 1;

@@ -409,6 +409,121 @@ static void test_1d(const char *name, rf_dtype dt) {
          (long long)(rows * cols));
 }
 
+/* One job of test_batch: a rows x cols tensor of dt in format f, its source stored row-major
+ * or transposed (element (r, c) at c * ld + r, as a JAX-order shard holds it). */
+typedef struct {
+  const char *format;
+  rf_dtype dt;
+  int64_t rows, cols, ld;
+  int transposed;
+} batch_spec;
+typedef struct {
+  const char *format;
+  rf_dtype dt;
+  int64_t rows, cols, ld;
+  int transposed;
+  const rf_format *f;
+  int64_t grid_cols, q_bytes, s_bytes;
+  char *x, *dx, *dq, *ds;
+  uint8_t *want_q, *want_s;
+} batch_case;
+
+static void batch_queue(batch_case *k, int tag) {
+  k->f = rf_format_find(k->format);
+  size_t es = (size_t)rf_dtype_size(k->dt);
+  int64_t rows = k->rows, cols = k->cols;
+  k->grid_cols = rf_format_block_grid(k->f, 1, cols);
+  k->q_bytes = rows * cols;
+  k->s_bytes = rf_format_scale_bytes(k->f, rows, cols);
+  k->x = malloc((size_t)(rows * cols) * es);
+  for (int64_t i = 0; i < rows * cols; i++)
+    put(k->x, k->dt, i, i % 3 ? spread_bits(k->dt) : random_bits(k->dt));
+  k->want_q = malloc((size_t)k->q_bytes);
+  k->want_s = malloc((size_t)k->s_bytes);
+  ASSERT_OK(rf_format_quantize_ref(k->f, "case", k->x, k->dt, rows, cols, cols, 1.0f, k->want_q,
+                                   k->want_s));
+  size_t x_bytes = (size_t)(k->transposed ? cols * k->ld : rows * cols) * es;
+  char *stored = malloc(x_bytes);
+  memset(stored, 0, x_bytes);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++)
+      memcpy(stored + (size_t)(k->transposed ? c * k->ld + r : r * cols + c) * es,
+             k->x + (size_t)(r * cols + c) * es, es);
+  k->dx = device_copy_of(stored, x_bytes);
+  free(stored);
+  k->dq = device_copy_of(k->want_q, (size_t)k->q_bytes); /* overwritten */
+  k->ds = device_copy_of(k->want_s, (size_t)k->s_bytes);
+  ASSERT_OK(rf_mem_zero(RF_MEM_DEVICE, k->dq, (size_t)k->q_bytes));
+  ASSERT_OK(rf_mem_zero(RF_MEM_DEVICE, k->ds, (size_t)k->s_bytes));
+  rf_fp8_job job = {.x = k->dx,
+                    .dtype = k->dt,
+                    .x_stride = k->transposed ? 1 : cols,
+                    .x_col_stride = k->transposed ? k->ld : 1,
+                    .rows = rows,
+                    .cols = cols,
+                    .q = (uint8_t *)k->dq,
+                    .q_stride = cols,
+                    .scale = k->ds,
+                    .scale_stride = k->grid_cols,
+                    .rule = k->f->rule,
+                    .block_cols = k->f->block_rows == 1 ? k->f->block_cols : 0,
+                    .tag = tag};
+  ASSERT_OK(rf_fp8_quantize_device(&job));
+}
+
+static void batch_check(batch_case *k) {
+  uint8_t *got_q = malloc((size_t)k->q_bytes), *got_s = malloc((size_t)k->s_bytes);
+  ASSERT_OK(rf_mem_transfer(got_q, RF_MEM_HOST, k->dq, RF_MEM_DEVICE, (size_t)k->q_bytes));
+  ASSERT_OK(rf_mem_transfer(got_s, RF_MEM_HOST, k->ds, RF_MEM_DEVICE, (size_t)k->s_bytes));
+  for (int64_t i = 0; i < k->q_bytes; i++)
+    if (got_q[i] != k->want_q[i]) {
+      fprintf(stderr, "%s %s %lldx%lld%s: element %lld is 0x%02x, want 0x%02x\n", k->format,
+              rf_dtype_name(k->dt), (long long)k->rows, (long long)k->cols,
+              k->transposed ? " transposed" : "", (long long)i, got_q[i], k->want_q[i]);
+      ASSERT_EQ(got_q[i], k->want_q[i]);
+    }
+  ASSERT_EQ(memcmp(got_s, k->want_s, (size_t)k->s_bytes), 0);
+  size_t es = (size_t)rf_dtype_size(k->dt);
+  rf_mem_free(RF_MEM_DEVICE, k->dx,
+              (size_t)(k->transposed ? k->cols * k->ld : k->rows * k->cols) * es);
+  rf_mem_free(RF_MEM_DEVICE, k->dq, (size_t)k->q_bytes);
+  rf_mem_free(RF_MEM_DEVICE, k->ds, (size_t)k->s_bytes);
+  free(k->x), free(k->want_q), free(k->want_s), free(got_q), free(got_s);
+}
+
+/* Many jobs queued before one flush, as the engine queues a MoE's experts: every format the
+ * kernels run, every source dtype, row-major and transposed sources (the JAX-order fused
+ * transpose and quantize), whole 128-row bands on the 16-byte path and ragged edges. Each
+ * job's bytes and scales are the CPU reference's of the same elements. */
+static void test_batch(void) {
+  static const batch_spec specs[] = {
+      {"fp8", RF_DTYPE_BF16, 256, 384, 264, 1},       {"fp8", RF_DTYPE_BF16, 300, 200, 301, 1},
+      {"fp8", RF_DTYPE_FP16, 128, 256, 136, 1},       {"fp8", RF_DTYPE_FP32, 130, 129, 130, 1},
+      {"fp8-ue8m0", RF_DTYPE_BF16, 256, 256, 256, 1}, {"fp8", RF_DTYPE_BF16, 200, 300, 0, 0},
+      {"mxfp8", RF_DTYPE_BF16, 96, 256, 104, 1},      {"mxfp8", RF_DTYPE_BF16, 70, 100, 73, 1},
+      {"mxfp8-floor", RF_DTYPE_FP16, 64, 96, 64, 1},  {"mxfp8", RF_DTYPE_FP32, 33, 64, 40, 1},
+      {"mxfp8", RF_DTYPE_BF16, 64, 512, 0, 0},        {"fp8-ue8m0", RF_DTYPE_FP16, 129, 500, 0, 0},
+  };
+  enum { n = sizeof specs / sizeof specs[0] };
+  batch_case cases[n];
+  int64_t elems = 0;
+  for (int i = 0; i < n; i++) {
+    memset(&cases[i], 0, sizeof cases[i]);
+    const batch_spec *b = &specs[i];
+    cases[i].format = b->format, cases[i].dt = b->dt, cases[i].rows = b->rows;
+    cases[i].cols = b->cols, cases[i].ld = b->ld, cases[i].transposed = b->transposed;
+    batch_queue(&cases[i], i);
+  }
+  rf_fp8_bad bad;
+  ASSERT_OK(rf_fp8_device_bad(&bad)); /* flushes the queue, then waits */
+  ASSERT_EQ(bad.found, 0);
+  for (int i = 0; i < n; i++) {
+    elems += cases[i].rows * cases[i].cols;
+    batch_check(&cases[i]);
+  }
+  printf("test_fp8_gpu: %d jobs in one batch, %" PRId64 " elements ok\n", n, elems);
+}
+
 /* The comparison behind the device check: rows of got (in a wider buffer) against want, with
  * differences planted at a row's first and last element, in every byte of a 4-byte element
  * and in none of some rows; the counts per row are exact. */
@@ -465,6 +580,7 @@ int main(void) {
     test_1d(*name, RF_DTYPE_FP16);
     test_1d(*name, RF_DTYPE_FP32);
   }
+  test_batch();
   test_refused(RF_DTYPE_BF16, 0x7fc0, 1);
   test_refused(RF_DTYPE_FP16, 0xfc00, 0);
   test_checksum();

@@ -87,18 +87,19 @@ static void test_source(void) {
   rf_layout_free(&lay);
 }
 
-/* The same layouts with the trainer in JAX order: every shard holds its blocks transposed, so
- * every fp8 piece moves as bf16 and the rollout rank quantizes: the wire is the bf16 bytes. */
-static void test_destination(void) {
+/* The same layouts with the trainer in JAX order: every shard holds its blocks transposed, and
+ * the quantizer reads them that way, so the pieces are quantized at their sources as in HF
+ * order and the wire carries the same bytes. */
+static void test_jax_order(void) {
   rf_layout lay;
   rf_plan plan;
   build(&lay, &plan, "fsdp=2", "tp=2", RF_ORDER_JAX, RF_PLAN_P2P);
-  ASSERT_EQ(plan.wire_transfer_bytes, TRANSFER);
-  ASSERT_EQ(plan.wire_recv_bytes[0], TRANSFER / 2);
-  ASSERT_EQ(plan.source_tensors, 0);
-  ASSERT_EQ(plan.destination_tensors, 7);
-  expect_counts(plan.source_quantized, 2, 0);
-  expect_counts(plan.destination_quantized, 2, 7);
+  ASSERT_EQ(plan.wire_transfer_bytes, 1182880);
+  ASSERT_EQ(plan.wire_recv_bytes[0], 1182880 / 2);
+  ASSERT_EQ(plan.source_tensors, 7);
+  ASSERT_EQ(plan.destination_tensors, 0);
+  expect_counts(plan.source_quantized, 2, 7);
+  expect_counts(plan.destination_quantized, 2, 0);
   rf_plan_free(&plan);
   rf_layout_free(&lay);
 }
@@ -256,7 +257,7 @@ static void test_digest(void) {
 int main(void) {
   load();
   test_source();
-  test_destination();
+  test_jax_order();
   test_mixed();
   test_fanout();
   test_schedule(RF_PACE_PIECES);

@@ -193,8 +193,8 @@ static void print_fp8(const rf_plan *plan) {
     printf("%-16s %" PRId64 " (%s) between replicas, %s and scales\n", "forward wire",
            plan->wire_forward_bytes, rf_format_bytes(plan->wire_forward_bytes, size, sizeof size),
            f->name);
-  printf("%-16s %d %s tensors at their source, %d at their destination (a piece cuts a block "
-         "or is transposed)\n",
+  printf("%-16s %d %s tensors at their source, %d at their destination (a piece cuts a "
+         "block)\n",
          "quantized", plan->source_tensors, f->name, plan->destination_tensors);
   print_range("wire send", plan->wire_send_bytes, lay->trainer_ranks, "per trainer rank");
   print_range("wire recv", plan->wire_recv_bytes, lay->rollout_ranks, "per rollout rank");

@@ -68,12 +68,12 @@ rf_status engine_fp8_non_finite(const rf_tensor *t, int nan, int64_t r0, int64_t
 }
 
 /* Quantizes the whole blocks of `box` (its origin on the block grid, its edges on the grid or
- * at the tensor's end) of tensor `tensor` from src into q (fp8) and scale (one per block, in
- * the format's scale dtype and block coordinates, at any byte offset: in staging it may sit
- * anywhere). Both src and q
- * must be dense along a row. Host memory runs the reference block by block; device memory
- * queues one launch for the box (fp8_cuda.cu), whose refusal of a block that is not finite
- * engine_fp8_device_done reports once the launches are done. */
+ * at the tensor's end) of tensor `tensor` from src into q (fp8, dense rows) and scale (one per
+ * block, in the format's scale dtype and block coordinates, at any byte offset: in staging it
+ * may sit anywhere). src may be stored either way: rows dense, or transposed (a JAX-order
+ * shard), which the device quantizes in one pass (fp8_cuda.cu) and the host gathers block by
+ * block into rows first. Device memory queues one job for the box, whose refusal of a block
+ * that is not finite engine_fp8_device_done reports once the launches are done. */
 static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region *src,
                                  const rf_box *box, const rf_region *q, const rf_region *scale) {
   const rf_tensor *t = &e->plan->layout->model->tensors[tensor];
@@ -82,10 +82,12 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
   int64_t er = f->block_rows, ec = f->block_cols;
   if (rf_box_is_empty(box))
     return RF_OK;
+  int dense_rows = src->stride[1] == 1 || box->hi[1] - box->lo[1] <= 1;
   if (e->memory == RF_MEM_DEVICE) { /* every moved format has a kernel (rf_format_moved) */
     rf_fp8_job job = {.x = rf_region_at(src, box->lo[0], box->lo[1]),
                       .dtype = t->dtype,
                       .x_stride = src->stride[0],
+                      .x_col_stride = dense_rows ? 1 : src->stride[1],
                       .rows = box->hi[0] - box->lo[0],
                       .cols = box->hi[1] - box->lo[1],
                       .q = (uint8_t *)rf_region_at(q, box->lo[0], box->lo[1]),
@@ -99,20 +101,34 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
                       .col0 = box->lo[1]};
     return rf_fp8_quantize_device(&job);
   }
-  for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0]; bi++)
-    for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1]; bj++) {
-      int64_t r0 = RF_MAX(bi * er, box->lo[0]), r1 = RF_MIN((bi + 1) * er, box->hi[0]);
-      int64_t c0 = RF_MAX(bj * ec, box->lo[1]), c1 = RF_MIN((bj + 1) * ec, box->hi[1]);
-      const char *x = rf_region_at(src, r0, c0);
-      float amax = rf_fp8_block_amax(x, t->dtype, src->stride[0], r1 - r0, c1 - c0);
-      if (!isfinite(amax))
-        return engine_fp8_non_finite(t, isnan(amax), r0, r1, c0, c1);
+  char *gathered = NULL;
+  if (!dense_rows && !(gathered = rf_malloc((size_t)(er * ec * rf_tensor_esize(t)), "fp8 block")))
+    return RF_ERR_NOMEM;
+  rf_status st = RF_OK;
+  for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0] && st == RF_OK; bi++)
+    for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1] && st == RF_OK; bj++) {
+      rf_box b = {{RF_MAX(bi * er, box->lo[0]), RF_MAX(bj * ec, box->lo[1])},
+                  {RF_MIN((bi + 1) * er, box->hi[0]), RF_MIN((bj + 1) * ec, box->hi[1])}};
+      int64_t rows = b.hi[0] - b.lo[0], cols = b.hi[1] - b.lo[1];
+      const char *x = rf_region_at(src, b.lo[0], b.lo[1]);
+      int64_t pitch = src->stride[0];
+      if (gathered) { /* the block's rows, dense, from the transposed source */
+        rf_region rows_of = rf_region_row_major(gathered, &b, rf_tensor_esize(t));
+        rf_region_copy(&rows_of, src, &b);
+        x = gathered, pitch = cols;
+      }
+      float amax = rf_fp8_block_amax(x, t->dtype, pitch, rows, cols);
+      if (!isfinite(amax)) {
+        st = engine_fp8_non_finite(t, isnan(amax), b.lo[0], b.hi[0], b.lo[1], b.hi[1]);
+        break;
+      }
       rf_format_scale s = rf_format_scale_of(f, amax, 1.0f);
-      rf_format_quantize_block(f, x, t->dtype, src->stride[0], r1 - r0, c1 - c0, &s,
-                               (uint8_t *)rf_region_at(q, r0, c0), q->stride[0]);
+      rf_format_quantize_block(f, x, t->dtype, pitch, rows, cols, &s,
+                               (uint8_t *)rf_region_at(q, b.lo[0], b.lo[1]), q->stride[0]);
       memcpy(rf_region_at(scale, bi, bj), s.stored, (size_t)f->scale_bytes);
     }
-  return RF_OK;
+  free(gathered);
+  return st;
 }
 
 rf_status engine_fp8_device_done(const rf_engine *e) {
@@ -141,15 +157,6 @@ static rf_status move_box(const rf_engine *e, const rf_region *dst, const rf_reg
   return e->mapped ? rf_copy_boxes_mapped(e->memory, &c, 1) : rf_copy_boxes(e->memory, &c, 1);
 }
 
-static rf_status require_rows_dense(const rf_tensor *t, const rf_region *r) {
-  if (r->stride[1] == 1 || r->box.hi[1] - r->box.lo[1] <= 1)
-    return RF_OK;
-  return rf_fail(RF_ERR_INTERNAL,
-                 "fp8: a piece of %s to quantize is stored transposed; the plan quantizes such "
-                 "pieces at their destination",
-                 t->name);
-}
-
 /* The fp8 and scale parts of a source-quantized chunk's wire bytes at `at`. */
 static void wire_regions(const rf_engine *e, char *at, const rf_box *box, rf_region *q,
                          rf_region *scale) {
@@ -161,8 +168,6 @@ static void wire_regions(const rf_engine *e, char *at, const rf_box *box, rf_reg
 
 rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region *src,
                           const rf_box *box, char *to) {
-  const rf_tensor *t = &e->plan->layout->model->tensors[p->tensor];
-  RF_TRY(require_rows_dense(t, src));
   rf_region q, scale;
   wire_regions(e, to, box, &q, &scale);
   return quantize_blocks(e, p->tensor, src, box, &q, &scale);
@@ -207,10 +212,8 @@ rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box 
 
 rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_region *src,
                            const rf_box *box) {
-  const rf_tensor *t = &e->plan->layout->model->tensors[p->tensor];
   rf_region q, scale;
   rf_box held, blocks, kept;
-  RF_TRY(require_rows_dense(t, src));
   engine_fp8_rollout(e, p->tensor, &q, &held, &scale, &blocks);
   if (!rf_box_intersect(box, &held, &kept))
     return RF_OK;

@@ -17,6 +17,11 @@
 static cudaStream_t stream;
 static int stream_state;
 static int sm_count;
+/* The flush of a module's queued launches (rf_gpu_defer), taken before it runs so that the
+ * flush's own use of the stream does not run it again. */
+static void (*deferred)(void);
+
+void rf_gpu_defer(void (*flush)(void)) { deferred = flush; }
 
 void *rf_gpu_stream(void) {
   if (stream_state == 0) {
@@ -30,6 +35,11 @@ void *rf_gpu_stream(void) {
       stream = NULL;
       stream_state = -1;
     }
+  }
+  if (deferred) {
+    void (*flush)(void) = deferred;
+    deferred = NULL;
+    flush();
   }
   return stream;
 }

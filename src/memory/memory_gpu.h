@@ -39,6 +39,11 @@ size_t rf_gpu_alloc_granule(void);
  * cannot be created, the failure is logged once and the legacy default stream (NULL) is
  * used: slower to overlap, equally correct. */
 void *rf_gpu_stream(void);
+/* A module that batches its launches (the quantizer, fp8_cuda.cu) hands its flush here while
+ * it holds queued work: the next rf_gpu_stream call runs it first, so everything queued on the
+ * stream afterwards, and every wait for it, comes after the batch. The module keeps a failure
+ * of the flush and reports it from its own next call. */
+void rf_gpu_defer(void (*flush)(void));
 
 /* The device half of rf_mem_timer: events recorded on refit's stream. Recording that fails
  * leaves the event NULL, and the span then counts as zero. */

@@ -3,14 +3,15 @@
  *
  * The rule, per transfer piece of a tensor the rollout receives as fp8:
  *
- * - Source: when the piece's box holds whole 128x128 blocks of the Hugging Face tensor (every
- *   edge on the block grid) and its source stores them in HF order, the source holds every
- *   element of every block it sends, so it quantizes them and the wire carries the fp8 bytes
- *   and one fp32 scale per block: a little over half of bf16's bytes.
- * - Destination: any other piece (a trainer shard edge inside a block, or a JAX-order shard,
- *   which holds its blocks transposed) moves in the trainer's dtype, and the rollout rank
- *   quantizes the blocks once all of their pieces have landed. The rollout shard always holds
- *   whole blocks (layout_fp8.c refuses a tp that cuts one), so this needs no communication.
+ * - Source: when the piece's box holds whole blocks of the Hugging Face tensor (every edge on
+ *   the block grid), the source holds every element of every block it sends, so it quantizes
+ *   them and the wire carries the fp8 bytes and one scale per block: a little over half of
+ *   bf16's bytes. A JAX-order shard holds its blocks transposed; the quantizer reads them that
+ *   way (on a GPU in one pass that transposes as it quantizes), so the order does not matter.
+ * - Destination: any other piece (a trainer shard edge inside a block) moves in the trainer's
+ *   dtype, and the rollout rank quantizes the blocks once all of their pieces have landed. The
+ * rollout shard always holds whole blocks (layout_fp8.c refuses a tp that cuts one), so this needs
+ * no communication.
  *
  * We chose destination quantization over an amax exchange for the pieces whose blocks are cut
  * at the source: an exchange adds a stage before the transfer, small messages between every
@@ -38,11 +39,8 @@ rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece) {
     return RF_QUANT_FORWARDED;
   if (lay->model->tensors[piece->tensor].dtype == RF_DTYPE_FP8)
     return RF_QUANT_CARRIED;
-  /* Star's transfer reads the coupling buffers, which hold HF order. */
-  int transposed = plan->kind != RF_PLAN_STAR && rf_layout_trainer_transposed(lay, piece->tensor);
-  return !transposed && rf_layout_fp8_aligned(lay, piece->tensor, &piece->box)
-             ? RF_QUANT_SOURCE
-             : RF_QUANT_DESTINATION;
+  return rf_layout_fp8_aligned(lay, piece->tensor, &piece->box) ? RF_QUANT_SOURCE
+                                                                : RF_QUANT_DESTINATION;
 }
 
 int64_t rf_format_min_bucket(const rf_format *f) {

@@ -84,6 +84,8 @@ typedef struct {
   const void *x;
   rf_dtype dtype;
   int64_t x_stride, rows, cols;
+  int64_t x_col_stride; /* elements between columns: 0 or 1 for dense rows; a transposed
+                         * (--trainer-order jax) source has x_stride 1 and its pitch here */
   uint8_t *q;
   int64_t q_stride;
   char *scale;
@@ -96,12 +98,17 @@ typedef struct {
 } rf_fp8_job;
 
 /* Quantizes a job in device memory (or through another process's mapping of it): one CUDA
- * block per 128x128 block, or one thread per 1 x block_cols block, queued on refit's stream
- * (memory_gpu.h), with the operations of rf_fp8_quantize_with_amax and rf_fp8_scale_of, so the
- * bytes are the reference's (test_fp8_gpu). A block that holds inf or NaN is left unwritten and
- * recorded instead of failing here, so the launch does not wait; rf_fp8_device_bad says which, once
- * the stream is done. Builds without CUDA fail with one line. */
+ * block per 128x128 block, or one thread per 1 x block_cols block, with the operations of
+ * rf_fp8_quantize_with_amax and rf_fp8_scale_of, so the bytes are the reference's
+ * (test_fp8_gpu). Jobs are queued and launched together, on refit's stream (memory_gpu.h),
+ * before anything else next uses it (rf_gpu_defer), or at rf_fp8_device_flush: the caller
+ * keeps the job's memory as it is until then, as it would for a launch. A block that holds inf
+ * or NaN is left unwritten and recorded instead of failing here, so the launch does not wait;
+ * rf_fp8_device_bad says which, once the stream is done. Builds without CUDA fail with one
+ * line. */
 rf_status rf_fp8_quantize_device(const rf_fp8_job *job);
+/* Launches the queued jobs now; a launch that failed in a deferred flush is reported here. */
+rf_status rf_fp8_device_flush(void);
 
 /* The first block since the last call that a device job refused (inf or NaN): waits for refit's
  * stream, then `found` is 0, or 1 with the job's tag, the block's first row and column in the

@@ -36,16 +36,21 @@ constexpr int kEdge = RF_FP8_BLOCK, kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowsPerPass = kThreads / (kEdge / 8), kPasses = kEdge / kRowsPerPass;
 constexpr uint32_t kInfBits = 0x7f800000u;
 
+/* A job as the kernels read it: rf_fp8_job plus where its units start in its class's launch. */
 struct job_dev {
   const char *x;
-  int64_t x_stride, rows, cols; /* x_stride in elements */
+  int64_t x_stride, x_col_stride, rows,
+      cols; /* element (r, c) at x + r * x_stride + c * x_col_stride */
   uint8_t *q;
   int64_t q_stride;
   char *scale;
   int64_t scale_stride;
-  float inv_max;  /* fp32(1 / 448), rounded on the host as fp8.c rounds it */
-  int rule;       /* rf_scale_rule: fp32-inverse, ue8m0-ceil or ue8m0-floor */
-  int block_cols; /* 0: 128x128; else 1 x block_cols (one warp per block) */
+  int64_t unit_begin; /* its first unit (CUDA block) in its class's launch */
+  int64_t grid_cols;  /* 2-D: blocks along a row; 1-D: blocks along a row of 1 x block_cols */
+  float inv_max;      /* fp32(1 / 448), rounded on the host as fp8.c rounds it */
+  int dtype;          /* rf_dtype of x: bf16, fp16 or fp32 */
+  int rule;           /* rf_scale_rule: fp32-inverse, ue8m0-ceil or ue8m0-floor */
+  int block_cols;     /* 0: 128x128; else 1 x block_cols (<= 32) */
   int tag;
   int64_t row0, col0;
 };
@@ -116,111 +121,6 @@ __device__ __forceinline__ void scale_of(uint32_t amax_bits, float inv_max, int 
   *scale_inv = __fmul_rn(a, inv_max);
 }
 
-template <rf_dtype D> __global__ void __launch_bounds__(kThreads) quantize(job_dev j) {
-  constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
-  __shared__ uint32_t smem[kWarps];
-  const int64_t r0 = (int64_t)blockIdx.y * kEdge, c0 = (int64_t)blockIdx.x * kEdge;
-  const int nr = (int)min((int64_t)kEdge, j.rows - r0), nc = (int)min((int64_t)kEdge, j.cols - c0);
-  const char *x = j.x + (r0 * j.x_stride + c0) * es;
-  uint8_t *q = j.q + r0 * j.q_stride + c0;
-  const bool wide = es == 2 && nc == kEdge && ((uintptr_t)x & 15) == 0 &&
-                    (j.x_stride * es) % 16 == 0 && ((uintptr_t)q & 7) == 0 && j.q_stride % 8 == 0;
-  uint32_t m = 0;
-  float factor, scale_inv;
-  if (wide) {
-    /* 16 threads per row of 128 elements, 8 each; 16 rows per pass, 8 passes. */
-    const int col = (threadIdx.x % (kEdge / 8)) * 8, row = threadIdx.x / (kEdge / 8);
-    uint4 v[kPasses];
-    /* The maximum |x| of 16-bit elements on their bit patterns, two at a time (__vmaxu2):
-     * bf16 and fp16 magnitudes order like their patterns too, with inf and NaN above. */
-    uint32_t m2 = 0;
-#pragma unroll
-    for (int k = 0; k < kPasses; k++) {
-      const int r = row + k * kRowsPerPass;
-      if (r < nr) {
-        v[k] = __ldg((const uint4 *)(x + ((int64_t)r * j.x_stride + col) * es));
-        m2 = __vmaxu2(m2, __vmaxu2(__vmaxu2(v[k].x & 0x7fff7fffu, v[k].y & 0x7fff7fffu),
-                                   __vmaxu2(v[k].z & 0x7fff7fffu, v[k].w & 0x7fff7fffu)));
-      }
-    }
-    m = abs_bits(from_bits<D>(max(m2 & 0xffffu, m2 >> 16)));
-    m = block_max(m, smem);
-    if (m >= kInfBits)
-      goto refuse;
-    scale_of(m, j.inv_max, j.rule, &factor, &scale_inv);
-#pragma unroll
-    for (int k = 0; k < kPasses; k++) {
-      const int r = row + k * kRowsPerPass;
-      if (r < nr) {
-        const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-        uint32_t out[2];
-#pragma unroll
-        for (int h = 0; h < 4; h += 2)
-          out[h / 2] =
-              to_e4m3x2(from_bits<D>(w[h] & 0xffffu), from_bits<D>(w[h] >> 16), factor) |
-              to_e4m3x2(from_bits<D>(w[h + 1] & 0xffffu), from_bits<D>(w[h + 1] >> 16), factor)
-                  << 16;
-        *(uint2 *)(q + (int64_t)r * j.q_stride + col) = make_uint2(out[0], out[1]);
-      }
-    }
-  } else {
-    for (int e = threadIdx.x; e < nr * kEdge; e += kThreads) {
-      const int r = e / kEdge, c = e % kEdge;
-      if (c < nc)
-        m = max(m, abs_bits(load<D>(x + ((int64_t)r * j.x_stride + c) * es)));
-    }
-    m = block_max(m, smem);
-    if (m >= kInfBits)
-      goto refuse;
-    scale_of(m, j.inv_max, j.rule, &factor, &scale_inv);
-    for (int e = threadIdx.x; e < nr * kEdge; e += kThreads) {
-      const int r = e / kEdge, c = e % kEdge;
-      if (c < nc)
-        q[(int64_t)r * j.q_stride + c] =
-            (uint8_t)to_e4m3(load<D>(x + ((int64_t)r * j.x_stride + c) * es), factor);
-    }
-  }
-  if (threadIdx.x == 0) {
-    /* A staging buffer may hold the scale at any byte offset. */
-    char *s = j.scale + ((int64_t)blockIdx.y * j.scale_stride + blockIdx.x) * 4;
-    const uint32_t b = __float_as_uint(scale_inv);
-    if (((uintptr_t)s & 3) == 0)
-      *(uint32_t *)s = b;
-    else
-      for (int i = 0; i < 4; i++)
-        s[i] = (char)(b >> (8 * i));
-  }
-  return;
-refuse:
-  if (threadIdx.x == 0 && atomicCAS(&g_bad.found, 0, 1) == 0) {
-    g_bad.tag = j.tag;
-    g_bad.nan = m > kInfBits;
-    g_bad.row = j.row0 + r0;
-    g_bad.col = j.col0 + c0;
-  }
-}
-
-/* Row r of the comparison is CUDA block row blockIdx.y; each thread compares elements
- * blockDim.x apart and the block adds its count to the row's once per warp. */
-__global__ void __launch_bounds__(kThreads)
-    compare_rows(const uint8_t *got, int64_t got_pitch, const uint8_t *want, int64_t want_pitch,
-                 int64_t cols, int esize, unsigned int *row_wrong) {
-  const int64_t r = blockIdx.y;
-  const uint8_t *g = got + r * got_pitch, *w = want + r * want_pitch;
-  unsigned int n = 0;
-  for (int64_t c = (int64_t)blockIdx.x * kThreads + threadIdx.x; c < cols;
-       c += (int64_t)gridDim.x * kThreads) {
-    bool differ = false;
-    for (int b = 0; b < esize; b++)
-      differ |= g[c * esize + b] != w[c * esize + b];
-    n += differ;
-  }
-  for (int o = 16; o > 0; o >>= 1)
-    n += __shfl_xor_sync(0xffffffffu, n, o);
-  if ((threadIdx.x & 31) == 0 && n)
-    atomicAdd(&row_wrong[r], n);
-}
-
 /* The E8M0 exponent e of a 1-D block under rf_format_scale_of's ue8m0 rules, for e4m3
  * elements: ceil, the smallest 2^e at or above fp32(amax * fp32(1/448)); floor, OCP's
  * floor(log2(amax)) - 8; both clamped to [-127, 127], -127 for a zero block. From the bits, as
@@ -253,141 +153,531 @@ __device__ __forceinline__ float pow2(int k) {
  * as two 16-byte writes; any other block (an edge, fp32, an odd offset) goes element by
  * element. Neighbouring threads take neighbouring blocks of a row, so the scale bytes are
  * written together. */
-template <rf_dtype D> __global__ void __launch_bounds__(kThreads) quantize_1d(job_dev j) {
+/* Row r of the comparison is CUDA block row blockIdx.y; each thread compares elements
+ * blockDim.x apart and the block adds its count to the row's once per warp. */
+__global__ void __launch_bounds__(kThreads)
+    compare_rows(const uint8_t *got, int64_t got_pitch, const uint8_t *want, int64_t want_pitch,
+                 int64_t cols, int esize, unsigned int *row_wrong) {
+  const int64_t r = blockIdx.y;
+  const uint8_t *g = got + r * got_pitch, *w = want + r * want_pitch;
+  unsigned int n = 0;
+  for (int64_t c = (int64_t)blockIdx.x * kThreads + threadIdx.x; c < cols;
+       c += (int64_t)gridDim.x * kThreads) {
+    bool differ = false;
+    for (int b = 0; b < esize; b++)
+      differ |= g[c * esize + b] != w[c * esize + b];
+    n += differ;
+  }
+  for (int o = 16; o > 0; o >>= 1)
+    n += __shfl_xor_sync(0xffffffffu, n, o);
+  if ((threadIdx.x & 31) == 0 && n)
+    atomicAdd(&row_wrong[r], n);
+}
+
+/* Records the first refused block (inf or NaN) of a job; the launch goes on without it. */
+__device__ __forceinline__ void refuse(const job_dev &j, uint32_t amax_bits, int64_t row,
+                                       int64_t col) {
+  if (atomicCAS(&g_bad.found, 0, 1) == 0) {
+    g_bad.tag = j.tag;
+    g_bad.nan = amax_bits > kInfBits;
+    g_bad.row = j.row0 + row;
+    g_bad.col = j.col0 + col;
+  }
+}
+
+/* Stores a 128x128 block's fp32 scale; a staging buffer may hold it at any byte offset. */
+__device__ __forceinline__ void store_scale(const job_dev &j, int64_t bi, int64_t bj,
+                                            float scale_inv) {
+  char *s = j.scale + (bi * j.scale_stride + bj) * 4;
+  const uint32_t b = __float_as_uint(scale_inv);
+  if (((uintptr_t)s & 3) == 0)
+    *(uint32_t *)s = b;
+  else
+    for (int i = 0; i < 4; i++)
+      s[i] = (char)(b >> (8 * i));
+}
+
+/* Eight 16-bit elements (one 16-byte load) converted with one factor: their 8 fp8 bytes, the
+ * first element in the lowest byte. */
+template <rf_dtype D> __device__ __forceinline__ uint2 convert8(uint4 v, float factor) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t out[2];
+#pragma unroll
+  for (int h = 0; h < 4; h += 2)
+    out[h / 2] = to_e4m3x2(from_bits<D>(w[h] & 0xffffu), from_bits<D>(w[h] >> 16), factor) |
+                 to_e4m3x2(from_bits<D>(w[h + 1] & 0xffffu), from_bits<D>(w[h + 1] >> 16), factor)
+                     << 16;
+  return make_uint2(out[0], out[1]);
+}
+
+/* The maximum |x| bit pattern of eight 16-bit elements, two at a time (__vmaxu2): bf16 and
+ * fp16 magnitudes order like their patterns, with inf and NaN above every finite value. */
+__device__ __forceinline__ uint32_t max8(uint32_t m2, uint4 v) {
+  return __vmaxu2(m2, __vmaxu2(__vmaxu2(v.x & 0x7fff7fffu, v.y & 0x7fff7fffu),
+                               __vmaxu2(v.z & 0x7fff7fffu, v.w & 0x7fff7fffu)));
+}
+template <rf_dtype D> __device__ __forceinline__ uint32_t max_of_pairs(uint32_t m2) {
+  return abs_bits(from_bits<D>(max(m2 & 0xffffu, m2 >> 16)));
+}
+
+/* Block (bi, bj) of a 128x128 job whose rows are dense. Full-width blocks of 2-byte elements
+ * whose rows are 16-byte aligned read 16 bytes per access and keep them in registers between
+ * the two passes (16 threads a row, 8 elements each, 16 rows a pass); any other block goes
+ * element by element and reads its elements twice, the second time from cache. */
+template <rf_dtype D>
+__device__ void quantize_2d(const job_dev &j, int64_t bi, int64_t bj, uint32_t *red) {
   constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
-  const int64_t per_row = (j.cols + j.block_cols - 1) / j.block_cols;
-  const int64_t block = (int64_t)blockIdx.x * kThreads + threadIdx.x;
-  if (block >= j.rows * per_row)
+  const int64_t r0 = bi * kEdge, c0 = bj * kEdge;
+  const int nr = (int)min((int64_t)kEdge, j.rows - r0), nc = (int)min((int64_t)kEdge, j.cols - c0);
+  const char *x = j.x + (r0 * j.x_stride + c0) * es;
+  uint8_t *q = j.q + r0 * j.q_stride + c0;
+  const bool wide = es == 2 && nc == kEdge && ((uintptr_t)x & 15) == 0 &&
+                    (j.x_stride * es) % 16 == 0 && ((uintptr_t)q & 7) == 0 && j.q_stride % 8 == 0;
+  uint32_t m = 0;
+  float factor, scale_inv;
+  if (wide) {
+    const int col = (threadIdx.x % (kEdge / 8)) * 8, row = threadIdx.x / (kEdge / 8);
+    uint4 v[kPasses];
+    uint32_t m2 = 0;
+#pragma unroll
+    for (int k = 0; k < kPasses; k++) {
+      const int r = row + k * kRowsPerPass;
+      if (r < nr) {
+        v[k] = __ldg((const uint4 *)(x + ((int64_t)r * j.x_stride + col) * es));
+        m2 = max8(m2, v[k]);
+      }
+    }
+    m = block_max(max_of_pairs<D>(m2), red);
+    if (m >= kInfBits) {
+      if (threadIdx.x == 0)
+        refuse(j, m, r0, c0);
+      return;
+    }
+    scale_of(m, j.inv_max, j.rule, &factor, &scale_inv);
+#pragma unroll
+    for (int k = 0; k < kPasses; k++) {
+      const int r = row + k * kRowsPerPass;
+      if (r < nr)
+        *(uint2 *)(q + (int64_t)r * j.q_stride + col) = convert8<D>(v[k], factor);
+    }
+  } else {
+    for (int e = threadIdx.x; e < nr * kEdge; e += kThreads) {
+      const int r = e / kEdge, c = e % kEdge;
+      if (c < nc)
+        m = max(m, abs_bits(load<D>(x + ((int64_t)r * j.x_stride + c) * es)));
+    }
+    m = block_max(m, red);
+    if (m >= kInfBits) {
+      if (threadIdx.x == 0)
+        refuse(j, m, r0, c0);
+      return;
+    }
+    scale_of(m, j.inv_max, j.rule, &factor, &scale_inv);
+    for (int e = threadIdx.x; e < nr * kEdge; e += kThreads) {
+      const int r = e / kEdge, c = e % kEdge;
+      if (c < nc)
+        q[(int64_t)r * j.q_stride + c] =
+            (uint8_t)to_e4m3(load<D>(x + ((int64_t)r * j.x_stride + c) * es), factor);
+    }
+  }
+  if (threadIdx.x == 0)
+    store_scale(j, bi, bj, scale_inv);
+}
+
+/* Block (bi, bj) of a 128x128 job stored transposed (a --trainer-order jax shard: element
+ * (r, c) at x + r * x_stride + c * x_col_stride, its columns dense): the fused transpose and
+ * quantize. The block is read along the source's dense dimension (16 threads a column, 8
+ * rows each, 16-byte loads where aligned), its fp8 bytes are put in shared memory at their
+ * row-major places, and rows of 8 bytes go out from there, so both sides are coalesced. The
+ * tile's rows are 129 bytes apart, so that the threads of a warp storing down a column hit
+ * different banks. The amax is order-free, so it does not care which way the block is read. */
+constexpr int kTilePitch = kEdge + 1;
+template <rf_dtype D>
+__device__ void quantize_2d_t(const job_dev &j, int64_t bi, int64_t bj, uint32_t *red,
+                              uint8_t *tile) {
+  constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
+  const int64_t r0 = bi * kEdge, c0 = bj * kEdge;
+  const int nr = (int)min((int64_t)kEdge, j.rows - r0), nc = (int)min((int64_t)kEdge, j.cols - c0);
+  const char *x = j.x + (r0 * j.x_stride + c0 * j.x_col_stride) * es;
+  const int rr = (threadIdx.x % (kEdge / 8)) * 8, cg = threadIdx.x / (kEdge / 8);
+  const bool wide = es == 2 && nr == kEdge && j.x_stride == 1 && ((uintptr_t)x & 15) == 0 &&
+                    (j.x_col_stride * es) % 16 == 0;
+  uint32_t m = 0;
+  float factor, scale_inv;
+  if (wide) {
+    uint4 v[kPasses];
+    uint32_t m2 = 0;
+#pragma unroll
+    for (int k = 0; k < kPasses; k++) {
+      const int c = cg + k * kRowsPerPass;
+      if (c < nc) {
+        v[k] = __ldg((const uint4 *)(x + ((int64_t)c * j.x_col_stride + rr) * es));
+        m2 = max8(m2, v[k]);
+      }
+    }
+    m = block_max(max_of_pairs<D>(m2), red);
+    if (m >= kInfBits) {
+      if (threadIdx.x == 0)
+        refuse(j, m, r0, c0);
+      return;
+    }
+    scale_of(m, j.inv_max, j.rule, &factor, &scale_inv);
+#pragma unroll
+    for (int k = 0; k < kPasses; k++) {
+      const int c = cg + k * kRowsPerPass;
+      if (c < nc) {
+        const uint2 b = convert8<D>(v[k], factor);
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+          tile[(rr + i) * kTilePitch + c] = (uint8_t)((i < 4 ? b.x : b.y) >> (8 * (i % 4)));
+      }
+    }
+  } else {
+    /* Consecutive threads take consecutive rows of a column: the source's dense direction. */
+    for (int e = threadIdx.x; e < kEdge * nc; e += kThreads) {
+      const int r = e % kEdge, c = e / kEdge;
+      if (r < nr)
+        m = max(
+            m, abs_bits(load<D>(x + ((int64_t)r * j.x_stride + (int64_t)c * j.x_col_stride) * es)));
+    }
+    m = block_max(m, red);
+    if (m >= kInfBits) {
+      if (threadIdx.x == 0)
+        refuse(j, m, r0, c0);
+      return;
+    }
+    scale_of(m, j.inv_max, j.rule, &factor, &scale_inv);
+    for (int e = threadIdx.x; e < kEdge * nc; e += kThreads) {
+      const int r = e % kEdge, c = e / kEdge;
+      if (r < nr)
+        tile[r * kTilePitch + c] = (uint8_t)to_e4m3(
+            load<D>(x + ((int64_t)r * j.x_stride + (int64_t)c * j.x_col_stride) * es), factor);
+    }
+  }
+  __syncthreads();
+  uint8_t *q = j.q + r0 * j.q_stride + c0;
+  const bool wide_out = nc == kEdge && ((uintptr_t)q & 7) == 0 && j.q_stride % 8 == 0;
+  for (int k = 0; k < kPasses; k++) {
+    const int r = cg + k * kRowsPerPass;
+    if (r >= nr)
+      continue;
+    const uint8_t *t = tile + r * kTilePitch + rr;
+    if (wide_out) {
+      uint32_t lo = 0, hi = 0;
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        lo |= (uint32_t)t[i] << (8 * i), hi |= (uint32_t)t[4 + i] << (8 * i);
+      *(uint2 *)(q + (int64_t)r * j.q_stride + rr) = make_uint2(lo, hi);
+    } else {
+      for (int i = 0; i < 8 && rr + i < nc; i++)
+        q[(int64_t)r * j.q_stride + rr + i] = t[i];
+    }
+  }
+  if (threadIdx.x == 0)
+    store_scale(j, bi, bj, scale_inv);
+}
+
+/* Quantizes n <= 32 elements of one 1-D block, element i at x + i * step bytes, into q (E8M0
+ * scale byte at *scale): the generic path of both 1-D kernels. */
+template <rf_dtype D>
+__device__ void quantize_1d_elems(const job_dev &j, const char *x, int64_t step, int n, uint8_t *q,
+                                  char *scale, int64_t row, int64_t col) {
+  uint32_t m = 0;
+  for (int i = 0; i < n; i++)
+    m = max(m, abs_bits(load<D>(x + i * step)));
+  if (m >= kInfBits) {
+    refuse(j, m, row, col);
     return;
-  const int64_t r = block / per_row, bj = block % per_row, c0 = bj * j.block_cols;
+  }
+  const int e = e8m0_exponent(m, j.inv_max, j.rule);
+  const float factor = pow2(-e);
+  for (int i = 0; i < n; i++)
+    q[i] = (uint8_t)to_e4m3(load<D>(x + i * step), factor);
+  *scale = (char)(e + 127);
+}
+
+/* One thread per 1 x block_cols block (block_cols <= 32), 256 blocks a unit. A whole block of
+ * 2-byte elements whose source and destination are 16-byte aligned is read as four 16-byte
+ * loads, its maximum taken two bit patterns at a time and its elements converted two per
+ * instruction, then stored as two 16-byte writes. Neighbouring threads take neighbouring
+ * blocks of a row, so the scale bytes are written together. */
+template <rf_dtype D> __device__ void quantize_1d(const job_dev &j, int64_t unit) {
+  constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
+  const int64_t block = unit * kThreads + threadIdx.x;
+  if (block >= j.rows * j.grid_cols)
+    return;
+  const int64_t r = block / j.grid_cols, bj = block % j.grid_cols, c0 = bj * j.block_cols;
   const int n = (int)min((int64_t)j.block_cols, j.cols - c0);
   const char *x = j.x + (r * j.x_stride + c0) * es;
   uint8_t *q = j.q + r * j.q_stride + c0;
+  char *scale = j.scale + r * j.scale_stride + bj;
   const bool wide = es == 2 && n == 32 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)q & 15) == 0;
-  uint32_t m = 0;
-  if (wide) {
-    uint4 v[4];
-    uint32_t m2 = 0;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-      v[k] = __ldg((const uint4 *)x + k);
-      m2 = __vmaxu2(m2, __vmaxu2(__vmaxu2(v[k].x & 0x7fff7fffu, v[k].y & 0x7fff7fffu),
-                                 __vmaxu2(v[k].z & 0x7fff7fffu, v[k].w & 0x7fff7fffu)));
-    }
-    m = abs_bits(from_bits<D>(max(m2 & 0xffffu, m2 >> 16)));
-    if (m >= kInfBits)
-      goto refuse;
-    const int e = e8m0_exponent(m, j.inv_max, j.rule);
-    const float factor = pow2(-e);
-    uint32_t out[8];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-      const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-#pragma unroll
-      for (int h = 0; h < 4; h += 2)
-        out[2 * k + h / 2] =
-            to_e4m3x2(from_bits<D>(w[h] & 0xffffu), from_bits<D>(w[h] >> 16), factor) |
-            to_e4m3x2(from_bits<D>(w[h + 1] & 0xffffu), from_bits<D>(w[h + 1] >> 16), factor) << 16;
-    }
-    ((uint4 *)q)[0] = make_uint4(out[0], out[1], out[2], out[3]);
-    ((uint4 *)q)[1] = make_uint4(out[4], out[5], out[6], out[7]);
-    j.scale[r * j.scale_stride + bj] = (char)(e + 127);
+  if (!wide) {
+    quantize_1d_elems<D>(j, x, es, n, q, scale, r, c0);
     return;
   }
+  uint4 v[4];
+  uint32_t m2 = 0;
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    v[k] = __ldg((const uint4 *)x + k);
+    m2 = max8(m2, v[k]);
+  }
+  const uint32_t m = max_of_pairs<D>(m2);
+  if (m >= kInfBits) {
+    refuse(j, m, r, c0);
+    return;
+  }
+  const int e = e8m0_exponent(m, j.inv_max, j.rule);
+  const float factor = pow2(-e);
+  uint2 out[4];
+#pragma unroll
+  for (int k = 0; k < 4; k++)
+    out[k] = convert8<D>(v[k], factor);
+  ((uint4 *)q)[0] = make_uint4(out[0].x, out[0].y, out[1].x, out[1].y);
+  ((uint4 *)q)[1] = make_uint4(out[2].x, out[2].y, out[3].x, out[3].y);
+  *scale = (char)(e + 127);
+}
+
+/* The same from a transposed source: consecutive threads take consecutive rows of one block
+ * column, so each of a thread's loads is one of 32 neighbouring elements along the source's
+ * dense dimension. */
+template <rf_dtype D> __device__ void quantize_1d_t(const job_dev &j, int64_t unit) {
+  constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
+  const int64_t block = unit * kThreads + threadIdx.x;
+  if (block >= j.rows * j.grid_cols)
+    return;
+  const int64_t r = block % j.rows, bj = block / j.rows, c0 = bj * j.block_cols;
+  const int n = (int)min((int64_t)j.block_cols, j.cols - c0);
+  quantize_1d_elems<D>(j, j.x + (r * j.x_stride + c0 * j.x_col_stride) * es, j.x_col_stride * es, n,
+                       j.q + r * j.q_stride + c0, j.scale + r * j.scale_stride + bj, r, c0);
+}
+
+/* The kinds of job, each one launch a batch: 128x128 blocks or 1-D ones, from row-major or
+ * transposed sources. A unit is a 128x128 block, or 256 1-D blocks. */
+enum { CLS_2D, CLS_2D_T, CLS_1D, CLS_1D_T, CLS_COUNT };
+
+/* One CUDA block per unit, which finds its job by binary search over the jobs' first units, as
+ * the copy kernels do (region_cuda.cu); the element type is the job's, so one launch takes
+ * tensors of every dtype. */
+template <int CLS>
+__global__ void __launch_bounds__(kThreads) quantize_batch(const job_dev *jobs, int count) {
+  __shared__ uint32_t red[kWarps];
+  __shared__ __align__(16) uint8_t tile[CLS == CLS_2D_T ? kEdge * kTilePitch : 1];
+  const int64_t unit = blockIdx.x;
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (jobs[mid].unit_begin <= unit)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const job_dev j = jobs[lo];
+  const int64_t u = unit - j.unit_begin;
+#define RF_QUANTIZE_AS(D)                                                                          \
+  if (CLS == CLS_2D)                                                                               \
+    quantize_2d<D>(j, u / j.grid_cols, u % j.grid_cols, red);                                      \
+  else if (CLS == CLS_2D_T)                                                                        \
+    quantize_2d_t<D>(j, u / j.grid_cols, u % j.grid_cols, red, tile);                              \
+  else if (CLS == CLS_1D)                                                                          \
+    quantize_1d<D>(j, u);                                                                          \
+  else                                                                                             \
+    quantize_1d_t<D>(j, u);
+  switch (j.dtype) {
+  case RF_DTYPE_BF16:
+    RF_QUANTIZE_AS(RF_DTYPE_BF16);
+    break;
+  case RF_DTYPE_FP16:
+    RF_QUANTIZE_AS(RF_DTYPE_FP16);
+    break;
+  default:
+    RF_QUANTIZE_AS(RF_DTYPE_FP32);
+    break;
+  }
+#undef RF_QUANTIZE_AS
+}
+} // namespace
+
+namespace {
+
+/* The queue of jobs not yet launched, per class, and a ring of pinned host and device tables
+ * to launch them from (as region_cuda.cu's piece tables): an event per slot says when the
+ * kernels that read it are done, and the host waits for it only when it comes round to the
+ * slot again. A flush that fails keeps its first error for the next call to report. */
+constexpr int kRing = 4, kQueueMax = 1 << 14;
+struct slot {
+  job_dev *host = nullptr, *dev = nullptr;
+  int cap = 0;
+  cudaEvent_t done = nullptr;
+  bool pending = false;
+};
+slot ring[kRing];
+int ring_next;
+job_dev *queue;
+int queued, queue_cap;
+int64_t queued_units[CLS_COUNT];
+rf_status flush_error = RF_OK;
+
+int class_of(const job_dev &d) {
+  const bool t = d.x_col_stride != 1;
+  return d.block_cols > 0 ? (t ? CLS_1D_T : CLS_1D) : (t ? CLS_2D_T : CLS_2D);
+}
+
+int64_t units_of(const job_dev &d) {
+  if (d.block_cols > 0)
+    return (d.rows * d.grid_cols + kThreads - 1) / kThreads;
+  return (d.rows + kEdge - 1) / kEdge * d.grid_cols;
+}
+
+rf_status slot_reserve(slot *sl, int count) {
+  if (sl->pending) {
+    RF_CUDA(cudaEventSynchronize(sl->done));
+    sl->pending = false;
+  }
+  if (!sl->done)
+    RF_CUDA(cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming));
+  if (sl->cap >= count)
+    return RF_OK;
+  int cap = count > 2 * sl->cap ? count : 2 * sl->cap;
+  cap = cap < 64 ? 64 : cap;
+  if (sl->host)
+    RF_CUDA(cudaFreeHost(sl->host));
+  if (sl->dev)
+    RF_CUDA(cudaFree(sl->dev));
+  sl->host = nullptr, sl->dev = nullptr, sl->cap = 0;
+  RF_CUDA(cudaHostAlloc((void **)&sl->host, (size_t)cap * sizeof(job_dev), cudaHostAllocDefault));
+  RF_CUDA(cudaMalloc((void **)&sl->dev, (size_t)cap * sizeof(job_dev)));
+  sl->cap = cap;
+  return RF_OK;
+}
+
+template <int CLS> rf_status launch(const job_dev *jobs, int count, int64_t units, cudaStream_t s) {
+  quantize_batch<CLS><<<(unsigned)units, kThreads, 0, s>>>(jobs, count);
+  RF_CUDA(cudaGetLastError());
+  return RF_OK;
+}
+
+/* Launches every queued job: one table upload, then one launch per class present. */
+rf_status flush_queue() {
+  if (queued == 0)
+    return RF_OK;
+  const int n = queued;
+  queued = 0;
+  int64_t units[CLS_COUNT];
+  memcpy(units, queued_units, sizeof units);
+  memset(queued_units, 0, sizeof queued_units);
+  cudaStream_t s = (cudaStream_t)rf_gpu_stream();
+  slot *sl = &ring[ring_next];
+  ring_next = (ring_next + 1) % kRing;
+  RF_TRY(slot_reserve(sl, n));
+  /* Jobs by class, each class's in the order they came, which is the order of their units. */
+  int at[CLS_COUNT], first[CLS_COUNT], count[CLS_COUNT] = {0};
   for (int i = 0; i < n; i++)
-    m = max(m, abs_bits(load<D>(x + i * es)));
-  if (m >= kInfBits)
-    goto refuse;
-  {
-    const int e = e8m0_exponent(m, j.inv_max, j.rule);
-    const float factor = pow2(-e);
-    for (int i = 0; i < n; i++)
-      q[i] = (uint8_t)to_e4m3(load<D>(x + i * es), factor);
-    j.scale[r * j.scale_stride + bj] = (char)(e + 127);
-  }
-  return;
-refuse:
-  if (atomicCAS(&g_bad.found, 0, 1) == 0) {
-    g_bad.tag = j.tag;
-    g_bad.nan = m > kInfBits;
-    g_bad.row = j.row0 + r;
-    g_bad.col = j.col0 + c0;
-  }
+    count[class_of(queue[i])]++;
+  for (int c = 0, k = 0; c < CLS_COUNT; k += count[c], c++)
+    at[c] = first[c] = k;
+  for (int i = 0; i < n; i++)
+    sl->host[at[class_of(queue[i])]++] = queue[i];
+  RF_CUDA(
+      cudaMemcpyAsync(sl->dev, sl->host, (size_t)n * sizeof(job_dev), cudaMemcpyHostToDevice, s));
+  if (count[CLS_2D])
+    RF_TRY(launch<CLS_2D>(sl->dev + first[CLS_2D], count[CLS_2D], units[CLS_2D], s));
+  if (count[CLS_2D_T])
+    RF_TRY(launch<CLS_2D_T>(sl->dev + first[CLS_2D_T], count[CLS_2D_T], units[CLS_2D_T], s));
+  if (count[CLS_1D])
+    RF_TRY(launch<CLS_1D>(sl->dev + first[CLS_1D], count[CLS_1D], units[CLS_1D], s));
+  if (count[CLS_1D_T])
+    RF_TRY(launch<CLS_1D_T>(sl->dev + first[CLS_1D_T], count[CLS_1D_T], units[CLS_1D_T], s));
+  RF_CUDA(cudaEventRecord(sl->done, s));
+  sl->pending = true;
+  return RF_OK;
+}
+
+/* rf_gpu_defer's callback: runs before the next piece of work is queued on refit's stream. */
+void flush_deferred() {
+  rf_status st = flush_queue();
+  if (st != RF_OK && flush_error == RF_OK)
+    flush_error = st;
+}
+
+/* The error a deferred flush kept, reported once. */
+rf_status take_flush_error() {
+  rf_status st = flush_error;
+  flush_error = RF_OK;
+  return st;
 }
 
 } // namespace
 
+/* Jobs are queued and launched together (flush_queue) the next time anything uses refit's
+ * stream: a MoE's thousands of small expert tensors, or a round's destination-quantized
+ * rectangles, take one launch instead of one each, which both saves the launches and fills
+ * the GPU with the blocks of many tensors at once. */
 extern "C" rf_status rf_fp8_quantize_device(const rf_fp8_job *job) {
+  RF_TRY(take_flush_error());
   if (job->rows <= 0 || job->cols <= 0)
     return RF_OK;
-  const int64_t block_rows = (job->rows + kEdge - 1) / kEdge;
-  const int64_t block_cols = (job->cols + kEdge - 1) / kEdge;
-  if (block_rows > 65535 || block_cols > INT32_MAX)
-    return rf_fail(RF_ERR_UNSUPPORTED,
-                   "fp8: a box of %lld x %lld elements is more blocks than one launch takes; "
-                   "use a larger --rollout tp",
-                   (long long)job->rows, (long long)job->cols);
+  if (job->dtype != RF_DTYPE_BF16 && job->dtype != RF_DTYPE_FP16 && job->dtype != RF_DTYPE_FP32)
+    return rf_fail(RF_ERR_INTERNAL, "fp8: the device quantizer reads bf16, fp16 or fp32, not %s",
+                   rf_dtype_name(job->dtype));
+  if (job->block_cols < 0 || job->block_cols > 32)
+    return rf_fail(RF_ERR_INTERNAL,
+                   "fp8: the device quantizer takes 1-D blocks of at most 32, "
+                   "not %d",
+                   job->block_cols);
+  const int64_t grid_cols = (job->cols + (job->block_cols ? job->block_cols : kEdge) - 1) /
+                            (job->block_cols ? job->block_cols : kEdge);
   job_dev d = {(const char *)job->x,
                job->x_stride,
+               job->x_col_stride ? job->x_col_stride : 1,
                job->rows,
                job->cols,
                job->q,
                job->q_stride,
                job->scale,
                job->scale_stride,
+               0,
+               grid_cols,
                1.0f / RF_FP8_E4M3_MAX,
+               (int)job->dtype,
                job->rule,
                job->block_cols,
                job->tag,
                job->row0,
                job->col0};
-  cudaStream_t s = (cudaStream_t)rf_gpu_stream();
-  if (job->block_cols > 0) {
-    const int64_t blocks = job->rows * ((job->cols + job->block_cols - 1) / job->block_cols);
-    const int64_t ctas = (blocks + kThreads - 1) / kThreads;
-    if (job->block_cols > 32 || ctas > INT32_MAX)
+  const int cls = class_of(d);
+  const int64_t units = units_of(d);
+  if (queued_units[cls] + units > INT32_MAX || queued == kQueueMax) {
+    RF_TRY(flush_queue());
+    if (units > INT32_MAX)
       return rf_fail(RF_ERR_UNSUPPORTED,
-                     "fp8: a box of %lld x %lld elements in 1x%d blocks is more than one launch "
-                     "takes; use a larger --rollout tp",
-                     (long long)job->rows, (long long)job->cols, job->block_cols);
-    switch (job->dtype) {
-    case RF_DTYPE_BF16:
-      quantize_1d<RF_DTYPE_BF16><<<(unsigned)ctas, kThreads, 0, s>>>(d);
-      break;
-    case RF_DTYPE_FP16:
-      quantize_1d<RF_DTYPE_FP16><<<(unsigned)ctas, kThreads, 0, s>>>(d);
-      break;
-    case RF_DTYPE_FP32:
-      quantize_1d<RF_DTYPE_FP32><<<(unsigned)ctas, kThreads, 0, s>>>(d);
-      break;
-    default:
-      return rf_fail(RF_ERR_INTERNAL, "fp8: the device quantizer reads bf16, fp16 or fp32, not %s",
-                     rf_dtype_name(job->dtype));
-    }
-    RF_CUDA(cudaGetLastError());
-    return RF_OK;
+                     "fp8: a box of %lld x %lld elements is more blocks than one launch takes; "
+                     "use a larger --rollout tp",
+                     (long long)job->rows, (long long)job->cols);
   }
-  const dim3 grid((unsigned)block_cols, (unsigned)block_rows);
-  switch (job->dtype) {
-  case RF_DTYPE_BF16:
-    quantize<RF_DTYPE_BF16><<<grid, kThreads, 0, s>>>(d);
-    break;
-  case RF_DTYPE_FP16:
-    quantize<RF_DTYPE_FP16><<<grid, kThreads, 0, s>>>(d);
-    break;
-  case RF_DTYPE_FP32:
-    quantize<RF_DTYPE_FP32><<<grid, kThreads, 0, s>>>(d);
-    break;
-  default:
-    return rf_fail(RF_ERR_INTERNAL, "fp8: the device quantizer reads bf16, fp16 or fp32, not %s",
-                   rf_dtype_name(job->dtype));
+  if (queued == queue_cap) {
+    int cap = queue_cap ? 2 * queue_cap : 256;
+    job_dev *q = (job_dev *)realloc(queue, (size_t)cap * sizeof *q);
+    if (!q)
+      return RF_ERR_NOMEM;
+    queue = q, queue_cap = cap;
   }
-  RF_CUDA(cudaGetLastError());
+  d.unit_begin = queued_units[cls];
+  queued_units[cls] += units;
+  queue[queued++] = d;
+  rf_gpu_defer(flush_deferred);
   return RF_OK;
+}
+
+extern "C" rf_status rf_fp8_device_flush(void) {
+  RF_TRY(take_flush_error());
+  return flush_queue();
 }
 
 extern "C" rf_status rf_fp8_device_bad(rf_fp8_bad *bad) {
   memset(bad, 0, sizeof *bad);
+  RF_TRY(rf_fp8_device_flush());
   RF_CUDA(cudaStreamSynchronize((cudaStream_t)rf_gpu_stream()));
   bad_record h;
   RF_CUDA(cudaMemcpyFromSymbol(&h, g_bad, sizeof h));

@@ -27,6 +27,8 @@ rf_status rf_gpu_check(const rf_gpu_walk *w, uint64_t key, int32_t tensor_id, rf
 
 rf_status rf_fp8_quantize_device(const rf_fp8_job *job) { return no_cuda(); }
 
+rf_status rf_fp8_device_flush(void) { return RF_OK; }
+
 rf_status rf_fp8_device_bad(rf_fp8_bad *bad) {
   memset(bad, 0, sizeof *bad);
   return RF_OK; /* nothing ran on a device, so nothing was refused */
