@@ -220,18 +220,19 @@ template <rf_dtype D> __device__ __forceinline__ uint32_t max_of_pairs(uint32_t 
   return abs_bits(from_bits<D>(max(m2 & 0xffffu, m2 >> 16)));
 }
 
-/* Block (bi, bj) of a 128x128 job whose rows are dense. Full-width blocks of 2-byte elements
- * whose rows are 16-byte aligned read 16 bytes per access and keep them in registers between
- * the two passes (16 threads a row, 8 elements each, 16 rows a pass); any other block goes
- * element by element and reads its elements twice, the second time from cache. */
+/* Block (bi, bj) of a 128x128 job. Full-width blocks of 2-byte elements whose rows are dense
+ * and 16-byte aligned read 16 bytes per access and keep them in registers between the two
+ * passes (16 threads a row, 8 elements each, 16 rows a pass); any other block goes element by
+ * element, at any strides (an fp32 source stored transposed too), and reads its elements
+ * twice, the second time from cache. */
 template <rf_dtype D>
 __device__ void quantize_2d(const job_dev &j, int64_t bi, int64_t bj, uint32_t *red) {
   constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
   const int64_t r0 = bi * kEdge, c0 = bj * kEdge;
   const int nr = (int)min((int64_t)kEdge, j.rows - r0), nc = (int)min((int64_t)kEdge, j.cols - c0);
-  const char *x = j.x + (r0 * j.x_stride + c0) * es;
+  const char *x = j.x + (r0 * j.x_stride + c0 * j.x_col_stride) * es;
   uint8_t *q = j.q + r0 * j.q_stride + c0;
-  const bool wide = es == 2 && nc == kEdge && ((uintptr_t)x & 15) == 0 &&
+  const bool wide = es == 2 && nc == kEdge && j.x_col_stride == 1 && ((uintptr_t)x & 15) == 0 &&
                     (j.x_stride * es) % 16 == 0 && ((uintptr_t)q & 7) == 0 && j.q_stride % 8 == 0;
   uint32_t m = 0;
   float factor, scale_inv;
@@ -264,7 +265,7 @@ __device__ void quantize_2d(const job_dev &j, int64_t bi, int64_t bj, uint32_t *
     for (int e = threadIdx.x; e < nr * kEdge; e += kThreads) {
       const int r = e / kEdge, c = e % kEdge;
       if (c < nc)
-        m = max(m, abs_bits(load<D>(x + ((int64_t)r * j.x_stride + c) * es)));
+        m = max(m, abs_bits(load<D>(x + ((int64_t)r * j.x_stride + c * j.x_col_stride) * es)));
     }
     m = block_max(m, red);
     if (m >= kInfBits) {
@@ -276,101 +277,93 @@ __device__ void quantize_2d(const job_dev &j, int64_t bi, int64_t bj, uint32_t *
     for (int e = threadIdx.x; e < nr * kEdge; e += kThreads) {
       const int r = e / kEdge, c = e % kEdge;
       if (c < nc)
-        q[(int64_t)r * j.q_stride + c] =
-            (uint8_t)to_e4m3(load<D>(x + ((int64_t)r * j.x_stride + c) * es), factor);
+        q[(int64_t)r * j.q_stride + c] = (uint8_t)to_e4m3(
+            load<D>(x + ((int64_t)r * j.x_stride + c * j.x_col_stride) * es), factor);
     }
   }
   if (threadIdx.x == 0)
     store_scale(j, bi, bj, scale_inv);
 }
 
-/* Block (bi, bj) of a 128x128 job stored transposed (a --trainer-order jax shard: element
- * (r, c) at x + r * x_stride + c * x_col_stride, its columns dense): the fused transpose and
- * quantize. The block is read along the source's dense dimension (16 threads a column, 8
- * rows each, 16-byte loads where aligned), its fp8 bytes are put in shared memory at their
- * row-major places, and rows of 8 bytes go out from there, so both sides are coalesced. The
- * tile's rows are 129 bytes apart, so that the threads of a warp storing down a column hit
- * different banks. The amax is order-free, so it does not care which way the block is read. */
-constexpr int kTilePitch = kEdge + 1;
-template <rf_dtype D>
-__device__ void quantize_2d_t(const job_dev &j, int64_t bi, int64_t bj, uint32_t *red,
-                              uint8_t *tile) {
-  constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
-  const int64_t r0 = bi * kEdge, c0 = bj * kEdge;
-  const int nr = (int)min((int64_t)kEdge, j.rows - r0), nc = (int)min((int64_t)kEdge, j.cols - c0);
-  const char *x = j.x + (r0 * j.x_stride + c0 * j.x_col_stride) * es;
-  const int rr = (threadIdx.x % (kEdge / 8)) * 8, cg = threadIdx.x / (kEdge / 8);
-  const bool wide = es == 2 && nr == kEdge && j.x_stride == 1 && ((uintptr_t)x & 15) == 0 &&
-                    (j.x_col_stride * es) % 16 == 0;
-  uint32_t m = 0;
-  float factor, scale_inv;
+/* Transposed sources (a --trainer-order jax shard: element (r, c) at x + r * x_stride + c *
+ * x_col_stride, its columns dense) of 2-byte elements go through shared memory: a tile of R
+ * rows and 128 columns is read along the source's dense dimension (16-byte loads where
+ * aligned) and stored as it lies, column after column, each column padded to a multiple of 16
+ * bytes; then each thread reads its block's elements across the columns, where neighbouring
+ * threads take neighbouring rows, and writes its row's bytes. Both global sides are coalesced
+ * and the shared accesses meet no bank conflict. Returns the largest 16-bit magnitude staged
+ * (two at a time, for max_of_pairs). fp32 sources, rarer, take the direct paths. */
+template <int R> __host__ __device__ constexpr int stage_pitch() { return R + 8; }
+template <int R>
+__device__ uint32_t stage_transposed(const job_dev &j, const char *x, int nr, int nc,
+                                     uint16_t *tile) {
+  constexpr int P = stage_pitch<R>(), per_col = R / 8, cols_per_pass = kThreads / per_col;
+  const bool wide =
+      nr == R && j.x_stride == 1 && ((uintptr_t)x & 15) == 0 && (j.x_col_stride * 2) % 16 == 0;
+  uint32_t m2 = 0;
   if (wide) {
-    uint4 v[kPasses];
-    uint32_t m2 = 0;
+    const int rr = (threadIdx.x % per_col) * 8, cc = threadIdx.x / per_col;
 #pragma unroll
-    for (int k = 0; k < kPasses; k++) {
-      const int c = cg + k * kRowsPerPass;
+    for (int k = 0; k < kEdge / cols_per_pass; k++) {
+      const int c = cc + k * cols_per_pass;
       if (c < nc) {
-        v[k] = __ldg((const uint4 *)(x + ((int64_t)c * j.x_col_stride + rr) * es));
-        m2 = max8(m2, v[k]);
+        const uint4 v = __ldg((const uint4 *)(x + ((int64_t)c * j.x_col_stride + rr) * 2));
+        m2 = max8(m2, v);
+        *(uint4 *)(tile + c * P + rr) = v;
       }
     }
-    m = block_max(max_of_pairs<D>(m2), red);
-    if (m >= kInfBits) {
-      if (threadIdx.x == 0)
-        refuse(j, m, r0, c0);
-      return;
-    }
-    scale_of(m, j.inv_max, j.rule, &factor, &scale_inv);
-#pragma unroll
-    for (int k = 0; k < kPasses; k++) {
-      const int c = cg + k * kRowsPerPass;
-      if (c < nc) {
-        const uint2 b = convert8<D>(v[k], factor);
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-          tile[(rr + i) * kTilePitch + c] = (uint8_t)((i < 4 ? b.x : b.y) >> (8 * (i % 4)));
-      }
-    }
-  } else {
-    /* Consecutive threads take consecutive rows of a column: the source's dense direction. */
-    for (int e = threadIdx.x; e < kEdge * nc; e += kThreads) {
-      const int r = e % kEdge, c = e / kEdge;
-      if (r < nr)
-        m = max(
-            m, abs_bits(load<D>(x + ((int64_t)r * j.x_stride + (int64_t)c * j.x_col_stride) * es)));
-    }
-    m = block_max(m, red);
-    if (m >= kInfBits) {
-      if (threadIdx.x == 0)
-        refuse(j, m, r0, c0);
-      return;
-    }
-    scale_of(m, j.inv_max, j.rule, &factor, &scale_inv);
-    for (int e = threadIdx.x; e < kEdge * nc; e += kThreads) {
-      const int r = e % kEdge, c = e / kEdge;
-      if (r < nr)
-        tile[r * kTilePitch + c] = (uint8_t)to_e4m3(
-            load<D>(x + ((int64_t)r * j.x_stride + (int64_t)c * j.x_col_stride) * es), factor);
+    return m2;
+  }
+  for (int e = threadIdx.x; e < R * nc; e += kThreads) {
+    const int r = e % R, c = e / R;
+    if (r < nr) {
+      const uint16_t b =
+          *(const uint16_t *)(x + ((int64_t)r * j.x_stride + (int64_t)c * j.x_col_stride) * 2);
+      m2 = max(m2, (uint32_t)(b & 0x7fffu));
+      tile[c * P + r] = b;
     }
   }
-  __syncthreads();
-  uint8_t *q = j.q + r0 * j.q_stride + c0;
-  const bool wide_out = nc == kEdge && ((uintptr_t)q & 7) == 0 && j.q_stride % 8 == 0;
-  for (int k = 0; k < kPasses; k++) {
-    const int r = cg + k * kRowsPerPass;
-    if (r >= nr)
-      continue;
-    const uint8_t *t = tile + r * kTilePitch + rr;
-    if (wide_out) {
-      uint32_t lo = 0, hi = 0;
+  return m2;
+}
+
+/* Four staged elements of row r from column c on (P apart) as four fp8 bytes in a word. */
+template <rf_dtype D, int P>
+__device__ __forceinline__ uint32_t staged_word(const uint16_t *t, int c, float factor) {
+  return to_e4m3x2(from_bits<D>(t[c * P]), from_bits<D>(t[(c + 1) * P]), factor) |
+         to_e4m3x2(from_bits<D>(t[(c + 2) * P]), from_bits<D>(t[(c + 3) * P]), factor) << 16;
+}
+
+/* Block (bi, bj) of a 128x128 job from a transposed 2-byte source: staged, its amax taken on the
+ * way in, then each of 256 threads writes half a row (64 bytes). */
+template <rf_dtype D>
+__device__ void quantize_2d_t(const job_dev &j, int64_t bi, int64_t bj, uint32_t *red,
+                              uint16_t *tile) {
+  constexpr int P = stage_pitch<kEdge>(), kHalf = kEdge / 2;
+  const int64_t r0 = bi * kEdge, c0 = bj * kEdge;
+  const int nr = (int)min((int64_t)kEdge, j.rows - r0), nc = (int)min((int64_t)kEdge, j.cols - c0);
+  const char *x = j.x + (r0 * j.x_stride + c0 * j.x_col_stride) * 2;
+  /* block_max's barrier also makes the staged tile visible to every thread. */
+  const uint32_t m = block_max(max_of_pairs<D>(stage_transposed<kEdge>(j, x, nr, nc, tile)), red);
+  if (m >= kInfBits) {
+    if (threadIdx.x == 0)
+      refuse(j, m, r0, c0);
+    return;
+  }
+  float factor, scale_inv;
+  scale_of(m, j.inv_max, j.rule, &factor, &scale_inv);
+  const int r = threadIdx.x % kEdge, c = (threadIdx.x / kEdge) * kHalf, n = min(kHalf, nc - c);
+  if (r < nr && n > 0) {
+    uint8_t *q = j.q + (r0 + r) * j.q_stride + c0 + c;
+    const uint16_t *t = tile + c * P + r;
+    if (n == kHalf && ((uintptr_t)q & 15) == 0) {
 #pragma unroll
-      for (int i = 0; i < 4; i++)
-        lo |= (uint32_t)t[i] << (8 * i), hi |= (uint32_t)t[4 + i] << (8 * i);
-      *(uint2 *)(q + (int64_t)r * j.q_stride + rr) = make_uint2(lo, hi);
+      for (int w = 0; w < kHalf / 4; w += 4)
+        *(uint4 *)(q + 4 * w) = make_uint4(
+            staged_word<D, P>(t, 4 * w, factor), staged_word<D, P>(t, 4 * w + 4, factor),
+            staged_word<D, P>(t, 4 * w + 8, factor), staged_word<D, P>(t, 4 * w + 12, factor));
     } else {
-      for (int i = 0; i < 8 && rr + i < nc; i++)
-        q[(int64_t)r * j.q_stride + rr + i] = t[i];
+      for (int i = 0; i < n; i++)
+        q[i] = (uint8_t)to_e4m3(from_bits<D>(t[i * P]), factor);
     }
   }
   if (threadIdx.x == 0)
@@ -439,10 +432,10 @@ template <rf_dtype D> __device__ void quantize_1d(const job_dev &j, int64_t unit
   *scale = (char)(e + 127);
 }
 
-/* The same from a transposed source: consecutive threads take consecutive rows of one block
- * column, so each of a thread's loads is one of 32 neighbouring elements along the source's
- * dense dimension. */
-template <rf_dtype D> __device__ void quantize_1d_t(const job_dev &j, int64_t unit) {
+/* The same from a transposed source, element by element: fp32 sources. Consecutive threads
+ * take consecutive rows of one block column, so each of a thread's loads is one of 32
+ * neighbouring elements along the source's dense dimension. */
+template <rf_dtype D> __device__ void quantize_1d_direct_t(const job_dev &j, int64_t unit) {
   constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
   const int64_t block = unit * kThreads + threadIdx.x;
   if (block >= j.rows * j.grid_cols)
@@ -453,9 +446,72 @@ template <rf_dtype D> __device__ void quantize_1d_t(const job_dev &j, int64_t un
                        j.q + r * j.q_stride + c0, j.scale + r * j.scale_stride + bj, r, c0);
 }
 
+/* A tile of 64 rows and 128 columns of a 1-D job from a transposed 2-byte source: staged, then
+ * each thread takes one 1 x block_cols block (two for 16-wide blocks) of the tile. */
+constexpr int kRows1dT = 64;
+template <rf_dtype D>
+__device__ void quantize_1d_t(const job_dev &j, int64_t unit, uint16_t *tile) {
+  constexpr int P = stage_pitch<kRows1dT>();
+  const int64_t tiles_per_row = (j.cols + kEdge - 1) / kEdge;
+  const int64_t r0 = unit / tiles_per_row * kRows1dT, c0 = unit % tiles_per_row * kEdge;
+  const int nr = (int)min((int64_t)kRows1dT, j.rows - r0),
+            nc = (int)min((int64_t)kEdge, j.cols - c0);
+  stage_transposed<kRows1dT>(j, j.x + (r0 * j.x_stride + c0 * j.x_col_stride) * 2, nr, nc, tile);
+  __syncthreads();
+  const int bc = j.block_cols, nb = (nc + bc - 1) / bc;
+  for (int k = threadIdx.x; k < kRows1dT * nb; k += kThreads) {
+    const int r = k % kRows1dT, b = k / kRows1dT, n = min(bc, nc - b * bc);
+    if (r >= nr)
+      continue;
+    const uint16_t *t = tile + b * bc * P + r;
+    uint32_t m = 0;
+    for (int i = 0; i < n; i++)
+      m = max(m, abs_bits(from_bits<D>(t[i * P])));
+    const int64_t row = r0 + r, col = c0 + b * bc;
+    if (m >= kInfBits) {
+      refuse(j, m, row, col);
+      continue;
+    }
+    const int e = e8m0_exponent(m, j.inv_max, j.rule);
+    const float factor = pow2(-e);
+    uint8_t *q = j.q + row * j.q_stride + col;
+    if (n == 32 && ((uintptr_t)q & 15) == 0) {
+      ((uint4 *)q)[0] =
+          make_uint4(staged_word<D, P>(t, 0, factor), staged_word<D, P>(t, 4, factor),
+                     staged_word<D, P>(t, 8, factor), staged_word<D, P>(t, 12, factor));
+      ((uint4 *)q)[1] =
+          make_uint4(staged_word<D, P>(t, 16, factor), staged_word<D, P>(t, 20, factor),
+                     staged_word<D, P>(t, 24, factor), staged_word<D, P>(t, 28, factor));
+    } else {
+      for (int i = 0; i < n; i++)
+        q[i] = (uint8_t)to_e4m3(from_bits<D>(t[i * P]), factor);
+    }
+    j.scale[row * j.scale_stride + col / bc] = (char)(e + 127);
+  }
+}
+
 /* The kinds of job, each one launch a batch: 128x128 blocks or 1-D ones, from row-major or
  * transposed sources. A unit is a 128x128 block, or 256 1-D blocks. */
 enum { CLS_2D, CLS_2D_T, CLS_1D, CLS_1D_T, CLS_COUNT };
+
+/* Unit u of job j in class CLS, its elements of type D. Transposed fp32 sources take the
+ * direct paths; their units are 128x128 blocks or 256 1-D blocks as for row-major jobs, where
+ * a transposed 2-byte 1-D job's unit is a staged tile of 64 x 128 (units_of). */
+template <int CLS, rf_dtype D>
+__device__ __forceinline__ void run_job(const job_dev &j, int64_t u, uint32_t *red,
+                                        uint16_t *tile) {
+  constexpr bool staged = D != RF_DTYPE_FP32;
+  if constexpr (CLS == CLS_2D || (CLS == CLS_2D_T && !staged))
+    quantize_2d<D>(j, u / j.grid_cols, u % j.grid_cols, red);
+  else if constexpr (CLS == CLS_2D_T)
+    quantize_2d_t<D>(j, u / j.grid_cols, u % j.grid_cols, red, tile);
+  else if constexpr (CLS == CLS_1D)
+    quantize_1d<D>(j, u);
+  else if constexpr (!staged)
+    quantize_1d_direct_t<D>(j, u);
+  else
+    quantize_1d_t<D>(j, u, tile);
+}
 
 /* One CUDA block per unit, which finds its job by binary search over the jobs' first units, as
  * the copy kernels do (region_cuda.cu); the element type is the job's, so one launch takes
@@ -463,7 +519,9 @@ enum { CLS_2D, CLS_2D_T, CLS_1D, CLS_1D_T, CLS_COUNT };
 template <int CLS>
 __global__ void __launch_bounds__(kThreads) quantize_batch(const job_dev *jobs, int count) {
   __shared__ uint32_t red[kWarps];
-  __shared__ __align__(16) uint8_t tile[CLS == CLS_2D_T ? kEdge * kTilePitch : 1];
+  __shared__ __align__(16) uint16_t tile[CLS == CLS_2D_T   ? kEdge * stage_pitch<kEdge>()
+                                         : CLS == CLS_1D_T ? kEdge * stage_pitch<kRows1dT>()
+                                                           : 1];
   const int64_t unit = blockIdx.x;
   int lo = 0, hi = count - 1;
   while (lo < hi) {
@@ -475,27 +533,17 @@ __global__ void __launch_bounds__(kThreads) quantize_batch(const job_dev *jobs, 
   }
   const job_dev j = jobs[lo];
   const int64_t u = unit - j.unit_begin;
-#define RF_QUANTIZE_AS(D)                                                                          \
-  if (CLS == CLS_2D)                                                                               \
-    quantize_2d<D>(j, u / j.grid_cols, u % j.grid_cols, red);                                      \
-  else if (CLS == CLS_2D_T)                                                                        \
-    quantize_2d_t<D>(j, u / j.grid_cols, u % j.grid_cols, red, tile);                              \
-  else if (CLS == CLS_1D)                                                                          \
-    quantize_1d<D>(j, u);                                                                          \
-  else                                                                                             \
-    quantize_1d_t<D>(j, u);
   switch (j.dtype) {
   case RF_DTYPE_BF16:
-    RF_QUANTIZE_AS(RF_DTYPE_BF16);
+    run_job<CLS, RF_DTYPE_BF16>(j, u, red, tile);
     break;
   case RF_DTYPE_FP16:
-    RF_QUANTIZE_AS(RF_DTYPE_FP16);
+    run_job<CLS, RF_DTYPE_FP16>(j, u, red, tile);
     break;
   default:
-    RF_QUANTIZE_AS(RF_DTYPE_FP32);
+    run_job<CLS, RF_DTYPE_FP32>(j, u, red, tile);
     break;
   }
-#undef RF_QUANTIZE_AS
 }
 } // namespace
 
@@ -525,6 +573,8 @@ int class_of(const job_dev &d) {
 }
 
 int64_t units_of(const job_dev &d) {
+  if (class_of(d) == CLS_1D_T && d.dtype != RF_DTYPE_FP32)
+    return (d.rows + kRows1dT - 1) / kRows1dT * ((d.cols + kEdge - 1) / kEdge);
   if (d.block_cols > 0)
     return (d.rows * d.grid_cols + kThreads - 1) / kThreads;
   return (d.rows + kEdge - 1) / kEdge * d.grid_cols;
