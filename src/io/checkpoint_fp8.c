@@ -12,7 +12,9 @@
  * The reading side takes any moved format (format.h, rf_format_moved) for refit verify: an
  * mxfp8 file (refit checkpoint --dtype mxfp8) holds X.weight F8_E4M3 followed by
  * X.weight_scale, U8 (E8M0), one byte per 1x32 block, and its view is built from the format's
- * block and scale dtype. Reading a file as the trainer's weights stays block-FP8's. */
+ * block and scale dtype; a 4-bit file's weights are read as packed bytes and nvfp4's global
+ * adds its term (rf_format_global_checksum). Reading a file as the trainer's weights stays
+ * block-FP8's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,9 @@
-/* FP8 rollouts (docs/architecture.md, "FP8 rollouts"): which rollout tensors vLLM's block-FP8
- * (and MXFP8) layers hold as float8_e4m3fn, the scale tensor beside each (weight_scale_inv,
- * or mxfp8's E8M0 weight_scale), and the rule that no rollout shard cuts a block of the format
- * (128x128, or 1x32) of the Hugging Face tensor.
+/* Quantized rollouts (docs/architecture.md, "FP8 rollouts", "Quantized formats"): which
+ * rollout tensors vLLM's block-FP8 (and MXFP8, MXFP4, NVFP4) layers hold quantized
+ * (float8_e4m3fn, or e2m1 packed two a byte as u8 [rows, cols / 2]), the scale tensor beside
+ * each (weight_scale_inv, or weight_scale: row-major, or nvfp4's 128x4 tiles padded as vLLM
+ * swizzles them), nvfp4's weight_scale_2 after it, and the rule that no rollout shard cuts a
+ * block of the format (128x128, 1x32 or 1x16) of the Hugging Face tensor.
  *
  * The block grid is the HF tensor's, because that is the grid of an FP8 checkpoint and of the
  * reference quantizer: a rollout shard that started inside a block would hold part of a block
