@@ -12,6 +12,7 @@ from refit's file, per format; exits 1 if any do. Needs torch with CUDA; no nump
 safetensors package. docs/architecture.md, "Quantized formats", states each rule.
 """
 import json
+import re
 import struct
 import sys
 
@@ -77,8 +78,20 @@ def floor_exp(a):
     return torch.where(a > 0, e - 1, torch.full_like(e, -127))
 
 
-def quantize(x, fmt):
-    """(element bytes [rows, cols or cols/2], scale bytes, global bytes or None)"""
+def global_group(name, names):
+    """The tensors that share nvfp4's global scale, as one vLLM parameter's weight_scale_2:
+    q/k/v (qkv_proj); gate/up (gate_up_proj, the shared experts' too, and each expert's w13:
+    Mixtral's w1/w3); q_a/kv_a where q_a_proj exists (fused_qkv_a_proj)."""
+    g = re.sub(r"\.(q_proj|k_proj|v_proj)\.weight$", ".qkv", name)
+    g = re.sub(r"\.(gate_proj|up_proj|w1|w3)\.weight$", ".gate_up", g)
+    if any(".q_a_proj." in n for n in names):
+        g = re.sub(r"\.(q_a_proj|kv_a_proj_with_mqa)\.weight$", ".fused_qkv_a", g)
+    return g
+
+
+def quantize(x, fmt, t=None):
+    """(element bytes [rows, cols or cols/2], scale bytes, global bytes or None); t: the
+    maximum |x| over x's global-scale group (nvfp4)."""
     rows, cols = x.shape
     if fmt in ("fp8", "fp8-ue8m0"):
         b = x.view(rows // 128, 128, cols // 128, 128).permute(0, 2, 1, 3)
@@ -98,7 +111,6 @@ def quantize(x, fmt):
     enc = e2m1 if four else e4m3
     extra = None
     if fmt == "nvfp4":
-        t = x.abs().amax()
         g = t / 2688.0 if t > 0 else torch.ones((), dtype=F32, device=DEV)
         s = e4m3(amax / (6.0 * g))
         s = torch.where(amax == 0, 0x38, torch.where(s & 0x7F == 0, 1, s)).to(torch.uint8)
@@ -135,6 +147,19 @@ def main():
     head, data = load(bf16_path)
     linear = [k for k in head if k.endswith("proj.weight") and len(head[k]["shape"]) == 2]
     bad_total = 0
+
+    def weights(name):
+        e = head[name]
+        rows, cols = e["shape"]
+        a, b = e["data_offsets"]
+        x16 = torch.frombuffer(bytearray(data[a:b]), dtype=torch.int16).to(DEV)
+        return (x16.to(torch.int32) << 16).view(F32).view(rows, cols)
+
+    group_amax = {}
+    for name in linear:
+        g = global_group(name, linear)
+        a = weights(name).abs().amax()
+        group_amax[g] = torch.maximum(group_amax[g], a) if g in group_amax else a
     for fmt in formats:
         wsuf, wdt, ssuf, sdt, gsuf = NAMES[fmt]
         qh, qd = load("%s-%s.safetensors" % (prefix, fmt))
@@ -142,10 +167,8 @@ def main():
         for name in linear:
             e = head[name]
             rows, cols = e["shape"]
-            a, b = e["data_offsets"]
-            x16 = torch.frombuffer(bytearray(data[a:b]), dtype=torch.int16).to(DEV)
-            x = (x16.to(torch.int32) << 16).view(F32).view(rows, cols)
-            q, s, g = quantize(x, fmt)
+            x = weights(name)
+            q, s, g = quantize(x, fmt, group_amax[global_group(name, linear)])
             p = name[: -len(".weight")]
             width = cols // 2 if "fp4" in fmt else cols
             block = (128, 128) if fmt.startswith("fp8") else (1, 16 if fmt == "nvfp4" else 32)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "layout_helpers.h"
+#include "plan/plan.h"
 
 static rf_status make_format(rf_layout *lay, const rf_model *m, const char *trainer,
                              const char *rollout, rf_rollout_dtype dtype) {
@@ -41,6 +42,9 @@ static void expect_tensor(const rf_layout *lay, const char *name, int64_t a, int
   ASSERT_EQ(rt->numel * rf_dtype_size(dtype), bytes);
   const char *suffix = strstr(name, "_scale_inv");
   size_t len = strlen(name);
+  int global = len > 8 && strcmp(name + len - 8, "_scale_2") == 0; /* nvfp4's weight_scale_2 */
+  if (global)
+    suffix = name + len - 8;
   if (!suffix && len > 6 && strcmp(name + len - 6, "_scale") == 0) /* mxfp8's weight_scale */
     suffix = name + len - 6;
   if (!suffix) {
@@ -50,7 +54,8 @@ static void expect_tensor(const rf_layout *lay, const char *name, int64_t a, int
   const rf_rollout_tensor *w = &lay->rollout_tensors[rt->scale_of];
   ASSERT_EQ((int64_t)strlen(w->name), (int64_t)(suffix - name));
   ASSERT_TRUE(strncmp(w->name, name, strlen(w->name)) == 0);
-  ASSERT_TRUE(rt == w + 1); /* each scale follows its weight, as vLLM registers them */
+  /* Each scale follows its weight, as vLLM registers them, and a global its scale. */
+  ASSERT_TRUE(rt == w + 1 + global);
 }
 
 static void test_grid(void) {
@@ -237,6 +242,126 @@ static void test_mxfp8(void) {
   rf_model_free(&m);
 }
 
+/* One manifest entry of rank 0, in order: name, vLLM shape, dtype, bytes. */
+typedef struct {
+  const char *name;
+  int64_t a, b, c;
+  rf_dtype dtype;
+  int64_t bytes;
+} entry;
+
+static void expect_manifest(const rf_layout *lay, const entry *want, int n, int from) {
+  for (int i = 0; i < n; i++) {
+    ASSERT_STR_EQ(lay->rollout_tensors[from + i].name, want[i].name);
+    expect_tensor(lay, want[i].name, want[i].a, want[i].b, want[i].c, want[i].dtype, want[i].bytes);
+  }
+}
+
+/* The 4-bit formats: the weights are u8 [rows, cols / 2] (two e2m1 a byte, as vLLM's NVFP4 and
+ * MXFP4 layers hold them); mxfp4's E8M0 scales [rows, cols / 32] row-major; nvfp4's e4m3 scales
+ * [rows, cols / 16] padded to 128 x 4 tiles (per expert for stacked tensors, as vLLM's
+ * swizzle_blockscale leaves them) and an fp32 weight_scale_2 per tensor or expert. tiny at
+ * tp=2: qkv_proj 32 + 16 + 16 rows of 64 columns, o_proj 64 rows of 32, gate_up_proj 128 of
+ * 64, down_proj 64 of 64. */
+static void test_fp4(void) {
+  rf_model m;
+  rf_layout lay;
+  ASSERT_OK(rf_model_load("tiny", &m));
+  ASSERT_OK(make_format(&lay, &m, "fsdp=2", "tp=2", RF_FORMAT_MXFP4));
+  const entry mx[] = {
+      {"model.embed_tokens.weight", 256, 64, 0, RF_DTYPE_BF16, 32768},
+      {"model.layers.0.self_attn.qkv_proj.weight", 64, 32, 0, RF_DTYPE_U8, 2048},
+      {"model.layers.0.self_attn.qkv_proj.weight_scale", 64, 2, 0, RF_DTYPE_U8, 128},
+      {"model.layers.0.self_attn.o_proj.weight", 64, 16, 0, RF_DTYPE_U8, 1024},
+      {"model.layers.0.self_attn.o_proj.weight_scale", 64, 1, 0, RF_DTYPE_U8, 64},
+      {"model.layers.0.mlp.gate_up_proj.weight", 128, 32, 0, RF_DTYPE_U8, 4096},
+      {"model.layers.0.mlp.gate_up_proj.weight_scale", 128, 2, 0, RF_DTYPE_U8, 256},
+      {"model.layers.0.mlp.down_proj.weight", 64, 32, 0, RF_DTYPE_U8, 2048},
+      {"model.layers.0.mlp.down_proj.weight_scale", 64, 2, 0, RF_DTYPE_U8, 128},
+      {"model.layers.0.input_layernorm.weight", 64, 0, 0, RF_DTYPE_BF16, 128},
+  };
+  expect_manifest(&lay, mx, (int)RF_ARRAY_LEN(mx), 0);
+  ASSERT_EQ(lay.rollout_tensor_count, 23);
+  int64_t sum = 0;
+  for (int i = 0; i < lay.rollout_tensor_count; i++)
+    sum += lay.rollout_tensors[i].bytes;
+  ASSERT_EQ(sum, 85760);
+  /* Element boxes become byte boxes: k_proj's rows at column 0..64 are bytes 0..32. */
+  int k = rf_model_find(&m, "model.layers.0.self_attn.k_proj.weight");
+  rf_box b = {{16, 32}, {32, 64}}, bytes = rf_layout_rollout_bytes(&lay, k, &b);
+  ASSERT_EQ(bytes.lo[1], 16);
+  ASSERT_EQ(bytes.hi[1], 32);
+  ASSERT_EQ(bytes.hi[0], 32);
+  ASSERT_EQ(rf_layout_rollout_esize(&lay, k), 1);
+  ASSERT_EQ(rf_format_min_bucket(rf_layout_format(&lay)), 16 + 1);
+  ASSERT_TRUE(lay.global_leader == NULL);
+  rf_layout_free(&lay);
+
+  ASSERT_OK(make_format(&lay, &m, "fsdp=2", "tp=2", RF_FORMAT_NVFP4));
+  const entry nv[] = {
+      {"model.embed_tokens.weight", 256, 64, 0, RF_DTYPE_BF16, 32768},
+      {"model.layers.0.self_attn.qkv_proj.weight", 64, 32, 0, RF_DTYPE_U8, 2048},
+      {"model.layers.0.self_attn.qkv_proj.weight_scale", 128, 4, 0, RF_DTYPE_FP8, 512},
+      {"model.layers.0.self_attn.qkv_proj.weight_scale_2", 1, 0, 0, RF_DTYPE_FP32, 4},
+      {"model.layers.0.self_attn.o_proj.weight", 64, 16, 0, RF_DTYPE_U8, 1024},
+      {"model.layers.0.self_attn.o_proj.weight_scale", 128, 4, 0, RF_DTYPE_FP8, 512},
+      {"model.layers.0.self_attn.o_proj.weight_scale_2", 1, 0, 0, RF_DTYPE_FP32, 4},
+      {"model.layers.0.mlp.gate_up_proj.weight", 128, 32, 0, RF_DTYPE_U8, 4096},
+      {"model.layers.0.mlp.gate_up_proj.weight_scale", 128, 4, 0, RF_DTYPE_FP8, 512},
+      {"model.layers.0.mlp.gate_up_proj.weight_scale_2", 1, 0, 0, RF_DTYPE_FP32, 4},
+      {"model.layers.0.mlp.down_proj.weight", 64, 32, 0, RF_DTYPE_U8, 2048},
+      {"model.layers.0.mlp.down_proj.weight_scale", 128, 4, 0, RF_DTYPE_FP8, 512},
+      {"model.layers.0.mlp.down_proj.weight_scale_2", 1, 0, 0, RF_DTYPE_FP32, 4},
+      {"model.layers.0.input_layernorm.weight", 64, 0, 0, RF_DTYPE_BF16, 128},
+  };
+  expect_manifest(&lay, nv, (int)RF_ARRAY_LEN(nv), 0);
+  ASSERT_EQ(lay.rollout_tensor_count, 31);
+  sum = 0;
+  for (int i = 0; i < lay.rollout_tensor_count; i++)
+    sum += lay.rollout_tensors[i].bytes;
+  ASSERT_EQ(sum, 88736);
+  ASSERT_EQ(rf_format_min_bucket(rf_layout_format(&lay)), 8 + 1);
+  /* q, k and v share qkv_proj's global; o its own. */
+  int q = rf_model_find(&m, "model.layers.0.self_attn.q_proj.weight");
+  int o = rf_model_find(&m, "model.layers.0.self_attn.o_proj.weight");
+  ASSERT_EQ(lay.global_leader[k], q);
+  ASSERT_EQ(lay.global_leader[o], o);
+  ASSERT_EQ(lay.global_leader[rf_model_find(&m, "model.norm.weight")], -1);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+
+  /* tiny-deepseek at tp=2: 4 experts of 32 / 2 = 16 rows each of gate and up, 64 columns; MLA's
+   * q_a (48 rows) and kv_a (32 + 8) in fused_qkv_a_proj. */
+  ASSERT_OK(rf_model_load("tiny-deepseek", &m));
+  ASSERT_OK(make_format(&lay, &m, "fsdp=2", "tp=2", RF_FORMAT_NVFP4));
+  const entry ds[] = {
+      {"model.layers.1.mlp.experts.w13_weight", 4, 32, 32, RF_DTYPE_U8, 4096},
+      {"model.layers.1.mlp.experts.w13_weight_scale", 4, 128, 4, RF_DTYPE_FP8, 2048},
+      {"model.layers.1.mlp.experts.w13_weight_scale_2", 4, 0, 0, RF_DTYPE_FP32, 16},
+      {"model.layers.1.mlp.experts.w2_weight", 4, 64, 8, RF_DTYPE_U8, 2048},
+      {"model.layers.1.mlp.experts.w2_weight_scale", 4, 128, 4, RF_DTYPE_FP8, 2048},
+      {"model.layers.1.mlp.experts.w2_weight_scale_2", 4, 0, 0, RF_DTYPE_FP32, 16},
+  };
+  const rf_rollout_tensor *w13 = rollout_tensor(&lay, ds[0].name);
+  expect_manifest(&lay, ds, (int)RF_ARRAY_LEN(ds), (int)(w13 - lay.rollout_tensors));
+  expect_tensor(&lay, "model.layers.1.self_attn.fused_qkv_a_proj.weight", 88, 32, 0, RF_DTYPE_U8,
+                2816);
+  /* Each expert's gate and up share its global, its down has its own; q_a and kv_a share. */
+  int gate = rf_model_find(&m, "model.layers.1.mlp.experts.2.gate_proj.weight");
+  int up = rf_model_find(&m, "model.layers.1.mlp.experts.2.up_proj.weight");
+  int down = rf_model_find(&m, "model.layers.1.mlp.experts.2.down_proj.weight");
+  int up3 = rf_model_find(&m, "model.layers.1.mlp.experts.3.up_proj.weight");
+  ASSERT_EQ(lay.global_leader[up], gate);
+  ASSERT_EQ(lay.global_leader[down], down);
+  ASSERT_TRUE(lay.global_leader[up3] != gate);
+  int qa = rf_model_find(&m, "model.layers.1.self_attn.q_a_proj.weight");
+  ASSERT_EQ(
+      lay.global_leader[rf_model_find(&m, "model.layers.1.self_attn.kv_a_proj_with_mqa.weight")],
+      qa);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
 static void expect_cut_as(const char *model, const char *rollout, rf_rollout_dtype dtype,
                           const char *message) {
   rf_model m;
@@ -293,5 +418,6 @@ int main(void) {
   test_deepseek();
   test_cuts();
   test_mxfp8();
+  test_fp4();
   return 0;
 }

@@ -29,13 +29,21 @@ rf_region engine_shard_region(const rf_engine *e, int tensor) {
   return rf_shard_region(e->plan, e->trainer_rank, tensor, e->data->shards[tensor]);
 }
 
+rf_region engine_rollout_over(const rf_plan *plan, int tensor, int rank, void *base, rf_box *held) {
+  const rf_layout *lay = plan->layout;
+  const rf_rollout_slot *slot = &lay->slots[tensor];
+  rf_box col = {{0, slot->col}, {1, slot->col}};
+  *held = rf_layout_rollout_box(lay, tensor, rank);
+  rf_box bytes = rf_layout_rollout_bytes(lay, tensor, held);
+  col = rf_layout_rollout_bytes(lay, tensor, &col);
+  return rf_region_in_fused(base, lay->rollout_tensors[slot->local].shape[1], slot->row, col.lo[1],
+                            &bytes, rf_layout_rollout_esize(lay, tensor));
+}
+
 rf_region engine_rollout_region(const rf_engine *e, int tensor, rf_box *held) {
   const rf_layout *lay = e->plan->layout;
-  const rf_rollout_slot *slot = &lay->slots[tensor];
-  *held = rf_layout_rollout_box(lay, tensor, e->rollout_rank);
-  return rf_region_in_fused(e->data->rollout[slot->local],
-                            lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col, held,
-                            rf_layout_rollout_esize(lay, tensor));
+  return engine_rollout_over(e->plan, tensor, e->rollout_rank,
+                             e->data->rollout[lay->slots[tensor].local], held);
 }
 
 rf_channel engine_channel(rf_stage stage) {
@@ -56,15 +64,6 @@ int engine_peer(const rf_engine *e, const rf_piece *p, int sending) {
   return sending ? rf_piece_dst_world(e->plan, p) : rf_piece_src_world(e->plan, p);
 }
 
-/* Rollout rank `rank`'s part of tensor `tensor` in its fused rollout tensor over `base`. */
-static rf_region rollout_over(const rf_plan *plan, int tensor, int rank, void *base, rf_box *held) {
-  const rf_layout *lay = plan->layout;
-  const rf_rollout_slot *slot = &lay->slots[tensor];
-  *held = rf_layout_rollout_box(lay, tensor, rank);
-  return rf_region_in_fused(base, lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col,
-                            held, rf_layout_rollout_esize(lay, tensor));
-}
-
 /* A piece's source region over `base`: its source rank's trainer shard, star's coupling
  * buffer, or (fanout's forward steps) the forwarding rollout rank's part of a fused tensor.
  * The engine passes its own buffer (it is always the source's rank when it reads one);
@@ -73,7 +72,7 @@ static rf_region rollout_over(const rf_plan *plan, int tensor, int rank, void *b
 static rf_region source_over(const rf_plan *plan, const rf_piece *p, void *base) {
   rf_box held;
   if (p->stage == RF_STAGE_FORWARD)
-    return rollout_over(plan, p->tensor, p->src, base, &held);
+    return engine_rollout_over(plan, p->tensor, p->src, base, &held);
   if (p->stage == RF_STAGE_TRANSFER && plan->kind == RF_PLAN_STAR) {
     const rf_box *c = &plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->src];
     return rf_region_row_major(base, c, rf_tensor_esize(&plan->layout->model->tensors[p->tensor]));
@@ -93,7 +92,7 @@ static rf_region destination_over(const rf_plan *plan, const rf_piece *p, const 
         base, &plan->coupling[(size_t)p->tensor * lay->trainer_ranks + p->dst], esize);
   }
   rf_box held;
-  rf_region r = rollout_over(plan, p->tensor, p->dst, base, &held);
+  rf_region r = engine_rollout_over(plan, p->tensor, p->dst, base, &held);
   rf_box_intersect(box, &held, kept);
   /* A destination-quantized fp8 piece lands in the trainer's dtype, row-major over the held
    * box (the rank's landing buffer), and is quantized after the transfer. */
@@ -205,8 +204,11 @@ const rf_schedule *engine_stage(const rf_engine *e, int i) {
  * buffers across the bus: refused before anything is built. */
 static rf_status check_fp8(const rf_engine *e, const rf_transport *tp) {
   const rf_plan *plan = e->plan;
-  if (!rf_layout_format(plan->layout))
+  const rf_format *f = rf_layout_format(plan->layout);
+  if (!f)
     return RF_OK;
+  if (e->memory == RF_MEM_DEVICE && !rf_format_on_gpu(f))
+    return rf_format_refuse_gpu(f);
   if (e->memory != RF_MEM_DEVICE || e->wire == RF_MEM_DEVICE)
     return RF_OK;
   return rf_fail(RF_ERR_USAGE,
@@ -249,6 +251,7 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
   RF_TRY(rf_rounds_build(plan, &e->transfer, e->forward, plan->forward_depth, &e->rounds));
   e->corrupt_round = engine_corrupt_round(e);
   RF_TRY(engine_fp8_blocks_init(e));
+  RF_TRY(engine_fp8_globals_init(e));
   if (tp->ops->peer_buffer)
     return engine_mapped_init(e); /* one end copies straight across: no staging */
   RF_TRY(rf_rounds_build(plan, &e->reshape, NULL, 0, &e->reshape_rounds));
@@ -277,6 +280,7 @@ void rf_engine_free(rf_engine *e) {
   free(e->notes);
   free(e->group_break);
   free(e->fp8_blocks);
+  free(e->fp8_global);
   rf_rounds_free(&e->reshape_rounds);
   rf_rounds_free(&e->rounds);
   rf_schedule_free(&e->reshape);
@@ -306,6 +310,7 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   if (stall)
     return RF_OK; /* --inject stall: this rank never posts its side */
   double start = rf_now();
+  RF_TRY(engine_fp8_agree_globals(e, times)); /* nvfp4: before any source quantizes */
   if (e->reshape.chunk_count) {
     double scratch[RF_PHASE_COUNT] = {0};
     RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->reshape, scratch)

@@ -169,6 +169,10 @@ typedef struct {
    * end brings their last piece (engine_fp8.c), and the next one to quantize. */
   struct rf_fp8_block *fp8_blocks;
   int fp8_block_count, fp8_next;
+  /* A format with a global scale (nvfp4): per logical tensor, the global its blocks are
+   * quantized with, agreed at the start of each iteration (engine_fp8_global.c); NULL
+   * elsewhere, where every global is 1. */
+  float *fp8_global;
   /* rf_engine_set_progress: called between tensors of the checks */
   void (*progress)(void *ctx);
   void *progress_ctx;

@@ -254,7 +254,7 @@ rf_status rf_engine_digests(rf_engine *e, rf_shard_digest **out, int *count) {
       st = rollout_host_region(e, t, &r, &held, &view);
       if (st == RF_OK && !rf_box_is_empty(&held)) {
         d[n].rank = e->world_rank, d[n].tensor = t, d[n].role = 1;
-        st = digest_region(&r, &held, &d[n++].xxh3);
+        st = digest_region(&r, &r.box, &d[n++].xxh3); /* the bytes of held (packed: fewer) */
       }
       if (view)
         release_view(e, view);

@@ -45,17 +45,50 @@ static int64_t scale_row(const rf_rollout_tensor *w, const rf_rollout_tensor *s,
   return row / edge;
 }
 
-rf_region engine_fp8_scale_region(const rf_plan *plan, void *scales, int tensor, int rollout_rank,
-                                  rf_box *blocks) {
+/* In 128x4 tiles (nvfp4) the scales are those of the rank's whole local scale matrix, per
+ * expert for a stacked tensor (layout_fp8.c pads each expert's grid to whole tiles, as vLLM's
+ * swizzle_blockscale does): a member's block (bi, bj) is block (row0 + bi - lo, col0 + bj - lo)
+ * of its expert's grid, placed by rf_format_scale_offset. No box of them is a strided region,
+ * so they are addressed block by block (host memory only, rf_format_on_gpu). */
+engine_scales engine_fp8_scales(const rf_plan *plan, void *scales, int tensor, int rollout_rank,
+                                rf_box *blocks) {
   const rf_layout *lay = plan->layout;
   const rf_rollout_slot *slot = &lay->slots[tensor];
   const rf_rollout_tensor *w = &lay->rollout_tensors[slot->local];
   const rf_rollout_tensor *s = &lay->rollout_tensors[slot->local + 1]; /* layout_fp8.c */
   const rf_format *f = rf_layout_format(lay);
   rf_box held = rf_layout_rollout_box(lay, tensor, rollout_rank);
+  engine_scales out;
+  memset(&out, 0, sizeof out);
   *blocks = engine_fp8_blocks_of(lay, &held);
-  return rf_region_in_fused(scales, s->shape[1], scale_row(w, s, slot->row, f->block_rows),
-                            slot->col / f->block_cols, blocks, rf_dtype_size(s->dtype));
+  int64_t col0 = slot->col / f->block_cols;
+  if (f->scale_layout == RF_SCALE_ROW_MAJOR) {
+    out.r = rf_region_in_fused(scales, s->shape[1], scale_row(w, s, slot->row, f->block_rows), col0,
+                               blocks, f->scale_bytes);
+    return out;
+  }
+  int stacked = w->vllm_ndim == 3;
+  int64_t per = stacked ? w->vllm_shape[1] : w->shape[0], experts = stacked ? w->vllm_shape[0] : 1;
+  out.r = rf_region_row_major(NULL, blocks, f->scale_bytes); /* its box and element size */
+  out.tiles = f;
+  out.base = scales ? (char *)scales + slot->row / per * (s->bytes / experts) : NULL;
+  out.row0 = slot->row % per / f->block_rows;
+  out.col0 = col0;
+  out.grid_cols = s->shape[1];
+  return out;
+}
+
+char *engine_scale_at(const engine_scales *s, int64_t bi, int64_t bj) {
+  if (!s->tiles)
+    return rf_region_at(&s->r, bi, bj);
+  int64_t i = s->row0 + bi - s->r.box.lo[0], j = s->col0 + bj - s->r.box.lo[1];
+  return s->base + rf_format_scale_offset(s->tiles, s->grid_cols, i, j) * s->tiles->scale_bytes;
+}
+
+/* The byte that holds element (r, c) of a region of quantized elements (byte coordinates,
+ * rf_layout_rollout_bytes): 4-bit elements start on even columns. */
+static char *byte_at(const rf_format *f, const rf_region *q, int64_t r, int64_t c) {
+  return rf_region_at(q, r, rf_format_row_bytes(f, c));
 }
 
 rf_status engine_fp8_non_finite(const rf_tensor *t, int nan, int64_t r0, int64_t r1, int64_t c0,
@@ -75,11 +108,13 @@ rf_status engine_fp8_non_finite(const rf_tensor *t, int nan, int64_t r0, int64_t
  * block into rows first. Device memory queues one job for the box, whose refusal of a block
  * that is not finite engine_fp8_device_done reports once the launches are done. */
 static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region *src,
-                                 const rf_box *box, const rf_region *q, const rf_region *scale) {
+                                 const rf_box *box, const rf_region *q,
+                                 const engine_scales *scale) {
   const rf_tensor *t = &e->plan->layout->model->tensors[tensor];
   const rf_format *f = rf_layout_format(e->plan->layout);
   rf_box blocks = engine_fp8_blocks_of(e->plan->layout, box);
   int64_t er = f->block_rows, ec = f->block_cols;
+  float global = e->fp8_global ? e->fp8_global[tensor] : 1.0f;
   if (rf_box_is_empty(box))
     return RF_OK;
   int dense_rows = src->stride[1] == 1 || box->hi[1] - box->lo[1] <= 1;
@@ -90,10 +125,10 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
                       .x_col_stride = dense_rows ? 1 : src->stride[1],
                       .rows = box->hi[0] - box->lo[0],
                       .cols = box->hi[1] - box->lo[1],
-                      .q = (uint8_t *)rf_region_at(q, box->lo[0], box->lo[1]),
+                      .q = (uint8_t *)byte_at(f, q, box->lo[0], box->lo[1]),
                       .q_stride = q->stride[0],
-                      .scale = rf_region_at(scale, blocks.lo[0], blocks.lo[1]),
-                      .scale_stride = scale->stride[0],
+                      .scale = rf_region_at(&scale->r, blocks.lo[0], blocks.lo[1]),
+                      .scale_stride = scale->r.stride[0],
                       .rule = f->rule,
                       .block_cols = f->block_rows == 1 ? f->block_cols : 0,
                       .tag = tensor,
@@ -122,10 +157,10 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
         st = engine_fp8_non_finite(t, isnan(amax), b.lo[0], b.hi[0], b.lo[1], b.hi[1]);
         break;
       }
-      rf_format_scale s = rf_format_scale_of(f, amax, 1.0f);
+      rf_format_scale s = rf_format_scale_of(f, amax, global);
       rf_format_quantize_block(f, x, t->dtype, pitch, rows, cols, &s,
-                               (uint8_t *)rf_region_at(q, b.lo[0], b.lo[1]), q->stride[0]);
-      memcpy(rf_region_at(scale, bi, bj), s.stored, (size_t)f->scale_bytes);
+                               (uint8_t *)byte_at(f, q, b.lo[0], b.lo[1]), q->stride[0]);
+      memcpy(engine_scale_at(scale, bi, bj), s.stored, (size_t)f->scale_bytes);
     }
   free(gathered);
   return st;
@@ -157,18 +192,41 @@ static rf_status move_box(const rf_engine *e, const rf_region *dst, const rf_reg
   return e->mapped ? rf_copy_boxes_mapped(e->memory, &c, 1) : rf_copy_boxes(e->memory, &c, 1);
 }
 
-/* The fp8 and scale parts of a source-quantized chunk's wire bytes at `at`. */
+/* Copies the quantized bytes of element box `box` between byte regions. */
+static rf_status move_bytes(const rf_engine *e, const rf_region *dst, const rf_region *src,
+                            const rf_box *box) {
+  rf_box bytes = rf_format_byte_box(rf_layout_format(e->plan->layout), box);
+  return move_box(e, dst, src, &bytes);
+}
+
+/* Copies the scales of `blocks`: a box copy between row-major ones, else block by block (128x4
+ * tiles live in host memory only). */
+static rf_status move_scales(const rf_engine *e, const engine_scales *dst, const engine_scales *src,
+                             const rf_box *blocks) {
+  if (!dst->tiles && !src->tiles)
+    return move_box(e, &dst->r, &src->r, blocks);
+  for (int64_t bi = blocks->lo[0]; bi < blocks->hi[0]; bi++)
+    for (int64_t bj = blocks->lo[1]; bj < blocks->hi[1]; bj++)
+      memcpy(engine_scale_at(dst, bi, bj), engine_scale_at(src, bi, bj), (size_t)dst->r.esize);
+  return RF_OK;
+}
+
+/* The quantized bytes (packed two a byte for 4-bit elements) and scale parts of a
+ * source-quantized chunk's wire bytes at `at`. */
 static void wire_regions(const rf_engine *e, char *at, const rf_box *box, rf_region *q,
-                         rf_region *scale) {
+                         engine_scales *scale) {
   const rf_format *f = rf_layout_format(e->plan->layout);
   rf_box blocks = engine_fp8_blocks_of(e->plan->layout, box);
-  *q = rf_region_row_major(at, box, 1);
-  *scale = rf_region_row_major(at + rf_box_numel(box), &blocks, f->scale_bytes);
+  rf_box bytes = rf_format_byte_box(f, box);
+  *q = rf_region_row_major(at, &bytes, 1);
+  memset(scale, 0, sizeof *scale);
+  scale->r = rf_region_row_major(at + rf_box_numel(&bytes), &blocks, f->scale_bytes);
 }
 
 rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region *src,
                           const rf_box *box, char *to) {
-  rf_region q, scale;
+  rf_region q;
+  engine_scales scale;
   wire_regions(e, to, box, &q, &scale);
   return quantize_blocks(e, p->tensor, src, box, &q, &scale);
 }
@@ -176,43 +234,49 @@ rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region
 rf_status engine_fp8_carried(const rf_engine *e, const rf_piece *p, const rf_region *src,
                              const rf_box *box, char *to) {
   rf_box blocks;
-  rf_region scale = rf_shard_scale_region(e->plan, p->src, p->tensor, src->base, &blocks);
+  engine_scales scale;
+  memset(&scale, 0, sizeof scale);
+  scale.r = rf_shard_scale_region(e->plan, p->src, p->tensor, src->base, &blocks);
   if (!to)
     return engine_fp8_copy(e, p, src, &scale, box);
-  rf_region wq, wscale;
+  rf_region wq;
+  engine_scales wscale;
   wire_regions(e, to, box, &wq, &wscale);
   rf_box box_blocks = engine_fp8_blocks_of(e->plan->layout, box);
-  RF_TRY(move_box(e, &wq, src, box));
-  return move_box(e, &wscale, &scale, &box_blocks);
+  RF_TRY(move_bytes(e, &wq, src, box));
+  return move_scales(e, &wscale, &scale, &box_blocks);
 }
 
 void engine_fp8_rollout(const rf_engine *e, int tensor, rf_region *q, rf_box *held,
-                        rf_region *scale, rf_box *blocks) {
+                        engine_scales *scale, rf_box *blocks) {
   *q = engine_rollout_region(e, tensor, held);
   void *scales = e->data->rollout[e->plan->layout->slots[tensor].local + 1]; /* layout_fp8.c */
-  *scale = engine_fp8_scale_region(e->plan, scales, tensor, e->rollout_rank, blocks);
+  *scale = engine_fp8_scales(e->plan, scales, tensor, e->rollout_rank, blocks);
 }
 
 rf_status engine_fp8_pack_forward(const rf_engine *e, const rf_piece *p, const rf_box *box,
                                   char *to) {
-  rf_region q, scale, wq, wscale;
+  rf_region q, wq;
+  engine_scales scale, wscale;
   rf_box held, blocks;
   engine_fp8_rollout(e, p->tensor, &q, &held, &scale, &blocks);
   wire_regions(e, to, box, &wq, &wscale);
   rf_box box_blocks = engine_fp8_blocks_of(e->plan->layout, box);
-  RF_TRY(move_box(e, &wq, &q, box));
-  return move_box(e, &wscale, &scale, &box_blocks);
+  RF_TRY(move_bytes(e, &wq, &q, box));
+  return move_scales(e, &wscale, &scale, &box_blocks);
 }
 
 rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box *box, char *from) {
-  rf_region wq, wscale;
+  rf_region wq;
+  engine_scales wscale;
   wire_regions(e, from, box, &wq, &wscale);
   return engine_fp8_copy(e, p, &wq, &wscale, box);
 }
 
 rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_region *src,
                            const rf_box *box) {
-  rf_region q, scale;
+  rf_region q;
+  engine_scales scale;
   rf_box held, blocks, kept;
   engine_fp8_rollout(e, p->tensor, &q, &held, &scale, &blocks);
   if (!rf_box_intersect(box, &held, &kept))
@@ -221,15 +285,16 @@ rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_regio
 }
 
 rf_status engine_fp8_copy(const rf_engine *e, const rf_piece *p, const rf_region *src_q,
-                          const rf_region *src_scale, const rf_box *box) {
-  rf_region q, scale;
+                          const engine_scales *src_scale, const rf_box *box) {
+  rf_region q;
+  engine_scales scale;
   rf_box held, blocks, kept;
   engine_fp8_rollout(e, p->tensor, &q, &held, &scale, &blocks);
   if (!rf_box_intersect(box, &held, &kept))
     return RF_OK;
   rf_box kept_blocks = engine_fp8_blocks_of(e->plan->layout, &kept);
-  RF_TRY(move_box(e, &q, src_q, &kept));
-  return move_box(e, &scale, src_scale, &kept_blocks);
+  RF_TRY(move_bytes(e, &q, src_q, &kept));
+  return move_scales(e, &scale, src_scale, &kept_blocks);
 }
 
 static int by_block(const void *pa, const void *pb) {
@@ -323,7 +388,8 @@ rf_status engine_fp8_round_done(rf_engine *e, int round) {
       n = k, bi1++;
     }
     const rf_tensor *tensor = &lay->model->tensors[b->tensor];
-    rf_region q, scale;
+    rf_region q;
+    engine_scales scale;
     rf_box held, blocks;
     engine_fp8_rollout(e, b->tensor, &q, &held, &scale, &blocks);
     rf_region land =

@@ -42,11 +42,11 @@ static rf_status reference(const rf_engine *e, rf_checkpoint *ckpt, int t, const
   if (!x)
     return RF_ERR_NOMEM;
   rf_region r = rf_region_row_major(x, held, rf_tensor_esize(tensor));
-  rf_status st = RF_OK;
   float global = 1.0f;
-  if (ckpt)
+  rf_status st = engine_fp8_reference_global(e, ckpt, t, &global);
+  if (st == RF_OK && ckpt)
     st = rf_checkpoint_read(ckpt, t, held, &r);
-  else
+  else if (st == RF_OK)
     rf_fill_region(&r, held, tensor, e->seed, tensor->dtype);
   if (st == RF_OK)
     st = rf_format_quantize_ref(f, tensor->name, x, tensor->dtype, rows, cols, cols, global, q,
@@ -65,36 +65,65 @@ static void report(const rf_engine *e, const char *name, const char *suffix, int
            want);
 }
 
+/* The rollout's global of tensor t (nvfp4's X.weight_scale_2, at its expert's index for a
+ * stacked tensor) against the reference's: the count of wrong ones, 0 or 1. */
+static int64_t check_global(const rf_engine *e, rf_checkpoint *ckpt, int t, int *reported) {
+  const rf_layout *lay = e->plan->layout;
+  const rf_tensor *tensor = &lay->model->tensors[t];
+  float want, got;
+  if (engine_fp8_reference_global(e, ckpt, t, &want) != RF_OK)
+    return -1;
+  int64_t index = engine_fp8_global_index(lay, t);
+  memcpy(&got, (const float *)e->data->rollout[lay->slots[t].local + 2] + index, sizeof got);
+  uint32_t gb, wb;
+  memcpy(&gb, &got, 4), memcpy(&wb, &want, 4);
+  if (gb == wb)
+    return 0;
+  report(e, tensor->name, rf_layout_format(lay)->rollout_global_suffix, index, index, 0, gb, wb,
+         reported);
+  return 1;
+}
+
 static int64_t check_on_host(const rf_engine *e, rf_checkpoint *ckpt, int t, int *reported) {
   const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
   const rf_format *f = rf_layout_format(e->plan->layout);
   size_t sb = (size_t)f->scale_bytes;
-  rf_region q, scale;
+  rf_region q;
+  engine_scales scale;
   rf_box held, blocks;
   engine_fp8_rollout(e, t, &q, &held, &scale, &blocks);
-  int64_t cols = held.hi[1] - held.lo[1], bcols = blocks.hi[1] - blocks.lo[1];
-  uint8_t *want_q = rf_malloc((size_t)rf_box_numel(&held), "an fp8 reference");
+  /* The quantized bytes: for 4-bit elements two a byte, compared as bytes and reported at the
+   * pair's first element. */
+  rf_box bytes = q.box;
+  int64_t row_bytes = bytes.hi[1] - bytes.lo[1], bcols = blocks.hi[1] - blocks.lo[1];
+  int per_byte = 8 / f->elem_bits;
+  uint8_t *want_q = rf_malloc((size_t)rf_box_numel(&bytes), "an fp8 reference");
   uint8_t *want_s = rf_malloc((size_t)rf_box_numel(&blocks) * sb, "an fp8 reference");
   int64_t wrong = -1;
   if (want_q && want_s && reference(e, ckpt, t, &held, want_q, want_s) == RF_OK) {
     wrong = 0;
-    for (int64_t i = held.lo[0]; i < held.hi[0]; i++)
-      for (int64_t j = held.lo[1]; j < held.hi[1]; j++) {
+    for (int64_t i = bytes.lo[0]; i < bytes.hi[0]; i++)
+      for (int64_t j = bytes.lo[1]; j < bytes.hi[1]; j++) {
         uint8_t got = *(const uint8_t *)rf_region_at(&q, i, j);
-        uint8_t want = want_q[(i - held.lo[0]) * cols + j - held.lo[1]];
+        uint8_t want = want_q[(i - bytes.lo[0]) * row_bytes + j - bytes.lo[1]];
         if (got != want && ++wrong)
-          report(e, tensor->name, "", i * tensor->shape[1] + j, i, j, got, want, reported);
+          report(e, tensor->name, "", i * tensor->shape[1] + j * per_byte, i, j * per_byte, got,
+                 want, reported);
       }
     int64_t grid = rf_format_block_grid(f, 1, tensor->shape[1]);
     for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0]; bi++)
       for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1]; bj++) {
         uint32_t got = 0, want = 0;
-        memcpy(&got, rf_region_at(&scale, bi, bj), sb);
+        memcpy(&got, engine_scale_at(&scale, bi, bj), sb);
         memcpy(&want, &want_s[((bi - blocks.lo[0]) * bcols + bj - blocks.lo[1]) * (int64_t)sb], sb);
         if (got != want && ++wrong)
           report(e, tensor->name, rf_format_rollout_scale_suffix(f), bi * grid + bj, bi, bj, got,
                  want, reported);
       }
+    if (f->global_scale) {
+      int64_t w = check_global(e, ckpt, t, reported);
+      wrong = w < 0 ? -1 : wrong + w;
+    }
   }
   free(want_q);
   free(want_s);
@@ -211,11 +240,14 @@ static int64_t compare_band(const rf_engine *e, const char *name, const char *su
   return wrong;
 }
 
+/* Formats the kernels take only (rf_format_on_gpu): 8-bit elements, row-major scales. */
 static int64_t check_on_device(const rf_engine *e, rf_checkpoint *ckpt, int t, int *reported) {
   const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
-  rf_region q, scale;
+  rf_region q;
+  engine_scales scales;
   rf_box held, blocks;
-  engine_fp8_rollout(e, t, &q, &held, &scale, &blocks);
+  engine_fp8_rollout(e, t, &q, &held, &scales, &blocks);
+  const rf_region scale = scales.r;
   const rf_format *f = rf_layout_format(e->plan->layout);
   int64_t cols = held.hi[1] - held.lo[1], bcols = blocks.hi[1] - blocks.lo[1];
   int64_t br = f->block_rows;
@@ -266,14 +298,34 @@ int64_t engine_fp8_check(const rf_engine *e, rf_checkpoint *ckpt, int t, int *re
 }
 
 /* Summed where the bytes are: on the GPU for a device rollout, so a checksum run does not
- * copy every fp8 tensor to the host. */
+ * copy every fp8 tensor to the host. Scales in 128x4 tiles (host memory) are gathered into
+ * row-major order first, so that the sum is that of the checkpoint's row-major scales; a
+ * global scale adds its term on the rank whose part starts at (0, 0). */
 rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum) {
-  rf_region q, scale;
+  const rf_layout *lay = e->plan->layout;
+  const rf_format *f = rf_layout_format(lay);
+  const rf_tensor *tensor = &lay->model->tensors[t];
+  rf_region q;
+  engine_scales scale;
   rf_box held, blocks;
   engine_fp8_rollout(e, t, &q, &held, &scale, &blocks);
-  return rf_format_checksum_on(rf_layout_format(e->plan->layout), e->memory,
-                               &e->plan->layout->model->tensors[t], &q, &held, &scale, &blocks,
-                               sum);
+  void *gathered = NULL;
+  rf_region rows = scale.r;
+  if (scale.tiles) {
+    gathered = rf_malloc((size_t)(rf_box_numel(&blocks) * f->scale_bytes) + 1, "gathered scales");
+    if (!gathered)
+      return RF_ERR_NOMEM;
+    rows = rf_region_row_major(gathered, &blocks, f->scale_bytes);
+    for (int64_t bi = blocks.lo[0]; bi < blocks.hi[0]; bi++)
+      for (int64_t bj = blocks.lo[1]; bj < blocks.hi[1]; bj++)
+        memcpy(rf_region_at(&rows, bi, bj), engine_scale_at(&scale, bi, bj),
+               (size_t)f->scale_bytes);
+  }
+  rf_status st = rf_format_checksum_on(f, e->memory, tensor, &q, &held, &rows, &blocks, sum);
+  free(gathered);
+  if (st == RF_OK && f->global_scale && held.lo[0] == 0 && held.lo[1] == 0)
+    *sum += rf_format_global_checksum(RF_CHECKSUM_CURRENT, tensor, e->fp8_global[t]);
+  return st;
 }
 
 /* The trainer's part of a block-FP8 checkpoint's tensor t (the trainer holds it as the file

@@ -13,6 +13,10 @@ int engine_esize(const rf_engine *e, int tensor);
  * tensor (held is set to the box it holds). */
 rf_region engine_shard_region(const rf_engine *e, int tensor);
 rf_region engine_rollout_region(const rf_engine *e, int tensor, rf_box *held);
+/* Rollout rank `rank`'s part of tensor `tensor` in its fused rollout tensor over `base`: held
+ * is the element box, the region the bytes that hold it (its box rf_layout_rollout_bytes of
+ * held: halved columns for 4-bit elements, packed two a byte). */
+rf_region engine_rollout_over(const rf_plan *plan, int tensor, int rank, void *base, rf_box *held);
 
 /* How a stage's pieces name this rank and its peers: the channel the stage travels on
  * (the trainer group for star's reshape, else the world), this rank's number as a piece's
@@ -103,11 +107,23 @@ rf_status engine_alloc_staging(rf_engine *e);
 /* The blocks of the rollout's format (128x128 for fp8, 1x32 for mxfp8) that a box touches, in
  * block coordinates. */
 rf_box engine_fp8_blocks_of(const rf_layout *lay, const rf_box *box);
+/* Where the scales of a quantized tensor's blocks lie, in block coordinates: a row-major
+ * region (a chunk's wire bytes, a shard's, a rollout scale tensor of a row-major format), or a
+ * rollout scale tensor in 128x4 tiles (nvfp4), which engine_scale_at addresses block by block
+ * through rf_format_scale_offset (tiles: the format; base: the tiles of the member's expert,
+ * or of the 2-D tensor; row0, col0: where the region's first block lies in that grid). */
+typedef struct {
+  rf_region r; /* row-major: block (bi, bj) at rf_region_at(&r, bi, bj); tiles: its box only */
+  const rf_format *tiles;
+  char *base;
+  int64_t row0, col0, grid_cols;
+} engine_scales;
+char *engine_scale_at(const engine_scales *s, int64_t bi, int64_t bj);
 /* Rollout rank `rollout_rank`'s scales of fp8 tensor `tensor` in block coordinates (*blocks:
  * the blocks of its held box), in the scale tensor that starts at `scales` (its weight's
  * rollout tensor's next one, layout_fp8.c; NULL: geometry only). */
-rf_region engine_fp8_scale_region(const rf_plan *plan, void *scales, int tensor, int rollout_rank,
-                                  rf_box *blocks);
+engine_scales engine_fp8_scales(const rf_plan *plan, void *scales, int tensor, int rollout_rank,
+                                rf_box *blocks);
 /* A source-quantized chunk: packs `box` of src as fp8 bytes and scales at `to`; unpacks them
  * from `from` into this rank's fp8 tensor and scales; or quantizes `box` of src (this rank's or
  * a mapped peer's) straight into them. engine_fp8_copy copies fp8 bytes and scales another
@@ -118,7 +134,7 @@ rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box 
 rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_region *src,
                            const rf_box *box);
 rf_status engine_fp8_copy(const rf_engine *e, const rf_piece *p, const rf_region *src_q,
-                          const rf_region *src_scale, const rf_box *box);
+                          const engine_scales *src_scale, const rf_box *box);
 /* A block-FP8 checkpoint's piece (RF_QUANT_CARRIED): `box` of the trainer's fp8 shard src and
  * the scales beside it (rf_shard_scale_region), packed at `to`, or with `to` NULL copied
  * straight into this rank's fp8 tensor and scales (a local piece, or a mapped source). */
@@ -139,7 +155,7 @@ rf_status engine_fp8_round_done(rf_engine *e, int round);
 /* This rank's fp8 part of tensor t (q, held) and its scales (scale, blocks, in block
  * coordinates). */
 void engine_fp8_rollout(const rf_engine *e, int tensor, rf_region *q, rf_box *held,
-                        rf_region *scale, rf_box *blocks);
+                        engine_scales *scale, rf_box *blocks);
 /* The one-line error for a block [r0, r1) x [c0, c1) of t that holds inf (nan 0) or NaN. */
 rf_status engine_fp8_non_finite(const rf_tensor *t, int nan, int64_t r0, int64_t r1, int64_t c0,
                                 int64_t c1);
@@ -152,6 +168,21 @@ rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum);
 /* The same terms for this trainer rank's shard of a block-FP8 checkpoint's tensor t: its fp8
  * bytes and the scales of the blocks whose first element it holds (each block's once). */
 rf_status engine_fp8_trainer_checksum(const rf_engine *e, int t, uint64_t *sum);
+/* ---- global scales (engine_fp8_global.c) ---- */
+
+/* A format with a global scale (nvfp4): allocates fp8_global, every global 1 until agreed. */
+rf_status engine_fp8_globals_init(rf_engine *e);
+/* At the start of an iteration: every trainer rank's maxima per group, one bounded
+ * MPI_Allreduce(MAX) over the world, each tensor's global, and each rollout rank's
+ * X.weight_scale_2; the time adds to times[RF_PHASE_PACK]. A no-op for other formats. */
+rf_status engine_fp8_agree_globals(rf_engine *e, double *times);
+/* Where tensor t's global lies in its rollout tensor's X.weight_scale_2: its local expert for
+ * a stacked tensor, else 0. */
+int64_t engine_fp8_global_index(const rf_layout *lay, int t);
+/* The reference global of tensor t for the checks: from the whole of every member of its group,
+ * made by the generator (or read from the checkpoint), not from the agreed maxima. */
+rf_status engine_fp8_reference_global(const rf_engine *e, rf_checkpoint *ckpt, int t, float *out);
+
 /* GPU memory: waits for the quantization kernels queued so far and fails in one line, naming
  * the tensor and block, if one of them met inf or NaN. A no-op elsewhere. */
 rf_status engine_fp8_device_done(const rf_engine *e);

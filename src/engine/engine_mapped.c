@@ -66,14 +66,12 @@ static int64_t peer_offset(const rf_engine *e, rf_buffer_family f, int rank, int
 
 /* Rollout rank `rank`'s part of tensor `tensor` in its fused rollout tensor, mapped here. */
 static rf_status remote_rollout(rf_engine *e, int tensor, int rank, rf_region *out) {
-  const rf_layout *lay = e->plan->layout;
-  const rf_rollout_slot *slot = &lay->slots[tensor];
-  rf_box held = rf_layout_rollout_box(lay, tensor, rank);
+  rf_box held;
   char *base;
   RF_TRY(peer_arena(e, RF_FAMILY_ROLLOUT, rank, &base));
-  *out = rf_region_in_fused(base + peer_offset(e, RF_FAMILY_ROLLOUT, rank, slot->local),
-                            lay->rollout_tensors[slot->local].shape[1], slot->row, slot->col, &held,
-                            rf_layout_rollout_esize(lay, tensor));
+  *out = engine_rollout_over(
+      e->plan, tensor, rank,
+      base + peer_offset(e, RF_FAMILY_ROLLOUT, rank, e->plan->layout->slots[tensor].local), &held);
   return RF_OK;
 }
 
@@ -114,9 +112,9 @@ static rf_status fp8_chunk(rf_engine *e, const rf_piece *p, rf_quant quant, cons
   rf_box blocks;
   RF_TRY(peer_arena(e, RF_FAMILY_ROLLOUT, p->src, &base));
   int scales = e->plan->layout->slots[p->tensor].local + 1; /* layout_fp8.c */
-  rf_region scale =
-      engine_fp8_scale_region(e->plan, base + peer_offset(e, RF_FAMILY_ROLLOUT, p->src, scales),
-                              p->tensor, p->src, &blocks);
+  engine_scales scale =
+      engine_fp8_scales(e->plan, base + peer_offset(e, RF_FAMILY_ROLLOUT, p->src, scales),
+                        p->tensor, p->src, &blocks);
   return engine_fp8_copy(e, p, &src, &scale, box);
 }
 

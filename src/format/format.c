@@ -27,7 +27,8 @@ static const rf_format table[] = {
            .scale_bytes = 4,
            .scale_layout = RF_SCALE_ROW_MAJOR,
            .weight_suffix = ".weight",
-           .scale_suffix = ".weight_scale_inv"},
+           .scale_suffix = ".weight_scale_inv",
+           .rollout_scale_suffix = "_scale_inv"},
     [RF_FORMAT_FP8_UE8M0 -
         1] = {.name = "fp8-ue8m0",
               .summary = "linear weights float8_e4m3fn, a power-of-two fp32 weight_scale_inv per "
@@ -41,7 +42,8 @@ static const rf_format table[] = {
               .scale_bytes = 4,
               .scale_layout = RF_SCALE_ROW_MAJOR,
               .weight_suffix = ".weight",
-              .scale_suffix = ".weight_scale_inv"},
+              .scale_suffix = ".weight_scale_inv",
+              .rollout_scale_suffix = "_scale_inv"},
     [RF_FORMAT_MXFP8 -
         1] = {.name = "mxfp8",
               .summary =
@@ -54,7 +56,8 @@ static const rf_format table[] = {
               .scale_bytes = 1,
               .scale_layout = RF_SCALE_ROW_MAJOR,
               .weight_suffix = ".weight",
-              .scale_suffix = ".weight_scale"},
+              .scale_suffix = ".weight_scale",
+              .rollout_scale_suffix = "_scale"},
     [RF_FORMAT_MXFP8_FLOOR - 1] = {.name = "mxfp8-floor",
                                    .summary = "linear weights float8_e4m3fn, an E8M0 weight_scale "
                                               "per 1x32 block, OCP's floor(log2(amax)) - 8",
@@ -66,7 +69,8 @@ static const rf_format table[] = {
                                    .scale_bytes = 1,
                                    .scale_layout = RF_SCALE_ROW_MAJOR,
                                    .weight_suffix = ".weight",
-                                   .scale_suffix = ".weight_scale"},
+                                   .scale_suffix = ".weight_scale",
+                                   .rollout_scale_suffix = "_scale"},
     [RF_FORMAT_MXFP4 - 1] = {.name = "mxfp4",
                              .summary = "linear weights e2m1 two a byte, an E8M0 scale per 1x32 "
                                         "block, rounded up, as gpt-oss's _blocks and _scales",
@@ -78,7 +82,8 @@ static const rf_format table[] = {
                              .scale_bytes = 1,
                              .scale_layout = RF_SCALE_ROW_MAJOR,
                              .weight_suffix = "_blocks",
-                             .scale_suffix = "_scales"},
+                             .scale_suffix = "_scales",
+                             .rollout_scale_suffix = "_scale"},
     [RF_FORMAT_MXFP4_FLOOR - 1] = {.name = "mxfp4-floor",
                                    .summary = "linear weights e2m1 two a byte, an E8M0 scale per "
                                               "1x32 block, OCP's floor(log2(amax)) - 2",
@@ -90,7 +95,8 @@ static const rf_format table[] = {
                                    .scale_bytes = 1,
                                    .scale_layout = RF_SCALE_ROW_MAJOR,
                                    .weight_suffix = "_blocks",
-                                   .scale_suffix = "_scales"},
+                                   .scale_suffix = "_scales",
+                                   .rollout_scale_suffix = "_scale"},
     [RF_FORMAT_NVFP4 - 1] = {.name = "nvfp4",
                              .summary = "linear weights e2m1 two a byte, an e4m3 weight_scale per "
                                         "1x16 block and an fp32 weight_scale_2",
@@ -104,7 +110,9 @@ static const rf_format table[] = {
                              .scale_layout = RF_SCALE_SWIZZLED_128X4,
                              .weight_suffix = ".weight",
                              .scale_suffix = ".weight_scale",
-                             .global_suffix = ".weight_scale_2"},
+                             .global_suffix = ".weight_scale_2",
+                             .rollout_scale_suffix = "_scale",
+                             .rollout_global_suffix = "_scale_2"},
 };
 
 _Static_assert(RF_ARRAY_LEN(table) == RF_ROLLOUT_DTYPE_COUNT - 1,
@@ -154,11 +162,7 @@ rf_box rf_format_blocks_of(const rf_format *f, const rf_box *b) {
   return r;
 }
 
-const char *rf_format_rollout_scale_suffix(const rf_format *f) {
-  size_t wl = strlen(f->weight_suffix);
-  return strncmp(f->scale_suffix, f->weight_suffix, wl) == 0 ? f->scale_suffix + wl
-                                                             : f->scale_suffix;
-}
+const char *rf_format_rollout_scale_suffix(const rf_format *f) { return f->rollout_scale_suffix; }
 
 int rf_format_block_fp8(const rf_format *f) {
   return f->elem == RF_ELEM_E4M3 && f->block_rows == 128 && f->block_cols == 128 &&
@@ -166,21 +170,45 @@ int rf_format_block_fp8(const rf_format *f) {
 }
 
 int rf_format_moved(const rf_format *f) {
+  return f->elem_bits == 8 || (f->elem_bits == 4 && f->block_rows == 1 && f->block_cols % 2 == 0);
+}
+
+int rf_format_on_gpu(const rf_format *f) {
   return rf_format_block_fp8(f) || (f->elem == RF_ELEM_E4M3 && f->block_rows == 1 &&
                                     f->block_cols <= 32 && f->scale_store == RF_SCALE_STORE_E8M0 &&
                                     !f->global_scale && f->scale_layout == RF_SCALE_ROW_MAJOR);
 }
 
-void rf_format_moved_names(char *buf, size_t len) {
+static void names_where(int (*keep)(const rf_format *), char *buf, size_t len) {
   size_t used = 0;
   if (len)
     buf[0] = '\0';
   for (int i = 0; i < rf_format_count() && used < len; i++) {
-    if (!rf_format_moved(&table[i]))
+    if (!keep(&table[i]))
       continue;
     int n = snprintf(buf + used, len - used, "%s%s", used ? ", " : "", table[i].name);
     used += n > 0 ? (size_t)n : 0;
   }
+}
+
+void rf_format_moved_names(char *buf, size_t len) { names_where(rf_format_moved, buf, len); }
+
+void rf_format_gpu_names(char *buf, size_t len) { names_where(rf_format_on_gpu, buf, len); }
+
+rf_status rf_format_refuse_gpu(const rf_format *f) {
+  char gpu[128];
+  rf_format_gpu_names(gpu, sizeof gpu);
+  return rf_fail(RF_ERR_USAGE,
+                 "--rollout-dtype %s moves in host memory only: the GPU kernels take %s; use "
+                 "--memory host (transport mpi or shm), or one of those formats on the GPU",
+                 f->name, gpu);
+}
+
+rf_box rf_format_byte_box(const rf_format *f, const rf_box *box) {
+  rf_box b = *box;
+  if (f->elem_bits == 4)
+    b.lo[1] /= 2, b.hi[1] /= 2;
+  return b;
 }
 
 int64_t rf_format_row_bytes(const rf_format *f, int64_t cols) {

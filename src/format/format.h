@@ -101,6 +101,10 @@ typedef struct {
   /* Checkpoint names: a weight `P.weight` is stored as P + weight_suffix with its scales at
    * P + scale_suffix (and the global at P + global_suffix). */
   const char *weight_suffix, *scale_suffix, *global_suffix;
+  /* Rollout names, as vLLM's layers name their parameters: the scale tensor of `X.weight` is
+   * X.weight + rollout_scale_suffix (`_scale_inv` for block FP8, `_scale` elsewhere: gpt-oss's
+   * `_scales` are checkpoint names only) and its global X.weight + rollout_global_suffix. */
+  const char *rollout_scale_suffix, *rollout_global_suffix;
 } rf_format;
 
 /* The table: every format refit can write into a rollout, in --help order. */
@@ -123,19 +127,33 @@ int64_t rf_format_scale_bytes(const rf_format *f, int64_t rows, int64_t cols);
 rf_dtype rf_format_scale_dtype(const rf_format *f);
 /* The blocks of f's grid (block coordinates) that a box of elements touches. */
 rf_box rf_format_blocks_of(const rf_format *f, const rf_box *box);
-/* The suffix that names a scale tensor after its weight's name: "_scale_inv" (fp8,
- * fp8-ue8m0: X.weight_scale_inv) or "_scale" (mxfp8: X.weight_scale), as vLLM names them. */
+/* The suffix that names a scale tensor after its weight's name in the rollout: "_scale_inv"
+ * (fp8, fp8-ue8m0: X.weight_scale_inv) or "_scale" (X.weight_scale), as vLLM names them. */
 const char *rf_format_rollout_scale_suffix(const rf_format *f);
 /* Whether f is block FP8's layout: 128x128 blocks of e4m3 with fp32 scales (fp8, fp8-ue8m0),
  * the layout of the quantized checkpoints refit reads as a trainer's weights. */
 int rf_format_block_fp8(const rf_format *f);
-/* Whether refit moves f into a rollout (layout_fp8.c), in host and GPU memory alike: the
- * engine and the CUDA kernels (verify/fp8_cuda.cu) take block FP8, and e4m3 in 1-D blocks of
- * up to 32 with one row-major E8M0 byte each (mxfp8, mxfp8-floor). Not yet mxfp4,
- * mxfp4-floor, nvfp4. */
+/* Whether refit moves f into a rollout in host memory (layout_fp8.c, engine_fp8.c): every
+ * format of the table, 8-bit elements in blocks of any shape, 4-bit elements (two a byte) in
+ * 1-D blocks of an even number of columns, with row-major or 128x4-swizzled scales and
+ * NVFP4's global scale. */
 int rf_format_moved(const rf_format *f);
-/* "fp8, fp8-ue8m0, ..." of the formats refit moves into a rollout, for usage lines. */
+/* Whether the CUDA kernels (verify/fp8_cuda.cu) quantize and check f, so that it moves in GPU
+ * memory too: block FP8, and e4m3 in 1-D blocks of up to 32 with one row-major E8M0 byte each
+ * (mxfp8, mxfp8-floor). Not yet the 4-bit formats. */
+int rf_format_on_gpu(const rf_format *f);
+/* The one-line usage error (RF_ERR_USAGE) for a format the kernels do not take in GPU memory:
+ * it names the format and what works (host memory; the formats the GPU takes). */
+rf_status rf_format_refuse_gpu(const rf_format *f);
+/* "fp8, fp8-ue8m0, ..." of the formats refit moves into a rollout (in any memory), and of
+ * those it moves in GPU memory, for usage lines. */
 void rf_format_moved_names(char *buf, size_t len);
+void rf_format_gpu_names(char *buf, size_t len);
+/* The bytes that hold a box of elements, as a box of a byte tensor: the box itself for 8-bit
+ * elements; for 4-bit ones (two a byte) its columns halved. Every 4-bit box refit addresses
+ * starts and ends on an even column (its blocks are 16 or 32 columns, and shards hold whole
+ * blocks or end at the tensor's even end), so copies of packed elements stay byte copies. */
+rf_box rf_format_byte_box(const rf_format *f, const rf_box *box);
 
 /* The index (in stored scales) of block (i, j) of a grid with `grid_cols` block columns, in
  * the format's rollout layout. The swizzled layout pads the grid to 128 rows and 4 columns. */

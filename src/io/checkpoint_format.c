@@ -10,16 +10,20 @@
  *                   shape the same bytes [rows, cols/32, 16]
  *   nvfp4           P.weight U8 [rows, cols/2], P.weight_scale F8_E4M3 [rows, cols/16]
  *                   (row-major, as ModelOpt writes them; vLLM swizzles them when it loads),
- *                   P.weight_scale_2 F32 [] (ModelOpt's)
+ *                   P.weight_scale_2 F32 [] (ModelOpt's), shared by the members of a
+ *                   fused group (q, k, v; gate, up; each expert's gate and up) as ModelOpt's
+ *                   export and vLLM's one weight_scale_2 per parameter have it
  * Writing streams the synthetic weights quantized by the CPU reference (format_ref.c) in bands
- * of whole block rows; a format with a global scale reads the tensor once more first, for its
- * maximum. */
+ * of whole block rows; a format with a global scale reads its group's tensors once more first,
+ * for their maximum. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "format/format.h"
 #include "io/checkpoint_internal.h"
+#include "layout/layout.h"
 #include "verify/fp8.h"
 #include "verify/verify.h"
 
@@ -107,6 +111,10 @@ typedef struct {
   const int *source, *role;
   uint8_t *scales; /* the last weight's scales, emitted as the next tensor */
   float global;    /* and its global scale, after them */
+  /* A format with a global scale: each linear weight's group leader (rf_layout_global_groups)
+   * and the global of each group once known (NaN before), which its members share. */
+  int *leader;
+  float *group_global;
 } format_writer;
 
 /* Rows of tensor t a band takes: whole block rows, about one batch of the source. */
@@ -116,12 +124,8 @@ static int64_t band_rows(const rf_format *f, const rf_tensor *t) {
   return RF_MIN(rows, t->shape[0]);
 }
 
-/* The global scale of t's generator values (1 for formats without one). */
-static rf_status tensor_global(const format_writer *w, const rf_tensor *t, uint64_t seed, void *x,
-                               int64_t rows, float *out) {
-  *out = 1.0f;
-  if (!w->format->global_scale)
-    return RF_OK;
+/* The maximum |x| of t's generator values, a band of `rows` rows at a time through x. */
+static float tensor_amax(const rf_tensor *t, uint64_t seed, void *x, int64_t rows) {
   float amax = 0;
   for (int64_t r0 = 0; r0 < t->shape[0]; r0 += rows) {
     rf_box b = {{r0, 0}, {RF_MIN(r0 + rows, t->shape[0]), t->shape[1]}};
@@ -130,7 +134,38 @@ static rf_status tensor_global(const format_writer *w, const rf_tensor *t, uint6
     float a = rf_fp8_block_amax(x, t->dtype, t->shape[1], b.hi[0] - r0, t->shape[1]);
     amax = a > amax ? a : amax;
   }
-  *out = rf_format_global_of(w->format, amax);
+  return amax;
+}
+
+/* The global scale of t (1 for formats without one): that of the maximum over every member of
+ * its group, the tensors that share a vLLM parameter's weight_scale_2 (q, k, v; gate, up; an
+ * expert's gate and up), so that the file holds what a rollout of the same weights does. A
+ * group's members follow its leader within one layer. */
+static rf_status tensor_global(format_writer *w, const rf_tensor *t, uint64_t seed, float *out) {
+  *out = 1.0f;
+  if (!w->format->global_scale)
+    return RF_OK;
+  const rf_model *m = w->model;
+  int leader = w->leader[t->id];
+  if (!isnan(w->group_global[leader])) {
+    *out = w->group_global[leader];
+    return RF_OK;
+  }
+  float amax = 0;
+  for (int u = leader; u < m->tensor_count && m->tensors[u].layer == m->tensors[leader].layer;
+       u++) {
+    if (w->leader[u] != leader)
+      continue;
+    const rf_tensor *x = &m->tensors[u];
+    int64_t rows = band_rows(w->format, x);
+    void *buf = rf_malloc((size_t)(rows * x->shape[1] * rf_tensor_esize(x)), "a band of weights");
+    if (!buf)
+      return RF_ERR_NOMEM;
+    float a = tensor_amax(x, seed, buf, rows);
+    free(buf);
+    amax = a > amax ? a : amax;
+  }
+  *out = w->group_global[leader] = rf_format_global_of(w->format, amax);
   return RF_OK;
 }
 
@@ -147,7 +182,7 @@ static rf_status write_weight(format_writer *w, const rf_tensor *t, const rf_ten
                 "a weight's scales");
   rf_status st = x && q && w->scales ? RF_OK : RF_ERR_NOMEM;
   if (st == RF_OK)
-    st = tensor_global(w, t, seed, x, rows, &w->global);
+    st = tensor_global(w, t, seed, &w->global);
   for (int64_t r0 = 0; r0 < t->shape[0] && st == RF_OK; r0 += rows) {
     int64_t r1 = RF_MIN(r0 + rows, t->shape[0]);
     rf_box b = {{r0, 0}, {r1, cols}};
@@ -189,8 +224,20 @@ rf_status rf_checkpoint_write_format(const char *path, const rf_model *model, co
   rf_model view;
   *bytes = 0;
   RF_TRY(ck_format_view(model, f, &view, &source, &role));
-  format_writer w = {model, f, source, role, NULL, 1.0f};
-  rf_status st = ck_st_write_file(path, &view, seed, generate, &w);
+  format_writer w = {model, f, source, role, NULL, 1.0f, NULL, NULL};
+  rf_status st = RF_OK;
+  if (f->global_scale) {
+    w.leader = rf_calloc((size_t)model->tensor_count + 1, sizeof *w.leader, "global groups");
+    w.group_global =
+        rf_calloc((size_t)model->tensor_count + 1, sizeof *w.group_global, "global groups");
+    st = w.leader && w.group_global ? rf_layout_global_groups(model, w.leader) : RF_ERR_NOMEM;
+    for (int t = 0; st == RF_OK && t < model->tensor_count; t++)
+      w.group_global[t] = NAN;
+  }
+  if (st == RF_OK)
+    st = ck_st_write_file(path, &view, seed, generate, &w);
+  free(w.leader);
+  free(w.group_global);
   *bytes = view.total_bytes;
   free(w.scales);
   free(source);

@@ -12,7 +12,9 @@
  * The reading side takes any moved format (format.h, rf_format_moved) for refit verify: an
  * mxfp8 file (refit checkpoint --dtype mxfp8) holds X.weight F8_E4M3 followed by
  * X.weight_scale, U8 (E8M0), one byte per 1x32 block, and its view is built from the format's
- * block and scale dtype. Reading a file as the trainer's weights stays block-FP8's. */
+ * block and scale dtype; a 4-bit file's weights are read as packed bytes and nvfp4's global
+ * adds its term (rf_format_global_checksum). Reading a file as the trainer's weights stays
+ * block-FP8's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,15 +38,18 @@ static int64_t band_rows(const rf_format *f, const rf_tensor *t, int esize) {
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
-/* The checksum of format f (rf_format_checksum) of model tensor t from view tensors i (fp8)
- * and i + 1 (its scales), bands of whole block rows at a time. */
+/* The checksum of format f (rf_format_checksum) of model tensor t from view tensors i (its
+ * quantized bytes, packed two a byte for 4-bit elements), i + 1 (its scales) and, for a format
+ * with a global scale, i + 2 (its global, rf_format_global_checksum), bands of whole block rows
+ * at a time. */
 static rf_status fp8_sum(const rf_format *f, rf_checkpoint *c, const rf_tensor *t, int i,
                          uint64_t *out) {
   const rf_tensor *s = &c->model->tensors[i + 1];
   rf_box all = {{0, 0}, {s->shape[0], s->shape[1]}};
   int64_t rows = band_rows(f, t, 1);
   uint8_t *scales = rf_malloc((size_t)s->bytes, "fp8 scales");
-  uint8_t *q = rf_malloc((size_t)(rows * t->shape[1]), "a band of fp8 weights");
+  uint8_t *q =
+      rf_malloc((size_t)(rows * rf_format_row_bytes(f, t->shape[1])) + 1, "a band of fp8 weights");
   rf_status st = scales && q ? RF_OK : RF_ERR_NOMEM;
   rf_region sreg = rf_region_row_major(scales, &all, f->scale_bytes);
   if (st == RF_OK)
@@ -53,10 +58,18 @@ static rf_status fp8_sum(const rf_format *f, rf_checkpoint *c, const rf_tensor *
   for (int64_t r0 = 0; r0 < t->shape[0] && st == RF_OK; r0 += rows) {
     rf_box b = {{r0, 0}, {RF_MIN(r0 + rows, t->shape[0]), t->shape[1]}};
     rf_box bb = {{r0 / f->block_rows, 0}, {rf_format_block_grid(f, 0, b.hi[0]), s->shape[1]}};
-    rf_region qreg = rf_region_row_major(q, &b, 1);
-    st = ck_read(c, i, &b, &qreg);
+    rf_box bytes = rf_format_byte_box(f, &b);
+    rf_region qreg = rf_region_row_major(q, &bytes, 1);
+    st = ck_read(c, i, &bytes, &qreg);
     if (st == RF_OK)
       sum += rf_format_checksum(f, c->checksum, t, &qreg, &b, &sreg, &bb);
+  }
+  if (st == RF_OK && f->global_scale) {
+    float g = 0;
+    rf_box one = {{0, 0}, {1, 1}};
+    rf_region greg = rf_region_row_major(&g, &one, 4);
+    st = ck_read(c, i + 2, &one, &greg);
+    sum += rf_format_global_checksum(c->checksum, t, g);
   }
   free(scales);
   free(q);
@@ -79,7 +92,7 @@ rf_status rf_checkpoint_format_checksums(const char *path, const rf_model *model
   if (st == RF_OK)
     rf_checkpoint_checksum_format(c, format);
   for (int i = 0; i < view.tensor_count && st == RF_OK; i++) {
-    if (role[i] == CK_ROLE_SCALE)
+    if (role[i] == CK_ROLE_SCALE || role[i] == CK_ROLE_GLOBAL)
       continue;
     const rf_tensor *t = &model->tensors[source[i]];
     fp8[source[i]] = role[i] == CK_ROLE_WEIGHT;

@@ -72,11 +72,13 @@ void rf_layout_free(rf_layout *lay) {
   free(lay->position);
   free(lay->slots);
   free(lay->rollout_tensors);
+  free(lay->global_leader);
   lay->trainer_split = NULL;
   lay->stage_first = NULL;
   lay->order = lay->position = NULL;
   lay->slots = NULL;
   lay->rollout_tensors = NULL;
+  lay->global_leader = NULL;
   lay->rollout_tensor_count = 0;
 }
 

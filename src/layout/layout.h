@@ -142,6 +142,9 @@ typedef struct {
   rf_rollout_slot *slots;           /* [tensor] */
   int rollout_tensor_count;
   rf_rollout_tensor *rollout_tensors;
+  /* A format with a global scale (nvfp4): per logical tensor, the first tensor of the model
+   * that shares its global (rf_layout_global_groups), -1 for tensors without one; else NULL. */
+  int *global_leader;
 } rf_layout;
 
 /* Checks that both layouts divide every tensor of the model and precomputes the splits.
@@ -190,7 +193,8 @@ const rf_format *rf_layout_format(const rf_layout *lay);
 /* Whether the rollout receives logical tensor `tensor` quantized to fp8. */
 int rf_layout_fp8(const rf_layout *lay, int tensor);
 /* Bytes per element of logical tensor `tensor` in the rollout's tensors: 1 where the rollout
- * receives it as fp8, else its own dtype's. */
+ * receives it quantized (for 4-bit elements: a byte of the byte tensor that packs them,
+ * rf_layout_rollout_bytes), else its own dtype's. */
 int rf_layout_rollout_esize(const rf_layout *lay, int tensor);
 /* The 128x128 blocks of the HF tensor's grid that a box touches (fp8's grid). */
 int64_t rf_layout_fp8_blocks(const rf_box *box);
@@ -199,6 +203,19 @@ int64_t rf_format_box_blocks(const rf_format *f, const rf_box *box);
 /* Whether every edge of a box lies on the HF tensor's block grid of the rollout's format (a
  * multiple of the block's edge, or the tensor's end), so that it holds whole blocks only. */
 int rf_layout_fp8_aligned(const rf_layout *lay, int tensor, const rf_box *box);
+
+/* The bytes of a box of logical tensor `tensor` in the rollout, as a box of a byte tensor: the
+ * box itself, or for a tensor the rollout receives in 4-bit elements its columns halved
+ * (rf_format_byte_box). A packed rollout tensor is a byte tensor [rows, cols/2] (u8, as vLLM
+ * holds NVFP4 and MXFP4 weights), and a member's column offset in it halves the same way. */
+rf_box rf_layout_rollout_bytes(const rf_layout *lay, int tensor, const rf_box *box);
+/* The global-scale groups of a format with a global scale (nvfp4): every linear weight of m
+ * gets in leader[t] the first tensor of m whose rollout tensor, and for a routed expert whose
+ * expert, it shares (q, k and v share qkv_proj's; gate and up gate_up_proj's; an expert's gate
+ * and up its row of w13_weight's; an expert's down its own), as vLLM keeps one weight_scale_2
+ * per parameter and ModelOpt's export gives fused members one; -1 for the other tensors. The
+ * checkpoint writer and the rollout group alike. */
+rf_status rf_layout_global_groups(const rf_model *m, int *leader);
 
 /* Whether a rollout rank's copy of the tensor serves every engine replica (an expert under
  * rollout ep lives on one rank of the whole rollout group) rather than its own replica only. */

@@ -1,7 +1,9 @@
-/* FP8 rollouts (docs/architecture.md, "FP8 rollouts"): which rollout tensors vLLM's block-FP8
- * (and MXFP8) layers hold as float8_e4m3fn, the scale tensor beside each (weight_scale_inv,
- * or mxfp8's E8M0 weight_scale), and the rule that no rollout shard cuts a block of the format
- * (128x128, or 1x32) of the Hugging Face tensor.
+/* Quantized rollouts (docs/architecture.md, "FP8 rollouts", "Quantized formats"): which
+ * rollout tensors vLLM's block-FP8 (and MXFP8, MXFP4, NVFP4) layers hold quantized
+ * (float8_e4m3fn, or e2m1 packed two a byte as u8 [rows, cols / 2]), the scale tensor beside
+ * each (weight_scale_inv, or weight_scale: row-major, or nvfp4's 128x4 tiles padded as vLLM
+ * swizzles them), nvfp4's weight_scale_2 after it, and the rule that no rollout shard cuts a
+ * block of the format (128x128, 1x32 or 1x16) of the Hugging Face tensor.
  *
  * The block grid is the HF tensor's, because that is the grid of an FP8 checkpoint and of the
  * reference quantizer: a rollout shard that started inside a block would hold part of a block
@@ -35,8 +37,7 @@ int rf_layout_fp8(const rf_layout *lay, int tensor) {
 }
 
 int rf_layout_rollout_esize(const rf_layout *lay, int tensor) {
-  return rf_layout_fp8(lay, tensor) ? rf_dtype_size(RF_DTYPE_FP8)
-                                    : rf_tensor_esize(&lay->model->tensors[tensor]);
+  return rf_layout_fp8(lay, tensor) ? 1 : rf_tensor_esize(&lay->model->tensors[tensor]);
 }
 
 int64_t rf_layout_fp8_blocks(const rf_box *b) {
@@ -143,65 +144,110 @@ static rf_status refuse_cut(const rf_layout *lay, int tensor) {
                  f->block_cols, lay->rollout.tp, fits);
 }
 
-/* The scale tensor of fp8 rollout tensor `w`, in vLLM's shapes: one scale per block of the
- * format, in its stored dtype (fp32, or an E8M0 byte), a fused tensor's members' blocks one
- * after another (`rows`: the sum of their block rows), and a stacked expert tensor's
- * [experts, block rows, block columns]. Its name is the weight's with the format's suffix:
- * `X.weight_scale_inv` (fp8) or `X.weight_scale` (mxfp8), as vLLM names them. */
-static rf_status scale_of(const rf_layout *lay, const rf_rollout_tensor *w, int index, int64_t rows,
-                          rf_rollout_tensor *s) {
-  const rf_format *f = rf_layout_format(lay);
-  const char *suffix = rf_format_rollout_scale_suffix(f);
+/* A tensor named after weight `w` with `suffix`, describing `index`'s weight. */
+static rf_status named_after(const rf_layout *lay, const rf_rollout_tensor *w, int index,
+                             const char *suffix, rf_rollout_tensor *s) {
   size_t len = strlen(w->name), slen = strlen(suffix);
   memset(s, 0, sizeof *s);
   if (len + slen + 1 > sizeof s->name)
     return rf_fail(RF_ERR_LAYOUT,
                    "--rollout-dtype %s: the scale of '%s' has a name longer than "
                    "%d characters; shorten the model's tensor names",
-                   f->name, w->name, RF_NAME_MAX - 1);
+                   rf_layout_format(lay)->name, w->name, RF_NAME_MAX - 1);
   memcpy(s->name, w->name, len);
   memcpy(s->name + len, suffix, slen + 1);
   s->scale_of = index;
+  return RF_OK;
+}
+
+/* The scale tensor of quantized rollout tensor `w` (`cols` its columns in elements), in vLLM's
+ * shapes: one scale per block of the format, in its stored dtype (fp32, or a byte), a fused
+ * tensor's members' blocks one after another (`rows`: the sum of their block rows), and a
+ * stacked expert tensor's [experts, block rows, block columns]. Scales in 128x4 tiles (nvfp4)
+ * take the grid padded to 128 rows and 4 columns, per expert for a stacked tensor, as vLLM's
+ * swizzle_blockscale leaves them. Its name is the weight's with the format's suffix:
+ * `X.weight_scale_inv` (fp8) or `X.weight_scale`, as vLLM names them. */
+static rf_status scale_of(const rf_layout *lay, const rf_rollout_tensor *w, int index, int64_t rows,
+                          int64_t cols, rf_rollout_tensor *s) {
+  const rf_format *f = rf_layout_format(lay);
+  RF_TRY(named_after(lay, w, index, rf_format_rollout_scale_suffix(f), s));
+  int tiles = f->scale_layout == RF_SCALE_SWIZZLED_128X4;
+  int64_t pad_rows = tiles ? 128 : 1, pad_cols = tiles ? 4 : 1;
+  int64_t grid_cols = (ceil_blocks(lay, 1, cols) + pad_cols - 1) / pad_cols * pad_cols;
   s->dtype = rf_format_scale_dtype(f);
   s->ndim = 2;
   if (w->vllm_ndim == 3) {
     s->vllm_ndim = 3;
     s->vllm_shape[0] = w->vllm_shape[0];
-    s->vllm_shape[1] = ceil_blocks(lay, 0, w->vllm_shape[1]);
-    s->vllm_shape[2] = ceil_blocks(lay, 1, w->vllm_shape[2]);
+    s->vllm_shape[1] = (ceil_blocks(lay, 0, w->vllm_shape[1]) + pad_rows - 1) / pad_rows * pad_rows;
+    s->vllm_shape[2] = grid_cols;
     s->shape[0] = s->vllm_shape[0] * s->vllm_shape[1];
     s->shape[1] = s->vllm_shape[2];
   } else {
     s->vllm_ndim = 2;
-    s->shape[0] = s->vllm_shape[0] = rows;
-    s->shape[1] = s->vllm_shape[1] = ceil_blocks(lay, 1, w->shape[1]);
+    s->shape[0] = s->vllm_shape[0] = (rows + pad_rows - 1) / pad_rows * pad_rows;
+    s->shape[1] = s->vllm_shape[1] = grid_cols;
   }
   s->numel = s->shape[0] * s->shape[1];
   s->bytes = s->numel * rf_dtype_size(s->dtype);
   return RF_OK;
 }
 
-/* The engine and the plan move e4m3 blocks of any shape with one scale each (fp32 or E8M0);
- * the 4-bit formats and NVFP4's global scale have their reference (format_ref.c) and
- * checkpoints, not yet a rollout. */
+/* The global scale of quantized rollout tensor `w` (nvfp4's `X.weight_scale_2`): fp32, one
+ * for a 2-D tensor, whose members share it, and one per local expert of a stacked one. */
+static rf_status global_of(const rf_layout *lay, const rf_rollout_tensor *w, int index,
+                           rf_rollout_tensor *g) {
+  RF_TRY(named_after(lay, w, index, rf_layout_format(lay)->rollout_global_suffix, g));
+  g->dtype = RF_DTYPE_FP32;
+  g->ndim = g->vllm_ndim = 1;
+  g->shape[0] = g->vllm_shape[0] = w->vllm_ndim == 3 ? w->vllm_shape[0] : 1;
+  g->shape[1] = 1;
+  g->numel = g->shape[0];
+  g->bytes = g->numel * rf_dtype_size(g->dtype);
+  return RF_OK;
+}
+
+/* A quantized rollout weight holds its elements as fp8 bytes, or packed two a byte as a u8
+ * tensor of half the columns, as vLLM's NVFP4 and MXFP4 layers create theirs. */
+static void pack_weight(const rf_format *f, rf_rollout_tensor *w) {
+  w->dtype = f->elem_bits == 4 ? RF_DTYPE_U8 : RF_DTYPE_FP8;
+  w->shape[1] = rf_format_row_bytes(f, w->shape[1]);
+  w->vllm_shape[w->vllm_ndim - 1] = rf_format_row_bytes(f, w->vllm_shape[w->vllm_ndim - 1]);
+  w->numel = w->shape[0] * w->shape[1];
+  w->bytes = w->numel * rf_dtype_size(w->dtype);
+}
+
+/* The engine and the plan move every format of the table in host memory (rf_format_moved);
+ * this stays for a format added to the table before the engine takes it. */
 static rf_status require_moved(const rf_format *f) {
   if (rf_format_moved(f))
     return RF_OK;
   char moved[128];
   rf_format_moved_names(moved, sizeof moved);
   return rf_fail(RF_ERR_UNSUPPORTED,
-                 "--rollout-dtype %s: refit moves formats of e4m3 blocks with one scale each "
-                 "into a rollout (%s); %s has its reference quantizer and checkpoints (refit "
-                 "checkpoint --dtype %s), not yet a rollout",
+                 "--rollout-dtype %s: refit moves %s into a rollout; %s has its reference "
+                 "quantizer and checkpoints (refit checkpoint --dtype %s), not yet a rollout",
                  f->name, moved, f->name, f->name);
+}
+
+rf_box rf_layout_rollout_bytes(const rf_layout *lay, int tensor, const rf_box *box) {
+  return rf_layout_fp8(lay, tensor) ? rf_format_byte_box(rf_layout_format(lay), box) : *box;
 }
 
 rf_status layout_init_fp8(rf_layout *lay) {
   const rf_model *m = lay->model;
-  RF_TRY(require_moved(rf_layout_format(lay)));
+  const rf_format *f = rf_layout_format(lay);
+  RF_TRY(require_moved(f));
   int cut_at = first_cut(lay);
   if (cut_at >= 0)
     return refuse_cut(lay, cut_at);
+  if (f->global_scale) {
+    lay->global_leader =
+        rf_calloc((size_t)m->tensor_count + 1, sizeof *lay->global_leader, "global scale groups");
+    if (!lay->global_leader)
+      return RF_ERR_NOMEM;
+    RF_TRY(rf_layout_global_groups(m, lay->global_leader));
+  }
   int n = lay->rollout_tensor_count;
   int64_t *rows = rf_calloc((size_t)n, sizeof *rows, "fp8 scale rows");
   int *fp8 = rf_calloc((size_t)n, sizeof *fp8, "fp8 rollout tensors");
@@ -232,9 +278,11 @@ rf_status layout_init_fp8(rf_layout *lay) {
     moved[i] = at++;
     if (!fp8[i])
       continue;
-    w->dtype = RF_DTYPE_FP8;
-    w->bytes = w->numel * rf_dtype_size(w->dtype);
-    st = scale_of(lay, w, moved[i], rows[i], &lay->rollout_tensors[at++]);
+    int64_t cols = w->shape[1]; /* in elements, before packing */
+    pack_weight(f, w);
+    st = scale_of(lay, w, moved[i], rows[i], cols, &lay->rollout_tensors[at++]);
+    if (st == RF_OK && f->global_scale)
+      st = global_of(lay, w, moved[i], &lay->rollout_tensors[at++]);
   }
   lay->rollout_tensor_count = at;
   for (int i = 0; i < m->tensor_count && st == RF_OK; i++)

@@ -162,27 +162,77 @@ static rf_status init_expert_group(rf_layout *lay) {
   return RF_OK;
 }
 
-/* The vLLM name of the tensor a logical tensor lands in. Fused: q/k/v -> qkv_proj, gate/up ->
- * gate_up_proj (also the shared experts'), q_a/kv_a -> fused_qkv_a_proj, routed experts ->
- * experts.w13_weight (gate, up) and experts.w2_weight (down). Every other name is kept. */
-static void rollout_name(const rf_model *m, const rf_tensor *t, char *out, size_t len) {
-  const char *from = NULL, *to = NULL, *suffix = strrchr(t->name, '.');
+/* The fused vLLM tensors: q/k/v -> qkv_proj, gate/up -> gate_up_proj (also the shared
+ * experts'), q_a/kv_a -> fused_qkv_a_proj, routed experts -> experts.w13_weight (gate, up) and
+ * experts.w2_weight (down); FUSED_NONE keeps its own name. */
+enum {
+  FUSED_NONE,
+  FUSED_QKV,
+  FUSED_GATE_UP,
+  FUSED_SHARED,
+  FUSED_QKV_A,
+  FUSED_W13,
+  FUSED_W2,
+  FUSED_N
+};
+
+static int fused_into(const rf_model *m, const rf_tensor *t) {
   rf_tensor_kind k = t->kind;
   if (k == RF_T_Q || k == RF_T_Q_BIAS || layout_is_kv(k))
-    from = "self_attn.", to = "qkv_proj";
-  else if (k == RF_T_GATE || k == RF_T_UP)
-    from = "mlp.", to = "gate_up_proj";
-  else if (k == RF_T_SHARED_GATE || k == RF_T_SHARED_UP)
-    from = "shared_experts.", to = "gate_up_proj";
-  else if ((k == RF_T_Q_A || k == RF_T_KV_A) && m->q_lora_rank)
-    from = "self_attn.", to = "fused_qkv_a_proj";
-  else if (t->expert >= 0)
-    from = "experts.", to = k == RF_T_EXPERT_DOWN ? "w2" : "w13", suffix = "_weight";
-  const char *at = from ? strstr(t->name, from) : NULL;
+    return FUSED_QKV;
+  if (k == RF_T_GATE || k == RF_T_UP)
+    return FUSED_GATE_UP;
+  if (k == RF_T_SHARED_GATE || k == RF_T_SHARED_UP)
+    return FUSED_SHARED;
+  if ((k == RF_T_Q_A || k == RF_T_KV_A) && m->q_lora_rank)
+    return FUSED_QKV_A;
+  if (t->expert >= 0)
+    return k == RF_T_EXPERT_DOWN ? FUSED_W2 : FUSED_W13;
+  return FUSED_NONE;
+}
+
+/* The vLLM name of the tensor a logical tensor lands in (fused_into). */
+static void rollout_name(const rf_model *m, const rf_tensor *t, char *out, size_t len) {
+  static const char *const from[FUSED_N] = {
+      NULL, "self_attn.", "mlp.", "shared_experts.", "self_attn.", "experts.", "experts."};
+  static const char *const to[FUSED_N] = {
+      NULL, "qkv_proj", "gate_up_proj", "gate_up_proj", "fused_qkv_a_proj", "w13", "w2"};
+  int f = fused_into(m, t);
+  const char *suffix = f == FUSED_W13 || f == FUSED_W2 ? "_weight" : strrchr(t->name, '.');
+  const char *at = f ? strstr(t->name, from[f]) : NULL;
   if (!at)
     snprintf(out, len, "%s", t->name);
   else
-    snprintf(out, len, "%.*s%s%s%s", (int)(at - t->name), t->name, from, to, suffix);
+    snprintf(out, len, "%.*s%s%s%s", (int)(at - t->name), t->name, from[f], to[f], suffix);
+}
+
+rf_status rf_layout_global_groups(const rf_model *m, int *leader) {
+  /* The first member seen of each fused tensor of the current layer, per expert (slot 0 for
+   * tensors that are no expert's): fused members all belong to one layer, and a layer's
+   * tensors follow each other in the model. */
+  size_t per = (size_t)m->experts + 1;
+  int *first = rf_malloc((size_t)FUSED_N * per * sizeof *first, "global scale groups");
+  if (!first)
+    return RF_ERR_NOMEM;
+  int layer = -2;
+  for (int i = 0; i < m->tensor_count; i++) {
+    const rf_tensor *t = &m->tensors[i];
+    leader[i] = -1;
+    if (!rf_tensor_kind_is_linear(t->kind))
+      continue;
+    if (t->layer != layer) {
+      layer = t->layer;
+      for (size_t j = 0; j < (size_t)FUSED_N * per; j++)
+        first[j] = -1;
+    }
+    int f = fused_into(m, t);
+    int *at = &first[(size_t)f * per + (size_t)(t->expert + 1)];
+    if (f == FUSED_NONE || *at < 0)
+      *at = i;
+    leader[i] = f == FUSED_NONE ? i : *at;
+  }
+  free(first);
+  return RF_OK;
 }
 
 /* The shape of a new rollout tensor, in refit's 2-D view and vLLM's own. */
@@ -268,9 +318,10 @@ rf_status layout_init_rollout(rf_layout *lay) {
   const rf_model *m = lay->model;
   RF_TRY(init_expert_group(lay));
   RF_TRY(layout_check_rollout(lay));
-  /* Room for a weight_scale_inv beside every tensor, which fp8 rollouts add (layout_fp8.c). */
+  /* Room for a scale and a global scale beside every tensor, which quantized rollouts add
+   * (layout_fp8.c). */
   lay->rollout_tensors =
-      rf_calloc(2 * (size_t)m->tensor_count, sizeof *lay->rollout_tensors, "rollout tensors");
+      rf_calloc(3 * (size_t)m->tensor_count, sizeof *lay->rollout_tensors, "rollout tensors");
   lay->slots = rf_calloc((size_t)m->tensor_count, sizeof *lay->slots, "rollout slots");
   if (!lay->rollout_tensors || !lay->slots)
     return RF_ERR_NOMEM;

@@ -44,7 +44,7 @@ rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece) {
 }
 
 int64_t rf_format_min_bucket(const rf_format *f) {
-  return (int64_t)f->block_rows * f->block_cols * rf_dtype_size(RF_DTYPE_FP8) + f->scale_bytes;
+  return (int64_t)f->block_rows * rf_format_row_bytes(f, f->block_cols) + f->scale_bytes;
 }
 
 int rf_piece_carries_fp8(const rf_plan *plan, const rf_piece *piece) {
@@ -55,7 +55,7 @@ int rf_piece_carries_fp8(const rf_plan *plan, const rf_piece *piece) {
 int64_t rf_piece_wire_bytes(const rf_plan *plan, const rf_piece *piece, const rf_box *box) {
   const rf_format *f = rf_layout_format(plan->layout);
   if (rf_piece_carries_fp8(plan, piece))
-    return rf_box_numel(box) * rf_dtype_size(RF_DTYPE_FP8) +
+    return (box->hi[0] - box->lo[0]) * rf_format_row_bytes(f, box->hi[1] - box->lo[1]) +
            rf_format_box_blocks(f, box) * f->scale_bytes;
   return rf_box_numel(box) * rf_tensor_esize(&plan->layout->model->tensors[piece->tensor]);
 }

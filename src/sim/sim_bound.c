@@ -148,7 +148,8 @@ static rf_status count_tensor(bound_ctx *b, int t, int *ranks) {
     return RF_OK;
   int64_t esize = rf_layout_rollout_esize(lay, t);
   for (int i = b->ntrainer; i < b->nbox; i++) {
-    int64_t bytes = rf_box_numel(&b->box[i]) * esize;
+    rf_box held = rf_layout_rollout_bytes(lay, t, &b->box[i]); /* packed 4-bit: half */
+    int64_t bytes = rf_box_numel(&held) * esize;
     b->writes[place_of(b, b->world[i])] += bytes;
     b->all_writes += bytes;
   }

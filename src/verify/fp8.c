@@ -185,11 +185,23 @@ static rf_dtype scale_walk_dtype(const rf_format *f) {
   return f->scale_bytes == 4 ? RF_DTYPE_FP32 : RF_DTYPE_FP8;
 }
 
+/* The quantized bytes as a tensor of their own for the checksum walk: the tensor itself for
+ * 8-bit elements, [rows, cols/2] bytes for 4-bit ones, whose bytes are summed at their
+ * indices in the packed tensor (layout-invariant, since every part starts on an even column). */
+static rf_tensor byte_tensor_of(const rf_format *f, const rf_tensor *t) {
+  rf_tensor b = *t;
+  b.shape[1] = rf_format_row_bytes(f, t->shape[1]);
+  b.numel = b.shape[0] * b.shape[1];
+  b.bytes = b.numel;
+  return b;
+}
+
 uint64_t rf_format_checksum(const rf_format *f, rf_checksum_scheme scheme, const rf_tensor *t,
                             const rf_region *q, const rf_box *held, const rf_region *scale,
                             const rf_box *blocks) {
-  rf_tensor st = scale_tensor_of(f, t);
-  return rf_checksum_region_as(scheme, q, held, t, RF_DTYPE_FP8) +
+  rf_tensor st = scale_tensor_of(f, t), bt = byte_tensor_of(f, t);
+  rf_box bytes = rf_format_byte_box(f, held);
+  return rf_checksum_region_as(scheme, q, &bytes, &bt, RF_DTYPE_FP8) +
          rf_checksum_region_as(scheme, scale, blocks, &st, scale_walk_dtype(f));
 }
 
@@ -201,11 +213,12 @@ uint64_t rf_fp8_checksum(rf_checksum_scheme scheme, const rf_tensor *t, const rf
 rf_status rf_format_checksum_on(const rf_format *f, rf_mem_kind kind, const rf_tensor *t,
                                 const rf_region *q, const rf_box *held, const rf_region *scale,
                                 const rf_box *blocks, uint64_t *sum) {
-  rf_tensor st = scale_tensor_of(f, t);
-  uint64_t bytes = 0, scales = 0;
-  RF_TRY(rf_checksum_region_on(kind, q, held, t, RF_DTYPE_FP8, &bytes));
+  rf_tensor st = scale_tensor_of(f, t), bt = byte_tensor_of(f, t);
+  rf_box bytes = rf_format_byte_box(f, held);
+  uint64_t sum_bytes = 0, scales = 0;
+  RF_TRY(rf_checksum_region_on(kind, q, &bytes, &bt, RF_DTYPE_FP8, &sum_bytes));
   RF_TRY(rf_checksum_region_on(kind, scale, blocks, &st, scale_walk_dtype(f), &scales));
-  *sum = bytes + scales;
+  *sum = sum_bytes + scales;
   return RF_OK;
 }
 
@@ -213,4 +226,17 @@ rf_status rf_fp8_checksum_on(rf_mem_kind kind, const rf_tensor *t, const rf_regi
                              const rf_box *held, const rf_region *scale, const rf_box *blocks,
                              uint64_t *sum) {
   return rf_format_checksum_on(rf_format_of(RF_FORMAT_FP8), kind, t, q, held, scale, blocks, sum);
+}
+
+uint64_t rf_format_global_checksum(rf_checksum_scheme scheme, const rf_tensor *t, float global) {
+  rf_tensor g;
+  memset(&g, 0, sizeof g);
+  g.id = (int32_t)(((uint32_t)t->id & 0x3fffffffu) | 0x40000000u);
+  g.ndim = 1;
+  g.shape[0] = g.shape[1] = g.numel = 1;
+  g.dtype = RF_DTYPE_FP32;
+  g.bytes = 4;
+  rf_box one = {{0, 0}, {1, 1}};
+  rf_region r = rf_region_row_major(&global, &one, 4);
+  return rf_checksum_region_as(scheme, &r, &one, &g, RF_DTYPE_FP32);
 }

@@ -142,13 +142,21 @@ rf_status rf_fp8_checksum_on(rf_mem_kind kind, const rf_tensor *t, const rf_regi
                              const rf_box *held, const rf_region *scale, const rf_box *blocks,
                              uint64_t *sum);
 /* The same two sums for a rollout tensor of any moved format f (format.h): the block grid is
- * f's and each scale is summed at its stored size (fp32 words, or E8M0 bytes summed as the fp8
- * bytes are); rf_fp8_checksum and rf_fp8_checksum_on are these with fp8's format. */
+ * f's and each scale is summed at its stored size (fp32 words, or E8M0 and e4m3 bytes summed as
+ * the fp8 bytes are); rf_fp8_checksum and rf_fp8_checksum_on are these with fp8's format. For
+ * 4-bit elements `q` holds the packed bytes of `held` (its box rf_format_byte_box(f, held)),
+ * summed at their indices in the [rows, cols/2] byte tensor; `scale` is row-major. */
 uint64_t rf_format_checksum(const rf_format *f, rf_checksum_scheme scheme, const rf_tensor *t,
                             const rf_region *q, const rf_box *held, const rf_region *scale,
                             const rf_box *blocks);
 rf_status rf_format_checksum_on(const rf_format *f, rf_mem_kind kind, const rf_tensor *t,
                                 const rf_region *q, const rf_box *held, const rf_region *scale,
                                 const rf_box *blocks, uint64_t *sum);
+/* A format with a global scale (nvfp4): the checksum term of tensor t's global, one fp32 at
+ * index 0 under tensor id (id mod 2^30) | 2^30, an id neither a weight nor a scale has. Each
+ * member of a fused group carries the group's global (rf_layout_global_groups), and its term is
+ * added once per tensor: by the rollout rank whose part starts at element (0, 0), and by the
+ * checkpoint's sum of the tensor. */
+uint64_t rf_format_global_checksum(rf_checksum_scheme scheme, const rf_tensor *t, float global);
 
 #endif

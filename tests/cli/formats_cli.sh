@@ -2,8 +2,8 @@
 # format in its ecosystem's names, dtypes and shapes, and numpy, quantizing the bf16 checkpoint
 # of the same weights by each rule with code of its own, agrees on every byte and scale;
 # fp8-ue8m0 moves through refit run in every mode and checks against its own checkpoint (and
-# not against fp8's), as mxfp8 does in host memory with every plan, dense and MoE, mpi and shm;
-# the formats the engine does not move yet are refused in one line.
+# not against fp8's), as mxfp8 does in host memory with every plan, dense and MoE, mpi and shm,
+# and the 4-bit formats (mxfp4, nvfp4) in host memory; in GPU memory those are refused.
 . "$(dirname "$0")/lib.sh"
 small="$REFIT_SOURCE_DIR/tests/data/fp8-small.json"
 
@@ -16,7 +16,7 @@ expect_grep "wrote $TMP/small-nvfp4.safetensors: fp8-small, 12 tensors, 894492 b
 PY=/usr/bin/python3
 "$PY" -c "import numpy" || fail "numpy is missing for $PY (make deps installs python3-numpy)"
 "$PY" - "$TMP" <<'PYEOF' || fail "a format checkpoint is not numpy's quantization of the bf16 one"
-import json, struct, sys
+import json, re, struct, sys
 import numpy as np
 
 tmp = sys.argv[1]
@@ -64,7 +64,18 @@ def floor_exp(a):
     m, e = np.frexp(a.astype(np.float64))
     return np.where(a > 0, e - 1, -127)
 
-def quantize(x, fmt):
+def global_group(name, names):
+    """The tensors that share nvfp4's global scale, as one vLLM parameter's weight_scale_2:
+    q/k/v (qkv_proj); gate/up (gate_up_proj, the shared experts' too, and each expert's w13:
+    Mixtral's w1/w3); q_a/kv_a where q_a_proj exists (fused_qkv_a_proj)."""
+    g = re.sub(r"\.(q_proj|k_proj|v_proj)\.weight$", ".qkv", name)
+    g = re.sub(r"\.(gate_proj|up_proj|w1|w3)\.weight$", ".gate_up", g)
+    if any(".q_a_proj." in n for n in names):
+        g = re.sub(r"\.(q_a_proj|kv_a_proj_with_mqa)\.weight$", ".fused_qkv_a", g)
+    return g
+
+def quantize(x, fmt, t=None):
+    """t: the maximum |x| over x's global-scale group (nvfp4)."""
     rows, cols = x.shape
     if fmt in ("fp8", "fp8-ue8m0"):
         b = x.reshape(rows // 128, 128, cols // 128, 128).transpose(0, 2, 1, 3)
@@ -84,7 +95,6 @@ def quantize(x, fmt):
     values, sign = (E2M1, 0x8) if "fp4" in fmt else (E4M3, 0x80)
     emax = 2 if "fp4" in fmt else 8
     if fmt == "nvfp4":
-        t = np.abs(x).max()
         g = t / f32(2688) if t > 0 else f32(1)
         sc = encode(amax / (f32(6) * g), E4M3, 0x80)
         sc = np.where(amax == 0, 0x38, np.where(sc & 0x7f == 0, 1, sc)).astype(np.uint8)
@@ -105,6 +115,17 @@ def quantize(x, fmt):
 
 head, data = load(tmp + "/small.safetensors")
 linear = [k for k in head if k.endswith("proj.weight")]
+
+def weights(name):
+    e = head[name]
+    a, b = e["data_offsets"]
+    x = (np.frombuffer(data[a:b], dtype=np.uint16).astype(np.uint32) << 16).view(f32)
+    return x.reshape(e["shape"])
+
+group_amax = {}
+for name in linear:
+    g = global_group(name, linear)
+    group_amax[g] = max(group_amax.get(g, f32(0)), np.abs(weights(name)).max())
 names = {
     "fp8": (".weight", "F8_E4M3", ".weight_scale_inv", "F32", None),
     "fp8-ue8m0": (".weight", "F8_E4M3", ".weight_scale_inv", "F32", None),
@@ -119,12 +140,9 @@ for fmt, (wsuf, wdt, ssuf, sdt, gsuf) in names.items():
     qh, qd = load("%s/small-%s.safetensors" % (tmp, fmt))
     assert len(qh) == len(head) + len(linear) * (2 if gsuf else 1), (fmt, len(qh))
     for name in linear:
-        e = head[name]
-        a, b = e["data_offsets"]
-        x = (np.frombuffer(data[a:b], dtype=np.uint16).astype(np.uint32) << 16).view(f32)
-        x = x.reshape(e["shape"])
-        rows, cols = e["shape"]
-        out = quantize(x, fmt)
+        x = weights(name)
+        rows, cols = x.shape
+        out = quantize(x, fmt, group_amax[global_group(name, linear)])
         p = name[: -len(".weight")]
         width = cols // 2 if "fp4" in fmt else cols
         bs = (128, 128) if fmt.startswith("fp8") else (1, 16 if fmt == "nvfp4" else 32)
@@ -188,6 +206,43 @@ expect_grep "6 tensors quantized at the source, 1 at the destination" "$TMP/out"
 expect_error 2 "refit: error: --rollout-dtype mxfp8: tensor 'model.layers.0.mlp.down_proj.weight' [128, 192] is cut inside a 1x32 block by rollout tp=4; use tp=1 or 2" \
   "$REFIT" plan --model "$cut" --rollout tp=4 --rollout-dtype mxfp8
 
-expect_error 2 "refit: error: --rollout-dtype mxfp4: refit moves formats of e4m3 blocks with one scale each into a rollout (fp8, fp8-ue8m0, mxfp8, mxfp8-floor); mxfp4 has its reference quantizer and checkpoints (refit checkpoint --dtype mxfp4), not yet a rollout" \
-  "$REFIT" plan --model "$small" --rollout-dtype mxfp4
+# The 4-bit formats move in host memory: e2m1 two a byte (u8 [rows, cols / 2]), mxfp4's E8M0
+# scales row-major, nvfp4's e4m3 scales in 128x4 tiles and its weight_scale_2, one global per
+# fused tensor agreed over MPI. nvfp4 in every mode over mpi, checked in full, then against its
+# own checkpoint (the file's globals are the fused groups' too): 327680 packed bytes and
+# 40960 scale bytes of 655360 elements.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
+  --rollout-dtype nvfp4 --mode unfused,grouped,fused --iters 1 --output "$TMP/nvfp4.h5"
+[ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "nvfp4: not 3 verified rows"
+expect_grep "rollout tp=2 (nvfp4, block-quantized; wire 896000 bytes, 7 tensors quantized at the source, 0 at the destination)" "$TMP/out"
+expect_exit 0 "$REFIT" verify "$TMP/nvfp4.h5" --checkpoint "$TMP/small-nvfp4.safetensors"
+expect_grep "against $TMP/small-nvfp4.safetensors: 0 of 12 tensors differ" "$TMP/out"
+# mxfp4 over shm from JAX order (every block quantized on the rollout ranks), fanout's forward
+# pieces carrying packed bytes and scales, against its checkpoint.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=1,tp=2 --trainer-order jax \
+  --rollout tp=1,dp=2 --plan fanout --transport shm --rollout-dtype mxfp4 --mode grouped,fused --iters 1 \
+  --output "$TMP/mxfp4.h5"
+[ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 2 ] || fail "mxfp4: not 2 verified rows"
+expect_grep "0 tensors quantized at the source, 7 at the destination" "$TMP/out"
+expect_exit 0 "$REFIT" verify "$TMP/mxfp4.h5" --checkpoint "$TMP/small-mxfp4.safetensors"
+expect_grep "against $TMP/small-mxfp4.safetensors: 0 of 12 tensors differ" "$TMP/out"
+# A MoE with MLA (fused_qkv_a_proj shares one global; w13_weight one per expert, gate and up
+# sharing it; scales in tiles per expert): trainer ep to rollout ep, then star by checksums, and
+# its checkpoint.
+expect_exit 0 "$REFIT" checkpoint --model tiny-deepseek --dtype nvfp4 --checkpoint "$TMP/ds-nvfp4.safetensors"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny-deepseek --trainer fsdp=1,ep=2 --rollout tp=2,ep \
+  --rollout-dtype nvfp4 --mode grouped --iters 1 --output "$TMP/ds-nvfp4.h5"
+expect_grep "  full            0        ok" "$TMP/out"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny-deepseek --trainer fsdp=2 --rollout tp=2 --plan star \
+  --rollout-dtype nvfp4 --mode fused --verify checksum --iters 1 --output "$TMP/ds-nvfp4.h5"
+expect_grep " checksum            -        ok" "$TMP/out"
+expect_exit 0 "$REFIT" verify "$TMP/ds-nvfp4.h5" --checkpoint "$TMP/ds-nvfp4.safetensors"
+expect_grep "against $TMP/ds-nvfp4.safetensors: 0 of 67 tensors differ" "$TMP/out"
+# A flipped byte is found.
+expect_exit 1 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
+  --rollout-dtype nvfp4 --iters 1 --inject corrupt --output "$TMP/nvfp4-bad.h5"
+expect_grep "# FAIL: verification failed in mode grouped" "$TMP/out"
+# In GPU memory the 4-bit formats are refused in one line, before MPI.
+expect_error 2 "refit: error: --rollout-dtype nvfp4 moves in host memory only: the GPU kernels take fp8, fp8-ue8m0, mxfp8, mxfp8-floor; use --memory host (transport mpi or shm), or one of those formats on the GPU" \
+  "$REFIT" run --model "$small" --rollout-dtype nvfp4 --memory device --output "$TMP/gpu.h5"
 finish
