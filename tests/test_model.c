@@ -282,10 +282,10 @@ static void test_errors(void) {
   expect_error("/nonexistent/config.json", "model '/nonexistent/config.json': cannot read: ");
   expect_error(tmpdir, "is a directory");
 
-  const char *p = write_tmp("bad-type.json", "{\"model_type\": \"gpt_oss\"}");
-  expect_error(p, "model_type 'gpt_oss' is not supported; supported: llama, mistral, qwen2, "
+  const char *p = write_tmp("bad-type.json", "{\"model_type\": \"mamba\"}");
+  expect_error(p, "model_type 'mamba' is not supported; supported: llama, mistral, qwen2, "
                   "qwen3, gemma, gemma2, gemma3_text, mixtral, qwen3_moe, deepseek_v2, "
-                  "deepseek_v3");
+                  "deepseek_v3, gpt_oss");
   p = write_tmp("no-type.json", "{\"hidden_size\": 8}");
   expect_error(p, "key 'model_type' is missing or not a string");
   p = write_tmp("no-hidden.json", "{\"model_type\": \"llama\", \"vocab_size\": 512,"

@@ -363,7 +363,8 @@ static void test_errors(void) {
                                             " \"model_type\": \"foo\"}");
   expect_error(p, "neither.json: architecture 'FooForCausalLM' (model_type 'foo') is not "
                   "supported; supported: the HF classes of llama, mistral, qwen2, qwen3, gemma, "
-                  "gemma2, gemma3_text, mixtral, qwen3_moe, deepseek_v2, deepseek_v3");
+                  "gemma2, gemma3_text, mixtral, qwen3_moe, deepseek_v2, deepseek_v3, "
+                  "gpt_oss");
   p = write_tmp("archs.json", "{\"architectures\": \"LlamaForCausalLM\"}");
   expect_error(p, "archs.json: key 'architectures' must be a list of HF class names, such as "
                   "[\"LlamaForCausalLM\"]");

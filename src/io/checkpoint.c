@@ -65,6 +65,49 @@ rf_status ck_fail_shape(const char *file, const rf_tensor *t, int ndim, const in
                  file, t->name, got, want);
 }
 
+rf_status ck_fail_entry_shape(const char *file, const ck_entry *e, int ndim, const int64_t *shape) {
+  char got[128], want[96];
+  format_shape(got, sizeof got, RF_MIN(ndim, 8), shape);
+  format_shape(want, sizeof want, e->ndim, e->shape);
+  return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s has shape %s, the model needs %s",
+                 file, e->name, got, want);
+}
+
+void ck_entry_of(const rf_model *m, const rf_tensor *t, ck_entry *out) {
+  memset(out, 0, sizeof *out);
+  out->name = t->name;
+  out->ndim = t->ndim;
+  out->shape[0] = t->shape[0];
+  out->shape[1] = t->shape[1];
+  out->bytes = t->bytes;
+  out->declares = 1;
+  if (!rf_model_stack(m, t, &out->stack))
+    return;
+  out->name = out->stack.name;
+  out->ndim = out->stack.ndim;
+  memcpy(out->shape, out->stack.shape, sizeof out->shape);
+  out->bytes = out->stack.members * t->bytes;
+  out->declares = out->stack.member == 0;
+  out->member = out->stack.member;
+  out->transposed = out->stack.transposed;
+}
+
+rf_status ck_check_stacks(const rf_model *m, int first, int last) {
+  for (int i = first; i < last; i++) {
+    ck_entry e, prev;
+    ck_entry_of(m, &m->tensors[i], &e);
+    if (e.member == 0)
+      continue;
+    if (i > first)
+      ck_entry_of(m, &m->tensors[i - 1], &prev);
+    if (i == first || prev.member != e.member - 1 || strcmp(prev.name, e.name) != 0)
+      return rf_fail(RF_ERR_INTERNAL,
+                     "checkpoint: tensor %s is member %lld of %s but does not follow member %lld",
+                     m->tensors[i].name, (long long)e.member, e.name, (long long)e.member - 1);
+  }
+  return RF_OK;
+}
+
 /* The model's first linear weight, whose dtype in the file (it passed) says which kind of
  * checkpoint the file is: block-FP8 or not. */
 static const rf_tensor *first_linear(const rf_model *m) {
@@ -235,12 +278,40 @@ rf_status ck_generate(const rf_tensor *t, uint64_t seed, ck_emit_fn emit, void *
   return st;
 }
 
+rf_status ck_generate_stored(const rf_model *m, const rf_tensor *t, uint64_t seed, ck_emit_fn emit,
+                             void *ctx) {
+  ck_entry e;
+  ck_entry_of(m, t, &e);
+  if (!e.transposed)
+    return ck_generate(t, seed, emit, ctx);
+  /* Columns c0..c1 of the logical tensor, written as that many rows of the file. */
+  int es = rf_tensor_esize(t);
+  int64_t cols = RF_MIN(ck_batch_rows(t, t->shape[0], es), t->shape[1]);
+  size_t cap = (size_t)(cols * t->shape[0] * es);
+  char *buf = rf_malloc(cap ? cap : 1, "a batch of checkpoint columns");
+  if (!buf)
+    return RF_ERR_NOMEM;
+  rf_status st = RF_OK;
+  for (int64_t c0 = 0; c0 < t->shape[1] && st == RF_OK; c0 += cols) {
+    int64_t c1 = RF_MIN(c0 + cols, t->shape[1]);
+    rf_box b = {{0, c0}, {t->shape[0], c1}};
+    rf_region reg = rf_region_transposed(buf, &b, es);
+    rf_fill_region(&reg, &b, t, seed, t->dtype);
+    st = emit(ctx, t, c0, c1, buf, (size_t)((c1 - c0) * t->shape[0] * es));
+  }
+  free(buf);
+  return st;
+}
+
 int ck_shard_plan(const rf_model *model, int64_t shard_size, int *shard_of) {
   int shard = 0;
   int64_t used = 0;
   for (int i = 0; i < model->tensor_count; i++) {
     int64_t b = model->tensors[i].bytes;
-    if (used > 0 && used + b > shard_size)
+    ck_entry e;
+    ck_entry_of(model, &model->tensors[i], &e);
+    /* A stacked entry is one tensor of the file: its members stay in member 0's shard. */
+    if (used > 0 && e.member == 0 && used + e.bytes > shard_size)
       shard++, used = 0;
     shard_of[i] = shard;
     used += b;

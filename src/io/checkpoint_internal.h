@@ -34,8 +34,9 @@ struct rf_checkpoint {
   /* safetensors: every file opened once, and where each model tensor starts. */
   int file_count;
   ck_file *files;
-  int *tensor_file;       /* [tensor] index into files */
-  int64_t *tensor_offset; /* [tensor] absolute byte offset of element 0 */
+  int *tensor_file;                 /* [tensor] index into files */
+  int64_t *tensor_offset;           /* [tensor] absolute byte offset of element 0 */
+  unsigned char *tensor_transposed; /* [tensor] stored [in, out] in a stacked entry */
 
   /* HDF5: the file, and each tensor's dataset and its file type (hid_t values; the type is
    * also the memory type of every read, so HDF5 copies the bits without converting). */
@@ -125,6 +126,32 @@ void ck_abandon(const char *tmp);
 typedef rf_status (*ck_emit_fn)(void *ctx, const rf_tensor *t, int64_t row0, int64_t row1,
                                 const void *data, size_t bytes);
 rf_status ck_generate(const rf_tensor *t, uint64_t seed, ck_emit_fn emit, void *ctx);
+/* The same in the order the file stores it: a member of a stacked entry that is stored
+ * transposed (rf_model_stack) is streamed column batch by column batch, each column of the
+ * logical tensor one row of the file (row0, row1 then count columns). */
+rf_status ck_generate_stored(const rf_model *m, const rf_tensor *t, uint64_t seed, ck_emit_fn emit,
+                             void *ctx);
+
+/* ---- stacked entries (rf_model_stack) ----------------------------------------------------- */
+
+/* The name, shape and bytes under which tensor t is stored: its own, or its stacked entry's
+ * (which only member 0 declares: *declares is 0 for the other members). */
+typedef struct {
+  const char *name;
+  int ndim;
+  int64_t shape[3];
+  int64_t bytes;
+  int declares;
+  int64_t member; /* its place in the entry, 0 for a tensor of its own */
+  int transposed;
+  rf_stack stack; /* holds the entry's name */
+} ck_entry;
+void ck_entry_of(const rf_model *m, const rf_tensor *t, ck_entry *out);
+/* RF_OK when the members of every stacked entry among tensors [first, last) follow each other
+ * from member 0, as the writers lay them out; else an internal error naming the tensor. */
+rf_status ck_check_stacks(const rf_model *m, int first, int last);
+/* "checkpoint 'F': tensor X has shape [a, b, c], the model needs [d, e, f]" for an entry. */
+rf_status ck_fail_entry_shape(const char *file, const ck_entry *e, int ndim, const int64_t *shape);
 
 /* Streams tensor i of the model being written through `emit`; `gen` is the generator's own
  * state. ck_st_write_file writes one safetensors file of every tensor of `m` with it (the

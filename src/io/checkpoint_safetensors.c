@@ -108,14 +108,18 @@ static int get_int(json_t *a, size_t i, int64_t *out) {
 }
 
 /* Checks tensor t's entry in file fi's header and records where its data starts. */
+/* A member of a stacked entry (rf_model_stack) is checked against the entry's header entry and
+ * lies at its member's place in it. */
 static rf_status check_tensor(rf_checkpoint *c, int fi, json_t *header, const rf_tensor *t) {
   const ck_file *f = &c->files[fi];
-  json_t *e = json_object_get(header, t->name);
+  ck_entry entry;
+  ck_entry_of(c->model, t, &entry);
+  json_t *e = json_object_get(header, entry.name);
   if (!e)
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s is missing; is it a checkpoint of model %s? refit "
                    "checkpoint writes a complete one",
-                   f->path, t->name, c->model->name);
+                   f->path, entry.name, c->model->name);
   json_t *dtype = json_object_get(e, "dtype"), *shape = json_object_get(e, "shape"),
          *offsets = json_object_get(e, "data_offsets");
   int64_t dims[8], begin, end;
@@ -134,21 +138,28 @@ static rf_status check_tensor(rf_checkpoint *c, int fi, json_t *header, const rf
   int readable = ck_dtype_from_tag(json_string_value(dtype), &dt);
   if (!readable || dt != t->dtype)
     return ck_fail_dtype(c, f->path, t, json_string_value(dtype), readable);
-  if (!ck_shape_matches(t, ndim, dims))
+  int stacked = entry.name != t->name;
+  if (!stacked && !ck_shape_matches(t, ndim, dims))
     return ck_fail_shape(f->path, t, ndim, dims);
+  int same = ndim == entry.ndim;
+  for (int d = 0; stacked && same && d < ndim; d++)
+    same = dims[d] == entry.shape[d];
+  if (stacked && !same)
+    return ck_fail_entry_shape(f->path, &entry, ndim, dims);
   int64_t a = f->data_start + begin, b = f->data_start + end;
-  if (end - begin != t->bytes)
+  if (end - begin != entry.bytes)
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64 ") holds %" PRId64
                    " bytes, its shape and dtype need %" PRId64,
-                   f->path, t->name, a, b, end - begin, t->bytes);
+                   f->path, entry.name, a, b, end - begin, entry.bytes);
   if (b > f->size)
     return rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s data [%" PRId64 ", %" PRId64
                    ") ends beyond the file's %" PRId64 " bytes (truncated)",
                    f->path, t->name, a, b, f->size);
   c->tensor_file[t->id] = fi;
-  c->tensor_offset[t->id] = a;
+  c->tensor_offset[t->id] = a + entry.member * t->bytes;
+  c->tensor_transposed[t->id] = (unsigned char)entry.transposed;
   return RF_OK;
 }
 
@@ -192,7 +203,8 @@ static rf_status alloc_maps(rf_checkpoint *c) {
   size_t n = (size_t)RF_MAX(c->model->tensor_count, 1);
   c->tensor_file = rf_malloc(n * sizeof *c->tensor_file, "the checkpoint tensor map");
   c->tensor_offset = rf_calloc(n, sizeof *c->tensor_offset, "the checkpoint tensor map");
-  if (!c->tensor_file || !c->tensor_offset)
+  c->tensor_transposed = rf_calloc(n, 1, "the checkpoint tensor map");
+  if (!c->tensor_file || !c->tensor_offset || !c->tensor_transposed)
     return RF_ERR_NOMEM;
   for (int i = 0; i < c->model->tensor_count; i++)
     c->tensor_file[i] = -1;
@@ -241,26 +253,28 @@ static rf_status open_sharded(rf_checkpoint *c, const char *dir, const char *ind
   rf_status st = alloc_maps(c);
   for (int i = 0; st == RF_OK && i < c->model->tensor_count; i++) {
     const rf_tensor *t = &c->model->tensors[i];
-    json_t *file = json_object_get(map, t->name);
+    ck_entry entry;
+    ck_entry_of(c->model, t, &entry);
+    json_t *file = json_object_get(map, entry.name);
     if (!file) {
       st = rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': tensor %s is missing; is it a checkpoint of model %s? refit "
                    "checkpoint writes a complete one",
-                   index_path, t->name, c->model->name);
+                   index_path, entry.name, c->model->name);
       break;
     }
     if (!json_is_string(file)) {
       st = rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': the weight_map entry of tensor %s is "
                    "not a file name",
-                   index_path, t->name);
+                   index_path, entry.name);
       break;
     }
     if (!is_shard_name(json_string_value(file))) {
       st = rf_fail(RF_ERR_CHECKPOINT,
                    "checkpoint '%s': the weight_map entry of tensor %s is '%s', which is not a "
                    "file beside the index; shards must sit in the checkpoint's directory",
-                   index_path, t->name, json_string_value(file));
+                   index_path, entry.name, json_string_value(file));
       break;
     }
     char path[CK_PATH_MAX * 2];
@@ -350,14 +364,38 @@ void ck_st_close(rf_checkpoint *c) {
   free(c->files);
   free(c->tensor_file);
   free(c->tensor_offset);
+  free(c->tensor_transposed);
 }
 
 /* ---- reading ------------------------------------------------------------------------------ */
+
+/* A member stored transposed ([in, out]): each column of the box is one run of the file, read
+ * into a buffer of the box's transpose and turned over into `out`. */
+static rf_status read_transposed(const ck_file *f, const rf_tensor *t, int64_t offset,
+                                 const rf_box *box, void *out) {
+  int64_t rows = t->shape[0], h = box->hi[0] - box->lo[0], w = box->hi[1] - box->lo[1];
+  int es = rf_tensor_esize(t);
+  char *buf = rf_malloc((size_t)RF_MAX(h * w * es, 1), "a transposed checkpoint read");
+  if (!buf)
+    return RF_ERR_NOMEM;
+  rf_status st = RF_OK;
+  for (int64_t j = box->lo[1]; j < box->hi[1] && st == RF_OK; j++)
+    st = ck_pread(f->fd, buf + (j - box->lo[1]) * h * es, (size_t)(h * es),
+                  offset + (j * rows + box->lo[0]) * es, f->path, t);
+  if (st == RF_OK) {
+    rf_region src = rf_region_transposed(buf, box, es), dst = rf_region_row_major(out, box, es);
+    rf_region_copy(&dst, &src, box);
+  }
+  free(buf);
+  return st;
+}
 
 /* Whole rows are one run of the file; a column range is one pread per row. */
 rf_status ck_st_read_rows(rf_checkpoint *c, int tensor, const rf_box *box, void *out) {
   const rf_tensor *t = &c->model->tensors[tensor];
   const ck_file *f = &c->files[c->tensor_file[tensor]];
+  if (c->tensor_transposed[tensor])
+    return read_transposed(f, t, c->tensor_offset[tensor], box, out);
   int64_t cols = t->shape[1], w = box->hi[1] - box->lo[1], es = rf_tensor_esize(t);
   int64_t at = c->tensor_offset[tensor] + (box->lo[0] * cols + box->lo[1]) * es;
   if (w == cols)

@@ -28,17 +28,19 @@ static rf_status emit_to_file(void *ctx, const rf_tensor *t, int64_t row0, int64
   return ck_write_all(e->fd, data, bytes, e->path);
 }
 
-/* The plain generator: tensor i's values in its own dtype. */
+/* The plain generator: tensor i's values in its own dtype, as the file stores it (transposed
+ * inside a stacked entry). */
 static rf_status generate_plain(void *gen, const rf_model *m, int i, uint64_t seed, ck_emit_fn emit,
                                 void *ctx) {
   (void)gen;
-  return ck_generate(&m->tensors[i], seed, emit, ctx);
+  return ck_generate_stored(m, &m->tensors[i], seed, emit, ctx);
 }
 
 /* One safetensors file holding tensors [first, last) of the model, in order, each streamed by
  * `generate`. */
 static rf_status write_file(const char *path, const rf_model *m, uint64_t seed, int first, int last,
                             ck_gen_fn generate, void *gen) {
+  RF_TRY(ck_check_stacks(m, first, last));
   char seed_text[32];
   snprintf(seed_text, sizeof seed_text, "%" PRIu64, seed);
   json_t *h = json_object(), *meta = json_object();
@@ -50,14 +52,20 @@ static rf_status write_file(const char *path, const rf_model *m, uint64_t seed, 
   int64_t off = 0;
   for (int i = first; i < last; i++) {
     const rf_tensor *t = &m->tensors[i];
-    json_t *e = json_object(), *shape = json_array();
-    for (int d = 0; d < t->ndim; d++)
-      json_array_append_new(shape, json_integer(t->shape[d]));
-    json_object_set_new(e, "dtype", json_string(ck_dtype_tag(t->dtype)));
-    json_object_set_new(e, "shape", shape);
-    json_object_set_new(e, "data_offsets",
-                        json_pack("[I, I]", (json_int_t)off, (json_int_t)(off + t->bytes)));
-    json_object_set_new(h, t->name, e);
+    ck_entry entry;
+    ck_entry_of(m, t, &entry);
+    /* A stacked entry is declared once, by member 0, over every member's bytes: the members
+     * follow each other (ck_check_stacks). */
+    if (entry.declares) {
+      json_t *e = json_object(), *shape = json_array();
+      for (int d = 0; d < entry.ndim; d++)
+        json_array_append_new(shape, json_integer(entry.shape[d]));
+      json_object_set_new(e, "dtype", json_string(ck_dtype_tag(t->dtype)));
+      json_object_set_new(e, "shape", shape);
+      json_object_set_new(e, "data_offsets",
+                          json_pack("[I, I]", (json_int_t)off, (json_int_t)(off + entry.bytes)));
+      json_object_set_new(h, entry.name, e);
+    }
     off += t->bytes;
   }
   char *text = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -103,8 +111,11 @@ static rf_status write_index(const char *dir, const rf_model *m, const int *shar
   json_object_set_new(index, "metadata",
                       json_pack("{s:I}", "total_size", (json_int_t)m->total_bytes));
   for (int i = 0; i < m->tensor_count; i++) {
+    ck_entry entry;
+    ck_entry_of(m, &m->tensors[i], &entry);
     snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", shard_of[i] + 1, shards);
-    json_object_set_new(map, m->tensors[i].name, json_string(name));
+    if (entry.declares)
+      json_object_set_new(map, entry.name, json_string(name));
   }
   json_object_set_new(index, "weight_map", map);
   char *text = json_dumps(index, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

@@ -5,8 +5,33 @@
 
 #include "layout_internal.h"
 
-/* The storage order (layout.h): at a layer's first routed-expert tensor come all its gate and
- * up tensors, expert by expert, then all its down tensors; the other tensors keep their place. */
+/* Where an expert tensor goes in its layer's run of the storage order: the rollout tensor it
+ * joins (w13_weight, then gpt-oss's w13_bias, w2_weight, w2_bias), then its expert, then gate
+ * before up inside w13_weight. */
+static int64_t expert_key(const rf_model *m, const rf_tensor *t) {
+  int group = 0, sub = 0;
+  switch (t->kind) {
+  case RF_T_EXPERT_UP:
+    sub = 1;
+    break;
+  case RF_T_EXPERT_GATE_UP_BIAS:
+    group = 1;
+    break;
+  case RF_T_EXPERT_DOWN:
+    group = 2;
+    break;
+  case RF_T_EXPERT_DOWN_BIAS:
+    group = 3;
+    break;
+  default: /* gate, gpt-oss's gate_up */
+    break;
+  }
+  return ((int64_t)group * m->experts + t->expert) * 2 + sub;
+}
+
+/* The storage order (layout.h): at a layer's first routed-expert tensor come all its expert
+ * tensors in the order of the rollout's stacked tensors (gate and up expert by expert, then the
+ * downs; gpt-oss's fused gate_up and biases likewise); the other tensors keep their place. */
 static rf_status init_order(rf_layout *lay) {
   const rf_model *m = lay->model;
   int n = m->tensor_count, at = 0;
@@ -25,14 +50,22 @@ static rf_status init_order(rf_layout *lay) {
     int end = i;
     while (end < n && m->tensors[end].expert >= 0 && m->tensors[end].layer == t->layer)
       end++;
-    /* Every expert has one gate, one up and one down: 3E tensors. */
-    if (end - i != 3 * m->experts)
-      return rf_fail(RF_ERR_INTERNAL, "layer %d lists %d expert tensors, not 3 x %lld", t->layer,
-                     end - i, (long long)m->experts);
+    /* Every expert has the same parts (gate, up, down; or gate_up, down and their biases), and
+     * each part's keys are dense, so a key is a slot of the run. */
+    int per = (int)((end - i) / m->experts);
+    if (per < 3 || (end - i) % m->experts)
+      return rf_fail(RF_ERR_INTERNAL, "layer %d lists %d expert tensors, not a multiple of %lld",
+                     t->layer, end - i, (long long)m->experts);
+    for (int j = i; j < end; j++)
+      lay->order[at + j - i] = -1;
     for (int j = i; j < end; j++) {
-      const rf_tensor *x = &m->tensors[j];
-      int slot = x->kind == RF_T_EXPERT_DOWN ? (int)(2 * m->experts) + x->expert
-                                             : 2 * x->expert + (x->kind == RF_T_EXPERT_UP);
+      int64_t key = expert_key(m, &m->tensors[j]);
+      /* Separate gate and up fill both keys of an expert in w13_weight (2E slots); every
+       * other group uses every other key (E slots), and group g starts at key 2gE. */
+      int slot = (int)(per == 3 && key < 2 * m->experts ? key : key / 2);
+      if (slot < 0 || slot >= end - i || lay->order[at + slot] >= 0)
+        return rf_fail(RF_ERR_INTERNAL, "layer %d: expert tensor %s has no slot of its own",
+                       t->layer, m->tensors[j].name);
       lay->order[at + slot] = j;
     }
     at += end - i;

@@ -25,6 +25,8 @@ static int64_t rollout_head_width(const rf_model *m, rf_tensor_kind k) {
     return m->qk_nope_head_dim + m->qk_rope_head_dim;
   case RF_T_KV_B:
     return m->qk_nope_head_dim + m->v_head_dim;
+  case RF_T_SINKS: /* one per head */
+    return 1;
   default:
     return 0;
   }
@@ -45,6 +47,8 @@ static int64_t mlp_width(const rf_model *m, rf_tensor_kind k) {
   case RF_T_EXPERT_GATE:
   case RF_T_EXPERT_UP:
   case RF_T_EXPERT_DOWN:
+  case RF_T_EXPERT_GATE_UP: /* Fe interleaved pairs of rows: tp takes a contiguous range */
+  case RF_T_EXPERT_GATE_UP_BIAS:
     return m->expert_intermediate;
   default:
     return 0;
@@ -69,6 +73,13 @@ int rf_layout_rollout_split_dim(const rf_layout *lay, int tensor) {
   return row_parallel(t->kind) ? 1 : 0;
 }
 
+/* vLLM's gpt_oss.py loads an expert's down bias (w2_bias) whole on every tp rank but zeroes it
+ * on all but tp rank 0, since the experts' outputs are summed over tp and the bias must count
+ * once: so without ep only a replica's tp rank 0 receives it. */
+static int bias_on_rank0_only(const rf_layout *lay, const rf_tensor *t) {
+  return t->kind == RF_T_EXPERT_DOWN_BIAS && !expert_parallel(lay, t);
+}
+
 int rf_layout_rollout_shared(const rf_layout *lay, int tensor) {
   return expert_parallel(lay, &lay->model->tensors[tensor]);
 }
@@ -88,7 +99,10 @@ rf_box rf_layout_rollout_box(const rf_layout *lay, int tensor, int rollout_rank)
       b.hi[0] = b.lo[0], b.hi[1] = b.lo[1];
     return b;
   }
-  if (t->kind == RF_T_EMBED || t->kind == RF_T_LM_HEAD) {
+  if (bias_on_rank0_only(lay, t)) {
+    if (r != 0)
+      b.hi[0] = b.lo[0], b.hi[1] = b.lo[1];
+  } else if (t->kind == RF_T_EMBED || t->kind == RF_T_LM_HEAD) {
     int64_t rows = lay->vocab_padded / R;
     b.lo[0] = RF_MIN(r * rows, m->vocab);
     b.hi[0] = RF_MIN((r + 1) * rows, m->vocab);
@@ -128,6 +142,13 @@ static rf_status check_rollout(const rf_layout *lay, const rf_tensor *t, int hea
                    "replicate evenly across rollout tp=%d; choose a rollout tp that divides "
                    "or is a multiple of %lld",
                    t->name, (long long)m->kv_heads, R, (long long)m->kv_heads);
+  if (!heads && width && !expert_parallel(lay, t) && width % R &&
+      (t->kind == RF_T_EXPERT_GATE_UP || t->kind == RF_T_EXPERT_GATE_UP_BIAS))
+    return rf_fail(RF_ERR_LAYOUT,
+                   "layout: %s dim 0 has %lld interleaved gate/up row pairs, which do not divide "
+                   "over rollout tp=%d; choose a rollout tp that divides %lld or add ep to the "
+                   "rollout",
+                   t->name, (long long)width, R, (long long)width);
   if (!heads && width && !expert_parallel(lay, t) && width % R)
     return rf_fail(RF_ERR_LAYOUT,
                    "layout: %s dim %d has size %lld, which does not divide over rollout "
@@ -162,9 +183,24 @@ static rf_status init_expert_group(rf_layout *lay) {
   return RF_OK;
 }
 
+/* vLLM's gpt_oss.py calls the attention module attn (self_attn in HF) and the embedding
+ * model.embedding (HF's model.embed_tokens). */
+static void oai_rename(const rf_model *m, char *name, size_t len) {
+  if (strcmp(m->model_type, "gpt_oss") != 0)
+    return;
+  char was[RF_NAME_MAX];
+  snprintf(was, sizeof was, "%s", name);
+  const char *at = strstr(was, ".self_attn.");
+  if (at)
+    snprintf(name, len, "%.*s.attn.%s", (int)(at - was), was, at + strlen(".self_attn."));
+  else if (strcmp(was, "model.embed_tokens.weight") == 0)
+    snprintf(name, len, "model.embedding.weight");
+}
+
 /* The fused vLLM tensors: q/k/v -> qkv_proj, gate/up -> gate_up_proj (also the shared
- * experts'), q_a/kv_a -> fused_qkv_a_proj, routed experts -> experts.w13_weight (gate, up) and
- * experts.w2_weight (down); FUSED_NONE keeps its own name. */
+ * experts'), q_a/kv_a -> fused_qkv_a_proj, routed experts -> experts.w13_weight (gate, up;
+ * gpt-oss's gate_up) and experts.w2_weight (down), gpt-oss's expert biases ->
+ * experts.w13_bias and experts.w2_bias; FUSED_NONE keeps its own name. */
 enum {
   FUSED_NONE,
   FUSED_QKV,
@@ -173,6 +209,8 @@ enum {
   FUSED_QKV_A,
   FUSED_W13,
   FUSED_W2,
+  FUSED_W13_BIAS,
+  FUSED_W2_BIAS,
   FUSED_N
 };
 
@@ -186,24 +224,33 @@ static int fused_into(const rf_model *m, const rf_tensor *t) {
     return FUSED_SHARED;
   if ((k == RF_T_Q_A || k == RF_T_KV_A) && m->q_lora_rank)
     return FUSED_QKV_A;
-  if (t->expert >= 0)
-    return k == RF_T_EXPERT_DOWN ? FUSED_W2 : FUSED_W13;
-  return FUSED_NONE;
+  if (t->expert < 0)
+    return FUSED_NONE;
+  int down = k == RF_T_EXPERT_DOWN || k == RF_T_EXPERT_DOWN_BIAS;
+  if (k == RF_T_EXPERT_GATE_UP_BIAS || k == RF_T_EXPERT_DOWN_BIAS)
+    return down ? FUSED_W2_BIAS : FUSED_W13_BIAS;
+  return down ? FUSED_W2 : FUSED_W13;
 }
 
-/* The vLLM name of the tensor a logical tensor lands in (fused_into). */
+/* The vLLM name of the tensor a logical tensor lands in (fused_into), after gpt-oss's renames
+ * (oai_rename). */
 static void rollout_name(const rf_model *m, const rf_tensor *t, char *out, size_t len) {
   static const char *const from[FUSED_N] = {
-      NULL, "self_attn.", "mlp.", "shared_experts.", "self_attn.", "experts.", "experts."};
+      NULL,       "self_attn.", "mlp.",     "shared_experts.", "self_attn.",
+      "experts.", "experts.",   "experts.", "experts."};
   static const char *const to[FUSED_N] = {
-      NULL, "qkv_proj", "gate_up_proj", "gate_up_proj", "fused_qkv_a_proj", "w13", "w2"};
+      NULL,  "qkv_proj", "gate_up_proj", "gate_up_proj", "fused_qkv_a_proj", "w13", "w2",
+      "w13", "w2"};
   int f = fused_into(m, t);
-  const char *suffix = f == FUSED_W13 || f == FUSED_W2 ? "_weight" : strrchr(t->name, '.');
+  const char *suffix = f == FUSED_W13 || f == FUSED_W2             ? "_weight"
+                       : f == FUSED_W13_BIAS || f == FUSED_W2_BIAS ? "_bias"
+                                                                   : strrchr(t->name, '.');
   const char *at = f ? strstr(t->name, from[f]) : NULL;
   if (!at)
     snprintf(out, len, "%s", t->name);
   else
     snprintf(out, len, "%.*s%s%s%s", (int)(at - t->name), t->name, from[f], to[f], suffix);
+  oai_rename(m, out, len);
 }
 
 rf_status rf_layout_global_groups(const rf_model *m, int *leader) {
@@ -264,11 +311,14 @@ static void rollout_shape(const rf_layout *lay, const rf_tensor *t, int fused,
   rt->vllm_shape[0] = rt->shape[0];
   rt->vllm_shape[1] = rt->shape[1];
   if (t->expert >= 0) {
-    int down = t->kind == RF_T_EXPERT_DOWN;
-    rt->ndim = 2;
+    /* [experts, rows, cols], or [experts, rows] for gpt-oss's biases, whose refit view is one
+     * column. */
+    int down = t->kind == RF_T_EXPERT_DOWN || t->kind == RF_T_EXPERT_DOWN_BIAS;
+    int bias = t->ndim == 1;
+    rt->ndim = bias ? 1 : 2;
     rt->shape[0] = experts * (down ? m->hidden : 2 * fe);
-    rt->shape[1] = down ? fe : m->hidden;
-    rt->vllm_ndim = 3;
+    rt->shape[1] = bias ? 1 : down ? fe : m->hidden;
+    rt->vllm_ndim = bias ? 2 : 3;
     rt->vllm_shape[0] = experts;
     rt->vllm_shape[1] = down ? m->hidden : 2 * fe;
     rt->vllm_shape[2] = rt->shape[1];
@@ -296,10 +346,13 @@ static int64_t slot_row(const rf_layout *lay, const rf_tensor *t) {
   case RF_T_KV_A:
     return m->q_lora_rank; /* 0 when kv_a_proj_with_mqa stays a tensor of its own */
   case RF_T_EXPERT_GATE:
+  case RF_T_EXPERT_GATE_UP:
+  case RF_T_EXPERT_GATE_UP_BIAS:
     return local * 2 * fe;
   case RF_T_EXPERT_UP:
     return local * 2 * fe + fe;
   case RF_T_EXPERT_DOWN:
+  case RF_T_EXPERT_DOWN_BIAS:
     return local * m->hidden;
   default:
     return 0;
@@ -348,5 +401,12 @@ rf_status layout_init_rollout(rf_layout *lay) {
     lay->slots[i].local = local;
     lay->slots[i].row = slot_row(lay, t);
   }
+  /* The quantized rollouts' fused members and scales (layout_fp8.c) know the separate gate and
+   * up experts only, not gpt-oss's interleaved gate_up nor its expert biases. */
+  if (rf_layout_format(lay) && m->stacked_experts)
+    return rf_fail(RF_ERR_USAGE,
+                   "rollout dtype %s is not supported for model %s (gpt_oss) yet; use "
+                   "--rollout-dtype model",
+                   rf_layout_format(lay)->name, m->name);
   return rf_layout_format(lay) ? layout_init_fp8(lay) : RF_OK;
 }

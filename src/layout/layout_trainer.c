@@ -31,7 +31,7 @@ static int64_t head_width(const rf_model *m, rf_tensor_kind k) {
  * down (row-parallel) projections: experts shard inside themselves like one. */
 static int like_gate(rf_tensor_kind k) {
   return k == RF_T_GATE || k == RF_T_UP || k == RF_T_EXPERT_GATE || k == RF_T_EXPERT_UP ||
-         k == RF_T_SHARED_GATE || k == RF_T_SHARED_UP;
+         k == RF_T_SHARED_GATE || k == RF_T_SHARED_UP || k == RF_T_EXPERT_GATE_UP;
 }
 
 static int like_down(rf_tensor_kind k) {
@@ -41,6 +41,15 @@ static int like_down(rf_tensor_kind k) {
 static int like_q(rf_tensor_kind k) {
   return k == RF_T_Q || k == RF_T_K || k == RF_T_V || k == RF_T_Q_B || k == RF_T_MLA_Q ||
          k == RF_T_KV_B;
+}
+
+/* Biases follow dim 0 of their weight: gpt-oss's gate_up bias as gate_up, its attention sinks
+ * (one per query head) as q's heads; the biases of o_proj and of an expert's down lie along
+ * the rows that the row-parallel weight's fsdp splits. */
+static int bias_like_gate(rf_tensor_kind k) { return k == RF_T_EXPERT_GATE_UP_BIAS; }
+
+static int bias_like_down(rf_tensor_kind k) {
+  return k == RF_T_O_BIAS || k == RF_T_EXPERT_DOWN_BIAS;
 }
 
 static int is_norm(rf_tensor_kind k) {
@@ -63,6 +72,10 @@ static void trainer_rules(rf_trainer_style style, const rf_tensor *t, int64_t he
       out[0] = split1(F, head), out[1] = split1(T, 1);
     else if (k == RF_T_Q_BIAS || k == RF_T_K_BIAS || k == RF_T_V_BIAS)
       out[0] = split1(F, head);
+    else if (k == RF_T_SINKS || bias_like_down(k))
+      out[0] = split1(F, 1);
+    else if (bias_like_gate(k))
+      out[0] = split1(T, 1);
     else if (k == RF_T_O)
       out[0] = split1(F, 1), out[1] = split1(T, head);
     else if (like_down(k))
@@ -75,16 +88,17 @@ static void trainer_rules(rf_trainer_style style, const rf_tensor *t, int64_t he
   }
   /* megatron: expert tensor parallelism 1, so a routed expert is never split: its rank holds it
    * whole. Everything else as fsdp2 below, whose fsdp axis megatron leaves at 1. */
-  if (style == RF_STYLE_MEGATRON &&
-      (k == RF_T_EXPERT_GATE || k == RF_T_EXPERT_UP || k == RF_T_EXPERT_DOWN))
+  if (style == RF_STYLE_MEGATRON && t->expert >= 0)
     return;
   /* fsdp2: Megatron TP first (column-parallel on dim 0, row-parallel on dim 1; latent
    * attention's a-projections and the router are replicated over tp), then FSDP shards dim 0
-   * of whatever TP left. The router's correction bias is too small to shard. */
-  if (k == RF_T_EMBED || k == RF_T_LM_HEAD || like_gate(k))
+   * of whatever TP left. The routers' biases are too small to shard. */
+  if (k == RF_T_EMBED || k == RF_T_LM_HEAD || like_gate(k) || bias_like_gate(k) || k == RF_T_SINKS)
     out[0] = split2(T, 1, F, 1);
   else if (like_q(k) || k == RF_T_Q_BIAS || k == RF_T_K_BIAS || k == RF_T_V_BIAS)
     out[0] = split2(T, head, F, 1);
+  else if (bias_like_down(k))
+    out[0] = split1(F, 1);
   else if (k == RF_T_O || like_down(k))
     out[0] = split1(F, 1), out[1] = split1(T, k == RF_T_O ? head : 1);
   else if (is_norm(k) || k == RF_T_ROUTER || k == RF_T_Q_A || k == RF_T_KV_A)

@@ -58,7 +58,7 @@ const char *rf_tensor_kind_name(rf_tensor_kind kind) {
 }
 
 int rf_tensor_kind_is_moe(rf_tensor_kind kind) {
-  return kind >= RF_T_ROUTER && kind <= RF_T_SHARED_DOWN;
+  return kind >= RF_T_ROUTER && kind <= RF_T_EXPERT_DOWN_BIAS;
 }
 
 int rf_tensor_kind_is_mla(rf_tensor_kind kind) { return kind >= RF_T_Q_A && kind <= RF_T_KV_B; }
@@ -75,6 +75,7 @@ int rf_tensor_kind_is_linear(rf_tensor_kind kind) {
   case RF_T_EXPERT_GATE:
   case RF_T_EXPERT_UP:
   case RF_T_EXPERT_DOWN:
+  case RF_T_EXPERT_GATE_UP:
   case RF_T_SHARED_GATE:
   case RF_T_SHARED_UP:
   case RF_T_SHARED_DOWN:

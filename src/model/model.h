@@ -52,6 +52,13 @@ rf_status rf_dtype_parse(const char *s, rf_dtype *out); /* accepts HF torch_dtyp
   X(RF_T_SHARED_GATE, "shared_gate") /* [Fs, D] */                                                 \
   X(RF_T_SHARED_UP, "shared_up")     /* [Fs, D] */                                                 \
   X(RF_T_SHARED_DOWN, "shared_down") /* [D, Fs] */                                                 \
+  /* gpt-oss: its router is a Linear with a bias in the model's dtype, and each routed expert is   \
+   * one fused gate_up [2Fe, D] whose rows interleave gate (even) and up (odd), with a bias for    \
+   * gate_up and for down. */                                                                      \
+  X(RF_T_ROUTER_LINEAR_BIAS, "router_linear_bias")   /* [E]: mlp.router.bias */                    \
+  X(RF_T_EXPERT_GATE_UP, "expert_gate_up")           /* [2Fe, D], gate/up interleaved */           \
+  X(RF_T_EXPERT_GATE_UP_BIAS, "expert_gate_up_bias") /* [2Fe] */                                   \
+  X(RF_T_EXPERT_DOWN_BIAS, "expert_down_bias")       /* [D] */                                     \
   /* Multi-head latent attention (DeepSeek V2/V3): ranks Rq (q_lora_rank) and Rkv                  \
    * (kv_lora_rank), per-head widths Hn (qk_nope), Hr (qk_rope) and Hv (v_head_dim). Its o_proj    \
    * is an RF_T_O of N heads of Hv columns. */                                                     \
@@ -61,7 +68,10 @@ rf_status rf_dtype_parse(const char *s, rf_dtype *out); /* accepts HF torch_dtyp
   X(RF_T_MLA_Q, "mla_q_proj")         /* [N*(Hn+Hr), D]: q_proj when q_lora_rank is null */        \
   X(RF_T_KV_A, "kv_a_proj_with_mqa")  /* [Rkv+Hr, D] */                                            \
   X(RF_T_KV_A_NORM, "kv_a_layernorm") /* [Rkv] */                                                  \
-  X(RF_T_KV_B, "kv_b_proj")           /* [N*(Hn+Hv), Rkv] */
+  X(RF_T_KV_B, "kv_b_proj")           /* [N*(Hn+Hv), Rkv] */                                       \
+  /* gpt-oss's attention: o_proj's bias and one learned attention sink per query head. */          \
+  X(RF_T_O_BIAS, "o_bias") /* [D] */                                                               \
+  X(RF_T_SINKS, "sinks")   /* [N] */
 
 typedef enum {
 #define RF_X_KIND(id, text) id,
@@ -114,6 +124,8 @@ typedef struct {
   int qkv_bias;         /* qwen2 */
   int norms_per_layer;  /* 2 (llama, gemma), 4 (gemma2, gemma3) */
   int head_norms;       /* gemma3, qwen3: q_norm and k_norm */
+  int o_bias;           /* gpt_oss with attention_bias: o_proj has a bias too */
+  int sinks;            /* gpt_oss: self_attn.sinks, one per query head */
 
   /* Mixture of experts; all 0 for a dense model. */
   int64_t experts;             /* E: routed experts in each MoE layer */
@@ -121,6 +133,7 @@ typedef struct {
   int64_t shared_intermediate; /* Fs: DeepSeek's shared experts' width, 0 without them */
   int64_t moe_layers;          /* layers whose MLP is a mixture of experts */
   int router_bias;             /* DeepSeek with topk_method noaux_tc: e_score_correction_bias */
+  int stacked_experts;         /* gpt_oss: the checkpoint stacks the experts (rf_model_stack) */
 
   /* Multi-head latent attention (deepseek_v2, deepseek_v3); all 0 otherwise. */
   int mla;
@@ -163,6 +176,22 @@ void rf_model_weights_fp8(rf_model *model);
  * that --dtype leaves it alone, and recomputes its bytes and the model's total. The tests use it
  * to build models of mixed dtypes from any config. A bad index or dtype is RF_ERR_INTERNAL. */
 rf_status rf_model_set_tensor_dtype(rf_model *model, int index, rf_dtype dtype);
+
+/* Where a logical tensor lies in a Hugging Face checkpoint that stacks several of them into one
+ * entry, as gpt-oss's does: experts.gate_up_proj [E, D, 2Fe] holds every expert's gate_up, each
+ * stored transposed ([in, out]), and experts.gate_up_proj_bias [E, 2Fe] every expert's bias.
+ * The members of an entry are consecutive tensors of the model, member 0 first, all of one shape,
+ * and member i's bytes follow member i-1's in the entry. */
+typedef struct {
+  char name[RF_NAME_MAX]; /* the entry's name */
+  int ndim;               /* the entry's shape: members, then a member's as stored */
+  int64_t shape[3];
+  int64_t member, members;
+  int transposed; /* a member is stored [in, out], its logical tensor's transpose */
+} rf_stack;
+/* Fills *out and returns 1 for a member of a stacked entry; returns 0 for a tensor stored under
+ * its own name. */
+int rf_model_stack(const rf_model *model, const rf_tensor *t, rf_stack *out);
 
 /* Finds a tensor by HF name; -1 if absent. */
 int rf_model_find(const rf_model *model, const char *name);

@@ -18,27 +18,33 @@ typedef struct {
   int tied_default;         /* HF's default for tie_word_embeddings when the key is absent */
   rf_moe_style moe;         /* how its MLPs become mixtures of experts, if they do */
   int mla;                  /* multi-head latent attention */
-  int bias_key;             /* has attention_bias, which refit supports only as false */
+  int bias_key;             /* has attention_bias: BIAS_REFUSED or BIAS_READ, else 0 */
+  int sinks;                /* per-head attention sinks (gpt_oss) */
 } arch;
+
+/* qwen3 and DeepSeek have attention_bias, which refit supports only as false; gpt-oss reads it
+ * (HF's default true) to give q, k, v and o their biases. */
+enum { BIAS_REFUSED = 1, BIAS_READ = 2 };
 
 /* Gemma configs often ship without tie_word_embeddings because the HF config classes for
  * gemma default it to true; the others default it to false. */
 static const arch archs[] = {
-    {"llama", "LlamaForCausalLM", 0, 2, 0, 0, RF_MOE_NONE, 0, 0},
-    {"mistral", "MistralForCausalLM", 0, 2, 0, 0, RF_MOE_NONE, 0, 0},
-    {"qwen2", "Qwen2ForCausalLM", 1, 2, 0, 0, RF_MOE_NONE, 0, 0},
-    {"qwen3", "Qwen3ForCausalLM", 0, 2, 1, 0, RF_MOE_NONE, 0, 1},
-    {"gemma", "GemmaForCausalLM", 0, 2, 0, 1, RF_MOE_NONE, 0, 0},
-    {"gemma2", "Gemma2ForCausalLM", 0, 4, 0, 1, RF_MOE_NONE, 0, 0},
-    {"gemma3_text", "Gemma3ForCausalLM", 0, 4, 1, 1, RF_MOE_NONE, 0, 0},
-    {"mixtral", "MixtralForCausalLM", 0, 2, 0, 0, RF_MOE_MIXTRAL, 0, 0},
-    {"qwen3_moe", "Qwen3MoeForCausalLM", 0, 2, 1, 0, RF_MOE_QWEN3, 0, 1},
-    {"deepseek_v2", "DeepseekV2ForCausalLM", 0, 2, 0, 0, RF_MOE_DEEPSEEK, 1, 1},
-    {"deepseek_v3", "DeepseekV3ForCausalLM", 0, 2, 0, 0, RF_MOE_DEEPSEEK, 1, 1},
+    {"llama", "LlamaForCausalLM", 0, 2, 0, 0, RF_MOE_NONE, 0, 0, 0},
+    {"mistral", "MistralForCausalLM", 0, 2, 0, 0, RF_MOE_NONE, 0, 0, 0},
+    {"qwen2", "Qwen2ForCausalLM", 1, 2, 0, 0, RF_MOE_NONE, 0, 0, 0},
+    {"qwen3", "Qwen3ForCausalLM", 0, 2, 1, 0, RF_MOE_NONE, 0, BIAS_REFUSED, 0},
+    {"gemma", "GemmaForCausalLM", 0, 2, 0, 1, RF_MOE_NONE, 0, 0, 0},
+    {"gemma2", "Gemma2ForCausalLM", 0, 4, 0, 1, RF_MOE_NONE, 0, 0, 0},
+    {"gemma3_text", "Gemma3ForCausalLM", 0, 4, 1, 1, RF_MOE_NONE, 0, 0, 0},
+    {"mixtral", "MixtralForCausalLM", 0, 2, 0, 0, RF_MOE_MIXTRAL, 0, 0, 0},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", 0, 2, 1, 0, RF_MOE_QWEN3, 0, BIAS_REFUSED, 0},
+    {"deepseek_v2", "DeepseekV2ForCausalLM", 0, 2, 0, 0, RF_MOE_DEEPSEEK, 1, BIAS_REFUSED, 0},
+    {"deepseek_v3", "DeepseekV3ForCausalLM", 0, 2, 0, 0, RF_MOE_DEEPSEEK, 1, BIAS_REFUSED, 0},
+    {"gpt_oss", "GptOssForCausalLM", 0, 2, 0, 0, RF_MOE_GPT_OSS, 0, BIAS_READ, 1},
 };
 #define SUPPORTED_TYPES                                                                            \
   "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, mixtral, qwen3_moe, deepseek_v2, "    \
-  "deepseek_v3"
+  "deepseek_v3, gpt_oss"
 
 /* Bounds that keep every later product in int64 and every tensor index in an int. No real
  * model comes near them; a value past them is a typo in the file. */
@@ -192,16 +198,17 @@ static rf_status read_mla(json_t *root, const char *path, rf_model *m) {
 }
 
 /* Which layers are mixtures of experts, and the experts' sizes. `moe_layer` has m->layers
- * entries. The rules are the HF (and vLLM) ones: Mixtral every layer; Qwen3-MoE every
+ * entries. The rules are the HF (and vLLM) ones: Mixtral and gpt-oss every layer; Qwen3-MoE every
  * decoder_sparse_step-th layer not in mlp_only_layers; DeepSeek every moe_layer_freq-th layer
  * from first_k_dense_replace on. */
 static rf_status read_moe(json_t *root, const char *path, const arch *a, rf_model *m,
                           unsigned char *moe_layer) {
   const int64_t layers = m->layers;
-  if (a->moe == RF_MOE_MIXTRAL) {
+  if (a->moe == RF_MOE_MIXTRAL || a->moe == RF_MOE_GPT_OSS) {
     RF_TRY(get_dim(root, path, "num_local_experts", 0, MAX_EXPERTS, &m->experts));
     m->expert_intermediate = m->intermediate;
     memset(moe_layer, 1, (size_t)layers);
+    m->stacked_experts = a->moe == RF_MOE_GPT_OSS;
   } else if (a->moe == RF_MOE_QWEN3) {
     int64_t step = 1;
     RF_TRY(get_dim(root, path, "num_experts", 0, MAX_EXPERTS, &m->experts));
@@ -269,10 +276,16 @@ static rf_status read_fields(json_t *root, const char *path, rf_model *m, rf_mod
   RF_TRY(get_dim(root, path, "num_hidden_layers", 0, MAX_LAYERS, &m->layers));
   RF_TRY(get_dim(root, path, "num_attention_heads", 0, MAX_DIM, &m->heads));
   RF_TRY(a->mla ? read_mla(root, path, m) : read_gqa(root, path, m));
-  if (a->bias_key && json_is_true(json_object_get(root, "attention_bias")))
+  json_t *bias = json_object_get(root, "attention_bias");
+  if (a->bias_key == BIAS_REFUSED && json_is_true(bias))
     return rf_fail(RF_ERR_MODEL,
                    "model %s: key 'attention_bias' is true, which refit does not support for %s",
                    path, a->model_type);
+  if (a->bias_key == BIAS_READ && bias && !json_is_null(bias) && !json_is_boolean(bias))
+    return rf_fail(RF_ERR_MODEL, "model %s: key 'attention_bias' must be true or false", path);
+  if (a->bias_key == BIAS_READ)
+    m->qkv_bias = m->o_bias = !json_is_false(bias);
+  m->sinks = a->sinks;
   RF_TRY(get_count(root, path, "num_nextn_predict_layers", 1, MAX_LAYERS, &m->mtp_layers));
   recipe->moe = a->moe;
   if (a->moe != RF_MOE_NONE) {

@@ -18,6 +18,7 @@ typedef enum {
   RF_MOE_MIXTRAL,  /* block_sparse_moe: gate, then experts.E.{w1,w2,w3} */
   RF_MOE_QWEN3,    /* mlp: gate, then experts.E.{gate,up,down}_proj */
   RF_MOE_DEEPSEEK, /* mlp: experts.E.{gate,up,down}_proj, gate (and its bias), shared_experts */
+  RF_MOE_GPT_OSS,  /* mlp: router.{weight,bias}, then experts.E.{gate_up,down}_proj and biases */
 } rf_moe_style;
 
 /* What the tensor list needs beyond rf_model's fields. */

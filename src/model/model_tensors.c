@@ -82,6 +82,10 @@ static rf_status add_gqa(lister *l) {
   if (m->qkv_bias)
     RF_TRY(put(l, RF_T_V_BIAS, kv, 0, "self_attn.v_proj.bias"));
   RF_TRY(put(l, RF_T_O, d, q, "self_attn.o_proj.weight"));
+  if (m->o_bias)
+    RF_TRY(put(l, RF_T_O_BIAS, d, 0, "self_attn.o_proj.bias"));
+  if (m->sinks)
+    RF_TRY(put(l, RF_T_SINKS, m->heads, 0, "self_attn.sinks"));
   if (m->head_norms) {
     RF_TRY(put(l, RF_T_HEAD_NORM, h, 0, "self_attn.q_norm.weight"));
     RF_TRY(put(l, RF_T_HEAD_NORM, h, 0, "self_attn.k_norm.weight"));
@@ -144,9 +148,40 @@ static rf_status add_experts(lister *l, rf_moe_style style) {
   return RF_OK;
 }
 
+/* gpt-oss's checkpoint stacks each part of every expert into one tensor of the layer
+ * (experts.gate_up_proj [E, D, 2Fe], ...), so the experts are listed part by part: every
+ * expert's gate_up, then every gate_up bias, every down, every down bias. Each is a logical
+ * tensor of its own in [out, in] orientation (rf_model_stack says where it lies in the file). */
+static rf_status add_gpt_oss_experts(lister *l) {
+  static const struct {
+    rf_tensor_kind kind;
+    const char *name;
+  } parts[4] = {{RF_T_EXPERT_GATE_UP, "gate_up_proj"},
+                {RF_T_EXPERT_GATE_UP_BIAS, "gate_up_proj_bias"},
+                {RF_T_EXPERT_DOWN, "down_proj"},
+                {RF_T_EXPERT_DOWN_BIAS, "down_proj_bias"}};
+  const int64_t d = l->m->hidden, fe = l->m->expert_intermediate;
+  const int64_t rows[4] = {2 * fe, 2 * fe, d, d}, cols[4] = {d, 0, fe, 0};
+  for (int i = 0; i < 4; i++)
+    for (int64_t e = 0; e < l->m->experts; e++) {
+      char suffix[64];
+      int n = snprintf(suffix, sizeof suffix, "mlp.experts.%lld.%s", (long long)e, parts[i].name);
+      if (n < 0 || n >= (int)sizeof suffix)
+        return rf_fail(RF_ERR_INTERNAL, "model %s: expert name too long", l->path);
+      RF_TRY(put(l, parts[i].kind, rows[i], cols[i], suffix));
+      l->m->tensors[l->m->tensor_count - 1].expert = (int)e;
+    }
+  return RF_OK;
+}
+
 static rf_status add_moe(lister *l, rf_moe_style style) {
   const rf_model *m = l->m;
   const int64_t d = m->hidden, fs = m->shared_intermediate;
+  if (style == RF_MOE_GPT_OSS) {
+    RF_TRY(put(l, RF_T_ROUTER, m->experts, d, "mlp.router.weight"));
+    RF_TRY(put(l, RF_T_ROUTER_LINEAR_BIAS, m->experts, 0, "mlp.router.bias"));
+    return add_gpt_oss_experts(l);
+  }
   if (style == RF_MOE_MIXTRAL) {
     RF_TRY(put(l, RF_T_ROUTER, m->experts, d, "block_sparse_moe.gate.weight"));
     return add_experts(l, style);
@@ -201,4 +236,23 @@ rf_status rf_model_build_tensors(rf_model *m, const char *path, const rf_model_r
   if (!m->tied_embeddings)
     RF_TRY(add(m, path, RF_T_LM_HEAD, -1, m->vocab, m->hidden, "", "lm_head.weight", &l.capacity));
   return RF_OK;
+}
+
+int rf_model_stack(const rf_model *m, const rf_tensor *t, rf_stack *out) {
+  if (!m->stacked_experts || t->expert < 0)
+    return 0;
+  /* "model.layers.L.mlp.experts.E.part" is a member of "model.layers.L.mlp.experts.part". */
+  const char *at = strstr(t->name, ".experts.");
+  const char *part = at ? strchr(at + strlen(".experts."), '.') : NULL;
+  if (!part)
+    return 0;
+  snprintf(out->name, sizeof out->name, "%.*s.experts%s", (int)(at - t->name), t->name, part);
+  out->member = t->expert;
+  out->members = m->experts;
+  out->transposed = t->ndim == 2;
+  out->ndim = t->ndim + 1;
+  out->shape[0] = m->experts;
+  out->shape[1] = t->shape[t->ndim == 2 ? 1 : 0];
+  out->shape[2] = t->ndim == 2 ? t->shape[0] : 0;
+  return 1;
 }
