@@ -4,8 +4,9 @@
  * the byte; the messages and staging the walk counts, equal to what refit run reported for the
  * same job; link classes of colocated and GPU-sharing placements; fanout's forward stage after
  * its transfer; every cluster-file error as its exact line; a mapping transport's one copy a
- * piece, pulled or pushed, and one process's local copies; and the calibration finding rates it
- * was not told from times they produced. */
+ * piece, pulled or pushed, and one process's local copies; the calibration finding rates it
+ * was not told from times they produced; and quantized rollouts, their quantizing charged on
+ * the rank that does it at the cluster's quantize rate, and fitted. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -522,6 +523,132 @@ static void test_fit(void) {
     rf_sim_trace_free(traces[i]);
 }
 
+/* ---- quantized rollouts ---------------------------------------------------------------------
+ *
+ * tiny's linear weights per layer: q and o 64x64, k and v 32x64, gate and up 128x64, down
+ * 64x128: 36864 elements, 73728 bf16 bytes, 147456 over its two layers; mxfp8 (1x32 blocks)
+ * quantizes them. */
+
+static void build_mxfp8(const char *trainer, rf_model *m, rf_layout *lay, rf_plan *plan) {
+  rf_trainer_layout t;
+  rf_rollout_layout r;
+  ASSERT_OK(rf_model_load("tiny", m));
+  ASSERT_OK(rf_trainer_layout_parse(trainer, &t));
+  ASSERT_OK(rf_rollout_layout_parse("tp=1", &r));
+  t.style = RF_STYLE_TUNIX;
+  r.dtype = (rf_rollout_dtype)RF_FORMAT_MXFP8;
+  ASSERT_OK(rf_layout_init(lay, m, &t, &r, RF_PLACEMENT_COLOCATED));
+  ASSERT_OK(rf_plan_build(plan, lay, RF_PLAN_P2P, NULL));
+}
+
+/* fsdp=1 -> tp=1 colocated on the toy: one rank, every piece local. Its 147456 bytes of linear
+ * weights are quantized at the source straight into the rollout (the rank's pack, no copy),
+ * the other 131712 bytes (embeddings, lm_head, norms) are local copies at 1000 GB/s: pack
+ * 147456 / quantize rate, transfer 131712 / 1e12, the toy's latencies 0. The default rate is
+ * 0.895 of the copy's; a file's quantize_GBps changes the pack and nothing else.
+ *
+ * fsdp=4 -> tp=1 colocated (two nodes of two): tunix splits gate's and up's 64 columns four
+ * ways, 16 each, inside mxfp8's 32-column blocks, so their 4 x 8192 elements (65536 bytes)
+ * land in bf16 and rollout rank 0 quantizes them on its unpack; the other 81920 bytes are
+ * whole rows quantized into staging by their trainer ranks, unevenly (tunix cannot split the
+ * two kv heads four ways: `refit plan` says 6 to 10 tensors a rank), so the busiest rank's
+ * share is summed from the plan's pieces. Each rank has its GPU's copy engine to itself, so at
+ * a quantize rate of 1 GB/s against 2 GB/s the pack grows by that share x (1/1e9 - 1/2e9) s and
+ * the unpack by 65536 x the same, exactly, and the quantize seconds are their sum over 1e9. */
+static void test_quantize(void) {
+  rf_cluster toy;
+  ASSERT_OK(rf_cluster_load(source_file("tests/data/cluster-toy.json"), &toy));
+  ASSERT_NEAR(toy.gpu_quantize, 895e9, 1e-15);
+  ASSERT_NEAR(toy.host_quantize, RF_SIM_HOST_QUANTIZE, 0);
+  rf_model m;
+  rf_layout lay;
+  rf_plan plan;
+  build_mxfp8("fsdp=1", &m, &lay, &plan);
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0};
+  const double rates[] = {895e9, 100e9};
+  for (size_t i = 0; i < RF_ARRAY_LEN(rates); i++) {
+    toy.gpu_quantize = rates[i];
+    rf_sim_result r;
+    ASSERT_OK(rf_simulate(&plan, &toy, &o, &r));
+    ASSERT_EQ(r.quantize_pack_bytes, 147456);
+    ASSERT_EQ(r.quantize_unpack_bytes, 0);
+    ASSERT_NEAR(r.quantize_rate, rates[i], 0);
+    ASSERT_NEAR(r.phase[RF_PHASE_PACK], 147456 / rates[i], 1e-12);
+    ASSERT_NEAR(r.quantize_s, 147456 / rates[i], 1e-12);
+    ASSERT_NEAR(r.phase[RF_PHASE_TRANSFER], 131712e-12, 1e-12);
+    ASSERT_NEAR(r.phase[RF_PHASE_UNPACK], 0, 0);
+    ASSERT_NEAR(r.phase[RF_PHASE_TOTAL], 147456 / rates[i] + 131712e-12, 1e-12);
+    ASSERT_EQ(r.class_bytes[RF_SIM_PROCESS], 131712);
+    rf_sim_result_free(&r);
+  }
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+
+  build_mxfp8("fsdp=4", &m, &lay, &plan);
+  ASSERT_EQ(plan.source_tensors, 10);
+  ASSERT_EQ(plan.destination_tensors, 4);
+  int64_t per_rank[4] = {0}, busiest = 0;
+  for (int i = 0; i < plan.piece_count; i++)
+    if (rf_piece_quant(&plan, &plan.pieces[i]) == RF_QUANT_SOURCE)
+      per_rank[plan.pieces[i].src] += plan.pieces[i].bytes;
+  for (int q = 0; q < 4; q++)
+    busiest = RF_MAX(busiest, per_rank[q]);
+  ASSERT_EQ(per_rank[0] + per_rank[1] + per_rank[2] + per_rank[3], 81920);
+  rf_sim_result slow, fast;
+  toy.gpu_quantize = 1e9;
+  ASSERT_OK(rf_simulate(&plan, &toy, &o, &slow));
+  toy.gpu_quantize = 2e9;
+  ASSERT_OK(rf_simulate(&plan, &toy, &o, &fast));
+  ASSERT_EQ(slow.quantize_pack_bytes, 81920);
+  ASSERT_EQ(slow.quantize_unpack_bytes, 65536);
+  ASSERT_NEAR(slow.phase[RF_PHASE_PACK] - fast.phase[RF_PHASE_PACK], busiest * 0.5e-9, 1e-9);
+  ASSERT_NEAR(slow.phase[RF_PHASE_UNPACK] - fast.phase[RF_PHASE_UNPACK], 65536 * 0.5e-9, 1e-9);
+  ASSERT_NEAR(slow.phase[RF_PHASE_TRANSFER], fast.phase[RF_PHASE_TRANSFER], 1e-12);
+  ASSERT_NEAR(slow.quantize_s, (busiest + 65536) * 1e-9, 1e-9);
+  ASSERT_NEAR(fast.quantize_s, (busiest + 65536) * 0.5e-9, 1e-9);
+  rf_sim_result_free(&slow);
+  rf_sim_result_free(&fast);
+  /* The fit finds a hidden quantize rate (10 MB/s, slow enough that the quantizing is most of
+   * the quantized runs' time) from fused and grouped times of the fsdp=4 job with the
+   * unquantized tiny fsdp=2 -> tp=2 runs beside it, every other rate the hidden one already;
+   * without a quantized sample it fits three rates and leaves it be. */
+  rf_cluster hidden = toy, start = toy;
+  hidden.gpu_quantize = 1e7;
+  start.gpu_quantize = 4e7;
+  rf_model m2;
+  rf_layout lay2;
+  rf_plan plain;
+  build_plan("tiny", "fsdp=2", "tp=2", RF_PLACEMENT_DISAGGREGATED, &m2, &lay2, &plain);
+  rf_sim_sample samples[4];
+  rf_sim_trace *traces[4];
+  for (int i = 0; i < 4; i++) {
+    rf_sim_options t = {i % 2 ? RF_MODE_FUSED : RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0};
+    ASSERT_OK(rf_sim_trace_record(i < 2 ? &plain : &plan, &start, &t, &traces[i]));
+    samples[i] = (rf_sim_sample){traces[i], 0.0, NULL};
+    ASSERT_OK(rf_sim_trace_time(traces[i], &hidden, &samples[i].measured_s));
+  }
+  rf_sim_fit fit;
+  rf_cluster three = start;
+  ASSERT_OK(rf_sim_calibrate(&three, 1, samples, 2, &fit));
+  ASSERT_EQ(fit.count, 3);
+  ASSERT_NEAR(three.gpu_quantize, 4e7, 0);
+  ASSERT_OK(rf_sim_calibrate(&start, 1, samples, 4, &fit));
+  ASSERT_EQ(fit.count, 4);
+  ASSERT_STR_EQ(fit.names[3], "gpu.quantize_GBps");
+  ASSERT_NEAR(fit.before[3], 4e7, 0);
+  ASSERT_NEAR(start.gpu_quantize, 1e7, 0.01);
+  ASSERT_TRUE(fit.after[3] == start.gpu_quantize && fit.worst_error < 1e-3);
+  for (int i = 0; i < 4; i++)
+    rf_sim_trace_free(traces[i]);
+  rf_plan_free(&plain);
+  rf_layout_free(&lay2);
+  rf_model_free(&m2);
+  rf_plan_free(&plan);
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+}
+
 /* ---- the lower bound ------------------------------------------------------------------------
  *
  * tiny (bf16, hidden 64, 4 heads and 2 kv heads of 16, MLP 128, vocab 512, 2 layers) is 279168
@@ -736,6 +863,7 @@ int main(void) {
   test_mapping();
   test_local();
   test_fit();
+  test_quantize();
   test_bound();
   test_bound_below_predictions();
   char cmd[300];

@@ -27,7 +27,9 @@ void rf_cluster_local(rf_cluster *c, int nodes, int ranks_per_node, int gpus) {
   c->gpu_memory = RF_SIM_MEMORY_MAX;
   c->host_memory = RF_SIM_MEMORY_MAX;
   c->gpu_copy = 2140e9; /* the lent H200's device-to-device copy */
-  c->pcie = 64e9;       /* PCIe Gen5 x16 each way: every GPU has it, NVLink is not known */
+  c->gpu_quantize = RF_SIM_GPU_QUANTIZE_OF_COPY * c->gpu_copy;
+  c->host_quantize = RF_SIM_HOST_QUANTIZE;
+  c->pcie = 64e9; /* PCIe Gen5 x16 each way: every GPU has it, NVLink is not known */
   c->nics = 1;
   c->nic = 50e9;            /* one 400 Gb/s adapter */
   c->host_memcpy = 11.88e9; /* the development VM's memcpy and MPI rates */

@@ -2,9 +2,10 @@
  * of memory being simulated is built again from its attributes (model, dtype, layouts, plan,
  * placement, transport, mode, bucket size), planned on the cluster as refit simulate plans, and
  * walked into a trace, over a mapping transport (ipc, shm) as one copy a piece; its median is
- * what the trace must come to. Its --calibrate limits add the plain transfers of the same
- * bytes: every pair at once in one message (mpi, or nccl on GPUs) and each rank copying what it
- * receives (memcpy, or the device copy). The fit is sim's. */
+ * what the trace must come to; a quantized run (rollout_dtype) quantizes in its trace as it did
+ * in the run, which is what fits the quantize rate. Its --calibrate limits add the plain transfers
+ * of the same bytes: every pair at once in one message (mpi, or nccl on GPUs) and each rank copying
+ * what it receives (memcpy, or the device copy). The fit is sim's. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -92,6 +93,8 @@ static rf_status rebuild(const char *path, const rf_loaded_run *r, const rf_clus
       {"transport", "transport", r->transport},
       {"plan", "plan", r->plan},
       {"mode", "mode", r->mode},
+      /* A quantized run's quantizer is part of its time (the fit's quantize rate). */
+      {"rollout-dtype", "rollout_dtype", r->rollout_dtype[0] ? r->rollout_dtype : "model"},
   };
   rf_status st = RF_OK;
   rf_log_capture(why, sizeof why);
@@ -251,9 +254,9 @@ static rf_status add_run(sample_list *l, rf_calibration *cal, const rf_loaded_ru
                          const rf_cluster *c, int device) {
   char model[RF_PATH_MAX], key[RF_PATH_MAX + 512];
   RF_TRY(run_model(cal->path, r, model, sizeof model));
-  snprintf(key, sizeof key, "%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%lld", model, r->dtype, r->trainer,
+  snprintf(key, sizeof key, "%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%lld", model, r->dtype, r->trainer,
            r->trainer_style, r->rollout, r->trainer_order, r->placement, r->transport, r->plan,
-           r->mode, (long long)r->bucket_size);
+           r->mode, r->rollout_dtype, (long long)r->bucket_size);
   job_traces *j = NULL;
   for (int i = 0; i < l->njobs && !j; i++)
     if (strcmp(l->jobs[i].key, key) == 0)

@@ -16,9 +16,9 @@ static double knob_scale(const char *name) { return strncmp(name, "latency", 7) 
 
 static void print_fit(const char *label, const rf_sim_fit *f) {
   printf("%-16s", label);
-  for (int k = 0; k < RF_SIM_KNOBS; k++)
+  for (int k = 0; k < f->count; k++)
     printf(" %s %.4g -> %.4g%s", f->names[k], f->before[k] * knob_scale(f->names[k]),
-           f->after[k] * knob_scale(f->names[k]), k + 1 < RF_SIM_KNOBS ? "," : ";");
+           f->after[k] * knob_scale(f->names[k]), k + 1 < f->count ? "," : ";");
   printf(" %d samples, worst error %.1f%%\n", f->samples, 100 * f->worst_error);
 }
 
@@ -94,6 +94,12 @@ void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_resul
     printf(" + reshape %.4g", ph[RF_PHASE_RESHAPE]);
   printf(" s; latency %.4g s of it; %" PRId64 " messages, %" PRId64 " units, %" PRId64 " buckets\n",
          r->latency_s, r->messages, r->units, r->buckets);
+  /* Only a quantized rollout says it, so that other predictions print as before. */
+  if (r->quantize_pack_bytes + r->quantize_unpack_bytes > 0)
+    printf("  %-14s %" PRId64 " trainer-dtype bytes in packs, %" PRId64 " in unpacks at %g GB/s "
+           "(%s.quantize_GBps): %.4g s of pack and unpack\n",
+           "quantize", r->quantize_pack_bytes, r->quantize_unpack_bytes, GBPS(r->quantize_rate),
+           x->device ? "gpu" : "host", r->quantize_s);
   printf("  %-14s %s: %.0f bytes at %g GB/s, bound %.4g s, busy %.1f%% of the refit\n",
          "bottleneck", r->bottleneck, r->bottleneck_bytes, GBPS(r->bottleneck_capacity), r->bound_s,
          100 * r->bottleneck_utilisation);
@@ -133,12 +139,14 @@ static json_t *cluster_json(const rf_cluster *c) {
   json_object_set_new(o, "gpu", c->gpus ? json_string(c->gpu_name) : json_null());
   json_object_set_new(o, "gpu_memory_bytes", json_real(c->gpu_memory));
   json_object_set_new(o, "gpu_copy_GBps", json_real(GBPS(c->gpu_copy)));
+  json_object_set_new(o, "gpu_quantize_GBps", json_real(GBPS(c->gpu_quantize)));
   json_object_set_new(o, "nvlink_GBps", json_real(GBPS(c->nvlink)));
   json_object_set_new(o, "pcie_GBps", json_real(GBPS(c->pcie)));
   json_object_set_new(o, "nics", json_integer(c->nics));
   json_object_set_new(o, "nic_Gbps", json_real(c->nic * 8 / 1e9));
   json_object_set_new(o, "host_memcpy_GBps", json_real(GBPS(c->host_memcpy)));
   json_object_set_new(o, "host_mpi_GBps", json_real(GBPS(c->host_mpi)));
+  json_object_set_new(o, "host_quantize_GBps", json_real(GBPS(c->host_quantize)));
   json_object_set_new(o, "host_memory_bytes", json_real(c->host_memory));
   json_object_set_new(lat, "node", json_real(c->latency_node * 1e6));
   json_object_set_new(lat, "network", json_real(c->latency_network * 1e6));
@@ -149,7 +157,7 @@ static json_t *cluster_json(const rf_cluster *c) {
 
 static json_t *fit_json(const rf_sim_fit *f) {
   json_t *o = json_object(), *knobs = json_array();
-  for (int k = 0; k < RF_SIM_KNOBS; k++) {
+  for (int k = 0; k < f->count; k++) {
     json_t *e = json_object();
     json_object_set_new(e, "name", json_string(f->names[k]));
     json_object_set_new(e, "before", json_real(f->before[k] * knob_scale(f->names[k])));
@@ -254,6 +262,14 @@ json_t *rf_sim_mode_json(const rf_sim_context *x, rf_mode mode, const rf_sim_res
       json_object_set_new(ph, rf_phase_name((rf_phase)p), json_real(r->phase[p]));
   json_object_set_new(o, "predicted_s", ph);
   json_object_set_new(o, "latency_s", json_real(r->latency_s));
+  if (rf_layout_format(&x->job->layout)) { /* only with a format, as the command's own keys */
+    json_t *q = json_object();
+    json_object_set_new(q, "pack_bytes", json_integer(r->quantize_pack_bytes));
+    json_object_set_new(q, "unpack_bytes", json_integer(r->quantize_unpack_bytes));
+    json_object_set_new(q, "rate_GBps", json_real(GBPS(r->quantize_rate)));
+    json_object_set_new(q, "s", json_real(r->quantize_s));
+    json_object_set_new(o, "quantize", q);
+  }
   json_object_set_new(o, "bound_s", json_real(r->bound_s));
   json_object_set_new(o, "messages", json_integer(r->messages));
   json_object_set_new(o, "units", json_integer(r->units));

@@ -241,8 +241,9 @@ typedef struct {
   char model[128], trainer[64], rollout[64], placement[32], plan[16], mode[16], transport[16];
   char status[32], skip_reason[256], slurm_job_id[64], slurm_job[128], written[32];
   char dtype[16], trainer_style[16], trainer_order[16], gpu_versions[160], cluster[64];
-  char memory[16];   /* "host", "device"; "" in files written before refit recorded it */
-  char *config_json; /* the run's whole configuration, or NULL when absent */
+  char memory[16];        /* "host", "device"; "" in files written before refit recorded it */
+  char rollout_dtype[16]; /* "model", "fp8", ...; "" in files written before it was recorded */
+  char *config_json;      /* the run's whole configuration, or NULL when absent */
   int64_t bucket_size, iterations, ranks, wrong, checksum_bad; /* -1 where absent */
   int64_t sweep_index, sweep_size;                             /* -1 where absent */
   int64_t trainer_send_bytes; /* the plan group's transfer_bytes; -1 where absent */

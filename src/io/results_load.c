@@ -338,6 +338,7 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       {"gpu_versions", run->gpu_versions, sizeof run->gpu_versions},
       {"cluster", run->cluster, sizeof run->cluster},
       {"memory", run->memory, sizeof run->memory},
+      {"rollout_dtype", run->rollout_dtype, sizeof run->rollout_dtype},
       {"published_label", run->published_label, sizeof run->published_label},
   };
   rf_status st = RF_OK;

@@ -128,6 +128,10 @@ rf_status rf_simulate(const rf_plan *plan, const rf_cluster *c, const rf_sim_opt
     st = sim_clock_finish(&k, r->phase);
   if (st == RF_OK) {
     r->latency_s = k.sum_latency;
+    r->quantize_s = k.sum_quantize;
+    r->quantize_pack_bytes = k.quantize_pack_bytes;
+    r->quantize_unpack_bytes = k.quantize_unpack_bytes;
+    r->quantize_rate = sim_quantize_rate(c, o->device);
     memcpy(r->class_bytes, k.class_bytes, sizeof r->class_bytes);
     r->messages = k.messages;
     r->units = k.units;

@@ -39,11 +39,16 @@ typedef struct {
   double gpu_memory;      /* bytes per GPU */
   double gpu_copy;        /* one GPU copying inside its own memory: packs, unpacks, two processes on
                              one GPU */
+  double gpu_quantize;    /* one GPU quantizing for a rollout format, in bytes of the trainer-dtype
+                             elements it reads a second (it writes the quantized bytes and scales
+                             too); absent from the file: 0.895 of gpu_copy, as measured */
   double nvlink;          /* per GPU per direction; 0: GPUs of a node talk over PCIe */
   double pcie;            /* per GPU per direction */
   int nics;               /* network adapters per node; GPU g uses adapter g * nics / gpus */
   double nic;             /* per adapter per direction */
   double host_memcpy;     /* one rank's memcpy in host memory */
+  double host_quantize;   /* one rank quantizing in host memory, as gpu_quantize; absent from the
+                             file: RF_SIM_HOST_QUANTIZE */
   double host_mpi;        /* one rank sending, or receiving, to a process of its node */
   double host_memory;     /* bytes per node */
   double latency_node;    /* one message inside a node */
@@ -61,6 +66,16 @@ typedef struct {
 #define RF_SIM_RATE_MIN 1e3
 #define RF_SIM_LATENCY_MIN 1e-12
 #define RF_SIM_MEMORY_MAX (1e6 * 1073741824.0)
+
+/* The quantize rates a cluster file that does not give them gets. On a GPU the quantizer is
+ * memory-bound like a copy: refit's fp8 kernel quantized 3.98 GiB of bf16 in 2.223 ms where a
+ * device copy of the same bytes took 1.989 ms on the lent H200 (results/h200/README.md, fp8
+ * quantize 0.895), so a GPU quantizes at 0.895 of its copy rate. On the CPU the quantizer works
+ * element by element (a block's amax, a scale, each element rounded), far below memcpy: the
+ * host figure is this VM's (configs/clusters/vm-2core.json), an approximation to calibrate on
+ * the real host. */
+#define RF_SIM_GPU_QUANTIZE_OF_COPY 0.895
+#define RF_SIM_HOST_QUANTIZE 0.06e9
 
 /* Loads a cluster: a path to a JSON file, or the name of one shipped in configs/clusters
  * ($REFIT_CLUSTER_DIR first). A missing key, a number that is not positive or is above the
@@ -123,8 +138,16 @@ rf_wire rf_sim_wire(const rf_transport_ops *ops, int device);
 typedef struct {
   double phase[RF_PHASE_COUNT];
   double latency_s; /* the part of transfer that is per-message latency */
-  double bound_s;   /* the sum over units of their tightest link's bytes / capacity: with units
-                       one after the other, no schedule of these buckets moves faster */
+  /* Quantizing for a rollout format (--rollout-dtype): the trainer-dtype bytes its quantizing
+   * ranks read, in their packs (the source quantizes into staging, or a local piece on its way)
+   * and in their unpacks (the destination quantizes landed pieces; over a mapping transport the
+   * rank that pulls), at the cluster's quantize rate; and the part of pack and unpack it takes
+   * (what the copies take with it less what they take without). All 0 without a format. */
+  int64_t quantize_pack_bytes, quantize_unpack_bytes;
+  double quantize_rate; /* bytes a second: the GPU's or the host's, as the weights live */
+  double quantize_s;
+  double bound_s; /* the sum over units of their tightest link's bytes / capacity: with units
+                     one after the other, no schedule of these buckets moves faster */
   int64_t class_bytes[RF_SIM_CLASS_COUNT];
   int64_t messages;                 /* per iteration, all ranks, as refit run counts them */
   int64_t units, buckets;           /* synchronisation units and buckets, every stage */
@@ -192,9 +215,11 @@ typedef struct {
   const char *label; /* for the report: "run 0003 grouped", "run 0003 limit mpi" */
 } rf_sim_sample;
 
-/* The rates a calibration sets, and how well the fit came out. */
-#define RF_SIM_KNOBS 3
+/* The rates a calibration sets, and how well the fit came out: three, and the quantize rate of
+ * the memory kind where a sample quantizes (an unquantized run says nothing about it). */
+#define RF_SIM_KNOBS 4
 typedef struct {
+  int count;                       /* knobs fitted: 3, or 4 with the quantize rate */
   const char *names[RF_SIM_KNOBS]; /* "host.mpi_GBps", ... */
   double before[RF_SIM_KNOBS], after[RF_SIM_KNOBS];
   int samples;
@@ -203,7 +228,8 @@ typedef struct {
 
 /* Fits the cluster's rates for weights in host (device = 0) or GPU memory to the samples:
  * per-rank bandwidth, copy rate and per-message latency for host memory; GPU copy rate,
- * per-message and per-copy latency for device memory. Least squares of log(predicted /
+ * per-message and per-copy latency for device memory; and the memory's quantize rate when a
+ * sample quantizes for a rollout format. Least squares of log(predicted /
  * measured) over all samples, by coordinate descent in log space; the cluster is updated. */
 rf_status rf_sim_calibrate(rf_cluster *cluster, int device, const rf_sim_sample *samples, int n,
                            rf_sim_fit *out);

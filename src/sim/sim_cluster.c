@@ -98,11 +98,16 @@ static rf_status read_gpus(const char *path, json_t *node, rf_cluster *c) {
   json_t *gpu, *nics;
   RF_TRY(object(&(where){path, "node"}, node, "gpu", c->gpus > 0, &gpu));
   if (gpu) {
-    static const char *const keys[] = {"name", "memory_GiB", "copy_GBps"};
+    static const char *const keys[] = {"name", "memory_GiB", "copy_GBps", "quantize_GBps"};
     RF_TRY(known_keys(&w, gpu, keys, RF_ARRAY_LEN(keys)));
     RF_TRY(text(&w, gpu, "name", 1, c->gpu_name, sizeof c->gpu_name));
     RF_TRY(number(&w, gpu, "memory_GiB", 1, 0, GIB, 0, RF_SIM_MEMORY_MAX, &c->gpu_memory));
     RF_TRY(number(&w, gpu, "copy_GBps", 1, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX, &c->gpu_copy));
+    /* Optional: files written before quantized rollouts were simulated have none, and the
+     * quantizer runs at about a copy's rate (sim.h). */
+    c->gpu_quantize = RF_SIM_GPU_QUANTIZE_OF_COPY * c->gpu_copy;
+    RF_TRY(number(&w, gpu, "quantize_GBps", 0, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX,
+                  &c->gpu_quantize));
   }
   w.at = "node";
   RF_TRY(number(&w, node, "nvlink_GBps", 0, 1, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX, &c->nvlink));
@@ -125,7 +130,7 @@ static rf_status read_cluster(const char *path, json_t *root, rf_cluster *c) {
                                     "node", "latency_us",  "sources"};
   static const char *const node_keys[] = {"gpus",      "ranks_per_node", "gpu", "nvlink_GBps",
                                           "pcie_GBps", "nics",           "host"};
-  static const char *const host_keys[] = {"memcpy_GBps", "mpi_GBps", "memory_GiB"};
+  static const char *const host_keys[] = {"memcpy_GBps", "mpi_GBps", "memory_GiB", "quantize_GBps"};
   static const char *const latency_keys[] = {"node", "network", "copy"};
   where w = {path, ""};
   json_t *node, *host, *latency, *sources;
@@ -152,6 +157,9 @@ static rf_status read_cluster(const char *path, json_t *root, rf_cluster *c) {
       number(&w, host, "memcpy_GBps", 1, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX, &c->host_memcpy));
   RF_TRY(number(&w, host, "mpi_GBps", 1, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX, &c->host_mpi));
   RF_TRY(number(&w, host, "memory_GiB", 1, 0, GIB, 0, RF_SIM_MEMORY_MAX, &c->host_memory));
+  c->host_quantize = RF_SIM_HOST_QUANTIZE; /* optional, as the GPU's */
+  RF_TRY(number(&w, host, "quantize_GBps", 0, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX,
+                &c->host_quantize));
   w.at = "";
   RF_TRY(object(&w, root, "latency_us", 1, &latency));
   w.at = "latency_us";

@@ -8,7 +8,12 @@
  * Three rates are fitted, those the samples can tell apart: for host memory a rank's MPI
  * bandwidth (the limit_mpi exchange pins it), its memcpy rate (limit_memcpy and the packs) and
  * the per-message latency (what the many small messages of unfused and of small buckets pay);
- * for GPU memory the GPU's copy rate, the per-message and the per-copy latency. */
+ * for GPU memory the GPU's copy rate, the per-message and the per-copy latency. Where a sample
+ * quantizes for a rollout format (--rollout-dtype), a fourth: the memory's quantize rate. Its
+ * runs' packs and unpacks hold the quantizer's passes (sim_walk.c says where), so their totals
+ * exceed what the three rates predict for the same job unquantized by their bytes quantized
+ * over the rate; fitted jointly, the unquantized runs and the limits pin the three and the
+ * quantized runs' excess the fourth. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -121,7 +126,7 @@ rf_status rf_sim_trace_limit(const rf_plan *plan, const rf_cluster *c, int devic
       in += b;
     }
     if (in > 0)
-      copies[ncopies++] = (sim_copy){d, in, 1};
+      copies[ncopies++] = (sim_copy){d, in, 1, 0};
   }
   sim_unit u = {
       .stage = RF_STAGE_TRANSFER, .buckets = 1, .pairs = pairs, .pack = copies, .unpack = copies};
@@ -171,17 +176,29 @@ rf_status rf_sim_trace_time(const rf_sim_trace *t, const rf_cluster *c, double *
   return st;
 }
 
-/* The rates the fit moves, as pointers into the cluster. */
+/* The rates the fit moves, as pointers into the cluster; the fourth, the quantize rate, only
+ * where the samples quantize. */
 static void knobs(rf_cluster *c, int device, double **v, const char **names) {
   if (device) {
     v[0] = &c->gpu_copy, names[0] = "gpu.copy_GBps";
     v[1] = &c->latency_node, names[1] = "latency_us.node";
     v[2] = &c->latency_copy, names[2] = "latency_us.copy";
+    v[3] = &c->gpu_quantize, names[3] = "gpu.quantize_GBps";
   } else {
     v[0] = &c->host_mpi, names[0] = "host.mpi_GBps";
     v[1] = &c->host_memcpy, names[1] = "host.memcpy_GBps";
     v[2] = &c->latency_node, names[2] = "latency_us.node";
+    v[3] = &c->host_quantize, names[3] = "host.quantize_GBps";
   }
+}
+
+/* Whether a sample quantizes: only then do its times say anything about the quantize rate. */
+static int quantizes(const rf_sim_sample *s, int n) {
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < s[i].trace->ncopies; j++)
+      if (s[i].trace->copies[j].quantized > 0)
+        return 1;
+  return 0;
 }
 
 /* Samples that share a trace (runs of one job repeated, as a sweep or a benchmark records
@@ -235,7 +252,7 @@ static void share_traces(const rf_sim_sample *s, int n, int *first) {
   free(order);
 }
 
-static rf_status fit(rf_cluster *c, double **v, const double *lo, const double *hi,
+static rf_status fit(rf_cluster *c, double **v, const double *lo, const double *hi, int count,
                      const rf_sim_sample *s, int n, const sharing *sh, rf_sim_fit *out);
 
 rf_status rf_sim_calibrate(rf_cluster *c, int device, const rf_sim_sample *s, int n,
@@ -244,17 +261,21 @@ rf_status rf_sim_calibrate(rf_cluster *c, int device, const rf_sim_sample *s, in
   double *v[RF_SIM_KNOBS];
   knobs(c, device, v, out->names);
   out->samples = n;
-  /* The first knob is a rate, the others are latencies (host: the memcpy rate too). */
+  /* The quantize rate is fitted where a sample quantizes: its runs' packs and unpacks are then
+   * longer than the other rates explain, by their bytes quantized over the rate. */
+  out->count = quantizes(s, n) ? RF_SIM_KNOBS : RF_SIM_KNOBS - 1;
+  /* The first knob is a rate, the others are latencies (host: the memcpy rate too), the fourth
+   * a rate. */
   double lo[RF_SIM_KNOBS], hi[RF_SIM_KNOBS];
   for (int k = 0; k < RF_SIM_KNOBS; k++) {
-    int rate = k == 0 || (!device && k == 1);
+    int rate = k == 0 || k == 3 || (!device && k == 1);
     lo[k] = rate ? RF_SIM_RATE_MIN : RF_SIM_LATENCY_MIN;
     hi[k] = rate ? RF_SIM_RATE_MAX : RF_SIM_LATENCY_MAX;
   }
-  for (int k = 0; k < RF_SIM_KNOBS; k++) {
+  for (int k = 0; k < out->count; k++) {
     /* A latency of zero has no logarithm to move: start it at a microsecond. */
     if (!(*v[k] > 0))
-      *v[k] = k == 0 ? 1e9 : 1e-6;
+      *v[k] = k == 0 || k == 3 ? 1e9 : 1e-6;
     out->before[k] = *v[k];
   }
   if (n == 0)
@@ -268,13 +289,13 @@ rf_status rf_sim_calibrate(rf_cluster *c, int device, const rf_sim_sample *s, in
   if (st == RF_OK)
     share_traces(s, n, sh.first);
   if (st == RF_OK)
-    st = fit(c, v, lo, hi, s, n, &sh, out);
+    st = fit(c, v, lo, hi, out->count, s, n, &sh, out);
   free(sh.first);
   free(sh.times);
   return st;
 }
 
-static rf_status fit(rf_cluster *c, double **v, const double *lo, const double *hi,
+static rf_status fit(rf_cluster *c, double **v, const double *lo, const double *hi, int count,
                      const rf_sim_sample *s, int n, const sharing *sh, rf_sim_fit *out) {
   double best;
   RF_TRY(loss(c, s, n, sh, &best, NULL));
@@ -282,7 +303,7 @@ static rf_status fit(rf_cluster *c, double **v, const double *lo, const double *
    * lowers the loss, halve the step (in log) when nothing does. */
   for (double step = log(16.0); step > 1e-4;) {
     int moved = 0;
-    for (int k = 0; k < RF_SIM_KNOBS; k++)
+    for (int k = 0; k < count; k++)
       for (int sign = -1; sign <= 1; sign += 2) {
         double keep = *v[k], trial;
         *v[k] = keep * exp(sign * step);
@@ -303,7 +324,7 @@ static rf_status fit(rf_cluster *c, double **v, const double *lo, const double *
     if (!moved)
       step /= 2;
   }
-  for (int k = 0; k < RF_SIM_KNOBS; k++)
+  for (int k = 0; k < count; k++)
     out->after[k] = *v[k];
   return loss(c, s, n, sh, &best, &out->worst_error);
 }

@@ -105,10 +105,13 @@ typedef struct {
   int messages;
 } sim_pair;
 
+/* A rank's copies of a unit, and what it quantizes among them (trainer-dtype bytes read): the
+ * quantizer shares the rank's copy engine with its copies, at the cluster's quantize rate. */
 typedef struct {
   int rank;
   int64_t bytes;
   int copies;
+  int64_t quantized;
 } sim_copy;
 
 typedef struct {
@@ -136,6 +139,10 @@ rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *stagin
                    void *ctx);
 
 /* ---- timing ------------------------------------------------------------------------------ */
+
+/* The quantize rate of the memory the weights live in, bytes of trainer-dtype elements read a
+ * second. */
+double sim_quantize_rate(const rf_cluster *c, int device);
 
 /* The running clock of one mode over the units of every stage. */
 typedef struct {
@@ -169,6 +176,8 @@ typedef struct {
   double stage_total[3];
   /* totals over every stage */
   double sum_pack, sum_unpack, sum_latency;
+  double sum_quantize; /* the part of the packs and unpacks that quantizes */
+  int64_t quantize_pack_bytes, quantize_unpack_bytes;
   double *res_bytes; /* [resources] bytes per link over the run, or NULL */
   /* With res_bytes: the unit's bytes per link (its links listed in touched), and per link the
    * seconds of the units it was the tightest link of; bound sums each unit's tightest link's

@@ -69,16 +69,38 @@ static rf_status room(sim_clock *k, int n) {
   return RF_OK;
 }
 
+double sim_quantize_rate(const rf_cluster *c, int device) {
+  return device ? c->gpu_quantize : c->host_quantize;
+}
+
 /* Copies on each rank's copy engine: max-min time, plus the latency of the most copies any
- * rank makes one after the other. */
-static rf_status copies_time(sim_clock *k, const sim_copy *cp, int n, double *out) {
+ * rank makes one after the other. A rank's quantizing is memory-bound like its copies and runs
+ * on the same memory, so it is a flow on the same engine: its bytes read, scaled by the
+ * engine's rate over the quantize rate, take their time at the quantize rate when the rank has
+ * the engine to itself, and share it as copies do when ranks share a GPU. `quantize` gets the
+ * part of the time that quantizing adds (0 with nothing quantized). */
+static rf_status copies_time(sim_clock *k, const sim_copy *cp, int n, double *out,
+                             double *quantize) {
   RF_TRY(room(k, n));
   int most = 0;
+  int64_t quantized = 0;
+  double rate = sim_quantize_rate(k->c, k->net->device);
   for (int i = 0; i < n; i++) {
-    k->flows[i] = (sim_flow){(double)cp[i].bytes, 1, {sim_net_copy(k->net, cp[i].rank)}};
+    int engine = sim_net_copy(k->net, cp[i].rank);
+    double bytes = (double)cp[i].bytes + (double)cp[i].quantized * (k->cap[engine] / rate);
+    k->flows[i] = (sim_flow){bytes, 1, {engine}};
     most = RF_MAX(most, cp[i].copies);
+    quantized += cp[i].quantized;
   }
   RF_TRY(sim_solve(k->solver, k->flows, n, k->cap, out));
+  *quantize = 0.0;
+  if (quantized > 0) { /* the same copies without their quantizing */
+    double plain;
+    for (int i = 0; i < n; i++)
+      k->flows[i].bytes = (double)cp[i].bytes;
+    RF_TRY(sim_solve(k->solver, k->flows, n, k->cap, &plain));
+    *quantize = *out - plain;
+  }
   *out += most * k->c->latency_copy;
   return RF_OK;
 }
@@ -263,9 +285,14 @@ rf_status sim_clock_unit(sim_clock *k, const sim_unit *u) {
     k->fluid.count = 0;
     k->fluid.now = 0.0;
   }
-  double p, x = 0.0, v;
-  RF_TRY(copies_time(k, u->pack, u->npack, &p));
-  RF_TRY(copies_time(k, u->unpack, u->nunpack, &v));
+  double p, x = 0.0, v, qp, qv;
+  RF_TRY(copies_time(k, u->pack, u->npack, &p, &qp));
+  RF_TRY(copies_time(k, u->unpack, u->nunpack, &v, &qv));
+  k->sum_quantize += qp + qv;
+  for (int i = 0; i < u->npack; i++)
+    k->quantize_pack_bytes += u->pack[i].quantized;
+  for (int i = 0; i < u->nunpack; i++)
+    k->quantize_unpack_bytes += u->unpack[i].quantized;
   if (k->mode == RF_MODE_FUSED) {
     RF_TRY(fused_unit(k, u, p, v));
   } else {

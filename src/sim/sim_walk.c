@@ -10,8 +10,9 @@
  * the clock overlaps a forward bucket with the transfer bucket beside it.
  *
  * Over a mapping transport (engine_mapped.c) every piece is one copy straight across: no
- * messages, packs, unpacks or staging. unfused launches and waits once a tensor, grouped once a
- * bucket, fused once a stage; each stage adds the two rounds of ready and done notes. */
+ * messages, packs, unpacks (but a quantized rollout's quantizing) or staging. unfused launches and
+ * waits once a tensor, grouped once a bucket, fused once a stage; each stage adds the two rounds of
+ * ready and done notes. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,9 +44,11 @@ typedef struct {
   size_t slots; /* a power of two, at least twice npairs; 0 before the first pair */
   unsigned unit;
   int64_t *pack_bytes, *unpack_bytes; /* [world] */
+  int64_t *pack_quant, *unpack_quant; /* [world]: trainer-dtype bytes quantized (sim_copy) */
   int *pack_copies, *unpack_copies;   /* [world]: copies launched one by one */
   char *pack_batch, *unpack_batch;    /* [world]: copies the engine gathers into one batch */
-  int *touched;                       /* ranks with copies in the unit, each once */
+  char *quant_batch; /* [world]: landed pieces quantized, a launch of their own a unit */
+  int *touched;      /* ranks with copies in the unit, each once */
   char *is_touched;
   int ntouched;
   sim_copy *pack, *unpack; /* [world] */
@@ -155,14 +158,17 @@ static rf_status close_unit(walker *w, rf_stage stage, int bucket, int buckets) 
   int npack = 0, nunpack = 0;
   for (int t = 0; t < w->ntouched; t++) {
     int r = w->touched[t];
-    if (w->pack_bytes[r])
-      w->pack[npack++] = (sim_copy){r, w->pack_bytes[r], w->pack_copies[r] + w->pack_batch[r]};
-    if (w->unpack_bytes[r])
-      w->unpack[nunpack++] =
-          (sim_copy){r, w->unpack_bytes[r], w->unpack_copies[r] + w->unpack_batch[r]};
+    if (w->pack_bytes[r] || w->pack_quant[r])
+      w->pack[npack++] =
+          (sim_copy){r, w->pack_bytes[r], w->pack_copies[r] + w->pack_batch[r], w->pack_quant[r]};
+    if (w->unpack_bytes[r] || w->unpack_quant[r])
+      w->unpack[nunpack++] = (sim_copy){
+          r, w->unpack_bytes[r], w->unpack_copies[r] + w->unpack_batch[r] + w->quant_batch[r],
+          w->unpack_quant[r]};
     w->pack_bytes[r] = w->unpack_bytes[r] = 0;
+    w->pack_quant[r] = w->unpack_quant[r] = 0;
     w->pack_copies[r] = w->unpack_copies[r] = 0;
-    w->pack_batch[r] = w->unpack_batch[r] = 0;
+    w->pack_batch[r] = w->unpack_batch[r] = w->quant_batch[r] = 0;
     w->is_touched[r] = 0;
   }
   w->ntouched = 0;
@@ -221,6 +227,43 @@ static void close_bucket(walker *w) {
   w->nstaged = 0;
 }
 
+/* The trainer-dtype bytes of chunk k that the plan has quantized (rf_piece_quant): what the
+ * quantizer reads. Forwarded and carried pieces move fp8 already and quantize nothing. */
+static int64_t quantized_bytes(const rf_plan *plan, const rf_chunk *k, rf_quant want) {
+  const rf_piece *p = &plan->pieces[k->piece];
+  if (rf_piece_quant(plan, p) != want)
+    return 0;
+  return rf_box_numel(&k->box) * rf_tensor_esize(&plan->layout->model->tensors[p->tensor]);
+}
+
+/* Where the quantizer runs, as the engine runs it (engine_fp8.c, engine_modes.c):
+ *
+ * - A destination-quantized piece lands in the trainer's dtype and its destination quantizes
+ *   it from there once the round has brought its blocks (engine_fp8_round_done, timed as
+ *   unpack): its bytes on the destination's unpack, in a launch of their own, whatever path the
+ *   landing took. The engine quantizes a block when its last piece lands; the walk charges
+ *   each piece in the unit that brings it, the same bytes in all.
+ * - A source-quantized piece sent as a message is quantized into staging: the quantizer is its
+ *   pack, reading the trainer's bytes and writing the fp8 bytes and scales, so its pack is the
+ *   quantize, in place of a copy of its wire bytes.
+ * - A local source-quantized piece is quantized straight into the rollout tensor
+ *   (engine_fp8_local): the same, on the rank's pack, and nothing else is copied. The engine
+ *   does it as it posts, outside its pack timer, so its measured pack has it in transfer.
+ * - Over a mapping transport the destination pulls a source-quantized piece through the
+ *   quantizer from its source's memory: the walk keeps the copy across (the link carries it)
+ *   and adds the quantize on the destination's unpack, a little more than the one pass it is. */
+static void quantize_on_landing(walker *w, const rf_chunk *k, int run, int dst) {
+  int64_t q = 0;
+  for (int j = 0; j < run; j++)
+    q += quantized_bytes(w->plan, &k[j], RF_QUANT_DESTINATION) +
+         (w->mapping ? quantized_bytes(w->plan, &k[j], RF_QUANT_SOURCE) : 0);
+  if (q == 0)
+    return;
+  touch(w, dst);
+  w->unpack_quant[dst] += q;
+  w->quant_batch[dst] = 1;
+}
+
 /* One message (or local copy) of `run` chunks from chunks[i], as post_chunk and post_block
  * make it. */
 static rf_status walk_run(walker *w, const rf_schedule *s, int i, int run) {
@@ -231,6 +274,15 @@ static rf_status walk_run(walker *w, const rf_schedule *s, int i, int run) {
   int64_t bytes = 0;
   for (int j = 0; j < run; j++)
     bytes += k[j].bytes;
+  quantize_on_landing(w, k, run, dst);
+  /* A source-quantized chunk is one chunk a run (rf_engine_joined_chunks). */
+  int64_t source_q = w->mapping ? 0 : quantized_bytes(plan, k, RF_QUANT_SOURCE);
+  if (src == dst && source_q > 0) {
+    touch(w, src);
+    w->pack_quant[src] += source_q;
+    w->pack_copies[src]++;
+    return RF_OK;
+  }
   if (src == dst)
     return add_pair(w, src, dst, bytes, 0);
   if (w->mapping) {
@@ -246,7 +298,8 @@ static rf_status walk_run(walker *w, const rf_schedule *s, int i, int run) {
   rf_chunk_path in = rf_engine_recv_path(plan, w->mode, w->wire, k);
   if (out != RF_CHUNK_DIRECT) {
     touch(w, src);
-    w->pack_bytes[src] += bytes;
+    w->pack_bytes[src] += source_q > 0 ? 0 : bytes;
+    w->pack_quant[src] += source_q;
     if (out == RF_CHUNK_STAGED && rf_engine_pack_batched(plan, w->mode, p))
       w->pack_batch[src] = 1;
     else
@@ -410,9 +463,9 @@ rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *stagin
               .fn = fn,
               .ctx = ctx,
               .unit = 1};
-  int64_t *i64 = rf_calloc(6 * n, sizeof *i64, "the walk's counters");
+  int64_t *i64 = rf_calloc(8 * n, sizeof *i64, "the walk's counters");
   int *ints = rf_calloc(4 * n, sizeof *ints, "the walk's counters");
-  char *flags = rf_calloc(4 * n, 1, "the walk's counters");
+  char *flags = rf_calloc(5 * n, 1, "the walk's counters");
   w.pack = rf_calloc(n, sizeof *w.pack, "the walk's copies");
   w.unpack = rf_calloc(n, sizeof *w.unpack, "the walk's copies");
   if (o->mapping)
@@ -422,10 +475,11 @@ rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *stagin
   if (st == RF_OK) {
     w.pack_bytes = i64, w.unpack_bytes = i64 + n, w.send_staged = i64 + 2 * n;
     w.recv_staged = i64 + 3 * n, w.send_need = i64 + 4 * n, w.recv_need = i64 + 5 * n;
+    w.pack_quant = i64 + 6 * n, w.unpack_quant = i64 + 7 * n;
     w.pack_copies = ints, w.unpack_copies = ints + n, w.touched = ints + 2 * n;
     w.staged_ranks = ints + 3 * n;
     w.is_touched = flags, w.is_staged = flags + n;
-    w.pack_batch = flags + 2 * n, w.unpack_batch = flags + 3 * n;
+    w.pack_batch = flags + 2 * n, w.unpack_batch = flags + 3 * n, w.quant_batch = flags + 4 * n;
     st = walk_stage(&w, RF_STAGE_RESHAPE, -1, o->bucket_size);
   }
   /* Over messages the engine runs the forward steps in rounds with the transfer; over a mapping

@@ -4,7 +4,7 @@
 # shipped cluster file loading, and the one-line errors (exit 2) for a missing cluster, a
 # missing key, a bad number, an unknown key, a job too large, an unknown transport and a
 # mapping one across nodes; the lower bound beside each prediction, and refit plan --cluster
-# printing it.
+# printing it; a quantized rollout's quantize line, naming its rate and moving with it.
 . "$(dirname "$0")/lib.sh"
 toy="$REFIT_SOURCE_DIR/tests/data/cluster-toy.json"
 job=(--model tiny --trainer fsdp=2 --rollout tp=2)
@@ -73,6 +73,20 @@ expect_exit 0 "$REFIT" simulate --cluster "$toy" "${one[@]}" --transport ipc --m
 expect_grep "weights in GPU memory; transport ipc (one copy a piece, straight across)" "$TMP/out"
 expect_exit 0 "$REFIT" simulate --cluster "$toy" "${one[@]}" --transport nccl --mode fused
 expect_grep "weights in GPU memory; transport nccl (messages)" "$TMP/out"
+
+# A quantized rollout: tiny as mxfp8 from fsdp=1 to tp=1 colocated, one rank, its 147456 bytes
+# of linear weights quantized at the source on its pack at the toy's default 895 GB/s (0.895 of
+# its 1000 GB/s copy), 1.648e-07 s; a cluster file's quantize_GBps of 100 makes it 1.475e-06 s.
+q=(--model tiny --trainer fsdp=1 --rollout tp=1 --rollout-dtype mxfp8 --placement colocated --mode grouped)
+expect_exit 0 "$REFIT" simulate --cluster "$toy" "${q[@]}"
+expect_grep "  quantize       147456 trainer-dtype bytes in packs, 0 in unpacks at 895 GB/s (gpu.quantize_GBps): 1.648e-07 s of pack and unpack" "$TMP/out"
+sed 's/"copy_GBps": 1000}/"copy_GBps": 1000, "quantize_GBps": 100}/' "$toy" >"$TMP/toy-q.json"
+expect_exit 0 "$REFIT" simulate --cluster "$TMP/toy-q.json" "${q[@]}"
+expect_grep "  quantize       147456 trainer-dtype bytes in packs, 0 in unpacks at 100 GB/s (gpu.quantize_GBps): 1.475e-06 s of pack and unpack" "$TMP/out"
+expect_grep "mode grouped     bucket 256.00 MiB: total 1.606e-06 s = pack 1.475e-06 + transfer 1.317e-07 + unpack 0 s" "$TMP/out"
+# Unquantized jobs print no quantize line.
+expect_exit 0 "$REFIT" simulate --cluster "$toy" "${job[@]}" --mode grouped
+! grep -q "^  quantize" "$TMP/out" || fail "a quantize line without a format: $(cat "$TMP/out")"
 
 # Every shipped cluster loads and simulates a job that fits it.
 for c in h100-hgx h200-hgx gb200-nvl72 h20-hgx h800-hgx h200-lent vm-2core; do
