@@ -209,8 +209,10 @@ static const rf_format *quant_format;
 static int quant_transposed;
 
 /* Every tensor of the data set, row-major in src (or, transposed, as a JAX-order shard holds
- * it), into its format's bytes at the same element offset in dst and its scales after each
- * other in `scales`: one job per tensor, all queued, then one flush, as the engine does. */
+ * it), into its format's bytes (packed two a byte for 4-bit elements) at the same element
+ * offset in dst and its scales after each other in `scales`, laid out as the rollout holds
+ * them (nvfp4: 128x4 tiles): one job per tensor, all queued, then one flush, as the engine
+ * does. nvfp4's global is 1: the time does not depend on it. */
 static rf_status step_quantize(bench *b) {
   const rf_format *f = quant_format;
   size_t scale_at = 0;
@@ -224,25 +226,32 @@ static rf_status step_quantize(bench *b) {
                         .x_col_stride = quant_transposed ? tensor_rows[k] : 1,
                         .rows = tensor_rows[k],
                         .cols = HIDDEN,
-                        .q = (uint8_t *)b->dst + at,
-                        .q_stride = HIDDEN,
+                        .q = (uint8_t *)b->dst + rf_format_row_bytes(f, (int64_t)at),
+                        .q_stride = rf_format_row_bytes(f, HIDDEN),
                         .scale = b->scales + scale_at,
-                        .scale_stride = grid,
-                        .rule = f->rule,
-                        .block_cols = f->block_rows == 1 ? f->block_cols : 0};
+                        .scale_stride = grid};
+      if (f->scale_layout == RF_SCALE_SWIZZLED_128X4)
+        job.tile_grid_cols = grid;
+      rf_fp8_job_format(&job, f, 1.0f);
       RF_TRY(rf_fp8_quantize_device(&job));
       scale_at += (size_t)rf_format_scale_bytes(f, tensor_rows[k], HIDDEN);
     }
   return rf_fp8_device_flush();
 }
 
+/* The bytes of every tensor's scales in format f, as step_quantize lays them out. */
+static size_t scales_of(const bench *b, const rf_format *f) {
+  size_t n = 0;
+  for (int l = 0; l < b->layers; l++)
+    for (int k = 0; k < 5; k++)
+      n += (size_t)rf_format_scale_bytes(f, tensor_rows[k], HIDDEN);
+  return n;
+}
+
 /* A quantize row against its own limit: the bytes it reads (bf16) and writes (elements and
  * scales) moved at the rate of the d2d row, which reads and writes the data set once each. */
 static void print_limit(const bench *b, const char *name, double ms) {
-  size_t elems = b->bytes / 2, scales = 0;
-  for (int l = 0; l < b->layers; l++)
-    for (int k = 0; k < 5; k++)
-      scales += (size_t)rf_format_scale_bytes(quant_format, tensor_rows[k], HIDDEN);
+  size_t elems = b->bytes / 2, scales = scales_of(b, quant_format);
   size_t moved = b->bytes + (size_t)rf_format_row_bytes(quant_format, (int64_t)elems) + scales;
   double limit_ms = d2d_ms * (double)moved / (2.0 * (double)b->bytes);
   printf("# %s: reads %zu and writes %zu bytes; at the d2d rate %.3f ms; %.3f of its limit\n", name,
@@ -293,7 +302,10 @@ int main(int argc, char **argv) {
   bad |= time_step(&b, "check", step_check);
   bad |= time_step(&b, "checksum x N", step_checksum_each);
   /* The weights the fill wrote are finite, so no block is refused. */
-  size_t scale_bytes = b.bytes / 2 / 32; /* the most a moved format needs: a byte per 32 */
+  size_t scale_bytes = 1; /* the most any moved format needs (nvfp4: a byte per 16, tiled) */
+  for (int i = 0; i < rf_format_count(); i++)
+    if (rf_format_moved(rf_format_at(i)) && scales_of(&b, rf_format_at(i)) > scale_bytes)
+      scale_bytes = scales_of(&b, rf_format_at(i));
   if (rf_mem_alloc(RF_MEM_DEVICE, scale_bytes, "bench scales", (void **)&b.scales))
     return 3;
   for (int i = 0; i < rf_format_count(); i++) {

@@ -433,14 +433,16 @@ static void batch_queue(batch_case *k, int tag) {
   size_t es = (size_t)rf_dtype_size(k->dt);
   int64_t rows = k->rows, cols = k->cols;
   k->grid_cols = rf_format_block_grid(k->f, 1, cols);
-  k->q_bytes = rows * cols;
-  k->s_bytes = rf_format_scale_bytes(k->f, rows, cols);
+  k->q_bytes = rows * rf_format_row_bytes(k->f, cols);
+  /* Row-major scales, as the reference writes them (the tiles have their own test). */
+  k->s_bytes = rf_format_block_grid(k->f, 0, rows) * k->grid_cols * k->f->scale_bytes;
   k->x = malloc((size_t)(rows * cols) * es);
   for (int64_t i = 0; i < rows * cols; i++)
     put(k->x, k->dt, i, i % 3 ? spread_bits(k->dt) : random_bits(k->dt));
   k->want_q = malloc((size_t)k->q_bytes);
   k->want_s = malloc((size_t)k->s_bytes);
-  ASSERT_OK(rf_format_quantize_ref(k->f, "case", k->x, k->dt, rows, cols, cols, 1.0f, k->want_q,
+  float global = rf_format_tensor_global(k->f, k->x, k->dt, rows, cols, cols);
+  ASSERT_OK(rf_format_quantize_ref(k->f, "case", k->x, k->dt, rows, cols, cols, global, k->want_q,
                                    k->want_s));
   size_t x_bytes = (size_t)(k->transposed ? cols * k->ld : rows * cols) * es;
   char *stored = malloc(x_bytes);
@@ -462,12 +464,11 @@ static void batch_queue(batch_case *k, int tag) {
                     .rows = rows,
                     .cols = cols,
                     .q = (uint8_t *)k->dq,
-                    .q_stride = cols,
+                    .q_stride = rf_format_row_bytes(k->f, cols),
                     .scale = k->ds,
                     .scale_stride = k->grid_cols,
-                    .rule = k->f->rule,
-                    .block_cols = k->f->block_rows == 1 ? k->f->block_cols : 0,
                     .tag = tag};
+  rf_fp8_job_format(&job, k->f, global);
   ASSERT_OK(rf_fp8_quantize_device(&job));
 }
 
@@ -477,12 +478,18 @@ static void batch_check(batch_case *k) {
   ASSERT_OK(rf_mem_transfer(got_s, RF_MEM_HOST, k->ds, RF_MEM_DEVICE, (size_t)k->s_bytes));
   for (int64_t i = 0; i < k->q_bytes; i++)
     if (got_q[i] != k->want_q[i]) {
-      fprintf(stderr, "%s %s %lldx%lld%s: element %lld is 0x%02x, want 0x%02x\n", k->format,
+      fprintf(stderr, "%s %s %lldx%lld%s: byte %lld is 0x%02x, want 0x%02x\n", k->format,
               rf_dtype_name(k->dt), (long long)k->rows, (long long)k->cols,
               k->transposed ? " transposed" : "", (long long)i, got_q[i], k->want_q[i]);
       ASSERT_EQ(got_q[i], k->want_q[i]);
     }
-  ASSERT_EQ(memcmp(got_s, k->want_s, (size_t)k->s_bytes), 0);
+  for (int64_t i = 0; i < k->s_bytes; i++)
+    if (got_s[i] != k->want_s[i]) {
+      fprintf(stderr, "%s %s %lldx%lld%s: scale byte %lld is 0x%02x, want 0x%02x\n", k->format,
+              rf_dtype_name(k->dt), (long long)k->rows, (long long)k->cols,
+              k->transposed ? " transposed" : "", (long long)i, got_s[i], k->want_s[i]);
+      ASSERT_EQ(got_s[i], k->want_s[i]);
+    }
   size_t es = (size_t)rf_dtype_size(k->dt);
   rf_mem_free(RF_MEM_DEVICE, k->dx,
               (size_t)(k->transposed ? k->cols * k->ld : k->rows * k->cols) * es);
@@ -491,10 +498,10 @@ static void batch_check(batch_case *k) {
   free(k->x), free(k->want_q), free(k->want_s), free(got_q), free(got_s);
 }
 
-/* Many jobs queued before one flush, as the engine queues a MoE's experts: every format the
- * kernels run, every source dtype, row-major and transposed sources (the JAX-order fused
- * transpose and quantize), whole 128-row bands on the 16-byte path and ragged edges. Each
- * job's bytes and scales are the CPU reference's of the same elements. */
+/* Many jobs queued before one flush, as the engine queues a MoE's experts: every format of
+ * the table (nvfp4 under its tensor's own global), every source dtype, row-major and transposed
+ * sources (the JAX-order fused transpose and quantize), whole 128-row bands on the 16-byte path and
+ * ragged edges. Each job's bytes and scales are the CPU reference's of the same elements. */
 static void test_batch(void) {
   static const batch_spec specs[] = {
       {"fp8", RF_DTYPE_BF16, 256, 384, 264, 1},       {"fp8", RF_DTYPE_BF16, 300, 200, 301, 1},
@@ -503,6 +510,11 @@ static void test_batch(void) {
       {"mxfp8", RF_DTYPE_BF16, 96, 256, 104, 1},      {"mxfp8", RF_DTYPE_BF16, 70, 100, 73, 1},
       {"mxfp8-floor", RF_DTYPE_FP16, 64, 96, 64, 1},  {"mxfp8", RF_DTYPE_FP32, 33, 64, 40, 1},
       {"mxfp8", RF_DTYPE_BF16, 64, 512, 0, 0},        {"fp8-ue8m0", RF_DTYPE_FP16, 129, 500, 0, 0},
+      {"mxfp4", RF_DTYPE_BF16, 96, 256, 104, 1},      {"mxfp4", RF_DTYPE_BF16, 70, 100, 73, 1},
+      {"mxfp4-floor", RF_DTYPE_FP16, 64, 96, 64, 1},  {"mxfp4", RF_DTYPE_FP32, 33, 64, 40, 1},
+      {"mxfp4", RF_DTYPE_BF16, 64, 512, 0, 0},        {"nvfp4", RF_DTYPE_BF16, 130, 272, 0, 0},
+      {"nvfp4", RF_DTYPE_BF16, 96, 256, 96, 1},       {"nvfp4", RF_DTYPE_FP16, 65, 200, 70, 1},
+      {"nvfp4", RF_DTYPE_FP32, 40, 48, 41, 1},        {"mxfp4-floor", RF_DTYPE_FP32, 20, 70, 0, 0},
   };
   enum { n = sizeof specs / sizeof specs[0] };
   batch_case cases[n];
@@ -554,6 +566,384 @@ static void test_compare_rows(int esize) {
   free(want);
 }
 
+/* ---- 4-bit formats (mxfp4, mxfp4-floor, nvfp4) ------------------------------------------- */
+
+/* One 4-bit job against the reference: the source (host, rows x cols of dt, row-major) stored
+ * row-major or transposed (element (r, c) at c * ld + r) after x_off elements; the packed bytes
+ * q_off bytes into a buffer, rows row_bytes + q_pad apart; the scale bytes row-major (s_off,
+ * rows grid + s_pad apart) or, with tiles, in the 128x4 tiles of a grid of tile_rows x
+ * tile_cols blocks whose block (tile_row0, tile_col0) is the job's first. Every byte of both
+ * buffers, inside and around the output, is compared; `bad` (>= 0) is an element made NaN or
+ * inf (bad_bits), whose block must keep its bytes and scale and be named once. */
+typedef struct {
+  const char *format;
+  rf_dtype dt;
+  int64_t rows, cols;
+  int transposed;
+  int64_t ld, x_off, q_off, q_pad, s_off, s_pad;
+  int tiles;
+  int64_t tile_rows, tile_cols, tile_row0, tile_col0;
+  float global; /* 0: the tensor's own (rf_format_tensor_global) */
+  int64_t bad;
+  uint32_t bad_bits;
+} fp4_spec;
+
+static int64_t fp4_case(const fp4_spec *k, const void *x) {
+  const rf_format *f = rf_format_find(k->format);
+  size_t es = (size_t)rf_dtype_size(k->dt);
+  int64_t rows = k->rows, cols = k->cols, grid = rf_format_block_grid(f, 1, cols);
+  int64_t row_bytes = rf_format_row_bytes(f, cols), q_stride = row_bytes + k->q_pad;
+  int64_t s_stride = grid + k->s_pad, bc = f->block_cols;
+  float global = k->global > 0 ? k->global : rf_format_tensor_global(f, x, k->dt, rows, cols, cols);
+  uint8_t *want_q = malloc((size_t)(rows * row_bytes) + 1),
+          *want_s = malloc((size_t)(rows * grid) + 1);
+  ASSERT_OK(rf_format_quantize_ref(f, "case", x, k->dt, rows, cols, cols, global, want_q, want_s));
+  /* The stored source, with the bad element planted after the reference ran without it. */
+  int64_t ld = k->transposed ? k->ld : cols;
+  size_t x_bytes = (size_t)(k->x_off + (k->transposed ? cols : rows) * ld) * es;
+  char *stored = random_host(x_bytes);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t c = 0; c < cols; c++)
+      memcpy(stored + (size_t)(k->x_off + (k->transposed ? c * ld + r : r * cols + c)) * es,
+             (const char *)x + (size_t)(r * cols + c) * es, es);
+  int64_t bad_r = k->bad >= 0 ? k->bad / cols : -1, bad_b = k->bad >= 0 ? k->bad % cols / bc : -1;
+  if (k->bad >= 0) {
+    int64_t c = k->bad % cols;
+    put(stored, k->dt, k->x_off + (k->transposed ? c * ld + bad_r : bad_r * cols + c), k->bad_bits);
+  }
+  size_t q_bytes = (size_t)(k->q_off + rows * q_stride) + 48;
+  size_t s_bytes =
+      k->tiles ? (size_t)((k->tile_rows + 127) / 128 * 128 * ((k->tile_cols + 3) / 4 * 4)) + 48
+               : (size_t)(k->s_off + rows * s_stride) + 48;
+  char *q0 = random_host(q_bytes), *s0 = random_host(s_bytes);
+  char *dx = device_copy_of(stored, x_bytes), *dq = device_copy_of(q0, q_bytes);
+  char *ds = device_copy_of(s0, s_bytes);
+  rf_fp8_job job = {.x = dx + k->x_off * (int64_t)es,
+                    .dtype = k->dt,
+                    .x_stride = k->transposed ? 1 : cols,
+                    .x_col_stride = k->transposed ? ld : 1,
+                    .rows = rows,
+                    .cols = cols,
+                    .q = (uint8_t *)dq + k->q_off,
+                    .q_stride = q_stride,
+                    .scale = ds + (k->tiles ? 0 : k->s_off),
+                    .scale_stride = s_stride,
+                    .tag = 7,
+                    .row0 = 256,
+                    .col0 = 64};
+  if (k->tiles)
+    job.tile_grid_cols = k->tile_cols, job.tile_row0 = k->tile_row0, job.tile_col0 = k->tile_col0;
+  rf_fp8_job_format(&job, f, global);
+  ASSERT_OK(rf_fp8_quantize_device(&job));
+  rf_fp8_bad bad;
+  ASSERT_OK(rf_fp8_device_bad(&bad));
+  ASSERT_EQ(bad.found, k->bad >= 0);
+  if (k->bad >= 0) {
+    ASSERT_EQ(bad.tag, 7);
+    ASSERT_EQ(bad.row, 256 + bad_r);
+    ASSERT_EQ(bad.col, 64 + bad_b * bc);
+    ASSERT_OK(rf_fp8_device_bad(&bad)); /* named once */
+    ASSERT_EQ(bad.found, 0);
+  }
+  char *q1 = malloc(q_bytes), *s1 = malloc(s_bytes);
+  ASSERT_OK(rf_mem_transfer(q1, RF_MEM_HOST, dq, RF_MEM_DEVICE, q_bytes));
+  ASSERT_OK(rf_mem_transfer(s1, RF_MEM_HOST, ds, RF_MEM_DEVICE, s_bytes));
+  const char *what = k->transposed ? " transposed" : "";
+  for (size_t i = 0; i < q_bytes; i++) {
+    int64_t at = (int64_t)i - k->q_off, r = at / q_stride, c = at % q_stride;
+    int inside = at >= 0 && r < rows && c < row_bytes && !(r == bad_r && c * 2 / bc == bad_b);
+    uint8_t want = inside ? want_q[r * row_bytes + c] : (uint8_t)q0[i];
+    if ((uint8_t)q1[i] != want) {
+      fprintf(stderr,
+              "%s %s %lldx%lld%s: byte %zu (row %lld, columns %lld and %lld) is 0x%02x, want "
+              "0x%02x (global %a)\n",
+              f->name, rf_dtype_name(k->dt), (long long)rows, (long long)cols, what, i,
+              (long long)r, (long long)(2 * c), (long long)(2 * c + 1), (uint8_t)q1[i], want,
+              (double)global);
+      ASSERT_EQ((uint8_t)q1[i], want);
+    }
+  }
+  /* The scales: where each block's lies, then every byte. */
+  uint8_t *want_s_all = malloc(s_bytes);
+  memcpy(want_s_all, s0, s_bytes);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t b = 0; b < grid; b++) {
+      if (r == bad_r && b == bad_b)
+        continue;
+      int64_t at = k->tiles ? rf_format_scale_offset(rf_format_find("nvfp4"), k->tile_cols,
+                                                     k->tile_row0 + r, k->tile_col0 + b)
+                            : k->s_off + r * s_stride + b;
+      want_s_all[at] = want_s[r * grid + b];
+    }
+  for (size_t i = 0; i < s_bytes; i++)
+    if ((uint8_t)s1[i] != want_s_all[i]) {
+      fprintf(stderr, "%s %s %lldx%lld%s%s: scale byte %zu is 0x%02x, want 0x%02x\n", f->name,
+              rf_dtype_name(k->dt), (long long)rows, (long long)cols, what,
+              k->tiles ? " (tiles)" : "", i, (uint8_t)s1[i], want_s_all[i]);
+      ASSERT_EQ((uint8_t)s1[i], want_s_all[i]);
+    }
+  rf_mem_free(RF_MEM_DEVICE, dx, x_bytes);
+  rf_mem_free(RF_MEM_DEVICE, dq, q_bytes);
+  rf_mem_free(RF_MEM_DEVICE, ds, s_bytes);
+  free(want_q), free(want_s), free(want_s_all), free(stored), free(q0), free(s0), free(q1),
+      free(s1);
+  return rows * cols;
+}
+
+/* v (exact in dt: the crafted values are) as dt's bits. */
+static uint32_t dt_bits(float v, rf_dtype dt) {
+  uint32_t b = bits_of(v);
+  if (dt == RF_DTYPE_FP32)
+    return b;
+  if (dt == RF_DTYPE_BF16)
+    return b >> 16;
+  uint32_t sign = b >> 16 & 0x8000, e = b >> 23 & 0xff;
+  if (e == 0)
+    return sign;
+  return sign | (e - 112) << 10 | (b >> 13 & 0x3ff);
+}
+
+/* Rows that reach every corner of the 4-bit rules, each block led by an anchor that fixes its
+ * scale: zeros; signed zeros and subnormals; one huge value among ones; values around 6; the
+ * e2m1 midpoints (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5), both signs and their neighbours one ulp
+ * either side, under the anchor 6 (scale 1 with mxfp4's ceil rule and with nvfp4 at global 1)
+ * and under 6 * 2^k; then random and spread rows. */
+static void *crafted_4bit(rf_dtype dt, int64_t rows, int64_t cols) {
+  static const float mid[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 0.5f, 3.0f};
+  size_t es = (size_t)rf_dtype_size(dt);
+  char *x = malloc((size_t)(rows * cols) * es);
+  for (int64_t i = 0; i < rows * cols; i++) {
+    int64_t r = i / cols, c = i % cols;
+    uint32_t bits;
+    switch (r) {
+    case 0:
+      bits = 0;
+      break;
+    case 1: /* subnormals and signed zeros of dt */
+      bits = dt == RF_DTYPE_FP32 ? (uint32_t)(c * 2654435761u) & 0x807fffffu
+                                 : (uint32_t)(c & (dt == RF_DTYPE_BF16 ? 0x807f : 0x83ff));
+      break;
+    case 2: /* the largest finite value of dt among ones */
+      bits = c == 5 ? (dt == RF_DTYPE_BF16   ? 0x7f7f
+                       : dt == RF_DTYPE_FP16 ? 0x7bff
+                                             : 0x7f7fffffu)
+                    : dt_bits(1.0f, dt);
+      break;
+    case 3: /* around 6: 5.5 .. 6.5 in steps, their neighbours */
+      bits =
+          dt_bits(c % 16 == 0 ? 6.0f : 5.5f + (float)(c % 9) * 0.125f, dt) + (uint32_t)(c % 3) - 1;
+      break;
+    default:
+      if (r < 10) { /* midpoints under the anchor 6 * 2^(r - 6) */
+        float scale = ldexpf(1.0f, (int)r - 6);
+        if (c % 16 == 0)
+          bits = dt_bits(6.0f * scale, dt);
+        else {
+          int k = (int)(c % 30) / 3, d = (int)(c % 3) - 1;
+          bits = dt_bits(mid[k % 10] * scale, dt) + (uint32_t)d;
+          if (c & 32)
+            bits |= dt == RF_DTYPE_FP32 ? 0x80000000u : 0x8000u;
+        }
+      } else {
+        bits = r % 2 ? random_bits(dt) : spread_bits(dt);
+      }
+    }
+    put(x, dt, i, bits);
+  }
+  return x;
+}
+
+/* The crafted rows through every 4-bit format, source dtype and order, at odd offsets and
+ * pitches and at aligned ones (the 8- and 16-byte paths); nvfp4 under a few globals. */
+static void test_4bit_crafted(void) {
+  static const rf_dtype dts[] = {RF_DTYPE_BF16, RF_DTYPE_FP16, RF_DTYPE_FP32};
+  static const char *const formats[] = {"mxfp4", "mxfp4-floor", "nvfp4"};
+  static const float globals[] = {0, 1.0f, 0x1p-10f, 0.37f};
+  int64_t elems = 0;
+  for (int fi = 0; fi < 3; fi++)
+    for (int di = 0; di < 3; di++)
+      for (int order = 0; order < 2; order++)
+        for (int gi = 0; gi < (fi == 2 ? 4 : 1); gi++)
+          for (int odd = 0; odd < 2; odd++) {
+            int64_t rows = 70, cols = odd ? 200 : 256;
+            void *x = crafted_4bit(dts[di], rows, cols);
+            fp4_spec k = {.format = formats[fi],
+                          .dt = dts[di],
+                          .rows = rows,
+                          .cols = cols,
+                          .transposed = order,
+                          .ld = rows + (odd ? 3 : 8),
+                          .x_off = odd ? 5 : 0,
+                          .q_off = odd ? 3 : 16,
+                          .q_pad = odd ? 5 : 16,
+                          .s_off = odd ? 1 : 0,
+                          .s_pad = odd,
+                          .global = globals[gi],
+                          .bad = -1};
+            elems += fp4_case(&k, x);
+            free(x);
+          }
+  printf("test_fp8_gpu: 4-bit crafted rows: %" PRId64 " elements ok\n", elems);
+}
+
+/* Every bf16 and every fp16 bit pattern but inf and NaN (made 0), in blocks led by an anchor
+ * that sets the block's scale (6 * 2^k for a few k, and no anchor: the block's own maximum),
+ * through every 4-bit format, so every pattern meets e2m1 under several scales. */
+static void test_4bit_every_pattern(void) {
+  static const rf_dtype dts[] = {RF_DTYPE_BF16, RF_DTYPE_FP16};
+  static const int anchors[] = {-200, 0, 3, -5, 12};
+  int64_t elems = 0;
+  for (int di = 0; di < 2; di++)
+    for (int fi = 0; fi < 3; fi++)
+      for (int ai = 0; ai < 5; ai++) {
+        const rf_format *f = rf_format_find(fi == 0 ? "mxfp4" : fi == 1 ? "mxfp4-floor" : "nvfp4");
+        rf_dtype dt = dts[di];
+        int64_t bc = f->block_cols, per = bc - 1, cols = 32 * bc;
+        int64_t blocks = (65536 + per - 1) / per, rows = (blocks + 31) / 32;
+        uint16_t *x = calloc((size_t)(rows * cols), 2);
+        for (int64_t b = 0, p = 0; b < rows * 32; b++) {
+          uint16_t *blk = x + b * bc;
+          blk[0] = anchors[ai] == -200 ? 0 : (uint16_t)dt_bits(ldexpf(6.0f, anchors[ai]), dt);
+          for (int64_t i = 1; i < bc; i++, p++) {
+            uint16_t v = (uint16_t)(p & 0xffff);
+            int finite = dt == RF_DTYPE_BF16 ? (v & 0x7f80) != 0x7f80 : (v & 0x7c00) != 0x7c00;
+            blk[i] = p < 65536 && finite ? v : 0;
+          }
+        }
+        fp4_spec k = {.format = f->name,
+                      .dt = dt,
+                      .rows = rows,
+                      .cols = cols,
+                      .ld = rows,
+                      .global = fi == 2 && ai % 2 ? 1.0f : 0,
+                      .bad = -1};
+        elems += fp4_case(&k, x);
+        k.transposed = 1;
+        elems += fp4_case(&k, x);
+        free(x);
+      }
+  printf("test_fp8_gpu: 4-bit, every bf16 and fp16 pattern: %" PRId64 " elements ok\n", elems);
+}
+
+/* nvfp4's scales written at their place in the 128x4 tiles: a job whose box starts inside a
+ * larger grid (as a rollout rank's part of a fused tensor does), row-major and transposed
+ * sources; and a refused block (NaN, inf) in every 4-bit format, which keeps its bytes and
+ * scale, the other blocks written. */
+static void test_4bit_tiles_and_refusal(void) {
+  static const rf_dtype dts[] = {RF_DTYPE_BF16, RF_DTYPE_FP16, RF_DTYPE_FP32};
+  for (int di = 0; di < 3; di++)
+    for (int order = 0; order < 2; order++) {
+      int64_t rows = 300, cols = 352; /* 22 block columns */
+      void *x = crafted_4bit(dts[di], rows, cols);
+      fp4_spec k = {.format = "nvfp4",
+                    .dt = dts[di],
+                    .rows = rows,
+                    .cols = cols,
+                    .transposed = order,
+                    .ld = rows + 8,
+                    .tiles = 1,
+                    .tile_rows = 520,
+                    .tile_cols = 30,
+                    .tile_row0 = 131,
+                    .tile_col0 = 5,
+                    .bad = -1};
+      fp4_case(&k, x);
+      k.tile_row0 = 0, k.tile_col0 = 0, k.tile_rows = 300, k.tile_cols = 22;
+      fp4_case(&k, x);
+      free(x);
+    }
+  printf("test_fp8_gpu: nvfp4 scales in 128x4 tiles ok\n");
+  static const char *const formats[] = {"mxfp4", "mxfp4-floor", "nvfp4"};
+  for (int fi = 0; fi < 3; fi++)
+    for (int di = 0; di < 3; di++)
+      for (int order = 0; order < 2; order++) {
+        int64_t rows = 64, cols = 256;
+        void *x = crafted_4bit(dts[di], rows, cols);
+        int nan = (fi + di + order) % 2;
+        uint32_t bits = dts[di] == RF_DTYPE_FP32   ? (nan ? 0x7fc00000u : 0xff800000u)
+                        : dts[di] == RF_DTYPE_BF16 ? (nan ? 0x7fc0u : 0xff80u)
+                                                   : (nan ? 0x7e00u : 0xfc00u);
+        fp4_spec k = {.format = formats[fi],
+                      .dt = dts[di],
+                      .rows = rows,
+                      .cols = cols,
+                      .transposed = order,
+                      .ld = rows,
+                      .tiles = fi == 2,
+                      .tile_rows = rows,
+                      .tile_cols = 16,
+                      .global = 1.0f,
+                      .bad = 40 * cols + 77,
+                      .bad_bits = bits};
+        fp4_case(&k, x);
+        free(x);
+      }
+  printf("test_fp8_gpu: 4-bit blocks holding NaN or inf are refused and named\n");
+}
+
+/* rf_gpu_copy_scales between row-major scales and 128x4 tiles, both ways, and the maximum of
+ * device regions (rf_gpu_amax) against rf_fp8_block_amax. */
+static void test_scale_copy_and_amax(void) {
+  const rf_format *f = rf_format_find("nvfp4");
+  int64_t rows = 200, cols = 13, tr = 384, tc = 20, r0 = 100, c0 = 6;
+  size_t tb = (size_t)(tr * tc), rb = (size_t)(rows * cols);
+  char *rm = random_host(rb), *t0 = random_host(tb);
+  char *drm = device_copy_of(rm, rb), *dtiles = device_copy_of(t0, tb);
+  rf_scale_side tiles = {.base = dtiles, .tile_grid_cols = tc, .row0 = r0, .col0 = c0};
+  rf_scale_side flat = {.base = drm, .stride = cols};
+  ASSERT_OK(rf_gpu_copy_scales(&tiles, &flat, rows, cols, 1));
+  char *t1 = malloc(tb);
+  ASSERT_OK(rf_mem_transfer(t1, RF_MEM_HOST, dtiles, RF_MEM_DEVICE, tb));
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++)
+      t0[rf_format_scale_offset(f, tc, r0 + i, c0 + j)] = rm[i * cols + j];
+  for (size_t i = 0; i < tb; i++)
+    if (t1[i] != t0[i]) {
+      fprintf(stderr, "scale copy into tiles: byte %zu is 0x%02x, want 0x%02x\n", i, (uint8_t)t1[i],
+              (uint8_t)t0[i]);
+      ASSERT_EQ(t1[i], t0[i]);
+    }
+  ASSERT_OK(rf_mem_zero(RF_MEM_DEVICE, drm, rb));
+  ASSERT_OK(rf_gpu_copy_scales(&flat, &tiles, rows, cols, 1));
+  char *back = malloc(rb);
+  ASSERT_OK(rf_mem_transfer(back, RF_MEM_HOST, drm, RF_MEM_DEVICE, rb));
+  ASSERT_EQ(memcmp(back, rm, rb), 0);
+  rf_mem_free(RF_MEM_DEVICE, drm, rb);
+  rf_mem_free(RF_MEM_DEVICE, dtiles, tb);
+  free(rm), free(t0), free(t1), free(back);
+
+  static const rf_dtype dts[] = {RF_DTYPE_BF16, RF_DTYPE_FP16, RF_DTYPE_FP32};
+  rf_amax_region regions[6];
+  void *dev[6], *host[6];
+  size_t bytes[6];
+  float want[3] = {0.5f, 0, 0}, got[3] = {0.5f, 0, 0};
+  for (int i = 0; i < 6; i++) {
+    rf_dtype dt = dts[i % 3];
+    int64_t n = i == 5 ? 1 : 1000 + 37 * i * i * i;
+    bytes[i] = (size_t)n * (size_t)rf_dtype_size(dt);
+    host[i] = malloc(bytes[i]);
+    for (int64_t e = 0; e < n; e++)
+      put(host[i], dt, e,
+          i == 4 ? (uint32_t)(e & 0x83ff) : spread_bits(dt)); /* 4: fp16 subnormals */
+    dev[i] = device_copy_of(host[i], bytes[i]);
+    regions[i] = (rf_amax_region){dev[i], n, dt, i % 3};
+    float a = rf_fp8_block_amax(host[i], dt, n, 1, n);
+    if (a > want[i % 3])
+      want[i % 3] = a;
+  }
+  ASSERT_OK(rf_gpu_amax(regions, 6, got, 3));
+  for (int s = 0; s < 3; s++) {
+    if (bits_of(got[s]) != bits_of(want[s]))
+      fprintf(stderr, "amax slot %d: device %a, CPU %a\n", s, (double)got[s], (double)want[s]);
+    ASSERT_EQ(bits_of(got[s]), bits_of(want[s]));
+  }
+  for (int i = 0; i < 6; i++) {
+    rf_mem_free(RF_MEM_DEVICE, dev[i], bytes[i]);
+    free(host[i]);
+  }
+  printf("test_fp8_gpu: scale copies to and from 128x4 tiles, and region maxima, ok\n");
+}
+
 int main(void) {
   if (!rf_gpu_built()) {
     printf("test_fp8_gpu: skipped: this build has no CUDA\n");
@@ -581,6 +971,10 @@ int main(void) {
     test_1d(*name, RF_DTYPE_FP32);
   }
   test_batch();
+  test_4bit_crafted();
+  test_4bit_every_pattern();
+  test_4bit_tiles_and_refusal();
+  test_scale_copy_and_amax();
   test_refused(RF_DTYPE_BF16, 0x7fc0, 1);
   test_refused(RF_DTYPE_FP16, 0xfc00, 0);
   test_checksum();

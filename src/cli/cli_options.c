@@ -139,9 +139,8 @@ const rf_cli_option rf_cli_options[] = {
              "weight_scale_inv per 128x128 block, vLLM's block FP8), fp8-ue8m0 (the same with "
              "power-of-two scales), mxfp8 (an E8M0 weight_scale per 1x32 block), mxfp4, nvfp4 "
              "and OCP's -floor variants (docs/architecture.md, Quantized formats); refit run "
-             "moves fp8 and fp8-ue8m0 in host memory over mpi or shm and in GPU memory over ipc "
-             "or nccl, and mxfp8 and mxfp8-floor alike; the 4-bit formats (e2m1 two a byte) in "
-             "host memory only"},
+             "moves every format in host memory over mpi or shm and in GPU memory over ipc or "
+             "nccl"},
     {.name = "placement",
      .sweep = 1,
      .type = RF_OPT_ENUM,

@@ -194,8 +194,6 @@ rf_status rf_run_check_rollout_dtype(const rf_config *cfg) {
   const rf_format *f = rf_format_of(cfg->rollout_dtype);
   if (!f)
     return RF_OK;
-  if (cfg->memory == RF_MEM_REQUEST_DEVICE && !rf_format_on_gpu(f))
-    return rf_format_refuse_gpu(f);
   /* mpi takes GPU weights through pinned host buffers, where the quantize kernels would read
    * and write across the bus (engine.c, check_fp8); shm never holds GPU memory (cmd_run.c). */
   if (cfg->memory == RF_MEM_REQUEST_DEVICE && strcmp(cfg->transport, "mpi") == 0)

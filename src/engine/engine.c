@@ -207,8 +207,6 @@ static rf_status check_fp8(const rf_engine *e, const rf_transport *tp) {
   const rf_format *f = rf_layout_format(plan->layout);
   if (!f)
     return RF_OK;
-  if (e->memory == RF_MEM_DEVICE && !rf_format_on_gpu(f))
-    return rf_format_refuse_gpu(f);
   if (e->memory != RF_MEM_DEVICE || e->wire == RF_MEM_DEVICE)
     return RF_OK;
   return rf_fail(RF_ERR_USAGE,

@@ -16,8 +16,8 @@
  *
  * Over a mapping (shm, ipc) the destination does all of it, reading its sources' memory. In
  * GPU memory the quantization runs as kernels (fp8_cuda.cu) on refit's stream, the copies of
- * fp8 bytes and scales as box copies, and the checks read the rank's part back to the host and
- * compare it with the CPU reference. */
+ * quantized bytes as box copies, tiled scales (nvfp4) by a small kernel, and the checks run on
+ * the GPU (engine_fp8_check.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +49,8 @@ static int64_t scale_row(const rf_rollout_tensor *w, const rf_rollout_tensor *s,
  * expert for a stacked tensor (layout_fp8.c pads each expert's grid to whole tiles, as vLLM's
  * swizzle_blockscale does): a member's block (bi, bj) is block (row0 + bi - lo, col0 + bj - lo)
  * of its expert's grid, placed by rf_format_scale_offset. No box of them is a strided region,
- * so they are addressed block by block (host memory only, rf_format_on_gpu). */
+ * so they are addressed block by block: in host memory by engine_scale_at, on the GPU by the
+ * quantizer and rf_gpu_copy_scales from an rf_scale_side (engine_scale_side). */
 engine_scales engine_fp8_scales(const rf_plan *plan, void *scales, int tensor, int rollout_rank,
                                 rf_box *blocks) {
   const rf_layout *lay = plan->layout;
@@ -85,6 +86,21 @@ char *engine_scale_at(const engine_scales *s, int64_t bi, int64_t bj) {
   return s->base + rf_format_scale_offset(s->tiles, s->grid_cols, i, j) * s->tiles->scale_bytes;
 }
 
+rf_scale_side engine_scale_side(const engine_scales *s, const rf_box *blocks) {
+  rf_scale_side side;
+  memset(&side, 0, sizeof side);
+  if (!s->tiles) {
+    side.base = rf_region_at(&s->r, blocks->lo[0], blocks->lo[1]);
+    side.stride = s->r.stride[0];
+    return side;
+  }
+  side.base = s->base;
+  side.tile_grid_cols = s->grid_cols;
+  side.row0 = s->row0 + blocks->lo[0] - s->r.box.lo[0];
+  side.col0 = s->col0 + blocks->lo[1] - s->r.box.lo[1];
+  return side;
+}
+
 /* The byte that holds element (r, c) of a region of quantized elements (byte coordinates,
  * rf_layout_rollout_bytes): 4-bit elements start on even columns. */
 static char *byte_at(const rf_format *f, const rf_region *q, int64_t r, int64_t c) {
@@ -118,7 +134,7 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
   if (rf_box_is_empty(box))
     return RF_OK;
   int dense_rows = src->stride[1] == 1 || box->hi[1] - box->lo[1] <= 1;
-  if (e->memory == RF_MEM_DEVICE) { /* every moved format has a kernel (rf_format_moved) */
+  if (e->memory == RF_MEM_DEVICE) { /* every moved format has a kernel (rf_format_on_gpu) */
     rf_fp8_job job = {.x = rf_region_at(src, box->lo[0], box->lo[1]),
                       .dtype = t->dtype,
                       .x_stride = src->stride[0],
@@ -127,13 +143,14 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
                       .cols = box->hi[1] - box->lo[1],
                       .q = (uint8_t *)byte_at(f, q, box->lo[0], box->lo[1]),
                       .q_stride = q->stride[0],
-                      .scale = rf_region_at(&scale->r, blocks.lo[0], blocks.lo[1]),
-                      .scale_stride = scale->r.stride[0],
-                      .rule = f->rule,
-                      .block_cols = f->block_rows == 1 ? f->block_cols : 0,
                       .tag = tensor,
                       .row0 = box->lo[0],
                       .col0 = box->lo[1]};
+    rf_fp8_job_format(&job, f, global);
+    /* 128x128 blocks: fp32 scales row-major at any byte offset; 1-D blocks: a byte each,
+     * row-major or (nvfp4 in the rollout) at its index in the 128x4 tiles. */
+    rf_scale_side side = engine_scale_side(scale, &blocks);
+    rf_fp8_job_scales(&job, &side);
     return rf_fp8_quantize_device(&job);
   }
   char *gathered = NULL;
@@ -199,12 +216,23 @@ static rf_status move_bytes(const rf_engine *e, const rf_region *dst, const rf_r
   return move_box(e, dst, src, &bytes);
 }
 
-/* Copies the scales of `blocks`: a box copy between row-major ones, else block by block (128x4
- * tiles live in host memory only). */
+/* Copies the scales of `blocks`: a box copy between row-major ones; else (128x4 tiles on
+ * either side) block by block, in host memory here and on the GPU by a kernel
+ * (rf_gpu_copy_scales), since no box of tiled scales is a strided region. The kernel, one
+ * thread a scale, keeps the tiles where vLLM reads them; staging the tiled matrix row-major and
+ * swizzling once at the end would cost a second copy of every scale and a step after the
+ * transfer. */
 static rf_status move_scales(const rf_engine *e, const engine_scales *dst, const engine_scales *src,
                              const rf_box *blocks) {
   if (!dst->tiles && !src->tiles)
     return move_box(e, &dst->r, &src->r, blocks);
+  if (rf_box_is_empty(blocks))
+    return RF_OK;
+  if (e->memory == RF_MEM_DEVICE) {
+    rf_scale_side d = engine_scale_side(dst, blocks), s = engine_scale_side(src, blocks);
+    return rf_gpu_copy_scales(&d, &s, blocks->hi[0] - blocks->lo[0], blocks->hi[1] - blocks->lo[1],
+                              (int)dst->r.esize);
+  }
   for (int64_t bi = blocks->lo[0]; bi < blocks->hi[0]; bi++)
     for (int64_t bj = blocks->lo[1]; bj < blocks->hi[1]; bj++)
       memcpy(engine_scale_at(dst, bi, bj), engine_scale_at(src, bi, bj), (size_t)dst->r.esize);

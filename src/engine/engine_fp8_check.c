@@ -74,7 +74,10 @@ static int64_t check_global(const rf_engine *e, rf_checkpoint *ckpt, int t, int 
   if (engine_fp8_reference_global(e, ckpt, t, &want) != RF_OK)
     return -1;
   int64_t index = engine_fp8_global_index(lay, t);
-  memcpy(&got, (const float *)e->data->rollout[lay->slots[t].local + 2] + index, sizeof got);
+  if (rf_mem_transfer(&got, RF_MEM_HOST,
+                      (const float *)e->data->rollout[lay->slots[t].local + 2] + index, e->memory,
+                      sizeof got) != RF_OK)
+    return -1;
   uint32_t gb, wb;
   memcpy(&gb, &got, 4), memcpy(&wb, &want, 4);
   if (gb == wb)
@@ -137,15 +140,18 @@ static int64_t check_on_host(const rf_engine *e, rf_checkpoint *ckpt, int t, int
 
 typedef struct {
   void *src, *q, *scale; /* device: the band's source rows, its reference bytes and scales */
+  void *gathered;        /* device: the rollout's tiled scales of the band, row-major */
   void *host;            /* host: a checkpoint's rows on their way up */
   size_t src_bytes, q_bytes, scale_bytes, host_bytes;
   int64_t *row_wrong; /* per row of the band */
+  float global;       /* the reference's global scale (e4m3-global; else 1) */
 } device_scratch;
 
 static void scratch_free(device_scratch *d) {
   rf_mem_free(RF_MEM_DEVICE, d->src, d->src_bytes);
   rf_mem_free(RF_MEM_DEVICE, d->q, d->q_bytes);
   rf_mem_free(RF_MEM_DEVICE, d->scale, d->scale_bytes);
+  rf_mem_free(RF_MEM_DEVICE, d->gathered, d->scale_bytes);
   free(d->host);
   free(d->row_wrong);
 }
@@ -158,8 +164,9 @@ static rf_status reference_band(const rf_engine *e, rf_checkpoint *ckpt, int t, 
   const rf_format *f = rf_layout_format(e->plan->layout);
   rf_box blocks = engine_fp8_blocks_of(e->plan->layout, box);
   int64_t rows = box->hi[0] - box->lo[0], cols = box->hi[1] - box->lo[1];
+  int64_t row_bytes = rf_format_row_bytes(f, cols);
   size_t qb = (size_t)(rows * cols), sb = (size_t)(rf_box_numel(&blocks) * f->scale_bytes);
-  if (tensor->dtype == RF_DTYPE_FP8) {
+  if (tensor->dtype == RF_DTYPE_FP8) { /* block FP8 (rf_format_block_fp8): a byte an element */
     rf_region rq = rf_region_row_major(d->host, box, 1);
     rf_region rs = rf_region_row_major((char *)d->host + qb, &blocks, f->scale_bytes);
     if (!ckpt)
@@ -185,14 +192,15 @@ static rf_status reference_band(const rf_engine *e, rf_checkpoint *ckpt, int t, 
                     .rows = rows,
                     .cols = cols,
                     .q = d->q,
-                    .q_stride = cols,
+                    .q_stride = row_bytes,
                     .scale = d->scale,
                     .scale_stride = blocks.hi[1] - blocks.lo[1],
-                    .rule = f->rule,
-                    .block_cols = f->block_rows == 1 ? f->block_cols : 0,
                     .tag = t,
                     .row0 = box->lo[0],
                     .col0 = box->lo[1]};
+  /* The reference's scales are row-major, as a checkpoint's; the global is the one of the
+   * group's whole tensors (not the agreed maxima), as the host check takes it. */
+  rf_fp8_job_format(&job, f, d->global);
   RF_TRY(rf_fp8_quantize_device(&job));
   rf_fp8_bad bad;
   RF_TRY(rf_fp8_device_bad(&bad));
@@ -205,9 +213,11 @@ static rf_status reference_band(const rf_engine *e, rf_checkpoint *ckpt, int t, 
 
 /* Compares `rows` x `cols` elements of esize bytes of got (the rollout's, at (r0, c0) of the
  * tensor or block grid) with want (row-major) on the GPU; the rows that differ are read back
- * to report their first elements as the host check does. Returns the count, or -1. */
+ * to report their first elements as the host check does. `per` is the elements a compared
+ * unit holds: 2 for packed 4-bit bytes, reported at the pair's first element. Returns the
+ * count, or -1. */
 static int64_t compare_band(const rf_engine *e, const char *name, const char *suffix, int64_t width,
-                            const rf_region *got, int64_t r0, int64_t c0, const void *want,
+                            int per, const rf_region *got, int64_t r0, int64_t c0, const void *want,
                             int64_t rows, int64_t cols, int esize, int64_t *row_wrong,
                             int *reported) {
   if (rf_gpu_compare_rows(rf_region_at(got, r0, c0), got->stride[0], want, cols, rows, cols, esize,
@@ -233,30 +243,34 @@ static int64_t compare_band(const rf_engine *e, const char *name, const char *su
       memcpy(&gv, g + c * esize, (size_t)esize);
       memcpy(&wv, g + bytes + c * esize, (size_t)esize);
       if (gv != wv)
-        report(e, name, suffix, (r0 + r) * width + c0 + c, r0 + r, c0 + c, gv, wv, reported);
+        report(e, name, suffix, (r0 + r) * width + (c0 + c) * per, r0 + r, (c0 + c) * per, gv, wv,
+               reported);
     }
     free(g);
   }
   return wrong;
 }
 
-/* Formats the kernels take only (rf_format_on_gpu): 8-bit elements, row-major scales. */
+/* Every format the kernels take (rf_format_on_gpu): the quantized bytes compared as bytes
+ * (4-bit: two elements a byte, in the byte coordinates of the rollout region), the scales as
+ * stored; scales in 128x4 tiles are first gathered into row-major order on the GPU
+ * (rf_gpu_copy_scales), the order of the reference's. */
 static int64_t check_on_device(const rf_engine *e, rf_checkpoint *ckpt, int t, int *reported) {
   const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
   rf_region q;
   engine_scales scales;
   rf_box held, blocks;
   engine_fp8_rollout(e, t, &q, &held, &scales, &blocks);
-  const rf_region scale = scales.r;
   const rf_format *f = rf_layout_format(e->plan->layout);
   int64_t cols = held.hi[1] - held.lo[1], bcols = blocks.hi[1] - blocks.lo[1];
-  int64_t br = f->block_rows;
+  int64_t row_bytes = rf_format_row_bytes(f, cols), br = f->block_rows;
   int64_t band = RF_MAX(1, BAND_ELEMENTS / (cols * br)) * br;
   band = RF_MIN(band, 65535 / br * br); /* rows of one comparison launch */
   int esize = rf_tensor_esize(tensor);
   int64_t grid = rf_format_block_grid(f, 1, tensor->shape[1]);
   device_scratch d;
   memset(&d, 0, sizeof d);
+  d.global = 1.0f;
   d.q_bytes = (size_t)(band * cols);
   d.scale_bytes = (size_t)(band / br * bcols * f->scale_bytes);
   d.src_bytes = tensor->dtype == RF_DTYPE_FP8 ? 0 : d.q_bytes * (size_t)esize;
@@ -265,26 +279,45 @@ static int64_t check_on_device(const rf_engine *e, rf_checkpoint *ckpt, int t, i
   if ((d.src_bytes &&
        rf_mem_alloc(RF_MEM_DEVICE, d.src_bytes, "the source rows of an fp8 check", &d.src)) ||
       rf_mem_alloc(RF_MEM_DEVICE, d.q_bytes, "the reference bytes of an fp8 check", &d.q) ||
-      rf_mem_alloc(RF_MEM_DEVICE, d.scale_bytes, "the reference scales of an fp8 check", &d.scale))
+      rf_mem_alloc(RF_MEM_DEVICE, d.scale_bytes, "the reference scales of an fp8 check",
+                   &d.scale) ||
+      (scales.tiles &&
+       rf_mem_alloc(RF_MEM_DEVICE, d.scale_bytes, "the gathered scales of a check", &d.gathered)))
     goto done;
   d.row_wrong = rf_calloc((size_t)band, sizeof *d.row_wrong, "an fp8 check's row counts");
-  if (!d.row_wrong || (ckpt && !(d.host = rf_malloc(d.host_bytes, "checkpoint rows to check"))))
+  if (!d.row_wrong || (ckpt && !(d.host = rf_malloc(d.host_bytes, "checkpoint rows to check"))) ||
+      engine_fp8_reference_global(e, ckpt, t, &d.global) != RF_OK)
     goto done;
   wrong = 0;
   for (int64_t r0 = held.lo[0]; r0 < held.hi[0] && wrong >= 0; r0 += band) {
     rf_box box = {{r0, held.lo[1]}, {RF_MIN(r0 + band, held.hi[0]), held.hi[1]}};
     rf_box bb = engine_fp8_blocks_of(e->plan->layout, &box);
+    rf_region scale = scales.r;
+    if (scales.tiles) {
+      scale = rf_region_row_major(d.gathered, &bb, f->scale_bytes);
+      rf_scale_side to = {.base = d.gathered, .stride = bcols};
+      rf_scale_side from = engine_scale_side(&scales, &bb);
+      if (rf_gpu_copy_scales(&to, &from, bb.hi[0] - bb.lo[0], bcols, f->scale_bytes) != RF_OK) {
+        wrong = -1;
+        break;
+      }
+    }
     if (reference_band(e, ckpt, t, &box, &d) != RF_OK) {
       wrong = -1;
       break;
     }
-    int64_t w = compare_band(e, tensor->name, "", tensor->shape[1], &q, r0, held.lo[1], d.q,
-                             box.hi[0] - r0, cols, 1, d.row_wrong, reported);
+    int64_t w = compare_band(e, tensor->name, "", tensor->shape[1], 8 / f->elem_bits, &q, r0,
+                             rf_format_row_bytes(f, held.lo[1]), d.q, box.hi[0] - r0, row_bytes, 1,
+                             d.row_wrong, reported);
     int64_t ws = w < 0 ? -1
-                       : compare_band(e, tensor->name, rf_format_rollout_scale_suffix(f), grid,
+                       : compare_band(e, tensor->name, rf_format_rollout_scale_suffix(f), grid, 1,
                                       &scale, bb.lo[0], bb.lo[1], d.scale, bb.hi[0] - bb.lo[0],
                                       bcols, f->scale_bytes, d.row_wrong, reported);
     wrong = ws < 0 ? -1 : wrong + w + ws;
+  }
+  if (wrong >= 0 && f->global_scale) {
+    int64_t w = check_global(e, ckpt, t, reported);
+    wrong = w < 0 ? -1 : wrong + w;
   }
 done:
   scratch_free(&d);
@@ -298,9 +331,9 @@ int64_t engine_fp8_check(const rf_engine *e, rf_checkpoint *ckpt, int t, int *re
 }
 
 /* Summed where the bytes are: on the GPU for a device rollout, so a checksum run does not
- * copy every fp8 tensor to the host. Scales in 128x4 tiles (host memory) are gathered into
- * row-major order first, so that the sum is that of the checkpoint's row-major scales; a
- * global scale adds its term on the rank whose part starts at (0, 0). */
+ * copy every fp8 tensor to the host. Scales in 128x4 tiles are gathered into row-major order
+ * first (on the GPU by rf_gpu_copy_scales), so that the sum is that of the checkpoint's row-major
+ * scales; a global scale adds its term on the rank whose part starts at (0, 0). */
 rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum) {
   const rf_layout *lay = e->plan->layout;
   const rf_format *f = rf_layout_format(lay);
@@ -311,8 +344,17 @@ rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum) {
   engine_fp8_rollout(e, t, &q, &held, &scale, &blocks);
   void *gathered = NULL;
   rf_region rows = scale.r;
-  if (scale.tiles) {
-    gathered = rf_malloc((size_t)(rf_box_numel(&blocks) * f->scale_bytes) + 1, "gathered scales");
+  size_t gathered_bytes = (size_t)(rf_box_numel(&blocks) * f->scale_bytes) + 1;
+  rf_status st = RF_OK;
+  if (scale.tiles && e->memory == RF_MEM_DEVICE) {
+    RF_TRY(rf_mem_alloc(RF_MEM_DEVICE, gathered_bytes, "gathered scales", &gathered));
+    rows = rf_region_row_major(gathered, &blocks, f->scale_bytes);
+    rf_scale_side to = {.base = gathered, .stride = blocks.hi[1] - blocks.lo[1]};
+    rf_scale_side from = engine_scale_side(&scale, &blocks);
+    st = rf_gpu_copy_scales(&to, &from, blocks.hi[0] - blocks.lo[0], blocks.hi[1] - blocks.lo[1],
+                            f->scale_bytes);
+  } else if (scale.tiles) {
+    gathered = rf_malloc(gathered_bytes, "gathered scales");
     if (!gathered)
       return RF_ERR_NOMEM;
     rows = rf_region_row_major(gathered, &blocks, f->scale_bytes);
@@ -321,8 +363,12 @@ rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum) {
         memcpy(rf_region_at(&rows, bi, bj), engine_scale_at(&scale, bi, bj),
                (size_t)f->scale_bytes);
   }
-  rf_status st = rf_format_checksum_on(f, e->memory, tensor, &q, &held, &rows, &blocks, sum);
-  free(gathered);
+  if (st == RF_OK)
+    st = rf_format_checksum_on(f, e->memory, tensor, &q, &held, &rows, &blocks, sum);
+  if (e->memory == RF_MEM_DEVICE)
+    rf_mem_free(RF_MEM_DEVICE, gathered, gathered_bytes);
+  else
+    free(gathered);
   if (st == RF_OK && f->global_scale && held.lo[0] == 0 && held.lo[1] == 0)
     *sum += rf_format_global_checksum(RF_CHECKSUM_CURRENT, tensor, e->fp8_global[t]);
   return st;

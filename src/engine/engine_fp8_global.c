@@ -39,20 +39,35 @@ int64_t engine_fp8_global_index(const rf_layout *lay, int t) {
 }
 
 /* The maximum |x| of this trainer rank's shards per group, at each group's leader. A shard is
- * dense in its own order (HF or JAX), and the maximum does not care which. */
-static void shard_maxima(const rf_engine *e, float *amax) {
+ * dense in its own order (HF or JAX), and the maximum does not care which. Shards in GPU
+ * memory take one launch for all of them (rf_gpu_amax): the same integer maximum of the
+ * magnitudes' bit patterns as rf_fp8_block_amax, so the same value. */
+static rf_status shard_maxima(const rf_engine *e, float *amax) {
   const rf_layout *lay = e->plan->layout;
-  for (int t = 0; t < lay->model->tensor_count && e->trainer_rank >= 0; t++) {
+  int n = lay->model->tensor_count, count = 0;
+  rf_amax_region *regions = NULL;
+  if (e->memory == RF_MEM_DEVICE &&
+      !(regions = rf_calloc((size_t)n + 1, sizeof *regions, "the shards' maxima")))
+    return RF_ERR_NOMEM;
+  for (int t = 0; t < n && e->trainer_rank >= 0; t++) {
     int leader = lay->global_leader[t];
     rf_box box = rf_layout_trainer_box(lay, t, e->trainer_rank);
     if (leader < 0 || rf_box_is_empty(&box))
       continue;
-    int64_t n = rf_box_numel(&box);
-    float a = rf_fp8_block_amax(e->data->shards[t], lay->model->tensors[t].dtype, n, 1, n);
+    int64_t numel = rf_box_numel(&box);
+    if (regions) {
+      regions[count++] =
+          (rf_amax_region){e->data->shards[t], numel, lay->model->tensors[t].dtype, leader};
+      continue;
+    }
+    float a = rf_fp8_block_amax(e->data->shards[t], lay->model->tensors[t].dtype, numel, 1, numel);
     /* inf and NaN stay: the quantizer refuses the block that holds them, in one line. */
     if (!(a <= amax[leader]))
       amax[leader] = a;
   }
+  rf_status st = regions && count ? rf_gpu_amax(regions, count, amax, n) : RF_OK;
+  free(regions);
+  return st;
 }
 
 rf_status engine_fp8_agree_globals(rf_engine *e, double *times) {
@@ -71,8 +86,9 @@ rf_status engine_fp8_agree_globals(rf_engine *e, double *times) {
   float *mine = rf_calloc((size_t)n + 1, sizeof *mine, "tensor maxima");
   float *all = rf_calloc((size_t)n + 1, sizeof *all, "tensor maxima");
   rf_status st = mine && all ? RF_OK : RF_ERR_NOMEM;
+  if (st == RF_OK)
+    st = shard_maxima(e, mine);
   if (st == RF_OK) {
-    shard_maxima(e, mine);
     st = rf_control_allreduce(ctl, ctl->world, mine, all, n, MPI_FLOAT, MPI_MAX,
                               "every trainer rank's maxima for the global scales");
   }
@@ -83,10 +99,11 @@ rf_status engine_fp8_agree_globals(rf_engine *e, double *times) {
                                        : (rf_box){{0, 0}, {0, 0}};
     if (leader < 0 || rf_box_is_empty(&held))
       continue;
-    /* The globals tensor follows the weight and its scales (layout_fp8.c); host memory
-     * (rf_format_on_gpu). */
+    /* The globals tensor follows the weight and its scales (layout_fp8.c), in the rollout's
+     * memory: 4 bytes a tensor, written once an iteration. */
     float *g = (float *)e->data->rollout[lay->slots[t].local + 2];
-    memcpy(g + engine_fp8_global_index(lay, t), &e->fp8_global[t], sizeof(float));
+    st = rf_mem_transfer(g + engine_fp8_global_index(lay, t), e->memory, &e->fp8_global[t],
+                         RF_MEM_HOST, sizeof(float));
   }
   /* Only when both are allocated: after a timeout MPI may still write into them. */
   if (st != RF_ERR_TIMEOUT)

@@ -3,6 +3,7 @@
 #define RF_ENGINE_INTERNAL_H
 
 #include "engine.h"
+#include "verify/fp8.h"
 
 /* Bytes per element of a tensor: its own dtype's, which fused staging mixes freely (an fp32
  * chunk may follow a bf16 one at an offset that is 2 mod 4, so host code reaches staging only
@@ -119,6 +120,9 @@ typedef struct {
   int64_t row0, col0, grid_cols;
 } engine_scales;
 char *engine_scale_at(const engine_scales *s, int64_t bi, int64_t bj);
+/* The scales of the blocks `blocks` (inside s's box) as the GPU's kernels take them
+ * (fp8.h): row-major from the box's first block, or the tiles with that block's place in them. */
+rf_scale_side engine_scale_side(const engine_scales *s, const rf_box *blocks);
 /* Rollout rank `rollout_rank`'s scales of fp8 tensor `tensor` in block coordinates (*blocks:
  * the blocks of its held box), in the scale tensor that starts at `scales` (its weight's
  * rollout tensor's next one, layout_fp8.c; NULL: geometry only). */

@@ -170,38 +170,22 @@ int rf_format_block_fp8(const rf_format *f) {
 }
 
 int rf_format_moved(const rf_format *f) {
-  return f->elem_bits == 8 || (f->elem_bits == 4 && f->block_rows == 1 && f->block_cols % 2 == 0);
+  if (rf_format_block_fp8(f))
+    return 1;
+  return f->block_rows == 1 && f->block_cols <= 32 && f->scale_bytes == 1 &&
+         (f->elem_bits == 8 || (f->elem_bits == 4 && f->block_cols % 2 == 0));
 }
 
-int rf_format_on_gpu(const rf_format *f) {
-  return rf_format_block_fp8(f) || (f->elem == RF_ELEM_E4M3 && f->block_rows == 1 &&
-                                    f->block_cols <= 32 && f->scale_store == RF_SCALE_STORE_E8M0 &&
-                                    !f->global_scale && f->scale_layout == RF_SCALE_ROW_MAJOR);
-}
-
-static void names_where(int (*keep)(const rf_format *), char *buf, size_t len) {
+void rf_format_moved_names(char *buf, size_t len) {
   size_t used = 0;
   if (len)
     buf[0] = '\0';
   for (int i = 0; i < rf_format_count() && used < len; i++) {
-    if (!keep(&table[i]))
+    if (!rf_format_moved(&table[i]))
       continue;
     int n = snprintf(buf + used, len - used, "%s%s", used ? ", " : "", table[i].name);
     used += n > 0 ? (size_t)n : 0;
   }
-}
-
-void rf_format_moved_names(char *buf, size_t len) { names_where(rf_format_moved, buf, len); }
-
-void rf_format_gpu_names(char *buf, size_t len) { names_where(rf_format_on_gpu, buf, len); }
-
-rf_status rf_format_refuse_gpu(const rf_format *f) {
-  char gpu[128];
-  rf_format_gpu_names(gpu, sizeof gpu);
-  return rf_fail(RF_ERR_USAGE,
-                 "--rollout-dtype %s moves in host memory only: the GPU kernels take %s; use "
-                 "--memory host (transport mpi or shm), or one of those formats on the GPU",
-                 f->name, gpu);
 }
 
 rf_box rf_format_byte_box(const rf_format *f, const rf_box *box) {

@@ -133,22 +133,14 @@ const char *rf_format_rollout_scale_suffix(const rf_format *f);
 /* Whether f is block FP8's layout: 128x128 blocks of e4m3 with fp32 scales (fp8, fp8-ue8m0),
  * the layout of the quantized checkpoints refit reads as a trainer's weights. */
 int rf_format_block_fp8(const rf_format *f);
-/* Whether refit moves f into a rollout in host memory (layout_fp8.c, engine_fp8.c): every
- * format of the table, 8-bit elements in blocks of any shape, 4-bit elements (two a byte) in
- * 1-D blocks of an even number of columns, with row-major or 128x4-swizzled scales and
- * NVFP4's global scale. */
+/* Whether refit moves f into a rollout (layout_fp8.c, engine_fp8.c), in host memory and, with
+ * the CUDA kernels (verify/fp8_cuda.cu), in GPU memory alike: e4m3 in 128x128 blocks with fp32
+ * scales (block FP8), and e4m3 or packed e2m1 (two a byte, so an even block width) in 1-D
+ * blocks of up to 32 columns with one scale byte each, row-major or 128x4-swizzled, with or
+ * without NVFP4's global scale. Every format of the table today. */
 int rf_format_moved(const rf_format *f);
-/* Whether the CUDA kernels (verify/fp8_cuda.cu) quantize and check f, so that it moves in GPU
- * memory too: block FP8, and e4m3 in 1-D blocks of up to 32 with one row-major E8M0 byte each
- * (mxfp8, mxfp8-floor). Not yet the 4-bit formats. */
-int rf_format_on_gpu(const rf_format *f);
-/* The one-line usage error (RF_ERR_USAGE) for a format the kernels do not take in GPU memory:
- * it names the format and what works (host memory; the formats the GPU takes). */
-rf_status rf_format_refuse_gpu(const rf_format *f);
-/* "fp8, fp8-ue8m0, ..." of the formats refit moves into a rollout (in any memory), and of
- * those it moves in GPU memory, for usage lines. */
+/* "fp8, fp8-ue8m0, ..." of the formats refit moves into a rollout, for usage lines. */
 void rf_format_moved_names(char *buf, size_t len);
-void rf_format_gpu_names(char *buf, size_t len);
 /* The bytes that hold a box of elements, as a box of a byte tensor: the box itself for 8-bit
  * elements; for 4-bit ones (two a byte) its columns halved. Every 4-bit box refit addresses
  * starts and ends on an even column (its blocks are 16 or 32 columns, and shards hold whole

@@ -74,12 +74,24 @@ void rf_fp8_quantize_with_amax(const void *x, rf_dtype dt, int64_t row_stride, i
 rf_status rf_fp8_quantize_ref(const char *name, const void *x, rf_dtype dt, int64_t rows,
                               int64_t cols, int64_t row_stride, uint8_t *q, float *scale_inv);
 
-/* One box of a 2-D tensor to quantize, whole 128x128 blocks: its origin is on the tensor's
- * block grid and its edges are on the grid or at the tensor's end. Rows of x are x_stride
- * elements apart, rows of q q_stride bytes; the fp32 scale of block (i, j) of the box is at
- * scale + (i * scale_stride + j) * 4, at any byte offset (a staging buffer's). `tag` and the
- * box's origin in its tensor (row0, col0) come back with the first block that holds inf or NaN
- * (rf_fp8_device_bad). */
+/* Where the scales of a box of blocks lie: row-major, block (i, j) of the box at base + (i *
+ * stride + j) * esize; or, when tile_grid_cols > 0, in the 128x4 tiles of a scale matrix with
+ * tile_grid_cols block columns that starts at base (nvfp4 in the rollout), block (i, j) of the
+ * box being block (row0 + i, col0 + j) of that matrix, at rf_format_scale_offset's index. */
+typedef struct {
+  char *base;
+  int64_t stride;
+  int64_t tile_grid_cols, row0, col0;
+} rf_scale_side;
+
+/* One box of a 2-D tensor to quantize, whole blocks of its format: its origin is on the
+ * tensor's block grid and its edges are on the grid or at the tensor's end. Rows of x are
+ * x_stride elements apart, rows of q q_stride bytes (4-bit elements: q is the byte of the box's
+ * first column, which is even). 128x128 blocks store the fp32 scale of block (i, j) of the box
+ * at scale + (i * scale_stride + j) * 4, at any byte offset (a staging buffer's); 1-D blocks
+ * store one byte each where `scale` (an rf_scale_side) says. `tag` and the box's origin in its
+ * tensor (row0, col0) come back with the first block that holds inf or NaN
+ * (rf_fp8_device_bad). rf_fp8_job_format fills in what the kernels need of the format. */
 typedef struct {
   const void *x;
   rf_dtype dtype;
@@ -90,12 +102,41 @@ typedef struct {
   int64_t q_stride;
   char *scale;
   int64_t scale_stride;
-  int rule;       /* format.h's rf_scale_rule: fp32-inverse (0), ue8m0-ceil or ue8m0-floor */
-  int block_cols; /* 0: 128x128 blocks with fp32 scales; else 1 x block_cols blocks (32 for
-                   * mxfp8) with one E8M0 byte each, at scale + i * scale_stride + j */
+  int64_t tile_grid_cols, tile_row0, tile_col0; /* 1-D blocks: the scale's tiles, as in
+                                                 * rf_scale_side; 0: row-major */
+  /* The format (rf_fp8_job_format): its rf_scale_rule; 0 for 128x128 blocks with fp32 scales,
+   * else the columns of a 1 x block_cols block (at most 32); its element (elem_bits 8: e4m3,
+   * 4: e2m1 two a byte, the even column in the low nibble; 0 reads as e4m3), the element's
+   * largest value and exponent (ue8m0 rules), and the tensor's global scale (e4m3-global). */
+  int rule;
+  int block_cols;
+  int elem_bits;
+  float elem_max;
+  int elem_emax;
+  float global;
   int tag;
   int64_t row0, col0;
 } rf_fp8_job;
+
+/* Sets job's format fields from f, with `global` the tensor's global scale (1 where f has
+ * none). */
+static inline void rf_fp8_job_format(rf_fp8_job *job, const rf_format *f, float global) {
+  job->rule = f->rule;
+  job->block_cols = f->block_rows == 1 ? f->block_cols : 0;
+  job->elem_bits = f->elem_bits;
+  job->elem_max = f->elem_max;
+  job->elem_emax = f->elem_emax;
+  job->global = global;
+}
+
+/* Sets a 1-D job's scale destination from an rf_scale_side. */
+static inline void rf_fp8_job_scales(rf_fp8_job *job, const rf_scale_side *s) {
+  job->scale = s->base;
+  job->scale_stride = s->stride;
+  job->tile_grid_cols = s->tile_grid_cols;
+  job->tile_row0 = s->row0;
+  job->tile_col0 = s->col0;
+}
 
 /* Quantizes a job in device memory (or through another process's mapping of it): one CUDA
  * block per 128x128 block, or one thread per 1 x block_cols block, with the operations of
@@ -127,6 +168,28 @@ rf_status rf_fp8_device_bad(rf_fp8_bad *bad);
 rf_status rf_gpu_compare_rows(const void *got, int64_t got_stride, const void *want,
                               int64_t want_stride, int64_t rows, int64_t cols, int esize,
                               int64_t *row_wrong);
+
+/* Copies the esize-byte scales of rows x cols blocks from src to dst (either side row-major or
+ * in 128x4 tiles, in device memory or another process's mapping of it) with a kernel on
+ * refit's stream: a box of tiled scales is no strided region, so no box copy takes it. Does
+ * not wait. Builds without CUDA fail with one line. */
+rf_status rf_gpu_copy_scales(const rf_scale_side *dst, const rf_scale_side *src, int64_t rows,
+                             int64_t cols, int esize);
+
+/* One region whose maximum |x| rf_gpu_amax takes: n elements of dtype (bf16, fp16 or fp32) at
+ * x, dense, in device memory; `slot` is the entry of the result it goes into. */
+typedef struct {
+  const void *x;
+  int64_t n;
+  rf_dtype dtype;
+  int slot;
+} rf_amax_region;
+/* The maximum |x| of every region, per slot, in one launch: amax[slot] becomes the maximum of
+ * its old value and its regions' maxima (the integer maximum of the magnitudes' bit patterns,
+ * as the quantizer takes a block's, so exact and order-free: a NaN gives a NaN, an inf inf).
+ * amax is host memory of `slots` entries, each at least +0. Waits for the kernel. Builds
+ * without CUDA fail with one line. */
+rf_status rf_gpu_amax(const rf_amax_region *regions, int count, float *amax, int slots);
 
 /* The layout-invariant checksum of an fp8 rollout tensor's part: the checksum terms
  * (verify.h) of its fp8 bytes at their global row-major indices, plus those of its fp32 scales

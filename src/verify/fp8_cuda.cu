@@ -1,4 +1,5 @@
-/* fp8_cuda: block-FP8 quantization on the GPU, the bytes of the CPU reference (fp8.c).
+/* fp8_cuda: the quantizer's kernels, the bytes of the CPU references (fp8.c, format_ref.c):
+ * block FP8's 128x128 blocks, and the 1-D blocks of the MX formats and NVFP4 (below).
  *
  * One CUDA block of 256 threads quantizes one 128x128 block: the threads take the block's
  * maximum |x| as an integer maximum of the values' bit patterns (exact and order-free, as on
@@ -21,8 +22,9 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
+
+#include "verify/fp8_cuda.h"
 
 extern "C" {
 #include "format/format.h"
@@ -30,30 +32,12 @@ extern "C" {
 #include "verify/fp8.h"
 }
 
+using namespace rf_fp8;
+
 namespace {
 
-constexpr int kEdge = RF_FP8_BLOCK, kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRowsPerPass = kThreads / (kEdge / 8), kPasses = kEdge / kRowsPerPass;
 constexpr uint32_t kInfBits = 0x7f800000u;
-
-/* A job as the kernels read it: rf_fp8_job plus where its units start in its class's launch. */
-struct job_dev {
-  const char *x;
-  int64_t x_stride, x_col_stride, rows,
-      cols; /* element (r, c) at x + r * x_stride + c * x_col_stride */
-  uint8_t *q;
-  int64_t q_stride;
-  char *scale;
-  int64_t scale_stride;
-  int64_t unit_begin; /* its first unit (CUDA block) in its class's launch */
-  int64_t grid_cols;  /* 2-D: blocks along a row; 1-D: blocks along a row of 1 x block_cols */
-  float inv_max;      /* fp32(1 / 448), rounded on the host as fp8.c rounds it */
-  int dtype;          /* rf_dtype of x: bf16, fp16 or fp32 */
-  int rule;           /* rf_scale_rule: fp32-inverse, ue8m0-ceil or ue8m0-floor */
-  int block_cols;     /* 0: 128x128; else 1 x block_cols (<= 32) */
-  int tag;
-  int64_t row0, col0;
-};
 
 /* The first refused block since rf_fp8_device_bad last read it. */
 struct bad_record {
@@ -119,59 +103,6 @@ __device__ __forceinline__ void scale_of(uint32_t amax_bits, float inv_max, int 
   }
   *factor = __fmul_rn(__frcp_rn(a), RF_FP8_E4M3_MAX);
   *scale_inv = __fmul_rn(a, inv_max);
-}
-
-/* The E8M0 exponent e of a 1-D block under rf_format_scale_of's ue8m0 rules, for e4m3
- * elements: ceil, the smallest 2^e at or above fp32(amax * fp32(1/448)); floor, OCP's
- * floor(log2(amax)) - 8; both clamped to [-127, 127], -127 for a zero block. From the bits, as
- * format_ref.c does. */
-__device__ __forceinline__ int e8m0_exponent(uint32_t amax_bits, float inv_max, int rule) {
-  if (rule == RF_SCALE_UE8M0_FLOOR) {
-    if (amax_bits == 0)
-      return -127;
-    const int be = (int)(amax_bits >> 23);
-    const int fl = be ? be - 127 : -149 + (31 - __clz(amax_bits & 0x7fffffu));
-    return max(-127, min(127, fl - 8));
-  }
-  const uint32_t b = __float_as_uint(__fmul_rn(__uint_as_float(amax_bits), inv_max));
-  if (b == 0)
-    return -127;
-  const int be = (int)(b >> 23);
-  if (be == 0) /* subnormal: at most 2^-126, and 2^-127 exactly when it is that */
-    return b <= 0x00400000u ? -127 : -126;
-  return min(127, be - 127 + ((b & 0x7fffffu) != 0));
-}
-
-/* 2^k for -127 <= k <= 127, exactly (2^-127 is subnormal). */
-__device__ __forceinline__ float pow2(int k) {
-  return k >= -126 ? __uint_as_float((uint32_t)(k + 127) << 23) : __uint_as_float(0x00400000u);
-}
-
-/* One thread per 1 x block_cols block (block_cols <= 32). A whole block of 2-byte elements
- * whose source and destination are 16-byte aligned is read as four 16-byte loads, its maximum
- * taken two bit patterns at a time and its elements converted two per instruction, then stored
- * as two 16-byte writes; any other block (an edge, fp32, an odd offset) goes element by
- * element. Neighbouring threads take neighbouring blocks of a row, so the scale bytes are
- * written together. */
-/* Row r of the comparison is CUDA block row blockIdx.y; each thread compares elements
- * blockDim.x apart and the block adds its count to the row's once per warp. */
-__global__ void __launch_bounds__(kThreads)
-    compare_rows(const uint8_t *got, int64_t got_pitch, const uint8_t *want, int64_t want_pitch,
-                 int64_t cols, int esize, unsigned int *row_wrong) {
-  const int64_t r = blockIdx.y;
-  const uint8_t *g = got + r * got_pitch, *w = want + r * want_pitch;
-  unsigned int n = 0;
-  for (int64_t c = (int64_t)blockIdx.x * kThreads + threadIdx.x; c < cols;
-       c += (int64_t)gridDim.x * kThreads) {
-    bool differ = false;
-    for (int b = 0; b < esize; b++)
-      differ |= g[c * esize + b] != w[c * esize + b];
-    n += differ;
-  }
-  for (int o = 16; o > 0; o >>= 1)
-    n += __shfl_xor_sync(0xffffffffu, n, o);
-  if ((threadIdx.x & 31) == 0 && n)
-    atomicAdd(&row_wrong[r], n);
 }
 
 /* Records the first refused block (inf or NaN) of a job; the launch goes on without it. */
@@ -293,7 +224,6 @@ __device__ void quantize_2d(const job_dev &j, int64_t bi, int64_t bj, uint32_t *
  * threads take neighbouring rows, and writes its row's bytes. Both global sides are coalesced
  * and the shared accesses meet no bank conflict. Returns the largest 16-bit magnitude staged
  * (two at a time, for max_of_pairs). fp32 sources, rarer, take the direct paths. */
-template <int R> __host__ __device__ constexpr int stage_pitch() { return R + 8; }
 template <int R>
 __device__ uint32_t stage_transposed(const job_dev &j, const char *x, int nr, int nc,
                                      uint16_t *tile) {
@@ -370,8 +300,166 @@ __device__ void quantize_2d_t(const job_dev &j, int64_t bi, int64_t bj, uint32_t
     store_scale(j, bi, bj, scale_inv);
 }
 
-/* Quantizes n <= 32 elements of one 1-D block, element i at x + i * step bytes, into q (E8M0
- * scale byte at *scale): the generic path of both 1-D kernels. */
+/* ---- 1-D blocks (mxfp8, mxfp4, nvfp4) ------------------------------------------------------ */
+
+/* The E8M0 exponent e of a 1-D block under rf_format_scale_of's ue8m0 rules: ceil, the
+ * smallest 2^e at or above fp32(amax * fp32(1 / elem_max)); floor, OCP's floor(log2(amax)) -
+ * emax (8 for e4m3, 2 for e2m1); both clamped to [-127, 127], -127 for a zero block. From the
+ * bits, as format_ref.c does. */
+__device__ __forceinline__ int e8m0_exponent(uint32_t amax_bits, const job_dev &j) {
+  if (j.rule == RF_SCALE_UE8M0_FLOOR) {
+    if (amax_bits == 0)
+      return -127;
+    const int be = (int)(amax_bits >> 23);
+    const int fl = be ? be - 127 : -149 + (31 - __clz(amax_bits & 0x7fffffu));
+    return max(-127, min(127, fl - j.elem_emax));
+  }
+  const uint32_t b = __float_as_uint(__fmul_rn(__uint_as_float(amax_bits), j.inv_max));
+  if (b == 0)
+    return -127;
+  const int be = (int)(b >> 23);
+  if (be == 0) /* subnormal: at most 2^-126, and 2^-127 exactly when it is that */
+    return b <= 0x00400000u ? -127 : -126;
+  return min(127, be - 127 + ((b & 0x7fffffu) != 0));
+}
+
+/* 2^k for -127 <= k <= 127, exactly (2^-127 is subnormal). */
+__device__ __forceinline__ float pow2(int k) {
+  return k >= -126 ? __uint_as_float((uint32_t)(k + 127) << 23) : __uint_as_float(0x00400000u);
+}
+
+/* The value of a non-negative e4m3 code below 0x7f, exactly: (8 + m) * 2^(e - 10), or m * 2^-9
+ * for e = 0. */
+__device__ __forceinline__ float e4m3_value(uint32_t c) {
+  const uint32_t e = c >> 3 & 15, m = c & 7;
+  return e ? __uint_as_float((e + 120) << 23 | m << 20)
+           : __fmul_rn((float)m, __uint_as_float(118u << 23));
+}
+
+/* What a 1-D block's amax decides (rf_format_scale_of): its stored scale byte, and how its
+ * elements are formed: q = elem(fp32(x * mul)), or q = elem(fp32(x / div)) when div is not 0. */
+struct scale1d {
+  float mul, div;
+  uint32_t stored;
+};
+
+/* ue8m0 rules: the E8M0 byte e + 127 and mul = 2^-e. e4m3-global (nvfp4): s = e4m3(fp32(amax /
+ * fp32(6 * g))) by the same cvt.rn.satfinite as the elements of fp8 (ModelOpt's 1.0, code 0x38,
+ * for a zero block; the smallest e4m3 value, 0x01, where s rounds to zero), and div = fp32(s *
+ * g); each an fp32 operation rounded to nearest, as format_ref.c's. */
+__device__ __forceinline__ scale1d scale_1d(const job_dev &j, uint32_t amax_bits) {
+  scale1d s;
+  if (j.rule == RF_SCALE_E4M3_GLOBAL) {
+    const float sf = __fdiv_rn(__uint_as_float(amax_bits), __fmul_rn(6.0f, j.global));
+    uint32_t code =
+        amax_bits ? (uint32_t)__nv_cvt_float_to_fp8(sf, __NV_SATFINITE, __NV_E4M3) : 0x38u;
+    if ((code & 0x7f) == 0)
+      code = 0x01;
+    s.mul = 0, s.div = __fmul_rn(e4m3_value(code), j.global), s.stored = code;
+    return s;
+  }
+  const int e = e8m0_exponent(amax_bits, j);
+  s.mul = pow2(-e), s.div = 0, s.stored = (uint32_t)(e + 127);
+  return s;
+}
+
+__device__ __forceinline__ float scaled(float x, const scale1d &s) {
+  return s.div != 0 ? __fdiv_rn(x, s.div) : __fmul_rn(x, s.mul);
+}
+
+/* float -> e2m1, rf_e2m1_from_float's comparisons one for one, so the two agree on every float
+ * (NaN included, which both take to the largest code): nearest even on 0, 0.5, 1, 1.5, 2, 3, 4,
+ * 6 (the midpoints 0.25, 1.25, 2.5 and 5 go down, 0.75, 1.75 and 3.5 up), saturating at 6,
+ * the sign kept, zero's too. Written out rather than cvt.rn.satfinite.e2m1x2, which only
+ * sm_100 has. */
+__device__ __forceinline__ uint32_t to_e2m1(float p) {
+  const uint32_t sign = __float_as_uint(p) >> 31 ? 8u : 0u;
+  const float a = fabsf(p);
+  const uint32_t code = a <= 0.25f   ? 0
+                        : a < 0.75f  ? 1
+                        : a <= 1.25f ? 2
+                        : a < 1.75f  ? 3
+                        : a <= 2.5f  ? 4
+                        : a < 3.5f   ? 5
+                        : a <= 5.0f  ? 6
+                                     : 7;
+  return sign | code;
+}
+
+/* Where block bj of row r of a 1-D job keeps its scale byte: row-major, or in 128x4 tiles at
+ * rf_format_scale_offset's index (nvfp4 in the rollout). */
+__device__ __forceinline__ char *scale_at(const job_dev &j, int64_t r, int64_t bj) {
+  if (j.tile_grid_cols <= 0)
+    return j.scale + r * j.scale_stride + bj;
+  const int64_t i = j.tile_row0 + r, c = j.tile_col0 + bj;
+  const int64_t tile = (i / 128) * ((j.tile_grid_cols + 3) / 4) + c / 4, tr = i % 128;
+  return j.scale + tile * 512 + (tr % 32) * 16 + (tr / 32) * 4 + c % 4;
+}
+
+/* Writes the codes of n elements of one block (element i is elem(i)) at q: e4m3 bytes, or
+ * e2m1 codes two a byte, the even element in the low nibble. A whole block of 16 or 32 at an
+ * aligned q is written as 8- or 16-byte stores (e4m3 two elements a conversion); anything else
+ * byte by byte, an odd last element alone in its byte's low nibble, as format_ref.c leaves it. */
+template <int N, class E>
+__device__ __forceinline__ void put_wide(const job_dev &j, const scale1d &s, uint8_t *q, E elem) {
+  constexpr int kBytes4 = N / 2;
+  uint32_t w[N / 4];
+  if (j.elem_bits == 4) {
+#pragma unroll
+    for (int k = 0; k < N / 8; k++) {
+      uint32_t v = 0;
+#pragma unroll
+      for (int i = 0; i < 8; i++)
+        v |= to_e2m1(scaled(elem(8 * k + i), s)) << (4 * i);
+      w[k] = v;
+    }
+    if (kBytes4 == 16)
+      *(uint4 *)q = make_uint4(w[0], w[1], w[2], w[3]);
+    else
+      *(uint2 *)q = make_uint2(w[0], w[1]);
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < N / 4; k++)
+    w[k] = to_e4m3x2(elem(4 * k), elem(4 * k + 1), s.mul) |
+           to_e4m3x2(elem(4 * k + 2), elem(4 * k + 3), s.mul) << 16;
+#pragma unroll
+  for (int k = 0; k < N / 16; k++)
+    ((uint4 *)q)[k] = make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]);
+}
+
+/* Whether n codes go to q as whole 8- or 16-byte stores: a whole block of 16 or 32 at an
+ * aligned q, whose e4m3 elements (if any) take a factor (two a conversion). */
+__device__ __forceinline__ bool wide_ok(const job_dev &j, int n, const uint8_t *q) {
+  const int bytes = n * j.elem_bits / 8;
+  return (n == 32 || n == 16) && ((uintptr_t)q & (bytes >= 16 ? 15 : 7)) == 0 &&
+         (j.elem_bits == 4 || j.rule != RF_SCALE_E4M3_GLOBAL);
+}
+
+template <class E>
+__device__ __forceinline__ void put_codes(const job_dev &j, const scale1d &s, int n, uint8_t *q,
+                                          E elem) {
+  if (wide_ok(j, n, q)) {
+    if (n == 32)
+      put_wide<32>(j, s, q, elem);
+    else
+      put_wide<16>(j, s, q, elem);
+    return;
+  }
+  if (j.elem_bits == 4) {
+    for (int i = 0; i < n; i += 2) {
+      const uint32_t lo = to_e2m1(scaled(elem(i), s));
+      const uint32_t hi = i + 1 < n ? to_e2m1(scaled(elem(i + 1), s)) : 0;
+      q[i / 2] = (uint8_t)(lo | hi << 4);
+    }
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    q[i] = __nv_cvt_float_to_fp8(scaled(elem(i), s), __NV_SATFINITE, __NV_E4M3);
+}
+
+/* Quantizes n <= 32 elements of one 1-D block, element i at x + i * step bytes, into q (its
+ * scale at *scale): the generic path of the 1-D kernels. */
 template <rf_dtype D>
 __device__ void quantize_1d_elems(const job_dev &j, const char *x, int64_t step, int n, uint8_t *q,
                                   char *scale, int64_t row, int64_t col) {
@@ -382,17 +470,15 @@ __device__ void quantize_1d_elems(const job_dev &j, const char *x, int64_t step,
     refuse(j, m, row, col);
     return;
   }
-  const int e = e8m0_exponent(m, j.inv_max, j.rule);
-  const float factor = pow2(-e);
-  for (int i = 0; i < n; i++)
-    q[i] = (uint8_t)to_e4m3(load<D>(x + i * step), factor);
-  *scale = (char)(e + 127);
+  const scale1d s = scale_1d(j, m);
+  put_codes(j, s, n, q, [&](int i) { return load<D>(x + i * step); });
+  *scale = (char)s.stored;
 }
 
 /* One thread per 1 x block_cols block (block_cols <= 32), 256 blocks a unit. A whole block of
- * 2-byte elements whose source and destination are 16-byte aligned is read as four 16-byte
- * loads, its maximum taken two bit patterns at a time and its elements converted two per
- * instruction, then stored as two 16-byte writes. Neighbouring threads take neighbouring
+ * 16 or 32 2-byte elements whose source is 16-byte aligned is read as 16-byte loads and kept
+ * in registers, its maximum taken two bit patterns at a time, then written as 8- or 16-byte
+ * stores (put_wide) where its bytes are aligned for them. Neighbouring threads take neighbouring
  * blocks of a row, so the scale bytes are written together. */
 template <rf_dtype D> __device__ void quantize_1d(const job_dev &j, int64_t unit) {
   constexpr int es = D == RF_DTYPE_FP32 ? 4 : 2;
@@ -402,9 +488,9 @@ template <rf_dtype D> __device__ void quantize_1d(const job_dev &j, int64_t unit
   const int64_t r = block / j.grid_cols, bj = block % j.grid_cols, c0 = bj * j.block_cols;
   const int n = (int)min((int64_t)j.block_cols, j.cols - c0);
   const char *x = j.x + (r * j.x_stride + c0) * es;
-  uint8_t *q = j.q + r * j.q_stride + c0;
-  char *scale = j.scale + r * j.scale_stride + bj;
-  const bool wide = es == 2 && n == 32 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)q & 15) == 0;
+  uint8_t *q = j.q + r * j.q_stride + c0 * j.elem_bits / 8;
+  char *scale = scale_at(j, r, bj);
+  const bool wide = es == 2 && ((uintptr_t)x & 15) == 0 && wide_ok(j, n, q);
   if (!wide) {
     quantize_1d_elems<D>(j, x, es, n, q, scale, r, c0);
     return;
@@ -412,24 +498,27 @@ template <rf_dtype D> __device__ void quantize_1d(const job_dev &j, int64_t unit
   uint4 v[4];
   uint32_t m2 = 0;
 #pragma unroll
-  for (int k = 0; k < 4; k++) {
-    v[k] = __ldg((const uint4 *)x + k);
-    m2 = max8(m2, v[k]);
-  }
+  for (int k = 0; k < 4; k++)
+    if (k < n / 8) {
+      v[k] = __ldg((const uint4 *)x + k);
+      m2 = max8(m2, v[k]);
+    }
   const uint32_t m = max_of_pairs<D>(m2);
   if (m >= kInfBits) {
     refuse(j, m, r, c0);
     return;
   }
-  const int e = e8m0_exponent(m, j.inv_max, j.rule);
-  const float factor = pow2(-e);
-  uint2 out[4];
-#pragma unroll
-  for (int k = 0; k < 4; k++)
-    out[k] = convert8<D>(v[k], factor);
-  ((uint4 *)q)[0] = make_uint4(out[0].x, out[0].y, out[1].x, out[1].y);
-  ((uint4 *)q)[1] = make_uint4(out[2].x, out[2].y, out[3].x, out[3].y);
-  *scale = (char)(e + 127);
+  const scale1d s = scale_1d(j, m);
+  auto elem = [&](int i) {
+    const uint4 &u = v[i / 8];
+    const uint32_t w = (i & 6) == 0 ? u.x : (i & 6) == 2 ? u.y : (i & 6) == 4 ? u.z : u.w;
+    return from_bits<D>(i & 1 ? w >> 16 : w & 0xffffu);
+  };
+  if (n == 32)
+    put_wide<32>(j, s, q, elem);
+  else
+    put_wide<16>(j, s, q, elem);
+  *scale = (char)s.stored;
 }
 
 /* The same from a transposed source, element by element: fp32 sources. Consecutive threads
@@ -443,12 +532,11 @@ template <rf_dtype D> __device__ void quantize_1d_direct_t(const job_dev &j, int
   const int64_t r = block % j.rows, bj = block / j.rows, c0 = bj * j.block_cols;
   const int n = (int)min((int64_t)j.block_cols, j.cols - c0);
   quantize_1d_elems<D>(j, j.x + (r * j.x_stride + c0 * j.x_col_stride) * es, j.x_col_stride * es, n,
-                       j.q + r * j.q_stride + c0, j.scale + r * j.scale_stride + bj, r, c0);
+                       j.q + r * j.q_stride + c0 * j.elem_bits / 8, scale_at(j, r, bj), r, c0);
 }
 
 /* A tile of 64 rows and 128 columns of a 1-D job from a transposed 2-byte source: staged, then
  * each thread takes one 1 x block_cols block (two for 16-wide blocks) of the tile. */
-constexpr int kRows1dT = 64;
 template <rf_dtype D>
 __device__ void quantize_1d_t(const job_dev &j, int64_t unit, uint16_t *tile) {
   constexpr int P = stage_pitch<kRows1dT>();
@@ -472,27 +560,12 @@ __device__ void quantize_1d_t(const job_dev &j, int64_t unit, uint16_t *tile) {
       refuse(j, m, row, col);
       continue;
     }
-    const int e = e8m0_exponent(m, j.inv_max, j.rule);
-    const float factor = pow2(-e);
-    uint8_t *q = j.q + row * j.q_stride + col;
-    if (n == 32 && ((uintptr_t)q & 15) == 0) {
-      ((uint4 *)q)[0] =
-          make_uint4(staged_word<D, P>(t, 0, factor), staged_word<D, P>(t, 4, factor),
-                     staged_word<D, P>(t, 8, factor), staged_word<D, P>(t, 12, factor));
-      ((uint4 *)q)[1] =
-          make_uint4(staged_word<D, P>(t, 16, factor), staged_word<D, P>(t, 20, factor),
-                     staged_word<D, P>(t, 24, factor), staged_word<D, P>(t, 28, factor));
-    } else {
-      for (int i = 0; i < n; i++)
-        q[i] = (uint8_t)to_e4m3(from_bits<D>(t[i * P]), factor);
-    }
-    j.scale[row * j.scale_stride + col / bc] = (char)(e + 127);
+    const scale1d s = scale_1d(j, m);
+    put_codes(j, s, n, j.q + row * j.q_stride + col * j.elem_bits / 8,
+              [&](int i) { return from_bits<D>(t[i * P]); });
+    *scale_at(j, row, col / bc) = (char)s.stored;
   }
 }
-
-/* The kinds of job, each one launch a batch: 128x128 blocks or 1-D ones, from row-major or
- * transposed sources. A unit is a 128x128 block, or 256 1-D blocks. */
-enum { CLS_2D, CLS_2D_T, CLS_1D, CLS_1D_T, CLS_COUNT };
 
 /* Unit u of job j in class CLS, its elements of type D. Transposed fp32 sources take the
  * direct paths; their units are 128x128 blocks or 256 1-D blocks as for row-major jobs, where
@@ -545,184 +618,26 @@ __global__ void __launch_bounds__(kThreads) quantize_batch(const job_dev *jobs, 
     break;
   }
 }
+
 } // namespace
 
-namespace {
-
-/* The queue of jobs not yet launched, per class, and a ring of pinned host and device tables
- * to launch them from (as region_cuda.cu's piece tables): an event per slot says when the
- * kernels that read it are done, and the host waits for it only when it comes round to the
- * slot again. A flush that fails keeps its first error for the next call to report. */
-constexpr int kRing = 4, kQueueMax = 1 << 14;
-struct slot {
-  job_dev *host = nullptr, *dev = nullptr;
-  int cap = 0;
-  cudaEvent_t done = nullptr;
-  bool pending = false;
-};
-slot ring[kRing];
-int ring_next;
-job_dev *queue;
-int queued, queue_cap;
-int64_t queued_units[CLS_COUNT];
-rf_status flush_error = RF_OK;
-
-int class_of(const job_dev &d) {
-  const bool t = d.x_col_stride != 1;
-  return d.block_cols > 0 ? (t ? CLS_1D_T : CLS_1D) : (t ? CLS_2D_T : CLS_2D);
-}
-
-int64_t units_of(const job_dev &d) {
-  if (class_of(d) == CLS_1D_T && d.dtype != RF_DTYPE_FP32)
-    return (d.rows + kRows1dT - 1) / kRows1dT * ((d.cols + kEdge - 1) / kEdge);
-  if (d.block_cols > 0)
-    return (d.rows * d.grid_cols + kThreads - 1) / kThreads;
-  return (d.rows + kEdge - 1) / kEdge * d.grid_cols;
-}
-
-rf_status slot_reserve(slot *sl, int count) {
-  if (sl->pending) {
-    RF_CUDA(cudaEventSynchronize(sl->done));
-    sl->pending = false;
+rf_status rf_fp8::launch(int cls, const job_dev *jobs, int count, int64_t units, cudaStream_t s) {
+  switch (cls) {
+  case CLS_2D:
+    quantize_batch<CLS_2D><<<(unsigned)units, kThreads, 0, s>>>(jobs, count);
+    break;
+  case CLS_2D_T:
+    quantize_batch<CLS_2D_T><<<(unsigned)units, kThreads, 0, s>>>(jobs, count);
+    break;
+  case CLS_1D:
+    quantize_batch<CLS_1D><<<(unsigned)units, kThreads, 0, s>>>(jobs, count);
+    break;
+  default:
+    quantize_batch<CLS_1D_T><<<(unsigned)units, kThreads, 0, s>>>(jobs, count);
+    break;
   }
-  if (!sl->done)
-    RF_CUDA(cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming));
-  if (sl->cap >= count)
-    return RF_OK;
-  int cap = count > 2 * sl->cap ? count : 2 * sl->cap;
-  cap = cap < 64 ? 64 : cap;
-  if (sl->host)
-    RF_CUDA(cudaFreeHost(sl->host));
-  if (sl->dev)
-    RF_CUDA(cudaFree(sl->dev));
-  sl->host = nullptr, sl->dev = nullptr, sl->cap = 0;
-  RF_CUDA(cudaHostAlloc((void **)&sl->host, (size_t)cap * sizeof(job_dev), cudaHostAllocDefault));
-  RF_CUDA(cudaMalloc((void **)&sl->dev, (size_t)cap * sizeof(job_dev)));
-  sl->cap = cap;
-  return RF_OK;
-}
-
-template <int CLS> rf_status launch(const job_dev *jobs, int count, int64_t units, cudaStream_t s) {
-  quantize_batch<CLS><<<(unsigned)units, kThreads, 0, s>>>(jobs, count);
   RF_CUDA(cudaGetLastError());
   return RF_OK;
-}
-
-/* Launches every queued job: one table upload, then one launch per class present. */
-rf_status flush_queue() {
-  if (queued == 0)
-    return RF_OK;
-  const int n = queued;
-  queued = 0;
-  int64_t units[CLS_COUNT];
-  memcpy(units, queued_units, sizeof units);
-  memset(queued_units, 0, sizeof queued_units);
-  cudaStream_t s = (cudaStream_t)rf_gpu_stream();
-  slot *sl = &ring[ring_next];
-  ring_next = (ring_next + 1) % kRing;
-  RF_TRY(slot_reserve(sl, n));
-  /* Jobs by class, each class's in the order they came, which is the order of their units. */
-  int at[CLS_COUNT], first[CLS_COUNT], count[CLS_COUNT] = {0};
-  for (int i = 0; i < n; i++)
-    count[class_of(queue[i])]++;
-  for (int c = 0, k = 0; c < CLS_COUNT; k += count[c], c++)
-    at[c] = first[c] = k;
-  for (int i = 0; i < n; i++)
-    sl->host[at[class_of(queue[i])]++] = queue[i];
-  RF_CUDA(
-      cudaMemcpyAsync(sl->dev, sl->host, (size_t)n * sizeof(job_dev), cudaMemcpyHostToDevice, s));
-  if (count[CLS_2D])
-    RF_TRY(launch<CLS_2D>(sl->dev + first[CLS_2D], count[CLS_2D], units[CLS_2D], s));
-  if (count[CLS_2D_T])
-    RF_TRY(launch<CLS_2D_T>(sl->dev + first[CLS_2D_T], count[CLS_2D_T], units[CLS_2D_T], s));
-  if (count[CLS_1D])
-    RF_TRY(launch<CLS_1D>(sl->dev + first[CLS_1D], count[CLS_1D], units[CLS_1D], s));
-  if (count[CLS_1D_T])
-    RF_TRY(launch<CLS_1D_T>(sl->dev + first[CLS_1D_T], count[CLS_1D_T], units[CLS_1D_T], s));
-  RF_CUDA(cudaEventRecord(sl->done, s));
-  sl->pending = true;
-  return RF_OK;
-}
-
-/* rf_gpu_defer's callback: runs before the next piece of work is queued on refit's stream. */
-void flush_deferred() {
-  rf_status st = flush_queue();
-  if (st != RF_OK && flush_error == RF_OK)
-    flush_error = st;
-}
-
-/* The error a deferred flush kept, reported once. */
-rf_status take_flush_error() {
-  rf_status st = flush_error;
-  flush_error = RF_OK;
-  return st;
-}
-
-} // namespace
-
-/* Jobs are queued and launched together (flush_queue) the next time anything uses refit's
- * stream: a MoE's thousands of small expert tensors, or a round's destination-quantized
- * rectangles, take one launch instead of one each, which both saves the launches and fills
- * the GPU with the blocks of many tensors at once. */
-extern "C" rf_status rf_fp8_quantize_device(const rf_fp8_job *job) {
-  RF_TRY(take_flush_error());
-  if (job->rows <= 0 || job->cols <= 0)
-    return RF_OK;
-  if (job->dtype != RF_DTYPE_BF16 && job->dtype != RF_DTYPE_FP16 && job->dtype != RF_DTYPE_FP32)
-    return rf_fail(RF_ERR_INTERNAL, "fp8: the device quantizer reads bf16, fp16 or fp32, not %s",
-                   rf_dtype_name(job->dtype));
-  if (job->block_cols < 0 || job->block_cols > 32)
-    return rf_fail(RF_ERR_INTERNAL,
-                   "fp8: the device quantizer takes 1-D blocks of at most 32, "
-                   "not %d",
-                   job->block_cols);
-  const int64_t grid_cols = (job->cols + (job->block_cols ? job->block_cols : kEdge) - 1) /
-                            (job->block_cols ? job->block_cols : kEdge);
-  job_dev d = {(const char *)job->x,
-               job->x_stride,
-               job->x_col_stride ? job->x_col_stride : 1,
-               job->rows,
-               job->cols,
-               job->q,
-               job->q_stride,
-               job->scale,
-               job->scale_stride,
-               0,
-               grid_cols,
-               1.0f / RF_FP8_E4M3_MAX,
-               (int)job->dtype,
-               job->rule,
-               job->block_cols,
-               job->tag,
-               job->row0,
-               job->col0};
-  const int cls = class_of(d);
-  const int64_t units = units_of(d);
-  if (queued_units[cls] + units > INT32_MAX || queued == kQueueMax) {
-    RF_TRY(flush_queue());
-    if (units > INT32_MAX)
-      return rf_fail(RF_ERR_UNSUPPORTED,
-                     "fp8: a box of %lld x %lld elements is more blocks than one launch takes; "
-                     "use a larger --rollout tp",
-                     (long long)job->rows, (long long)job->cols);
-  }
-  if (queued == queue_cap) {
-    int cap = queue_cap ? 2 * queue_cap : 256;
-    job_dev *q = (job_dev *)realloc(queue, (size_t)cap * sizeof *q);
-    if (!q)
-      return RF_ERR_NOMEM;
-    queue = q, queue_cap = cap;
-  }
-  d.unit_begin = queued_units[cls];
-  queued_units[cls] += units;
-  queue[queued++] = d;
-  rf_gpu_defer(flush_deferred);
-  return RF_OK;
-}
-
-extern "C" rf_status rf_fp8_device_flush(void) {
-  RF_TRY(take_flush_error());
-  return flush_queue();
 }
 
 extern "C" rf_status rf_fp8_device_bad(rf_fp8_bad *bad) {
@@ -741,41 +656,4 @@ extern "C" rf_status rf_fp8_device_bad(rf_fp8_bad *bad) {
   const bad_record none = {0, 0, 0, 0, 0};
   RF_CUDA(cudaMemcpyToSymbol(g_bad, &none, sizeof none));
   return RF_OK;
-}
-
-extern "C" rf_status rf_gpu_compare_rows(const void *got, int64_t got_stride, const void *want,
-                                         int64_t want_stride, int64_t rows, int64_t cols, int esize,
-                                         int64_t *row_wrong) {
-  memset(row_wrong, 0, (size_t)rows * sizeof *row_wrong);
-  if (rows <= 0 || cols <= 0)
-    return RF_OK;
-  if (rows > 65535)
-    return rf_fail(RF_ERR_INTERNAL, "verify: %lld rows is more than one comparison takes",
-                   (long long)rows);
-  cudaStream_t s = (cudaStream_t)rf_gpu_stream();
-  unsigned int *dev = NULL;
-  RF_CUDA(cudaMallocAsync((void **)&dev, (size_t)rows * sizeof *dev, s));
-  rf_status st = RF_OK;
-  if (cudaMemsetAsync(dev, 0, (size_t)rows * sizeof *dev, s) != cudaSuccess)
-    st = rf_fail(RF_ERR_CUDA, "verify: cannot clear the comparison's row counts");
-  const unsigned int gx = (unsigned int)((cols + kThreads * 8 - 1) / (kThreads * 8));
-  if (st == RF_OK) {
-    compare_rows<<<dim3(gx, (unsigned int)rows), kThreads, 0, s>>>(
-        (const uint8_t *)got, got_stride * esize, (const uint8_t *)want, want_stride * esize, cols,
-        esize, dev);
-    if (cudaGetLastError() != cudaSuccess)
-      st = rf_fail(RF_ERR_CUDA, "verify: the comparison kernel did not launch");
-  }
-  unsigned int *host = (unsigned int *)malloc((size_t)rows * sizeof *host);
-  if (st == RF_OK && !host)
-    st = RF_ERR_NOMEM;
-  if (st == RF_OK && (cudaMemcpyAsync(host, dev, (size_t)rows * sizeof *host,
-                                      cudaMemcpyDeviceToHost, s) != cudaSuccess ||
-                      cudaStreamSynchronize(s) != cudaSuccess))
-    st = rf_fail(RF_ERR_CUDA, "verify: cannot read the comparison's row counts back");
-  for (int64_t r = 0; st == RF_OK && r < rows; r++)
-    row_wrong[r] = host[r];
-  free(host);
-  cudaFreeAsync(dev, s);
-  return st;
 }

@@ -40,3 +40,12 @@ rf_status rf_gpu_compare_rows(const void *got, int64_t got_stride, const void *w
   memset(row_wrong, 0, (size_t)rows * sizeof *row_wrong);
   return no_cuda();
 }
+
+rf_status rf_gpu_copy_scales(const rf_scale_side *dst, const rf_scale_side *src, int64_t rows,
+                             int64_t cols, int esize) {
+  return no_cuda();
+}
+
+rf_status rf_gpu_amax(const rf_amax_region *regions, int count, float *amax, int slots) {
+  return no_cuda();
+}

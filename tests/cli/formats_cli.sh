@@ -3,7 +3,8 @@
 # of the same weights by each rule with code of its own, agrees on every byte and scale;
 # fp8-ue8m0 moves through refit run in every mode and checks against its own checkpoint (and
 # not against fp8's), as mxfp8 does in host memory with every plan, dense and MoE, mpi and shm,
-# and the 4-bit formats (mxfp4, nvfp4) in host memory; in GPU memory those are refused.
+# and the 4-bit formats (mxfp4, nvfp4) in host memory (tests/cli/gpu_run.sh moves them on the
+# GPU).
 . "$(dirname "$0")/lib.sh"
 small="$REFIT_SOURCE_DIR/tests/data/fp8-small.json"
 
@@ -244,7 +245,4 @@ expect_grep "against $TMP/ds-nvfp4.safetensors: 0 of 67 tensors differ" "$TMP/ou
 expect_exit 1 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
   --rollout-dtype nvfp4 --iters 1 --inject corrupt --output "$TMP/nvfp4-bad.h5"
 expect_grep "# FAIL: verification failed in mode grouped" "$TMP/out"
-# In GPU memory the 4-bit formats are refused in one line, before MPI.
-expect_error 2 "refit: error: --rollout-dtype nvfp4 moves in host memory only: the GPU kernels take fp8, fp8-ue8m0, mxfp8, mxfp8-floor; use --memory host (transport mpi or shm), or one of those formats on the GPU" \
-  "$REFIT" run --model "$small" --rollout-dtype nvfp4 --memory device --output "$TMP/gpu.h5"
 finish

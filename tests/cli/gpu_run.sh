@@ -179,6 +179,51 @@ expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model "$small" --trainer fsdp=1 -
 fp8_rows 1
 expect_exit 0 "$REFIT" verify "$TMP/floor.h5" --checkpoint "$TMP/small-mxfp8-floor.safetensors"
 expect_grep "0 of 12 tensors differ" "$TMP/out"
+# The 4-bit formats on the GPU (mxfp4, mxfp4-floor, nvfp4): packed e2m1 bytes from the 1-D
+# kernel, nvfp4's scales written into their 128x4 tiles (and copied tile to tile by fanout's
+# forwards), its globals from the shards' device maxima and one allreduce; ipc in HF order
+# (quantized at the source) and JAX order (at the destination), fanout, colocated nccl, each
+# checked in full on the GPU and against the format's checkpoint.
+for f in mxfp4 nvfp4; do
+  expect_exit 0 "$REFIT" checkpoint --model "$small" --dtype $f --checkpoint "$TMP/small-$f.safetensors"
+  for order in hf jax; do
+    expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
+      --trainer-order $order --rollout-dtype $f --transport ipc --mode unfused,grouped,fused \
+      --iters 2 --verify full --output "$TMP/$f-ipc-$order.h5"
+    expect_grep "transport ipc (weights in device memory)" "$TMP/out"
+    fp8_rows 3
+  done
+  expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=1,dp=2 \
+    --plan fanout --rollout-dtype $f --transport ipc --mode grouped,fused --verify full \
+    --output "$TMP/$f-fanout.h5"
+  fp8_rows 2
+  expect_exit 0 "${RUN[@]}" -np 1 "$REFIT" run --model "$small" --trainer fsdp=1 --rollout tp=1 \
+    --placement colocated --rollout-dtype $f --transport nccl --mode grouped,fused \
+    --verify full --output "$TMP/$f-nccl.h5"
+  fp8_rows 2
+  for run in $f-ipc-hf $f-ipc-jax $f-fanout $f-nccl; do
+    expect_exit 0 "$REFIT" verify "$TMP/$run.h5" --checkpoint "$TMP/small-$f.safetensors"
+    expect_grep "against $TMP/small-$f.safetensors: 0 of 12 tensors differ" "$TMP/out"
+  done
+done
+# The GPU's 4-bit runs agree with the host's, checksum for checksum.
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
+  --rollout-dtype nvfp4 --transport mpi --memory host --iters 1 --output "$TMP/nvfp4-host.h5"
+expect_exit 0 "$REFIT" verify "$TMP/nvfp4-ipc-hf.h5" --reference "$TMP/nvfp4-host.h5"
+# A MoE with MLA in nvfp4 on the GPU: one global per expert, tiles per expert.
+expect_exit 0 "$REFIT" checkpoint --model tiny-deepseek --dtype nvfp4 --checkpoint "$TMP/ds-nvfp4.safetensors"
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny-deepseek --trainer fsdp=1,ep=2 --rollout tp=2,ep \
+  --rollout-dtype nvfp4 --transport ipc --mode grouped,fused --iters 1 --verify full \
+  --output "$TMP/ds-nvfp4-ipc.h5"
+fp8_rows 2
+expect_exit 0 "$REFIT" verify "$TMP/ds-nvfp4-ipc.h5" --checkpoint "$TMP/ds-nvfp4.safetensors"
+expect_grep "against $TMP/ds-nvfp4.safetensors: 0 of 67 tensors differ" "$TMP/out"
+expect_exit 0 "$REFIT" checkpoint --model "$small" --dtype mxfp4-floor --checkpoint "$TMP/small-mxfp4-floor.safetensors"
+expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model "$small" --trainer fsdp=1 --rollout tp=1 \
+  --rollout-dtype mxfp4-floor --transport ipc --mode fused --verify full --output "$TMP/fp4-floor.h5"
+fp8_rows 1
+expect_exit 0 "$REFIT" verify "$TMP/fp4-floor.h5" --checkpoint "$TMP/small-mxfp4-floor.safetensors"
+expect_grep "0 of 12 tensors differ" "$TMP/out"
 # A block-FP8 checkpoint as the trainer's weights on the GPU: shards that cut blocks (fp8-cut,
 # fsdp=4) over ipc in both orders, and colocated nccl; every byte and scale is the file's.
 cut="$REFIT_SOURCE_DIR/tests/data/fp8-cut.json"
