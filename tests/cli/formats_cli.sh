@@ -199,7 +199,7 @@ expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$moe" --trainer fsdp=1,
 # mxfp8-cut's down_proj has 192 columns: trainer tp=4 gives shards of 48, which cut 32-column
 # blocks, so its pieces move as bf16 and the rollout quantizes them; over shm, in small buckets.
 cut="$REFIT_SOURCE_DIR/tests/data/mxfp8-cut.json"
-expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$cut" --trainer tp=4 --rollout tp=2 --transport shm \
+expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$cut" --trainer tp=4 --rollout tp=2 --transport shm --plan p2p \
   --bucket-size 4096 --rollout-dtype mxfp8 --mode unfused,grouped,fused --iters 1 --output "$TMP/mxfp8-shm.h5"
 [ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "mxfp8 shm: not 3 verified rows"
 expect_grep "6 tensors quantized at the source, 1 at the destination" "$TMP/out"

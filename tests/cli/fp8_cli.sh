@@ -27,7 +27,7 @@ grep -q "wire\|rollout dtype\|quantize" "$TMP/out" && fail "a plan without fp8 p
 
 # fsdp2 over 64 ranks cuts every tensor's rows into 64: every block is cut at the source, the
 # wire carries bf16 and each rollout rank quantizes all 224 tensors.
-expect_exit 0 "$REFIT" plan --model llama-3.1-8b --trainer fsdp=64 --trainer-style fsdp2 --rollout tp=4 --rollout-dtype fp8
+expect_exit 0 "$REFIT" plan --model llama-3.1-8b --trainer fsdp=64 --trainer-style fsdp2 --rollout tp=4 --rollout-dtype fp8 --plan p2p
 expect_grep "wire bytes       16062119936 (14.96 GiB) of the transfer bytes" "$TMP/out"
 expect_grep "quantized        0 fp8 tensors at their source, 224 at their destination" "$TMP/out"
 expect_grep "quantize recv    min 224  max 224  fp8 tensors per rollout rank" "$TMP/out"
