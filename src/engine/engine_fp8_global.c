@@ -39,8 +39,11 @@ int64_t engine_fp8_global_index(const rf_layout *lay, int t) {
 }
 
 /* The maximum |x| of this trainer rank's shards per group, at each group's leader. A shard is
- * dense in its own order (HF or JAX), and the maximum does not care which. */
-static void shard_maxima(const rf_engine *e, float *amax) {
+ * dense in its own order (HF or JAX), and the maximum does not care which. A shard of a
+ * quantized checkpoint brings the file's global instead (it lies beside the shard's scales),
+ * the same for every member of a group (rf_checkpoint_open_quantized checked), so the maximum
+ * over the ranks is that global itself. */
+static rf_status shard_maxima(const rf_engine *e, float *amax) {
   const rf_layout *lay = e->plan->layout;
   for (int t = 0; t < lay->model->tensor_count && e->trainer_rank >= 0; t++) {
     int leader = lay->global_leader[t];
@@ -48,11 +51,18 @@ static void shard_maxima(const rf_engine *e, float *amax) {
     if (leader < 0 || rf_box_is_empty(&box))
       continue;
     int64_t n = rf_box_numel(&box);
-    float a = rf_fp8_block_amax(e->data->shards[t], lay->model->tensors[t].dtype, n, 1, n);
+    float a;
+    if (rf_tensor_quantized(&lay->model->tensors[t]))
+      RF_TRY(rf_mem_transfer(&a, RF_MEM_HOST,
+                             rf_shard_global(e->plan, e->trainer_rank, t, e->data->shards[t]),
+                             e->memory, sizeof a));
+    else
+      a = rf_fp8_block_amax(e->data->shards[t], lay->model->tensors[t].dtype, n, 1, n);
     /* inf and NaN stay: the quantizer refuses the block that holds them, in one line. */
     if (!(a <= amax[leader]))
       amax[leader] = a;
   }
+  return RF_OK;
 }
 
 rf_status engine_fp8_agree_globals(rf_engine *e, double *times) {
@@ -71,14 +81,18 @@ rf_status engine_fp8_agree_globals(rf_engine *e, double *times) {
   float *mine = rf_calloc((size_t)n + 1, sizeof *mine, "tensor maxima");
   float *all = rf_calloc((size_t)n + 1, sizeof *all, "tensor maxima");
   rf_status st = mine && all ? RF_OK : RF_ERR_NOMEM;
+  if (st == RF_OK)
+    st = shard_maxima(e, mine);
   if (st == RF_OK) {
-    shard_maxima(e, mine);
     st = rf_control_allreduce(ctl, ctl->world, mine, all, n, MPI_FLOAT, MPI_MAX,
                               "every trainer rank's maxima for the global scales");
   }
   for (int t = 0; t < n && st == RF_OK; t++) {
     int leader = lay->global_leader[t];
-    e->fp8_global[t] = leader >= 0 ? rf_format_global_of(f, all[leader]) : 1.0f;
+    e->fp8_global[t] = leader < 0 ? 1.0f
+                       : rf_tensor_quantized(&lay->model->tensors[t])
+                           ? all[leader]
+                           : rf_format_global_of(f, all[leader]);
     rf_box held = e->rollout_rank >= 0 ? rf_layout_rollout_box(lay, t, e->rollout_rank)
                                        : (rf_box){{0, 0}, {0, 0}};
     if (leader < 0 || rf_box_is_empty(&held))
@@ -102,6 +116,12 @@ rf_status engine_fp8_reference_global(const rf_engine *e, rf_checkpoint *ckpt, i
   *out = 1.0f;
   if (!f->global_scale)
     return RF_OK;
+  if (rf_tensor_quantized(&m->tensors[t])) { /* the file's own, which the rollout carries */
+    if (!ckpt)
+      return rf_fail(RF_ERR_INTERNAL, "%s: trainer tensor %s is quantized without a checkpoint",
+                     f->name, m->tensors[t].name);
+    return rf_checkpoint_read_global(ckpt, t, out);
+  }
   int leader = lay->global_leader[t];
   float amax = 0;
   /* A group's members follow its leader within one layer (rf_layout_global_groups). */
