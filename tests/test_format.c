@@ -54,6 +54,33 @@ static void test_table(void) {
   ASSERT_EQ(rf_format_scale_offset(fmt("mxfp4"), 8, 3, 5), 29);
 }
 
+/* Which formats' checkpoints look alike (a file of one is a file of the other, and refit run
+ * --checkpoint carries it into either): only those that differ in the scale rule alone. */
+static void test_same_file(void) {
+  const char *groups[][2] = {
+      {"fp8", "fp8-ue8m0"}, {"mxfp8", "mxfp8-floor"}, {"mxfp4", "mxfp4-floor"}, {"nvfp4", NULL}};
+  int n = (int)(sizeof groups / sizeof groups[0]);
+  for (int i = 0; i < rf_format_count(); i++)
+    for (int j = 0; j < rf_format_count(); j++) {
+      const rf_format *a = rf_format_at(i), *b = rf_format_at(j);
+      int gi = -1, gj = -1;
+      for (int g = 0; g < n; g++)
+        for (int k = 0; k < 2; k++) {
+          gi = groups[g][k] && strcmp(groups[g][k], a->name) == 0 ? g : gi;
+          gj = groups[g][k] && strcmp(groups[g][k], b->name) == 0 ? g : gj;
+        }
+      ASSERT_TRUE(gi >= 0 && gj >= 0);
+      ASSERT_EQ(rf_format_same_file(a, b), gi == gj);
+    }
+  char names[64];
+  rf_format_same_file_names(fmt("fp8-ue8m0"), names, sizeof names);
+  ASSERT_STR_EQ(names, "fp8 or fp8-ue8m0");
+  rf_format_same_file_names(fmt("nvfp4"), names, sizeof names);
+  ASSERT_STR_EQ(names, "nvfp4");
+  ASSERT_EQ(rf_format_weight_dtype(fmt("mxfp8")), RF_DTYPE_FP8);
+  ASSERT_EQ(rf_format_weight_dtype(fmt("mxfp4")), RF_DTYPE_U8);
+}
+
 static void test_e2m1(void) {
   static const float values[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
   for (uint8_t c = 0; c < 16; c++) {
@@ -268,6 +295,7 @@ static void test_fp8_entry(void) {
 
 int main(void) {
   test_table();
+  test_same_file();
   test_e2m1();
   test_e8m0();
   test_mxfp8();

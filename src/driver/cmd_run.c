@@ -133,10 +133,11 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
     /* An fp8 rollout says what its plan puts on the wire: fp8 and scales where the sources
      * quantize, the trainer's dtype where the destinations do. */
     char fp8[160] = "";
-    if (job->fp8_checkpoint)
+    if (job->quantized_checkpoint)
       snprintf(fp8, sizeof fp8,
-               " (fp8 from the block-FP8 checkpoint; wire %lld bytes, fp8 and scales as the "
+               " (%s from the %s checkpoint; wire %lld bytes, quantized bytes and scales as the "
                "trainer holds them)",
+               job->quantized_checkpoint->name, job->quantized_checkpoint->name,
                (long long)job->plan.wire_transfer_bytes);
     else if (rf_format_of(cfg->rollout_dtype))
       snprintf(fp8, sizeof fp8,
@@ -166,8 +167,9 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
  * print the same line) and the ranks share the work of its reference checksums. */
 static rf_status open_checkpoint(rf_control *ctl, const rf_config *cfg, run_setup *rs) {
   rf_log_push_quiet(ctl->world_rank != 0);
-  rf_status st = rs->job.fp8_checkpoint
-                     ? rf_checkpoint_open_fp8(cfg->checkpoint, &rs->job.model, &rs->checkpoint)
+  rf_status st = rs->job.quantized_checkpoint
+                     ? rf_checkpoint_open_quantized(cfg->checkpoint, &rs->job.model,
+                                                    rs->job.quantized_checkpoint, &rs->checkpoint)
                      : rf_checkpoint_open(cfg->checkpoint, &rs->job.model, &rs->checkpoint);
   rf_log_pop_quiet();
   RF_TRY(rf_control_agree(ctl, st));

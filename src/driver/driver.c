@@ -53,31 +53,61 @@ rf_status rf_job_load_model(const rf_config *cfg, rf_model *model) {
   return RF_OK;
 }
 
-/* An fp8 rollout from a block-FP8 checkpoint: the trainer holds each linear weight as the file
- * does, fp8 with the scales of its blocks, and moves both as they are (plan_fp8.c). Star's
- * reshape would move the bytes without their scales. A file that is not block-FP8 (or not
- * readable at all) is left to the ordinary checkpoint open to describe. */
-static rf_status use_fp8_checkpoint(const rf_config *cfg, rf_job *job) {
-  int fp8 = 0;
-  if (!cfg->checkpoint[0] || !rf_format_of(cfg->rollout_dtype))
+/* A quantized rollout from a checkpoint in its format (block-FP8, MXFP8, MXFP4, NVFP4, as
+ * refit checkpoint --dtype writes them): the trainer holds each linear weight as the file does,
+ * its quantized bytes with the scales of its blocks (and nvfp4's global), and moves them as
+ * they are (plan_fp8.c, RF_QUANT_CARRIED), so the rollout is the file. The rollout's format
+ * must be the file's: refit never requantizes a quantized weight. Formats alike on file
+ * (rf_format_same_file: fp8 and fp8-ue8m0, the MX formats and their -floor twins) take each
+ * other's files, since the rule that made a scale is not in the file and carrying needs none.
+ * Star's reshape would move the bytes without their scales. A file in no format of the table
+ * (or not readable at all) is left to the ordinary checkpoint open to describe. */
+static rf_status use_quantized_checkpoint(const rf_config *cfg, rf_job *job) {
+  const rf_format *file = NULL, *f = rf_format_of(cfg->rollout_dtype);
+  if (!cfg->checkpoint[0] || !f)
     return RF_OK;
-  RF_TRY(rf_checkpoint_is_fp8(cfg->checkpoint, &job->model, &fp8));
-  if (!fp8)
+  RF_TRY(rf_checkpoint_quantized_format(cfg->checkpoint, &job->model, &file));
+  if (!file)
     return RF_OK;
-  const rf_format *f = rf_format_of(cfg->rollout_dtype);
-  if (!rf_format_block_fp8(f))
+  if (!rf_format_same_file(file, f)) {
+    char alike[64];
+    rf_format_same_file_names(file, alike, sizeof alike);
     return rf_fail(RF_ERR_USAGE,
-                   "--rollout-dtype %s cannot take the block-FP8 checkpoint '%s' as the trainer's "
-                   "weights: refit reads quantized checkpoints for fp8 rollouts only so far; use "
-                   "--rollout-dtype fp8, or a checkpoint in the model's dtype",
-                   f->name, cfg->checkpoint);
+                   "--rollout-dtype %s cannot take the %s checkpoint '%s' as the trainer's "
+                   "weights: refit carries a quantized checkpoint's bytes as they are; use "
+                   "--rollout-dtype %s, or a checkpoint in the model's dtype",
+                   f->name, file->name, cfg->checkpoint, alike);
+  }
   if (cfg->plan == RF_PLAN_STAR)
     return rf_fail(RF_ERR_USAGE,
-                   "--plan star cannot move the block-FP8 checkpoint '%s': its reshape would "
-                   "move fp8 bytes without their scales; use --plan p2p or fanout",
-                   cfg->checkpoint);
-  rf_model_weights_fp8(&job->model);
-  job->fp8_checkpoint = 1;
+                   "--plan star cannot move the %s checkpoint '%s': its reshape would move the "
+                   "quantized bytes without their scales; use --plan p2p or fanout",
+                   file->name, cfg->checkpoint);
+  rf_model_weights_quantized(&job->model, rf_format_weight_dtype(f), f->elem_bits);
+  job->quantized_checkpoint = f;
+  return RF_OK;
+}
+
+/* A trainer shard of a 4-bit weight holds whole bytes, two elements each: one that starts or
+ * ends on an odd column would share a byte with its neighbour, which neither could send as
+ * its own. */
+static rf_status check_packed_shards(const rf_layout *lay, const rf_format *f, const char *file) {
+  if (!f || f->elem_bits == 8)
+    return RF_OK;
+  for (int t = 0; t < lay->model->tensor_count; t++) {
+    if (!rf_tensor_quantized(&lay->model->tensors[t]))
+      continue;
+    for (int r = 0; r < lay->trainer_ranks; r++) {
+      rf_box b = rf_layout_trainer_box(lay, t, r);
+      if (!rf_box_is_empty(&b) && (b.lo[1] % 2 || b.hi[1] % 2))
+        return rf_fail(RF_ERR_LAYOUT,
+                       "the %s checkpoint '%s': trainer rank %d's shard of %s covers columns "
+                       "%lld..%lld, which cuts a byte of two packed elements; use a trainer "
+                       "layout that cuts its columns at even ones",
+                       f->name, file, r, lay->model->tensors[t].name, (long long)b.lo[1],
+                       (long long)b.hi[1] - 1);
+    }
+  }
   return RF_OK;
 }
 
@@ -117,9 +147,10 @@ rf_status rf_job_build_layout(const rf_config *cfg, int world_size, rf_job *job)
 
   RF_TRY(rf_job_load_model(cfg, &job->model));
   job->have_model = 1;
-  RF_TRY(use_fp8_checkpoint(cfg, job));
+  RF_TRY(use_quantized_checkpoint(cfg, job));
   RF_TRY(rf_layout_init(&job->layout, &job->model, &job->trainer, &job->rollout, job->placement));
   job->have_layout = 1;
+  RF_TRY(check_packed_shards(&job->layout, job->quantized_checkpoint, cfg->checkpoint));
   /* Before the plan, the costly step: a typo like dp=65536 fails at once. After the layout, so
    * that a layout that cannot work on any world says so first. */
   if (world_size > 0)

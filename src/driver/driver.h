@@ -16,7 +16,9 @@ typedef struct {
   rf_layout layout;
   rf_plan plan;
   int have_model, have_layout, have_plan;
-  int fp8_checkpoint; /* --checkpoint is block-FP8: the trainer's linear weights are fp8 */
+  /* --checkpoint is quantized in the rollout's format (block-FP8, MXFP8, MXFP4, NVFP4): the
+   * trainer's linear weights are its bytes and scales; NULL otherwise. */
+  const rf_format *quantized_checkpoint;
   int *domain_of;     /* --domain-ranks N: [world rank] -> rank / N, the hierarchical plan's
                        * domains in place of the nodes; NULL without it */
   char plan_why[512]; /* --plan auto: the one line that says which kind and why; else "" */

@@ -178,10 +178,10 @@ rf_status rf_plan_auto_choose(const rf_layout *lay, const rf_plan_auto_inputs *i
   for (int k = 0; k < RF_PLAN_KIND_COUNT && st == RF_OK; k++) {
     rf_plan cand;
     char reason[256];
-    if (k == RF_PLAN_STAR && in->fp8_checkpoint) {
+    if (k == RF_PLAN_STAR && in->quantized_checkpoint) {
       snprintf(ch.entry[k], sizeof ch.entry[k],
-               "star skipped (its reshape would move the fp8 checkpoint's bytes without their "
-               "scales)");
+               "star skipped (its reshape would move the quantized checkpoint's bytes without "
+               "their scales)");
       continue;
     }
     st = build_candidate(lay, (rf_plan_kind)k, in->options, &cand, reason, sizeof reason);
@@ -245,7 +245,7 @@ rf_status rf_plan_auto_choose(const rf_layout *lay, const rf_plan_auto_inputs *i
 rf_status rf_job_plan(rf_job *job, rf_plan_kind kind, const rf_plan_auto_inputs *in) {
   job->plan_why[0] = '\0';
   rf_plan_auto_inputs mine = *in;
-  mine.fp8_checkpoint = job->fp8_checkpoint;
+  mine.quantized_checkpoint = job->quantized_checkpoint != NULL;
   if (kind == RF_PLAN_AUTO)
     RF_TRY(
         rf_plan_auto_choose(&job->layout, &mine, &job->plan, job->plan_why, sizeof job->plan_why));

@@ -18,9 +18,9 @@ typedef struct {
   int64_t bucket_size;
   int device, mapping;
   rf_wire wire;
-  int ordered;        /* the transport's rf_transport_ops.ordered */
-  int fp8_checkpoint; /* the trainer holds a block-FP8 checkpoint, which star cannot move
-                         (rf_job_plan sets it from the job) */
+  int ordered;              /* the transport's rf_transport_ops.ordered */
+  int quantized_checkpoint; /* the trainer holds a quantized checkpoint, which star cannot
+                               move (rf_job_plan sets it from the job) */
 } rf_plan_auto_inputs;
 
 /* A plan of more pieces than this is predicted in the job's first mode only, so that choosing

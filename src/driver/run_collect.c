@@ -45,10 +45,10 @@ rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_che
       /* An fp8 tensor's rollout checksum is of its fp8 bytes and scales (rf_fp8_checksum), which
        * a trainer quantizing in flight does not hold: its replicas must agree with each other,
        * and --verify full compares every byte and scale with the reference quantization. A
-       * block-FP8 checkpoint gives that checksum for the file's bytes and scales
+       * quantized checkpoint gives that checksum for the file's bytes and scales
        * (rf_checkpoint_checksum), and a trainer that read it sums its shards so too. */
       int fp8 = rf_layout_fp8(&job->layout, t);
-      int fp8_file = fp8 && m->tensors[t].dtype == RF_DTYPE_FP8;
+      int fp8_file = fp8 && rf_tensor_quantized(&m->tensors[t]);
       uint64_t want = fp8_file && ref ? ref[t] : fp8 ? sum[nt + t] : sum[t];
       int bad = (!fp8 || fp8_file) && ref && ref[t] != sum[t];
       for (int p = 0; p < replicas; p++)

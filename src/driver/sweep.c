@@ -52,7 +52,7 @@ static rf_status combination_config(const rf_config *cfg, int c, rf_config *out,
   return RF_OK;
 }
 
-/* Rank 0 opens --checkpoint for the combination's model, as its job would (block-FP8 or not),
+/* Rank 0 opens --checkpoint for the combination's model, as its job would (quantized or not),
  * and closes it again; the verdict is sent to every rank, since a file one rank cannot read
  * must not send the ranks down different paths. */
 static rf_status check_checkpoint(const rf_config *cfg, const rf_job *job, rf_control *everyone,
@@ -60,8 +60,10 @@ static rf_status check_checkpoint(const rf_config *cfg, const rf_job *job, rf_co
   if (everyone->world_rank == 0) {
     rf_checkpoint *ck = NULL;
     rf_log_capture(v->reason, sizeof v->reason);
-    rf_status st = job->fp8_checkpoint ? rf_checkpoint_open_fp8(cfg->checkpoint, &job->model, &ck)
-                                       : rf_checkpoint_open(cfg->checkpoint, &job->model, &ck);
+    rf_status st = job->quantized_checkpoint
+                       ? rf_checkpoint_open_quantized(cfg->checkpoint, &job->model,
+                                                      job->quantized_checkpoint, &ck)
+                       : rf_checkpoint_open(cfg->checkpoint, &job->model, &ck);
     rf_log_capture(NULL, 0);
     if (st != RF_OK && !v->reason[0])
       snprintf(v->reason, sizeof v->reason, "%s", rf_status_text(st));

@@ -17,6 +17,13 @@ static int64_t align_up(int64_t v) {
   return (v + RF_BUFFER_ALIGN - 1) / RF_BUFFER_ALIGN * RF_BUFFER_ALIGN;
 }
 
+/* The bytes of a trainer shard's elements: a quantized weight's packed bytes for 4-bit
+ * elements (rf_layout_trainer_bytes). */
+static int64_t shard_bytes(const rf_layout *lay, int tensor, const rf_box *box) {
+  rf_box bytes = rf_layout_trainer_bytes(lay, tensor, box);
+  return rf_box_numel(&bytes) * rf_tensor_esize(&lay->model->tensors[tensor]);
+}
+
 int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int rank,
                            int64_t *offsets) {
   const rf_layout *lay = plan->layout;
@@ -31,10 +38,12 @@ int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int ran
       bytes = lay->rollout_tensors[i].bytes;
     } else if (family == RF_FAMILY_SHARDS) {
       rf_box box = rf_layout_trainer_box(lay, i, rank);
-      bytes = rf_box_numel(&box) * rf_tensor_esize(&lay->model->tensors[i]);
-      if (lay->model->tensors[i].dtype == RF_DTYPE_FP8 && bytes) { /* its scales follow */
+      bytes = shard_bytes(lay, i, &box);
+      if (rf_tensor_quantized(&lay->model->tensors[i]) && bytes) { /* its scales follow */
         rf_box blocks = engine_fp8_blocks_of(lay, &box);
         bytes = align_up(bytes) + rf_box_numel(&blocks) * rf_layout_format(lay)->scale_bytes;
+        if (rf_layout_format(lay)->global_scale) /* and its global after them */
+          bytes = align_up(bytes) + (int64_t)sizeof(float);
       }
     } else if (plan->kind == RF_PLAN_STAR) {
       const rf_box *c = &plan->coupling[(size_t)i * lay->trainer_ranks + rank];
@@ -49,17 +58,24 @@ int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int ran
 rf_region rf_shard_region(const rf_plan *plan, int trainer_rank, int tensor, void *base) {
   const rf_layout *lay = plan->layout;
   rf_box box = rf_layout_trainer_box(lay, tensor, trainer_rank);
+  rf_box bytes = rf_layout_trainer_bytes(lay, tensor, &box);
   int esize = rf_tensor_esize(&lay->model->tensors[tensor]);
-  return rf_layout_trainer_transposed(lay, tensor) ? rf_region_transposed(base, &box, esize)
-                                                   : rf_region_row_major(base, &box, esize);
+  return rf_layout_trainer_transposed(lay, tensor) ? rf_region_transposed(base, &bytes, esize)
+                                                   : rf_region_row_major(base, &bytes, esize);
 }
 
 rf_region rf_shard_scale_region(const rf_plan *plan, int trainer_rank, int tensor, void *base,
                                 rf_box *blocks) {
   rf_box box = rf_layout_trainer_box(plan->layout, tensor, trainer_rank);
   *blocks = engine_fp8_blocks_of(plan->layout, &box);
-  return rf_region_row_major((char *)base + align_up(rf_box_numel(&box)), blocks,
-                             rf_layout_format(plan->layout)->scale_bytes);
+  return rf_region_row_major((char *)base + align_up(shard_bytes(plan->layout, tensor, &box)),
+                             blocks, rf_layout_format(plan->layout)->scale_bytes);
+}
+
+void *rf_shard_global(const rf_plan *plan, int trainer_rank, int tensor, void *base) {
+  rf_box blocks;
+  rf_region s = rf_shard_scale_region(plan, trainer_rank, tensor, base, &blocks);
+  return s.base + align_up(rf_box_numel(&blocks) * s.esize);
 }
 
 /* Reads only this rank's rows and columns of a tensor from the checkpoint. Device shards are
@@ -78,18 +94,26 @@ static rf_status read_box(rf_buffers *b, rf_checkpoint *ckpt, int t, int scales,
   return st;
 }
 
-/* An fp8 weight's shard comes with the scales of the blocks it touches (rows of the file's
- * weight_scale_inv), which a shard that cuts a block shares with its neighbour. */
+/* A quantized weight's shard comes with the scales of the blocks it touches (rows of the
+ * file's scale tensor), which a shard that cuts a block shares with its neighbour, and with
+ * the file's global for a format that has one (nvfp4's weight_scale_2). Its box is of bytes
+ * (r's, rf_layout_trainer_bytes). */
 static rf_status read_shard(rf_buffers *b, rf_checkpoint *ckpt, int t, const rf_box *box,
                             const rf_region *r, size_t bytes) {
-  RF_TRY(read_box(b, ckpt, t, 0, box, r, bytes));
-  if (b->plan->layout->model->tensors[t].dtype != RF_DTYPE_FP8 || rf_box_is_empty(box))
+  RF_TRY(read_box(b, ckpt, t, 0, &r->box, r, bytes));
+  if (!rf_tensor_quantized(&b->plan->layout->model->tensors[t]) || rf_box_is_empty(box))
     return RF_OK;
+  const rf_format *f = rf_layout_format(b->plan->layout);
   rf_box blocks;
   rf_region s = rf_shard_scale_region(b->plan, b->trainer_rank, t, b->shards[t], &blocks);
-  return read_box(b, ckpt, t, 1, &blocks, &s,
-                  (size_t)rf_box_numel(&blocks) *
-                      (size_t)rf_layout_format(b->plan->layout)->scale_bytes);
+  RF_TRY(
+      read_box(b, ckpt, t, 1, &blocks, &s, (size_t)rf_box_numel(&blocks) * (size_t)f->scale_bytes));
+  if (!f->global_scale)
+    return RF_OK;
+  float g;
+  RF_TRY(rf_checkpoint_read_global(ckpt, t, &g));
+  return rf_mem_transfer(rf_shard_global(b->plan, b->trainer_rank, t, b->shards[t]), b->memory, &g,
+                         RF_MEM_HOST, sizeof g);
 }
 
 /* The layout sizes each fused rollout tensor; the engine writes each member tensor into it at
@@ -210,13 +234,13 @@ rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory
   for (int t = 0; t < m->tensor_count && b->trainer_rank >= 0; t++) {
     rf_box box = rf_layout_trainer_box(lay, t, b->trainer_rank);
     rf_region r = rf_shard_region(plan, b->trainer_rank, t, b->shards[t]);
-    size_t bytes = (size_t)(rf_box_numel(&box) * r.esize);
+    size_t bytes = (size_t)(rf_box_numel(&r.box) * r.esize);
     if (checkpoint)
       RF_TRY(read_shard(b, checkpoint, t, &box, &r, bytes));
-    else if (m->tensors[t].dtype == RF_DTYPE_FP8)
+    else if (rf_tensor_quantized(&m->tensors[t]))
       return rf_fail(RF_ERR_INTERNAL,
-                     "trainer tensor %s is fp8 but no block-FP8 checkpoint "
-                     "holds it; fp8 trainer weights come from --checkpoint",
+                     "trainer tensor %s is quantized but no checkpoint holds it; quantized "
+                     "trainer weights come from --checkpoint",
                      m->tensors[t].name);
     else
       RF_TRY(rf_fill_region_on(memory, &r, &box, &m->tensors[t], seed, m->tensors[t].dtype));

@@ -108,11 +108,14 @@ rf_status rf_buffers_landing_bytes(const rf_plan *plan, int64_t *per_rank);
 
 /* A trainer rank's shard of `tensor` stored at `base`, in its storage order. */
 rf_region rf_shard_region(const rf_plan *plan, int trainer_rank, int tensor, void *base);
-/* A trainer shard of an fp8 weight (a block-FP8 checkpoint, rf_model_weights_fp8) is followed
- * in its slot by the fp32 scales of every 128x128 block the shard touches, row-major over those
- * blocks, in block coordinates (*blocks); `base` is the shard's start. */
+/* A trainer shard of a quantized weight (a quantized checkpoint, rf_model_weights_quantized)
+ * is followed in its slot by the scales of every block of the format the shard touches (fp32,
+ * or a byte each), row-major over those blocks, in block coordinates (*blocks), and for a format
+ * with a global scale by the file's global, one fp32 at rf_shard_global; `base` is the shard's
+ * start. */
 rf_region rf_shard_scale_region(const rf_plan *plan, int trainer_rank, int tensor, void *base,
                                 rf_box *blocks);
+void *rf_shard_global(const rf_plan *plan, int trainer_rank, int tensor, void *base);
 
 /* How the wire takes a chunk that is not one contiguous run (the cost functions below). */
 typedef enum {

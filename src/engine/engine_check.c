@@ -173,13 +173,14 @@ rf_status rf_engine_checksums(rf_engine *e, uint64_t *trainer, uint64_t *rollout
   for (int t = 0; t < m->tensor_count; t++) {
     uint64_t sum = 0;
     progress(e);
-    /* A trainer's fp8 weight (a block-FP8 checkpoint) is summed as its rollout is, fp8 bytes
-     * and scales (rf_fp8_checksum), each cut block's scale once (engine_fp8_trainer_checksum). */
+    /* A trainer's quantized weight (a quantized checkpoint) is summed as its rollout is, bytes
+     * and scales (rf_format_checksum), each cut block's scale once
+     * (engine_fp8_trainer_checksum). */
     if (e->trainer_rank >= 0) {
       rf_box box = rf_layout_trainer_box(lay, t, e->trainer_rank);
       rf_region r = engine_shard_region(e, t);
       if (lowest_trainer_holder(lay, t, e->trainer_rank, &box)) {
-        if (m->tensors[t].dtype == RF_DTYPE_FP8)
+        if (rf_tensor_quantized(&m->tensors[t]))
           RF_TRY(engine_fp8_trainer_checksum(e, t, &sum));
         else
           RF_TRY(rf_checksum_region_on(e->memory, &r, &box, &m->tensors[t], m->tensors[t].dtype,

@@ -15,27 +15,24 @@
 #include "verify/fp8.h"
 #include "verify/verify.h"
 
-/* A block-FP8 checkpoint's trainer shards: 128x128 blocks (checkpoints as trainer weights are
- * block FP8's, rf_format_block_fp8). */
-#define EDGE RF_FP8_BLOCK_EDGE
-
 /* The reference of this rank's part of fp8 tensor t: its elements from the generator (or the
  * checkpoint) in the trainer's dtype, quantized by the CPU reference of the rollout's format;
- * or, from a block-FP8
- * checkpoint, the file's fp8 bytes and scales themselves. */
+ * or, from a quantized checkpoint in the rollout's format, the file's bytes (packed for 4-bit
+ * elements) and scales themselves. */
 static rf_status reference(const rf_engine *e, rf_checkpoint *ckpt, int t, const rf_box *held,
                            uint8_t *q, uint8_t *scale) {
   const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
   const rf_format *f = rf_layout_format(e->plan->layout);
   int64_t rows = held->hi[0] - held->lo[0], cols = held->hi[1] - held->lo[1];
-  if (tensor->dtype == RF_DTYPE_FP8) { /* a block-FP8 checkpoint: its own bytes and scales */
+  if (rf_tensor_quantized(tensor)) { /* a quantized checkpoint: its own bytes and scales */
     rf_box blocks = engine_fp8_blocks_of(e->plan->layout, held);
-    rf_region rq = rf_region_row_major(q, held, 1),
+    rf_box bytes = rf_format_byte_box(f, held);
+    rf_region rq = rf_region_row_major(q, &bytes, 1),
               rs = rf_region_row_major(scale, &blocks, f->scale_bytes);
     if (!ckpt)
-      return rf_fail(RF_ERR_INTERNAL, "fp8: trainer tensor %s is fp8 without a checkpoint",
-                     tensor->name);
-    RF_TRY(rf_checkpoint_read(ckpt, t, held, &rq));
+      return rf_fail(RF_ERR_INTERNAL, "%s: trainer tensor %s is quantized without a checkpoint",
+                     f->name, tensor->name);
+    RF_TRY(rf_checkpoint_read(ckpt, t, &bytes, &rq));
     return rf_checkpoint_read_scales(ckpt, t, &blocks, &rs);
   }
   void *x = rf_malloc((size_t)(rows * cols * rf_tensor_esize(tensor)), "an fp8 reference");
@@ -166,16 +163,18 @@ static rf_status reference_band(const rf_engine *e, rf_checkpoint *ckpt, int t, 
   int64_t rows = box->hi[0] - box->lo[0], cols = box->hi[1] - box->lo[1];
   int64_t row_bytes = rf_format_row_bytes(f, cols);
   size_t qb = (size_t)(rows * cols), sb = (size_t)(rf_box_numel(&blocks) * f->scale_bytes);
-  if (tensor->dtype == RF_DTYPE_FP8) { /* block FP8 (rf_format_block_fp8): a byte an element */
-    rf_region rq = rf_region_row_major(d->host, box, 1);
-    rf_region rs = rf_region_row_major((char *)d->host + qb, &blocks, f->scale_bytes);
+  if (rf_tensor_quantized(tensor)) { /* a quantized checkpoint's bytes (4-bit: packed) */
+    rf_box bytes = rf_format_byte_box(f, box);
+    size_t packed = (size_t)(rows * row_bytes);
+    rf_region rq = rf_region_row_major(d->host, &bytes, 1);
+    rf_region rs = rf_region_row_major((char *)d->host + packed, &blocks, f->scale_bytes);
     if (!ckpt)
-      return rf_fail(RF_ERR_INTERNAL, "fp8: trainer tensor %s is fp8 without a checkpoint",
-                     tensor->name);
-    RF_TRY(rf_checkpoint_read(ckpt, t, box, &rq));
+      return rf_fail(RF_ERR_INTERNAL, "%s: trainer tensor %s is quantized without a checkpoint",
+                     f->name, tensor->name);
+    RF_TRY(rf_checkpoint_read(ckpt, t, &bytes, &rq));
     RF_TRY(rf_checkpoint_read_scales(ckpt, t, &blocks, &rs));
-    RF_TRY(rf_mem_transfer(d->q, RF_MEM_DEVICE, d->host, RF_MEM_HOST, qb));
-    return rf_mem_transfer(d->scale, RF_MEM_DEVICE, (char *)d->host + qb, RF_MEM_HOST, sb);
+    RF_TRY(rf_mem_transfer(d->q, RF_MEM_DEVICE, d->host, RF_MEM_HOST, packed));
+    return rf_mem_transfer(d->scale, RF_MEM_DEVICE, (char *)d->host + packed, RF_MEM_HOST, sb);
   }
   int esize = rf_tensor_esize(tensor);
   rf_region src = rf_region_row_major(d->src, box, esize);
@@ -273,7 +272,7 @@ static int64_t check_on_device(const rf_engine *e, rf_checkpoint *ckpt, int t, i
   d.global = 1.0f;
   d.q_bytes = (size_t)(band * cols);
   d.scale_bytes = (size_t)(band / br * bcols * f->scale_bytes);
-  d.src_bytes = tensor->dtype == RF_DTYPE_FP8 ? 0 : d.q_bytes * (size_t)esize;
+  d.src_bytes = rf_tensor_quantized(tensor) ? 0 : d.q_bytes * (size_t)esize;
   d.host_bytes = ckpt ? d.q_bytes * (size_t)esize + d.scale_bytes : 0;
   int64_t wrong = -1;
   if ((d.src_bytes &&
@@ -374,15 +373,19 @@ rf_status engine_fp8_checksum(const rf_engine *e, int t, uint64_t *sum) {
   return st;
 }
 
-/* The trainer's part of a block-FP8 checkpoint's tensor t (the trainer holds it as the file
- * does): the terms of rf_fp8_checksum for its fp8 bytes, and for the scales of the blocks that
+/* The trainer's part of a quantized checkpoint's tensor t (the trainer holds it as the file
+ * does): the terms of rf_format_checksum for its bytes, and for the scales of the blocks that
  * start in its shard. A shard that cuts a block holds that block's scale beside its rows, as
  * its neighbour does; counting a scale only where its block's first element lies counts each
  * once, so the trainer ranks' sums add up to the rollout's and to the file's checksum of the
- * tensor (rf_checkpoint_checksum), whatever the trainer's layout. */
+ * tensor (rf_checkpoint_checksum), whatever the trainer's layout. A global scale adds its term
+ * on the shard that holds element (0, 0), as the rollout's does. */
 rf_status engine_fp8_trainer_checksum(const rf_engine *e, int t, uint64_t *sum) {
-  const rf_tensor *tensor = &e->plan->layout->model->tensors[t];
-  rf_box box = rf_layout_trainer_box(e->plan->layout, t, e->trainer_rank), blocks, starts;
+  const rf_layout *lay = e->plan->layout;
+  const rf_format *f = rf_layout_format(lay);
+  const rf_tensor *tensor = &lay->model->tensors[t];
+  rf_box box = rf_layout_trainer_box(lay, t, e->trainer_rank), blocks, starts;
+  int64_t edge[2] = {f->block_rows, f->block_cols};
   *sum = 0;
   if (rf_box_is_empty(&box))
     return RF_OK;
@@ -390,6 +393,14 @@ rf_status engine_fp8_trainer_checksum(const rf_engine *e, int t, uint64_t *sum) 
   rf_region scale = rf_shard_scale_region(e->plan, e->trainer_rank, t, e->data->shards[t], &blocks);
   starts = blocks; /* those whose first row and column lie in the box: perhaps none */
   for (int d = 0; d < 2; d++)
-    starts.lo[d] = (box.lo[d] + EDGE - 1) / EDGE;
-  return rf_fp8_checksum_on(e->memory, tensor, &q, &box, &scale, &starts, sum);
+    starts.lo[d] = (box.lo[d] + edge[d] - 1) / edge[d];
+  RF_TRY(rf_format_checksum_on(f, e->memory, tensor, &q, &box, &scale, &starts, sum));
+  if (f->global_scale && box.lo[0] == 0 && box.lo[1] == 0) {
+    float g;
+    RF_TRY(rf_mem_transfer(&g, RF_MEM_HOST,
+                           rf_shard_global(e->plan, e->trainer_rank, t, e->data->shards[t]),
+                           e->memory, sizeof g));
+    *sum += rf_format_global_checksum(RF_CHECKSUM_CURRENT, tensor, g);
+  }
+  return RF_OK;
 }

@@ -41,7 +41,10 @@ int64_t engine_fp8_global_index(const rf_layout *lay, int t) {
 /* The maximum |x| of this trainer rank's shards per group, at each group's leader. A shard is
  * dense in its own order (HF or JAX), and the maximum does not care which. Shards in GPU
  * memory take one launch for all of them (rf_gpu_amax): the same integer maximum of the
- * magnitudes' bit patterns as rf_fp8_block_amax, so the same value. */
+ * magnitudes' bit patterns as rf_fp8_block_amax, so the same value. A shard of a quantized
+ * checkpoint brings the file's global instead (it lies beside the shard's scales), the same for
+ * every member of a group (rf_checkpoint_open_quantized checked), so the maximum over the ranks
+ * is that global itself. */
 static rf_status shard_maxima(const rf_engine *e, float *amax) {
   const rf_layout *lay = e->plan->layout;
   int n = lay->model->tensor_count, count = 0;
@@ -55,12 +58,22 @@ static rf_status shard_maxima(const rf_engine *e, float *amax) {
     if (leader < 0 || rf_box_is_empty(&box))
       continue;
     int64_t numel = rf_box_numel(&box);
-    if (regions) {
+    float a;
+    if (rf_tensor_quantized(&lay->model->tensors[t])) {
+      rf_status st = rf_mem_transfer(
+          &a, RF_MEM_HOST, rf_shard_global(e->plan, e->trainer_rank, t, e->data->shards[t]),
+          e->memory, sizeof a);
+      if (st != RF_OK) {
+        free(regions);
+        return st;
+      }
+    } else if (regions) {
       regions[count++] =
           (rf_amax_region){e->data->shards[t], numel, lay->model->tensors[t].dtype, leader};
       continue;
+    } else {
+      a = rf_fp8_block_amax(e->data->shards[t], lay->model->tensors[t].dtype, numel, 1, numel);
     }
-    float a = rf_fp8_block_amax(e->data->shards[t], lay->model->tensors[t].dtype, numel, 1, numel);
     /* inf and NaN stay: the quantizer refuses the block that holds them, in one line. */
     if (!(a <= amax[leader]))
       amax[leader] = a;
@@ -94,7 +107,10 @@ rf_status engine_fp8_agree_globals(rf_engine *e, double *times) {
   }
   for (int t = 0; t < n && st == RF_OK; t++) {
     int leader = lay->global_leader[t];
-    e->fp8_global[t] = leader >= 0 ? rf_format_global_of(f, all[leader]) : 1.0f;
+    e->fp8_global[t] = leader < 0 ? 1.0f
+                       : rf_tensor_quantized(&lay->model->tensors[t])
+                           ? all[leader]
+                           : rf_format_global_of(f, all[leader]);
     rf_box held = e->rollout_rank >= 0 ? rf_layout_rollout_box(lay, t, e->rollout_rank)
                                        : (rf_box){{0, 0}, {0, 0}};
     if (leader < 0 || rf_box_is_empty(&held))
@@ -119,6 +135,12 @@ rf_status engine_fp8_reference_global(const rf_engine *e, rf_checkpoint *ckpt, i
   *out = 1.0f;
   if (!f->global_scale)
     return RF_OK;
+  if (rf_tensor_quantized(&m->tensors[t])) { /* the file's own, which the rollout carries */
+    if (!ckpt)
+      return rf_fail(RF_ERR_INTERNAL, "%s: trainer tensor %s is quantized without a checkpoint",
+                     f->name, m->tensors[t].name);
+    return rf_checkpoint_read_global(ckpt, t, out);
+  }
   int leader = lay->global_leader[t];
   float amax = 0;
   /* A group's members follow its leader within one layer (rf_layout_global_groups). */

@@ -152,6 +152,39 @@ rf_dtype rf_format_scale_dtype(const rf_format *f) {
                                                  : RF_DTYPE_FP8;
 }
 
+rf_dtype rf_format_weight_dtype(const rf_format *f) {
+  return f->elem_bits == 4 ? RF_DTYPE_U8 : RF_DTYPE_FP8;
+}
+
+/* Null-safe, for the global suffix that only some formats have. */
+static int same_name(const char *a, const char *b) {
+  return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+int rf_format_same_file(const rf_format *a, const rf_format *b) {
+  return a->elem == b->elem && a->block_rows == b->block_rows && a->block_cols == b->block_cols &&
+         a->scale_store == b->scale_store && a->global_scale == b->global_scale &&
+         same_name(a->weight_suffix, b->weight_suffix) &&
+         same_name(a->scale_suffix, b->scale_suffix) &&
+         same_name(a->global_suffix, b->global_suffix);
+}
+
+void rf_format_same_file_names(const rf_format *f, char *buf, size_t len) {
+  const rf_format *alike[RF_ROLLOUT_DTYPE_COUNT];
+  int n = 0;
+  for (int i = 0; i < rf_format_count(); i++)
+    if (rf_format_same_file(f, &table[i]))
+      alike[n++] = &table[i];
+  size_t used = 0;
+  if (len)
+    buf[0] = '\0';
+  for (int i = 0; i < n && used < len; i++) {
+    const char *sep = i == 0 ? "" : i + 1 < n ? ", " : " or ";
+    int k = snprintf(buf + used, len - used, "%s%s", sep, alike[i]->name);
+    used += k > 0 ? (size_t)k : 0;
+  }
+}
+
 rf_box rf_format_blocks_of(const rf_format *f, const rf_box *b) {
   rf_box r;
   int64_t edge[2] = {f->block_rows, f->block_cols};

@@ -125,6 +125,16 @@ int64_t rf_format_scale_bytes(const rf_format *f, int64_t rows, int64_t cols);
 
 /* The rf_dtype a format's scales are stored as: fp32, u8 (E8M0 bytes) or fp8 (e4m3 bytes). */
 rf_dtype rf_format_scale_dtype(const rf_format *f);
+/* The dtype a checkpoint and a rollout give f's weights: fp8 (e4m3 bytes) or u8 (e2m1 packed
+ * two a byte). */
+rf_dtype rf_format_weight_dtype(const rf_format *f);
+/* Whether a checkpoint of a is a checkpoint of b: the same names, dtypes and block grid
+ * (fp8 and fp8-ue8m0, mxfp8 and mxfp8-floor, mxfp4 and mxfp4-floor differ only in the rule
+ * that makes a scale, which a file does not record). A file's bytes and scales carried as
+ * they are into a rollout of either are the rollout's bytes and scales. */
+int rf_format_same_file(const rf_format *a, const rf_format *b);
+/* "fp8 or fp8-ue8m0": the formats whose checkpoints look like f's, for usage lines. */
+void rf_format_same_file_names(const rf_format *f, char *buf, size_t len);
 /* The blocks of f's grid (block coordinates) that a box of elements touches. */
 rf_box rf_format_blocks_of(const rf_format *f, const rf_box *box);
 /* The suffix that names a scale tensor after its weight's name in the rollout: "_scale_inv"

@@ -48,6 +48,7 @@ static void shape_as(rf_tensor *v, int ndim, int64_t rows, int64_t cols, rf_dtyp
   v->numel = v->shape[0] * v->shape[1];
   v->dtype = dt;
   v->own_dtype = 1;
+  v->elem_bits = 0; /* the file's tensor in its own dtype, whatever the model's holds */
   v->bytes = v->numel * rf_dtype_size(dt);
 }
 
@@ -81,8 +82,7 @@ rf_status ck_format_view(const rf_model *m, const rf_format *f, rf_model *view, 
                            : CK_ROLE_GLOBAL;
       if (role[n] == CK_ROLE_WEIGHT) {
         st = name_as(v, x, f->weight_suffix);
-        shape_as(v, 2, x->shape[0], rf_format_row_bytes(f, x->shape[1]),
-                 f->elem_bits == 4 ? RF_DTYPE_U8 : RF_DTYPE_FP8);
+        shape_as(v, 2, x->shape[0], rf_format_row_bytes(f, x->shape[1]), rf_format_weight_dtype(f));
       } else if (role[n] == CK_ROLE_SCALE) {
         st = name_as(v, x, f->scale_suffix);
         shape_as(v, 2, rf_format_block_grid(f, 0, x->shape[0]),

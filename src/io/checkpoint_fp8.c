@@ -13,13 +13,14 @@
  * mxfp8 file (refit checkpoint --dtype mxfp8) holds X.weight F8_E4M3 followed by
  * X.weight_scale, U8 (E8M0), one byte per 1x32 block, and its view is built from the format's
  * block and scale dtype; a 4-bit file's weights are read as packed bytes and nvfp4's global
- * adds its term (rf_format_global_checksum). Reading a file as the trainer's weights stays
- * block-FP8's. */
+ * adds its term (rf_format_global_checksum). Any of them is read as the trainer's weights too
+ * (rf_checkpoint_open_quantized): a 4-bit weight's boxes are then boxes of its packed bytes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/checkpoint_internal.h"
+#include "layout/layout.h"
 #include "verify/fp8.h"
 #include "verify/verify.h"
 
@@ -113,20 +114,49 @@ rf_status rf_checkpoint_format_checksums(const char *path, const rf_model *model
 
 /* ---- reading as trainer weights ----------------------------------------------------------- */
 
-rf_status rf_checkpoint_open_fp8(const char *path, const rf_model *model, rf_checkpoint **out) {
+/* Refuses a file whose fused members (the tensors that share one rollout weight_scale_2,
+ * rf_layout_global_groups) hold different globals: the rollout keeps one per group, so it
+ * could not hold the file as it is. refit's own nvfp4 checkpoints give a group one global. */
+static rf_status check_globals(rf_checkpoint *c, const rf_model *model) {
+  int n = model->tensor_count;
+  int *leader = rf_calloc((size_t)n + 1, sizeof *leader, "global scale groups");
+  float *global = rf_calloc((size_t)n + 1, sizeof *global, "global scales");
+  rf_status st = leader && global ? rf_layout_global_groups(model, leader) : RF_ERR_NOMEM;
+  for (int t = 0; t < n && st == RF_OK; t++) {
+    if (leader[t] < 0)
+      continue;
+    st = rf_checkpoint_read_global(c, t, &global[t]);
+    uint32_t a, b;
+    memcpy(&a, &global[t], 4), memcpy(&b, &global[leader[t]], 4);
+    if (st == RF_OK && a != b)
+      st = rf_fail(RF_ERR_CHECKPOINT,
+                   "checkpoint '%s': %s is %.9g but %s is %.9g; a rollout holds one global "
+                   "scale for the tensors it fuses, so they must share one (refit checkpoint "
+                   "--dtype %s writes such a file)",
+                   c->path, c->view->tensors[c->view_of[t] + 2].name, (double)global[t],
+                   c->view->tensors[c->view_of[leader[t]] + 2].name, (double)global[leader[t]],
+                   c->format->name);
+  }
+  free(leader);
+  free(global);
+  return st;
+}
+
+rf_status rf_checkpoint_open_quantized(const char *path, const rf_model *model, const rf_format *f,
+                                       rf_checkpoint **out) {
   *out = NULL;
-  rf_model *view = rf_calloc(1, sizeof *view, "the fp8 checkpoint's view");
+  rf_model *view = rf_calloc(1, sizeof *view, "the quantized checkpoint's view");
   int *source = NULL, *role = NULL;
   if (!view)
     return RF_ERR_NOMEM;
-  rf_status st = ck_format_view(model, block_fp8(), view, &source, &role);
+  rf_status st = ck_format_view(model, f, view, &source, &role);
   if (st != RF_OK) {
     free(view);
     return st;
   }
-  int *view_of = rf_calloc((size_t)model->tensor_count + 1, sizeof *view_of, "fp8 view");
+  int *view_of = rf_calloc((size_t)model->tensor_count + 1, sizeof *view_of, "the file's view");
   for (int i = 0; i < view->tensor_count && view_of; i++)
-    if (role[i] != CK_ROLE_SCALE)
+    if (role[i] == CK_ROLE_PLAIN || role[i] == CK_ROLE_WEIGHT)
       view_of[source[i]] = i;
   free(source);
   free(role);
@@ -141,37 +171,79 @@ rf_status rf_checkpoint_open_fp8(const char *path, const rf_model *model, rf_che
   c->view = view;
   c->view_of = view_of;
   c->run_model = model;
+  c->format = f;
+  if (f->global_scale && (st = check_globals(c, model)) != RF_OK) {
+    rf_checkpoint_close(c);
+    return st;
+  }
   *out = c;
   return RF_OK;
 }
 
-/* Whether the file that holds the model's first linear weight gives it dtype F8_E4M3: read from
- * the header alone, so that a damaged block-FP8 file is still opened as one, and its damage
- * described in those terms. */
-rf_status rf_checkpoint_is_fp8(const char *path, const rf_model *model, int *fp8) {
-  *fp8 = 0;
-  for (int t = 0; t < model->tensor_count; t++)
-    if (rf_tensor_kind_is_linear(model->tensors[t].kind)) {
-      char tag[32];
-      ck_st_dtype_tag(path, model->tensors[t].name, tag, sizeof tag);
-      *fp8 = strcmp(tag, ck_dtype_tag(RF_DTYPE_FP8)) == 0;
-      break;
+/* Whether the file holds the view tensor `v` under its name with its dtype, from the header. */
+static int holds(const char *path, const rf_tensor *v) {
+  char tag[32];
+  ck_st_dtype_tag(path, v->name, tag, sizeof tag);
+  return strcmp(tag, ck_dtype_tag(v->dtype)) == 0;
+}
+
+/* The first format of the table whose names and dtypes (ck_format_view) the file gives the
+ * model's first linear weight and its scales; failing that, the first whose weight alone it
+ * holds, so that a damaged file (its scales missing or mistyped) is still opened in its
+ * format and its damage described in those terms. Read from the headers alone. */
+rf_status rf_checkpoint_quantized_format(const char *path, const rf_model *model,
+                                         const rf_format **out) {
+  *out = NULL;
+  int first = -1;
+  for (int t = 0; t < model->tensor_count && first < 0; t++)
+    if (rf_tensor_kind_is_linear(model->tensors[t].kind))
+      first = t;
+  const rf_format *weight_only = NULL;
+  for (int i = 0; i < rf_format_count() && first >= 0 && !*out; i++) {
+    const rf_format *f = rf_format_at(i);
+    rf_model view;
+    int *source, *role;
+    RF_TRY(ck_format_view(model, f, &view, &source, &role));
+    int w = 0;
+    while (w < view.tensor_count && !(source[w] == first && role[w] == CK_ROLE_WEIGHT))
+      w++;
+    if (w + 1 < view.tensor_count && holds(path, &view.tensors[w])) {
+      if (holds(path, &view.tensors[w + 1]))
+        *out = f;
+      else if (!weight_only)
+        weight_only = f;
     }
+    free(source);
+    free(role);
+    rf_model_free(&view);
+  }
+  if (!*out)
+    *out = weight_only;
   return RF_OK;
 }
 
 rf_status rf_checkpoint_read_scales(rf_checkpoint *c, int tensor, const rf_box *blocks,
                                     const rf_region *dst) {
-  if (!c->view_of || c->view->tensors[c->view_of[tensor]].dtype != RF_DTYPE_FP8)
-    return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': tensor %d has no weight_scale_inv", c->path,
-                   tensor);
+  if (!c->view_of || !rf_tensor_quantized(&c->run_model->tensors[tensor]))
+    return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': tensor %d has no scales", c->path, tensor);
   return ck_read(c, c->view_of[tensor] + 1, blocks, dst);
+}
+
+rf_status rf_checkpoint_read_global(rf_checkpoint *c, int tensor, float *out) {
+  *out = 1.0f;
+  if (!c->view_of || !rf_tensor_quantized(&c->run_model->tensors[tensor]) ||
+      !c->format->global_scale)
+    return rf_fail(RF_ERR_INTERNAL, "checkpoint '%s': tensor %d has no global scale", c->path,
+                   tensor);
+  rf_box one = {{0, 0}, {1, 1}};
+  rf_region r = rf_region_row_major(out, &one, 4);
+  return ck_read(c, c->view_of[tensor] + 2, &one, &r);
 }
 
 rf_status ck_fp8_checksum(rf_checkpoint *c, int t, uint64_t *out) {
   const rf_tensor *run = &c->run_model->tensors[t];
   int i = c->view_of[t];
-  if (c->view->tensors[i].dtype == RF_DTYPE_FP8)
-    return fp8_sum(block_fp8(), c, run, i, out);
+  if (rf_tensor_quantized(run))
+    return fp8_sum(c->format, c, run, i, out);
   return ck_checksum_as(c, i, run, out);
 }

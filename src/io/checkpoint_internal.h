@@ -47,9 +47,11 @@ struct rf_checkpoint {
   void *scratch;
   size_t scratch_cap;
 
-  /* A block-FP8 checkpoint read as trainer weights (rf_checkpoint_open_fp8): `model` is its
-   * view, owned here, and view_of[t] the view tensor of the run's model tensor t (its scales
-   * follow it). NULL for every other checkpoint, whose model is the run's. */
+  /* A quantized checkpoint read as trainer weights (rf_checkpoint_open_quantized): `model` is
+   * its view in `format`, owned here, and view_of[t] the view tensor of the run's model tensor
+   * t (its scales follow it, then its global). NULL for every other checkpoint, whose model is
+   * the run's. */
+  const rf_format *format;
   rf_model *view;
   int *view_of;
   const rf_model *run_model; /* borrowed, like model */
@@ -174,7 +176,7 @@ rf_status ck_format_view(const rf_model *m, const rf_format *f, rf_model *view, 
  * (t has the same shape and dtype): a view of a model (checkpoint_fp8.c) numbers its tensors
  * apart from the model whose checksums it computes. */
 rf_status ck_checksum_as(rf_checkpoint *c, int tensor, const rf_tensor *t, uint64_t *out);
-/* rf_checkpoint_checksum of run tensor t of a block-FP8 checkpoint opened for reading. */
+/* rf_checkpoint_checksum of run tensor t of a quantized checkpoint opened for reading. */
 rf_status ck_fp8_checksum(rf_checkpoint *c, int t, uint64_t *out);
 
 /* Greedy packing of tensors, in order, into shards of at most shard_size bytes (a larger

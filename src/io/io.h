@@ -198,17 +198,25 @@ rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, i
  * checksum rf_format_checksum of its bytes and scales as an mxfp8 run records it. */
 rf_status rf_checkpoint_format_checksums(const char *path, const rf_model *model,
                                          const rf_format *f, int format, uint64_t *sums, int *fp8);
-/* A block-FP8 checkpoint as the trainer's weights (--rollout-dtype fp8): *fp8 says whether
- * `path` is one for `model` (every linear weight F8_E4M3 with its scales, the rest in the
- * model's dtype). rf_checkpoint_open_fp8 opens it for a model whose linear weights are fp8
- * (rf_model_weights_fp8): rf_checkpoint_read reads a model tensor as the file holds it (fp8
- * bytes for a linear weight), rf_checkpoint_read_scales a box of its weight_scale_inv in block
- * coordinates, and rf_checkpoint_checksum gives an fp8 weight's rf_fp8_checksum (bytes and
- * scales), the checksum an fp8 rollout records. */
-rf_status rf_checkpoint_is_fp8(const char *path, const rf_model *model, int *fp8);
-rf_status rf_checkpoint_open_fp8(const char *path, const rf_model *model, rf_checkpoint **out);
+/* A quantized checkpoint as the trainer's weights (refit run --checkpoint F --rollout-dtype
+ * the file's format). rf_checkpoint_quantized_format says which format of the table `path`
+ * holds for `model` (*f NULL: none, a checkpoint in the model's dtype), from the names and
+ * dtypes its header gives the first linear weight and its scales (ck_format_view); the
+ * formats alike on file (rf_format_same_file) are told by the first of them in the table.
+ * rf_checkpoint_open_quantized opens it in format f for a model whose linear weights are
+ * quantized (rf_model_weights_quantized), refusing an nvfp4 file whose fused members'
+ * globals differ: rf_checkpoint_read reads a model tensor as the file holds it (a quantized
+ * weight's bytes, a 4-bit one's boxes in packed-byte coordinates, rf_format_byte_box),
+ * rf_checkpoint_read_scales a box of its scales in block coordinates, rf_checkpoint_read_global
+ * its global (nvfp4's weight_scale_2), and rf_checkpoint_checksum gives a quantized weight's
+ * rf_format_checksum (bytes, scales and global), the checksum its rollout records. */
+rf_status rf_checkpoint_quantized_format(const char *path, const rf_model *model,
+                                         const rf_format **f);
+rf_status rf_checkpoint_open_quantized(const char *path, const rf_model *model, const rf_format *f,
+                                       rf_checkpoint **out);
 rf_status rf_checkpoint_read_scales(rf_checkpoint *c, int tensor, const rf_box *blocks,
                                     const rf_region *dst);
+rf_status rf_checkpoint_read_global(rf_checkpoint *c, int tensor, float *out);
 
 /* Writes the synthetic weights value(seed, tensor, index) of `model` as a checkpoint:
  * format "safetensors" (one file at path, or with shard_size > 0 a directory of shards of at

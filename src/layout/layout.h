@@ -209,6 +209,10 @@ int rf_layout_fp8_aligned(const rf_layout *lay, int tensor, const rf_box *box);
  * (rf_format_byte_box). A packed rollout tensor is a byte tensor [rows, cols/2] (u8, as vLLM
  * holds NVFP4 and MXFP4 weights), and a member's column offset in it halves the same way. */
 rf_box rf_layout_rollout_bytes(const rf_layout *lay, int tensor, const rf_box *box);
+/* The same for the trainer's shards: a trainer that holds a quantized checkpoint's weight
+ * (rf_tensor_quantized) holds its bytes, packed for 4-bit elements as the rollout's are, so a
+ * box of it is the byte box; any other tensor's box is itself. */
+rf_box rf_layout_trainer_bytes(const rf_layout *lay, int tensor, const rf_box *box);
 /* The global-scale groups of a format with a global scale (nvfp4): every linear weight of m
  * gets in leader[t] the first tensor of m whose rollout tensor, and for a routed expert whose
  * expert, it shares (q, k and v share qkv_proj's; gate and up gate_up_proj's; an expert's gate

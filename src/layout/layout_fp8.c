@@ -210,7 +210,7 @@ static rf_status global_of(const rf_layout *lay, const rf_rollout_tensor *w, int
 /* A quantized rollout weight holds its elements as fp8 bytes, or packed two a byte as a u8
  * tensor of half the columns, as vLLM's NVFP4 and MXFP4 layers create theirs. */
 static void pack_weight(const rf_format *f, rf_rollout_tensor *w) {
-  w->dtype = f->elem_bits == 4 ? RF_DTYPE_U8 : RF_DTYPE_FP8;
+  w->dtype = rf_format_weight_dtype(f);
   w->shape[1] = rf_format_row_bytes(f, w->shape[1]);
   w->vllm_shape[w->vllm_ndim - 1] = rf_format_row_bytes(f, w->vllm_shape[w->vllm_ndim - 1]);
   w->numel = w->shape[0] * w->shape[1];
@@ -232,6 +232,12 @@ static rf_status require_moved(const rf_format *f) {
 
 rf_box rf_layout_rollout_bytes(const rf_layout *lay, int tensor, const rf_box *box) {
   return rf_layout_fp8(lay, tensor) ? rf_format_byte_box(rf_layout_format(lay), box) : *box;
+}
+
+rf_box rf_layout_trainer_bytes(const rf_layout *lay, int tensor, const rf_box *box) {
+  return rf_tensor_quantized(&lay->model->tensors[tensor])
+             ? rf_format_byte_box(rf_layout_format(lay), box)
+             : *box;
 }
 
 rf_status layout_init_fp8(rf_layout *lay) {

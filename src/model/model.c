@@ -316,7 +316,7 @@ static void recount_bytes(rf_model *model) {
   model->total_bytes = 0;
   for (int i = 0; i < model->tensor_count; i++) {
     rf_tensor *t = &model->tensors[i];
-    t->bytes = t->numel * rf_tensor_esize(t);
+    t->bytes = t->elem_bits ? (t->numel * t->elem_bits + 7) / 8 : t->numel * rf_tensor_esize(t);
     model->total_bytes += t->bytes;
   }
 }
@@ -329,11 +329,12 @@ void rf_model_set_dtype(rf_model *model, rf_dtype dtype) {
   recount_bytes(model);
 }
 
-void rf_model_weights_fp8(rf_model *model) {
+void rf_model_weights_quantized(rf_model *model, rf_dtype dtype, int elem_bits) {
   for (int i = 0; i < model->tensor_count; i++)
     if (rf_tensor_kind_is_linear(model->tensors[i].kind)) {
-      model->tensors[i].dtype = RF_DTYPE_FP8;
+      model->tensors[i].dtype = dtype;
       model->tensors[i].own_dtype = 1;
+      model->tensors[i].elem_bits = elem_bits;
     }
   recount_bytes(model);
 }

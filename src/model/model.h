@@ -10,9 +10,9 @@
 #include "core/core.h"
 
 /* RF_DTYPE_FP8 (float8_e4m3fn): the block-FP8 weights the rollout receives with
- * --rollout-dtype fp8 (layout_fp8.c), and the trainer's linear weights when they come from a
- * block-FP8 checkpoint (rf_model_weights_fp8). It is never a --dtype, so rf_dtype_parse does
- * not accept it. */
+ * --rollout-dtype fp8 (layout_fp8.c), and the trainer's linear weights when they come from an
+ * 8-bit quantized checkpoint (rf_model_weights_quantized). It is never a --dtype, so rf_dtype_parse
+ * does not accept it. */
 /* RF_DTYPE_U8: bytes of a quantized format that are not e4m3 (packed e2m1 pairs, E8M0
  * scales; format.h), only in the checkpoints refit writes. */
 typedef enum {
@@ -102,8 +102,16 @@ typedef struct {
   int64_t numel;
   rf_dtype dtype; /* the model's, unless the model gives this tensor its own */
   int own_dtype;  /* keeps dtype when the model's changes (DeepSeek's fp32 router bias) */
-  int64_t bytes;  /* numel * the size of dtype */
+  /* 8 or 4 when the trainer holds this linear weight as a quantized checkpoint does (fp8
+   * bytes, or e2m1 packed two a byte in a u8 dtype: rf_model_weights_quantized), its scales
+   * beside it; 0 for a tensor in its dtype. */
+  int elem_bits;
+  int64_t bytes; /* numel * the size of dtype, or numel * elem_bits / 8 when quantized */
 } rf_tensor;
+
+/* Whether the trainer holds t as a quantized checkpoint's bytes and scales, which a rollout in
+ * that checkpoint's format takes as they are (plan_fp8.c, RF_QUANT_CARRIED). */
+static inline int rf_tensor_quantized(const rf_tensor *t) { return t->elem_bits != 0; }
 
 /* Bytes per element of a tensor. Every module sizes, copies, checks and stores a tensor by its
  * own dtype, never the model's: the two differ for a tensor that keeps a dtype of its own. */
@@ -167,10 +175,11 @@ void rf_model_free(rf_model *model);
 /* Changes the model's element type (the --dtype override) and the byte counts with it; tensors
  * with a dtype of their own keep it. */
 void rf_model_set_dtype(rf_model *model, rf_dtype dtype);
-/* The trainer's weights read from a block-FP8 checkpoint: every linear weight
- * (rf_tensor_kind_is_linear) becomes fp8 in its own dtype, its scales beside it in the trainer's
- * buffers; the other tensors keep theirs. */
-void rf_model_weights_fp8(rf_model *model);
+/* The trainer's weights read from a quantized checkpoint (block-FP8, MXFP8, MXFP4, NVFP4: the
+ * file's format is the rollout's): every linear weight (rf_tensor_kind_is_linear) takes the
+ * file's weight dtype as its own (fp8, or u8 for e2m1 packed two a byte) and elem_bits 8 or 4,
+ * its scales beside it in the trainer's buffers; the other tensors keep theirs. */
+void rf_model_weights_quantized(rf_model *model, rf_dtype dtype, int elem_bits);
 
 /* Gives tensor `index` a dtype of its own (as the model does for DeepSeek's router bias), so
  * that --dtype leaves it alone, and recomputes its bytes and the model's total. The tests use it

@@ -35,7 +35,8 @@ rf_status plan_add_piece(plan_builder *b, int tensor, rf_stage stage, int src, i
     b->esize_tensor = tensor;
     b->esize = rf_tensor_esize(&plan->layout->model->tensors[tensor]);
   }
-  pc->bytes = rf_box_numel(box) * b->esize;
+  rf_box bytes = rf_layout_trainer_bytes(plan->layout, tensor, box); /* packed 4-bit: halved */
+  pc->bytes = rf_box_numel(&bytes) * b->esize;
   return RF_OK;
 }
 

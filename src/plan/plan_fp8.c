@@ -23,10 +23,12 @@
  * holds the tensor quantized already, so they carry fp8 and scales; star's reshape moves the
  * trainer's dtype between trainer ranks.
  *
- * When the trainer's weights come from a block-FP8 checkpoint, its linear weights are fp8
- * already (rf_model_weights_fp8), each shard with the scales of every block it touches: every
- * transfer piece carries its fp8 bytes and the scales of its blocks as they are (a block cut by
- * two shards has its scale in both, and both send it), and nothing is quantized. */
+ * When the trainer's weights come from a quantized checkpoint in the rollout's format
+ * (block-FP8, MXFP8, MXFP4, NVFP4), its linear weights are quantized already
+ * (rf_model_weights_quantized), each shard with the scales of every block it touches (and
+ * nvfp4's global): every transfer piece carries its quantized bytes (4-bit ones packed, the
+ * shard's columns even) and the scales of its blocks as they are (a block cut by two shards has
+ * its scale in both, and both send it), and nothing is quantized. */
 #include <stdlib.h>
 
 #include "plan_internal.h"
@@ -37,7 +39,7 @@ rf_quant rf_piece_quant(const rf_plan *plan, const rf_piece *piece) {
     return RF_QUANT_NONE;
   if (piece->stage == RF_STAGE_FORWARD)
     return RF_QUANT_FORWARDED;
-  if (lay->model->tensors[piece->tensor].dtype == RF_DTYPE_FP8)
+  if (rf_tensor_quantized(&lay->model->tensors[piece->tensor]))
     return RF_QUANT_CARRIED;
   return rf_layout_fp8_aligned(lay, piece->tensor, &piece->box) ? RF_QUANT_SOURCE
                                                                 : RF_QUANT_DESTINATION;

@@ -245,4 +245,54 @@ expect_grep "against $TMP/ds-nvfp4.safetensors: 0 of 67 tensors differ" "$TMP/ou
 expect_exit 1 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$small" --trainer fsdp=2 --rollout tp=2 \
   --rollout-dtype nvfp4 --iters 1 --inject corrupt --output "$TMP/nvfp4-bad.h5"
 expect_grep "# FAIL: verification failed in mode grouped" "$TMP/out"
+# Each format's checkpoint as the trainer's weights (refit run --checkpoint F --rollout-dtype F):
+# each trainer rank reads its shard's quantized bytes (4-bit ones packed), the scales of every
+# block it touches and nvfp4's global, and all of them move as they are, so the rollout is the
+# file. On mxfp8-cut, trainer tp=4 in JAX order cuts down_proj's 32-column blocks, whose scales
+# both sides send; over shm in small buckets, then fanout over mpi; every byte and scale checked
+# against the file, and the results against its checksums. The wire holds the file's bytes
+# (4-bit elements half a byte each) and scales, a cut block's scale from both of its shards.
+for fw in mxfp8:276480 mxfp4:206848 nvfp4:210944; do
+  f=${fw%:*}
+  ck="$TMP/cut-in-$f.safetensors"
+  expect_exit 0 "$REFIT" checkpoint --model "$cut" --dtype $f --seed 4 --checkpoint "$ck"
+  expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$cut" --trainer tp=4 --trainer-order jax --rollout tp=2 \
+    --rollout-dtype $f --checkpoint "$ck" --transport shm --bucket-size 64KiB --mode unfused,fused --iters 1 \
+    --output "$TMP/in-$f.h5"
+  expect_grep "rollout tp=2 ($f from the $f checkpoint; wire ${fw#*:} bytes, quantized bytes and scales as the trainer holds them)" "$TMP/out"
+  [ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 2 ] || fail "$f checkpoint input, p2p: $(cat "$TMP/out")"
+  expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$cut" --trainer fsdp=2,tp=2 --rollout tp=1,dp=2 --plan fanout \
+    --rollout-dtype $f --checkpoint "$ck" --mode fused --iters 1 --output "$TMP/in-$f.h5"
+  expect_grep "  full            0        ok" "$TMP/out"
+  expect_exit 0 "$REFIT" verify "$TMP/in-$f.h5" --checkpoint "$ck"
+  expect_grep "against $ck: 0 of 12 tensors differ" "$TMP/out"
+done
+# Formats alike on file take each other's: fp8-ue8m0 carries a block-FP8 file as it is.
+expect_exit 0 "${MPIRUN[@]}" -np 2 "$REFIT" run --model "$small" --trainer fsdp=1 --rollout tp=1 \
+  --rollout-dtype fp8-ue8m0 --checkpoint "$TMP/small-fp8.safetensors" --iters 1 --output "$TMP/in-ue8m0.h5"
+expect_grep "  full            0        ok" "$TMP/out"
+# Any other format refuses the file in one line, naming the formats that take it; so does an
+# nvfp4 file whose fused members hold different globals, which one rollout global cannot hold.
+expect_error 2 "refit: error: --rollout-dtype mxfp8 cannot take the nvfp4 checkpoint '$TMP/small-nvfp4.safetensors' as the trainer's weights: refit carries a quantized checkpoint's bytes as they are; use --rollout-dtype nvfp4, or a checkpoint in the model's dtype" \
+  "$REFIT" run --model "$small" --rollout-dtype mxfp8 --checkpoint "$TMP/small-nvfp4.safetensors"
+expect_error 2 "refit: error: --rollout-dtype mxfp4 cannot take the fp8 checkpoint '$TMP/small-fp8.safetensors' as the trainer's weights: refit carries a quantized checkpoint's bytes as they are; use --rollout-dtype fp8 or fp8-ue8m0, or a checkpoint in the model's dtype" \
+  "$REFIT" run --model "$small" --rollout-dtype mxfp4 --checkpoint "$TMP/small-fp8.safetensors"
+expect_error 2 "refit: error: --rollout-dtype nvfp4 cannot take the mxfp8 checkpoint '$TMP/small-mxfp8.safetensors' as the trainer's weights: refit carries a quantized checkpoint's bytes as they are; use --rollout-dtype mxfp8 or mxfp8-floor, or a checkpoint in the model's dtype" \
+  "$REFIT" run --model "$small" --rollout-dtype nvfp4 --checkpoint "$TMP/small-mxfp8.safetensors"
+expect_error 2 "refit: error: --plan star cannot move the mxfp4 checkpoint '$TMP/small-mxfp4.safetensors': its reshape would move the quantized bytes without their scales; use --plan p2p or fanout" \
+  "$REFIT" run --model "$small" --rollout-dtype mxfp4-floor --plan star --checkpoint "$TMP/small-mxfp4.safetensors"
+cp "$TMP/small-nvfp4.safetensors" "$TMP/apart-nvfp4.safetensors"
+/usr/bin/python3 - "$TMP/apart-nvfp4.safetensors" <<'PYEOF' || fail "could not set q_proj's global apart"
+import json, struct, sys
+path = sys.argv[1]
+raw = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+e = json.loads(raw[8:8 + n])["model.layers.0.self_attn.q_proj.weight_scale_2"]
+at = 8 + n + e["data_offsets"][0]
+raw[at:at + 4] = struct.pack("<f", 2 * struct.unpack("<f", raw[at:at + 4])[0])
+open(path, "wb").write(raw)
+PYEOF
+expect_error_mpi 2 "refit: error: checkpoint '$TMP/apart-nvfp4.safetensors': model.layers.0.self_attn.k_proj.weight_scale_2 is 0.000741141208 but model.layers.0.self_attn.q_proj.weight_scale_2 is 0.00148228242; a rollout holds one global scale for the tensors it fuses, so they must share one (refit checkpoint --dtype nvfp4 writes such a file)" \
+  "${MPIRUN[@]}" -np 2 "$REFIT" run --model "$small" --trainer fsdp=1 --rollout tp=1 --rollout-dtype nvfp4 \
+  --checkpoint "$TMP/apart-nvfp4.safetensors" --iters 1 --output "$TMP/apart.h5"
 finish

@@ -182,7 +182,7 @@ for run in "hf mpi" "jax mpi" "hf shm" "jax shm"; do
   expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$cut" --trainer fsdp=4 --trainer-order ${run% *} \
     --rollout tp=2 --rollout-dtype fp8 --checkpoint "$TMP/cut-fp8.safetensors" --transport ${run#* } \
     --mode unfused,grouped,fused --bucket-size 64KiB --iters 2 --verify full --output "$TMP/cut-in.h5"
-  expect_grep "rollout tp=2 (fp8 from the block-FP8 checkpoint; wire 1183040 bytes, fp8 and scales as the trainer holds them)" "$TMP/out"
+  expect_grep "rollout tp=2 (fp8 from the fp8 checkpoint; wire 1183040 bytes, quantized bytes and scales as the trainer holds them)" "$TMP/out"
   expect_grep "# PASS" "$TMP/out"
   [ "$(grep -c "  full            0        ok" "$TMP/out")" -eq 3 ] || fail "fp8 checkpoint input $run: not three verified rows: $(cat "$TMP/out")"
 done
@@ -208,7 +208,7 @@ expect_exit 1 "$REFIT" verify "$TMP/cut-in.h5" --checkpoint "$TMP/cut-fp8-6.safe
 expect_grep "# FAIL: 12 tensors differ" "$TMP/out"
 # What cannot move it, in one line each: star (its reshape has no scales), a bf16 rollout, and
 # a truncated file, which is described as the block-FP8 file it is.
-expect_error 2 "refit: error: --plan star cannot move the block-FP8 checkpoint '$TMP/cut-fp8.safetensors': its reshape would move fp8 bytes without their scales; use --plan p2p or fanout" \
+expect_error 2 "refit: error: --plan star cannot move the fp8 checkpoint '$TMP/cut-fp8.safetensors': its reshape would move the quantized bytes without their scales; use --plan p2p or fanout" \
   "$REFIT" run --model "$cut" --trainer fsdp=1 --rollout tp=1 --rollout-dtype fp8 --plan star --checkpoint "$TMP/cut-fp8.safetensors"
 expect_error_mpi 2 "refit: error: checkpoint '$TMP/cut-fp8.safetensors': tensor model.layers.0.self_attn.q_proj.weight is F8_E4M3 (a block-FP8 checkpoint), which refit reads as trainer weights for fp8 rollouts only: add --rollout-dtype fp8, or use a BF16 checkpoint" \
   "${MPIRUN[@]}" -np 2 "$REFIT" run --model "$cut" --trainer fsdp=1 --rollout tp=1 --checkpoint "$TMP/cut-fp8.safetensors"

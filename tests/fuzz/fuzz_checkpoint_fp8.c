@@ -2,9 +2,9 @@
  * a small model in which every linear weight is F8_E4M3 followed by its weight_scale_inv (F32,
  * one per 128x128 block), so the header's dtypes, shapes and offsets of the weights and their
  * scale tensors are checked against that view. The input goes through what refit does with
- * such a file: the header check that decides whether it is one (rf_checkpoint_is_fp8), refit
- * verify's fp8 checksums and its ordinary open, and refit run's open as trainer weights, whose
- * reads of weight rows and of the scales of their blocks follow. */
+ * such a file: the header check that decides whether it is one (rf_checkpoint_quantized_format),
+ * refit verify's fp8 checksums and its ordinary open, and refit run's open as trainer weights,
+ * whose reads of weight rows and of the scales of their blocks follow. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +33,7 @@ static void load_models(void) {
     fprintf(stderr, "fuzz: the fp8 micro model does not load\n");
     abort();
   }
-  rf_model_weights_fp8(&weights);
+  rf_model_weights_quantized(&weights, RF_DTYPE_FP8, 8);
   loaded = 1;
 }
 
@@ -51,7 +51,7 @@ static void read_corner(rf_checkpoint *c, const rf_tensor *t) {
   (void)rf_checkpoint_read(c, t->id, &box, &rows);
   rf_region cols = rf_region_transposed(buf, &box, esize);
   (void)rf_checkpoint_read(c, t->id, &box, &cols);
-  if (t->dtype != RF_DTYPE_FP8)
+  if (!rf_tensor_quantized(t))
     return;
   rf_box blocks = {{box.lo[0] / 128, box.lo[1] / 128},
                    {(box.hi[0] + 127) / 128, (box.hi[1] + 127) / 128}};
@@ -63,8 +63,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_quiet();
   load_models();
   const char *path = fuzz_write("model.safetensors", data, size);
-  int fp8 = 0;
-  (void)rf_checkpoint_is_fp8(path, &model, &fp8);
+  const rf_format *format = NULL;
+  (void)rf_checkpoint_quantized_format(path, &model, &format);
 
   /* refit verify: an fp8 run's checksums from the file (under either format's terms, by the
    * input's length), and the ordinary open a model-dtype run's verdict takes. */
@@ -77,7 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rf_checkpoint_close(c);
 
   /* refit run --rollout-dtype fp8: the trainer's weights. */
-  if (rf_checkpoint_open_fp8(path, &weights, &c) != RF_OK)
+  if (rf_checkpoint_open_quantized(path, &weights, rf_format_of(RF_FORMAT_FP8), &c) != RF_OK)
     return 0;
   for (int i = 0; i < weights.tensor_count; i++) {
     uint64_t sum;
