@@ -68,7 +68,7 @@ rf_status ck_format_view(const rf_model *m, const rf_format *f, rf_model *view, 
   rf_status st = RF_OK;
   for (int t = 0; t < m->tensor_count && st == RF_OK; t++) {
     const rf_tensor *x = &m->tensors[t];
-    int quantized = rf_tensor_kind_is_linear(x->kind);
+    int quantized = rf_model_quantizes(m, x);
     int parts = !quantized ? 1 : f->global_scale ? 3 : 2;
     for (int p = 0; p < parts && st == RF_OK; p++, n++) {
       rf_tensor *v = &view->tensors[n];

@@ -151,7 +151,7 @@ rf_status rf_checkpoint_open_fp8(const char *path, const rf_model *model, rf_che
 rf_status rf_checkpoint_is_fp8(const char *path, const rf_model *model, int *fp8) {
   *fp8 = 0;
   for (int t = 0; t < model->tensor_count; t++)
-    if (rf_tensor_kind_is_linear(model->tensors[t].kind)) {
+    if (rf_model_quantizes(model, &model->tensors[t])) {
       char tag[32];
       ck_st_dtype_tag(path, model->tensors[t].name, tag, sizeof tag);
       *fp8 = strcmp(tag, ck_dtype_tag(RF_DTYPE_FP8)) == 0;

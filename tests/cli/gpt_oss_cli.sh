@@ -17,6 +17,30 @@ expect_rows 1
 run --trainer tp=2 --rollout tp=1,dp=2 --plan star
 expect_rows 1
 
+# MXFP4 as gpt-oss's own checkpoints and vLLM's Mxfp4 method have it: the experts' weights
+# only; attention, router, embeddings and lm_head stay bf16 (16 tensors: 2 layers x 4 experts x
+# gate_up and down). tiny-gpt-oss's experts are 32 wide, one 1x32 block, so tp=2 (which would
+# give each rank half a block of down_proj) is refused; a copy 64 wide takes tp=2.
+run --trainer fsdp=2 --rollout tp=2,ep --rollout-dtype mxfp4 --mode unfused,fused
+expect_rows 2
+expect_grep "rollout tp=2,ep (mxfp4, block-quantized: expert_gate_up, expert_down only; wire 212784 bytes, 16 tensors quantized at the source, 0 at the destination)" "$TMP/out"
+run --trainer ep=2 --rollout tp=1,dp=2 --rollout-dtype mxfp4 --trainer-style fsdp2
+expect_rows 1
+sed 's/"intermediate_size": 32/"intermediate_size": 64/' "$TINY" >"$TMP/wide.json"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$TMP/wide.json" --warmup 1 --iters 1 \
+  --bucket-size 16KiB --verify full --trainer fsdp=2 --rollout tp=2 --rollout-dtype mxfp4 \
+  --mode unfused,grouped,fused
+expect_rows 3
+expect_grep "rollout tp=2 (mxfp4, block-quantized: expert_gate_up, expert_down only; wire 239920 bytes, 16 tensors quantized at the source, 0 at the destination)" "$TMP/out"
+expect_error 2 "refit: error: --rollout-dtype mxfp4: tensor 'model.layers.0.mlp.experts.0.down_proj' [64, 32] is cut inside a 1x32 block by rollout tp=2; use tp=1" \
+  "$REFIT" plan --model "$TINY" --trainer fsdp=2 --rollout tp=2 --rollout-dtype mxfp4
+# The other formats cover the same tensors; fp8's 128x128 blocks take whole experts (ep).
+for dtype in mxfp8 nvfp4 fp8; do
+  run --trainer fsdp=2 --rollout tp=2,ep --rollout-dtype "$dtype" --bucket-size 64KiB
+  expect_rows 1
+  expect_grep "($dtype, block-quantized: expert_gate_up, expert_down only; wire" "$TMP/out"
+done
+
 # The checkpoint holds the experts stacked as gpt-oss's does: gate_up_proj [E, D, 2Fe] with
 # each expert's [2Fe, D] transposed, down_proj [E, Fe, D], biases [E, 2Fe] and [E, D].
 expect_exit 0 "$REFIT" checkpoint --model "$TINY" --checkpoint "$TMP/g.safetensors" --seed 7
@@ -82,8 +106,6 @@ assert d["rollout_manifest_experts"] == [112, 127], d
 PYEOF
 
 # The errors.
-expect_error 2 "refit: error: rollout dtype fp8 is not supported for model tiny-gpt-oss (gpt_oss) yet; use --rollout-dtype model" \
-  "$REFIT" plan --model "$TINY" --trainer fsdp=2 --rollout tp=2 --rollout-dtype fp8
 expect_error 2 "refit: error: refit checkpoint --dtype fp8 does not write model tiny-gpt-oss's stacked experts yet; drop --dtype to write its bf16 weights" \
   "$REFIT" checkpoint --model "$TINY" --checkpoint "$TMP/x.safetensors" --dtype fp8
 [ -e "$TMP/x.safetensors" ] && fail "a refused checkpoint left $TMP/x.safetensors behind"
