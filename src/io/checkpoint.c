@@ -68,7 +68,7 @@ rf_status ck_fail_shape(const char *file, const rf_tensor *t, int ndim, const in
 rf_status ck_fail_entry_shape(const char *file, const ck_entry *e, int ndim, const int64_t *shape) {
   char got[128], want[96];
   format_shape(got, sizeof got, RF_MIN(ndim, 8), shape);
-  format_shape(want, sizeof want, e->ndim, e->shape);
+  format_shape(want, sizeof want, RF_MIN(e->ndim, 4), e->shape);
   return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s has shape %s, the model needs %s",
                  file, e->name, got, want);
 }

@@ -108,6 +108,11 @@ typedef struct {
   rf_dtype dtype; /* the model's, unless the model gives this tensor its own */
   int own_dtype;  /* keeps dtype when the model's changes (DeepSeek's fp32 router bias) */
   int64_t bytes;  /* numel * the size of dtype */
+  /* 0 for every model tensor. A member of a quantized checkpoint's stacked entry
+   * (checkpoint_format.c) sets it: 1, stored in its own orientation, not transposed as the
+   * model's stacked weights are; above 1, also each row's bytes shaped [cols / stack_split,
+   * stack_split] in the entry (gpt-oss's _blocks: the 16 bytes of one 32-element block). */
+  int stack_split;
 } rf_tensor;
 
 /* Bytes per element of a tensor. Every module sizes, copies, checks and stores a tensor by its
@@ -201,9 +206,10 @@ rf_status rf_model_set_tensor_dtype(rf_model *model, int index, rf_dtype dtype);
 typedef struct {
   char name[RF_NAME_MAX]; /* the entry's name */
   int ndim;               /* the entry's shape: members, then a member's as stored */
-  int64_t shape[3];
+  int64_t shape[4];
   int64_t member, members;
-  int transposed; /* a member is stored [in, out], its logical tensor's transpose */
+  int transposed; /* a member is stored [in, out], its logical tensor's transpose (a 2-D tensor
+                   * of the model; not a quantized checkpoint's, rf_tensor.stack_split) */
 } rf_stack;
 /* Fills *out and returns 1 for a member of a stacked entry; returns 0 for a tensor stored under
  * its own name. */
