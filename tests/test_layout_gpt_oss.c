@@ -15,6 +15,17 @@ static void load_data(const char *file, rf_model *m) {
   ASSERT_OK(rf_model_load(path, m));
 }
 
+/* An fsdp=2 trainer and `rollout` in format `format`. */
+static rf_status make_dtype(rf_layout *lay, const rf_model *m, const char *rollout,
+                            rf_rollout_dtype format) {
+  rf_trainer_layout tl;
+  rf_rollout_layout rl;
+  RF_TRY(rf_trainer_layout_parse("fsdp=2", &tl));
+  RF_TRY(rf_rollout_layout_parse(rollout, &rl));
+  rl.dtype = format;
+  return rf_layout_init(lay, m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED);
+}
+
 static int find(const rf_model *m, const char *name) {
   int i = rf_model_find(m, name);
   ASSERT_GE(i, 0);
@@ -200,14 +211,107 @@ static void test_errors(void) {
   rf_layout_free(&lay);
   rf_model_free(&m);
 
-  /* The quantized rollouts do not know gpt-oss's experts yet. */
+  /* tiny-gpt-oss's experts are one 1x32 block wide: mxfp4 at tp=2 would cut down_proj. */
   load_data("tiny-gpt-oss.json", &m);
-  rf_trainer_layout tl;
-  rf_rollout_layout rl;
-  ASSERT_OK(rf_trainer_layout_parse("fsdp=2", &tl));
-  ASSERT_OK(rf_rollout_layout_parse("tp=2", &rl));
-  rl.dtype = (rf_rollout_dtype)RF_FORMAT_FP8;
-  ASSERT_STATUS(rf_layout_init(&lay, &m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED), RF_ERR_USAGE);
+  ASSERT_STATUS(make_dtype(&lay, &m, "tp=2", RF_FORMAT_MXFP4), RF_ERR_LAYOUT);
+  rf_model_free(&m);
+}
+
+/* A config written for one test, loaded and removed. */
+static void load_text(const char *text, rf_model *m, rf_status want) {
+  char path[256];
+  const char *t = getenv("TMPDIR");
+  snprintf(path, sizeof path, "%s/refit_test_layout_gpt_oss_q_%d.json", t && *t ? t : "/tmp",
+           (int)getpid());
+  FILE *f = fopen(path, "w");
+  ASSERT_TRUE(f != NULL);
+  fputs(text, f);
+  fclose(f);
+  ASSERT_STATUS(rf_model_load(path, m), want);
+  unlink(path);
+}
+
+static void expect_rollout(const rf_layout *lay, const char *name, rf_dtype dt, int64_t a,
+                           int64_t b, int64_t c) {
+  const rf_rollout_tensor *rt = rollout_tensor(lay, name);
+  ASSERT_EQ(rt->dtype, dt);
+  ASSERT_EQ(rt->vllm_ndim, c ? 3 : 2);
+  ASSERT_EQ(rt->vllm_shape[0], a);
+  ASSERT_EQ(rt->vllm_shape[1], b);
+  if (c)
+    ASSERT_EQ(rt->vllm_shape[2], c);
+}
+
+/* MXFP4 covers the experts' weights only, as gpt-oss's checkpoints and vLLM's Mxfp4 method
+ * have it: by gpt_oss's own rule for a config without quantization_config, by
+ * modules_to_not_convert for one with it. With E=4, H=64, I=64 and tp=2, vLLM's shapes:
+ * w13_weight [E, 2I/tp, H/2], w13_weight_scale [E, 2I/tp, H/32], w2_weight [E, H, I/(2 tp)],
+ * w2_weight_scale [E, H, I/(32 tp)], and the attention, router and biases bf16. */
+static void test_quantized(void) {
+  rf_model m;
+  rf_layout lay;
+  load_text("{\"model_type\": \"gpt_oss\", \"vocab_size\": 512, \"hidden_size\": 64,"
+            " \"intermediate_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+            " \"num_key_value_heads\": 2, \"head_dim\": 16, \"num_local_experts\": 4}",
+            &m, RF_OK);
+  uint64_t linear_but_experts = 0;
+  for (int k = 0; k < RF_T_KIND_COUNT; k++)
+    if (rf_tensor_kind_is_linear((rf_tensor_kind)k) && k != RF_T_EXPERT_GATE_UP &&
+        k != RF_T_EXPERT_DOWN)
+      linear_but_experts |= RF_KIND_BIT(k);
+  ASSERT_EQ(m.unquantized_kinds, linear_but_experts);
+  ASSERT_STR_EQ(m.native_format, "mxfp4");
+  char kinds[128];
+  rf_model_quantized_kinds(&m, kinds, sizeof kinds);
+  ASSERT_STR_EQ(kinds, "expert_gate_up, expert_down");
+  ASSERT_OK(make_dtype(&lay, &m, "tp=2", RF_FORMAT_MXFP4));
+  const char *p = "model.layers.1.mlp.experts.";
+  char name[RF_NAME_MAX];
+  static const struct {
+    const char *suffix;
+    rf_dtype dt;
+    int64_t shape[3];
+  } experts[] = {
+      {"w13_weight", RF_DTYPE_U8, {4, 64, 32}},     {"w13_weight_scale", RF_DTYPE_U8, {4, 64, 2}},
+      {"w13_bias", RF_DTYPE_BF16, {4, 64, 0}},      {"w2_weight", RF_DTYPE_U8, {4, 64, 16}},
+      {"w2_weight_scale", RF_DTYPE_U8, {4, 64, 1}}, {"w2_bias", RF_DTYPE_BF16, {4, 64, 0}}};
+  for (size_t i = 0; i < sizeof experts / sizeof *experts; i++) {
+    snprintf(name, sizeof name, "%s%s", p, experts[i].suffix);
+    expect_rollout(&lay, name, experts[i].dt, experts[i].shape[0], experts[i].shape[1],
+                   experts[i].shape[2]);
+  }
+  expect_rollout(&lay, "model.layers.1.attn.qkv_proj.weight", RF_DTYPE_BF16, 64, 64, 0);
+  expect_rollout(&lay, "model.layers.1.attn.o_proj.weight", RF_DTYPE_BF16, 64, 32, 0);
+  expect_rollout(&lay, "model.layers.1.mlp.router.weight", RF_DTYPE_BF16, 4, 64, 0);
+  expect_rollout(&lay, "lm_head.weight", RF_DTYPE_BF16, 256, 64, 0);
+  ASSERT_TRUE(rf_layout_fp8(&lay, find(&m, "model.layers.1.mlp.experts.3.down_proj")));
+  ASSERT_FALSE(rf_layout_fp8(&lay, find(&m, "model.layers.1.self_attn.q_proj.weight")));
+  rf_layout_free(&lay);
+  rf_model_free(&m);
+
+  /* gpt-oss-20b's quantization_config names the same modules (only the kinds it has). */
+  ASSERT_OK(rf_model_load("gpt-oss-20b", &m));
+  rf_model_quantized_kinds(&m, kinds, sizeof kinds);
+  ASSERT_STR_EQ(kinds, "expert_gate_up, expert_down");
+  ASSERT_STR_EQ(m.native_format, "mxfp4");
+  rf_model_free(&m);
+
+  /* modules_to_not_convert is data for any model: a llama whose attention stays bf16. */
+  load_text("{\"model_type\": \"llama\", \"vocab_size\": 512, \"hidden_size\": 64,"
+            " \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+            " \"quantization_config\": {\"quant_method\": \"fp8\","
+            " \"modules_to_not_convert\": [\"model.layers.*.self_attn\", \"lm_head\"]}}",
+            &m, RF_OK);
+  rf_model_quantized_kinds(&m, kinds, sizeof kinds);
+  ASSERT_STR_EQ(kinds, "gate_proj, up_proj, down_proj");
+  ASSERT_STR_EQ(m.native_format, "fp8");
+  rf_model_free(&m);
+  /* One layer's attention but not the other's: refit quantizes kinds, so it is refused. */
+  load_text(
+      "{\"model_type\": \"llama\", \"vocab_size\": 512, \"hidden_size\": 64,"
+      " \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+      " \"quantization_config\": {\"modules_to_not_convert\": [\"model.layers.0.self_attn\"]}}",
+      &m, RF_ERR_MODEL);
   rf_model_free(&m);
 }
 
@@ -215,6 +319,7 @@ int main(void) {
   test_tp();
   test_ep();
   test_errors();
+  test_quantized();
   printf("test_layout_gpt_oss: ok\n");
   return 0;
 }

@@ -21,13 +21,16 @@ static rf_status write_format(const rf_config *cfg, const rf_format *f) {
                    f->name);
   rf_model model;
   RF_TRY(rf_model_load(cfg->model, &model));
-  /* The quantized files name each linear weight X.weight beside its scales; gpt-oss's stacked
-   * experts (gate_up_proj_blocks and _scales in its own mxfp4 files) are not written yet. */
-  if (model.stacked_experts) {
+  /* A model that stacks its experts (gpt-oss) is written quantized in its own format only, the
+   * layout of its published files (experts.gate_up_proj_blocks [E, 2Fe, D/32, 16] and _scales);
+   * other formats would need stacked names no ecosystem reads. */
+  if (model.stacked_experts && strcmp(f->name, model.native_format) != 0) {
     rf_status st = rf_fail(RF_ERR_USAGE,
-                           "refit checkpoint --dtype %s does not write model %s's stacked experts "
-                           "yet; drop --dtype to write its %s weights",
-                           f->name, model.name, rf_dtype_name(model.dtype));
+                           "refit checkpoint --dtype %s: model %s stacks its experts, which refit "
+                           "writes quantized only in the model's own format; use --dtype %s, or "
+                           "drop --dtype to write its %s weights",
+                           f->name, model.name, model.native_format[0] ? model.native_format : "?",
+                           rf_dtype_name(model.dtype));
     rf_model_free(&model);
     return st;
   }

@@ -132,7 +132,14 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
     const rf_model *m = &job->model;
     /* An fp8 rollout says what its plan puts on the wire: fp8 and scales where the sources
      * quantize, the trainer's dtype where the destinations do. */
-    char fp8[160] = "";
+    char fp8[320] = "", only[160] = "";
+    /* A model whose quantization leaves some linear weights in its dtype (gpt-oss: all but the
+     * experts) says which kinds the format covers. */
+    if (m->unquantized_kinds) {
+      snprintf(only, sizeof only, ": ");
+      rf_model_quantized_kinds(m, only + 2, sizeof only - 2);
+      snprintf(only + strlen(only), sizeof only - strlen(only), " only");
+    }
     if (job->quantized_checkpoint)
       snprintf(fp8, sizeof fp8,
                " (%s from the %s checkpoint; wire %lld bytes, quantized bytes and scales as the "
@@ -141,10 +148,11 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
                (long long)job->plan.wire_transfer_bytes);
     else if (rf_format_of(cfg->rollout_dtype))
       snprintf(fp8, sizeof fp8,
-               " (%s, block-quantized; wire %lld bytes, %d tensors quantized at the source, "
+               " (%s, block-quantized%s; wire %lld bytes, %d tensors quantized at the source, "
                "%d at the destination)",
-               rf_format_of(cfg->rollout_dtype)->name, (long long)job->plan.wire_transfer_bytes,
-               job->plan.source_tensors, job->plan.destination_tensors);
+               rf_format_of(cfg->rollout_dtype)->name, only,
+               (long long)job->plan.wire_transfer_bytes, job->plan.source_tensors,
+               job->plan.destination_tensors);
     char job_line[1280];
     snprintf(job_line, sizeof job_line,
              "%s (%s, %lld bytes, %d tensors); trainer %s (%s, %s order); rollout %s%s; %s; "

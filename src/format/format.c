@@ -83,6 +83,7 @@ static const rf_format table[] = {
                              .scale_layout = RF_SCALE_ROW_MAJOR,
                              .weight_suffix = "_blocks",
                              .scale_suffix = "_scales",
+                             .stack_blocks = 1,
                              .rollout_scale_suffix = "_scale"},
     [RF_FORMAT_MXFP4_FLOOR - 1] = {.name = "mxfp4-floor",
                                    .summary = "linear weights e2m1 two a byte, an E8M0 scale per "
@@ -96,6 +97,7 @@ static const rf_format table[] = {
                                    .scale_layout = RF_SCALE_ROW_MAJOR,
                                    .weight_suffix = "_blocks",
                                    .scale_suffix = "_scales",
+                                   .stack_blocks = 1,
                                    .rollout_scale_suffix = "_scale"},
     [RF_FORMAT_NVFP4 - 1] = {.name = "nvfp4",
                              .summary = "linear weights e2m1 two a byte, an e4m3 weight_scale per "

@@ -101,6 +101,10 @@ typedef struct {
   /* Checkpoint names: a weight `P.weight` is stored as P + weight_suffix with its scales at
    * P + scale_suffix (and the global at P + global_suffix). */
   const char *weight_suffix, *scale_suffix, *global_suffix;
+  /* 1: in a stacked entry (rf_model_stack) each packed weight row is shaped [cols /
+   * block_cols, block bytes], as gpt-oss's experts.P_blocks [E, rows, cols / 32, 16] are;
+   * 0: [rows, row bytes]. */
+  int stack_blocks;
   /* Rollout names, as vLLM's layers name their parameters: the scale tensor of `X.weight` is
    * X.weight + rollout_scale_suffix (`_scale_inv` for block FP8, `_scale` elsewhere: gpt-oss's
    * `_scales` are checkpoint names only) and its global X.weight + rollout_global_suffix. */

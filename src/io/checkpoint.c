@@ -68,7 +68,7 @@ rf_status ck_fail_shape(const char *file, const rf_tensor *t, int ndim, const in
 rf_status ck_fail_entry_shape(const char *file, const ck_entry *e, int ndim, const int64_t *shape) {
   char got[128], want[96];
   format_shape(got, sizeof got, RF_MIN(ndim, 8), shape);
-  format_shape(want, sizeof want, e->ndim, e->shape);
+  format_shape(want, sizeof want, RF_MIN(e->ndim, 4), e->shape);
   return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': tensor %s has shape %s, the model needs %s",
                  file, e->name, got, want);
 }
@@ -108,11 +108,11 @@ rf_status ck_check_stacks(const rf_model *m, int first, int last) {
   return RF_OK;
 }
 
-/* The model's first linear weight, whose dtype in the file (it passed) says which kind of
- * checkpoint the file is: block-FP8 or not. */
+/* The model's first linear weight that a format quantizes (rf_model_quantizes), whose dtype in
+ * the file (it passed) says which kind of checkpoint the file is: block-FP8 or not. */
 static const rf_tensor *first_linear(const rf_model *m) {
   for (int i = 0; i < m->tensor_count; i++)
-    if (rf_tensor_kind_is_linear(m->tensors[i].kind))
+    if (rf_model_quantizes(m, &m->tensors[i]))
       return &m->tensors[i];
   return NULL;
 }
@@ -121,7 +121,7 @@ static const rf_tensor *first_linear(const rf_model *m) {
  * or the reverse: neither a block-FP8 checkpoint nor any other. */
 static int mixes_fp8(const rf_checkpoint *c, const rf_tensor *t, rf_dtype got) {
   const rf_tensor *first = first_linear(c->model);
-  return first && first->id < t->id && rf_tensor_kind_is_linear(t->kind) &&
+  return first && first->id < t->id && rf_model_quantizes(c->model, t) &&
          t->dtype == first->dtype && (got == RF_DTYPE_FP8) != (first->dtype == RF_DTYPE_FP8);
 }
 

@@ -52,65 +52,100 @@ static void shape_as(rf_tensor *v, int ndim, int64_t rows, int64_t cols, rf_dtyp
   v->bytes = v->numel * rf_dtype_size(dt);
 }
 
-rf_status ck_format_view(const rf_model *m, const rf_format *f, rf_model *view, int **source_out,
-                         int **role_out) {
+/* View tensor n: part `role` of model tensor x (its weight, scales or global, or x itself). */
+static rf_status view_part(const rf_model *m, const rf_format *f, const rf_tensor *x, int role,
+                           rf_tensor *v) {
+  rf_stack stack;
+  int stacked = rf_model_stack(m, x, &stack);
+  rf_status st = RF_OK;
+  *v = *x;
+  if (role == CK_ROLE_WEIGHT) {
+    st = name_as(v, x, f->weight_suffix);
+    shape_as(v, 2, x->shape[0], rf_format_row_bytes(f, x->shape[1]),
+             f->elem_bits == 4 ? RF_DTYPE_U8 : RF_DTYPE_FP8);
+  } else if (role == CK_ROLE_SCALE) {
+    st = name_as(v, x, f->scale_suffix);
+    shape_as(v, 2, rf_format_block_grid(f, 0, x->shape[0]), rf_format_block_grid(f, 1, x->shape[1]),
+             rf_format_scale_dtype(f));
+  } else if (role == CK_ROLE_GLOBAL) {
+    st = name_as(v, x, f->global_suffix);
+    shape_as(v, 0, 1, 1, RF_DTYPE_FP32);
+  }
+  /* A stacked member's parts are members of entries of their own, stored as the format lays
+   * them out ([out, in]); a packed weight's rows are shaped one scaling block of bytes at a
+   * time for a format whose checkpoints do so (gpt-oss's [rows, cols / 32, 16] _blocks). */
+  if (stacked && role != CK_ROLE_PLAIN)
+    v->stack_split =
+        role == CK_ROLE_WEIGHT && f->stack_blocks ? (int)rf_format_row_bytes(f, f->block_cols) : 1;
+  return st;
+}
+
+rf_status ck_format_view(const rf_model *m, const rf_format *f, rf_model *view, ck_view_map *map) {
   size_t cap = (size_t)m->tensor_count * 3 + 1;
   *view = *m;
+  memset(map, 0, sizeof *map);
   view->tensors = rf_calloc(cap, sizeof *view->tensors, "a quantized checkpoint's tensors");
-  int *source = rf_calloc(cap, sizeof *source, "a quantized checkpoint's tensors");
-  int *role = rf_calloc(cap, sizeof *role, "a quantized checkpoint's tensors");
-  if (!view->tensors || !source || !role) {
-    free(view->tensors), free(source), free(role);
+  map->source = rf_calloc(cap, sizeof *map->source, "a quantized checkpoint's tensors");
+  map->role = rf_calloc(cap, sizeof *map->role, "a quantized checkpoint's tensors");
+  map->scale = rf_calloc(cap, sizeof *map->scale, "a quantized checkpoint's tensors");
+  map->global = rf_calloc(cap, sizeof *map->global, "a quantized checkpoint's tensors");
+  if (!view->tensors || !map->source || !map->role || !map->scale || !map->global) {
+    free(view->tensors);
     view->tensors = NULL;
+    ck_view_map_free(map);
     return RF_ERR_NOMEM;
   }
   int n = 0;
   view->total_bytes = 0;
   rf_status st = RF_OK;
-  for (int t = 0; t < m->tensor_count && st == RF_OK; t++) {
+  for (int t = 0; t < m->tensor_count && st == RF_OK;) {
     const rf_tensor *x = &m->tensors[t];
-    int quantized = rf_tensor_kind_is_linear(x->kind);
+    int quantized = rf_model_quantizes(m, x);
     int parts = !quantized ? 1 : f->global_scale ? 3 : 2;
-    for (int p = 0; p < parts && st == RF_OK; p++, n++) {
-      rf_tensor *v = &view->tensors[n];
-      *v = *x;
-      v->id = n;
-      source[n] = t;
-      role[n] = !quantized ? CK_ROLE_PLAIN
-                : p == 0   ? CK_ROLE_WEIGHT
-                : p == 1   ? CK_ROLE_SCALE
-                           : CK_ROLE_GLOBAL;
-      if (role[n] == CK_ROLE_WEIGHT) {
-        st = name_as(v, x, f->weight_suffix);
-        shape_as(v, 2, x->shape[0], rf_format_row_bytes(f, x->shape[1]), rf_format_weight_dtype(f));
-      } else if (role[n] == CK_ROLE_SCALE) {
-        st = name_as(v, x, f->scale_suffix);
-        shape_as(v, 2, rf_format_block_grid(f, 0, x->shape[0]),
-                 rf_format_block_grid(f, 1, x->shape[1]), rf_format_scale_dtype(f));
-      } else if (role[n] == CK_ROLE_GLOBAL) {
-        st = name_as(v, x, f->global_suffix);
-        shape_as(v, 0, 1, 1, RF_DTYPE_FP32);
+    /* The members of a stacked entry follow each other in the model; quantized, each part
+     * becomes an entry of its own, so the view takes the run of members part by part: every
+     * weight, then every scale (and global). Any other tensor is a run of one. */
+    rf_stack stack;
+    int run = 1;
+    if (quantized && rf_model_stack(m, x, &stack) && stack.member == 0)
+      run = (int)stack.members;
+    for (int p = 0; p < parts && st == RF_OK; p++)
+      for (int k = 0; k < run && st == RF_OK; k++, n++) {
+        int role = !quantized ? CK_ROLE_PLAIN
+                   : p == 0   ? CK_ROLE_WEIGHT
+                   : p == 1   ? CK_ROLE_SCALE
+                              : CK_ROLE_GLOBAL;
+        st = view_part(m, f, &m->tensors[t + k], role, &view->tensors[n]);
+        view->tensors[n].id = n;
+        map->source[n] = t + k;
+        map->role[n] = role;
+        map->scale[n] = role == CK_ROLE_WEIGHT ? n + run : -1;
+        map->global[n] = role == CK_ROLE_WEIGHT && parts == 3 ? n + 2 * run : -1;
+        view->total_bytes += view->tensors[n].bytes;
       }
-      view->total_bytes += v->bytes;
-    }
+    t += run;
   }
   view->tensor_count = n;
   if (st != RF_OK) {
-    free(view->tensors), free(source), free(role);
+    free(view->tensors);
     view->tensors = NULL;
-    return st;
+    ck_view_map_free(map);
   }
-  *source_out = source;
-  *role_out = role;
-  return RF_OK;
+  return st;
+}
+
+void ck_view_map_free(ck_view_map *map) {
+  free(map->source), free(map->role), free(map->scale), free(map->global);
+  memset(map, 0, sizeof *map);
 }
 
 typedef struct {
   const rf_model *model;
   const rf_format *format;
   const int *source, *role;
-  uint8_t *scales; /* the last weight's scales, emitted as the next tensor */
-  float global;    /* and its global scale, after them */
+  uint8_t *scales;   /* the last weight's scales, emitted as the next tensor */
+  int scales_source; /* the model tensor they are of (-1: none) */
+  float global;      /* and its global scale, after them */
   /* A format with a global scale: each linear weight's group leader (rf_layout_global_groups)
    * and the global of each group once known (NaN before), which its members share. */
   int *leader;
@@ -169,6 +204,9 @@ static rf_status tensor_global(format_writer *w, const rf_tensor *t, uint64_t se
   return RF_OK;
 }
 
+/* Quantizes t band by band, keeping its scales and global in w and emitting the bytes as view
+ * tensor v; with emit NULL only the scales and global are kept (a stacked member's scales,
+ * which the file holds after every member's weight). */
 static rf_status write_weight(format_writer *w, const rf_tensor *t, const rf_tensor *v,
                               uint64_t seed, ck_emit_fn emit, void *ctx) {
   const rf_format *f = w->format;
@@ -181,6 +219,7 @@ static rf_status write_weight(format_writer *w, const rf_tensor *t, const rf_ten
       rf_malloc((size_t)(rf_format_block_grid(f, 0, t->shape[0]) * grid_cols * f->scale_bytes),
                 "a weight's scales");
   rf_status st = x && q && w->scales ? RF_OK : RF_ERR_NOMEM;
+  w->scales_source = st == RF_OK ? t->id : -1;
   if (st == RF_OK)
     st = tensor_global(w, t, seed, &w->global);
   for (int64_t r0 = 0; r0 < t->shape[0] && st == RF_OK; r0 += rows) {
@@ -190,7 +229,7 @@ static rf_status write_weight(format_writer *w, const rf_tensor *t, const rf_ten
     rf_fill_region(&reg, &b, t, seed, t->dtype);
     uint8_t *s = w->scales + r0 / f->block_rows * grid_cols * f->scale_bytes;
     st = rf_format_quantize_ref(f, t->name, x, t->dtype, r1 - r0, cols, cols, w->global, q, s);
-    if (st == RF_OK)
+    if (st == RF_OK && emit)
       st = emit(ctx, v, r0, r1, q, (size_t)((r1 - r0) * row_bytes));
   }
   free(x);
@@ -203,13 +242,18 @@ static rf_status generate(void *gen, const rf_model *view, int i, uint64_t seed,
   format_writer *w = gen;
   const rf_tensor *t = &w->model->tensors[w->source[i]], *v = &view->tensors[i];
   rf_status st = RF_OK;
+  if ((w->role[i] == CK_ROLE_SCALE || w->role[i] == CK_ROLE_GLOBAL) && w->scales_source != t->id)
+    RF_TRY(write_weight(w, t, v, seed, NULL, NULL));
   switch (w->role[i]) {
   case CK_ROLE_WEIGHT:
     return write_weight(w, t, v, seed, emit, ctx);
   case CK_ROLE_SCALE:
     st = emit(ctx, v, 0, v->shape[0], w->scales, (size_t)v->bytes);
-    free(w->scales);
-    w->scales = NULL;
+    if (!w->format->global_scale) {
+      free(w->scales);
+      w->scales = NULL;
+      w->scales_source = -1;
+    }
     return st;
   case CK_ROLE_GLOBAL:
     return emit(ctx, v, 0, 1, &w->global, sizeof w->global);
@@ -220,11 +264,11 @@ static rf_status generate(void *gen, const rf_model *view, int i, uint64_t seed,
 
 rf_status rf_checkpoint_write_format(const char *path, const rf_model *model, const rf_format *f,
                                      uint64_t seed, int64_t *bytes) {
-  int *source = NULL, *role = NULL;
+  ck_view_map map;
   rf_model view;
   *bytes = 0;
-  RF_TRY(ck_format_view(model, f, &view, &source, &role));
-  format_writer w = {model, f, source, role, NULL, 1.0f, NULL, NULL};
+  RF_TRY(ck_format_view(model, f, &view, &map));
+  format_writer w = {model, f, map.source, map.role, NULL, -1, 1.0f, NULL, NULL};
   rf_status st = RF_OK;
   if (f->global_scale) {
     w.leader = rf_calloc((size_t)model->tensor_count + 1, sizeof *w.leader, "global groups");
@@ -240,8 +284,7 @@ rf_status rf_checkpoint_write_format(const char *path, const rf_model *model, co
   free(w.group_global);
   *bytes = view.total_bytes;
   free(w.scales);
-  free(source);
-  free(role);
+  ck_view_map_free(&map);
   free(view.tensors);
   return st;
 }

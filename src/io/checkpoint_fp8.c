@@ -43,9 +43,9 @@ static int64_t band_rows(const rf_format *f, const rf_tensor *t, int esize) {
  * quantized bytes, packed two a byte for 4-bit elements), i + 1 (its scales) and, for a format
  * with a global scale, i + 2 (its global, rf_format_global_checksum), bands of whole block rows
  * at a time. */
-static rf_status fp8_sum(const rf_format *f, rf_checkpoint *c, const rf_tensor *t, int i,
-                         uint64_t *out) {
-  const rf_tensor *s = &c->model->tensors[i + 1];
+static rf_status fp8_sum(const rf_format *f, rf_checkpoint *c, const rf_tensor *t, int i, int scale,
+                         int global, uint64_t *out) {
+  const rf_tensor *s = &c->model->tensors[scale];
   rf_box all = {{0, 0}, {s->shape[0], s->shape[1]}};
   int64_t rows = band_rows(f, t, 1);
   uint8_t *scales = rf_malloc((size_t)s->bytes, "fp8 scales");
@@ -54,7 +54,7 @@ static rf_status fp8_sum(const rf_format *f, rf_checkpoint *c, const rf_tensor *
   rf_status st = scales && q ? RF_OK : RF_ERR_NOMEM;
   rf_region sreg = rf_region_row_major(scales, &all, f->scale_bytes);
   if (st == RF_OK)
-    st = ck_read(c, i + 1, &all, &sreg);
+    st = ck_read(c, scale, &all, &sreg);
   uint64_t sum = 0;
   for (int64_t r0 = 0; r0 < t->shape[0] && st == RF_OK; r0 += rows) {
     rf_box b = {{r0, 0}, {RF_MIN(r0 + rows, t->shape[0]), t->shape[1]}};
@@ -69,7 +69,7 @@ static rf_status fp8_sum(const rf_format *f, rf_checkpoint *c, const rf_tensor *
     float g = 0;
     rf_box one = {{0, 0}, {1, 1}};
     rf_region greg = rf_region_row_major(&g, &one, 4);
-    st = ck_read(c, i + 2, &one, &greg);
+    st = ck_read(c, global, &one, &greg);
     sum += rf_format_global_checksum(c->checksum, t, g);
   }
   free(scales);
@@ -86,8 +86,9 @@ rf_status rf_checkpoint_fp8_checksums(const char *path, const rf_model *model, i
 rf_status rf_checkpoint_format_checksums(const char *path, const rf_model *model,
                                          const rf_format *f, int format, uint64_t *sums, int *fp8) {
   rf_model view;
-  int *source, *role;
-  RF_TRY(ck_format_view(model, f, &view, &source, &role));
+  ck_view_map map;
+  RF_TRY(ck_format_view(model, f, &view, &map));
+  const int *source = map.source, *role = map.role;
   rf_checkpoint *c = NULL;
   rf_status st = rf_checkpoint_open_for(path, &view, RF_CHECKPOINT_FOR_VERIFY, &c);
   if (st == RF_OK)
@@ -98,7 +99,7 @@ rf_status rf_checkpoint_format_checksums(const char *path, const rf_model *model
     const rf_tensor *t = &model->tensors[source[i]];
     fp8[source[i]] = role[i] == CK_ROLE_WEIGHT;
     if (fp8[source[i]]) {
-      st = fp8_sum(f, c, t, i, &sums[source[i]]);
+      st = fp8_sum(f, c, t, i, map.scale[i], map.global[i], &sums[source[i]]);
       continue;
     }
     /* The checksum under the model's tensor id, read through the view's tensor. */
@@ -106,8 +107,7 @@ rf_status rf_checkpoint_format_checksums(const char *path, const rf_model *model
   }
   if (c)
     rf_checkpoint_close(c);
-  free(source);
-  free(role);
+  ck_view_map_free(&map);
   rf_model_free(&view);
   return st;
 }
@@ -146,20 +146,19 @@ rf_status rf_checkpoint_open_quantized(const char *path, const rf_model *model, 
                                        rf_checkpoint **out) {
   *out = NULL;
   rf_model *view = rf_calloc(1, sizeof *view, "the quantized checkpoint's view");
-  int *source = NULL, *role = NULL;
+  ck_view_map map;
   if (!view)
     return RF_ERR_NOMEM;
-  rf_status st = ck_format_view(model, f, view, &source, &role);
+  rf_status st = ck_format_view(model, f, view, &map);
   if (st != RF_OK) {
     free(view);
     return st;
   }
   int *view_of = rf_calloc((size_t)model->tensor_count + 1, sizeof *view_of, "the file's view");
   for (int i = 0; i < view->tensor_count && view_of; i++)
-    if (role[i] == CK_ROLE_PLAIN || role[i] == CK_ROLE_WEIGHT)
-      view_of[source[i]] = i;
-  free(source);
-  free(role);
+    if (map.role[i] == CK_ROLE_PLAIN || map.role[i] == CK_ROLE_WEIGHT)
+      view_of[map.source[i]] = i;
+  ck_view_map_free(&map);
   rf_checkpoint *c = NULL;
   st = view_of ? rf_checkpoint_open(path, view, &c) : RF_ERR_NOMEM;
   if (st != RF_OK) {
@@ -196,25 +195,24 @@ rf_status rf_checkpoint_quantized_format(const char *path, const rf_model *model
   *out = NULL;
   int first = -1;
   for (int t = 0; t < model->tensor_count && first < 0; t++)
-    if (rf_tensor_kind_is_linear(model->tensors[t].kind))
+    if (rf_model_quantizes(model, &model->tensors[t]))
       first = t;
   const rf_format *weight_only = NULL;
   for (int i = 0; i < rf_format_count() && first >= 0 && !*out; i++) {
     const rf_format *f = rf_format_at(i);
     rf_model view;
-    int *source, *role;
-    RF_TRY(ck_format_view(model, f, &view, &source, &role));
+    ck_view_map map;
+    RF_TRY(ck_format_view(model, f, &view, &map));
     int w = 0;
-    while (w < view.tensor_count && !(source[w] == first && role[w] == CK_ROLE_WEIGHT))
+    while (w < view.tensor_count && !(map.source[w] == first && map.role[w] == CK_ROLE_WEIGHT))
       w++;
-    if (w + 1 < view.tensor_count && holds(path, &view.tensors[w])) {
-      if (holds(path, &view.tensors[w + 1]))
+    if (w < view.tensor_count && map.scale[w] >= 0 && holds(path, &view.tensors[w])) {
+      if (holds(path, &view.tensors[map.scale[w]]))
         *out = f;
       else if (!weight_only)
         weight_only = f;
     }
-    free(source);
-    free(role);
+    ck_view_map_free(&map);
     rf_model_free(&view);
   }
   if (!*out)
@@ -243,7 +241,7 @@ rf_status rf_checkpoint_read_global(rf_checkpoint *c, int tensor, float *out) {
 rf_status ck_fp8_checksum(rf_checkpoint *c, int t, uint64_t *out) {
   const rf_tensor *run = &c->run_model->tensors[t];
   int i = c->view_of[t];
-  if (rf_tensor_quantized(run))
-    return fp8_sum(c->format, c, run, i, out);
+  if (rf_tensor_quantized(run)) /* a file read as trainer weights: its entries are unstacked */
+    return fp8_sum(c->format, c, run, i, i + 1, c->format->global_scale ? i + 2 : -1, out);
   return ck_checksum_as(c, i, run, out);
 }

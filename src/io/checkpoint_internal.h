@@ -141,7 +141,7 @@ rf_status ck_generate_stored(const rf_model *m, const rf_tensor *t, uint64_t see
 typedef struct {
   const char *name;
   int ndim;
-  int64_t shape[3];
+  int64_t shape[4];
   int64_t bytes;
   int declares;
   int64_t member; /* its place in the entry, 0 for a tensor of its own */
@@ -164,13 +164,21 @@ rf_status ck_st_write_file(const char *path, const rf_model *m, uint64_t seed, c
                            void *gen);
 
 /* The tensors of a quantized checkpoint of `m` in format f (checkpoint_format.c), which the
- * writer streams and the readers open (checkpoint_fp8.c): each linear weight P.weight becomes
- * P + weight_suffix, followed by its scales and, for a format with one, its global scale; every
- * other tensor is as in `m`. source[i] is the model tensor behind view tensor i, role[i] which
- * of these it is. Allocates view->tensors, *source and *role (the caller frees the three). */
+ * writer streams and the readers open (checkpoint_fp8.c): each weight that f quantizes
+ * (rf_model_quantizes) P.weight becomes P + weight_suffix, followed by its scales and, for a
+ * format with one, its global scale; every other tensor is as in `m`. Allocates view->tensors
+ * and the map's arrays (the caller frees them: free and ck_view_map_free). */
 enum { CK_ROLE_PLAIN, CK_ROLE_WEIGHT, CK_ROLE_SCALE, CK_ROLE_GLOBAL };
-rf_status ck_format_view(const rf_model *m, const rf_format *f, rf_model *view, int **source,
-                         int **role);
+/* Per view tensor i: source[i] and role[i] as above; for a weight, scale[i] and global[i] the
+ * view tensors of its scales and global (-1 where none). They follow the weight, except for the
+ * members of a stacked entry (gpt-oss's experts), whose parts are entries of their own: the view
+ * lists every member's weight, then every member's scales (and globals), each entry's members
+ * one after another. */
+typedef struct {
+  int *source, *role, *scale, *global;
+} ck_view_map;
+rf_status ck_format_view(const rf_model *m, const rf_format *f, rf_model *view, ck_view_map *map);
+void ck_view_map_free(ck_view_map *map);
 
 /* rf_checkpoint_checksum of the checkpoint's tensor `tensor`, its terms under tensor t's id
  * (t has the same shape and dtype): a view of a model (checkpoint_fp8.c) numbers its tensors

@@ -33,7 +33,7 @@ static int64_t ceil_blocks(const rf_layout *lay, int d, int64_t n) {
 const rf_format *rf_layout_format(const rf_layout *lay) { return rf_format_of(lay->rollout.dtype); }
 
 int rf_layout_fp8(const rf_layout *lay, int tensor) {
-  return rf_layout_format(lay) && rf_tensor_kind_is_linear(lay->model->tensors[tensor].kind);
+  return rf_layout_format(lay) && rf_model_quantizes(lay->model, &lay->model->tensors[tensor]);
 }
 
 int rf_layout_rollout_esize(const rf_layout *lay, int tensor) {

@@ -265,7 +265,7 @@ rf_status rf_layout_global_groups(const rf_model *m, int *leader) {
   for (int i = 0; i < m->tensor_count; i++) {
     const rf_tensor *t = &m->tensors[i];
     leader[i] = -1;
-    if (!rf_tensor_kind_is_linear(t->kind))
+    if (!rf_model_quantizes(m, t))
       continue;
     if (t->layer != layer) {
       layer = t->layer;
@@ -401,12 +401,5 @@ rf_status layout_init_rollout(rf_layout *lay) {
     lay->slots[i].local = local;
     lay->slots[i].row = slot_row(lay, t);
   }
-  /* The quantized rollouts' fused members and scales (layout_fp8.c) know the separate gate and
-   * up experts only, not gpt-oss's interleaved gate_up nor its expert biases. */
-  if (rf_layout_format(lay) && m->stacked_experts)
-    return rf_fail(RF_ERR_USAGE,
-                   "rollout dtype %s is not supported for model %s (gpt_oss) yet; use "
-                   "--rollout-dtype model",
-                   rf_layout_format(lay)->name, m->name);
   return rf_layout_format(lay) ? layout_init_fp8(lay) : RF_OK;
 }

@@ -329,9 +329,26 @@ void rf_model_set_dtype(rf_model *model, rf_dtype dtype) {
   recount_bytes(model);
 }
 
+int rf_model_quantizes(const rf_model *model, const rf_tensor *t) {
+  return rf_tensor_kind_is_linear(t->kind) && !(model->unquantized_kinds & RF_KIND_BIT(t->kind));
+}
+
+void rf_model_quantized_kinds(const rf_model *model, char *buf, size_t len) {
+  int seen[RF_T_KIND_COUNT] = {0};
+  size_t at = 0;
+  if (len)
+    buf[0] = '\0';
+  for (int i = 0; i < model->tensor_count && at < len; i++) {
+    const rf_tensor *t = &model->tensors[i];
+    if (rf_model_quantizes(model, t) && !seen[t->kind]++)
+      at += (size_t)snprintf(buf + at, len - at, "%s%s", at ? ", " : "",
+                             rf_tensor_kind_name(t->kind));
+  }
+}
+
 void rf_model_weights_quantized(rf_model *model, rf_dtype dtype, int elem_bits) {
   for (int i = 0; i < model->tensor_count; i++)
-    if (rf_tensor_kind_is_linear(model->tensors[i].kind)) {
+    if (rf_model_quantizes(model, &model->tensors[i])) {
       model->tensors[i].dtype = dtype;
       model->tensors[i].own_dtype = 1;
       model->tensors[i].elem_bits = elem_bits;

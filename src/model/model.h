@@ -88,6 +88,11 @@ int rf_tensor_kind_is_mla(rf_tensor_kind kind);
  * tensors that block-FP8 rollouts and checkpoints hold as float8_e4m3fn with scales.
  * Embeddings, lm_head, norms, biases and routers are not. */
 int rf_tensor_kind_is_linear(rf_tensor_kind kind);
+/* A set of kinds, one bit each (rf_model.unquantized_kinds). */
+#define RF_KIND_BIT(kind) ((uint64_t)1 << (kind))
+#ifndef __cplusplus /* the CUDA sources include this header as C++ */
+_Static_assert(RF_T_KIND_COUNT <= 64, "a set of tensor kinds is one uint64_t");
+#endif
 
 #define RF_NAME_MAX 96
 
@@ -107,6 +112,11 @@ typedef struct {
    * beside it; 0 for a tensor in its dtype. */
   int elem_bits;
   int64_t bytes; /* numel * the size of dtype, or numel * elem_bits / 8 when quantized */
+  /* 0 for every model tensor. A member of a quantized checkpoint's stacked entry
+   * (checkpoint_format.c) sets it: 1, stored in its own orientation, not transposed as the
+   * model's stacked weights are; above 1, also each row's bytes shaped [cols / stack_split,
+   * stack_split] in the entry (gpt-oss's _blocks: the 16 bytes of one 32-element block). */
+  int stack_split;
 } rf_tensor;
 
 /* Whether the trainer holds t as a quantized checkpoint's bytes and scales, which a rollout in
@@ -142,6 +152,17 @@ typedef struct {
   int64_t moe_layers;          /* layers whose MLP is a mixture of experts */
   int router_bias;             /* DeepSeek with topk_method noaux_tc: e_score_correction_bias */
   int stacked_experts;         /* gpt_oss: the checkpoint stacks the experts (rf_model_stack) */
+
+  /* Which linear weights a quantized format covers (rf_model_quantizes): the kinds that the
+   * model's own quantization leaves in its dtype, from quantization_config's
+   * modules_to_not_convert where the config has one, else its type's rule (gpt_oss: every kind
+   * but the routed experts' weights, as gpt-oss's MXFP4 checkpoints and vLLM's Mxfp4 method
+   * have it); 0 for the rest, whose every linear weight is covered. */
+  uint64_t unquantized_kinds;
+  /* The format of the model's own quantized checkpoints (quantization_config.quant_method when
+   * refit has a format of that name, else its type's: "mxfp4" for gpt_oss), "" for none. Its
+   * stacked experts are written quantized only in it (checkpoint_format.c). */
+  char native_format[16];
 
   /* Multi-head latent attention (deepseek_v2, deepseek_v3); all 0 otherwise. */
   int mla;
@@ -194,13 +215,23 @@ rf_status rf_model_set_tensor_dtype(rf_model *model, int index, rf_dtype dtype);
 typedef struct {
   char name[RF_NAME_MAX]; /* the entry's name */
   int ndim;               /* the entry's shape: members, then a member's as stored */
-  int64_t shape[3];
+  int64_t shape[4];
   int64_t member, members;
-  int transposed; /* a member is stored [in, out], its logical tensor's transpose */
+  int transposed; /* a member is stored [in, out], its logical tensor's transpose (a 2-D tensor
+                   * of the model; not a quantized checkpoint's, rf_tensor.stack_split) */
 } rf_stack;
 /* Fills *out and returns 1 for a member of a stacked entry; returns 0 for a tensor stored under
  * its own name. */
 int rf_model_stack(const rf_model *model, const rf_tensor *t, rf_stack *out);
+
+/* Whether a quantized rollout or checkpoint holds tensor t in its format: a linear weight of a
+ * kind the model's quantization covers (unquantized_kinds). Every module that decides which
+ * tensors are quantized asks this, so the rule is the model's data, the same everywhere. */
+int rf_model_quantizes(const rf_model *model, const rf_tensor *t);
+
+/* "expert_gate_up, expert_down": the kinds of the model's tensors that rf_model_quantizes
+ * covers, in the order the model lists them, for report lines. */
+void rf_model_quantized_kinds(const rf_model *model, char *buf, size_t len);
 
 /* Finds a tensor by HF name; -1 if absent. */
 int rf_model_find(const rf_model *model, const char *name);

@@ -20,7 +20,16 @@ typedef struct {
   int mla;                  /* multi-head latent attention */
   int bias_key;             /* has attention_bias: BIAS_REFUSED or BIAS_READ, else 0 */
   int sinks;                /* per-head attention sinks (gpt_oss) */
+  /* The type's own quantization, for configs without a quantization_config: its format and
+   * the kinds it covers (0: every linear weight). */
+  const char *native_format;
+  uint64_t native_kinds;
 } arch;
+
+/* gpt-oss's MXFP4 covers the routed experts' weights only: its checkpoints hold attention,
+ * router, embeddings and lm_head in bf16, and vLLM's Mxfp4 method quantizes FusedMoE layers
+ * alone. */
+#define GPT_OSS_EXPERTS (RF_KIND_BIT(RF_T_EXPERT_GATE_UP) | RF_KIND_BIT(RF_T_EXPERT_DOWN))
 
 /* qwen3 and DeepSeek have attention_bias, which refit supports only as false; gpt-oss reads it
  * (HF's default true) to give q, k, v and o their biases. */
@@ -29,18 +38,21 @@ enum { BIAS_REFUSED = 1, BIAS_READ = 2 };
 /* Gemma configs often ship without tie_word_embeddings because the HF config classes for
  * gemma default it to true; the others default it to false. */
 static const arch archs[] = {
-    {"llama", "LlamaForCausalLM", 0, 2, 0, 0, RF_MOE_NONE, 0, 0, 0},
-    {"mistral", "MistralForCausalLM", 0, 2, 0, 0, RF_MOE_NONE, 0, 0, 0},
-    {"qwen2", "Qwen2ForCausalLM", 1, 2, 0, 0, RF_MOE_NONE, 0, 0, 0},
-    {"qwen3", "Qwen3ForCausalLM", 0, 2, 1, 0, RF_MOE_NONE, 0, BIAS_REFUSED, 0},
-    {"gemma", "GemmaForCausalLM", 0, 2, 0, 1, RF_MOE_NONE, 0, 0, 0},
-    {"gemma2", "Gemma2ForCausalLM", 0, 4, 0, 1, RF_MOE_NONE, 0, 0, 0},
-    {"gemma3_text", "Gemma3ForCausalLM", 0, 4, 1, 1, RF_MOE_NONE, 0, 0, 0},
-    {"mixtral", "MixtralForCausalLM", 0, 2, 0, 0, RF_MOE_MIXTRAL, 0, 0, 0},
-    {"qwen3_moe", "Qwen3MoeForCausalLM", 0, 2, 1, 0, RF_MOE_QWEN3, 0, BIAS_REFUSED, 0},
-    {"deepseek_v2", "DeepseekV2ForCausalLM", 0, 2, 0, 0, RF_MOE_DEEPSEEK, 1, BIAS_REFUSED, 0},
-    {"deepseek_v3", "DeepseekV3ForCausalLM", 0, 2, 0, 0, RF_MOE_DEEPSEEK, 1, BIAS_REFUSED, 0},
-    {"gpt_oss", "GptOssForCausalLM", 0, 2, 0, 0, RF_MOE_GPT_OSS, 0, BIAS_READ, 1},
+    {"llama", "LlamaForCausalLM", 0, 2, 0, 0, RF_MOE_NONE, 0, 0, 0, NULL, 0},
+    {"mistral", "MistralForCausalLM", 0, 2, 0, 0, RF_MOE_NONE, 0, 0, 0, NULL, 0},
+    {"qwen2", "Qwen2ForCausalLM", 1, 2, 0, 0, RF_MOE_NONE, 0, 0, 0, NULL, 0},
+    {"qwen3", "Qwen3ForCausalLM", 0, 2, 1, 0, RF_MOE_NONE, 0, BIAS_REFUSED, 0, NULL, 0},
+    {"gemma", "GemmaForCausalLM", 0, 2, 0, 1, RF_MOE_NONE, 0, 0, 0, NULL, 0},
+    {"gemma2", "Gemma2ForCausalLM", 0, 4, 0, 1, RF_MOE_NONE, 0, 0, 0, NULL, 0},
+    {"gemma3_text", "Gemma3ForCausalLM", 0, 4, 1, 1, RF_MOE_NONE, 0, 0, 0, NULL, 0},
+    {"mixtral", "MixtralForCausalLM", 0, 2, 0, 0, RF_MOE_MIXTRAL, 0, 0, 0, NULL, 0},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", 0, 2, 1, 0, RF_MOE_QWEN3, 0, BIAS_REFUSED, 0, NULL, 0},
+    {"deepseek_v2", "DeepseekV2ForCausalLM", 0, 2, 0, 0, RF_MOE_DEEPSEEK, 1, BIAS_REFUSED, 0, NULL,
+     0},
+    {"deepseek_v3", "DeepseekV3ForCausalLM", 0, 2, 0, 0, RF_MOE_DEEPSEEK, 1, BIAS_REFUSED, 0, NULL,
+     0},
+    {"gpt_oss", "GptOssForCausalLM", 0, 2, 0, 0, RF_MOE_GPT_OSS, 0, BIAS_READ, 1, "mxfp4",
+     GPT_OSS_EXPERTS},
 };
 #define SUPPORTED_TYPES                                                                            \
   "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, mixtral, qwen3_moe, deepseek_v2, "    \
@@ -296,7 +308,88 @@ static rf_status read_fields(json_t *root, const char *path, rf_model *m, rf_mod
     RF_TRY(read_moe(root, path, a, m, *moe_layer));
   }
   RF_TRY(get_tied(root, path, a->tied_default, &m->tied_embeddings));
+  snprintf(m->native_format, sizeof m->native_format, "%s",
+           a->native_format ? a->native_format : "");
+  for (int k = 0; k < RF_T_KIND_COUNT && a->native_kinds; k++)
+    if (rf_tensor_kind_is_linear((rf_tensor_kind)k) && !(a->native_kinds & RF_KIND_BIT(k)))
+      m->unquantized_kinds |= RF_KIND_BIT(k);
   return get_dtype(root, path, &m->dtype);
+}
+
+/* Whether pattern p of modules_to_not_convert names module `name`, as transformers'
+ * should_convert_module reads one: a match at the start of the name with '*' standing for any
+ * run of characters ("model.layers.*.self_attn", "lm_head"), or the name's end. */
+static int glob_prefix(const char *p, const char *s) {
+  if (*p == '\0')
+    return 1;
+  if (*p == '*') {
+    for (;; s++) {
+      if (glob_prefix(p + 1, s))
+        return 1;
+      if (*s == '\0')
+        return 0;
+    }
+  }
+  return *s == *p && glob_prefix(p + 1, s + 1);
+}
+
+static int not_converted(json_t *modules, const char *name) {
+  size_t n = strlen(name);
+  for (size_t j = 0; j < json_array_size(modules); j++) {
+    const char *p = json_string_value(json_array_get(modules, j));
+    size_t len = strlen(p);
+    if (glob_prefix(p, name) || (n >= len && strcmp(name + n - len, p) == 0))
+      return 1;
+  }
+  return 0;
+}
+
+/* quantization_config, where the config has one: its quant_method names the model's own format
+ * and modules_to_not_convert the modules it leaves in the model's dtype, which replace the
+ * type's rule. refit quantizes whole kinds (every layer alike), so a list that leaves some
+ * tensors of a kind and not others is refused. */
+static rf_status read_quantization(json_t *root, const char *path, rf_model *m) {
+  json_t *q = json_object_get(root, "quantization_config");
+  if (!json_is_object(q))
+    return RF_OK;
+  json_t *method = json_object_get(q, "quant_method");
+  if (json_is_string(method))
+    snprintf(m->native_format, sizeof m->native_format, "%s", json_string_value(method));
+  json_t *modules = json_object_get(q, "modules_to_not_convert");
+  if (!modules || json_is_null(modules))
+    return RF_OK;
+  for (size_t j = 0; json_is_array(modules) && j < json_array_size(modules); j++)
+    if (!json_is_string(json_array_get(modules, j)))
+      modules = NULL;
+  if (!json_is_array(modules))
+    return rf_fail(RF_ERR_MODEL,
+                   "model %s: key 'quantization_config.modules_to_not_convert' must be a list of "
+                   "module names",
+                   path);
+  int kept[RF_T_KIND_COUNT] = {0}, converted[RF_T_KIND_COUNT] = {0};
+  int example[RF_T_KIND_COUNT] = {0}; /* a kept tensor of each kind */
+  for (int i = 0; i < m->tensor_count; i++) {
+    const rf_tensor *t = &m->tensors[i];
+    if (!rf_tensor_kind_is_linear(t->kind))
+      continue;
+    if (!not_converted(modules, t->name)) {
+      converted[t->kind]++;
+    } else if (!kept[t->kind]++) {
+      example[t->kind] = i;
+    }
+  }
+  m->unquantized_kinds = 0;
+  for (int k = 0; k < RF_T_KIND_COUNT; k++) {
+    if (kept[k] && converted[k])
+      return rf_fail(RF_ERR_MODEL,
+                     "model %s: quantization_config.modules_to_not_convert keeps %s in the "
+                     "model's dtype but not every other %s tensor; refit quantizes a kind in "
+                     "every layer alike, so list all of them or none",
+                     path, m->tensors[example[k]].name, rf_tensor_kind_name((rf_tensor_kind)k));
+    if (kept[k])
+      m->unquantized_kinds |= RF_KIND_BIT(k);
+  }
+  return RF_OK;
 }
 
 rf_status rf_model_read_config(const char *path, rf_model *model) {
@@ -315,9 +408,11 @@ rf_status rf_model_read_config(const char *path, rf_model *model) {
   rf_model_recipe recipe = {RF_MOE_NONE, NULL};
   unsigned char *moe_layer = NULL;
   rf_status st = read_fields(root, path, model, &recipe, &moe_layer);
-  json_decref(root);
   if (st == RF_OK)
     st = rf_model_build_tensors(model, path, &recipe);
+  if (st == RF_OK)
+    st = read_quantization(root, path, model);
+  json_decref(root);
   free(moe_layer);
   return st;
 }

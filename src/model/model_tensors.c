@@ -249,10 +249,20 @@ int rf_model_stack(const rf_model *m, const rf_tensor *t, rf_stack *out) {
   snprintf(out->name, sizeof out->name, "%.*s.experts%s", (int)(at - t->name), t->name, part);
   out->member = t->expert;
   out->members = m->experts;
-  out->transposed = t->ndim == 2;
+  out->transposed = t->ndim == 2 && !t->stack_split;
   out->ndim = t->ndim + 1;
+  memset(out->shape, 0, sizeof out->shape);
   out->shape[0] = m->experts;
-  out->shape[1] = t->shape[t->ndim == 2 ? 1 : 0];
-  out->shape[2] = t->ndim == 2 ? t->shape[0] : 0;
+  if (t->ndim == 1)
+    out->shape[1] = t->shape[0];
+  else if (t->ndim == 2) {
+    out->shape[1] = t->shape[out->transposed ? 1 : 0];
+    out->shape[2] = t->shape[out->transposed ? 0 : 1];
+  }
+  if (t->ndim == 2 && t->stack_split > 1) {
+    out->ndim = 4;
+    out->shape[2] = t->shape[1] / t->stack_split;
+    out->shape[3] = t->stack_split;
+  }
   return 1;
 }
