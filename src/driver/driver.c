@@ -229,8 +229,9 @@ rf_status rf_run_check_rollout_dtype(const rf_config *cfg) {
    * and write across the bus (engine.c, check_fp8); shm never holds GPU memory (cmd_run.c). */
   if (cfg->memory == RF_MEM_REQUEST_DEVICE && strcmp(cfg->transport, "mpi") == 0)
     return rf_fail(RF_ERR_USAGE,
-                   "--rollout-dtype fp8 with --memory device needs a transport that keeps the "
-                   "bytes on the GPU: use --transport ipc or nccl, or --memory host with mpi");
+                   "--rollout-dtype %s with --memory device needs a transport that keeps the "
+                   "bytes on the GPU: use --transport ipc or nccl, or --memory host with mpi",
+                   f->name);
   return RF_OK;
 }
 
