@@ -134,7 +134,7 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
   if (rf_box_is_empty(box))
     return RF_OK;
   int dense_rows = src->stride[1] == 1 || box->hi[1] - box->lo[1] <= 1;
-  if (e->memory == RF_MEM_DEVICE) { /* every moved format has a kernel (rf_format_on_gpu) */
+  if (e->memory == RF_MEM_DEVICE) { /* every moved format has a kernel (rf_format_moved) */
     rf_fp8_job job = {.x = rf_region_at(src, box->lo[0], box->lo[1]),
                       .dtype = t->dtype,
                       .x_stride = src->stride[0],

@@ -250,7 +250,7 @@ static int64_t compare_band(const rf_engine *e, const char *name, const char *su
   return wrong;
 }
 
-/* Every format the kernels take (rf_format_on_gpu): the quantized bytes compared as bytes
+/* Every format the kernels take (rf_format_moved): the quantized bytes compared as bytes
  * (4-bit: two elements a byte, in the byte coordinates of the rollout region), the scales as
  * stored; scales in 128x4 tiles are first gathered into row-major order on the GPU
  * (rf_gpu_copy_scales), the order of the reference's. */
