@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "format/format.h"
+#include "format/format_fast.h"
 #include "test.h"
 #include "verify/fp8.h"
 
@@ -293,6 +294,62 @@ static void test_fp8_entry(void) {
   free(q2);
 }
 
+/* The 4-bit kernels' forms (format_fast.h) against the reference: the magic-number e2m1 code
+ * of every value an MX block can hand it (every bf16 and fp16 pattern under every power-of-two
+ * scale, and the neighbours of each rounding point), and the division through the block's
+ * reciprocal, bit for bit from 1/8 up (smaller quotients are code 0 either way), for every bf16
+ * under every e4m3 block scale with a few globals. (The e2m1 code was also checked once on all
+ * 2^32 floats; that takes seconds, too long for here.) */
+#define FAST_FAIL(...)                                                                             \
+  do {                                                                                             \
+    fprintf(stderr, "test_format: " __VA_ARGS__);                                                  \
+    fprintf(stderr, "\n");                                                                         \
+    abort();                                                                                       \
+  } while (0)
+
+static void test_fast_forms(void) {
+  int64_t n = 0;
+  for (uint32_t h = 0; h < 0x10000; h++) {
+    const float xs[2] = {rf_fast_float(h << 16), rf_fp16_to_float((uint16_t)h)};
+    for (int k = 0; k < 2; k++)
+      for (int e = -127; e <= 127; e += (isnan(xs[k]) || isinf(xs[k])) ? 255 : 1) {
+        const float p = xs[k] * ldexpf(1.0f, -e);
+        if ((rf_e2m1_from_float(p) & 7) != rf_e2m1_magnitude_code(p))
+          FAST_FAIL("e2m1 of %a: reference %u, fast %u", (double)p, rf_e2m1_from_float(p) & 7,
+                    rf_e2m1_magnitude_code(p));
+        n++;
+      }
+  }
+  static const float points[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 8.0f};
+  for (size_t i = 0; i < sizeof points / sizeof points[0]; i++)
+    for (int d = -4; d <= 4; d++) {
+      const float p = rf_fast_float(bits_of(points[i]) + (uint32_t)d);
+      ASSERT_EQ(rf_e2m1_magnitude_code(p), rf_e2m1_from_float(p) & 7);
+    }
+  static const float globals[] = {1.0f, 1.0f / 2688.0f, 7.1e3f, 1.7e-20f};
+  int64_t quotients = 0;
+  for (size_t g = 0; g < sizeof globals / sizeof globals[0]; g++)
+    for (uint8_t code = 0x01; code < 0x7f; code++) {
+      const float d = rf_fp8_e4m3_to_float(code) * globals[g];
+      ASSERT_TRUE(rf_div_fast_ok(d));
+      const float r = 1.0f / d;
+      for (uint32_t h = 0; h < 0x7f80; h++) {
+        const float x = rf_fast_float(h << 16);
+        if (bits_of(rf_div_by_reciprocal(x, d, r)) != bits_of(x / d) && x / d >= 0.125f &&
+            !isinf(x / d))
+          FAST_FAIL("%a / %a: %a, correctly rounded %a", (double)x, (double)d,
+                    (double)rf_div_by_reciprocal(x, d, r), (double)(x / d));
+        if (rf_e2m1_magnitude_code(rf_div_by_reciprocal(x, d, r)) !=
+            (rf_e2m1_from_float(x / d) & 7))
+          FAST_FAIL("e2m1 of %a / %a differs", (double)x, (double)d);
+        quotients++;
+      }
+    }
+  ASSERT_TRUE(!rf_div_fast_ok(0x1p-101f) && !rf_div_fast_ok(0x1p101f));
+  printf("test_format: fast forms: %lld e2m1 codes and %lld quotients as the reference\n",
+         (long long)n, (long long)quotients);
+}
+
 int main(void) {
   test_table();
   test_same_file();
@@ -305,6 +362,7 @@ int main(void) {
   test_fp8_ue8m0();
   test_refused();
   test_fp8_entry();
+  test_fast_forms();
   printf("test_format: ok\n");
   return 0;
 }

@@ -500,21 +500,36 @@ static void batch_check(batch_case *k) {
 
 /* Many jobs queued before one flush, as the engine queues a MoE's experts: every format of
  * the table (nvfp4 under its tensor's own global), every source dtype, row-major and transposed
- * sources (the JAX-order fused transpose and quantize), whole 128-row bands on the 16-byte path and
- * ragged edges. Each job's bytes and scales are the CPU reference's of the same elements. */
+ * sources (the JAX-order fused transpose and quantize), whole 128-row bands on the 16-byte path,
+ * whole transposed tiles (read across by ldmatrix) and ragged edges. Each job's bytes and scales
+ * are the CPU reference's of the same elements. */
 static void test_batch(void) {
   static const batch_spec specs[] = {
-      {"fp8", RF_DTYPE_BF16, 256, 384, 264, 1},       {"fp8", RF_DTYPE_BF16, 300, 200, 301, 1},
-      {"fp8", RF_DTYPE_FP16, 128, 256, 136, 1},       {"fp8", RF_DTYPE_FP32, 130, 129, 130, 1},
-      {"fp8-ue8m0", RF_DTYPE_BF16, 256, 256, 256, 1}, {"fp8", RF_DTYPE_BF16, 200, 300, 0, 0},
-      {"mxfp8", RF_DTYPE_BF16, 96, 256, 104, 1},      {"mxfp8", RF_DTYPE_BF16, 70, 100, 73, 1},
-      {"mxfp8-floor", RF_DTYPE_FP16, 64, 96, 64, 1},  {"mxfp8", RF_DTYPE_FP32, 33, 64, 40, 1},
-      {"mxfp8", RF_DTYPE_BF16, 64, 512, 0, 0},        {"fp8-ue8m0", RF_DTYPE_FP16, 129, 500, 0, 0},
-      {"mxfp4", RF_DTYPE_BF16, 96, 256, 104, 1},      {"mxfp4", RF_DTYPE_BF16, 70, 100, 73, 1},
-      {"mxfp4-floor", RF_DTYPE_FP16, 64, 96, 64, 1},  {"mxfp4", RF_DTYPE_FP32, 33, 64, 40, 1},
-      {"mxfp4", RF_DTYPE_BF16, 64, 512, 0, 0},        {"nvfp4", RF_DTYPE_BF16, 130, 272, 0, 0},
-      {"nvfp4", RF_DTYPE_BF16, 96, 256, 96, 1},       {"nvfp4", RF_DTYPE_FP16, 65, 200, 70, 1},
-      {"nvfp4", RF_DTYPE_FP32, 40, 48, 41, 1},        {"mxfp4-floor", RF_DTYPE_FP32, 20, 70, 0, 0},
+      {"fp8", RF_DTYPE_BF16, 256, 384, 264, 1},
+      {"fp8", RF_DTYPE_BF16, 300, 200, 301, 1},
+      {"fp8", RF_DTYPE_FP16, 128, 256, 136, 1},
+      {"fp8", RF_DTYPE_FP32, 130, 129, 130, 1},
+      {"fp8-ue8m0", RF_DTYPE_BF16, 256, 256, 256, 1},
+      {"fp8", RF_DTYPE_BF16, 200, 300, 0, 0},
+      {"mxfp8", RF_DTYPE_BF16, 96, 256, 104, 1},
+      {"mxfp8", RF_DTYPE_BF16, 70, 100, 73, 1},
+      {"mxfp8-floor", RF_DTYPE_FP16, 64, 96, 64, 1},
+      {"mxfp8", RF_DTYPE_FP32, 33, 64, 40, 1},
+      {"mxfp8", RF_DTYPE_BF16, 64, 512, 0, 0},
+      {"fp8-ue8m0", RF_DTYPE_FP16, 129, 500, 0, 0},
+      {"mxfp4", RF_DTYPE_BF16, 96, 256, 104, 1},
+      {"mxfp4", RF_DTYPE_BF16, 70, 100, 73, 1},
+      {"mxfp4-floor", RF_DTYPE_FP16, 64, 96, 64, 1},
+      {"mxfp4", RF_DTYPE_FP32, 33, 64, 40, 1},
+      {"mxfp4", RF_DTYPE_BF16, 64, 512, 0, 0},
+      {"nvfp4", RF_DTYPE_BF16, 130, 272, 0, 0},
+      {"nvfp4", RF_DTYPE_BF16, 96, 256, 96, 1},
+      {"nvfp4", RF_DTYPE_FP16, 65, 200, 70, 1},
+      {"nvfp4", RF_DTYPE_FP32, 40, 48, 41, 1},
+      {"mxfp4-floor", RF_DTYPE_FP32, 20, 70, 0, 0},
+      {"mxfp8-floor", RF_DTYPE_FP16, 64, 128, 72, 1},
+      {"nvfp4", RF_DTYPE_FP16, 128, 256, 136, 1},
+      {"mxfp4-floor", RF_DTYPE_BF16, 192, 384, 200, 1},
   };
   enum { n = sizeof specs / sizeof specs[0] };
   batch_case cases[n];

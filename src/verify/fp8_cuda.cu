@@ -28,6 +28,7 @@
 
 extern "C" {
 #include "format/format.h"
+#include "format/format_fast.h"
 #include "memory/memory_gpu.h"
 #include "verify/fp8.h"
 }
@@ -263,6 +264,63 @@ __device__ __forceinline__ uint32_t staged_word(const uint16_t *t, int c, float 
          to_e4m3x2(from_bits<D>(t[(c + 2) * P]), from_bits<D>(t[(c + 3) * P]), factor) << 16;
 }
 
+/* ---- reading a staged tile across its columns ------------------------------------------------
+ * A staged tile holds the source as it lies: column c of the job (a row of the source) is a run
+ * of rows. ldmatrix.trans reads 8x8 pieces of it transposed, in one instruction and without
+ * bank conflicts (the pitch puts the 8 runs of a piece in 8 different bank groups): with the
+ * four pieces of columns c0 + 8m .. c0 + 8m + 7 (m = 0..3) and rows r0 .. r0 + 7, lane l gets,
+ * in v[m], row r0 + l / 4 at columns c0 + 8m + 2(l % 4) and the one after (low half first).
+ * The four lanes of a quad so hold one row's 32 columns, each a pair from every 8; a transpose
+ * within the quad (two shuffles) then gives each lane 8 neighbouring columns to store, and a
+ * warp writes 8 rows of whole 32-byte sectors. */
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&v)[4], const uint16_t *row) {
+  const uint32_t a = (uint32_t)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(a));
+}
+
+/* The address lane l gives ldmatrix_x4_trans for rows r0.. and columns c0.. of a tile. */
+template <int P>
+__device__ __forceinline__ const uint16_t *ldm_row(const uint16_t *tile, int r0, int c0) {
+  const int lane = threadIdx.x & 31;
+  return tile + (c0 + 8 * (lane >> 3) + (lane & 7)) * P + r0;
+}
+
+/* Lane i of a quad holds units U[i][m], m = 0..3 (16 bits each in w0 = m 0, 1 and w1 = m 2, 3);
+ * afterwards it holds U[0..3][i] (t0 = U[0][i], U[1][i]; t1 = U[2][i], U[3][i]). The first
+ * shuffle swaps half of the units with the lane two away, the second with the neighbour. */
+__device__ __forceinline__ void quad_transpose16(uint32_t w0, uint32_t w1, uint32_t *t0,
+                                                 uint32_t *t1) {
+  const int i = threadIdx.x & 3, b0 = i & 1, b1 = i >> 1;
+  const uint32_t keep = b1 ? w1 : w0, send = b1 ? w0 : w1;
+  const uint32_t recv = __shfl_xor_sync(0xffffffffu, send, 2);
+  /* keep: U[i][2 b1 ..], recv: U[i ^ 2][2 b1 ..]; unit i sits in half b0 of each. */
+  const uint32_t mine = __byte_perm(keep, recv, b0 ? 0x7632 : 0x5410);
+  const uint32_t got =
+      __shfl_xor_sync(0xffffffffu, __byte_perm(keep, recv, b0 ? 0x5410 : 0x7632), 1);
+  /* mine: U[i][i], U[i ^ 2][i]; got: U[i ^ 1][i], U[i ^ 3][i]. */
+  const uint32_t a = b0 ? got : mine, b = b0 ? mine : got;
+  *t0 = __byte_perm(a, b, b1 ? 0x7632 : 0x5410);
+  *t1 = __byte_perm(a, b, b1 ? 0x5410 : 0x7632);
+}
+
+/* The same with units of 8 bits, all four in w: afterwards U[0..3][i], U[0][i] lowest. */
+__device__ __forceinline__ uint32_t quad_transpose8(uint32_t w) {
+  const int i = threadIdx.x & 3, b0 = i & 1, b1 = i >> 1;
+  const uint32_t keep = b1 ? w >> 16 : w & 0xffffu, send = b1 ? w & 0xffffu : w >> 16;
+  const uint32_t recv = __shfl_xor_sync(0xffffffffu, send, 2);
+  const uint32_t mine = __byte_perm(keep, recv, b0 ? 0x51 : 0x40);
+  const uint32_t got = __shfl_xor_sync(0xffffffffu, __byte_perm(keep, recv, b0 ? 0x40 : 0x51), 1);
+  const uint32_t a = b0 ? got : mine, b = b0 ? mine : got;
+  return __byte_perm(a, b, b1 ? 0x4051 : 0x5140);
+}
+
+/* A pair of staged 2-byte elements (low first) as two e4m3 bytes under one factor. */
+template <rf_dtype D> __device__ __forceinline__ uint32_t pair_e4m3(uint32_t v, float factor) {
+  return to_e4m3x2(from_bits<D>(v & 0xffffu), from_bits<D>(v >> 16), factor);
+}
+
 /* Block (bi, bj) of a 128x128 job from a transposed 2-byte source: staged, its amax taken on the
  * way in, then each of 256 threads writes half a row (64 bytes). */
 template <rf_dtype D>
@@ -281,6 +339,22 @@ __device__ void quantize_2d_t(const job_dev &j, int64_t bi, int64_t bj, uint32_t
   }
   float factor, scale_inv;
   scale_of(m, j.inv_max, j.rule, &factor, &scale_inv);
+  uint8_t *qb = j.q + r0 * j.q_stride + c0;
+  if (nr == kEdge && nc == kEdge && ((uintptr_t)qb & 7) == 0 && j.q_stride % 8 == 0) {
+    /* Whole blocks: each warp task is 8 rows by 32 columns, read by ldmatrix_x4_trans. */
+    const int quad = (threadIdx.x & 31) >> 2, i = threadIdx.x & 3;
+    for (int t = threadIdx.x >> 5; t < (kEdge / 8) * (kEdge / 32); t += kWarps) {
+      const int g = t / (kEdge / 32), h = t % (kEdge / 32);
+      uint32_t v[4], t0, t1;
+      ldmatrix_x4_trans(v, ldm_row<P>(tile, 8 * g, 32 * h));
+      quad_transpose16(pair_e4m3<D>(v[0], factor) | pair_e4m3<D>(v[1], factor) << 16,
+                       pair_e4m3<D>(v[2], factor) | pair_e4m3<D>(v[3], factor) << 16, &t0, &t1);
+      *(uint2 *)(qb + (int64_t)(8 * g + quad) * j.q_stride + 32 * h + 8 * i) = make_uint2(t0, t1);
+    }
+    if (threadIdx.x == 0)
+      store_scale(j, bi, bj, scale_inv);
+    return;
+  }
   const int r = threadIdx.x % kEdge, c = (threadIdx.x / kEdge) * kHalf, n = min(kHalf, nc - c);
   if (r < nr && n > 0) {
     uint8_t *q = j.q + (r0 + r) * j.q_stride + c0 + c;
@@ -337,11 +411,31 @@ __device__ __forceinline__ float e4m3_value(uint32_t c) {
 }
 
 /* What a 1-D block's amax decides (rf_format_scale_of): its stored scale byte, and how its
- * elements are formed: q = elem(fp32(x * mul)), or q = elem(fp32(x / div)) when div is not 0. */
+ * elements are formed: q = elem(fp32(x * mul)), or q = elem(fp32(x / div)) when div is not 0,
+ * the division taken from the block's reciprocal rcp where rf_div_fast_ok(div) (format_fast.h)
+ * says that this gives the correctly rounded quotient. */
 struct scale1d {
-  float mul, div;
+  float mul, div, rcp;
   uint32_t stored;
+  bool fast;
 };
+
+/* How a block's elements are scaled, one instantiation each so that the per-element code has
+ * no branch: by a power of two, by division through the reciprocal, or by division. */
+enum { SCALE_MUL, SCALE_DIV_FAST, SCALE_DIV };
+
+template <int K> __device__ __forceinline__ float scale_as(float x, const scale1d &s) {
+  if constexpr (K == SCALE_MUL)
+    return __fmul_rn(x, s.mul);
+  else if constexpr (K == SCALE_DIV_FAST)
+    return rf_div_by_reciprocal(x, s.div, s.rcp);
+  else
+    return __fdiv_rn(x, s.div);
+}
+
+__device__ __forceinline__ int scale_kind(const scale1d &s) {
+  return s.div == 0 ? SCALE_MUL : s.fast ? SCALE_DIV_FAST : SCALE_DIV;
+}
 
 /* ue8m0 rules: the E8M0 byte e + 127 and mul = 2^-e. e4m3-global (nvfp4): s = e4m3(fp32(amax /
  * fp32(6 * g))) by the same cvt.rn.satfinite as the elements of fp8 (ModelOpt's 1.0, code 0x38,
@@ -356,34 +450,42 @@ __device__ __forceinline__ scale1d scale_1d(const job_dev &j, uint32_t amax_bits
     if ((code & 0x7f) == 0)
       code = 0x01;
     s.mul = 0, s.div = __fmul_rn(e4m3_value(code), j.global), s.stored = code;
+    s.rcp = __frcp_rn(s.div), s.fast = rf_div_fast_ok(s.div);
     return s;
   }
   const int e = e8m0_exponent(amax_bits, j);
-  s.mul = pow2(-e), s.div = 0, s.stored = (uint32_t)(e + 127);
+  s.mul = pow2(-e), s.div = 0, s.rcp = 0, s.stored = (uint32_t)(e + 127), s.fast = true;
   return s;
 }
 
 __device__ __forceinline__ float scaled(float x, const scale1d &s) {
-  return s.div != 0 ? __fdiv_rn(x, s.div) : __fmul_rn(x, s.mul);
+  switch (scale_kind(s)) {
+  case SCALE_MUL:
+    return scale_as<SCALE_MUL>(x, s);
+  case SCALE_DIV_FAST:
+    return scale_as<SCALE_DIV_FAST>(x, s);
+  default:
+    return scale_as<SCALE_DIV>(x, s);
+  }
 }
 
-/* float -> e2m1, rf_e2m1_from_float's comparisons one for one, so the two agree on every float
- * (NaN included, which both take to the largest code): nearest even on 0, 0.5, 1, 1.5, 2, 3, 4,
- * 6 (the midpoints 0.25, 1.25, 2.5 and 5 go down, 0.75, 1.75 and 3.5 up), saturating at 6,
- * the sign kept, zero's too. Written out rather than cvt.rn.satfinite.e2m1x2, which only
- * sm_100 has. */
-__device__ __forceinline__ uint32_t to_e2m1(float p) {
-  const uint32_t sign = __float_as_uint(p) >> 31 ? 8u : 0u;
-  const float a = fabsf(p);
-  const uint32_t code = a <= 0.25f   ? 0
-                        : a < 0.75f  ? 1
-                        : a <= 1.25f ? 2
-                        : a < 1.75f  ? 3
-                        : a <= 2.5f  ? 4
-                        : a < 3.5f   ? 5
-                        : a <= 5.0f  ? 6
-                                     : 7;
-  return sign | code;
+/* float -> e2m1 under a block's scale: rf_e2m1_from_float(fp32(x * mul or x / div)), its sign
+ * x's (the scaling keeps it, zero's too) and its magnitude by format_fast.h's magic-number
+ * rounding, which test_format checks against the reference's comparisons on every float.
+ * Hopper has no cvt.rn.satfinite.e2m1x2 (sm_100 has). */
+template <int K> __device__ __forceinline__ uint32_t e2m1_of(float x, const scale1d &s) {
+  return (__float_as_uint(x) >> 28 & 8u) | rf_e2m1_magnitude_code(scale_as<K>(fabsf(x), s));
+}
+
+__device__ __forceinline__ uint32_t to_e2m1(float x, const scale1d &s) {
+  switch (scale_kind(s)) {
+  case SCALE_MUL:
+    return e2m1_of<SCALE_MUL>(x, s);
+  case SCALE_DIV_FAST:
+    return e2m1_of<SCALE_DIV_FAST>(x, s);
+  default:
+    return e2m1_of<SCALE_DIV>(x, s);
+  }
 }
 
 /* Where block bj of row r of a 1-D job keeps its scale byte: row-major, or in 128x4 tiles at
@@ -400,23 +502,38 @@ __device__ __forceinline__ char *scale_at(const job_dev &j, int64_t r, int64_t b
  * e2m1 codes two a byte, the even element in the low nibble. A whole block of 16 or 32 at an
  * aligned q is written as 8- or 16-byte stores (e4m3 two elements a conversion); anything else
  * byte by byte, an odd last element alone in its byte's low nibble, as format_ref.c leaves it. */
+template <int N, int K, class E>
+__device__ __forceinline__ void put_wide_e2m1(const scale1d &s, uint8_t *q, E elem) {
+  uint32_t w[N / 8];
+#pragma unroll
+  for (int k = 0; k < N / 8; k++) {
+    uint32_t v = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      v |= e2m1_of<K>(elem(8 * k + i), s) << (4 * i);
+    w[k] = v;
+  }
+  if constexpr (N == 32)
+    *(uint4 *)q = make_uint4(w[0], w[1], w[2], w[3]);
+  else
+    *(uint2 *)q = make_uint2(w[0], w[1]);
+}
+
 template <int N, class E>
 __device__ __forceinline__ void put_wide(const job_dev &j, const scale1d &s, uint8_t *q, E elem) {
-  constexpr int kBytes4 = N / 2;
   uint32_t w[N / 4];
   if (j.elem_bits == 4) {
-#pragma unroll
-    for (int k = 0; k < N / 8; k++) {
-      uint32_t v = 0;
-#pragma unroll
-      for (int i = 0; i < 8; i++)
-        v |= to_e2m1(scaled(elem(8 * k + i), s)) << (4 * i);
-      w[k] = v;
+    switch (scale_kind(s)) {
+    case SCALE_MUL:
+      put_wide_e2m1<N, SCALE_MUL>(s, q, elem);
+      break;
+    case SCALE_DIV_FAST:
+      put_wide_e2m1<N, SCALE_DIV_FAST>(s, q, elem);
+      break;
+    default:
+      put_wide_e2m1<N, SCALE_DIV>(s, q, elem);
+      break;
     }
-    if (kBytes4 == 16)
-      *(uint4 *)q = make_uint4(w[0], w[1], w[2], w[3]);
-    else
-      *(uint2 *)q = make_uint2(w[0], w[1]);
     return;
   }
 #pragma unroll
@@ -448,8 +565,8 @@ __device__ __forceinline__ void put_codes(const job_dev &j, const scale1d &s, in
   }
   if (j.elem_bits == 4) {
     for (int i = 0; i < n; i += 2) {
-      const uint32_t lo = to_e2m1(scaled(elem(i), s));
-      const uint32_t hi = i + 1 < n ? to_e2m1(scaled(elem(i + 1), s)) : 0;
+      const uint32_t lo = to_e2m1(elem(i), s);
+      const uint32_t hi = i + 1 < n ? to_e2m1(elem(i + 1), s) : 0;
       q[i / 2] = (uint8_t)(lo | hi << 4);
     }
     return;
@@ -535,6 +652,75 @@ template <rf_dtype D> __device__ void quantize_1d_direct_t(const job_dev &j, int
                        j.q + r * j.q_stride + c0 * j.elem_bits / 8, scale_at(j, r, bj), r, c0);
 }
 
+/* Whether a whole staged tile of a 1-D job can be written by quads: blocks of 16 or 32, and
+ * every row's bytes at q aligned for the stores (8 bytes of e4m3 or 4 of e2m1 a lane). */
+__device__ __forceinline__ bool quads_fit(const job_dev &j, const uint8_t *q) {
+  const int align = j.elem_bits == 8 ? 8 : 4;
+  return (j.block_cols == 32 || j.block_cols == 16) && ((uintptr_t)q % align) == 0 &&
+         j.q_stride % align == 0;
+}
+
+/* The codes of a staged pair (low element first) under a block's scale: two e4m3 bytes, or
+ * two e2m1 nibbles in a byte. */
+template <rf_dtype D>
+__device__ __forceinline__ uint32_t pair_codes(const job_dev &j, uint32_t v, const scale1d &s) {
+  if (j.elem_bits == 8)
+    return pair_e4m3<D>(v, s.mul);
+  return to_e2m1(from_bits<D>(v & 0xffffu), s) | to_e2m1(from_bits<D>(v >> 16), s) << 4;
+}
+
+/* A whole staged tile of a 1-D job written by quads (ldmatrix_x4_trans): each warp task is 8
+ * rows by 32 columns, one 32-wide block a row or two 16-wide ones (m = 0, 1 and m = 2, 3),
+ * whose maximum the quad takes with two shuffles. Every lane computes its row's scales; lane 0
+ * of the quad stores them. A row whose block holds inf or NaN is refused and not written. */
+template <rf_dtype D>
+__device__ void quantize_1d_t_quads(const job_dev &j, int64_t r0, int64_t c0,
+                                    const uint16_t *tile) {
+  constexpr int P = stage_pitch<kRows1dT>();
+  const int quad = (threadIdx.x & 31) >> 2, i = threadIdx.x & 3;
+  const bool two = j.block_cols == 16;
+  for (int t = threadIdx.x >> 5; t < (kRows1dT / 8) * (kEdge / 32); t += kWarps) {
+    const int g = t / (kEdge / 32), h = t % (kEdge / 32);
+    uint32_t v[4];
+    ldmatrix_x4_trans(v, ldm_row<P>(tile, 8 * g, 32 * h));
+    uint32_t ma = __vmaxu2(v[0] & 0x7fff7fffu, v[1] & 0x7fff7fffu);
+    uint32_t mb = __vmaxu2(v[2] & 0x7fff7fffu, v[3] & 0x7fff7fffu);
+    if (!two)
+      ma = mb = __vmaxu2(ma, mb);
+    uint32_t am = max_of_pairs<D>(ma), bm = max_of_pairs<D>(mb);
+    am = max(am, __shfl_xor_sync(0xffffffffu, am, 1));
+    am = max(am, __shfl_xor_sync(0xffffffffu, am, 2));
+    bm = max(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
+    bm = max(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
+    const int64_t row = r0 + 8 * g + quad, col = c0 + 32 * h;
+    const bool bad = am >= kInfBits || bm >= kInfBits;
+    const scale1d sa = scale_1d(j, bad ? 0 : am), sb = two && !bad ? scale_1d(j, bm) : sa;
+    uint8_t *q = j.q + row * j.q_stride + col * j.elem_bits / 8;
+    if (j.elem_bits == 8) {
+      uint32_t t0, t1;
+      quad_transpose16(pair_codes<D>(j, v[0], sa) | pair_codes<D>(j, v[1], sa) << 16,
+                       pair_codes<D>(j, v[2], sb) | pair_codes<D>(j, v[3], sb) << 16, &t0, &t1);
+      if (!bad)
+        *(uint2 *)(q + 8 * i) = make_uint2(t0, t1);
+    } else {
+      const uint32_t w =
+          quad_transpose8(pair_codes<D>(j, v[0], sa) | pair_codes<D>(j, v[1], sa) << 8 |
+                          pair_codes<D>(j, v[2], sb) << 16 | pair_codes<D>(j, v[3], sb) << 24);
+      if (!bad)
+        *(uint32_t *)(q + 4 * i) = w;
+    }
+    if (i == 0) {
+      if (bad)
+        refuse(j, am >= kInfBits ? am : bm, row, am >= kInfBits ? col : col + 16);
+      else {
+        *scale_at(j, row, col / j.block_cols) = (char)sa.stored;
+        if (two)
+          *scale_at(j, row, col / 16 + 1) = (char)sb.stored;
+      }
+    }
+  }
+}
+
 /* A tile of 64 rows and 128 columns of a 1-D job from a transposed 2-byte source: staged, then
  * each thread takes one 1 x block_cols block (two for 16-wide blocks) of the tile. */
 template <rf_dtype D>
@@ -546,6 +732,10 @@ __device__ void quantize_1d_t(const job_dev &j, int64_t unit, uint16_t *tile) {
             nc = (int)min((int64_t)kEdge, j.cols - c0);
   stage_transposed<kRows1dT>(j, j.x + (r0 * j.x_stride + c0 * j.x_col_stride) * 2, nr, nc, tile);
   __syncthreads();
+  if (nr == kRows1dT && nc == kEdge && quads_fit(j, j.q + r0 * j.q_stride + c0 * j.elem_bits / 8)) {
+    quantize_1d_t_quads<D>(j, r0, c0, tile);
+    return;
+  }
   const int bc = j.block_cols, nb = (nc + bc - 1) / bc;
   for (int k = threadIdx.x; k < kRows1dT * nb; k += kThreads) {
     const int r = k % kRows1dT, b = k / kRows1dT, n = min(bc, nc - b * bc);
