@@ -37,8 +37,10 @@ static dc_buf dc_buf_new(int layout, const rf_box *whole, int es) {
   b.bytes = (size_t)(rows * pitch * es);
   b.base = malloc(b.bytes ? b.bytes : 1);
   ASSERT_TRUE(b.base);
-  for (size_t i = 0; i < b.bytes; i++)
-    b.base[i] = (char)dc_rng();
+  for (size_t i = 0; i < b.bytes; i += 8) {
+    uint64_t r = dc_rng();
+    memcpy(b.base + i, &r, RF_MIN((size_t)8, b.bytes - i));
+  }
   if (layout == DC_TRANSPOSED)
     b.r = rf_region_transposed(b.base, whole, es);
   else
