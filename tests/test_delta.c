@@ -420,13 +420,17 @@ static void test_refused(void) {
   rf_log_capture(err, sizeof err);
   ASSERT_STATUS(rf_delta_count(RF_MEM_HOST, &r2, &r4, &box, "mixed", &changed), RF_ERR_INTERNAL);
   rf_log_capture(NULL, 0);
-  ASSERT_STR_EQ(err, "delta for mixed: elements of 2 bytes (previous version) and 4 bytes "
-                     "(current one); both must be 1, 2 or 4 bytes");
+  ASSERT_STR_EQ(err, "delta for mixed: elements of 2 bytes in the previous version and 4 bytes "
+                     "in the current one");
   rf_log_capture(err, sizeof err);
   ASSERT_STATUS(rf_delta_count(RF_MEM_HOST, &r8, &r8, &box, "wide", &changed), RF_ERR_INTERNAL);
   rf_log_capture(NULL, 0);
-  ASSERT_STR_EQ(err, "delta for wide: elements of 8 bytes (previous version) and 8 bytes "
-                     "(current one); both must be 1, 2 or 4 bytes");
+  ASSERT_STR_EQ(err, "delta for wide: elements of 8 bytes; they must be 1, 2 or 4");
+  rf_log_capture(err, sizeof err);
+  ASSERT_STATUS(rf_delta_apply(RF_MEM_HOST, dummy, sizeof dummy, &r8, &box, "wide", &info),
+                RF_ERR_INTERNAL);
+  rf_log_capture(NULL, 0);
+  ASSERT_STR_EQ(err, "delta for wide: elements of 8 bytes; they must be 1, 2 or 4");
   printf("test_delta: oversized pieces and odd element sizes refused\n");
 }
 

@@ -211,11 +211,14 @@ static rf_status job_of(rf_mem_kind kind, const rf_region *prev, const rf_region
     job->rows = box->hi[0] - box->lo[0], job->cols = box->hi[1] - box->lo[1];
   job->n = job->rows * job->cols;
   int es = cur->esize;
-  if ((es != 1 && es != 2 && es != 4) || (prev && prev->esize != es))
+  if (prev && prev->esize != es)
     return rf_fail(RF_ERR_INTERNAL,
-                   "delta for %s: elements of %d bytes (previous version) and %d bytes (current "
-                   "one); both must be 1, 2 or 4 bytes",
-                   what, prev ? prev->esize : es, es);
+                   "delta for %s: elements of %d bytes in the previous version and %d bytes in "
+                   "the current one",
+                   what, prev->esize, es);
+  if (es != 1 && es != 2 && es != 4)
+    return rf_fail(RF_ERR_INTERNAL, "delta for %s: elements of %d bytes; they must be 1, 2 or 4",
+                   what, es);
   if (job->n > RF_DELTA_MAX_ELEMENTS)
     return rf_fail(RF_ERR_UNSUPPORTED,
                    "delta for %s: a piece of %lld elements is more than the %d that int32 "
