@@ -13,9 +13,12 @@
  *           that is the copy's own time, so "of its limit" is copy time / encode time;
  *   apply   rf_delta_apply of what encode wrote, onto the previous version, against reading
  *           the encoded bytes and writing the changed elements (dense: all of them) at the
- *           copy's rate.
- * After the timed applies the destination is checked against the current version, byte for
- * byte.
+ *           copy's rate; and against a limit memory can reach, which writes whole units: the
+ *           32-byte sectors holding a change (device), or the 64-byte cache lines, read and
+ *           written (host).
+ * Repeated applies write the same places, which at small fractions stay in cache (the host's,
+ * or the GPU's L2) between repetitions: there apply may beat a memory limit. After the timed
+ * applies the destination is checked against the current version, byte for byte.
  *
  * Usage: refit-delta-bench [device|host] [MiB]. Exits 77 on the device without a GPU. */
 #include <inttypes.h>
@@ -87,6 +90,14 @@ static rf_status step_apply(bench *b) {
   return rf_delta_apply(b->kind, b->enc, (size_t)b->info.bytes, &d, &b->box, "bench piece", NULL);
 }
 
+/* The units of `unit` bytes of the piece that hold a change. */
+static int64_t units_changed(const uint16_t *cur, const uint16_t *prev, int64_t n, int unit) {
+  int64_t units = 0, per = unit / 2;
+  for (int64_t i = 0; i < n; i += per)
+    units += memcmp(cur + i, prev + i, (size_t)RF_MIN(per, n - i) * 2) != 0;
+  return units;
+}
+
 /* The current version on the host: prev with `fraction` of its elements changed. */
 static void make_current(uint16_t *cur, const uint16_t *prev, int64_t n, double fraction) {
   memcpy(cur, prev, (size_t)n * 2);
@@ -119,6 +130,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   char what[160] = "host memory";
+  int unit = 64; /* bytes a write moves: a cache line, or on the device a sector */
   if (b.kind == RF_MEM_DEVICE) {
     rf_gpu_info gi;
     rf_status st = rf_gpu_select(0, -1, &gi);
@@ -127,6 +139,7 @@ int main(int argc, char **argv) {
     if (st != RF_OK)
       return rf_status_exit_code(st);
     snprintf(what, sizeof what, "%s (%s)", gi.name, gi.bus_id);
+    unit = 32;
   }
   int64_t n = rows * COLS;
   b.box = (rf_box){{0, 0}, {rows, COLS}};
@@ -152,9 +165,12 @@ int main(int argc, char **argv) {
   printf("# copy %.3f ms (%.1f GB/s of traffic: read and write); median of %d, wall clock\n",
          copy_ms, 2.0 * (double)b.bytes / (copy_ms * 1e-3) / 1e9, REPEAT);
   printf("# encode's limit: both versions read at that rate (the copy's time); apply's: the\n"
-         "# encoded bytes read and the changed elements written (dense: all) at that rate\n");
-  printf("%-9s %11s %-8s %12s %8s %10s %8s %10s %8s\n", "fraction", "changed", "encoding",
-         "wire bytes", "of dense", "encode ms", "of limit", "apply ms", "of limit");
+         "# encoded bytes read and the changed elements written (dense: all) at that rate;\n"
+         "# apply's units: the %d-byte %s holding a change written%s instead\n",
+         unit, b.kind == RF_MEM_DEVICE ? "sectors" : "cache lines",
+         b.kind == RF_MEM_DEVICE ? "" : " (and read)");
+  printf("%-9s %11s %-8s %12s %8s %10s %8s %10s %8s %8s\n", "fraction", "changed", "encoding",
+         "wire bytes", "of dense", "encode ms", "of limit", "apply ms", "of limit", "of units");
   static const double fractions[] = {1e-6, 1e-3, 0.01, 0.5, 1};
   int bad = 0;
   for (size_t f = 0; f < RF_ARRAY_LEN(fractions); f++) {
@@ -171,10 +187,16 @@ int main(int argc, char **argv) {
     double written =
         b.info.encoding == RF_DELTA_DENSE ? (double)b.bytes : 2.0 * (double)b.info.changed;
     double app_limit = copy_ms * ((double)b.info.bytes + written) / (2.0 * (double)b.bytes);
-    printf("%-9g %11" PRId64 " %-8s %12" PRId64 " %8.4f %10.3f %8.3f %10.3f %8.3f%s\n",
+    double unit_bytes =
+        (double)units_changed(hcur, hprev, n, unit) * unit * (b.kind == RF_MEM_DEVICE ? 1 : 2);
+    if (b.info.encoding == RF_DELTA_DENSE)
+      unit_bytes = (double)b.bytes;
+    double unit_limit = copy_ms * ((double)b.info.bytes + unit_bytes) / (2.0 * (double)b.bytes);
+    printf("%-9g %11" PRId64 " %-8s %12" PRId64 " %8.4f %10.3f %8.3f %10.3f %8.3f %8.3f%s\n",
            fractions[f], b.info.changed, rf_delta_encoding_name(b.info.encoding), b.info.bytes,
            (double)b.info.bytes / (double)(b.bytes + RF_DELTA_HEADER_BYTES), enc_ms,
-           copy_ms / enc_ms, app_ms, app_limit / app_ms, same ? "" : "  WRONG RESULT");
+           copy_ms / enc_ms, app_ms, app_limit / app_ms, unit_limit / app_ms,
+           same ? "" : "  WRONG RESULT");
     fflush(stdout);
   }
   rf_mem_free(b.kind, b.prev, b.bytes);
