@@ -35,6 +35,7 @@
   X(RF_ERR_HWLOC, 3, "hwloc error")                                                                \
   X(RF_ERR_CUDA, 3, "CUDA error")                                                                  \
   X(RF_ERR_NCCL, 3, "NCCL error")                                                                  \
+  X(RF_ERR_CORRUPT, 3, "received data is corrupted")                                               \
   X(RF_ERR_INTERNAL, 3, "internal error")
 
 typedef enum {
