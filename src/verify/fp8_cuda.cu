@@ -672,7 +672,8 @@ __device__ __forceinline__ uint32_t pair_codes(const job_dev &j, uint32_t v, con
 /* A whole staged tile of a 1-D job written by quads (ldmatrix_x4_trans): each warp task is 8
  * rows by 32 columns, one 32-wide block a row or two 16-wide ones (m = 0, 1 and m = 2, 3),
  * whose maximum the quad takes with two shuffles. Every lane computes its row's scales; lane 0
- * of the quad stores them. A row whose block holds inf or NaN is refused and not written. */
+ * of the quad stores them. A block that holds inf or NaN is refused and not written, its
+ * neighbours are. */
 template <rf_dtype D>
 __device__ void quantize_1d_t_quads(const job_dev &j, int64_t r0, int64_t c0,
                                     const uint16_t *tile) {
@@ -693,8 +694,10 @@ __device__ void quantize_1d_t_quads(const job_dev &j, int64_t r0, int64_t c0,
     bm = max(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
     bm = max(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
     const int64_t row = r0 + 8 * g + quad, col = c0 + 32 * h;
-    const bool bad = am >= kInfBits || bm >= kInfBits;
-    const scale1d sa = scale_1d(j, bad ? 0 : am), sb = two && !bad ? scale_1d(j, bm) : sa;
+    /* Lanes 0, 1 write a 16-wide row's first block, lanes 2, 3 its second. */
+    const bool bad_a = am >= kInfBits, bad_b = bm >= kInfBits;
+    const bool bad = two && i >= 2 ? bad_b : bad_a;
+    const scale1d sa = scale_1d(j, bad_a ? 0 : am), sb = two ? scale_1d(j, bad_b ? 0 : bm) : sa;
     uint8_t *q = j.q + row * j.q_stride + col * j.elem_bits / 8;
     if (j.elem_bits == 8) {
       uint32_t t0, t1;
@@ -710,13 +713,14 @@ __device__ void quantize_1d_t_quads(const job_dev &j, int64_t r0, int64_t c0,
         *(uint32_t *)(q + 4 * i) = w;
     }
     if (i == 0) {
-      if (bad)
-        refuse(j, am >= kInfBits ? am : bm, row, am >= kInfBits ? col : col + 16);
-      else {
+      if (bad_a)
+        refuse(j, am, row, col);
+      else
         *scale_at(j, row, col / j.block_cols) = (char)sa.stored;
-        if (two)
-          *scale_at(j, row, col / 16 + 1) = (char)sb.stored;
-      }
+      if (two && bad_b)
+        refuse(j, bm, row, col + 16);
+      else if (two)
+        *scale_at(j, row, col / 16 + 1) = (char)sb.stored;
     }
   }
 }
