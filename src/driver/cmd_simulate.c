@@ -150,7 +150,8 @@ static rf_status simulate_modes(const rf_sim_context *x, rf_results *results, js
                       x->device,
                       x->transport->mapping,
                       rf_sim_wire(x->transport, x->device),
-                      x->transport->ordered};
+                      x->transport->ordered,
+                      {RF_SIM_DELTA_OFF, 0.0}};
   for (int i = 0; i < x->cfg->mode.count; i++) {
     o.mode = x->cfg->mode.items[i];
     /* Calibrated, each mode with the rates its own runs gave (simulate.h). */

@@ -96,7 +96,7 @@ rf_status rf_sim_trace_record(const rf_plan *plan, const rf_cluster *c, const rf
                               rf_sim_trace **out) {
   RF_TRY(trace_new(plan, c, o->device, o->mapping, o->mode, out));
   (*out)->net.ordered = o->ordered;
-  return sim_walk(plan, o, NULL, keep_unit, *out);
+  return sim_walk(plan, o, NULL, NULL, keep_unit, *out);
 }
 
 rf_status rf_sim_trace_limit(const rf_plan *plan, const rf_cluster *c, int device, rf_limit limit,
@@ -126,7 +126,7 @@ rf_status rf_sim_trace_limit(const rf_plan *plan, const rf_cluster *c, int devic
       in += b;
     }
     if (in > 0)
-      copies[ncopies++] = (sim_copy){d, in, 1, 0};
+      copies[ncopies++] = (sim_copy){d, in, 1, 0, 0, 0};
   }
   sim_unit u = {
       .stage = RF_STAGE_TRANSFER, .buckets = 1, .pairs = pairs, .pack = copies, .unpack = copies};
