@@ -262,6 +262,12 @@ typedef struct {
  * once: far less time than the plan takes to build. */
 rf_status rf_sim_lower_bound(const rf_layout *lay, const rf_cluster *cluster, int device,
                              int mapping, rf_sim_bound *out);
+/* The same for a delta refit (NULL or off: the bound above). Every byte that crosses a link
+ * counts at the least any piece's encoding could make of it, the per-element minimum of the
+ * encodings `delta` allows (headers and ceil(n / 8) dropped); every byte a rollout rank keeps
+ * counts at the changed fraction of it, written at the faster of the copy and the apply rate. */
+rf_status rf_sim_lower_bound_delta(const rf_layout *lay, const rf_cluster *cluster, int device,
+                                   int mapping, const rf_sim_delta_model *delta, rf_sim_bound *out);
 
 /* ---- calibration ------------------------------------------------------------------------- */
 
