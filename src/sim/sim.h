@@ -291,11 +291,12 @@ typedef struct {
   const char *label; /* for the report: "run 0003 grouped", "run 0003 limit mpi" */
 } rf_sim_sample;
 
-/* The rates a calibration sets, and how well the fit came out: three, and the quantize rate of
- * the memory kind where a sample quantizes (an unquantized run says nothing about it). */
-#define RF_SIM_KNOBS 4
+/* The rates a calibration sets, and how well the fit came out: three, and of the memory kind
+ * the quantize rate where a sample quantizes, the delta encode rate where one encodes and the
+ * apply rate where one applies (a run without them says nothing about them). */
+#define RF_SIM_KNOBS 6
 typedef struct {
-  int count;                       /* knobs fitted: 3, or 4 with the quantize rate */
+  int count;                       /* knobs fitted: 3 to 6 */
   const char *names[RF_SIM_KNOBS]; /* "host.mpi_GBps", ... */
   double before[RF_SIM_KNOBS], after[RF_SIM_KNOBS];
   int samples;
@@ -305,7 +306,8 @@ typedef struct {
 /* Fits the cluster's rates for weights in host (device = 0) or GPU memory to the samples:
  * per-rank bandwidth, copy rate and per-message latency for host memory; GPU copy rate,
  * per-message and per-copy latency for device memory; and the memory's quantize rate when a
- * sample quantizes for a rollout format. Least squares of log(predicted /
+ * sample quantizes for a rollout format, its delta encode and apply rates when a sample sends
+ * deltas. Least squares of log(predicted /
  * measured) over all samples, by coordinate descent in log space; the cluster is updated. */
 rf_status rf_sim_calibrate(rf_cluster *cluster, int device, const rf_sim_sample *samples, int n,
                            rf_sim_fit *out);
