@@ -26,6 +26,10 @@
     }                                                                                              \
   } while (0)
 
+/* rf_sim_options.delta for whole versions, as refit moves them without --delta. */
+#define WHOLE                                                                                      \
+  { RF_SIM_DELTA_OFF, 0.0 }
+
 static char tmpdir[256];
 
 static const char *source_file(const char *rel) {
@@ -115,7 +119,7 @@ static void test_toy(void) {
                {RF_MODE_FUSED, RF_WIRE_CONTIGUOUS, 4, 279808, 139904, 139904},
                {RF_MODE_FUSED, RF_WIRE_GATHERS, 4, 0, 24576, 98304}};
   for (size_t i = 0; i < RF_ARRAY_LEN(cases); i++) {
-    rf_sim_options o = {cases[i].mode, 0, 1, 0, cases[i].wire, 0};
+    rf_sim_options o = {cases[i].mode, 0, 1, 0, cases[i].wire, 0, WHOLE};
     rf_sim_result r;
     ASSERT_OK(rf_simulate(&plan, &c, &o, &r));
     ASSERT_NEAR(r.bound_s, 279808e-9, 1e-12);
@@ -172,7 +176,7 @@ static void test_classes(void) {
   rf_layout lay;
   rf_plan plan;
   build_plan("tiny", "fsdp=2", "tp=2", RF_PLACEMENT_COLOCATED, &m, &lay, &plan);
-  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0};
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0, WHOLE};
   rf_sim_result r;
   ASSERT_OK(rf_simulate(&plan, &toy, &o, &r));
   ASSERT_EQ(r.nodes_used, 1);
@@ -230,7 +234,7 @@ static void test_fanout(void) {
   ASSERT_EQ(plan.piece_count, 58);
   int64_t busier = RF_MAX(plan.forward_send_bytes[0], plan.forward_send_bytes[1]);
   ASSERT_GT(busier, 0);
-  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0};
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0, WHOLE};
   rf_sim_result r;
   ASSERT_OK(rf_simulate(&plan, &c, &o, &r));
   ASSERT_EQ(r.class_bytes[RF_SIM_NETWORK], 279168);
@@ -324,7 +328,7 @@ static void test_cluster_errors(void) {
   rf_cluster toy, vm;
   ASSERT_OK(rf_cluster_load(source_file("tests/data/cluster-toy.json"), &toy));
   ASSERT_OK(rf_cluster_load(source_file("configs/clusters/vm-2core.json"), &vm));
-  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0};
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0, WHOLE};
   rf_sim_result r;
   char got[512];
   rf_log_capture(got, sizeof got);
@@ -364,7 +368,7 @@ static void test_mapping(void) {
   } cases[] = {
       {RF_MODE_GROUPED, 0, 1, 1}, {RF_MODE_FUSED, 4096, 1, 69}, {RF_MODE_UNFUSED, 0, 21, 1}};
   for (size_t i = 0; i < RF_ARRAY_LEN(cases); i++) {
-    rf_sim_options o = {cases[i].mode, cases[i].bucket_size, 1, 1, RF_WIRE_CONTIGUOUS, 0};
+    rf_sim_options o = {cases[i].mode, cases[i].bucket_size, 1, 1, RF_WIRE_CONTIGUOUS, 0, WHOLE};
     rf_sim_result r;
     ASSERT_OK(rf_simulate(&plan, &lent, &o, &r));
     double latency = cases[i].launches * launch + notes;
@@ -417,7 +421,7 @@ static void test_mapping(void) {
     ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
     int64_t half = RF_MAX(plan.send_bytes[0], plan.send_bytes[1]);
     ASSERT_TRUE(half < plan.transfer_bytes);
-    rf_sim_options o = {RF_MODE_FUSED, 0, 1, 1, RF_WIRE_CONTIGUOUS, 0};
+    rf_sim_options o = {RF_MODE_FUSED, 0, 1, 1, RF_WIRE_CONTIGUOUS, 0, WHOLE};
     rf_sim_result r;
     ASSERT_OK(rf_simulate(&plan, &quad, &o, &r));
     double expected = (double)(order == RF_ORDER_JAX ? half : plan.transfer_bytes) / 100e9;
@@ -455,7 +459,7 @@ static void test_local(void) {
   const double copy = 279168 / 2140e9;
   for (int mapping = 0; mapping <= 1; mapping++)
     for (int mode = 0; mode < RF_MODE_COUNT; mode++) {
-      rf_sim_options o = {(rf_mode)mode, 0, 1, mapping, RF_WIRE_CONTIGUOUS, 0};
+      rf_sim_options o = {(rf_mode)mode, 0, 1, mapping, RF_WIRE_CONTIGUOUS, 0, WHOLE};
       rf_sim_result r;
       ASSERT_OK(rf_simulate(&plan, &lent, &o, &r));
       int launches = mode == RF_MODE_UNFUSED ? 21 : 1;
@@ -500,7 +504,7 @@ static void test_fit(void) {
     build_style = RF_STYLE_TUNIX;
     for (int mode = 0; mode < RF_MODE_COUNT; mode++)
       for (size_t b = 0; b < RF_ARRAY_LEN(buckets); b++) {
-        rf_sim_options o = {(rf_mode)mode, buckets[b], 0, 0, RF_WIRE_CONTIGUOUS, 0};
+        rf_sim_options o = {(rf_mode)mode, buckets[b], 0, 0, RF_WIRE_CONTIGUOUS, 0, WHOLE};
         ASSERT_OK(rf_sim_trace_record(&plan, &start, &o, &traces[n]));
         samples[n].trace = traces[n];
         ASSERT_OK(rf_sim_trace_time(traces[n], &hidden, &samples[n].measured_s));
@@ -564,7 +568,7 @@ static void test_quantize(void) {
   rf_layout lay;
   rf_plan plan;
   build_mxfp8("fsdp=1", &m, &lay, &plan);
-  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0};
+  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0, WHOLE};
   const double rates[] = {895e9, 100e9};
   for (size_t i = 0; i < RF_ARRAY_LEN(rates); i++) {
     toy.gpu_quantize = rates[i];
@@ -623,7 +627,8 @@ static void test_quantize(void) {
   rf_sim_sample samples[4];
   rf_sim_trace *traces[4];
   for (int i = 0; i < 4; i++) {
-    rf_sim_options t = {i % 2 ? RF_MODE_FUSED : RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0};
+    rf_sim_options t = {
+        i % 2 ? RF_MODE_FUSED : RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0, WHOLE};
     ASSERT_OK(rf_sim_trace_record(i < 2 ? &plain : &plan, &start, &t, &traces[i]));
     samples[i] = (rf_sim_sample){traces[i], 0.0, NULL};
     ASSERT_OK(rf_sim_trace_time(traces[i], &hidden, &samples[i].measured_s));
@@ -832,7 +837,8 @@ static void test_bound_below_predictions(void) {
                               jobs[j].device,
                               jobs[j].mapping,
                               jobs[j].device ? RF_WIRE_CONTIGUOUS : RF_WIRE_GATHERS,
-                              0};
+                              0,
+                              WHOLE};
           rf_sim_result res;
           ASSERT_OK(rf_simulate(&plan, jobs[j].c, &o, &res));
           if (!(b.seconds <= res.phase[RF_PHASE_TOTAL] * (1 + 1e-9)))

@@ -73,9 +73,11 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
   snprintf(res.transport, sizeof res.transport, "simulated");
   snprintf(res.verify, sizeof res.verify, "none");
   res.model_bytes = job->model.total_bytes;
-  /* The bytes on the wire: an fp8 rollout's are what the prediction moved. */
-  res.replica_bytes = plan->wire_transfer_bytes / job->rollout.dp;
-  res.transfer_bytes = plan->wire_transfer_bytes;
+  /* The bytes on the wire: an fp8 rollout's are what the prediction moved, a delta's encoded. */
+  int64_t wire =
+      x->delta.choice != RF_SIM_DELTA_OFF ? r->wire_transfer_bytes : plan->wire_transfer_bytes;
+  res.replica_bytes = wire / job->rollout.dp;
+  res.transfer_bytes = wire;
   res.pieces = plan->piece_count;
   res.messages = r->messages;
   res.bucket_size = x->cfg->bucket_size;
@@ -143,14 +145,15 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
   return st;
 }
 
-/* Predicts each mode in turn, printing as it goes (text) or collecting (JSON). */
-static rf_status simulate_modes(const rf_sim_context *x, rf_results *results, json_t *all) {
+/* Predicts each mode in turn under x->delta, printing as it goes (text) or collecting (JSON). */
+static rf_status simulate_delta(const rf_sim_context *x, rf_results *results, json_t *all) {
   rf_sim_options o = {RF_MODE_GROUPED,
                       x->cfg->bucket_size,
                       x->device,
                       x->transport->mapping,
                       rf_sim_wire(x->transport, x->device),
-                      x->transport->ordered};
+                      x->transport->ordered,
+                      x->delta};
   for (int i = 0; i < x->cfg->mode.count; i++) {
     o.mode = x->cfg->mode.items[i];
     /* Calibrated, each mode with the rates its own runs gave (simulate.h). */
@@ -173,6 +176,34 @@ static rf_status simulate_modes(const rf_sim_context *x, rf_results *results, js
   return RF_OK;
 }
 
+/* The lower bounds of a delta refit, on the cluster and on each mode's calibrated one. */
+static rf_status delta_bounds(rf_sim_context *x) {
+  const rf_layout *lay = &x->job->layout;
+  int mapping = x->transport->mapping;
+  RF_TRY(rf_sim_lower_bound_delta(lay, x->cluster, x->device, mapping, &x->delta, &x->bound));
+  for (int m = 0; m < RF_MODE_COUNT; m++)
+    if (x->calibration)
+      RF_TRY(rf_sim_lower_bound_delta(lay, &x->calibration->mode_cluster[m], x->device, mapping,
+                                      &x->delta, &x->mode_bound[m]));
+    else
+      x->mode_bound[m] = x->bound;
+  return RF_OK;
+}
+
+/* Predicts each mode in turn, printing as it goes (text) or collecting (JSON); with deltas,
+ * each mode once per delta. */
+static rf_status simulate_modes(const rf_sim_context *whole, rf_results *results, json_t *all) {
+  static const rf_sim_delta_model off = {RF_SIM_DELTA_OFF, 0.0};
+  int deltas = whole->delta_count > 0 ? whole->delta_count : 1;
+  for (int d = 0; d < deltas; d++) {
+    rf_sim_context xd = *whole;
+    xd.delta = whole->delta_count > 0 ? whole->deltas[d] : off;
+    if (xd.delta.choice != RF_SIM_DELTA_OFF)
+      RF_TRY(delta_bounds(&xd));
+    RF_TRY(simulate_delta(&xd, results, all));
+  }
+  return RF_OK;
+}
 rf_status rf_cmd_simulate(const rf_config *cfg) {
   if (!cfg->cluster[0])
     return rf_fail(RF_ERR_USAGE, "refit simulate needs --cluster NAME|FILE (configs/clusters "

@@ -51,6 +51,12 @@ typedef struct {
   /* The least time any plan could take (rf_sim_lower_bound) on the cluster, and on each mode's
    * (calibrated, each mode has rates of its own): each prediction is set beside its mode's. */
   rf_sim_bound bound, mode_bound[RF_MODE_COUNT];
+  /* Delta refits: each mode is predicted once per entry (--delta's list, with --update's
+   * changed fraction); NULL and 0: whole versions alone, as without --delta. `delta` is the
+   * entry being predicted, and the bounds above are its own (rf_sim_lower_bound_delta). */
+  const rf_sim_delta_model *deltas;
+  int delta_count;
+  rf_sim_delta_model delta;
 } rf_sim_context;
 
 /* The header lines (cluster, job, plan, calibration), then one block per mode. */

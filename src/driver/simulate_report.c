@@ -80,16 +80,40 @@ void rf_sim_print_header(const rf_sim_context *x) {
     }
 }
 
+/* A delta refit's line: what crossed encoded, in which encodings, and what encoding and
+ * applying cost. */
+static void print_delta(const rf_sim_context *x, const rf_sim_result *r) {
+  const char *memory = x->device ? "gpu" : "host";
+  int64_t chunks = 0;
+  for (int k = 0; k < RF_SIM_ENCODING_COUNT; k++)
+    chunks += r->delta_chunks[k];
+  printf("  %-14s %s, %.4g%% of elements changed: %" PRId64 " transfer bytes on the wire, %" PRId64
+         " forwarded; %" PRId64 " chunks (%" PRId64 " bytes whole) encoded:",
+         "delta", rf_sim_delta_name(x->delta.choice), 100 * x->delta.changed,
+         r->wire_transfer_bytes, r->wire_forward_bytes, chunks, r->delta_whole_bytes);
+  for (int k = 0; k < RF_SIM_ENCODING_COUNT; k++)
+    printf(" %s %" PRId64 "%s", rf_sim_encoding_name((rf_sim_encoding)k), r->delta_chunks[k],
+           k + 1 < RF_SIM_ENCODING_COUNT ? "," : ";");
+  printf(" encode %" PRId64 " bytes read at %g GB/s (%s.delta_encode_GBps): %.4g s of pack; "
+         "apply %" PRId64 " bytes at %g GB/s (%s.delta_apply_GBps): %.4g s of unpack\n",
+         r->encode_bytes, GBPS(r->encode_rate), memory, r->encode_s, r->apply_bytes,
+         GBPS(r->apply_rate), memory, r->apply_s);
+}
+
 void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_result *r) {
-  char bucket[32], a[32], b[32], c[32], d[32], e[32], f[32];
+  char bucket[32], a[32], b[32], c[32], d[32], e[32], f[32], g[32];
   const double *ph = r->phase;
   if (x->cfg->bucket_size)
     rf_format_bytes(x->cfg->bucket_size, bucket, sizeof bucket);
   else
     snprintf(bucket, sizeof bucket, "whole stage");
-  printf("mode %-11s bucket %s: total %.4g s = pack %.4g + transfer %.4g + unpack %.4g",
-         rf_mode_name(mode), bucket, ph[RF_PHASE_TOTAL], ph[RF_PHASE_PACK], ph[RF_PHASE_TRANSFER],
-         ph[RF_PHASE_UNPACK]);
+  int delta = x->delta.choice != RF_SIM_DELTA_OFF;
+  printf("mode %-11s bucket %s", rf_mode_name(mode), bucket);
+  if (delta) /* only a delta says it, so that other predictions print as before */
+    printf(", delta %s at %.4g%% changed", rf_sim_delta_name(x->delta.choice),
+           100 * x->delta.changed);
+  printf(": total %.4g s = pack %.4g + transfer %.4g + unpack %.4g", ph[RF_PHASE_TOTAL],
+         ph[RF_PHASE_PACK], ph[RF_PHASE_TRANSFER], ph[RF_PHASE_UNPACK]);
   if (ph[RF_PHASE_RESHAPE] > 0)
     printf(" + reshape %.4g", ph[RF_PHASE_RESHAPE]);
   printf(" s; latency %.4g s of it; %" PRId64 " messages, %" PRId64 " units, %" PRId64 " buckets\n",
@@ -100,6 +124,8 @@ void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_resul
            "(%s.quantize_GBps): %.4g s of pack and unpack\n",
            "quantize", r->quantize_pack_bytes, r->quantize_unpack_bytes, GBPS(r->quantize_rate),
            x->device ? "gpu" : "host", r->quantize_s);
+  if (delta)
+    print_delta(x, r);
   printf("  %-14s %s: %.0f bytes at %g GB/s, bound %.4g s, busy %.1f%% of the refit\n",
          "bottleneck", r->bottleneck, r->bottleneck_bytes, GBPS(r->bottleneck_capacity), r->bound_s,
          100 * r->bottleneck_utilisation);
@@ -108,12 +134,16 @@ void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_resul
     printf(" %s %" PRId64 "%s", rf_sim_class_name((rf_sim_class)k), r->class_bytes[k],
            k + 1 < RF_SIM_CLASS_COUNT ? "," : "\n");
   int w = r->peak_rank;
-  printf("  %-14s peak rank %d: %s (shards %s, coupling %s, rollout %s, staging %s); fullest %s "
-         "%s of %s: %s\n",
+  char previous[64] = "";
+  if (delta)
+    snprintf(previous, sizeof previous, ", previous version %s",
+             rf_format_bytes(r->previous[w], g, sizeof g));
+  printf("  %-14s peak rank %d: %s (shards %s, coupling %s, rollout %s, staging %s%s); fullest "
+         "%s %s of %s: %s\n",
          "memory", w, rf_format_bytes(r->peak_bytes, a, sizeof a),
          rf_format_bytes(r->shards[w], b, sizeof b), rf_format_bytes(r->coupling[w], c, sizeof c),
          rf_format_bytes(r->rollout[w], d, sizeof d), rf_format_bytes(r->staging[w], e, sizeof e),
-         x->device ? "GPU" : "node", rf_format_bytes(r->device_peak, f, sizeof f),
+         previous, x->device ? "GPU" : "node", rf_format_bytes(r->device_peak, f, sizeof f),
          rf_format_bytes((int64_t)r->device_capacity, bucket, sizeof bucket),
          r->fits ? "fits" : "does not fit");
   if (x->cfg->published_s > 0)
@@ -140,6 +170,8 @@ static json_t *cluster_json(const rf_cluster *c) {
   json_object_set_new(o, "gpu_memory_bytes", json_real(c->gpu_memory));
   json_object_set_new(o, "gpu_copy_GBps", json_real(GBPS(c->gpu_copy)));
   json_object_set_new(o, "gpu_quantize_GBps", json_real(GBPS(c->gpu_quantize)));
+  json_object_set_new(o, "gpu_delta_encode_GBps", json_real(GBPS(c->gpu_delta_encode)));
+  json_object_set_new(o, "gpu_delta_apply_GBps", json_real(GBPS(c->gpu_delta_apply)));
   json_object_set_new(o, "nvlink_GBps", json_real(GBPS(c->nvlink)));
   json_object_set_new(o, "pcie_GBps", json_real(GBPS(c->pcie)));
   json_object_set_new(o, "nics", json_integer(c->nics));
@@ -147,6 +179,8 @@ static json_t *cluster_json(const rf_cluster *c) {
   json_object_set_new(o, "host_memcpy_GBps", json_real(GBPS(c->host_memcpy)));
   json_object_set_new(o, "host_mpi_GBps", json_real(GBPS(c->host_mpi)));
   json_object_set_new(o, "host_quantize_GBps", json_real(GBPS(c->host_quantize)));
+  json_object_set_new(o, "host_delta_encode_GBps", json_real(GBPS(c->host_delta_encode)));
+  json_object_set_new(o, "host_delta_apply_GBps", json_real(GBPS(c->host_delta_apply)));
   json_object_set_new(o, "host_memory_bytes", json_real(c->host_memory));
   json_object_set_new(lat, "node", json_real(c->latency_node * 1e6));
   json_object_set_new(lat, "network", json_real(c->latency_network * 1e6));
@@ -252,6 +286,27 @@ json_t *rf_sim_json(const rf_sim_context *x) {
   return o;
 }
 
+/* A delta refit's choice, changed fraction, wire bytes and encode and apply passes. */
+static json_t *delta_json(const rf_sim_context *x, const rf_sim_result *r) {
+  json_t *o = json_object(), *chunks = json_object();
+  json_object_set_new(o, "choice", json_string(rf_sim_delta_name(x->delta.choice)));
+  json_object_set_new(o, "changed_fraction", json_real(x->delta.changed));
+  json_object_set_new(o, "wire_transfer_bytes", json_integer(r->wire_transfer_bytes));
+  json_object_set_new(o, "wire_forward_bytes", json_integer(r->wire_forward_bytes));
+  json_object_set_new(o, "whole_bytes", json_integer(r->delta_whole_bytes));
+  for (int k = 0; k < RF_SIM_ENCODING_COUNT; k++)
+    json_object_set_new(chunks, rf_sim_encoding_name((rf_sim_encoding)k),
+                        json_integer(r->delta_chunks[k]));
+  json_object_set_new(o, "chunks", chunks);
+  json_object_set_new(o, "encode_bytes", json_integer(r->encode_bytes));
+  json_object_set_new(o, "encode_rate_GBps", json_real(GBPS(r->encode_rate)));
+  json_object_set_new(o, "encode_s", json_real(r->encode_s));
+  json_object_set_new(o, "apply_bytes", json_integer(r->apply_bytes));
+  json_object_set_new(o, "apply_rate_GBps", json_real(GBPS(r->apply_rate)));
+  json_object_set_new(o, "apply_s", json_real(r->apply_s));
+  return o;
+}
+
 json_t *rf_sim_mode_json(const rf_sim_context *x, rf_mode mode, const rf_sim_result *r) {
   json_t *o = json_object(), *ph = json_object(), *cls = json_object(), *bn = json_object(),
          *mem = json_object();
@@ -270,6 +325,8 @@ json_t *rf_sim_mode_json(const rf_sim_context *x, rf_mode mode, const rf_sim_res
     json_object_set_new(q, "s", json_real(r->quantize_s));
     json_object_set_new(o, "quantize", q);
   }
+  if (x->delta.choice != RF_SIM_DELTA_OFF) /* only with a delta, as the quantize keys */
+    json_object_set_new(o, "delta", delta_json(x, r));
   json_object_set_new(o, "bound_s", json_real(r->bound_s));
   json_object_set_new(o, "messages", json_integer(r->messages));
   json_object_set_new(o, "units", json_integer(r->units));
@@ -289,6 +346,8 @@ json_t *rf_sim_mode_json(const rf_sim_context *x, rf_mode mode, const rf_sim_res
   json_object_set_new(mem, "coupling", json_integer(r->coupling[w]));
   json_object_set_new(mem, "rollout", json_integer(r->rollout[w]));
   json_object_set_new(mem, "staging", json_integer(r->staging[w]));
+  if (x->delta.choice != RF_SIM_DELTA_OFF)
+    json_object_set_new(mem, "previous_version", json_integer(r->previous[w]));
   json_object_set_new(mem, "fullest_device_bytes", json_integer(r->device_peak));
   json_object_set_new(mem, "device_capacity_bytes", json_real(r->device_capacity));
   json_object_set_new(mem, "fits", json_boolean(r->fits));

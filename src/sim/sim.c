@@ -12,6 +12,7 @@ void rf_sim_result_free(rf_sim_result *r) {
   free(r->coupling);
   free(r->rollout);
   free(r->staging);
+  free(r->previous);
   memset(r, 0, sizeof *r);
 }
 
@@ -49,6 +50,22 @@ static rf_status count_memory(const rf_plan *plan, rf_sim_result *r) {
   return RF_OK;
 }
 
+/* With a delta, each trainer rank keeps the last version of what it sends to other ranks, as
+ * the wire carries it (a source-quantized piece's fp8 bytes and scales), to encode the next
+ * version against. */
+static void count_previous(const rf_plan *plan, rf_sim_result *r) {
+  for (int i = 0; i < plan->piece_count; i++) {
+    const rf_piece *p = &plan->pieces[i];
+    int src = rf_piece_src_world(plan, p);
+    if (p->stage == RF_STAGE_TRANSFER && src != rf_piece_dst_world(plan, p))
+      r->previous[src] += rf_piece_wire_bytes(plan, p, &p->box);
+  }
+}
+
+static int64_t rank_bytes(const rf_sim_result *r, int w) {
+  return r->shards[w] + r->coupling[w] + r->rollout[w] + r->staging[w] + r->previous[w];
+}
+
 /* The largest rank, and the fullest device: a GPU's ranks together (or, for host memory, a
  * node's). */
 static void peaks(const sim_net *net, const rf_cluster *c, rf_sim_result *r) {
@@ -56,7 +73,7 @@ static void peaks(const sim_net *net, const rf_cluster *c, rf_sim_result *r) {
   int devices = net->nodes * per_device;
   r->peak_bytes = -1;
   for (int w = 0; w < net->world; w++) {
-    int64_t mine = r->shards[w] + r->coupling[w] + r->rollout[w] + r->staging[w];
+    int64_t mine = rank_bytes(r, w);
     if (mine > r->peak_bytes) {
       r->peak_bytes = mine;
       r->peak_rank = w;
@@ -68,7 +85,7 @@ static void peaks(const sim_net *net, const rf_cluster *c, rf_sim_result *r) {
       int node = w / net->ranks_per_node, local = w % net->ranks_per_node;
       int device = net->device ? node * per_device + local % net->gpus : node;
       if (device == d)
-        sum += r->shards[w] + r->coupling[w] + r->rollout[w] + r->staging[w];
+        sum += rank_bytes(r, w);
     }
     r->device_peak = RF_MAX(r->device_peak, sum);
   }
@@ -114,16 +131,18 @@ rf_status rf_simulate(const rf_plan *plan, const rf_cluster *c, const rf_sim_opt
   r->coupling = rf_calloc(n, sizeof *r->coupling, "memory per rank");
   r->rollout = rf_calloc(n, sizeof *r->rollout, "memory per rank");
   r->staging = rf_calloc(n, sizeof *r->staging, "memory per rank");
+  r->previous = rf_calloc(n, sizeof *r->previous, "memory per rank");
   double *cap = rf_calloc((size_t)net.resources + 1, sizeof *cap, "link capacities");
-  if (!r->shards || !r->coupling || !r->rollout || !r->staging || !cap) {
+  if (!r->shards || !r->coupling || !r->rollout || !r->staging || !r->previous || !cap) {
     free(cap);
     return RF_ERR_NOMEM;
   }
   sim_net_capacities(&net, c, cap);
   sim_clock k;
+  sim_tally tally = {0};
   rf_status st = sim_clock_init(&k, &net, c, o->mode, cap, 1);
   if (st == RF_OK)
-    st = sim_walk(plan, o, r->staging, clock_unit, &k);
+    st = sim_walk(plan, o, r->staging, &tally, clock_unit, &k);
   if (st == RF_OK)
     st = sim_clock_finish(&k, r->phase);
   if (st == RF_OK) {
@@ -132,6 +151,19 @@ rf_status rf_simulate(const rf_plan *plan, const rf_cluster *c, const rf_sim_opt
     r->quantize_pack_bytes = k.quantize_pack_bytes;
     r->quantize_unpack_bytes = k.quantize_unpack_bytes;
     r->quantize_rate = sim_quantize_rate(c, o->device);
+    r->wire_transfer_bytes = tally.wire_transfer_bytes;
+    r->wire_forward_bytes = tally.wire_forward_bytes;
+    memcpy(r->delta_chunks, tally.delta_chunks, sizeof r->delta_chunks);
+    r->delta_whole_bytes = tally.delta_whole_bytes;
+    r->encode_bytes = k.encode_bytes;
+    r->apply_bytes = k.apply_bytes;
+    r->encode_s = k.sum_encode;
+    r->apply_s = k.sum_apply;
+    if (sim_delta_on(&o->delta)) {
+      r->encode_rate = sim_encode_rate(c, o->device);
+      r->apply_rate = sim_apply_rate(c, o->device);
+      count_previous(plan, r);
+    }
     memcpy(r->class_bytes, k.class_bytes, sizeof r->class_bytes);
     r->messages = k.messages;
     r->units = k.units;

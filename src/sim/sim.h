@@ -36,19 +36,24 @@ typedef struct {
   int gpus;           /* per node; 0: hosts without GPUs */
   int ranks_per_node; /* how many consecutive world ranks one node takes */
   char gpu_name[RF_SIM_NAME_MAX];
-  double gpu_memory;      /* bytes per GPU */
-  double gpu_copy;        /* one GPU copying inside its own memory: packs, unpacks, two processes on
-                             one GPU */
-  double gpu_quantize;    /* one GPU quantizing for a rollout format, in bytes of the trainer-dtype
-                             elements it reads a second (it writes the quantized bytes and scales
-                             too); absent from the file: 0.895 of gpu_copy, as measured */
-  double nvlink;          /* per GPU per direction; 0: GPUs of a node talk over PCIe */
-  double pcie;            /* per GPU per direction */
-  int nics;               /* network adapters per node; GPU g uses adapter g * nics / gpus */
-  double nic;             /* per adapter per direction */
-  double host_memcpy;     /* one rank's memcpy in host memory */
-  double host_quantize;   /* one rank quantizing in host memory, as gpu_quantize; absent from the
-                             file: RF_SIM_HOST_QUANTIZE */
+  double gpu_memory;    /* bytes per GPU */
+  double gpu_copy;      /* one GPU copying inside its own memory: packs, unpacks, two processes on
+                           one GPU */
+  double gpu_quantize;  /* one GPU quantizing for a rollout format, in bytes of the trainer-dtype
+                           elements it reads a second (it writes the quantized bytes and scales
+                           too); absent from the file: 0.895 of gpu_copy, as measured */
+  double nvlink;        /* per GPU per direction; 0: GPUs of a node talk over PCIe */
+  double pcie;          /* per GPU per direction */
+  int nics;             /* network adapters per node; GPU g uses adapter g * nics / gpus */
+  double nic;           /* per adapter per direction */
+  double host_memcpy;   /* one rank's memcpy in host memory */
+  double host_quantize; /* one rank quantizing in host memory, as gpu_quantize; absent from the
+                           file: RF_SIM_HOST_QUANTIZE */
+  /* Delta refits (sim_delta.c): encoding, in bytes read a second (both versions of what is
+   * sent), and applying, in bytes touched a second (the encoded bytes read and the changed
+   * values written), on a GPU and in host memory; absent from the file: the memory's copy
+   * rate (gpu_copy, host_memcpy), as RF_SIM_DELTA_RATES says why. */
+  double gpu_delta_encode, gpu_delta_apply, host_delta_encode, host_delta_apply;
   double host_mpi;        /* one rank sending, or receiving, to a process of its node */
   double host_memory;     /* bytes per node */
   double latency_node;    /* one message inside a node */
@@ -76,6 +81,14 @@ typedef struct {
  * the real host. */
 #define RF_SIM_GPU_QUANTIZE_OF_COPY 0.895
 #define RF_SIM_HOST_QUANTIZE 0.06e9
+
+/* RF_SIM_DELTA_RATES: the delta rates a cluster file that does not give them gets, the
+ * memory's copy rate for both. Encoding reads the previous and the current version of each
+ * piece and writes a few bytes: memory-bound like a copy, whose own reads go at the copy rate,
+ * so 2 n e bytes read at the copy rate is what a good kernel reaches (the issue's encode bar is
+ * 0.8 of exactly that). Applying reads the encoded bytes and scatters the changed values; at
+ * the copy rate per byte touched it is charged as a copy of both, which leaves room for the
+ * scatter's partly used memory lines. Both are estimates until a calibration fits them. */
 
 /* Loads a cluster: a path to a JSON file, or the name of one shipped in configs/clusters
  * ($REFIT_CLUSTER_DIR first). A missing key, a number that is not positive or is above the
@@ -115,6 +128,49 @@ void rf_cluster_placement_free(rf_cluster_placement *p);
 typedef enum { RF_SIM_CLASS_LIST(RF_ENUM_ID) RF_SIM_CLASS_COUNT } rf_sim_class;
 RF_ENUM_DECLARE(rf_sim_class);
 
+/* ---- delta refits (sim_delta.c) ---------------------------------------------------------
+ *
+ * A delta refit sends each piece as what changed since the version the rollout holds
+ * (docs/architecture.md, "Delta refits"). --delta chooses how: */
+#define RF_SIM_DELTA_LIST(X)                                                                       \
+  X(RF_SIM_DELTA_OFF, "off")         /* whole versions, as refit moves them today */               \
+  X(RF_SIM_DELTA_AUTO, "auto")       /* each piece in its smallest encoding */                     \
+  X(RF_SIM_DELTA_SPARSE, "sparse")   /* int32 offsets and values */                                \
+  X(RF_SIM_DELTA_BITMASK, "bitmask") /* a bit per element and the changed values */
+typedef enum { RF_SIM_DELTA_LIST(RF_ENUM_ID) RF_SIM_DELTA_COUNT } rf_sim_delta;
+RF_ENUM_DECLARE(rf_sim_delta);
+
+/* The encodings a piece travels in, in the order auto prefers them on a tie. */
+#define RF_SIM_ENCODING_LIST(X)                                                                    \
+  X(RF_SIM_ENCODING_DENSE, "dense")                                                                \
+  X(RF_SIM_ENCODING_BITMASK, "bitmask")                                                            \
+  X(RF_SIM_ENCODING_SPARSE, "sparse")
+typedef enum { RF_SIM_ENCODING_LIST(RF_ENUM_ID) RF_SIM_ENCODING_COUNT } rf_sim_encoding;
+RF_ENUM_DECLARE(rf_sim_encoding);
+
+/* Every encoded piece's fixed header: encoding, element bytes, counts and a 64-bit hash. */
+#define RF_SIM_DELTA_HEADER 32
+
+/* The one place the simulation says what an encoding costs: the bytes of a piece of n
+ * elements of e bytes with c of them changed (c may be fractional: an expected count),
+ * header included. dense n e; sparse c (4 + e); bitmask ceil(n / 8) + c e. */
+double rf_sim_encoded_bytes(rf_sim_encoding enc, int64_t n, double c, int64_t e);
+/* The encoding `delta` sends such a piece in: auto's smallest (ties: dense, bitmask, sparse),
+ * or the one it names. */
+rf_sim_encoding rf_sim_delta_encoding(rf_sim_delta delta, int64_t n, double c, int64_t e);
+
+/* What a simulation assumes of the versions: the fraction of elements changed since the
+ * version the rollout holds, each independently (a piece of n expects F n changed), and the
+ * encoding choice. Zero is off: whole versions. */
+typedef struct {
+  rf_sim_delta choice;
+  double changed; /* F, 0 to 1 */
+} rf_sim_delta_model;
+
+/* *out = {delta, changed}, or one line naming the fraction and RF_ERR_USAGE when it is not a
+ * number from 0 to 1: the entry point for --update (its changed fraction) and --delta. */
+rf_status rf_sim_delta_model_init(rf_sim_delta delta, double changed, rf_sim_delta_model *out);
+
 typedef struct {
   rf_mode mode;
   int64_t bucket_size; /* as --bucket-size: 0 = one bucket per stage */
@@ -124,6 +180,7 @@ typedef struct {
                           nccl) */
   rf_wire wire;        /* on messages, which chunks travel in place (rf_engine_wire_rule) */
   int ordered;         /* the transport moves messages in the order posted (rf_transport_ops) */
+  rf_sim_delta_model delta; /* zero: whole versions */
 } rf_sim_options;
 
 /* The wire rule a simulation of `ops` walks with (rf_sim_options.wire): the engine's for host
@@ -146,6 +203,18 @@ typedef struct {
   int64_t quantize_pack_bytes, quantize_unpack_bytes;
   double quantize_rate; /* bytes a second: the GPU's or the host's, as the weights live */
   double quantize_s;
+  /* Every chunk of the transfer stage, and of the forward stages, as it crosses: encoded with a
+   * delta, else the plan's wire bytes (a local copy always whole). */
+  int64_t wire_transfer_bytes, wire_forward_bytes;
+  /* Delta refits (rf_sim_options.delta), all 0 when off: the chunks sent as deltas, per
+   * encoding, and their bytes whole (as a dense refit sends them); the bytes the encoders read
+   * (both versions) and the appliers touch (encoded bytes read, changed values written), at the
+   * cluster's delta rates, and the part of pack and unpack they take, as quantize_s. */
+  int64_t delta_chunks[RF_SIM_ENCODING_COUNT];
+  int64_t delta_whole_bytes;
+  int64_t encode_bytes, apply_bytes;
+  double encode_rate, apply_rate; /* bytes a second: the GPU's or the host's, as the weights live */
+  double encode_s, apply_s;
   double bound_s; /* the sum over units of their tightest link's bytes / capacity: with units
                      one after the other, no schedule of these buckets moves faster */
   int64_t class_bytes[RF_SIM_CLASS_COUNT];
@@ -156,8 +225,9 @@ typedef struct {
   double bottleneck_utilisation;                /* its bytes / capacity / the refit's total time */
   int nodes_used, ranks;
   /* Memory per world rank, bytes: trainer shards, star coupling buffers, rollout tensors and
-   * staging (the engine's arenas and buffers, counted, not allocated). */
-  int64_t *shards, *coupling, *rollout, *staging;
+   * staging (the engine's arenas and buffers, counted, not allocated), and with a delta the
+   * last version each trainer rank sent, which it keeps to encode the next against. */
+  int64_t *shards, *coupling, *rollout, *staging, *previous;
   int peak_rank;
   int64_t peak_bytes;  /* the largest rank's sum */
   int64_t device_peak; /* the fullest GPU (or host), all its ranks together */
@@ -192,6 +262,12 @@ typedef struct {
  * once: far less time than the plan takes to build. */
 rf_status rf_sim_lower_bound(const rf_layout *lay, const rf_cluster *cluster, int device,
                              int mapping, rf_sim_bound *out);
+/* The same for a delta refit (NULL or off: the bound above). Every byte that crosses a link
+ * counts at the least any piece's encoding could make of it, the per-element minimum of the
+ * encodings `delta` allows (headers and ceil(n / 8) dropped); every byte a rollout rank keeps
+ * counts at the changed fraction of it, written at the faster of the copy and the apply rate. */
+rf_status rf_sim_lower_bound_delta(const rf_layout *lay, const rf_cluster *cluster, int device,
+                                   int mapping, const rf_sim_delta_model *delta, rf_sim_bound *out);
 
 /* ---- calibration ------------------------------------------------------------------------- */
 
@@ -215,11 +291,12 @@ typedef struct {
   const char *label; /* for the report: "run 0003 grouped", "run 0003 limit mpi" */
 } rf_sim_sample;
 
-/* The rates a calibration sets, and how well the fit came out: three, and the quantize rate of
- * the memory kind where a sample quantizes (an unquantized run says nothing about it). */
-#define RF_SIM_KNOBS 4
+/* The rates a calibration sets, and how well the fit came out: three, and of the memory kind
+ * the quantize rate where a sample quantizes, the delta encode rate where one encodes and the
+ * apply rate where one applies (a run without them says nothing about them). */
+#define RF_SIM_KNOBS 6
 typedef struct {
-  int count;                       /* knobs fitted: 3, or 4 with the quantize rate */
+  int count;                       /* knobs fitted: 3 to 6 */
   const char *names[RF_SIM_KNOBS]; /* "host.mpi_GBps", ... */
   double before[RF_SIM_KNOBS], after[RF_SIM_KNOBS];
   int samples;
@@ -229,7 +306,8 @@ typedef struct {
 /* Fits the cluster's rates for weights in host (device = 0) or GPU memory to the samples:
  * per-rank bandwidth, copy rate and per-message latency for host memory; GPU copy rate,
  * per-message and per-copy latency for device memory; and the memory's quantize rate when a
- * sample quantizes for a rollout format. Least squares of log(predicted /
+ * sample quantizes for a rollout format, its delta encode and apply rates when a sample sends
+ * deltas. Least squares of log(predicted /
  * measured) over all samples, by coordinate descent in log space; the cluster is updated. */
 rf_status rf_sim_calibrate(rf_cluster *cluster, int device, const rf_sim_sample *samples, int n,
                            rf_sim_fit *out);

@@ -9,7 +9,12 @@
  * the cells they cover, a few thousand a tensor even for a Kimi-K2 expert and 128 rollout ranks.
  *
  * A place is where a copy engine and a link's ingress and egress belong: a GPU for weights in
- * GPU memory, a process for weights in host memory, as the link model has them (sim_net.c). */
+ * GPU memory, a process for weights in host memory, as the link model has them (sim_net.c).
+ *
+ * With a delta, a byte that crosses counts at the least any encoding the choice allows makes
+ * of it (sim_delta_least), and a byte a rollout rank keeps at the changed fraction, the
+ * changed values it must write, at the faster of its copy and its apply rate. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,8 +41,10 @@ typedef struct {
   int64_t *in, *writes, *out, *push_writes; /* [place] */
   int64_t *node_in, *node_out;              /* [node] */
   int64_t leave, all_writes;
-  int trainer_nodes;            /* nodes with a trainer rank */
-  int *rollout_of, *trainer_of; /* [place]: its first rollout and trainer rank, or -1 */
+  int trainer_nodes;               /* nodes with a trainer rank */
+  const rf_sim_delta_model *delta; /* or NULL: whole versions */
+  double apply;                    /* with a delta, the memory's apply rate; else 0 */
+  int *rollout_of, *trainer_of;    /* [place]: its first rollout and trainer rank, or -1 */
 } bound_ctx;
 
 static int place_of(const bound_ctx *b, int w) {
@@ -82,8 +89,14 @@ static void add_box(bound_ctx *b, rf_box box, int world) {
   b->world[b->nbox++] = world;
 }
 
-/* One cell of `bytes` bytes covered by the boxes entry[lo .. hi). */
-static void count_cell(bound_ctx *b, int lo, int hi, int64_t bytes) {
+/* A cell's bytes scaled by a delta's factor, rounded down: still a lower bound. */
+static int64_t scaled(int64_t bytes, double factor) {
+  return factor == 1.0 ? bytes : (int64_t)floor((double)bytes * factor);
+}
+
+/* One cell of `bytes` bytes covered by the boxes entry[lo .. hi): `bytes` of it cross, `kept`
+ * of it are written where it is needed (both the cell's bytes without a delta). */
+static void count_cell(bound_ctx *b, int lo, int hi, int64_t bytes, int64_t kept) {
   int64_t s = ++b->serial;
   int holders = 0, hold_nodes = 0, sole = -1, sole_node = -1, needers = 0, leaves = 0;
   int leaves_place = 0;
@@ -125,7 +138,7 @@ static void count_cell(bound_ctx *b, int lo, int hi, int64_t bytes) {
   if (holders == 1) {
     if (leaves_place)
       b->out[sole] += bytes;
-    b->push_writes[sole] += (int64_t)needers * bytes;
+    b->push_writes[sole] += (int64_t)needers * kept;
   }
   if (hold_nodes == 1 && leaves)
     b->node_out[sole_node] += bytes;
@@ -147,9 +160,12 @@ static rf_status count_tensor(bound_ctx *b, int t, int *ranks) {
   if (b->nbox == b->ntrainer)
     return RF_OK;
   int64_t esize = rf_layout_rollout_esize(lay, t);
+  int delta = sim_delta_on(b->delta);
+  double cross = delta ? sim_delta_least(b->delta, esize) : 1.0;
+  double kept = delta ? b->delta->changed : 1.0;
   for (int i = b->ntrainer; i < b->nbox; i++) {
     rf_box held = rf_layout_rollout_bytes(lay, t, &b->box[i]); /* packed 4-bit: half */
-    int64_t bytes = rf_box_numel(&held) * esize;
+    int64_t bytes = scaled(rf_box_numel(&held) * esize, kept);
     b->writes[place_of(b, b->world[i])] += bytes;
     b->all_writes += bytes;
   }
@@ -195,7 +211,7 @@ static rf_status count_tensor(bound_ctx *b, int t, int *ranks) {
   for (size_t c = 0; c < cells; c++) {
     int r = (int)(c / (size_t)cols), k = (int)(c % (size_t)cols);
     int64_t bytes = (b->cut[0][r + 1] - b->cut[0][r]) * (b->cut[1][k + 1] - b->cut[1][k]) * esize;
-    count_cell(b, lo, b->first[c], bytes);
+    count_cell(b, lo, b->first[c], scaled(bytes, cross), scaled(bytes, kept));
     lo = b->first[c];
   }
   return RF_OK;
@@ -225,9 +241,12 @@ static rates rates_of(const bound_ctx *b, const rf_cluster *c, int copy, int lin
              link ? (b->device ? (c->nvlink > 0 ? c->nvlink : c->pcie) : c->host_mpi) : 0,
              nic ? c->nic : 0, 0, ""};
   const char *link_name = !b->device ? "host MPI" : c->nvlink > 0 ? "NVLink" : "PCIe";
+  /* A delta's changed values are written by its applier, or by copies, whichever is faster. */
+  const char *copy_name = copy && b->apply > r.copy ? "apply" : "copy";
+  r.copy = copy ? fmax(r.copy, b->apply) : 0;
   size_t n = 0;
   if (r.copy > 0)
-    n += (size_t)snprintf(r.text + n, sizeof r.text - n, "copy %g", r.copy / 1e9);
+    n += (size_t)snprintf(r.text + n, sizeof r.text - n, "%s %g", copy_name, r.copy / 1e9);
   if (r.link > 0)
     n += (size_t)snprintf(r.text + n, sizeof r.text - n, "%s%s %g", n ? " + " : "", link_name,
                           r.link / 1e9);
@@ -362,6 +381,12 @@ static void bound_free(bound_ctx *b) {
 
 rf_status rf_sim_lower_bound(const rf_layout *lay, const rf_cluster *c, int device, int mapping,
                              rf_sim_bound *out) {
+  return rf_sim_lower_bound_delta(lay, c, device, mapping, NULL, out);
+}
+
+rf_status rf_sim_lower_bound_delta(const rf_layout *lay, const rf_cluster *c, int device,
+                                   int mapping, const rf_sim_delta_model *delta,
+                                   rf_sim_bound *out) {
   *out = (rf_sim_bound){0.0, "none: nothing must move"};
   sim_net net;
   RF_TRY(sim_net_init(&net, c, lay->world_size, device, mapping));
@@ -375,7 +400,9 @@ rf_status rf_sim_lower_bound(const rf_layout *lay, const rf_cluster *c, int devi
                  .push = mapping && rf_engine_pushes(&probe),
                  .nodes = net.nodes,
                  .rpn = c->ranks_per_node,
-                 .gpus = c->gpus};
+                 .gpus = c->gpus,
+                 .delta = delta,
+                 .apply = sim_delta_on(delta) ? sim_apply_rate(c, device) : 0.0};
   b.places = device ? net.nodes * c->gpus : lay->world_size;
   size_t boxes = (size_t)lay->trainer_ranks + (size_t)lay->rollout_ranks + 1;
   size_t places = (size_t)b.places + 1, nodes = (size_t)b.nodes + 1;

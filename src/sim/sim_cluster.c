@@ -93,12 +93,22 @@ static rf_status text(const where *w, json_t *obj, const char *key, int required
                  w->path, w->at, *w->at ? "." : "", key, len);
 }
 
+/* Optional, as the quantize rates: files written before delta refits were simulated have none,
+ * and both passes are memory-bound like a copy (sim.h, RF_SIM_DELTA_RATES). */
+static rf_status delta_rates(const where *w, json_t *obj, double copy, double *encode,
+                             double *apply) {
+  *encode = *apply = copy;
+  RF_TRY(number(w, obj, "delta_encode_GBps", 0, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX, encode));
+  return number(w, obj, "delta_apply_GBps", 0, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX, apply);
+}
+
 static rf_status read_gpus(const char *path, json_t *node, rf_cluster *c) {
   where w = {path, "node.gpu"};
   json_t *gpu, *nics;
   RF_TRY(object(&(where){path, "node"}, node, "gpu", c->gpus > 0, &gpu));
   if (gpu) {
-    static const char *const keys[] = {"name", "memory_GiB", "copy_GBps", "quantize_GBps"};
+    static const char *const keys[] = {"name",          "memory_GiB",        "copy_GBps",
+                                       "quantize_GBps", "delta_encode_GBps", "delta_apply_GBps"};
     RF_TRY(known_keys(&w, gpu, keys, RF_ARRAY_LEN(keys)));
     RF_TRY(text(&w, gpu, "name", 1, c->gpu_name, sizeof c->gpu_name));
     RF_TRY(number(&w, gpu, "memory_GiB", 1, 0, GIB, 0, RF_SIM_MEMORY_MAX, &c->gpu_memory));
@@ -108,6 +118,7 @@ static rf_status read_gpus(const char *path, json_t *node, rf_cluster *c) {
     c->gpu_quantize = RF_SIM_GPU_QUANTIZE_OF_COPY * c->gpu_copy;
     RF_TRY(number(&w, gpu, "quantize_GBps", 0, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX,
                   &c->gpu_quantize));
+    RF_TRY(delta_rates(&w, gpu, c->gpu_copy, &c->gpu_delta_encode, &c->gpu_delta_apply));
   }
   w.at = "node";
   RF_TRY(number(&w, node, "nvlink_GBps", 0, 1, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX, &c->nvlink));
@@ -130,7 +141,8 @@ static rf_status read_cluster(const char *path, json_t *root, rf_cluster *c) {
                                     "node", "latency_us",  "sources"};
   static const char *const node_keys[] = {"gpus",      "ranks_per_node", "gpu", "nvlink_GBps",
                                           "pcie_GBps", "nics",           "host"};
-  static const char *const host_keys[] = {"memcpy_GBps", "mpi_GBps", "memory_GiB", "quantize_GBps"};
+  static const char *const host_keys[] = {"memcpy_GBps",   "mpi_GBps",          "memory_GiB",
+                                          "quantize_GBps", "delta_encode_GBps", "delta_apply_GBps"};
   static const char *const latency_keys[] = {"node", "network", "copy"};
   where w = {path, ""};
   json_t *node, *host, *latency, *sources;
@@ -160,6 +172,7 @@ static rf_status read_cluster(const char *path, json_t *root, rf_cluster *c) {
   c->host_quantize = RF_SIM_HOST_QUANTIZE; /* optional, as the GPU's */
   RF_TRY(number(&w, host, "quantize_GBps", 0, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX,
                 &c->host_quantize));
+  RF_TRY(delta_rates(&w, host, c->host_memcpy, &c->host_delta_encode, &c->host_delta_apply));
   w.at = "";
   RF_TRY(object(&w, root, "latency_us", 1, &latency));
   w.at = "latency_us";

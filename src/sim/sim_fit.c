@@ -13,7 +13,8 @@
  * runs' packs and unpacks hold the quantizer's passes (sim_walk.c says where), so their totals
  * exceed what the three rates predict for the same job unquantized by their bytes quantized
  * over the rate; fitted jointly, the unquantized runs and the limits pin the three and the
- * quantized runs' excess the fourth. */
+ * quantized runs' excess the fourth. Runs that send deltas add the delta encode rate (their
+ * packs) and apply rate (their unpacks) the same way. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -96,7 +97,7 @@ rf_status rf_sim_trace_record(const rf_plan *plan, const rf_cluster *c, const rf
                               rf_sim_trace **out) {
   RF_TRY(trace_new(plan, c, o->device, o->mapping, o->mode, out));
   (*out)->net.ordered = o->ordered;
-  return sim_walk(plan, o, NULL, keep_unit, *out);
+  return sim_walk(plan, o, NULL, NULL, keep_unit, *out);
 }
 
 rf_status rf_sim_trace_limit(const rf_plan *plan, const rf_cluster *c, int device, rf_limit limit,
@@ -126,7 +127,7 @@ rf_status rf_sim_trace_limit(const rf_plan *plan, const rf_cluster *c, int devic
       in += b;
     }
     if (in > 0)
-      copies[ncopies++] = (sim_copy){d, in, 1, 0};
+      copies[ncopies++] = (sim_copy){d, in, 1, 0, 0, 0};
   }
   sim_unit u = {
       .stage = RF_STAGE_TRANSFER, .buckets = 1, .pairs = pairs, .pack = copies, .unpack = copies};
@@ -176,28 +177,42 @@ rf_status rf_sim_trace_time(const rf_sim_trace *t, const rf_cluster *c, double *
   return st;
 }
 
-/* The rates the fit moves, as pointers into the cluster; the fourth, the quantize rate, only
- * where the samples quantize. */
-static void knobs(rf_cluster *c, int device, double **v, const char **names) {
+/* The rates the fit may move, as pointers into the cluster: three always, then the quantize,
+ * delta encode and delta apply rates of the memory, each only where a sample has bytes at it
+ * (an unquantized run says nothing of the quantize rate). */
+typedef struct {
+  double *value;
+  const char *name;
+  int rate; /* a rate, else a latency */
+} knob;
+
+static void knobs(rf_cluster *c, int device, knob *k) {
   if (device) {
-    v[0] = &c->gpu_copy, names[0] = "gpu.copy_GBps";
-    v[1] = &c->latency_node, names[1] = "latency_us.node";
-    v[2] = &c->latency_copy, names[2] = "latency_us.copy";
-    v[3] = &c->gpu_quantize, names[3] = "gpu.quantize_GBps";
+    k[0] = (knob){&c->gpu_copy, "gpu.copy_GBps", 1};
+    k[1] = (knob){&c->latency_node, "latency_us.node", 0};
+    k[2] = (knob){&c->latency_copy, "latency_us.copy", 0};
+    k[3] = (knob){&c->gpu_quantize, "gpu.quantize_GBps", 1};
+    k[4] = (knob){&c->gpu_delta_encode, "gpu.delta_encode_GBps", 1};
+    k[5] = (knob){&c->gpu_delta_apply, "gpu.delta_apply_GBps", 1};
   } else {
-    v[0] = &c->host_mpi, names[0] = "host.mpi_GBps";
-    v[1] = &c->host_memcpy, names[1] = "host.memcpy_GBps";
-    v[2] = &c->latency_node, names[2] = "latency_us.node";
-    v[3] = &c->host_quantize, names[3] = "host.quantize_GBps";
+    k[0] = (knob){&c->host_mpi, "host.mpi_GBps", 1};
+    k[1] = (knob){&c->host_memcpy, "host.memcpy_GBps", 1};
+    k[2] = (knob){&c->latency_node, "latency_us.node", 0};
+    k[3] = (knob){&c->host_quantize, "host.quantize_GBps", 1};
+    k[4] = (knob){&c->host_delta_encode, "host.delta_encode_GBps", 1};
+    k[5] = (knob){&c->host_delta_apply, "host.delta_apply_GBps", 1};
   }
 }
 
-/* Whether a sample quantizes: only then do its times say anything about the quantize rate. */
-static int quantizes(const rf_sim_sample *s, int n) {
+/* Whether a sample has bytes at knob k's pass (3 quantize, 4 encode, 5 apply): only then do
+ * its times say anything about that rate. */
+static int has_pass(const rf_sim_sample *s, int n, int k) {
   for (int i = 0; i < n; i++)
-    for (int j = 0; j < s[i].trace->ncopies; j++)
-      if (s[i].trace->copies[j].quantized > 0)
+    for (int j = 0; j < s[i].trace->ncopies; j++) {
+      const sim_copy *cp = &s[i].trace->copies[j];
+      if ((k == 3 ? cp->quantized : k == 4 ? cp->encoded : cp->applied) > 0)
         return 1;
+    }
   return 0;
 }
 
@@ -258,25 +273,24 @@ static rf_status fit(rf_cluster *c, double **v, const double *lo, const double *
 rf_status rf_sim_calibrate(rf_cluster *c, int device, const rf_sim_sample *s, int n,
                            rf_sim_fit *out) {
   memset(out, 0, sizeof *out);
-  double *v[RF_SIM_KNOBS];
-  knobs(c, device, v, out->names);
+  knob all[RF_SIM_KNOBS];
+  knobs(c, device, all);
   out->samples = n;
-  /* The quantize rate is fitted where a sample quantizes: its runs' packs and unpacks are then
-   * longer than the other rates explain, by their bytes quantized over the rate. */
-  out->count = quantizes(s, n) ? RF_SIM_KNOBS : RF_SIM_KNOBS - 1;
-  /* The first knob is a rate, the others are latencies (host: the memcpy rate too), the fourth
-   * a rate. */
-  double lo[RF_SIM_KNOBS], hi[RF_SIM_KNOBS];
+  /* The pass rates are fitted where a sample has bytes at them: its runs' packs and unpacks
+   * are then longer than the other rates explain, by those bytes over the rate. */
+  double *v[RF_SIM_KNOBS], lo[RF_SIM_KNOBS], hi[RF_SIM_KNOBS];
   for (int k = 0; k < RF_SIM_KNOBS; k++) {
-    int rate = k == 0 || k == 3 || (!device && k == 1);
-    lo[k] = rate ? RF_SIM_RATE_MIN : RF_SIM_LATENCY_MIN;
-    hi[k] = rate ? RF_SIM_RATE_MAX : RF_SIM_LATENCY_MAX;
-  }
-  for (int k = 0; k < out->count; k++) {
+    if (k >= 3 && !has_pass(s, n, k))
+      continue;
+    int i = out->count++;
+    v[i] = all[k].value;
+    out->names[i] = all[k].name;
+    lo[i] = all[k].rate ? RF_SIM_RATE_MIN : RF_SIM_LATENCY_MIN;
+    hi[i] = all[k].rate ? RF_SIM_RATE_MAX : RF_SIM_LATENCY_MAX;
     /* A latency of zero has no logarithm to move: start it at a microsecond. */
-    if (!(*v[k] > 0))
-      *v[k] = k == 0 || k == 3 ? 1e9 : 1e-6;
-    out->before[k] = *v[k];
+    if (!(*v[i] > 0))
+      *v[i] = all[k].rate ? 1e9 : 1e-6;
+    out->before[i] = *v[i];
   }
   if (n == 0)
     return rf_fail(RF_ERR_RESULTS,

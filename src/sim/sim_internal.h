@@ -105,13 +105,15 @@ typedef struct {
   int messages;
 } sim_pair;
 
-/* A rank's copies of a unit, and what it quantizes among them (trainer-dtype bytes read): the
- * quantizer shares the rank's copy engine with its copies, at the cluster's quantize rate. */
+/* A rank's copies of a unit, and what it quantizes among them (trainer-dtype bytes read), the
+ * bytes its delta encoder reads and its delta applier touches: each shares the rank's copy
+ * engine with its copies, at its own rate of the cluster's. */
 typedef struct {
   int rank;
   int64_t bytes;
   int copies;
   int64_t quantized;
+  int64_t encoded, applied;
 } sim_copy;
 
 typedef struct {
@@ -132,17 +134,43 @@ typedef struct {
 
 typedef rf_status (*sim_unit_fn)(void *ctx, const sim_unit *u);
 
+/* What the walk saw cross, for the result (rf_sim_result's fields of the same names). */
+typedef struct {
+  int64_t wire_transfer_bytes, wire_forward_bytes;
+  int64_t delta_chunks[RF_SIM_ENCODING_COUNT];
+  int64_t delta_whole_bytes;
+} sim_tally;
+
 /* Walks every stage of the plan's schedule in `mode` (reshape, transfer, then fanout's forward
  * steps one after another, as the engine runs them) and hands each unit to fn; fills the
- * staging each world rank needs (the engine's alloc_staging, counted), staging[world]. */
-rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *staging, sim_unit_fn fn,
-                   void *ctx);
+ * staging each world rank needs (the engine's alloc_staging, counted), staging[world], and
+ * the tally (either may be NULL). */
+rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *staging, sim_tally *tally,
+                   sim_unit_fn fn, void *ctx);
+
+/* ---- delta refits (sim_delta.c) ---------------------------------------------------------- */
+
+int sim_delta_on(const rf_sim_delta_model *d);
+/* One chunk sent as a delta: its encoding, its bytes on the wire, the bytes its encoder reads
+ * (both versions of it) and its applier touches (the encoded bytes and the changed values). */
+typedef struct {
+  rf_sim_encoding encoding;
+  int64_t wire, read, applied;
+} sim_delta_chunk;
+/* A chunk of `elements` elements of `esize` bytes that puts `bytes` on the wire whole. */
+sim_delta_chunk sim_delta_encode(const rf_sim_delta_model *d, int64_t elements, int64_t esize,
+                                 int64_t bytes);
+/* The least bytes any encoding `d` allows, or dense, can send per byte of elements of e bytes:
+ * the lower bound's factor for bytes that cross a link. */
+double sim_delta_least(const rf_sim_delta_model *d, int64_t e);
 
 /* ---- timing ------------------------------------------------------------------------------ */
 
 /* The quantize rate of the memory the weights live in, bytes of trainer-dtype elements read a
- * second. */
+ * second; the delta encode and apply rates of that memory. */
 double sim_quantize_rate(const rf_cluster *c, int device);
+double sim_encode_rate(const rf_cluster *c, int device);
+double sim_apply_rate(const rf_cluster *c, int device);
 
 /* The running clock of one mode over the units of every stage. */
 typedef struct {
@@ -178,6 +206,9 @@ typedef struct {
   double sum_pack, sum_unpack, sum_latency;
   double sum_quantize; /* the part of the packs and unpacks that quantizes */
   int64_t quantize_pack_bytes, quantize_unpack_bytes;
+  double sum_encode,
+      sum_apply; /* the part of the packs that encodes, of the unpacks that applies */
+  int64_t encode_bytes, apply_bytes;
   double *res_bytes; /* [resources] bytes per link over the run, or NULL */
   /* With res_bytes: the unit's bytes per link (its links listed in touched), and per link the
    * seconds of the units it was the tightest link of; bound sums each unit's tightest link's

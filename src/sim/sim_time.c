@@ -73,33 +73,66 @@ double sim_quantize_rate(const rf_cluster *c, int device) {
   return device ? c->gpu_quantize : c->host_quantize;
 }
 
+double sim_encode_rate(const rf_cluster *c, int device) {
+  return device ? c->gpu_delta_encode : c->host_delta_encode;
+}
+
+double sim_apply_rate(const rf_cluster *c, int device) {
+  return device ? c->gpu_delta_apply : c->host_delta_apply;
+}
+
+/* The copies' time with the passes `with` names (the quantizer's; a delta's encoding and
+ * applying), each pass's bytes scaled by its engine's rate over the pass's own rate. */
+enum { PASS_QUANTIZE = 1, PASS_DELTA = 2 };
+
+static rf_status solve_copies(sim_clock *k, const sim_copy *cp, int n, int with, double *out) {
+  double quantize = sim_quantize_rate(k->c, k->net->device);
+  double encode = sim_encode_rate(k->c, k->net->device);
+  double apply = sim_apply_rate(k->c, k->net->device);
+  for (int i = 0; i < n; i++) {
+    int engine = sim_net_copy(k->net, cp[i].rank);
+    double cap = k->cap[engine], bytes = (double)cp[i].bytes;
+    /* Only passes with bytes: a rate a hand-made cluster left at 0 then never divides. */
+    if ((with & PASS_QUANTIZE) && cp[i].quantized)
+      bytes += (double)cp[i].quantized * (cap / quantize);
+    if ((with & PASS_DELTA) && cp[i].encoded)
+      bytes += (double)cp[i].encoded * (cap / encode);
+    if ((with & PASS_DELTA) && cp[i].applied)
+      bytes += (double)cp[i].applied * (cap / apply);
+    k->flows[i] = (sim_flow){bytes, 1, {engine}};
+  }
+  return sim_solve(k->solver, k->flows, n, k->cap, out);
+}
+
 /* Copies on each rank's copy engine: max-min time, plus the latency of the most copies any
  * rank makes one after the other. A rank's quantizing is memory-bound like its copies and runs
  * on the same memory, so it is a flow on the same engine: its bytes read, scaled by the
  * engine's rate over the quantize rate, take their time at the quantize rate when the rank has
- * the engine to itself, and share it as copies do when ranks share a GPU. `quantize` gets the
- * part of the time that quantizing adds (0 with nothing quantized). */
-static rf_status copies_time(sim_clock *k, const sim_copy *cp, int n, double *out,
-                             double *quantize) {
+ * the engine to itself, and share it as copies do when ranks share a GPU. A delta's encoding
+ * (in packs) and applying (in unpacks) are flows the same way at their own rates. `quantize`
+ * and `delta` get the part of the time that each adds: the time without the delta's passes
+ * less the time without either, and the whole less the time without the delta's (0 where there
+ * is none). */
+static rf_status copies_time(sim_clock *k, const sim_copy *cp, int n, double *out, double *quantize,
+                             double *delta) {
   RF_TRY(room(k, n));
   int most = 0;
-  int64_t quantized = 0;
-  double rate = sim_quantize_rate(k->c, k->net->device);
+  int64_t quantized = 0, deltas = 0;
   for (int i = 0; i < n; i++) {
-    int engine = sim_net_copy(k->net, cp[i].rank);
-    double bytes = (double)cp[i].bytes + (double)cp[i].quantized * (k->cap[engine] / rate);
-    k->flows[i] = (sim_flow){bytes, 1, {engine}};
     most = RF_MAX(most, cp[i].copies);
     quantized += cp[i].quantized;
+    deltas += cp[i].encoded + cp[i].applied;
   }
-  RF_TRY(sim_solve(k->solver, k->flows, n, k->cap, out));
-  *quantize = 0.0;
-  if (quantized > 0) { /* the same copies without their quantizing */
-    double plain;
-    for (int i = 0; i < n; i++)
-      k->flows[i].bytes = (double)cp[i].bytes;
-    RF_TRY(sim_solve(k->solver, k->flows, n, k->cap, &plain));
-    *quantize = *out - plain;
+  RF_TRY(solve_copies(k, cp, n, PASS_QUANTIZE | PASS_DELTA, out));
+  *quantize = *delta = 0.0;
+  double without_delta = *out, plain;
+  if (deltas > 0) {
+    RF_TRY(solve_copies(k, cp, n, PASS_QUANTIZE, &without_delta));
+    *delta = *out - without_delta;
+  }
+  if (quantized > 0) {
+    RF_TRY(solve_copies(k, cp, n, 0, &plain));
+    *quantize = without_delta - plain;
   }
   *out += most * k->c->latency_copy;
   return RF_OK;
@@ -285,14 +318,20 @@ rf_status sim_clock_unit(sim_clock *k, const sim_unit *u) {
     k->fluid.count = 0;
     k->fluid.now = 0.0;
   }
-  double p, x = 0.0, v, qp, qv;
-  RF_TRY(copies_time(k, u->pack, u->npack, &p, &qp));
-  RF_TRY(copies_time(k, u->unpack, u->nunpack, &v, &qv));
+  double p, x = 0.0, v, qp, qv, encode, apply;
+  RF_TRY(copies_time(k, u->pack, u->npack, &p, &qp, &encode));
+  RF_TRY(copies_time(k, u->unpack, u->nunpack, &v, &qv, &apply));
   k->sum_quantize += qp + qv;
-  for (int i = 0; i < u->npack; i++)
+  k->sum_encode += encode;
+  k->sum_apply += apply;
+  for (int i = 0; i < u->npack; i++) {
     k->quantize_pack_bytes += u->pack[i].quantized;
-  for (int i = 0; i < u->nunpack; i++)
+    k->encode_bytes += u->pack[i].encoded;
+  }
+  for (int i = 0; i < u->nunpack; i++) {
     k->quantize_unpack_bytes += u->unpack[i].quantized;
+    k->apply_bytes += u->unpack[i].applied;
+  }
   if (k->mode == RF_MODE_FUSED) {
     RF_TRY(fused_unit(k, u, p, v));
   } else {

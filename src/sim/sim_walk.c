@@ -12,77 +12,20 @@
  * Over a mapping transport (engine_mapped.c) every piece is one copy straight across: no
  * messages, packs, unpacks (but a quantized rollout's quantizing) or staging. unfused launches and
  * waits once a tensor, grouped once a bucket, fused once a stage; each stage adds the two rounds of
- * ready and done notes. */
+ * ready and done notes.
+ *
+ * What each chunk adds to a unit (its pair, packs, unpacks, quantizing and, with a delta, its
+ * encoding) is sim_walk_chunk.c's. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim_internal.h"
+#include "sim_walker.h"
 
 /* Chunks per window: enough that a window holds many buckets of a small job (3 MiB), little
  * enough that the C library hands each window the memory the one before freed rather than
  * fresh pages to fault in, which 48 MiB windows had it do: a quarter of the walk's time on a
  * virtual machine. */
 #define WINDOW_CHUNKS (1 << 16)
-
-typedef struct {
-  const rf_plan *plan;
-  rf_mode mode;
-  int mapping;  /* rf_sim_options.mapping */
-  rf_wire wire; /* rf_sim_options.wire */
-  int world;
-  int step; /* the forward step being walked */
-  sim_unit_fn fn;
-  void *ctx;
-  /* the open unit */
-  sim_pair *pairs;
-  int npairs, pairs_cap;
-  /* The open unit's pairs by (src, dst), open addressing: slot h holds pair slot_pair[h] where
-   * slot_unit[h] is the unit's number. A chunk joins its pair as it comes, so that close_unit
-   * sorts the distinct pairs, not every chunk (a star's bucket sends each pair many tensors). */
-  int *slot_pair;
-  unsigned *slot_unit;
-  size_t slots; /* a power of two, at least twice npairs; 0 before the first pair */
-  unsigned unit;
-  int64_t *pack_bytes, *unpack_bytes; /* [world] */
-  int64_t *pack_quant, *unpack_quant; /* [world]: trainer-dtype bytes quantized (sim_copy) */
-  int *pack_copies, *unpack_copies;   /* [world]: copies launched one by one */
-  char *pack_batch, *unpack_batch;    /* [world]: copies the engine gathers into one batch */
-  char *quant_batch; /* [world]: landed pieces quantized, a launch of their own a unit */
-  int *touched;      /* ranks with copies in the unit, each once */
-  char *is_touched;
-  int ntouched;
-  sim_copy *pack, *unpack; /* [world] */
-  /* the open bucket's staging per rank, and the most any bucket needed */
-  int64_t *send_staged, *recv_staged, *send_need, *recv_need;
-  int *staged_ranks;
-  char *is_staged;
-  int nstaged;
-  /* Mapping transports: the stage's rank pairs that share pieces, peer[src * world + dst] (a
-   * mapping job runs on one node, so these stay small), for the notes; and the buckets fused
-   * has walked into its one unit of the stage. */
-  char *peer;
-  int open_buckets;
-  /* In rounds: every unit is timed as the transfer stage's (the engine times the forward
-   * buckets with it), with its round and whether it is a forward bucket; unit_buckets counts
-   * the buckets a grouped unit holds. */
-  int in_rounds, round, forward, unit_buckets;
-  int64_t *rule_staging; /* [world]: in rounds, the staging the engine's rule allocates */
-} walker;
-
-static void touch(walker *w, int rank) {
-  if (!w->is_touched[rank]) {
-    w->is_touched[rank] = 1;
-    w->touched[w->ntouched++] = rank;
-  }
-}
-
-static void stage_bytes(walker *w, int rank, int64_t *per_rank, int64_t bytes) {
-  if (!w->is_staged[rank]) {
-    w->is_staged[rank] = 1;
-    w->staged_ranks[w->nstaged++] = rank;
-  }
-  per_rank[rank] += bytes;
-}
 
 static size_t pair_slot(const walker *w, int src, int dst) {
   uint64_t key = (uint64_t)src * (uint64_t)w->world + (uint64_t)dst;
@@ -117,7 +60,7 @@ static rf_status more_slots(walker *w) {
   return RF_OK;
 }
 
-static rf_status add_pair(walker *w, int src, int dst, int64_t bytes, int messages) {
+rf_status sim_walker_pair(walker *w, int src, int dst, int64_t bytes, int messages) {
   if (2 * ((size_t)w->npairs + 1) > w->slots)
     RF_TRY(more_slots(w));
   size_t h = pair_slot(w, src, dst);
@@ -153,20 +96,30 @@ static rf_status close_unit(walker *w, rf_stage stage, int bucket, int buckets) 
       w->pairs[n++] = w->pairs[i];
     }
   }
-  for (int i = 0; w->mode == RF_MODE_FUSED && !w->mapping && i < n; i++)
+  for (int i = 0; (w->mode == RF_MODE_FUSED || w->unit_delta) && !w->mapping && i < n; i++)
     w->pairs[i].messages = w->pairs[i].src != w->pairs[i].dst;
+  w->unit_delta = 0;
   int npack = 0, nunpack = 0;
   for (int t = 0; t < w->ntouched; t++) {
     int r = w->touched[t];
-    if (w->pack_bytes[r] || w->pack_quant[r])
-      w->pack[npack++] =
-          (sim_copy){r, w->pack_bytes[r], w->pack_copies[r] + w->pack_batch[r], w->pack_quant[r]};
-    if (w->unpack_bytes[r] || w->unpack_quant[r])
-      w->unpack[nunpack++] = (sim_copy){
-          r, w->unpack_bytes[r], w->unpack_copies[r] + w->unpack_batch[r] + w->quant_batch[r],
-          w->unpack_quant[r]};
+    if (w->pack_bytes[r] || w->pack_quant[r] || w->pack_encode[r])
+      w->pack[npack++] = (sim_copy){r,
+                                    w->pack_bytes[r],
+                                    w->pack_copies[r] + w->pack_batch[r],
+                                    w->pack_quant[r],
+                                    w->pack_encode[r],
+                                    0};
+    if (w->unpack_bytes[r] || w->unpack_quant[r] || w->unpack_apply[r])
+      w->unpack[nunpack++] =
+          (sim_copy){r,
+                     w->unpack_bytes[r],
+                     w->unpack_copies[r] + w->unpack_batch[r] + w->quant_batch[r],
+                     w->unpack_quant[r],
+                     0,
+                     w->unpack_apply[r]};
     w->pack_bytes[r] = w->unpack_bytes[r] = 0;
     w->pack_quant[r] = w->unpack_quant[r] = 0;
+    w->pack_encode[r] = w->unpack_apply[r] = 0;
     w->pack_copies[r] = w->unpack_copies[r] = 0;
     w->pack_batch[r] = w->unpack_batch[r] = w->quant_batch[r] = 0;
     w->is_touched[r] = 0;
@@ -227,99 +180,6 @@ static void close_bucket(walker *w) {
   w->nstaged = 0;
 }
 
-/* The trainer-dtype bytes of chunk k that the plan has quantized (rf_piece_quant): what the
- * quantizer reads. Forwarded and carried pieces move fp8 already and quantize nothing. */
-static int64_t quantized_bytes(const rf_plan *plan, const rf_chunk *k, rf_quant want) {
-  const rf_piece *p = &plan->pieces[k->piece];
-  if (rf_piece_quant(plan, p) != want)
-    return 0;
-  return rf_box_numel(&k->box) * rf_tensor_esize(&plan->layout->model->tensors[p->tensor]);
-}
-
-/* Where the quantizer runs, as the engine runs it (engine_fp8.c, engine_modes.c):
- *
- * - A destination-quantized piece lands in the trainer's dtype and its destination quantizes
- *   it from there once the round has brought its blocks (engine_fp8_round_done, timed as
- *   unpack): its bytes on the destination's unpack, in a launch of their own, whatever path the
- *   landing took. The engine quantizes a block when its last piece lands; the walk charges
- *   each piece in the unit that brings it, the same bytes in all.
- * - A source-quantized piece sent as a message is quantized into staging: the quantizer is its
- *   pack, reading the trainer's bytes and writing the fp8 bytes and scales, so its pack is the
- *   quantize, in place of a copy of its wire bytes.
- * - A local source-quantized piece is quantized straight into the rollout tensor
- *   (engine_fp8_local): the same, on the rank's pack, and nothing else is copied. The engine
- *   does it as it posts, outside its pack timer, so its measured pack has it in transfer.
- * - Over a mapping transport the destination pulls a source-quantized piece through the
- *   quantizer from its source's memory: the walk keeps the copy across (the link carries it)
- *   and adds the quantize on the destination's unpack, a little more than the one pass it is. */
-static void quantize_on_landing(walker *w, const rf_chunk *k, int run, int dst) {
-  int64_t q = 0;
-  for (int j = 0; j < run; j++)
-    q += quantized_bytes(w->plan, &k[j], RF_QUANT_DESTINATION) +
-         (w->mapping ? quantized_bytes(w->plan, &k[j], RF_QUANT_SOURCE) : 0);
-  if (q == 0)
-    return;
-  touch(w, dst);
-  w->unpack_quant[dst] += q;
-  w->quant_batch[dst] = 1;
-}
-
-/* One message (or local copy) of `run` chunks from chunks[i], as post_chunk and post_block
- * make it. */
-static rf_status walk_run(walker *w, const rf_schedule *s, int i, int run) {
-  const rf_plan *plan = w->plan;
-  const rf_chunk *k = &s->chunks[i];
-  const rf_piece *p = &plan->pieces[k->piece];
-  int src = rf_piece_src_world(plan, p), dst = rf_piece_dst_world(plan, p);
-  int64_t bytes = 0;
-  for (int j = 0; j < run; j++)
-    bytes += k[j].bytes;
-  quantize_on_landing(w, k, run, dst);
-  /* A source-quantized chunk is one chunk a run (rf_engine_joined_chunks). */
-  int64_t source_q = w->mapping ? 0 : quantized_bytes(plan, k, RF_QUANT_SOURCE);
-  if (src == dst && source_q > 0) {
-    touch(w, src);
-    w->pack_quant[src] += source_q;
-    w->pack_copies[src]++;
-    return RF_OK;
-  }
-  if (src == dst)
-    return add_pair(w, src, dst, bytes, 0);
-  if (w->mapping) {
-    w->peer[(size_t)src * w->world + dst] = 1;
-    return add_pair(w, src, dst, bytes, 0);
-  }
-  if (run > 1) /* a joined block travels in place on both ends */
-    return add_pair(w, src, dst, bytes, 1);
-  /* A gathered chunk is copied like a packed one (by MPI, through its fragments), with no
-   * staging. Staged copies the engine batches (rf_engine_pack_batched, _unpack_batched) are
-   * one launch a unit; the rest, and the transport's gathers, are copies one by one. */
-  rf_chunk_path out = rf_engine_send_path(plan, w->mode, w->wire, k);
-  rf_chunk_path in = rf_engine_recv_path(plan, w->mode, w->wire, k);
-  if (out != RF_CHUNK_DIRECT) {
-    touch(w, src);
-    w->pack_bytes[src] += source_q > 0 ? 0 : bytes;
-    w->pack_quant[src] += source_q;
-    if (out == RF_CHUNK_STAGED && rf_engine_pack_batched(plan, w->mode, p))
-      w->pack_batch[src] = 1;
-    else
-      w->pack_copies[src]++;
-    if (out == RF_CHUNK_STAGED)
-      stage_bytes(w, src, w->send_staged, bytes);
-  }
-  if (in != RF_CHUNK_DIRECT) {
-    touch(w, dst);
-    w->unpack_bytes[dst] += bytes;
-    if (in == RF_CHUNK_STAGED && rf_engine_unpack_batched(plan, p))
-      w->unpack_batch[dst] = 1;
-    else
-      w->unpack_copies[dst]++;
-    if (in == RF_CHUNK_STAGED)
-      stage_bytes(w, dst, w->recv_staged, bytes);
-  }
-  return add_pair(w, src, dst, bytes, 1);
-}
-
 /* Bucket b of s; its unit closes with it unless `keep_open` (grouped's round goes on). */
 static rf_status walk_bucket(walker *w, const rf_schedule *s, int b, int keep_open) {
   const rf_bucket *bk = &s->buckets[b];
@@ -328,7 +188,7 @@ static rf_status walk_bucket(walker *w, const rf_schedule *s, int b, int keep_op
     /* A mapping transport copies chunk by chunk (joined runs are messages). */
     int run =
         w->mapping ? 1 : rf_engine_joined_chunks(w->plan, w->mode, w->wire, s->chunks, i, end);
-    RF_TRY(walk_run(w, s, i, run));
+    RF_TRY(sim_walker_run(w, s, i, run));
     i += run - 1;
     int last = i + 1 == end;
     /* unfused waits after the last chunk of each tensor, as run_per_chunk does */
@@ -451,19 +311,22 @@ static rf_status walk_rounds(walker *w, int64_t bucket_size) {
   return st;
 }
 
-rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *staging, sim_unit_fn fn,
-                   void *ctx) {
+rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *staging, sim_tally *tally,
+                   sim_unit_fn fn, void *ctx) {
   int world = plan->layout->world_size;
   size_t n = (size_t)world + 1;
   walker w = {.plan = plan,
               .mode = o->mode,
               .mapping = o->mapping,
               .wire = o->wire,
+              .delta = o->delta,
+              .delta_on = sim_delta_on(&o->delta),
+              .tally = tally,
               .world = world,
               .fn = fn,
               .ctx = ctx,
               .unit = 1};
-  int64_t *i64 = rf_calloc(8 * n, sizeof *i64, "the walk's counters");
+  int64_t *i64 = rf_calloc(10 * n, sizeof *i64, "the walk's counters");
   int *ints = rf_calloc(4 * n, sizeof *ints, "the walk's counters");
   char *flags = rf_calloc(5 * n, 1, "the walk's counters");
   w.pack = rf_calloc(n, sizeof *w.pack, "the walk's copies");
@@ -476,6 +339,7 @@ rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *stagin
     w.pack_bytes = i64, w.unpack_bytes = i64 + n, w.send_staged = i64 + 2 * n;
     w.recv_staged = i64 + 3 * n, w.send_need = i64 + 4 * n, w.recv_need = i64 + 5 * n;
     w.pack_quant = i64 + 6 * n, w.unpack_quant = i64 + 7 * n;
+    w.pack_encode = i64 + 8 * n, w.unpack_apply = i64 + 9 * n;
     w.pack_copies = ints, w.unpack_copies = ints + n, w.touched = ints + 2 * n;
     w.staged_ranks = ints + 3 * n;
     w.is_touched = flags, w.is_staged = flags + n;
@@ -490,8 +354,15 @@ rf_status sim_walk(const rf_plan *plan, const rf_sim_options *o, int64_t *stagin
     st = walk_stage(&w, RF_STAGE_TRANSFER, -1, o->bucket_size);
   for (int s = 0; st == RF_OK && o->mapping && s < plan->forward_depth; s++)
     st = walk_stage(&w, RF_STAGE_FORWARD, s, o->bucket_size);
-  /* alloc_staging: the largest bucket of either stage once per direction, twice for fused. */
+  /* alloc_staging: the largest bucket of either stage once per direction, twice for fused.
+   * The engine's rule for rounds counts whole chunks; a delta's encoded ones are the walk's
+   * own, with room for a transfer and a forward bucket at once. */
   int slots = o->mode == RF_MODE_FUSED ? 2 : 1;
+  if (w.delta_on && w.rule_staging) {
+    free(w.rule_staging);
+    w.rule_staging = NULL;
+    slots *= 2;
+  }
   for (int r = 0; st == RF_OK && staging && r < world; r++)
     staging[r] = w.rule_staging ? w.rule_staging[r] : slots * (w.send_need[r] + w.recv_need[r]);
   free(w.rule_staging);
