@@ -83,6 +83,55 @@ static rf_status shard_maxima(const rf_engine *e, float *amax) {
   return st;
 }
 
+/* Writes the globals of the tensors this rollout rank holds into their rollout globals
+ * tensors, which follow each weight and its scales (layout_fp8.c): gathered per globals tensor
+ * on the host first and copied in runs, since a copy per tensor (a MoE has thousands, one per
+ * expert and projection) costs a synchronous transfer each, tens of milliseconds in all. */
+static rf_status write_globals(const rf_engine *e) {
+  const rf_layout *lay = e->plan->layout;
+  int n = lay->model->tensor_count, rn = lay->rollout_tensor_count;
+  float **host = rf_calloc((size_t)rn + 1, sizeof *host, "the globals to write");
+  char **set = rf_calloc((size_t)rn + 1, sizeof *set, "the globals to write");
+  rf_status st = host && set ? RF_OK : RF_ERR_NOMEM;
+  for (int t = 0; t < n && st == RF_OK; t++) {
+    rf_box held = rf_layout_rollout_box(lay, t, e->rollout_rank);
+    if (lay->global_leader[t] < 0 || rf_box_is_empty(&held))
+      continue;
+    int g = lay->slots[t].local + 2;
+    int64_t count = lay->rollout_tensors[g].numel, at = engine_fp8_global_index(lay, t);
+    if (!host[g]) {
+      host[g] = rf_calloc((size_t)count + 1, sizeof **host, "the globals to write");
+      set[g] = rf_calloc((size_t)count + 1, 1, "the globals to write");
+      if (!host[g] || !set[g]) {
+        st = RF_ERR_NOMEM;
+        break;
+      }
+    }
+    if (at < 0 || at >= count) {
+      st = rf_fail(RF_ERR_INTERNAL, "%s: global %lld of %lld", lay->model->tensors[t].name,
+                   (long long)at, (long long)count);
+      break;
+    }
+    host[g][at] = e->fp8_global[t], set[g][at] = 1;
+  }
+  for (int g = 0; g < rn && st == RF_OK; g++) {
+    int64_t count = host[g] ? lay->rollout_tensors[g].numel : 0;
+    for (int64_t a = 0; a < count && st == RF_OK;) {
+      int64_t b = a;
+      while (b < count && set[g][b])
+        b++;
+      if (b > a)
+        st = rf_mem_transfer((float *)e->data->rollout[g] + a, e->memory, host[g] + a, RF_MEM_HOST,
+                             (size_t)(b - a) * sizeof(float));
+      a = b + 1;
+    }
+  }
+  for (int g = 0; g < rn && host && set; g++)
+    free(host[g]), free(set[g]);
+  free(host), free(set);
+  return st;
+}
+
 rf_status engine_fp8_agree_globals(rf_engine *e, double *times) {
   const rf_layout *lay = e->plan->layout;
   const rf_format *f = rf_layout_format(lay);
@@ -111,16 +160,9 @@ rf_status engine_fp8_agree_globals(rf_engine *e, double *times) {
                        : rf_tensor_quantized(&lay->model->tensors[t])
                            ? all[leader]
                            : rf_format_global_of(f, all[leader]);
-    rf_box held = e->rollout_rank >= 0 ? rf_layout_rollout_box(lay, t, e->rollout_rank)
-                                       : (rf_box){{0, 0}, {0, 0}};
-    if (leader < 0 || rf_box_is_empty(&held))
-      continue;
-    /* The globals tensor follows the weight and its scales (layout_fp8.c), in the rollout's
-     * memory: 4 bytes a tensor, written once an iteration. */
-    float *g = (float *)e->data->rollout[lay->slots[t].local + 2];
-    st = rf_mem_transfer(g + engine_fp8_global_index(lay, t), e->memory, &e->fp8_global[t],
-                         RF_MEM_HOST, sizeof(float));
   }
+  if (st == RF_OK && e->rollout_rank >= 0)
+    st = write_globals(e);
   /* Only when both are allocated: after a timeout MPI may still write into them. */
   if (st != RF_ERR_TIMEOUT)
     free(mine), free(all);
