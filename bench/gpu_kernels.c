@@ -165,7 +165,7 @@ static rf_status step_fill(bench *b) {
   rf_box box;
   rf_region r;
   rf_tensor t = whole_tensor(b, &box, &r);
-  return rf_fill_region_on(RF_MEM_DEVICE, &r, &box, &t, 42, RF_DTYPE_BF16);
+  return rf_fill_region_on(RF_MEM_DEVICE, &r, &box, &t, 42, NULL, RF_DTYPE_BF16);
 }
 
 static rf_status step_checksum(bench *b) {
@@ -183,8 +183,8 @@ static rf_status step_check(bench *b) {
   rf_mismatch m[8];
   int reported;
   int64_t wrong;
-  RF_TRY(
-      rf_check_region_on(RF_MEM_DEVICE, &r, &box, &t, 42, RF_DTYPE_BF16, m, 8, &reported, &wrong));
+  RF_TRY(rf_check_region_on(RF_MEM_DEVICE, &r, &box, &t, 42, NULL, RF_DTYPE_BF16, m, 8, &reported,
+                            &wrong));
   return wrong == 0 ? RF_OK : rf_fail(RF_ERR_VERIFY, "%lld elements wrong", (long long)wrong);
 }
 

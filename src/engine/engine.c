@@ -305,6 +305,7 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   for (int p = 0; p < RF_PHASE_COUNT; p++)
     times[p] = 0.0;
   e->messages = 0;
+  e->moved = e->data->version; /* what the rollout holds once this iteration is done */
   if (stall)
     return RF_OK; /* --inject stall: this rank never posts its side */
   double start = rf_now();

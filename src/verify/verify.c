@@ -1,9 +1,12 @@
-/* verify: the walks over a region that fill it with the generator's values, checksum it and
- * check it element by element, on the CPU; and the dispatch that sends device regions to the
- * CUDA kernels (verify_gpu.h) along the same walk.
+/* verify: the walks over a region that fill it with the generator's values (or a later
+ * version's), checksum it and check it element by element, on the CPU; and the dispatch that
+ * sends device regions to the CUDA kernels (verify_gpu.h) along the same walk.
  *
  * The generator and the checksum term are results format 2's (values.h): stored results and
- * the GPU kernels depend on their exact bit patterns, and test_verify pins a few of them. */
+ * the GPU kernels depend on their exact bit patterns, and test_verify pins a few of them.
+ * Version 0 keeps its own loops: a walk passes a NULL version to them, which the inlining
+ * folds away, so --update none fills and checks at the speed it always had. Compiled with
+ * -ffp-contract=off (src/CMakeLists.txt) for adam's fp32 steps (versions.h). */
 #include <string.h>
 
 #include "verify/verify.h"
@@ -85,13 +88,20 @@ RF_FORCE_INLINE void store_one(char *p, int64_t k, int64_t step, uint32_t v, rf_
     ((uint16_t *)p)[k * step] = (uint16_t)v;
 }
 
+/* Element i's bits: the generator's, or version vg's where vg is not NULL (a constant NULL
+ * in version 0's inlined copies). */
+RF_FORCE_INLINE uint32_t value_at(uint64_t key, const rf_version_gen *vg, int64_t i,
+                                  rf_dtype dtype) {
+  return vg ? rf_version_value(vg, i, dtype) : rf_value_of(key, i, dtype);
+}
+
 RF_FORCE_INLINE void fill_line(char *p, const box_walk *bw, int64_t g, uint64_t key,
-                               rf_dtype dtype) {
+                               const rf_version_gen *vg, rf_dtype dtype) {
   int64_t k = 0;
   for (; k + RF_CHUNK <= bw->n_in; k += RF_CHUNK) {
     uint32_t v[RF_CHUNK];
     for (int u = 0; u < RF_CHUNK; u++)
-      v[u] = rf_value_of(key, g + (k + u) * bw->dg, dtype);
+      v[u] = value_at(key, vg, g + (k + u) * bw->dg, dtype);
     if (bw->step == 1)
       for (int u = 0; u < RF_CHUNK; u++)
         store_one(p, k + u, 1, v[u], dtype);
@@ -100,7 +110,19 @@ RF_FORCE_INLINE void fill_line(char *p, const box_walk *bw, int64_t g, uint64_t 
         store_one(p, k + u, bw->step, v[u], dtype);
   }
   for (; k < bw->n_in; k++)
-    store_one(p, k, bw->step, rf_value_of(key, g + k * bw->dg, dtype), dtype);
+    store_one(p, k, bw->step, value_at(key, vg, g + k * bw->dg, dtype), dtype);
+}
+
+/* The same line at version vg->k from version vg->k - 1 (full and sparse): each element read,
+ * and written only where it changes. */
+RF_FORCE_INLINE void advance_line(char *p, const box_walk *bw, int64_t g, const rf_version_gen *vg,
+                                  rf_dtype dtype) {
+  for (int64_t k = 0; k < bw->n_in; k++) {
+    uint32_t was = load_one(p, k, bw->step, dtype);
+    uint32_t now = rf_version_advance(vg, g + k * bw->dg, was, dtype);
+    if (now != was)
+      store_one(p, k, bw->step, now, dtype);
+  }
 }
 
 /* The checksum of one line under a scheme and element size that are constants in every
@@ -130,8 +152,8 @@ RF_FORCE_INLINE uint64_t checksum_line(const char *p, const box_walk *bw, int64_
 /* Counts the wrong elements of one line and records the first ones, up to max_report in all.
  * A clean chunk costs one comparison; only a chunk with a difference is walked again. */
 RF_FORCE_INLINE int64_t check_line(const char *p, const box_walk *bw, int64_t g, const rf_tensor *t,
-                                   uint64_t key, rf_dtype dtype, rf_mismatch *out, int max_report,
-                                   int *nrep) {
+                                   uint64_t key, const rf_version_gen *vg, rf_dtype dtype,
+                                   rf_mismatch *out, int max_report, int *nrep) {
   int64_t wrong = 0;
   for (int64_t k0 = 0; k0 < bw->n_in; k0 += RF_CHUNK) {
     int64_t k1 = k0 + RF_CHUNK;
@@ -139,12 +161,12 @@ RF_FORCE_INLINE int64_t check_line(const char *p, const box_walk *bw, int64_t g,
       uint32_t diff = 0;
       if (bw->step == 1)
         for (int u = 0; u < RF_CHUNK; u++) {
-          uint32_t want = rf_value_of(key, g + (k0 + u) * bw->dg, dtype);
+          uint32_t want = value_at(key, vg, g + (k0 + u) * bw->dg, dtype);
           diff |= want ^ load_one(p, k0 + u, 1, dtype);
         }
       else
         for (int u = 0; u < RF_CHUNK; u++) {
-          uint32_t want = rf_value_of(key, g + (k0 + u) * bw->dg, dtype);
+          uint32_t want = value_at(key, vg, g + (k0 + u) * bw->dg, dtype);
           diff |= want ^ load_one(p, k0 + u, bw->step, dtype);
         }
       if (!diff)
@@ -153,7 +175,7 @@ RF_FORCE_INLINE int64_t check_line(const char *p, const box_walk *bw, int64_t g,
       k1 = bw->n_in;
     }
     for (int64_t k = k0; k < k1; k++) {
-      uint32_t want = rf_value_of(key, g + k * bw->dg, dtype);
+      uint32_t want = value_at(key, vg, g + k * bw->dg, dtype);
       uint32_t got = load_one(p, k, bw->step, dtype);
       if (want == got)
         continue;
@@ -169,26 +191,71 @@ RF_FORCE_INLINE int64_t check_line(const char *p, const box_walk *bw, int64_t g,
 
 /* ---- the public walks --------------------------------------------------------------------- */
 
+/* One line of a fill, with version 0's loop where vg is NULL. */
+RF_FORCE_INLINE void fill_line_as(char *p, const box_walk *bw, int64_t g, uint64_t key,
+                                  const rf_version_gen *vg, rf_dtype dtype) {
+  if (vg)
+    fill_line(p, bw, g, key, vg, dtype);
+  else
+    fill_line(p, bw, g, key, NULL, dtype);
+}
+
+/* The version a walk computes: NULL where its values are version 0's. */
+static const rf_version_gen *versioned(const rf_version_gen *g) {
+  return rf_version_differs(g) ? g : NULL;
+}
+
 RF_SIMD_CLONES
 void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
-                    rf_dtype dtype) {
+                    const rf_weight_version *version, rf_dtype dtype) {
   box_walk bw = walk_of(r, box, t);
-  uint64_t key = rf_value_key(seed, t->id);
+  rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
+  const rf_version_gen *vg = versioned(&gen);
   for (int64_t o = 0; o < bw.n_out; o++) {
     int64_t g;
     char *p = line_start(r, &bw, t, o, &g);
     switch (dtype) {
     case RF_DTYPE_BF16:
-      fill_line(p, &bw, g, key, RF_DTYPE_BF16);
+      fill_line_as(p, &bw, g, gen.key, vg, RF_DTYPE_BF16);
       break;
     case RF_DTYPE_FP16:
-      fill_line(p, &bw, g, key, RF_DTYPE_FP16);
+      fill_line_as(p, &bw, g, gen.key, vg, RF_DTYPE_FP16);
       break;
     case RF_DTYPE_FP32:
-      fill_line(p, &bw, g, key, RF_DTYPE_FP32);
+      fill_line_as(p, &bw, g, gen.key, vg, RF_DTYPE_FP32);
       break;
     case RF_DTYPE_FP8: /* a rollout dtype only: no logical tensor has it (model.h) */
     case RF_DTYPE_U8:  /* format bytes in a written checkpoint only */
+      break;
+    }
+  }
+}
+
+void rf_advance_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
+                       const rf_weight_version *version, rf_dtype dtype) {
+  rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
+  if (!rf_version_differs(&gen))
+    return; /* version 0, or none: every version holds the same values */
+  if (gen.kind == RF_UPDATE_ADAM) {
+    rf_fill_region(r, box, t, seed, version, dtype);
+    return;
+  }
+  box_walk bw = walk_of(r, box, t);
+  for (int64_t o = 0; o < bw.n_out; o++) {
+    int64_t g;
+    char *p = line_start(r, &bw, t, o, &g);
+    switch (dtype) {
+    case RF_DTYPE_BF16:
+      advance_line(p, &bw, g, &gen, RF_DTYPE_BF16);
+      break;
+    case RF_DTYPE_FP16:
+      advance_line(p, &bw, g, &gen, RF_DTYPE_FP16);
+      break;
+    case RF_DTYPE_FP32:
+      advance_line(p, &bw, g, &gen, RF_DTYPE_FP32);
+      break;
+    case RF_DTYPE_FP8:
+    case RF_DTYPE_U8:
       break;
     }
   }
@@ -227,13 +294,23 @@ uint64_t rf_checksum_region(const rf_region *r, const rf_box *box, const rf_tens
   return rf_checksum_region_as(RF_CHECKSUM_CURRENT, r, box, t, dtype);
 }
 
+/* One line of a check, with version 0's loop where vg is NULL. */
+RF_FORCE_INLINE int64_t check_line_as(const char *p, const box_walk *bw, int64_t g,
+                                      const rf_tensor *t, uint64_t key, const rf_version_gen *vg,
+                                      rf_dtype dtype, rf_mismatch *out, int max_report, int *nrep) {
+  return vg ? check_line(p, bw, g, t, key, vg, dtype, out, max_report, nrep)
+            : check_line(p, bw, g, t, key, NULL, dtype, out, max_report, nrep);
+}
+
 /* Mismatches are found in the region's memory order (see box_walk), which is row-major order
  * for everything but a transposed region. */
 RF_SIMD_CLONES
 int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
-                        rf_dtype dtype, rf_mismatch *out, int max_report, int *reported) {
+                        const rf_weight_version *version, rf_dtype dtype, rf_mismatch *out,
+                        int max_report, int *reported) {
   box_walk bw = walk_of(r, box, t);
-  uint64_t key = rf_value_key(seed, t->id);
+  rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
+  const rf_version_gen *vg = versioned(&gen);
   int64_t wrong = 0;
   int nrep = 0;
   for (int64_t o = 0; o < bw.n_out; o++) {
@@ -241,13 +318,13 @@ int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *
     const char *p = line_start(r, &bw, t, o, &g);
     switch (dtype) {
     case RF_DTYPE_BF16:
-      wrong += check_line(p, &bw, g, t, key, RF_DTYPE_BF16, out, max_report, &nrep);
+      wrong += check_line_as(p, &bw, g, t, gen.key, vg, RF_DTYPE_BF16, out, max_report, &nrep);
       break;
     case RF_DTYPE_FP16:
-      wrong += check_line(p, &bw, g, t, key, RF_DTYPE_FP16, out, max_report, &nrep);
+      wrong += check_line_as(p, &bw, g, t, gen.key, vg, RF_DTYPE_FP16, out, max_report, &nrep);
       break;
     case RF_DTYPE_FP32:
-      wrong += check_line(p, &bw, g, t, key, RF_DTYPE_FP32, out, max_report, &nrep);
+      wrong += check_line_as(p, &bw, g, t, gen.key, vg, RF_DTYPE_FP32, out, max_report, &nrep);
       break;
     case RF_DTYPE_FP8: /* a rollout dtype only: no logical tensor has it (model.h) */
     case RF_DTYPE_U8:  /* format bytes in a written checkpoint only */
@@ -287,13 +364,30 @@ static rf_status kind_check(rf_mem_kind kind) {
 }
 
 rf_status rf_fill_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
-                            const rf_tensor *t, uint64_t seed, rf_dtype dtype) {
+                            const rf_tensor *t, uint64_t seed, const rf_weight_version *version,
+                            rf_dtype dtype) {
   RF_TRY(kind_check(kind));
   if (kind == RF_MEM_DEVICE) {
     rf_gpu_walk w = gpu_walk_of(r, box, t);
-    return rf_gpu_fill(&w, rf_value_key(seed, t->id), dtype);
+    rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
+    return rf_gpu_fill(&w, &gen, dtype);
   }
-  rf_fill_region(r, box, t, seed, dtype);
+  rf_fill_region(r, box, t, seed, version, dtype);
+  return RF_OK;
+}
+
+/* On the device an advance is a fill of the version: O(k) per element for sparse, which the
+ * GPU affords, and one kernel less to keep bit-identical. */
+rf_status rf_advance_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
+                               const rf_tensor *t, uint64_t seed, const rf_weight_version *version,
+                               rf_dtype dtype) {
+  RF_TRY(kind_check(kind));
+  rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
+  if (!rf_version_differs(&gen))
+    return RF_OK;
+  if (kind == RF_MEM_DEVICE)
+    return rf_fill_region_on(kind, r, box, t, seed, version, dtype);
+  rf_advance_region(r, box, t, seed, version, dtype);
   return RF_OK;
 }
 
@@ -309,14 +403,15 @@ rf_status rf_checksum_region_on(rf_mem_kind kind, const rf_region *r, const rf_b
 }
 
 rf_status rf_check_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
-                             const rf_tensor *t, uint64_t seed, rf_dtype dtype, rf_mismatch *out,
-                             int max_report, int *reported, int64_t *wrong) {
+                             const rf_tensor *t, uint64_t seed, const rf_weight_version *version,
+                             rf_dtype dtype, rf_mismatch *out, int max_report, int *reported,
+                             int64_t *wrong) {
   RF_TRY(kind_check(kind));
   if (kind == RF_MEM_DEVICE) {
     rf_gpu_walk w = gpu_walk_of(r, box, t);
-    return rf_gpu_check(&w, rf_value_key(seed, t->id), t->id, dtype, out, max_report, reported,
-                        wrong);
+    rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
+    return rf_gpu_check(&w, &gen, t->id, dtype, out, max_report, reported, wrong);
   }
-  *wrong = rf_check_region(r, box, t, seed, dtype, out, max_report, reported);
+  *wrong = rf_check_region(r, box, t, seed, version, dtype, out, max_report, reported);
   return RF_OK;
 }
