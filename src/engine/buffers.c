@@ -256,6 +256,8 @@ rf_status rf_buffers_advance(rf_buffers *b) {
     return rf_fail(RF_ERR_INTERNAL, "the trainer's weights come from a checkpoint, which holds one "
                                     "version; versions are of generated weights only");
   b->version.k++;
+  if (b->version.update.kind == RF_UPDATE_NONE)
+    return RF_OK; /* every version holds version 0's values */
   const rf_layout *lay = b->plan->layout;
   const rf_model *m = lay->model;
   for (int t = 0; t < m->tensor_count && b->trainer_rank >= 0; t++) {

@@ -9,6 +9,7 @@
 #include "verify/verify.h"
 
 RF_ENUM_DEFINE(rf_mode, "mode", RF_MODE_LIST, RF_MODE_COUNT)
+RF_ENUM_DEFINE(rf_delta_choice, "delta", RF_DELTA_CHOICE_LIST, RF_DELTA_CHOICE_COUNT)
 RF_ENUM_DEFINE(rf_inject, "inject", RF_INJECT_LIST, RF_INJECT_COUNT)
 RF_ENUM_DEFINE(rf_mapped_rounds, "mapped-rounds", RF_MAPPED_ROUNDS_LIST, RF_MAPPED_ROUNDS_COUNT)
 

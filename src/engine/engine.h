@@ -42,6 +42,23 @@ typedef struct {
 /* "fused,grouped" into buf. */
 const char *rf_mode_list_format(const rf_mode_list *modes, char *buf, size_t len);
 
+/* --delta a,b: how a refit sends a new version (issue 33): every byte (off), or only the
+ * changed elements, in the encoding that is smallest per piece (auto) or in one encoding
+ * (sparse: offsets and values; bitmask: a bit per element and the values). A list runs each in
+ * turn, like --mode. Only off runs in this build: refit run refuses the others with one line
+ * until the encodings are wired into the engine. */
+#define RF_DELTA_CHOICE_LIST(X)                                                                    \
+  X(RF_DELTA_CHOICE_OFF, "off")                                                                    \
+  X(RF_DELTA_CHOICE_AUTO, "auto")                                                                  \
+  X(RF_DELTA_CHOICE_SPARSE, "sparse")                                                              \
+  X(RF_DELTA_CHOICE_BITMASK, "bitmask")
+typedef enum { RF_DELTA_CHOICE_LIST(RF_ENUM_ID) RF_DELTA_CHOICE_COUNT } rf_delta_choice;
+RF_ENUM_DECLARE(rf_delta_choice);
+typedef struct {
+  int count;
+  rf_delta_choice items[RF_MAX_MODES];
+} rf_delta_choice_list;
+
 /* Faults the tests inject to show that the checks and the timeouts work. */
 #define RF_INJECT_LIST(X)                                                                          \
   X(RF_INJECT_NONE, "none")                                                                        \
