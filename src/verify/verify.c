@@ -95,13 +95,87 @@ RF_FORCE_INLINE uint32_t value_at(uint64_t key, const rf_version_gen *vg, int64_
   return vg ? rf_version_value(vg, i, dtype) : rf_value_of(key, i, dtype);
 }
 
+/* A chunk of a later version: elements g, g + dg, ... at version vg, with the salts and adam's
+ * bias terms hoisted out of the element loops (versions.h), so that each loop over the chunk
+ * vectorizes as version 0's do. */
+RF_FORCE_INLINE void version_chunk(const rf_version_gen *vg, int64_t g, int64_t dg, rf_dtype dtype,
+                                   uint32_t *out) {
+  const uint32_t fb = rf_version_free_bits(dtype);
+  uint32_t e[RF_CHUNK];
+  for (int u = 0; u < RF_CHUNK; u++) {
+    out[u] = rf_value_of(vg->key, g + u * dg, dtype);
+    e[u] = rf_word_hash(vg->vkey, (uint64_t)(g + u * dg));
+  }
+  if (vg->kind == RF_UPDATE_FULL) {
+    const uint32_t t = rf_version_salt(vg, vg->k, 1);
+    for (int u = 0; u < RF_CHUNK; u++)
+      out[u] ^= rf_version_full_bits(e[u], t, vg->k, fb);
+    return;
+  }
+  if (vg->kind == RF_UPDATE_SPARSE) {
+    for (int64_t j = 1; j <= vg->k; j++) {
+      const uint32_t s = rf_version_salt(vg, j, 0), t = rf_version_salt(vg, j, 1);
+      for (int u = 0; u < RF_CHUNK; u++)
+        out[u] ^= rf_version_sparse_flip(e[u], s, t, vg->threshold, fb);
+    }
+    return;
+  }
+  rf_adam_state st[RF_CHUNK];
+  for (int u = 0; u < RF_CHUNK; u++)
+    st[u] = rf_adam_start(out[u], dtype);
+  rf_adam_bias b = {1.0f, 1.0f};
+  for (int64_t j = 1; j <= vg->k; j++) {
+    b = rf_adam_bias_next(b);
+    const uint32_t s = rf_version_salt(vg, j, 0);
+    for (int u = 0; u < RF_CHUNK; u++)
+      rf_adam_step(&st[u], rf_adam_grad(e[u], s), vg->lr, b);
+  }
+  for (int u = 0; u < RF_CHUNK; u++)
+    out[u] = rf_adam_bits(&st[u], dtype);
+}
+
+/* adam: how many of a chunk's elements differ between versions vg->k - 1 and vg->k, in one
+ * pass of vg->k steps. */
+RF_FORCE_INLINE int adam_chunk_changed(const rf_version_gen *vg, int64_t g, int64_t dg,
+                                       rf_dtype dtype) {
+  uint32_t e[RF_CHUNK], before[RF_CHUNK];
+  rf_adam_state st[RF_CHUNK];
+  for (int u = 0; u < RF_CHUNK; u++) {
+    st[u] = rf_adam_start(rf_value_of(vg->key, g + u * dg, dtype), dtype);
+    e[u] = rf_word_hash(vg->vkey, (uint64_t)(g + u * dg));
+  }
+  rf_adam_bias b = {1.0f, 1.0f};
+  for (int64_t j = 1; j <= vg->k; j++) {
+    if (j == vg->k)
+      for (int u = 0; u < RF_CHUNK; u++)
+        before[u] = rf_adam_bits(&st[u], dtype);
+    b = rf_adam_bias_next(b);
+    const uint32_t s = rf_version_salt(vg, j, 0);
+    for (int u = 0; u < RF_CHUNK; u++)
+      rf_adam_step(&st[u], rf_adam_grad(e[u], s), vg->lr, b);
+  }
+  int n = 0;
+  for (int u = 0; u < RF_CHUNK; u++)
+    n += rf_adam_bits(&st[u], dtype) != before[u];
+  return n;
+}
+
+/* A chunk's values: the generator's, or version vg's. */
+RF_FORCE_INLINE void chunk_values(uint64_t key, const rf_version_gen *vg, int64_t g, int64_t dg,
+                                  rf_dtype dtype, uint32_t *out) {
+  if (vg)
+    version_chunk(vg, g, dg, dtype, out);
+  else
+    for (int u = 0; u < RF_CHUNK; u++)
+      out[u] = rf_value_of(key, g + u * dg, dtype);
+}
+
 RF_FORCE_INLINE void fill_line(char *p, const box_walk *bw, int64_t g, uint64_t key,
                                const rf_version_gen *vg, rf_dtype dtype) {
   int64_t k = 0;
   for (; k + RF_CHUNK <= bw->n_in; k += RF_CHUNK) {
     uint32_t v[RF_CHUNK];
-    for (int u = 0; u < RF_CHUNK; u++)
-      v[u] = value_at(key, vg, g + (k + u) * bw->dg, dtype);
+    chunk_values(key, vg, g + k * bw->dg, bw->dg, dtype, v);
     if (bw->step == 1)
       for (int u = 0; u < RF_CHUNK; u++)
         store_one(p, k + u, 1, v[u], dtype);
@@ -113,11 +187,25 @@ RF_FORCE_INLINE void fill_line(char *p, const box_walk *bw, int64_t g, uint64_t 
     store_one(p, k, bw->step, value_at(key, vg, g + k * bw->dg, dtype), dtype);
 }
 
-/* The same line at version vg->k from version vg->k - 1 (full and sparse): each element read,
- * and written only where it changes. */
+/* The same line at version vg->k from version vg->k - 1 under sparse: one hash per element
+ * decides, and only a chunk that holds a change is written back. */
 RF_FORCE_INLINE void advance_line(char *p, const box_walk *bw, int64_t g, const rf_version_gen *vg,
                                   rf_dtype dtype) {
-  for (int64_t k = 0; k < bw->n_in; k++) {
+  const uint32_t fb = rf_version_free_bits(dtype);
+  const uint32_t s = rf_version_salt(vg, vg->k, 0), t = rf_version_salt(vg, vg->k, 1);
+  int64_t k = 0;
+  for (; k + RF_CHUNK <= bw->n_in; k += RF_CHUNK) {
+    uint32_t flip[RF_CHUNK], any = 0;
+    for (int u = 0; u < RF_CHUNK; u++) {
+      uint32_t e = rf_word_hash(vg->vkey, (uint64_t)(g + (k + u) * bw->dg));
+      flip[u] = rf_version_sparse_flip(e, s, t, vg->threshold, fb);
+      any |= flip[u];
+    }
+    if (any)
+      for (int u = 0; u < RF_CHUNK; u++)
+        store_one(p, k + u, bw->step, load_one(p, k + u, bw->step, dtype) ^ flip[u], dtype);
+  }
+  for (; k < bw->n_in; k++) {
     uint32_t was = load_one(p, k, bw->step, dtype);
     uint32_t now = rf_version_advance(vg, g + k * bw->dg, was, dtype);
     if (now != was)
@@ -158,17 +246,14 @@ RF_FORCE_INLINE int64_t check_line(const char *p, const box_walk *bw, int64_t g,
   for (int64_t k0 = 0; k0 < bw->n_in; k0 += RF_CHUNK) {
     int64_t k1 = k0 + RF_CHUNK;
     if (k1 <= bw->n_in) {
-      uint32_t diff = 0;
+      uint32_t diff = 0, want[RF_CHUNK];
+      chunk_values(key, vg, g + k0 * bw->dg, bw->dg, dtype, want);
       if (bw->step == 1)
-        for (int u = 0; u < RF_CHUNK; u++) {
-          uint32_t want = value_at(key, vg, g + (k0 + u) * bw->dg, dtype);
-          diff |= want ^ load_one(p, k0 + u, 1, dtype);
-        }
+        for (int u = 0; u < RF_CHUNK; u++)
+          diff |= want[u] ^ load_one(p, k0 + u, 1, dtype);
       else
-        for (int u = 0; u < RF_CHUNK; u++) {
-          uint32_t want = value_at(key, vg, g + (k0 + u) * bw->dg, dtype);
-          diff |= want ^ load_one(p, k0 + u, bw->step, dtype);
-        }
+        for (int u = 0; u < RF_CHUNK; u++)
+          diff |= want[u] ^ load_one(p, k0 + u, bw->step, dtype);
       if (!diff)
         continue;
     } else {
@@ -231,12 +316,15 @@ void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, u
   }
 }
 
+RF_SIMD_CLONES
 void rf_advance_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
                        const rf_weight_version *version, rf_dtype dtype) {
   rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
   if (!rf_version_differs(&gen))
     return; /* version 0, or none: every version holds the same values */
-  if (gen.kind == RF_UPDATE_ADAM) {
+  if (gen.kind != RF_UPDATE_SPARSE) {
+    /* full changes every element in O(1) and adam has no step from the bits alone: both are
+     * filled, which for full is the faster way anyway. */
     rf_fill_region(r, box, t, seed, version, dtype);
     return;
   }
@@ -334,6 +422,36 @@ int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *
   if (reported)
     *reported = nrep;
   return wrong;
+}
+
+/* Counted from the rule, row by row of the box: full changes everything, sparse takes one hash
+ * per element, adam its whole history, a chunk of elements at a time. */
+RF_SIMD_CLONES
+int64_t rf_version_changed_count(const rf_box *box, const rf_tensor *t, uint64_t seed,
+                                 const rf_weight_version *version) {
+  rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
+  if (!rf_version_differs(&gen) || rf_box_is_empty(box))
+    return 0;
+  if (gen.kind == RF_UPDATE_FULL)
+    return rf_box_numel(box);
+  int64_t n = 0;
+  if (gen.kind == RF_UPDATE_SPARSE) {
+    const uint32_t s = rf_version_salt(&gen, gen.k, 0);
+    for (int64_t i = box->lo[0]; i < box->hi[0]; i++)
+      for (int64_t j = box->lo[1], g = i * t->shape[1]; j < box->hi[1]; j++)
+        n += (uint64_t)rf_hash32(rf_word_hash(gen.vkey, (uint64_t)(g + j)) ^ s) < gen.threshold;
+    return n;
+  }
+  for (int64_t i = box->lo[0]; i < box->hi[0]; i++) {
+    int64_t g = i * t->shape[1], j = box->lo[1];
+    for (; j + RF_CHUNK <= box->hi[1]; j += RF_CHUNK)
+      n += t->dtype == RF_DTYPE_BF16   ? adam_chunk_changed(&gen, g + j, 1, RF_DTYPE_BF16)
+           : t->dtype == RF_DTYPE_FP16 ? adam_chunk_changed(&gen, g + j, 1, RF_DTYPE_FP16)
+                                       : adam_chunk_changed(&gen, g + j, 1, RF_DTYPE_FP32);
+    for (; j < box->hi[1]; j++)
+      n += rf_version_changed(&gen, g + j, t->dtype);
+  }
+  return n;
 }
 
 /* ---- any kind of memory --------------------------------------------------------------------

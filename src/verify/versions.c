@@ -80,20 +80,6 @@ uint32_t rf_version_bits(uint64_t seed, int32_t tensor_id, const rf_weight_versi
   return rf_version_value(&g, index, dtype);
 }
 
-int64_t rf_version_changed_count(const rf_box *box, const rf_tensor *t, uint64_t seed,
-                                 const rf_weight_version *version) {
-  rf_version_gen g = rf_version_gen_of(seed, t->id, version);
-  if (!rf_version_differs(&g) || rf_box_is_empty(box))
-    return 0;
-  if (g.kind == RF_UPDATE_FULL)
-    return rf_box_numel(box);
-  int64_t n = 0;
-  for (int64_t i = box->lo[0]; i < box->hi[0]; i++)
-    for (int64_t j = box->lo[1]; j < box->hi[1]; j++)
-      n += rf_version_changed(&g, i * t->shape[1] + j, t->dtype);
-  return n;
-}
-
 uint64_t rf_version_checksum(const rf_box *box, const rf_tensor *t, uint64_t seed,
                              const rf_weight_version *version) {
   rf_version_gen g = rf_version_gen_of(seed, t->id, version);

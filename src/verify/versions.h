@@ -192,60 +192,80 @@ static inline RF_HD uint32_t rf_version_f32_to_bf16(uint32_t f) {
   return (f + 0x7fffU + ((f >> 16) & 1)) >> 16;
 }
 
-/* ---- adam ---------------------------------------------------------------------------------- */
+/* ---- the steps, each a function of the element's hash e and the version's salts -------------
+ * The walks over many elements (verify.c) hoist the salts and adam's bias terms out of their
+ * element loops; the per-element functions below compute them in place. Both call these, so
+ * both give the same bits. */
 
+/* full: the bits that version k (>= 1) XORs into version 0's, t = the salt t_k. */
+static inline RF_HD uint32_t rf_version_full_bits(uint32_t e, uint32_t t, int64_t k,
+                                                  uint32_t free_bits) {
+  return (rf_hash32(e ^ t) & free_bits & ~1U) | (uint32_t)(k & 1);
+}
+
+/* sparse: the bits the element flips at version j (s = s_j, t = t_j), 0 where it keeps them. */
+static inline RF_HD uint32_t rf_version_sparse_flip(uint32_t e, uint32_t s, uint32_t t,
+                                                    uint64_t threshold, uint32_t free_bits) {
+  return (uint64_t)rf_hash32(e ^ s) < threshold ? (rf_hash32(e ^ t) & free_bits) | 1U : 0U;
+}
+
+/* adam: the master and the moments of one element, and the bias terms every element shares. */
 typedef struct {
-  float master, m, v, p1, p2; /* p1 = 0.9^j, p2 = 0.999^j after j steps */
+  float master, m, v;
 } rf_adam_state;
+typedef struct {
+  float p1, p2; /* 0.9^j and 0.999^j after j steps, as running fp32 products */
+} rf_adam_bias;
 
 static inline RF_HD rf_adam_state rf_adam_start(uint32_t x0, rf_dtype dtype) {
   uint32_t bits = dtype == RF_DTYPE_FP32   ? x0
                   : dtype == RF_DTYPE_FP16 ? rf_version_fp16_to_f32(x0)
                                            : x0 << 16;
-  rf_adam_state s = {rf_version_f32_of(bits), 0.0f, 0.0f, 1.0f, 1.0f};
-  return s;
+  rf_adam_state st = {rf_version_f32_of(bits), 0.0f, 0.0f};
+  return st;
 }
 
-/* Step j's pseudo-gradient of the element with hash e: 24 bits of a hash, in [-1, 1). */
-static inline RF_HD float rf_adam_grad(uint32_t e, uint32_t salt) {
-  int32_t q = (int32_t)(rf_hash32(e ^ salt) >> 8) - 8388608;
+static inline RF_HD rf_adam_bias rf_adam_bias_next(rf_adam_bias b) {
+  rf_adam_bias n = {rf_fmul(b.p1, 0.9f), rf_fmul(b.p2, 0.999f)};
+  return n;
+}
+
+/* Step j's pseudo-gradient of the element with hash e (s = s_j): 24 bits of a hash, in [-1, 1). */
+static inline RF_HD float rf_adam_grad(uint32_t e, uint32_t s) {
+  int32_t q = (int32_t)(rf_hash32(e ^ s) >> 8) - 8388608;
   return rf_fmul((float)q, 1.0f / 8388608.0f); /* |q| <= 2^23: exact, and so is the product */
 }
 
-static inline RF_HD void rf_adam_step(rf_adam_state *s, float g, float lr) {
-  s->m = rf_fadd(rf_fmul(0.9f, s->m), rf_fmul(0.1f, g));
-  s->v = rf_fadd(rf_fmul(0.999f, s->v), rf_fmul(0.001f, rf_fmul(g, g)));
-  s->p1 = rf_fmul(s->p1, 0.9f);
-  s->p2 = rf_fmul(s->p2, 0.999f);
-  float mhat = rf_fdiv(s->m, rf_fsub(1.0f, s->p1));
-  float vhat = rf_fdiv(s->v, rf_fsub(1.0f, s->p2));
-  s->master = rf_fsub(s->master, rf_fdiv(rf_fmul(lr, mhat), rf_fadd(rf_fsqrt(vhat), 1e-8f)));
+/* One step with gradient g, b the bias terms after this step. */
+static inline RF_HD void rf_adam_step(rf_adam_state *st, float g, float lr, rf_adam_bias b) {
+  st->m = rf_fadd(rf_fmul(0.9f, st->m), rf_fmul(0.1f, g));
+  st->v = rf_fadd(rf_fmul(0.999f, st->v), rf_fmul(0.001f, rf_fmul(g, g)));
+  float mhat = rf_fdiv(st->m, rf_fsub(1.0f, b.p1));
+  float vhat = rf_fdiv(st->v, rf_fsub(1.0f, b.p2));
+  st->master = rf_fsub(st->master, rf_fdiv(rf_fmul(lr, mhat), rf_fadd(rf_fsqrt(vhat), 1e-8f)));
 }
 
 /* The master rounded to the element's dtype. */
-static inline RF_HD uint32_t rf_adam_bits(const rf_adam_state *s, rf_dtype dtype) {
-  uint32_t f = rf_version_f32_bits(s->master);
+static inline RF_HD uint32_t rf_adam_bits(const rf_adam_state *st, rf_dtype dtype) {
+  uint32_t f = rf_version_f32_bits(st->master);
   return dtype == RF_DTYPE_FP32   ? f
          : dtype == RF_DTYPE_FP16 ? rf_version_f32_to_fp16(f)
                                   : rf_version_f32_to_bf16(f);
 }
 
-/* ---- the elements ---------------------------------------------------------------------------- */
+/* ---- one element ------------------------------------------------------------------------------
+ */
 
-/* full: the bits that version k (>= 1) XORs into version 0's. */
-static inline RF_HD uint32_t rf_version_full_mask(const rf_version_gen *g, uint32_t e, int64_t k,
-                                                  rf_dtype dtype) {
-  return (rf_hash32(e ^ rf_version_salt(g, k, 1)) & rf_version_free_bits(dtype) & ~1U) |
-         (uint32_t)(k & 1);
-}
-
-/* sparse: whether the element with hash e changes at version j, and the bits it flips then. */
-static inline RF_HD int rf_version_changes_at(const rf_version_gen *g, uint32_t e, int64_t j) {
-  return (uint64_t)rf_hash32(e ^ rf_version_salt(g, j, 0)) < g->threshold;
-}
-static inline RF_HD uint32_t rf_version_sparse_mask(const rf_version_gen *g, uint32_t e, int64_t j,
-                                                    rf_dtype dtype) {
-  return (rf_hash32(e ^ rf_version_salt(g, j, 1)) & rf_version_free_bits(dtype)) | 1U;
+/* adam's state of the element with hash e and version-0 bits x after `steps` steps. */
+static inline RF_HD rf_adam_state rf_adam_after(const rf_version_gen *g, uint32_t e, uint32_t x,
+                                                int64_t steps, rf_dtype dtype) {
+  rf_adam_state st = rf_adam_start(x, dtype);
+  rf_adam_bias b = {1.0f, 1.0f};
+  for (int64_t j = 1; j <= steps; j++) {
+    b = rf_adam_bias_next(b);
+    rf_adam_step(&st, rf_adam_grad(e, rf_version_salt(g, j, 0)), g->lr, b);
+  }
+  return st;
 }
 
 /* The bits of element `index` at version g->k (16 used for bf16 and fp16, 32 for fp32). */
@@ -254,19 +274,17 @@ static inline RF_HD uint32_t rf_version_value(const rf_version_gen *g, int64_t i
   uint32_t x = rf_value_of(g->key, index, dtype);
   if (!rf_version_differs(g))
     return x;
-  uint32_t e = rf_word_hash(g->vkey, (uint64_t)index);
+  uint32_t e = rf_word_hash(g->vkey, (uint64_t)index), free_bits = rf_version_free_bits(dtype);
   if (g->kind == RF_UPDATE_FULL)
-    return x ^ rf_version_full_mask(g, e, g->k, dtype);
+    return x ^ rf_version_full_bits(e, rf_version_salt(g, g->k, 1), g->k, free_bits);
   if (g->kind == RF_UPDATE_SPARSE) {
     for (int64_t j = 1; j <= g->k; j++)
-      if (rf_version_changes_at(g, e, j))
-        x ^= rf_version_sparse_mask(g, e, j, dtype);
+      x ^= rf_version_sparse_flip(e, rf_version_salt(g, j, 0), rf_version_salt(g, j, 1),
+                                  g->threshold, free_bits);
     return x;
   }
-  rf_adam_state s = rf_adam_start(x, dtype);
-  for (int64_t j = 1; j <= g->k; j++)
-    rf_adam_step(&s, rf_adam_grad(e, rf_version_salt(g, j, 0)), g->lr);
-  return rf_adam_bits(&s, dtype);
+  rf_adam_state st = rf_adam_after(g, e, x, g->k, dtype);
+  return rf_adam_bits(&st, dtype);
 }
 
 /* Element `index` at version g->k from its bits `prev` at version g->k - 1, in O(1) for full
@@ -275,13 +293,14 @@ static inline RF_HD uint32_t rf_version_advance(const rf_version_gen *g, int64_t
                                                 uint32_t prev, rf_dtype dtype) {
   if (!rf_version_differs(g))
     return prev;
-  uint32_t e = rf_word_hash(g->vkey, (uint64_t)index);
+  uint32_t e = rf_word_hash(g->vkey, (uint64_t)index), free_bits = rf_version_free_bits(dtype);
   if (g->kind == RF_UPDATE_FULL)
-    return prev ^ rf_version_full_mask(g, e, g->k, dtype) ^
-           (g->k > 1 ? rf_version_full_mask(g, e, g->k - 1, dtype) : 0U);
+    return prev ^ rf_version_full_bits(e, rf_version_salt(g, g->k, 1), g->k, free_bits) ^
+           (g->k > 1 ? rf_version_full_bits(e, rf_version_salt(g, g->k - 1, 1), g->k - 1, free_bits)
+                     : 0U);
   if (g->kind == RF_UPDATE_SPARSE)
-    return rf_version_changes_at(g, e, g->k) ? prev ^ rf_version_sparse_mask(g, e, g->k, dtype)
-                                             : prev;
+    return prev ^ rf_version_sparse_flip(e, rf_version_salt(g, g->k, 0),
+                                         rf_version_salt(g, g->k, 1), g->threshold, free_bits);
   return rf_version_value(g, index, dtype);
 }
 
@@ -289,20 +308,22 @@ static inline RF_HD uint32_t rf_version_advance(const rf_version_gen *g, int64_t
 static inline RF_HD int rf_version_changed(const rf_version_gen *g, int64_t index, rf_dtype dtype) {
   if (!rf_version_differs(g))
     return 0;
-  uint32_t e = rf_word_hash(g->vkey, (uint64_t)index);
   if (g->kind == RF_UPDATE_FULL)
     return 1;
+  uint32_t e = rf_word_hash(g->vkey, (uint64_t)index);
   if (g->kind == RF_UPDATE_SPARSE)
-    return rf_version_changes_at(g, e, g->k);
-  rf_adam_state s = rf_adam_start(rf_value_of(g->key, index, dtype), dtype);
-  for (int64_t j = 1; j < g->k; j++)
-    rf_adam_step(&s, rf_adam_grad(e, rf_version_salt(g, j, 0)), g->lr);
-  uint32_t before = rf_adam_bits(&s, dtype);
-  rf_adam_step(&s, rf_adam_grad(e, rf_version_salt(g, g->k, 0)), g->lr);
-  return rf_adam_bits(&s, dtype) != before;
+    return (uint64_t)rf_hash32(e ^ rf_version_salt(g, g->k, 0)) < g->threshold;
+  rf_adam_state st = rf_adam_after(g, e, rf_value_of(g->key, index, dtype), g->k - 1, dtype);
+  uint32_t before = rf_adam_bits(&st, dtype);
+  rf_adam_bias b = {1.0f, 1.0f};
+  for (int64_t j = 1; j <= g->k; j++)
+    b = rf_adam_bias_next(b);
+  rf_adam_step(&st, rf_adam_grad(e, rf_version_salt(g, g->k, 0)), g->lr, b);
+  return rf_adam_bits(&st, dtype) != before;
 }
 
-/* ---- on the host (versions.c) ------------------------------------------------------------ */
+/* ---- on the host (versions.c; the count walks in verify.c)
+ * ------------------------------------------------------------ */
 
 /* The element functions' view of tensor `tensor_id` at `version` (NULL: version 0). */
 rf_version_gen rf_version_gen_of(uint64_t seed, int32_t tensor_id,
