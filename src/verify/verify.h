@@ -35,8 +35,9 @@ uint32_t rf_value_bits(uint64_t seed, int32_t tensor_id, int64_t index, rf_dtype
 void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
                     const rf_weight_version *version, rf_dtype dtype);
 
-/* Makes `box` of region r, which holds version->k - 1, hold version->k: O(1) per element for
- * full and sparse (only changed elements are written), a fill for adam, nothing for none. */
+/* Makes `box` of region r, which holds version->k - 1, hold version->k: for sparse one hash per
+ * element, writing back only the chunks that hold a change; a fill for full (O(1) per element
+ * too) and adam; nothing for none. */
 void rf_advance_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
                        const rf_weight_version *version, rf_dtype dtype);
 
