@@ -61,4 +61,11 @@ expect_error 2 "refit: error: --delta auto: delta encodings are not wired into t
 expect_error 2 "refit: error: --update full: the trainer's weights come from --checkpoint, which holds one version; leave --update at none or leave --checkpoint out" \
   "$REFIT" run "${JOB[@]}" --update full --checkpoint "$TMP/tiny.safetensors"
 
+# refit verify compares a versioned run with a run of the same --update, not with a checkpoint.
+expect_error 2 "refit: error: run 0000 of '$TMP/v.h5' moved later versions of the weights (--update sparse:0.01) and a checkpoint holds version 0; compare it with a run of the same --update (--reference)" \
+  "$REFIT" verify "$TMP/v.h5" --checkpoint "$TMP/tiny.safetensors"
+expect_error 2 "refit: error: run 0000 of '$TMP/v.h5' moved versions of --update sparse:0.01 but the reference run 0000 of '$TMP/n.h5' those of --update none; compare runs of one --update" \
+  "$REFIT" verify "$TMP/v.h5" --reference "$TMP/n.h5"
+expect_exit 0 "$REFIT" verify "$TMP/v.h5" --reference "$TMP/v.h5"
+
 finish
