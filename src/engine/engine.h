@@ -121,8 +121,9 @@ rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory
                           rf_checkpoint *checkpoint, int world_rank);
 void rf_buffers_free(rf_buffers *b);
 /* Moves the generated trainer shards from their version k to k + 1 (rf_advance_region_on:
- * only the changed elements are written in host memory), on this rank alone. Under `none` only
- * the number moves. Refused for shards read from a checkpoint, which hold one version only. */
+ * under sparse, host memory gets only the chunks that hold a change written back), on this
+ * rank alone. Under `none` only the number moves. Refused for shards read from a checkpoint,
+ * which hold one version only. */
 rf_status rf_buffers_advance(rf_buffers *b);
 
 /* Where each tensor sits in the arena of `family` on `rank` (a trainer rank for shards and
