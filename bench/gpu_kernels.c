@@ -14,6 +14,8 @@
  *                  (lines of 4 KiB with unequal pitches, as a row-parallel split gives);
  *   fill, checksum, check   rf_*_region_on over the source buffer seen as one tensor;
  *   checksum x N   the same checksum tensor by tensor, one call each, as the engine calls it;
+ *   fill, check R v10   the same fill and check of version 10 of the weights under --update R
+ *                  (sparse:0.01, adam:1e-6; verify/versions.h): O(k) steps per element;
  *   quantize F     each quantizer the engine runs (every moved --rollout-dtype F) alone: every
  *                  tensor into F's elements and scales, one job per tensor and one flush, as the
  *                  engine quantizes a whole tensor's piece; "quantize F jax" the same from
@@ -161,11 +163,14 @@ static rf_tensor whole_tensor(const bench *b, rf_box *box, rf_region *r) {
   return t;
 }
 
+/* The version step_fill and step_check compute: NULL for version 0. */
+static const rf_weight_version *bench_version;
+
 static rf_status step_fill(bench *b) {
   rf_box box;
   rf_region r;
   rf_tensor t = whole_tensor(b, &box, &r);
-  return rf_fill_region_on(RF_MEM_DEVICE, &r, &box, &t, 42, RF_DTYPE_BF16);
+  return rf_fill_region_on(RF_MEM_DEVICE, &r, &box, &t, 42, bench_version, RF_DTYPE_BF16);
 }
 
 static rf_status step_checksum(bench *b) {
@@ -183,8 +188,8 @@ static rf_status step_check(bench *b) {
   rf_mismatch m[8];
   int reported;
   int64_t wrong;
-  RF_TRY(
-      rf_check_region_on(RF_MEM_DEVICE, &r, &box, &t, 42, RF_DTYPE_BF16, m, 8, &reported, &wrong));
+  RF_TRY(rf_check_region_on(RF_MEM_DEVICE, &r, &box, &t, 42, bench_version, RF_DTYPE_BF16, m, 8,
+                            &reported, &wrong));
   return wrong == 0 ? RF_OK : rf_fail(RF_ERR_VERIFY, "%lld elements wrong", (long long)wrong);
 }
 
@@ -301,6 +306,20 @@ int main(int argc, char **argv) {
   bad |= time_step(&b, "checksum", step_checksum);
   bad |= time_step(&b, "check", step_check);
   bad |= time_step(&b, "checksum x N", step_checksum_each);
+  static const char *const rules[] = {"sparse:0.01", "adam:1e-6"};
+  for (size_t i = 0; i < RF_ARRAY_LEN(rules); i++) {
+    rf_weight_version v = {{0}, 10};
+    char why[256], name[48];
+    if (rf_update_parse(rules[i], &v.update, why, sizeof why) != RF_OK)
+      return 3;
+    bench_version = &v;
+    snprintf(name, sizeof name, "fill %s v10", rules[i]);
+    bad |= time_step(&b, name, step_fill);
+    snprintf(name, sizeof name, "check %s v10", rules[i]);
+    bad |= time_step(&b, name, step_check);
+  }
+  bench_version = NULL;
+  bad |= step_fill(&b) != RF_OK; /* version 0 again for the quantizers */
   /* The weights the fill wrote are finite, so no block is refused. */
   size_t scale_bytes = 1; /* the most any moved format needs (nvfp4: a byte per 16, tiled) */
   for (int i = 0; i < rf_format_count(); i++)

@@ -183,7 +183,7 @@ static void check_checkpoint(const char *path, const rf_model *m) {
     }
     char *buf = malloc((size_t)(t->numel * es));
     rf_region r = rf_region_row_major(buf, &whole, es);
-    rf_fill_region(&r, &whole, t, seed, t->dtype);
+    rf_fill_region(&r, &whole, t, seed, NULL, t->dtype);
     uint64_t sum;
     ASSERT_OK(rf_checkpoint_checksum(c, ti, &sum));
     ASSERT_U64_EQ(sum, rf_checksum_region(&r, &whole, t, t->dtype));

@@ -664,8 +664,40 @@ static void test_command_line_sweeps(void) {
                "p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p,p2p");
 }
 
+/* --update is checked by its own parser on the command line and in a config file; --delta is
+ * a list like --mode (the driver refuses all but off, see tests/cli/versions_cli.sh). */
+static void test_update_and_delta(void) {
+  rf_config c;
+  ASSERT_OK(PARSE(&c, "run"));
+  ASSERT_STR_EQ(c.update, "none");
+  ASSERT_EQ(c.delta.count, 1);
+  ASSERT_EQ(c.delta.items[0], RF_DELTA_CHOICE_OFF);
+  ASSERT_OK(PARSE(&c, "run", "--update", "sparse:1e-6", "--delta", "off,auto,bitmask"));
+  ASSERT_STR_EQ(c.update, "sparse:1e-6");
+  ASSERT_EQ(c.delta.count, 3);
+  ASSERT_EQ(c.delta.items[2], RF_DELTA_CHOICE_BITMASK);
+  ASSERT_OK(PARSE(&c, "run", "--update=adam:0.001"));
+  ASSERT_STR_EQ(c.update, "adam:0.001");
+  EXPECT_ERROR("refit: error: option --update: 'sparse:1.5' is not none, full, sparse:F with 0 <= "
+               "F <= 1, or adam:LR with 0 < LR <= 1",
+               "run", "--update", "sparse:1.5");
+  EXPECT_ERROR("refit: error: option --delta: 'off,dense' is not one of off|auto|sparse|bitmask, "
+               "or a comma-separated list of them",
+               "run", "--delta", "off,dense");
+  EXPECT_ERROR("refit: error: option '--update' does not apply to 'refit plan'; see refit plan "
+               "--help",
+               "plan", "--update", "full");
+  ASSERT_OK(parse_config(&c, "run", "{\"update\": \"full\", \"delta\": \"sparse\"}"));
+  ASSERT_STR_EQ(c.update, "full");
+  ASSERT_EQ(c.delta.items[0], RF_DELTA_CHOICE_SPARSE);
+  expect_config_error("run", "{\"update\": \"adam\"}",
+                      "1:2: key 'update': 'adam' is not none, full, sparse:F with 0 <= F <= 1, or "
+                      "adam:LR with 0 < LR <= 1");
+}
+
 int main(void) {
   test_table();
+  test_update_and_delta();
   test_defaults();
   test_sizes();
   test_ints_and_doubles();

@@ -70,7 +70,7 @@ static uint64_t *generator_checksums(const rf_model *m) {
     void *buf = malloc((size_t)x->bytes);
     ASSERT_TRUE(buf);
     rf_region r = rf_region_row_major(buf, &whole, rf_dtype_size(x->dtype));
-    rf_fill_region(&r, &whole, x, SEED, x->dtype);
+    rf_fill_region(&r, &whole, x, SEED, NULL, x->dtype);
     sums[t] = rf_checksum_region(&r, &whole, x, x->dtype);
     free(buf);
   }

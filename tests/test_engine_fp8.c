@@ -50,7 +50,7 @@ static void expected_checksums(const rf_layout *lay, uint64_t *trainer, uint64_t
     void *buf = malloc((size_t)x->bytes);
     ASSERT_TRUE(buf);
     rf_region r = rf_region_row_major(buf, &whole, rf_dtype_size(x->dtype));
-    rf_fill_region(&r, &whole, x, SEED, x->dtype);
+    rf_fill_region(&r, &whole, x, SEED, NULL, x->dtype);
     trainer[t] = rollout[t] = rf_checksum_region(&r, &whole, x, x->dtype);
     if (rf_layout_fp8(lay, t)) {
       rf_box blocks = {{0, 0}, {(x->shape[0] + 127) / 128, (x->shape[1] + 127) / 128}};

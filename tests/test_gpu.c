@@ -12,6 +12,7 @@
  *     the intersection of the two regions' boxes, as in a plan), element sizes 1, 2, 3, 4, 8,
  *     bases at odd offsets so that every access width is used, under each --copy path;
  *   - batches of whole experts that the device joins into runs, under each --copy path;
+ *   - later weight versions (--update): fill, advance, check and checksum against the CPU;
  *   - zero, transfers between every pair of kinds, and device selection.
  * Exits 77 (skipped) in a build without CUDA or on a machine without a GPU. REFIT_TEST_SEED
  * replays another random sequence; the seed in use is printed first. */
@@ -170,16 +171,17 @@ static rf_tensor random_tensor(int64_t max_rows, int64_t max_cols, int large) {
 
 /* ---- fill, checksum, check -------------------------------------------------------------- */
 
-static void compare_checks(const rf_region *hr, const rf_region *dr, const rf_box *box,
-                           const rf_tensor *t, uint64_t seed, rf_dtype dt, int max_report) {
+static void compare_checks_at(const rf_region *hr, const rf_region *dr, const rf_box *box,
+                              const rf_tensor *t, uint64_t seed, const rf_weight_version *v,
+                              rf_dtype dt, int max_report) {
   rf_mismatch *hm = calloc((size_t)max_report + 1, sizeof *hm);
   rf_mismatch *dm = calloc((size_t)max_report + 1, sizeof *dm);
   ASSERT_TRUE(hm && dm);
   int hrep = -1, drep = -2;
-  int64_t hwrong = rf_check_region(hr, box, t, seed, dt, hm, max_report, &hrep), dwrong = -1;
+  int64_t hwrong = rf_check_region(hr, box, t, seed, v, dt, hm, max_report, &hrep), dwrong = -1;
   covered_floods += hwrong > max_report + 4096; /* beyond the first pass's records */
   ASSERT_OK(
-      rf_check_region_on(RF_MEM_DEVICE, dr, box, t, seed, dt, dm, max_report, &drep, &dwrong));
+      rf_check_region_on(RF_MEM_DEVICE, dr, box, t, seed, v, dt, dm, max_report, &drep, &dwrong));
   ASSERT_EQ(dwrong, hwrong);
   ASSERT_EQ(drep, hrep);
   for (int k = 0; k < hrep; k++) {
@@ -189,9 +191,14 @@ static void compare_checks(const rf_region *hr, const rf_region *dr, const rf_bo
     ASSERT_EQ(dm[k].got, hm[k].got);
   }
   /* Without a list, the count alone. */
-  ASSERT_OK(rf_check_region_on(RF_MEM_DEVICE, dr, box, t, seed, dt, NULL, 0, NULL, &dwrong));
+  ASSERT_OK(rf_check_region_on(RF_MEM_DEVICE, dr, box, t, seed, v, dt, NULL, 0, NULL, &dwrong));
   ASSERT_EQ(dwrong, hwrong);
   free(hm), free(dm);
+}
+
+static void compare_checks(const rf_region *hr, const rf_region *dr, const rf_box *box,
+                           const rf_tensor *t, uint64_t seed, rf_dtype dt, int max_report) {
+  compare_checks_at(hr, dr, box, t, seed, NULL, dt, max_report);
 }
 
 /* Sets element (i, j) to `bits` in both copies. */
@@ -222,8 +229,8 @@ static void test_verify_case(int n) {
   uint64_t dsum = 0;
   ASSERT_OK(rf_checksum_region_on(RF_MEM_DEVICE, &dr, &box, &t, dt, &dsum));
   ASSERT_U64_EQ(dsum, rf_checksum_region(&hr, &box, &t, dt));
-  rf_fill_region(&hr, &box, &t, seed, dt);
-  ASSERT_OK(rf_fill_region_on(RF_MEM_DEVICE, &dr, &box, &t, seed, dt));
+  rf_fill_region(&hr, &box, &t, seed, NULL, dt);
+  ASSERT_OK(rf_fill_region_on(RF_MEM_DEVICE, &dr, &box, &t, seed, NULL, dt));
   if (mirror_diff(&m) >= 0) {
     print_placed("fill differs", &p);
     abort();
@@ -248,10 +255,49 @@ static void test_verify_case(int n) {
   ASSERT_OK(rf_checksum_region_on(RF_MEM_DEVICE, &dr, &box, &t, dt, &dsum));
   ASSERT_U64_EQ(dsum, rf_checksum_region(&hr, &box, &t, dt));
   if (numel > 5000) {
-    rf_fill_region(&hr, &box, &t, seed + 1, dt);
-    ASSERT_OK(rf_fill_region_on(RF_MEM_DEVICE, &dr, &box, &t, seed + 1, dt));
+    rf_fill_region(&hr, &box, &t, seed + 1, NULL, dt);
+    ASSERT_OK(rf_fill_region_on(RF_MEM_DEVICE, &dr, &box, &t, seed + 1, NULL, dt));
     compare_checks(&hr, &dr, &box, &t, seed, dt, rng() % 2 ? 10 : 5000);
   }
+  mirror_free(&m);
+}
+
+/* A later version of the weights (versions.h): the device fills, advances and checks it as
+ * the CPU does, adam's fp32 steps included; checked against its own version nothing is wrong,
+ * against the version before exactly the changed elements, listed alike. */
+static void test_version_case(int n) {
+  static const char *const rules[] = {"full", "sparse:0.3", "sparse:0.001", "adam:0.001",
+                                      "adam:1e-6"};
+  rf_dtype dt = dtypes[rng_range(0, 3)];
+  int es = rf_dtype_size(dt);
+  rf_tensor t = random_tensor(700, 900, n % 4 == 0);
+  rf_box whole = rf_box_whole(&t);
+  rf_box box = random_box_in(&whole, 0);
+  int64_t cursor = 0;
+  placed p = place((int)rng_range(0, KIND_COUNT), &box, es, &cursor);
+  mirror m = mirror_new((size_t)cursor + 64);
+  rf_region hr = region_in(&p, m.host), dr = region_in(&p, m.dev);
+  uint64_t seed = rng();
+  char why[256];
+  const char *rule = rules[(size_t)n % RF_ARRAY_LEN(rules)];
+  rf_weight_version v = {{0}, rng_range(1, 6)}, before;
+  ASSERT_OK(rf_update_parse(rule, &v.update, why, sizeof why));
+  before = v, before.k--;
+  t.dtype = dt;
+  rf_fill_region(&hr, &box, &t, seed, &before, dt);
+  ASSERT_OK(rf_fill_region_on(RF_MEM_DEVICE, &dr, &box, &t, seed, &before, dt));
+  rf_advance_region(&hr, &box, &t, seed, &v, dt);
+  ASSERT_OK(rf_advance_region_on(RF_MEM_DEVICE, &dr, &box, &t, seed, &v, dt));
+  if (mirror_diff(&m) >= 0) {
+    print_placed(rule, &p);
+    abort();
+  }
+  compare_checks_at(&hr, &dr, &box, &t, seed, &v, dt, 8);
+  compare_checks_at(&hr, &dr, &box, &t, seed, &before, dt, (int)rng_range(1, 20));
+  uint64_t dsum = 0;
+  ASSERT_OK(rf_checksum_region_on(RF_MEM_DEVICE, &dr, &box, &t, dt, &dsum));
+  ASSERT_U64_EQ(dsum, rf_version_checksum(&box, &t, seed, &v));
+  covered_elems += rf_box_numel(&box);
   mirror_free(&m);
 }
 
@@ -474,6 +520,10 @@ int main(void) {
   printf("test_gpu: fill, checksum and check ok (%" PRId64 " elements, %" PRId64
          " checks past the first pass)\n",
          covered_elems, covered_floods);
+  covered_elems = 0;
+  for (int n = 0; n < 40; n++)
+    test_version_case(n);
+  printf("test_gpu: weight versions ok (%" PRId64 " elements)\n", covered_elems);
   test_copy_jax_slots(1024, 4096, 4);
   test_copy_jax_slots(200, 328, 1);
   test_copy_jax_slots(96, 136, 2);

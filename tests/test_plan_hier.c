@@ -244,7 +244,7 @@ static int test_worlds(void) {
     void *buf = malloc((size_t)x->bytes);
     ASSERT_TRUE(buf);
     rf_region r = rf_region_row_major(buf, &whole, rf_dtype_size(x->dtype));
-    rf_fill_region(&r, &whole, x, SEED, x->dtype);
+    rf_fill_region(&r, &whole, x, SEED, NULL, x->dtype);
     want[t] = rf_checksum_region(&r, &whole, x, x->dtype);
     free(buf);
   }

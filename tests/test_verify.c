@@ -117,8 +117,8 @@ static void test_checksum_invariance(const rf_tensor *t, rf_dtype dt) {
   int es = rf_dtype_size(dt);
   rf_box whole = rf_box_whole(t);
   rf_region w = region_new(0, &whole, es);
-  rf_fill_region(&w, &whole, t, 99, dt);
-  ASSERT_EQ(rf_check_region(&w, &whole, t, 99, dt, NULL, 0, NULL), 0);
+  rf_fill_region(&w, &whole, t, 99, NULL, dt);
+  ASSERT_EQ(rf_check_region(&w, &whole, t, 99, NULL, dt, NULL, 0, NULL), 0);
   uint64_t total = rf_checksum_region(&w, &whole, t, dt);
 
   /* The whole tensor transposed, and filled directly in transposed and fused layouts. */
@@ -127,9 +127,9 @@ static void test_checksum_invariance(const rf_tensor *t, rf_dtype dt) {
     rf_region_copy(&x, &w, &whole);
     ASSERT_U64_EQ(rf_checksum_region(&x, &whole, t, dt), total);
     memset(x.base, 0, (size_t)es);
-    rf_fill_region(&x, &whole, t, 99, dt);
+    rf_fill_region(&x, &whole, t, 99, NULL, dt);
     ASSERT_U64_EQ(rf_checksum_region(&x, &whole, t, dt), total);
-    ASSERT_EQ(rf_check_region(&x, &whole, t, 99, dt, NULL, 0, NULL), 0);
+    ASSERT_EQ(rf_check_region(&x, &whole, t, 99, NULL, dt, NULL, 0, NULL), 0);
     region_delete(&x, kind);
   }
 
@@ -139,8 +139,8 @@ static void test_checksum_invariance(const rf_tensor *t, rf_dtype dt) {
   for (int64_t j = 0; j < t->shape[1]; j++) {
     rf_box col = {{0, j}, {t->shape[0], j + 1}};
     by_column += rf_checksum_region(&w, &col, t, dt);
-    rf_fill_region(&cols, &col, t, 99, dt);
-    ASSERT_EQ(rf_check_region(&cols, &col, t, 99, dt, NULL, 0, NULL), 0);
+    rf_fill_region(&cols, &col, t, 99, NULL, dt);
+    ASSERT_EQ(rf_check_region(&cols, &col, t, 99, NULL, dt, NULL, 0, NULL), 0);
   }
   ASSERT_U64_EQ(by_column, total);
   ASSERT_EQ(memcmp(cols.base, w.base, (size_t)(t->numel * es)), 0);
@@ -159,8 +159,8 @@ static void test_checksum_invariance(const rf_tensor *t, rf_dtype dt) {
         rf_region a = region_new(k1, &piece, es), b = region_new(k2, &piece, es);
         rf_region_copy(&a, &w, &piece);
         copied += rf_checksum_region(&a, &piece, t, dt);
-        rf_fill_region(&b, &piece, t, 99, dt);
-        ASSERT_EQ(rf_check_region(&b, &piece, t, 99, dt, NULL, 0, NULL), 0);
+        rf_fill_region(&b, &piece, t, 99, NULL, dt);
+        ASSERT_EQ(rf_check_region(&b, &piece, t, 99, NULL, dt, NULL, 0, NULL), 0);
         filled += rf_checksum_region(&b, &piece, t, dt);
         region_delete(&a, k1), region_delete(&b, k2);
         c0 = c1;
@@ -181,7 +181,7 @@ static void test_check_finds_flips(int kind, rf_dtype dt) {
   int es = rf_dtype_size(dt);
   rf_box whole = rf_box_whole(&t);
   rf_region r = region_new(kind, &whole, es);
-  rf_fill_region(&r, &whole, &t, 7, dt);
+  rf_fill_region(&r, &whole, &t, 7, NULL, dt);
   uint64_t clean = rf_checksum_region(&r, &whole, &t, dt);
 
   for (int n = 0; n < 20; n++) {
@@ -193,7 +193,7 @@ static void test_check_finds_flips(int kind, rf_dtype dt) {
     memcpy(&got, rf_region_at(&r, i, j), (size_t)es); /* little-endian */
     rf_mismatch m[4];
     int reported = -1;
-    ASSERT_EQ(rf_check_region(&r, &whole, &t, 7, dt, m, 4, &reported), 1);
+    ASSERT_EQ(rf_check_region(&r, &whole, &t, 7, NULL, dt, m, 4, &reported), 1);
     ASSERT_EQ(reported, 1);
     ASSERT_EQ(m[0].tensor, 11);
     ASSERT_EQ(m[0].index, i * 53 + j);
@@ -203,7 +203,7 @@ static void test_check_finds_flips(int kind, rf_dtype dt) {
     ASSERT_TRUE(rf_checksum_region(&r, &whole, &t, dt) != clean);
     *byte = old;
   }
-  ASSERT_EQ(rf_check_region(&r, &whole, &t, 7, dt, NULL, 0, NULL), 0);
+  ASSERT_EQ(rf_check_region(&r, &whole, &t, 7, NULL, dt, NULL, 0, NULL), 0);
 
   /* Five wrong elements in one row, three reported, in order along the row (a transposed
    * region is checked column by column, which meets them in the same order). */
@@ -211,13 +211,13 @@ static void test_check_finds_flips(int kind, rf_dtype dt) {
     *rf_region_at(&r, 20, j) ^= 0x01;
   rf_mismatch m[3];
   int reported = 0;
-  ASSERT_EQ(rf_check_region(&r, &whole, &t, 7, dt, m, 3, &reported), 5);
+  ASSERT_EQ(rf_check_region(&r, &whole, &t, 7, NULL, dt, m, 3, &reported), 5);
   ASSERT_EQ(reported, 3);
   for (int k = 0; k < 3; k++)
     ASSERT_EQ(m[k].index, 20 * 53 + 10 + k);
-  ASSERT_EQ(rf_check_region(&r, &whole, &t, 7, dt, NULL, 3, NULL), 5);
+  ASSERT_EQ(rf_check_region(&r, &whole, &t, 7, NULL, dt, NULL, 3, NULL), 5);
   /* A different seed is wrong almost everywhere. */
-  ASSERT_GT(rf_check_region(&r, &whole, &t, 8, dt, NULL, 0, NULL), 37 * 53 * 99 / 100);
+  ASSERT_GT(rf_check_region(&r, &whole, &t, 8, NULL, dt, NULL, 0, NULL), 37 * 53 * 99 / 100);
   region_delete(&r, kind);
 }
 
@@ -247,7 +247,7 @@ static void test_pinned(void) {
   rf_box whole = rf_box_whole(&t);
   for (int d = 0; d < 3; d++) {
     rf_region r = region_new(0, &whole, rf_dtype_size(dtypes[d]));
-    rf_fill_region(&r, &whole, &t, 1, dtypes[d]);
+    rf_fill_region(&r, &whole, &t, 1, NULL, dtypes[d]);
     ASSERT_U64_EQ(rf_checksum_region(&r, &whole, &t, dtypes[d]), sums[d]);
     region_delete(&r, 0);
   }

@@ -75,10 +75,12 @@ typedef struct {
   rf_plan_kind plan;              /* --plan p2p|star|fanout|hierarchical|auto (RF_PLAN_AUTO) */
   int64_t domain_ranks;           /* --domain-ranks N: hierarchical's domains; 0 = the nodes */
   rf_mode_list mode;              /* --mode unfused|grouped|fused, or a comma-separated list */
+  rf_delta_choice_list delta;     /* --delta off|auto|sparse|bitmask, or a list (only off runs) */
   int64_t bucket_size;            /* --bucket-size, bytes; 0 = whole model in one bucket */
   char transport[16];             /* --transport NAME */
   int64_t device;                 /* --device N: the CUDA device; -1 = by node-local rank */
   int64_t seed;                   /* --seed */
+  char update[64];                /* --update none|full|sparse:F|adam:LR (verify/versions.h) */
   int64_t warmup;                 /* --warmup */
   int64_t iters;                  /* --iters */
   rf_verify_level verify;         /* --verify full|checksum|none */

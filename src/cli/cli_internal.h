@@ -46,6 +46,9 @@ typedef struct {
   const char *metavar; /* shown after the option name in --help; enums show their choices */
   unsigned commands;   /* mask of rf_command bits */
   const char *help;    /* one sentence, lower case, no final period */
+  /* strings: a stricter check of the text (a rule with a parameter, like --update), which
+   * writes the reason to why and returns RF_ERR_USAGE; NULL accepts any text that fits */
+  rf_status (*check)(const char *text, char *why, size_t why_len);
 } rf_cli_option;
 
 extern const rf_cli_option rf_cli_options[];

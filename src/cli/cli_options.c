@@ -27,9 +27,19 @@ _Static_assert(RF_ARRAY_LEN(plan_names) == RF_PLAN_AUTO + 1, "auto follows the p
 /* Enum fields are stored as int, and a list as rf_mode_list's count and items. */
 _Static_assert(sizeof(rf_mode) == sizeof(int) && sizeof(rf_plan_kind) == sizeof(int) &&
                    sizeof(rf_bind) == sizeof(int) && sizeof(rf_rollout_dtype) == sizeof(int) &&
-                   sizeof(rf_copy_path) == sizeof(int) && sizeof(rf_mapped_rounds) == sizeof(int),
+                   sizeof(rf_copy_path) == sizeof(int) && sizeof(rf_mapped_rounds) == sizeof(int) &&
+                   sizeof(rf_delta_choice) == sizeof(int),
                "enum fields are stored as int");
-_Static_assert(offsetof(rf_mode_list, items) == sizeof(int), "rf_mode_list: count, then items");
+_Static_assert(offsetof(rf_mode_list, items) == sizeof(int) &&
+                   offsetof(rf_delta_choice_list, items) == sizeof(int),
+               "lists: count, then items");
+
+/* --update: the rule's own parser, so that a bad value is refused as the command line and the
+ * config file are read. */
+static rf_status check_update(const char *text, char *why, size_t why_len) {
+  rf_update u;
+  return rf_update_parse(text, &u, why, why_len);
+}
 
 const rf_cli_option rf_cli_options[] = {
     {.name = "config",
@@ -186,6 +196,18 @@ const rf_cli_option rf_cli_options[] = {
      .commands = RUN | SIM,
      .help = "a message per piece, a group per bucket, or one packed message per peer; a "
              "comma-separated list runs each in turn"},
+    {.name = "delta",
+     .type = RF_OPT_ENUM,
+     NAMES(rf_delta_choice, RF_DELTA_CHOICE_COUNT),
+     .list = 1,
+     FIELD(delta),
+     .def = "off",
+     .unit = "",
+     .commands = RUN,
+     .help = "how a refit sends a new version: every byte (off), or only its changed elements, "
+             "in the smaller encoding per piece (auto) or in one (sparse: offsets and values; "
+             "bitmask: a bit per element and the values); a comma-separated list runs each in "
+             "turn; this build runs off only"},
     {.name = "bucket-size",
      .sweep = 1,
      .type = RF_OPT_SIZE,
@@ -227,6 +249,19 @@ const rf_cli_option rf_cli_options[] = {
      .metavar = "N",
      .commands = RUN | CKPT,
      .help = "seed of the synthetic weights"},
+    {.name = "update",
+     .type = RF_OPT_STRING,
+     FIELD(update),
+     .check = check_update,
+     .def = "none",
+     .unit = "",
+     .metavar = "RULE",
+     .commands = RUN,
+     .help = "how each iteration's version of the generated weights follows the last: none "
+             "(every iteration moves the same weights), full (every element changes), sparse:F "
+             "(each element changes with probability F, 0 <= F <= 1) or adam:LR (an fp32 master "
+             "takes an Adam step of rate LR, 0 < LR <= 1, from seeded pseudo-gradients and is "
+             "rounded to the dtype); the rollout is checked against the version moved last"},
     {.name = "warmup",
      .type = RF_OPT_INT,
      .imin = 0,

@@ -256,6 +256,8 @@ rf_status rf_cli_set_text(const rf_cli_option *o, const char *text, rf_config *c
       snprintf(why, why_len, "'%.40s...' is too long (at most %zu characters)", text, o->size - 1);
       return RF_ERR_USAGE;
     }
+    if (o->check)
+      RF_TRY(o->check(text, why, why_len));
     memcpy((char *)cfg + o->offset, text, strlen(text) + 1);
     return RF_OK;
   case RF_OPT_INT:

@@ -14,6 +14,7 @@
 #include "report/report.h"
 #include "run_collect.h"
 #include "run_record.h"
+#include "run_versions.h"
 #include "sweep.h"
 
 /* Everything `refit run` decided from its options, on every rank alike. */
@@ -25,6 +26,8 @@ typedef struct {
   rf_checkpoint *checkpoint; /* the trainer's weights, when --checkpoint is given */
   run_record record;         /* what rank 0 writes to --output */
   int forward_crosses_gpus;  /* --mapped-rounds auto (rf_job_forward_crosses_gpus) */
+  rf_update update;          /* --update: how each iteration's version follows the last */
+  int64_t iterations_done;   /* the job's, every mode's: the next iteration moves this version */
 } run_setup;
 
 /* --memory: GPU transports need the weights on the GPU, shm in shared host memory; mpi takes
@@ -60,6 +63,7 @@ static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
 }
 
 static rf_status build_setup(const rf_config *cfg, run_setup *rs) {
+  RF_TRY(rf_run_versions_setup(cfg, &rs->update));
   RF_TRY(rf_transport_find(cfg->transport, &rs->transport));
   RF_TRY(choose_memory(cfg, rs));
   rs->verify_full = cfg->verify == RF_VERIFY_FULL;
@@ -153,17 +157,19 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
                rf_format_of(cfg->rollout_dtype)->name, only,
                (long long)job->plan.wire_transfer_bytes, job->plan.source_tensors,
                job->plan.destination_tensors);
-    char job_line[1280];
+    char job_line[1400], update[96] = "";
+    if (strcmp(cfg->update, "none") != 0)
+      snprintf(update, sizeof update, "; update %s", cfg->update);
     snprintf(job_line, sizeof job_line,
              "%s (%s, %lld bytes, %d tensors); trainer %s (%s, %s order); rollout %s%s; %s; "
              "transport %s (weights in %s memory); verify %s; warmup %lld, iters %lld; "
-             "seed %lld%s%s",
+             "seed %lld%s%s%s",
              m->name, rf_dtype_name(m->dtype), (long long)m->total_bytes, m->tensor_count,
              cfg->trainer, rf_trainer_style_name(cfg->trainer_style),
              rf_trainer_order_name(cfg->trainer_order), cfg->rollout, fp8,
              rf_placement_name(cfg->placement), cfg->transport, rf_mem_kind_name(rs_memory),
              rf_verify_level_name(cfg->verify), (long long)cfg->warmup, (long long)cfg->iters,
-             (long long)cfg->seed, job->plan_why[0] ? "; " : "", job->plan_why);
+             (long long)cfg->seed, update, job->plan_why[0] ? "; " : "", job->plan_why);
     rf_report_header(stdout, cfg->command_line, job_line, all, ctl->world_size, rec->links,
                      rec->link_count);
   }
@@ -199,17 +205,25 @@ static rf_status open_checkpoint(rf_control *ctl, const rf_config *cfg, run_setu
 /* The iterations: warmup ones, then timed ones into mine[iteration][phase]. Each starts
  * with a barrier, so ranks start their clocks together, and ends with the ranks agreeing on
  * its outcome; the last one writes every element again after the engine poisons them, and
- * is the one --inject corrupt flips a byte in (before any forwarding, so that it travels). */
-static rf_status iterate(rf_control *ctl, const rf_config *cfg, const run_setup *rs, rf_engine *e,
-                         double setup, double *mine) {
+ * is the one --inject corrupt flips a byte in (before any forwarding, so that it travels).
+ * Every iteration but the job's first moves a new version of the weights (run_versions.h),
+ * which the trainer makes before the barrier; *update_s is this rank's mean time for one. */
+static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, rf_engine *e,
+                         double setup, double *mine, double *update_s) {
   int iters = (int)cfg->iters, warmup = (int)cfg->warmup;
   int stall = cfg->inject == RF_INJECT_STALL && ctl->trainer_rank == 0;
   if (stall)
     RF_WARN("inject stall: trainer rank 0 will not post its messages");
-  double scratch[RF_PHASE_COUNT];
+  double scratch[RF_PHASE_COUNT], updating = 0;
+  int updates = 0;
   rf_status st = RF_OK;
   for (int it = 0; it < warmup + iters && st == RF_OK; it++) {
-    if (it == warmup + iters - 1) {
+    if (rs->iterations_done++ > 0) {
+      double u0 = rf_now();
+      st = rf_buffers_advance(e->data);
+      updating += rf_now() - u0, updates++;
+    }
+    if (it == warmup + iters - 1 && st == RF_OK) {
       st = rf_engine_poison(e);
       if (cfg->inject == RF_INJECT_CORRUPT)
         rf_engine_corrupt(e);
@@ -231,6 +245,7 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, const run_setup 
     if (st != RF_OK && st != RF_ERR_TIMEOUT)
       rf_engine_abandon(e); /* its own timeout marks the control plane: main then aborts */
   }
+  *update_s = updates ? updating / updates : 0;
   return st;
 }
 
@@ -273,10 +288,10 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
                      : RF_ERR_NOMEM;
   if (st == RF_OK)
     rf_engine_set_mapped_rounds(&e, cfg->mapped_rounds, rs->forward_crosses_gpus);
-  double setup = rf_now() - t0;
+  double setup = rf_now() - t0, update_s = 0;
   st = rf_control_agree(ctl, st);
   if (st == RF_OK)
-    st = iterate(ctl, cfg, rs, &e, setup, mine);
+    st = iterate(ctl, cfg, rs, &e, setup, mine, &update_s);
   if (st == RF_OK) {
     double v0 = rf_now();
     st = rf_control_agree(ctl, rf_run_verify(ctl, &rs->job, &e, rs->checkpoint, rs->verify_full,
@@ -285,6 +300,8 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
     for (int it = 0; it < iters; it++)
       mine[(size_t)it * RF_PHASE_COUNT + RF_PHASE_VERIFY] = verify;
   }
+  if (st == RF_OK)
+    st = rf_control_agree(ctl, rf_run_version_changes(ctl, &rs->job, &e, update_s, res));
   if (st == RF_OK)
     st = rf_run_collect(ctl, &e, mode, mine, all, iters, res);
   if (rank0) {
@@ -360,6 +377,7 @@ static rf_status run_modes(rf_control *ctl, const rf_config *cfg, const rf_sweep
     st = run_mode(ctl, cfg, rs, tp, data, cfg->mode.items[i], &res);
     if (ctl->world_rank == 0 && res.timings) {
       rf_report_row(stdout, &res);
+      rf_run_print_update(cfg, &res);
       rf_record_print_limits(&rs->record, &res);
       fflush(stdout);
     }
@@ -426,6 +444,7 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
     rf_control_hold(ctl); /* every rank may run out of memory alike: one line says so */
     st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.memory, (uint64_t)cfg->seed,
                                                rs.checkpoint, ctl->world_rank));
+    data.version.update = rs.update; /* the rule by which rf_buffers_advance moves them on */
   }
   setup[RF_SETUP_ARENAS] = rf_now() - t0;
   if (st == RF_OK)

@@ -131,6 +131,14 @@ static rf_rollout_dtype run_rollout_dtype(const char *path, int run) {
   return dtype;
 }
 
+/* The run's --update ("none" in files written before weight versions). */
+static void run_update(const char *path, int run, char *text, size_t len) {
+  rf_log_push_quiet(1);
+  if (rf_results_run_attribute(path, run, "update", text, len) != RF_OK)
+    snprintf(text, len, "none");
+  rf_log_pop_quiet();
+}
+
 static const char *rollout_dtype_text(rf_rollout_dtype d) {
   return d == RF_ROLLOUT_DTYPE_MODEL ? "model-dtype" : rf_rollout_dtype_name(d);
 }
@@ -173,7 +181,16 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
   int fp8 = rollout_dtype != RF_ROLLOUT_DTYPE_MODEL;
   int *fp8_tensor = NULL; /* with --checkpoint: compared by their rollout checksums only */
   int format = 0, ref_format = 0;
+  char update[64], ref_update[64] = "none";
+  run_update(cfg->inputs[0], mine.run, update, sizeof update);
   rf_status st = rf_results_format(cfg->inputs[0], &format);
+  /* A run of a later version of the weights holds other checksums than version 0's. */
+  if (st == RF_OK && cfg->checkpoint[0] && strcmp(update, "none") != 0)
+    st = rf_fail(RF_ERR_USAGE,
+                 "run %04d of '%s' moved later versions of the weights (--update %s) and a "
+                 "checkpoint holds version 0; compare it with a run of the same --update "
+                 "(--reference)",
+                 mine.run, cfg->inputs[0], update);
   if (st == RF_OK && cfg->reference[0]) {
     st = rf_results_format(cfg->reference, &ref_format);
     /* Files of two formats hold checksums under different terms: no two can be compared. */
@@ -185,6 +202,13 @@ rf_status rf_cmd_verify(const rf_config *cfg) {
                    cfg->inputs[0], format, cfg->reference, ref_format);
     if (st == RF_OK)
       st = read_sums(cfg->reference, -1, &ref);
+    if (st == RF_OK)
+      run_update(cfg->reference, ref.run, ref_update, sizeof ref_update);
+    if (st == RF_OK && strcmp(update, ref_update) != 0)
+      st = rf_fail(RF_ERR_USAGE,
+                   "run %04d of '%s' moved versions of --update %s but the reference run %04d of "
+                   "'%s' those of --update %s; compare runs of one --update",
+                   mine.run, cfg->inputs[0], update, ref.run, cfg->reference, ref_update);
     rf_rollout_dtype ref_dtype = st == RF_OK ? run_rollout_dtype(cfg->reference, ref.run) : 0;
     if (st == RF_OK && rollout_dtype != ref_dtype)
       st = rf_fail(RF_ERR_USAGE,

@@ -243,9 +243,29 @@ rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory
                      "trainer weights come from --checkpoint",
                      m->tensors[t].name);
     else
-      RF_TRY(rf_fill_region_on(memory, &r, &box, &m->tensors[t], seed, m->tensors[t].dtype));
+      RF_TRY(rf_fill_region_on(memory, &r, &box, &m->tensors[t], seed, NULL, m->tensors[t].dtype));
   }
   b->fill_seconds = rf_now() - t0;
+  b->seed = seed;
+  b->from_checkpoint = checkpoint != NULL;
+  return RF_OK;
+}
+
+rf_status rf_buffers_advance(rf_buffers *b) {
+  if (b->from_checkpoint && b->version.update.kind != RF_UPDATE_NONE)
+    return rf_fail(RF_ERR_INTERNAL, "the trainer's weights come from a checkpoint, which holds one "
+                                    "version; versions are of generated weights only");
+  b->version.k++;
+  if (b->version.update.kind == RF_UPDATE_NONE)
+    return RF_OK; /* every version holds version 0's values */
+  const rf_layout *lay = b->plan->layout;
+  const rf_model *m = lay->model;
+  for (int t = 0; t < m->tensor_count && b->trainer_rank >= 0; t++) {
+    rf_box box = rf_layout_trainer_box(lay, t, b->trainer_rank);
+    rf_region r = rf_shard_region(b->plan, b->trainer_rank, t, b->shards[t]);
+    RF_TRY(rf_advance_region_on(b->memory, &r, &box, &m->tensors[t], b->seed, &b->version,
+                                m->tensors[t].dtype));
+  }
   return RF_OK;
 }
 

@@ -9,6 +9,7 @@
 #include "verify/verify.h"
 
 RF_ENUM_DEFINE(rf_mode, "mode", RF_MODE_LIST, RF_MODE_COUNT)
+RF_ENUM_DEFINE(rf_delta_choice, "delta", RF_DELTA_CHOICE_LIST, RF_DELTA_CHOICE_COUNT)
 RF_ENUM_DEFINE(rf_inject, "inject", RF_INJECT_LIST, RF_INJECT_COUNT)
 RF_ENUM_DEFINE(rf_mapped_rounds, "mapped-rounds", RF_MAPPED_ROUNDS_LIST, RF_MAPPED_ROUNDS_COUNT)
 
@@ -305,6 +306,7 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   for (int p = 0; p < RF_PHASE_COUNT; p++)
     times[p] = 0.0;
   e->messages = 0;
+  e->moved = e->data->version; /* what the rollout holds once this iteration is done */
   if (stall)
     return RF_OK; /* --inject stall: this rank never posts its side */
   double start = rf_now();

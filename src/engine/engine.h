@@ -21,6 +21,7 @@
 #include "plan/plan.h"
 #include "result/result.h"
 #include "transport/transport.h"
+#include "verify/versions.h"
 
 /* A checkpoint to read the trainer shards from (io.h); the engine only passes it on. */
 typedef struct rf_checkpoint rf_checkpoint;
@@ -40,6 +41,23 @@ typedef struct {
 } rf_mode_list;
 /* "fused,grouped" into buf. */
 const char *rf_mode_list_format(const rf_mode_list *modes, char *buf, size_t len);
+
+/* --delta a,b: how a refit sends a new version (issue 33): every byte (off), or only the
+ * changed elements, in the encoding that is smallest per piece (auto) or in one encoding
+ * (sparse: offsets and values; bitmask: a bit per element and the values). A list runs each in
+ * turn, like --mode. Only off runs in this build: refit run refuses the others with one line
+ * until the encodings are wired into the engine. */
+#define RF_DELTA_CHOICE_LIST(X)                                                                    \
+  X(RF_DELTA_CHOICE_OFF, "off")                                                                    \
+  X(RF_DELTA_CHOICE_AUTO, "auto")                                                                  \
+  X(RF_DELTA_CHOICE_SPARSE, "sparse")                                                              \
+  X(RF_DELTA_CHOICE_BITMASK, "bitmask")
+typedef enum { RF_DELTA_CHOICE_LIST(RF_ENUM_ID) RF_DELTA_CHOICE_COUNT } rf_delta_choice;
+RF_ENUM_DECLARE(rf_delta_choice);
+typedef struct {
+  int count;
+  rf_delta_choice items[RF_MAX_MODES];
+} rf_delta_choice_list;
 
 /* Faults the tests inject to show that the checks and the timeouts work. */
 #define RF_INJECT_LIST(X)                                                                          \
@@ -90,12 +108,23 @@ typedef struct {
   void **landing;
   double fill_seconds; /* generating or reading the trainer's weights */
   int exposed;         /* offered to a mapping transport (ipc) already */
+  int from_checkpoint; /* the trainer shards were read, not generated */
+  /* The version the trainer shards hold (versions.h): 0 after rf_buffers_init, under the
+   * update rule the caller sets in version.update before the first rf_buffers_advance. */
+  uint64_t seed;
+  rf_weight_version version;
 } rf_buffers;
 
-/* The trainer shards are read from `checkpoint` when given, else generated from `seed`. */
+/* The trainer shards are read from `checkpoint` when given, else generated from `seed`
+ * (version 0). */
 rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory, uint64_t seed,
                           rf_checkpoint *checkpoint, int world_rank);
 void rf_buffers_free(rf_buffers *b);
+/* Moves the generated trainer shards from their version k to k + 1 (rf_advance_region_on:
+ * under sparse, host memory gets only the chunks that hold a change written back), on this
+ * rank alone. Under `none` only the number moves. Refused for shards read from a checkpoint,
+ * which hold one version only. */
+rf_status rf_buffers_advance(rf_buffers *b);
 
 /* Where each tensor sits in the arena of `family` on `rank` (a trainer rank for shards and
  * coupling, ignored for rollout): byte offsets, 256-byte aligned. Returns the arena size. */
@@ -136,6 +165,9 @@ typedef struct {
   int64_t bucket_size;
   uint64_t seed;
   rf_inject inject;
+  /* The version the last iteration moved (data->version when it started): what the rollout
+   * holds after it, and what rf_engine_check compares with. Version 0 before any. */
+  rf_weight_version moved;
 
   int world_rank, trainer_rank, rollout_rank; /* -1 where this rank has no such role */
   rf_mem_kind memory; /* where the weights live, and so where box copies run */
@@ -202,7 +234,8 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall);
 rf_status rf_engine_abandon(rf_engine *e);
 
 /* After the last iteration: full check of every element this rank holds on the rollout side
- * (returns the count of wrong elements; logs the first few), and the layout-invariant
+ * against the version it moved (returns the count of wrong elements; logs the first few), and
+ * the layout-invariant
  * checksums this rank contributes: trainer[tensor] and rollout[replica * tensors + tensor],
  * counting each element once per group (the lowest rank holding a replicated box). */
 int64_t rf_engine_check(rf_engine *e, rf_checkpoint *checkpoint);

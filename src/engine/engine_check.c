@@ -125,9 +125,10 @@ int64_t rf_engine_check(rf_engine *e, rf_checkpoint *checkpoint) {
     rf_mismatch first[4];
     int n = 0;
     int64_t w = 0;
-    rf_status st = checkpoint ? check_against_file(e, checkpoint, t, first, 4, &n, &w)
-                              : rf_check_region_on(e->memory, &r, &held, &m->tensors[t], e->seed,
-                                                   m->tensors[t].dtype, first, 4, &n, &w);
+    rf_status st = checkpoint
+                       ? check_against_file(e, checkpoint, t, first, 4, &n, &w)
+                       : rf_check_region_on(e->memory, &r, &held, &m->tensors[t], e->seed,
+                                            &e->moved, m->tensors[t].dtype, first, 4, &n, &w);
     if (st != RF_OK)
       return -1;
     wrong += w;

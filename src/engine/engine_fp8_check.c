@@ -44,7 +44,7 @@ static rf_status reference(const rf_engine *e, rf_checkpoint *ckpt, int t, const
   if (st == RF_OK && ckpt)
     st = rf_checkpoint_read(ckpt, t, held, &r);
   else if (st == RF_OK)
-    rf_fill_region(&r, held, tensor, e->seed, tensor->dtype);
+    rf_fill_region(&r, held, tensor, e->seed, &e->moved, tensor->dtype);
   if (st == RF_OK)
     st = rf_format_quantize_ref(f, tensor->name, x, tensor->dtype, rows, cols, cols, global, q,
                                 scale);
@@ -183,7 +183,7 @@ static rf_status reference_band(const rf_engine *e, rf_checkpoint *ckpt, int t, 
     RF_TRY(rf_checkpoint_read(ckpt, t, box, &staged));
     RF_TRY(rf_mem_transfer(d->src, RF_MEM_DEVICE, d->host, RF_MEM_HOST, qb * (size_t)esize));
   } else {
-    RF_TRY(rf_fill_region_on(RF_MEM_DEVICE, &src, box, tensor, e->seed, tensor->dtype));
+    RF_TRY(rf_fill_region_on(RF_MEM_DEVICE, &src, box, tensor, e->seed, &e->moved, tensor->dtype));
   }
   rf_fp8_job job = {.x = d->src,
                     .dtype = tensor->dtype,

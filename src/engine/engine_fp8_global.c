@@ -200,7 +200,7 @@ rf_status engine_fp8_reference_global(const rf_engine *e, rf_checkpoint *ckpt, i
     if (ckpt)
       st = rf_checkpoint_read(ckpt, u, &all, &r);
     else
-      rf_fill_region(&r, &all, x, e->seed, x->dtype);
+      rf_fill_region(&r, &all, x, e->seed, &e->moved, x->dtype);
     float a =
         st == RF_OK ? rf_fp8_block_amax(buf, x->dtype, x->shape[1], x->shape[0], x->shape[1]) : 0;
     free(buf);

@@ -271,7 +271,7 @@ rf_status ck_generate(const rf_tensor *t, uint64_t seed, ck_emit_fn emit, void *
     int64_t r1 = RF_MIN(r0 + rows, t->shape[0]);
     rf_box b = {{r0, 0}, {r1, t->shape[1]}};
     rf_region reg = rf_region_row_major(buf, &b, es);
-    rf_fill_region(&reg, &b, t, seed, t->dtype);
+    rf_fill_region(&reg, &b, t, seed, NULL, t->dtype);
     st = emit(ctx, t, r0, r1, buf, (size_t)((r1 - r0) * t->shape[1] * es));
   }
   free(buf);
@@ -296,7 +296,7 @@ rf_status ck_generate_stored(const rf_model *m, const rf_tensor *t, uint64_t see
     int64_t c1 = RF_MIN(c0 + cols, t->shape[1]);
     rf_box b = {{0, c0}, {t->shape[0], c1}};
     rf_region reg = rf_region_transposed(buf, &b, es);
-    rf_fill_region(&reg, &b, t, seed, t->dtype);
+    rf_fill_region(&reg, &b, t, seed, NULL, t->dtype);
     st = emit(ctx, t, c0, c1, buf, (size_t)((c1 - c0) * t->shape[0] * es));
   }
   free(buf);

@@ -165,7 +165,7 @@ static float tensor_amax(const rf_tensor *t, uint64_t seed, void *x, int64_t row
   for (int64_t r0 = 0; r0 < t->shape[0]; r0 += rows) {
     rf_box b = {{r0, 0}, {RF_MIN(r0 + rows, t->shape[0]), t->shape[1]}};
     rf_region reg = rf_region_row_major(x, &b, rf_tensor_esize(t));
-    rf_fill_region(&reg, &b, t, seed, t->dtype);
+    rf_fill_region(&reg, &b, t, seed, NULL, t->dtype);
     float a = rf_fp8_block_amax(x, t->dtype, t->shape[1], b.hi[0] - r0, t->shape[1]);
     amax = a > amax ? a : amax;
   }
@@ -226,7 +226,7 @@ static rf_status write_weight(format_writer *w, const rf_tensor *t, const rf_ten
     int64_t r1 = RF_MIN(r0 + rows, t->shape[0]);
     rf_box b = {{r0, 0}, {r1, cols}};
     rf_region reg = rf_region_row_major(x, &b, rf_tensor_esize(t));
-    rf_fill_region(&reg, &b, t, seed, t->dtype);
+    rf_fill_region(&reg, &b, t, seed, NULL, t->dtype);
     uint8_t *s = w->scales + r0 / f->block_rows * grid_cols * f->scale_bytes;
     st = rf_format_quantize_ref(f, t->name, x, t->dtype, r1 - r0, cols, cols, w->global, q, s);
     if (st == RF_OK && emit)

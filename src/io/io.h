@@ -73,6 +73,11 @@ typedef struct {
    * what crosses the wire (rf_plan's wire totals; NULL wire_send_bytes writes none of them):
    * files without these attributes moved every byte in the trainer's dtype. */
   const char *rollout_dtype;
+  /* --update as given ("none", "sparse:0.01"), or NULL to write none of these: with it the
+   * attributes update and update_version (the result's version, the last one moved), and under
+   * a rule other than none update_changed_elements, update_elements (the result's counts) and
+   * update_s. Files without them moved version 0 every iteration. */
+  const char *update;
   const int64_t *wire_send_bytes, *wire_recv_bytes; /* [trainer rank], [rollout rank] */
   int64_t wire_transfer_bytes, wire_forward_bytes;
   int64_t source_quantized_tensors, destination_quantized_tensors;

@@ -116,6 +116,15 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
   }
   if (run->rollout_dtype)
     RF_TRY(rf_results_attr_str(g, ".", "rollout_dtype", run->rollout_dtype));
+  if (run->update) {
+    RF_TRY(rf_results_attr_str(g, ".", "update", run->update));
+    RF_TRY(rf_results_attr_i64(g, ".", "update_version", res->version));
+  }
+  if (run->update && res->version_elements > 0) {
+    RF_TRY(rf_results_attr_i64(g, ".", "update_changed_elements", res->version_changed));
+    RF_TRY(rf_results_attr_i64(g, ".", "update_elements", res->version_elements));
+    RF_TRY(rf_results_attr_f64(g, ".", "update_s", res->update_s));
+  }
   const struct {
     const char *name;
     int64_t value;

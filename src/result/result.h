@@ -77,7 +77,12 @@ typedef struct {
   int checksum_bad;     /* tensors whose checksums differ (-1: not compared) */
   int64_t peak_staging; /* max over ranks, bytes */
   int64_t peak_rss;     /* max over ranks, bytes */
-  rf_status status;     /* RF_OK, RF_ERR_VERIFY or the run's error */
+  /* --update (verify/versions.h): the last version the run moved; how many of its elements
+   * (of version_elements; 0 under none) differ from the version before; and the mean seconds
+   * the trainer took to make each of the run's versions, outside the phases. */
+  int64_t version, version_changed, version_elements;
+  double update_s;
+  rf_status status; /* RF_OK, RF_ERR_VERIFY or the run's error */
 } rf_run_result;
 
 /* Fills total, algbw and aggbw from timings. */

@@ -1,13 +1,17 @@
-/* verify: the walks over a region that fill it with the generator's values, checksum it and
- * check it element by element, on the CPU; and the dispatch that sends device regions to the
- * CUDA kernels (verify_gpu.h) along the same walk.
+/* verify: the walks over a region that fill it with the generator's values (or a later
+ * version's), checksum it and check it element by element, on the CPU; and the dispatch that
+ * sends device regions to the CUDA kernels (verify_gpu.h) along the same walk.
  *
  * The generator and the checksum term are results format 2's (values.h): stored results and
- * the GPU kernels depend on their exact bit patterns, and test_verify pins a few of them. */
+ * the GPU kernels depend on their exact bit patterns, and test_verify pins a few of them.
+ * Version 0 keeps its own loops: a walk passes a NULL version to them, which the inlining
+ * folds away, so --update none fills and checks at the speed it always had. Compiled with
+ * -ffp-contract=off (src/CMakeLists.txt) for adam's fp32 steps (versions.h). */
 #include <string.h>
 
 #include "verify/verify.h"
 #include "verify/verify_gpu.h"
+#include "verify/verify_walk.h"
 
 /* The generator and the checksum term live in values.h, compiled for CPU and GPU alike. */
 
@@ -17,81 +21,31 @@ uint32_t rf_value_bits(uint64_t seed, int32_t tensor_id, int64_t index, rf_dtype
   return rf_value_of(rf_value_key(seed, tensor_id), index, dtype);
 }
 
-/* ---- walking a box ---------------------------------------------------------------------- */
+/* ---- the line loops (verify_walk.h: the walk, chunks and clones) ------------------------- */
 
-/* A box as lines of elements in the region's memory order: rows of a row-major or fused
- * region, columns of a transposed one. Fill and checksum do not care about the order, and
- * walking the dense dimension innermost keeps a transposed trainer shard as fast as a
- * row-major one. `step` is the element stride along a line, `dg` the global index step. */
-typedef struct {
-  int64_t n_out, n_in;
-  int64_t out_lo, in_lo;
-  int inner; /* the box dimension walked along a line */
-  int64_t step, dg;
-} box_walk;
-
-static box_walk walk_of(const rf_region *r, const rf_box *box, const rf_tensor *t) {
-  int64_t h = box->hi[0] - box->lo[0], w = box->hi[1] - box->lo[1];
-  box_walk bw;
-  bw.inner = (w == 1 || (h > 1 && r->stride[0] < r->stride[1])) ? 0 : 1;
-  bw.n_out = bw.inner ? h : w;
-  bw.n_in = bw.inner ? w : h;
-  bw.out_lo = box->lo[1 - bw.inner];
-  bw.in_lo = box->lo[bw.inner];
-  bw.step = r->stride[bw.inner];
-  bw.dg = bw.inner ? 1 : t->shape[1];
-  if (h <= 0 || w <= 0)
-    bw.n_out = bw.n_in = 0;
-  return bw;
+/* Element i's bits: the generator's, or version vg's where vg is not NULL (a constant NULL
+ * in version 0's inlined copies). */
+RF_FORCE_INLINE uint32_t value_at(uint64_t key, const rf_version_gen *vg, int64_t i,
+                                  rf_dtype dtype) {
+  return vg ? rf_version_value(vg, i, dtype) : rf_value_of(key, i, dtype);
 }
 
-/* The start of line o: its address and the global index of its first element. */
-static char *line_start(const rf_region *r, const box_walk *bw, const rf_tensor *t, int64_t o,
-                        int64_t *g) {
-  int64_t i = bw->inner ? bw->out_lo + o : bw->in_lo;
-  int64_t j = bw->inner ? bw->in_lo : bw->out_lo + o;
-  *g = i * t->shape[1] + j;
-  return rf_region_at(r, i, j);
-}
-
-/* ---- the line loops ----------------------------------------------------------------------
- * Lines are processed in chunks of RF_CHUNK elements: a loop over a chunk has a fixed trip
- * count, which GCC vectorizes even at -O2, and unit stride in the common case (a line is
- * dense in every region kind the harness builds). On x86-64 the public walks are also
- * compiled for AVX-512 (format 1's checksum term needs its 64-bit multiply, and its wider
- * vectors help the 32-bit hashes too), and the loader picks that copy where the CPU has it.
- * Elsewhere the same code runs as scalar loops. The dtype is a constant in every inlined copy,
- * so rf_value_of has no switch per element. */
-#define RF_CHUNK 16
-#define RF_FORCE_INLINE static inline __attribute__((always_inline))
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__)
-#define RF_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
-#else
-#define RF_SIMD_CLONES
-#endif
-
-/* Element k of a line, as 8, 16 or 32 bits (fp8 for the checksum of an fp8 rollout). */
-RF_FORCE_INLINE uint32_t load_one(const char *p, int64_t k, int64_t step, rf_dtype dtype) {
-  if (dtype == RF_DTYPE_FP8)
-    return ((const uint8_t *)p)[k * step];
-  return dtype == RF_DTYPE_FP32 ? ((const uint32_t *)p)[k * step] : ((const uint16_t *)p)[k * step];
-}
-
-RF_FORCE_INLINE void store_one(char *p, int64_t k, int64_t step, uint32_t v, rf_dtype dtype) {
-  if (dtype == RF_DTYPE_FP32)
-    ((uint32_t *)p)[k * step] = v;
+/* A chunk's values: the generator's, or version vg's. */
+RF_FORCE_INLINE void chunk_values(uint64_t key, const rf_version_gen *vg, int64_t g, int64_t dg,
+                                  rf_dtype dtype, uint32_t *out) {
+  if (vg)
+    version_chunk(vg, g, dg, dtype, out);
   else
-    ((uint16_t *)p)[k * step] = (uint16_t)v;
+    for (int u = 0; u < RF_CHUNK; u++)
+      out[u] = rf_value_of(key, g + u * dg, dtype);
 }
 
 RF_FORCE_INLINE void fill_line(char *p, const box_walk *bw, int64_t g, uint64_t key,
-                               rf_dtype dtype) {
+                               const rf_version_gen *vg, rf_dtype dtype) {
   int64_t k = 0;
   for (; k + RF_CHUNK <= bw->n_in; k += RF_CHUNK) {
     uint32_t v[RF_CHUNK];
-    for (int u = 0; u < RF_CHUNK; u++)
-      v[u] = rf_value_of(key, g + (k + u) * bw->dg, dtype);
+    chunk_values(key, vg, g + k * bw->dg, bw->dg, dtype, v);
     if (bw->step == 1)
       for (int u = 0; u < RF_CHUNK; u++)
         store_one(p, k + u, 1, v[u], dtype);
@@ -100,7 +54,7 @@ RF_FORCE_INLINE void fill_line(char *p, const box_walk *bw, int64_t g, uint64_t 
         store_one(p, k + u, bw->step, v[u], dtype);
   }
   for (; k < bw->n_in; k++)
-    store_one(p, k, bw->step, rf_value_of(key, g + k * bw->dg, dtype), dtype);
+    store_one(p, k, bw->step, value_at(key, vg, g + k * bw->dg, dtype), dtype);
 }
 
 /* The checksum of one line under a scheme and element size that are constants in every
@@ -130,30 +84,27 @@ RF_FORCE_INLINE uint64_t checksum_line(const char *p, const box_walk *bw, int64_
 /* Counts the wrong elements of one line and records the first ones, up to max_report in all.
  * A clean chunk costs one comparison; only a chunk with a difference is walked again. */
 RF_FORCE_INLINE int64_t check_line(const char *p, const box_walk *bw, int64_t g, const rf_tensor *t,
-                                   uint64_t key, rf_dtype dtype, rf_mismatch *out, int max_report,
-                                   int *nrep) {
+                                   uint64_t key, const rf_version_gen *vg, rf_dtype dtype,
+                                   rf_mismatch *out, int max_report, int *nrep) {
   int64_t wrong = 0;
   for (int64_t k0 = 0; k0 < bw->n_in; k0 += RF_CHUNK) {
     int64_t k1 = k0 + RF_CHUNK;
     if (k1 <= bw->n_in) {
-      uint32_t diff = 0;
+      uint32_t diff = 0, want[RF_CHUNK];
+      chunk_values(key, vg, g + k0 * bw->dg, bw->dg, dtype, want);
       if (bw->step == 1)
-        for (int u = 0; u < RF_CHUNK; u++) {
-          uint32_t want = rf_value_of(key, g + (k0 + u) * bw->dg, dtype);
-          diff |= want ^ load_one(p, k0 + u, 1, dtype);
-        }
+        for (int u = 0; u < RF_CHUNK; u++)
+          diff |= want[u] ^ load_one(p, k0 + u, 1, dtype);
       else
-        for (int u = 0; u < RF_CHUNK; u++) {
-          uint32_t want = rf_value_of(key, g + (k0 + u) * bw->dg, dtype);
-          diff |= want ^ load_one(p, k0 + u, bw->step, dtype);
-        }
+        for (int u = 0; u < RF_CHUNK; u++)
+          diff |= want[u] ^ load_one(p, k0 + u, bw->step, dtype);
       if (!diff)
         continue;
     } else {
       k1 = bw->n_in;
     }
     for (int64_t k = k0; k < k1; k++) {
-      uint32_t want = rf_value_of(key, g + k * bw->dg, dtype);
+      uint32_t want = value_at(key, vg, g + k * bw->dg, dtype);
       uint32_t got = load_one(p, k, bw->step, dtype);
       if (want == got)
         continue;
@@ -169,23 +120,38 @@ RF_FORCE_INLINE int64_t check_line(const char *p, const box_walk *bw, int64_t g,
 
 /* ---- the public walks --------------------------------------------------------------------- */
 
+/* One line of a fill, with version 0's loop where vg is NULL. */
+RF_FORCE_INLINE void fill_line_as(char *p, const box_walk *bw, int64_t g, uint64_t key,
+                                  const rf_version_gen *vg, rf_dtype dtype) {
+  if (vg)
+    fill_line(p, bw, g, key, vg, dtype);
+  else
+    fill_line(p, bw, g, key, NULL, dtype);
+}
+
+/* The version a walk computes: NULL where its values are version 0's. */
+static const rf_version_gen *versioned(const rf_version_gen *g) {
+  return rf_version_differs(g) ? g : NULL;
+}
+
 RF_SIMD_CLONES
 void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
-                    rf_dtype dtype) {
+                    const rf_weight_version *version, rf_dtype dtype) {
   box_walk bw = walk_of(r, box, t);
-  uint64_t key = rf_value_key(seed, t->id);
+  rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
+  const rf_version_gen *vg = versioned(&gen);
   for (int64_t o = 0; o < bw.n_out; o++) {
     int64_t g;
     char *p = line_start(r, &bw, t, o, &g);
     switch (dtype) {
     case RF_DTYPE_BF16:
-      fill_line(p, &bw, g, key, RF_DTYPE_BF16);
+      fill_line_as(p, &bw, g, gen.key, vg, RF_DTYPE_BF16);
       break;
     case RF_DTYPE_FP16:
-      fill_line(p, &bw, g, key, RF_DTYPE_FP16);
+      fill_line_as(p, &bw, g, gen.key, vg, RF_DTYPE_FP16);
       break;
     case RF_DTYPE_FP32:
-      fill_line(p, &bw, g, key, RF_DTYPE_FP32);
+      fill_line_as(p, &bw, g, gen.key, vg, RF_DTYPE_FP32);
       break;
     case RF_DTYPE_FP8: /* a rollout dtype only: no logical tensor has it (model.h) */
     case RF_DTYPE_U8:  /* format bytes in a written checkpoint only */
@@ -227,13 +193,23 @@ uint64_t rf_checksum_region(const rf_region *r, const rf_box *box, const rf_tens
   return rf_checksum_region_as(RF_CHECKSUM_CURRENT, r, box, t, dtype);
 }
 
+/* One line of a check, with version 0's loop where vg is NULL. */
+RF_FORCE_INLINE int64_t check_line_as(const char *p, const box_walk *bw, int64_t g,
+                                      const rf_tensor *t, uint64_t key, const rf_version_gen *vg,
+                                      rf_dtype dtype, rf_mismatch *out, int max_report, int *nrep) {
+  return vg ? check_line(p, bw, g, t, key, vg, dtype, out, max_report, nrep)
+            : check_line(p, bw, g, t, key, NULL, dtype, out, max_report, nrep);
+}
+
 /* Mismatches are found in the region's memory order (see box_walk), which is row-major order
  * for everything but a transposed region. */
 RF_SIMD_CLONES
 int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
-                        rf_dtype dtype, rf_mismatch *out, int max_report, int *reported) {
+                        const rf_weight_version *version, rf_dtype dtype, rf_mismatch *out,
+                        int max_report, int *reported) {
   box_walk bw = walk_of(r, box, t);
-  uint64_t key = rf_value_key(seed, t->id);
+  rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
+  const rf_version_gen *vg = versioned(&gen);
   int64_t wrong = 0;
   int nrep = 0;
   for (int64_t o = 0; o < bw.n_out; o++) {
@@ -241,13 +217,13 @@ int64_t rf_check_region(const rf_region *r, const rf_box *box, const rf_tensor *
     const char *p = line_start(r, &bw, t, o, &g);
     switch (dtype) {
     case RF_DTYPE_BF16:
-      wrong += check_line(p, &bw, g, t, key, RF_DTYPE_BF16, out, max_report, &nrep);
+      wrong += check_line_as(p, &bw, g, t, gen.key, vg, RF_DTYPE_BF16, out, max_report, &nrep);
       break;
     case RF_DTYPE_FP16:
-      wrong += check_line(p, &bw, g, t, key, RF_DTYPE_FP16, out, max_report, &nrep);
+      wrong += check_line_as(p, &bw, g, t, gen.key, vg, RF_DTYPE_FP16, out, max_report, &nrep);
       break;
     case RF_DTYPE_FP32:
-      wrong += check_line(p, &bw, g, t, key, RF_DTYPE_FP32, out, max_report, &nrep);
+      wrong += check_line_as(p, &bw, g, t, gen.key, vg, RF_DTYPE_FP32, out, max_report, &nrep);
       break;
     case RF_DTYPE_FP8: /* a rollout dtype only: no logical tensor has it (model.h) */
     case RF_DTYPE_U8:  /* format bytes in a written checkpoint only */
@@ -287,13 +263,15 @@ static rf_status kind_check(rf_mem_kind kind) {
 }
 
 rf_status rf_fill_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
-                            const rf_tensor *t, uint64_t seed, rf_dtype dtype) {
+                            const rf_tensor *t, uint64_t seed, const rf_weight_version *version,
+                            rf_dtype dtype) {
   RF_TRY(kind_check(kind));
   if (kind == RF_MEM_DEVICE) {
     rf_gpu_walk w = gpu_walk_of(r, box, t);
-    return rf_gpu_fill(&w, rf_value_key(seed, t->id), dtype);
+    rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
+    return rf_gpu_fill(&w, &gen, dtype);
   }
-  rf_fill_region(r, box, t, seed, dtype);
+  rf_fill_region(r, box, t, seed, version, dtype);
   return RF_OK;
 }
 
@@ -309,14 +287,15 @@ rf_status rf_checksum_region_on(rf_mem_kind kind, const rf_region *r, const rf_b
 }
 
 rf_status rf_check_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
-                             const rf_tensor *t, uint64_t seed, rf_dtype dtype, rf_mismatch *out,
-                             int max_report, int *reported, int64_t *wrong) {
+                             const rf_tensor *t, uint64_t seed, const rf_weight_version *version,
+                             rf_dtype dtype, rf_mismatch *out, int max_report, int *reported,
+                             int64_t *wrong) {
   RF_TRY(kind_check(kind));
   if (kind == RF_MEM_DEVICE) {
     rf_gpu_walk w = gpu_walk_of(r, box, t);
-    return rf_gpu_check(&w, rf_value_key(seed, t->id), t->id, dtype, out, max_report, reported,
-                        wrong);
+    rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
+    return rf_gpu_check(&w, &gen, t->id, dtype, out, max_report, reported, wrong);
   }
-  *wrong = rf_check_region(r, box, t, seed, dtype, out, max_report, reported);
+  *wrong = rf_check_region(r, box, t, seed, version, dtype, out, max_report, reported);
   return RF_OK;
 }

@@ -21,6 +21,10 @@
  * The checksum also takes fp8 bytes (an fp8 rollout's, fp8.h), four to a word; fill and check
  * never see fp8.
  *
+ * A later version of the weights (versions.h, --update) is filled and checked by instances with
+ * V set, which compute every element by rf_version_value and skip the whole-word shortcut;
+ * version 0, and every version of --update none, runs the instances without it, unchanged.
+ *
  * Checksum: per-thread 64-bit sums, a warp-shuffle and shared-memory reduction per block and
  * one atomicAdd per block. Addition mod 2^64 is associative and commutative, so the order of
  * the additions cannot change the sum: it is the CPU's to the bit.
@@ -151,10 +155,10 @@ template <bool VEC, int WS> __device__ __forceinline__ bool whole_words(const gw
   return VEC && w.dg_in == 1 && (g & ((1 << WS) - 1)) == 0;
 }
 
-template <int OP, rf_dtype D, bool VEC>
+template <int OP, rf_dtype D, bool VEC, bool V>
 __global__ void __launch_bounds__(kBlock)
-    verify_kernel(gwalk w, uint64_t key, int32_t id, int64_t units, uint64_t *sum_out,
-                  check_sink sink) {
+    verify_kernel(gwalk w, uint64_t key, rf_version_gen ver, int32_t id, int64_t units,
+                  uint64_t *sum_out, check_sink sink) {
   using A = access<D, VEC>;
   constexpr int ws = A::es == 4 ? 0 : A::es == 2 ? 1 : 2; /* log2 of elements per 32-bit word */
   const int64_t total = w.n_out * w.n_acc;
@@ -182,7 +186,7 @@ __global__ void __launch_bounds__(kBlock)
       g[j] = w.g0 + line * w.dg_out + acc * A::n * w.dg_in;
       live |= 1u << j;
       if constexpr (OP == OP_FILL) {
-        if (whole_words<VEC, ws>(w, g[j])) {
+        if (!V && whole_words<VEC, ws>(w, g[j])) {
           /* Whole words in memory order: one hash per word. */
           const uint64_t w0 = (uint64_t)g[j] >> ws;
           uint32_t v[4];
@@ -194,7 +198,8 @@ __global__ void __launch_bounds__(kBlock)
           uint32_t v[A::n];
 #pragma unroll
           for (int e = 0; e < A::n; e++)
-            v[e] = rf_value_of(key, g[j] + e * w.dg_in, D);
+            v[e] = V ? rf_version_value(&ver, g[j] + e * w.dg_in, D)
+                     : rf_value_of(key, g[j] + e * w.dg_in, D);
           A::store(p, v);
         }
       } else {
@@ -208,7 +213,7 @@ __global__ void __launch_bounds__(kBlock)
     for (int j = 0; j < kPerThread; j++) {
       if (!(live & (1u << j)))
         continue;
-      if constexpr (VEC) {
+      if constexpr (VEC && (OP == OP_SUM || !V)) {
         if (whole_words<VEC, ws>(w, g[j])) {
           const uint64_t w0 = (uint64_t)g[j] >> ws;
           const uint32_t got[4] = {raw[j].x, raw[j].y, raw[j].z, raw[j].w};
@@ -239,7 +244,8 @@ __global__ void __launch_bounds__(kBlock)
         uint32_t want[A::n], diff = 0;
 #pragma unroll
         for (int e = 0; e < A::n; e++) {
-          want[e] = rf_value_of(key, g[j] + e * w.dg_in, D);
+          want[e] = V ? rf_version_value(&ver, g[j] + e * w.dg_in, D)
+                      : rf_value_of(key, g[j] + e * w.dg_in, D);
           diff |= want[e] ^ v[e];
         }
         if (diff == 0)
@@ -317,39 +323,56 @@ gwalk plan_walk(const rf_gpu_walk *in, int es, bool *vec) {
  * 4 GiB of bf16 in 4.14 ms against 4.47). */
 int grid_of(int64_t units) { return units < INT32_MAX ? (int)units : INT32_MAX; }
 
-template <int OP, rf_dtype D>
-void launch_dtype(const gwalk &w, bool vec, uint64_t key, int32_t id, int64_t units, uint64_t *sum,
-                  check_sink sink, cudaStream_t s) {
+template <int OP, rf_dtype D, bool V>
+void launch_walk(const gwalk &w, bool vec, uint64_t key, const rf_version_gen &ver, int32_t id,
+                 int64_t units, uint64_t *sum, check_sink sink, cudaStream_t s) {
   if (vec)
-    verify_kernel<OP, D, true><<<grid_of(units), kBlock, 0, s>>>(w, key, id, units, sum, sink);
+    verify_kernel<OP, D, true, V>
+        <<<grid_of(units), kBlock, 0, s>>>(w, key, ver, id, units, sum, sink);
   else
-    verify_kernel<OP, D, false><<<grid_of(units), kBlock, 0, s>>>(w, key, id, units, sum, sink);
+    verify_kernel<OP, D, false, V>
+        <<<grid_of(units), kBlock, 0, s>>>(w, key, ver, id, units, sum, sink);
+}
+
+/* Fill and check of a later version take the versioned instances; the checksum, which reads
+ * bits only, never does. */
+template <int OP, rf_dtype D>
+void launch_dtype(const gwalk &w, bool vec, uint64_t key, const rf_version_gen &ver, int32_t id,
+                  int64_t units, uint64_t *sum, check_sink sink, cudaStream_t s) {
+  if constexpr (OP != OP_SUM) {
+    if (rf_version_differs(&ver)) {
+      launch_walk<OP, D, true>(w, vec, key, ver, id, units, sum, sink, s);
+      return;
+    }
+  }
+  launch_walk<OP, D, false>(w, vec, key, ver, id, units, sum, sink, s);
 }
 
 /* The checksum sees only bit patterns, so fp16 shares bf16's instances there; fp8 (an fp8
- * rollout's bytes) is checksummed only. */
+ * rollout's bytes) is checksummed only. `ver` is the version fill and check compute (its key
+ * is `key`); the checksum passes version 0 and the checksum key. */
 template <int OP>
-rf_status launch(const gwalk &w, bool vec, rf_dtype dtype, uint64_t key, int32_t id, int64_t units,
-                 uint64_t *sum, check_sink sink) {
+rf_status launch(const gwalk &w, bool vec, rf_dtype dtype, uint64_t key, const rf_version_gen &ver,
+                 int32_t id, int64_t units, uint64_t *sum, check_sink sink) {
   cudaStream_t s = (cudaStream_t)rf_gpu_stream();
   switch (dtype) {
   case RF_DTYPE_BF16:
-    launch_dtype<OP, RF_DTYPE_BF16>(w, vec, key, id, units, sum, sink, s);
+    launch_dtype<OP, RF_DTYPE_BF16>(w, vec, key, ver, id, units, sum, sink, s);
     break;
   case RF_DTYPE_FP16:
     if (OP == OP_SUM)
-      launch_dtype<OP, RF_DTYPE_BF16>(w, vec, key, id, units, sum, sink, s);
+      launch_dtype<OP, RF_DTYPE_BF16>(w, vec, key, ver, id, units, sum, sink, s);
     else
-      launch_dtype<OP, RF_DTYPE_FP16>(w, vec, key, id, units, sum, sink, s);
+      launch_dtype<OP, RF_DTYPE_FP16>(w, vec, key, ver, id, units, sum, sink, s);
     break;
   case RF_DTYPE_FP8:
     if constexpr (OP == OP_SUM)
-      launch_dtype<OP, RF_DTYPE_FP8>(w, vec, key, id, units, sum, sink, s);
+      launch_dtype<OP, RF_DTYPE_FP8>(w, vec, key, ver, id, units, sum, sink, s);
     else
       return rf_fail(RF_ERR_INTERNAL, "verify: fp8 regions have a checksum only");
     break;
   default:
-    launch_dtype<OP, RF_DTYPE_FP32>(w, vec, key, id, units, sum, sink, s);
+    launch_dtype<OP, RF_DTYPE_FP32>(w, vec, key, ver, id, units, sum, sink, s);
     break;
   }
   RF_CUDA(cudaGetLastError());
@@ -438,14 +461,14 @@ rf_status fetch_report(int64_t n, const gwalk &w, int32_t id, rf_mismatch *out, 
 
 } // namespace
 
-extern "C" rf_status rf_gpu_fill(const rf_gpu_walk *in, uint64_t key, rf_dtype dtype) {
+extern "C" rf_status rf_gpu_fill(const rf_gpu_walk *in, const rf_version_gen *gen, rf_dtype dtype) {
   bool vec;
   gwalk w = plan_walk(in, rf_dtype_size(dtype), &vec);
   int64_t units = ceil_div(w.n_out * w.n_acc, kUnit);
   if (units == 0)
     return RF_OK;
   check_sink none = {};
-  RF_TRY(launch<OP_FILL>(w, vec, dtype, key, 0, units, NULL, none));
+  RF_TRY(launch<OP_FILL>(w, vec, dtype, gen->key, *gen, 0, units, NULL, none));
   RF_CUDA(cudaStreamSynchronize((cudaStream_t)rf_gpu_stream()));
   return RF_OK;
 }
@@ -461,16 +484,17 @@ extern "C" rf_status rf_gpu_checksum(const rf_gpu_walk *in, int32_t tensor_id, r
   cudaStream_t s = (cudaStream_t)rf_gpu_stream();
   RF_TRY(scalars_ready(s));
   check_sink none = {};
-  RF_TRY(launch<OP_SUM>(w, vec, dtype, rf_checksum_key(tensor_id), tensor_id, units,
+  rf_version_gen zero = {};
+  RF_TRY(launch<OP_SUM>(w, vec, dtype, rf_checksum_key(tensor_id), zero, tensor_id, units,
                         (uint64_t *)scalars.ptr, none));
   RF_TRY(scalars_fetch(s));
   *sum = host_scalars[0];
   return RF_OK;
 }
 
-extern "C" rf_status rf_gpu_check(const rf_gpu_walk *in, uint64_t key, int32_t tensor_id,
-                                  rf_dtype dtype, rf_mismatch *out, int max_report, int *reported,
-                                  int64_t *wrong) {
+extern "C" rf_status rf_gpu_check(const rf_gpu_walk *in, const rf_version_gen *gen,
+                                  int32_t tensor_id, rf_dtype dtype, rf_mismatch *out,
+                                  int max_report, int *reported, int64_t *wrong) {
   *wrong = 0;
   if (reported)
     *reported = 0;
@@ -495,7 +519,7 @@ extern "C" rf_status rf_gpu_check(const rf_gpu_walk *in, uint64_t key, int32_t t
     sink.rec = (record *)records.ptr;
     sink.rec_cap = (unsigned int)(want + kSlack);
   }
-  RF_TRY(launch<OP_CHECK>(w, vec, dtype, key, tensor_id, units, NULL, sink));
+  RF_TRY(launch<OP_CHECK>(w, vec, dtype, gen->key, *gen, tensor_id, units, NULL, sink));
   RF_TRY(scalars_fetch(s));
   unsigned long long n_wrong = host_scalars[0];
   *wrong = (int64_t)n_wrong;
@@ -522,6 +546,6 @@ extern "C" rf_status rf_gpu_check(const rf_gpu_walk *in, uint64_t key, int32_t t
   RF_TRY(scratch(&records, (size_t)held * sizeof(record)));
   RF_CUDA(cudaMemsetAsync(rec_n, 0, 4, s));
   check_sink again = {NULL, NULL, (record *)records.ptr, rec_n, (unsigned int)held};
-  RF_TRY(launch<OP_CHECK>(w, vec, dtype, key, tensor_id, lead, NULL, again));
+  RF_TRY(launch<OP_CHECK>(w, vec, dtype, gen->key, *gen, tensor_id, lead, NULL, again));
   return fetch_report(held, w, tensor_id, out, max_report, reported);
 }

@@ -22,10 +22,13 @@ typedef struct {
   int64_t g0, dg_out, dg_in; /* global index of element (0, 0) and its steps */
 } rf_gpu_walk;
 
-rf_status rf_gpu_fill(const rf_gpu_walk *w, uint64_t key, rf_dtype dtype);
+/* Fill and check take the tensor's values at a version (versions.h): version 0 runs the
+ * generator's own kernels, a later one kernels that compute each element by rf_version_value. */
+rf_status rf_gpu_fill(const rf_gpu_walk *w, const rf_version_gen *gen, rf_dtype dtype);
 rf_status rf_gpu_checksum(const rf_gpu_walk *w, int32_t tensor_id, rf_dtype dtype, uint64_t *sum);
 /* Counts the wrong elements and records the first `max_report` in walk order. */
-rf_status rf_gpu_check(const rf_gpu_walk *w, uint64_t key, int32_t tensor_id, rf_dtype dtype,
-                       rf_mismatch *out, int max_report, int *reported, int64_t *wrong);
+rf_status rf_gpu_check(const rf_gpu_walk *w, const rf_version_gen *gen, int32_t tensor_id,
+                       rf_dtype dtype, rf_mismatch *out, int max_report, int *reported,
+                       int64_t *wrong);
 
 #endif

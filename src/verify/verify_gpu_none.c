@@ -10,15 +10,18 @@ static rf_status no_cuda(void) {
                  "this build has no CUDA; rebuild with the CUDA toolkit and NCCL installed");
 }
 
-rf_status rf_gpu_fill(const rf_gpu_walk *w, uint64_t key, rf_dtype dtype) { return no_cuda(); }
+rf_status rf_gpu_fill(const rf_gpu_walk *w, const rf_version_gen *gen, rf_dtype dtype) {
+  return no_cuda();
+}
 
 rf_status rf_gpu_checksum(const rf_gpu_walk *w, int32_t tensor_id, rf_dtype dtype, uint64_t *sum) {
   *sum = 0;
   return no_cuda();
 }
 
-rf_status rf_gpu_check(const rf_gpu_walk *w, uint64_t key, int32_t tensor_id, rf_dtype dtype,
-                       rf_mismatch *out, int max_report, int *reported, int64_t *wrong) {
+rf_status rf_gpu_check(const rf_gpu_walk *w, const rf_version_gen *gen, int32_t tensor_id,
+                       rf_dtype dtype, rf_mismatch *out, int max_report, int *reported,
+                       int64_t *wrong) {
   if (reported)
     *reported = 0;
   *wrong = 0;
