@@ -58,25 +58,25 @@ static void free_job(rf_job *job) {
  * auto takes bitmask, sparse below; dense and bitmask tie at c = 960 (2080), where auto takes
  * dense, bitmask below. For 1-byte elements (fp8) the ties are at c = 32 (128 + c = 5c) and
  * c = 896 (1024 = 128 + c). An expected count may be fractional: n = 1001 elements of 4
- * bytes has a 126-byte mask, so bitmask and sparse tie at c = 31.5. */
+ * bytes has a 128-byte mask (whole 32-bit words), so bitmask and sparse tie at c = 32. */
 static void test_sizes(void) {
   ASSERT_NEAR(rf_sim_encoded_bytes(RF_SIM_ENCODING_DENSE, 1024, 32, 2), 2080, 0);
   ASSERT_NEAR(rf_sim_encoded_bytes(RF_SIM_ENCODING_BITMASK, 1024, 32, 2), 224, 0);
   ASSERT_NEAR(rf_sim_encoded_bytes(RF_SIM_ENCODING_SPARSE, 1024, 32, 2), 224, 0);
-  ASSERT_NEAR(rf_sim_encoded_bytes(RF_SIM_ENCODING_BITMASK, 1001, 0.5, 4), 32 + 126 + 2, 0);
+  ASSERT_NEAR(rf_sim_encoded_bytes(RF_SIM_ENCODING_BITMASK, 1001, 0.5, 4), 32 + 128 + 2, 0);
   ASSERT_NEAR(rf_sim_encoded_bytes(RF_SIM_ENCODING_SPARSE, 1001, 0.5, 4), 32 + 4, 0);
   const struct {
     int64_t n, e;
     double c;
     rf_sim_encoding want;
   } cases[] = {
-      {1024, 2, 0, RF_SIM_ENCODING_SPARSE},     {1024, 2, 31, RF_SIM_ENCODING_SPARSE},
-      {1024, 2, 32, RF_SIM_ENCODING_BITMASK},   {1024, 2, 33, RF_SIM_ENCODING_BITMASK},
-      {1024, 2, 959, RF_SIM_ENCODING_BITMASK},  {1024, 2, 960, RF_SIM_ENCODING_DENSE},
-      {1024, 2, 1024, RF_SIM_ENCODING_DENSE},   {1024, 1, 31, RF_SIM_ENCODING_SPARSE},
-      {1024, 1, 32, RF_SIM_ENCODING_BITMASK},   {1024, 1, 895, RF_SIM_ENCODING_BITMASK},
-      {1024, 1, 896, RF_SIM_ENCODING_DENSE},    {1001, 4, 31.4, RF_SIM_ENCODING_SPARSE},
-      {1001, 4, 31.5, RF_SIM_ENCODING_BITMASK}, {1001, 4, 31.6, RF_SIM_ENCODING_BITMASK},
+      {1024, 2, 0, RF_SIM_ENCODING_SPARSE},    {1024, 2, 31, RF_SIM_ENCODING_SPARSE},
+      {1024, 2, 32, RF_SIM_ENCODING_BITMASK},  {1024, 2, 33, RF_SIM_ENCODING_BITMASK},
+      {1024, 2, 959, RF_SIM_ENCODING_BITMASK}, {1024, 2, 960, RF_SIM_ENCODING_DENSE},
+      {1024, 2, 1024, RF_SIM_ENCODING_DENSE},  {1024, 1, 31, RF_SIM_ENCODING_SPARSE},
+      {1024, 1, 32, RF_SIM_ENCODING_BITMASK},  {1024, 1, 895, RF_SIM_ENCODING_BITMASK},
+      {1024, 1, 896, RF_SIM_ENCODING_DENSE},   {1001, 4, 31.9, RF_SIM_ENCODING_SPARSE},
+      {1001, 4, 32, RF_SIM_ENCODING_BITMASK},  {1001, 4, 32.1, RF_SIM_ENCODING_BITMASK},
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(cases); i++)
     ASSERT_EQ(rf_sim_delta_encoding(RF_SIM_DELTA_AUTO, cases[i].n, cases[i].c, cases[i].e),
@@ -105,8 +105,8 @@ static void expected_wire(const rf_plan *plan, rf_sim_delta choice, double f, in
   for (int i = plan->reshape_count; i < plan->piece_count; i++) {
     const rf_piece *p = &plan->pieces[i];
     int64_t n = rf_box_numel(&p->box);
-    double c = f * (double)n, dense = 2.0 * (double)n, bitmask = (double)((n + 7) / 8) + 2 * c,
-           sparse = 6 * c;
+    double c = f * (double)n, dense = 2.0 * (double)n,
+           bitmask = (double)(4 * ((n + 31) / 32)) + 2 * c, sparse = 6 * c;
     double pick = choice == RF_SIM_DELTA_SPARSE        ? sparse
                   : choice == RF_SIM_DELTA_BITMASK     ? bitmask
                   : sparse < bitmask && sparse < dense ? sparse

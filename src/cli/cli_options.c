@@ -203,7 +203,7 @@ const rf_cli_option rf_cli_options[] = {
      FIELD(delta),
      .def = "off",
      .unit = "",
-     .commands = RUN,
+     .commands = RUN | SIM,
      .help = "how a refit sends a new version: every byte (off), or only its changed elements, "
              "in the smaller encoding per piece (auto) or in one (sparse: offsets and values; "
              "bitmask: a bit per element and the values); a comma-separated list runs each in "
@@ -256,7 +256,7 @@ const rf_cli_option rf_cli_options[] = {
      .def = "none",
      .unit = "",
      .metavar = "RULE",
-     .commands = RUN,
+     .commands = RUN | SIM,
      .help = "how each iteration's version of the generated weights follows the last: none "
              "(every iteration moves the same weights), full (every element changes), sparse:F "
              "(each element changes with probability F, 0 <= F <= 1) or adam:LR (an fp32 master "

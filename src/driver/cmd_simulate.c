@@ -9,6 +9,7 @@
 #include "plan_auto.h"
 #include "run_record.h"
 #include "simulate.h"
+#include "verify/versions.h"
 
 /* --memory, by refit run's rules (cmd_run.c, choose_memory): ipc and nccl move GPU memory,
  * shm host memory, mpi either; auto puts the weights where the transport moves them, and for
@@ -204,6 +205,34 @@ static rf_status simulate_modes(const rf_sim_context *whole, rf_results *results
   }
   return RF_OK;
 }
+/* --delta and --update as the simulation's delta models: one per --delta value, each with the
+ * fraction --update changes per version (none 0, full 1, sparse:F F). With --delta off alone,
+ * none: whole versions, as before. adam's fraction is what rounding leaves, which only a run
+ * can count. */
+static rf_status delta_models(const rf_config *cfg, rf_sim_delta_model *out, int *count) {
+  *count = 0;
+  int on = 0;
+  for (int i = 0; i < cfg->delta.count; i++)
+    on |= cfg->delta.items[i] != RF_DELTA_CHOICE_OFF;
+  if (!on)
+    return RF_OK;
+  rf_update u;
+  char why[256];
+  RF_TRY(rf_update_parse(cfg->update, &u, why, sizeof why));
+  if (u.kind == RF_UPDATE_ADAM)
+    return rf_fail(RF_ERR_USAGE,
+                   "--update %s: refit simulate cannot know what fraction adam's steps change; "
+                   "give --update sparse:F with the fraction a refit run printed",
+                   cfg->update);
+  double changed = u.kind == RF_UPDATE_NONE ? 0.0 : u.kind == RF_UPDATE_FULL ? 1.0 : u.param;
+  for (int i = 0; i < cfg->delta.count; i++) {
+    rf_sim_delta d;
+    RF_TRY(rf_sim_delta_parse(rf_delta_choice_name(cfg->delta.items[i]), &d));
+    RF_TRY(rf_sim_delta_model_init(d, changed, &out[(*count)++]));
+  }
+  return RF_OK;
+}
+
 rf_status rf_cmd_simulate(const rf_config *cfg) {
   if (!cfg->cluster[0])
     return rf_fail(RF_ERR_USAGE, "refit simulate needs --cluster NAME|FILE (configs/clusters "
@@ -226,8 +255,11 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
   memset(&cal, 0, sizeof cal);
   rf_results *results = NULL;
   json_t *all = NULL;
+  rf_sim_delta_model deltas[RF_MAX_MODES];
   rf_sim_context x = {
       .cfg = cfg, .job = &job, .cluster = &cluster, .transport = transport, .device = device};
+  RF_TRY(delta_models(cfg, deltas, &x.delta_count));
+  x.deltas = x.delta_count ? deltas : NULL;
   rf_plan_options po;
   rf_status st = rf_job_build_layout(cfg, 0, &job);
   /* Before the plan, the costly step: a job too large for the cluster fails at once. */

@@ -148,12 +148,10 @@ RF_ENUM_DECLARE(rf_sim_delta);
 typedef enum { RF_SIM_ENCODING_LIST(RF_ENUM_ID) RF_SIM_ENCODING_COUNT } rf_sim_encoding;
 RF_ENUM_DECLARE(rf_sim_encoding);
 
-/* Every encoded piece's fixed header: encoding, element bytes, counts and a 64-bit hash. */
-#define RF_SIM_DELTA_HEADER 32
-
 /* The one place the simulation says what an encoding costs: the bytes of a piece of n
- * elements of e bytes with c of them changed (c may be fractional: an expected count),
- * header included. dense n e; sparse c (4 + e); bitmask ceil(n / 8) + c e. */
+ * elements of e bytes with c of them changed (c may be fractional: an expected count), the
+ * engine's own sizes (rf_delta_size: a 32-byte header, then dense n e; sparse c (4 + e);
+ * bitmask 4 ceil(n / 32) + c e). */
 double rf_sim_encoded_bytes(rf_sim_encoding enc, int64_t n, double c, int64_t e);
 /* The encoding `delta` sends such a piece in: auto's smallest (ties: dense, bitmask, sparse),
  * or the one it names. */

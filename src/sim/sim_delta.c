@@ -5,26 +5,21 @@
  * element, bitmask a bit per element and the changed values. */
 #include <math.h>
 
+#include "delta/delta.h"
 #include "sim_internal.h"
 
 RF_ENUM_DEFINE(rf_sim_delta, "delta", RF_SIM_DELTA_LIST, RF_SIM_DELTA_COUNT)
 RF_ENUM_DEFINE(rf_sim_encoding, "encoding", RF_SIM_ENCODING_LIST, RF_SIM_ENCODING_COUNT)
 
+/* The engine's sizes (rf_delta_size), which are linear in the changed count: the size with
+ * none changed plus c times what each changed element adds, so an expected count may be
+ * fractional. */
 double rf_sim_encoded_bytes(rf_sim_encoding enc, int64_t n, double c, int64_t e) {
-  double payload = 0.0;
-  switch (enc) {
-  case RF_SIM_ENCODING_DENSE:
-    payload = (double)n * (double)e;
-    break;
-  case RF_SIM_ENCODING_SPARSE:
-    payload = c * (double)(4 + e);
-    break;
-  case RF_SIM_ENCODING_BITMASK:
-  case RF_SIM_ENCODING_COUNT:
-    payload = (double)((n + 7) / 8) + c * (double)e;
-    break;
-  }
-  return RF_SIM_DELTA_HEADER + payload;
+  rf_delta_encoding d = enc == RF_SIM_ENCODING_SPARSE  ? RF_DELTA_SPARSE
+                        : enc == RF_SIM_ENCODING_DENSE ? RF_DELTA_DENSE
+                                                       : RF_DELTA_BITMASK;
+  double none = (double)rf_delta_size(d, n, 0, (int)e);
+  return none + c * (double)(rf_delta_size(d, n, 1, (int)e) - rf_delta_size(d, n, 0, (int)e));
 }
 
 /* Whether a --delta choice may send a piece in encoding `enc` (dense aside). */

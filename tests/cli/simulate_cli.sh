@@ -4,7 +4,8 @@
 # shipped cluster file loading, and the one-line errors (exit 2) for a missing cluster, a
 # missing key, a bad number, an unknown key, a job too large, an unknown transport and a
 # mapping one across nodes; the lower bound beside each prediction, and refit plan --cluster
-# printing it; a quantized rollout's quantize line, naming its rate and moving with it.
+# printing it; a quantized rollout's quantize line, naming its rate and moving with it; a delta
+# refit's wire bytes under --update and --delta.
 . "$(dirname "$0")/lib.sh"
 toy="$REFIT_SOURCE_DIR/tests/data/cluster-toy.json"
 job=(--model tiny --trainer fsdp=2 --rollout tp=2)
@@ -147,3 +148,10 @@ expect_error 2 "refit: error: unknown cluster 'nowhere'; give a cluster JSON fil
   "$REFIT" plan --cluster nowhere "${job[@]}"
 
 finish
+
+# --update and --delta: the same job at 1% changed, auto: each of its 62 pieces goes sparse,
+# 10380 bytes on the wire instead of 279808; adam's fraction only a run can count.
+expect_exit 0 "$REFIT" simulate --cluster "$toy" "${job[@]}" --mode grouped --update sparse:0.01 --delta auto
+expect_grep "  delta          auto, 1% of elements changed: 10380 transfer bytes on the wire, 0 forwarded; 62 chunks (279808 bytes whole) encoded: dense 0, bitmask 0, sparse 62" "$TMP/out"
+expect_exit 2 "$REFIT" simulate --cluster "$toy" "${job[@]}" --update adam:1e-6 --delta auto
+expect_grep "refit: error: --update adam:1e-6: refit simulate cannot know what fraction adam's steps change; give --update sparse:F with the fraction a refit run printed" "$TMP/out"
