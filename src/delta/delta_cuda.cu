@@ -292,24 +292,8 @@ int blocks_of(int64_t units, int64_t per) { return (int)ceil_div(units, per); }
 /* Device scratch, grown only, as verify_cuda.cu keeps its own: the mark's words, the tile
  * counts and their scan, CUB's work space, two levels of the hash tree. Not counted by
  * rf_mem_stats: it is not a transfer buffer. Small results come back through pinned memory. */
-struct scratch_buf {
-  void *ptr;
-  size_t cap;
-};
-scratch_buf mask_buf, counts_buf, first_buf, cub_buf, level_buf[2];
+rf_gpu_scratch mask_buf, counts_buf, first_buf, cub_buf, level_buf[2];
 unsigned char *host_stage; /* RF_DELTA_HASH_CHUNK bytes, pinned */
-
-rf_status scratch(scratch_buf *b, size_t bytes) {
-  if (b->cap >= bytes)
-    return RF_OK;
-  if (b->ptr)
-    RF_CUDA(cudaFree(b->ptr));
-  b->ptr = NULL, b->cap = 0;
-  size_t cap = bytes < 4096 ? 4096 : bytes + bytes / 2;
-  RF_CUDA(cudaMalloc(&b->ptr, cap));
-  b->cap = cap;
-  return RF_OK;
-}
 
 rf_status stage_ready(void) {
   if (!host_stage)
@@ -346,7 +330,7 @@ rf_status scan_tiles(int64_t tiles, cudaStream_t s, int64_t *total) {
   RF_CUDA(cudaMemsetAsync(counts + tiles, 0, sizeof *counts, s));
   size_t need = 0;
   RF_CUDA(cub::DeviceScan::ExclusiveSum(NULL, need, counts, first, (int)tiles + 1, s));
-  RF_TRY(scratch(&cub_buf, need));
+  RF_TRY(rf_gpu_scratch_reserve(&cub_buf, need));
   need = cub_buf.cap;
   RF_CUDA(cub::DeviceScan::ExclusiveSum(cub_buf.ptr, need, counts, first, (int)tiles + 1, s));
   RF_TRY(stage_ready());
@@ -360,8 +344,8 @@ rf_status scan_tiles(int64_t tiles, cudaStream_t s, int64_t *total) {
 
 rf_status tiles_ready(int64_t n, int64_t *tiles) {
   *tiles = ceil_div(n, kTileElems);
-  RF_TRY(scratch(&counts_buf, (size_t)(*tiles + 1) * sizeof(uint32_t)));
-  return scratch(&first_buf, (size_t)(*tiles + 1) * sizeof(uint32_t));
+  RF_TRY(rf_gpu_scratch_reserve(&counts_buf, (size_t)(*tiles + 1) * sizeof(uint32_t)));
+  return rf_gpu_scratch_reserve(&first_buf, (size_t)(*tiles + 1) * sizeof(uint32_t));
 }
 
 /* Launches kernel K<1>, K<2> or K<4> for job's element size. */
@@ -393,7 +377,7 @@ extern "C" rf_status rf_gpu_delta_mark(rf_delta_job *job, int keep, int64_t *cha
   RF_TRY(tiles_ready(job->n, &tiles));
   uint32_t *mask = NULL;
   if (keep) {
-    RF_TRY(scratch(&mask_buf, (size_t)tiles * kBlock * sizeof(uint32_t)));
+    RF_TRY(rf_gpu_scratch_reserve(&mask_buf, (size_t)tiles * kBlock * sizeof(uint32_t)));
     mask = (uint32_t *)mask_buf.ptr;
   }
   const piece p = piece_of(job);
@@ -455,7 +439,7 @@ extern "C" rf_status rf_gpu_delta_hash(const char *payload, int64_t bytes, uint6
   int64_t len = bytes;
   for (int k = 0; len > RF_DELTA_HASH_CHUNK; k ^= 1) {
     const int64_t chunks = ceil_div(len, RF_DELTA_HASH_CHUNK);
-    RF_TRY(scratch(&level_buf[k], (size_t)chunks * 8));
+    RF_TRY(rf_gpu_scratch_reserve(&level_buf[k], (size_t)chunks * 8));
     hash_kernel<<<blocks_of(chunks, kBlock), kBlock, 0, s>>>(level, len, seed,
                                                              (uint64_t *)level_buf[k].ptr);
     RF_CUDA(cudaGetLastError());

@@ -23,6 +23,18 @@ static void (*deferred)(void);
 
 void rf_gpu_defer(void (*flush)(void)) { deferred = flush; }
 
+rf_status rf_gpu_scratch_reserve(rf_gpu_scratch *b, size_t bytes) {
+  if (b->cap >= bytes)
+    return RF_OK;
+  if (b->ptr)
+    RF_CUDA(cudaFree(b->ptr));
+  b->ptr = NULL, b->cap = 0;
+  size_t cap = bytes < 4096 ? 4096 : bytes + bytes / 2;
+  RF_CUDA(cudaMalloc(&b->ptr, cap));
+  b->cap = cap;
+  return RF_OK;
+}
+
 void *rf_gpu_stream(void) {
   if (stream_state == 0) {
     cudaError_t rc = cudaStreamCreate(&stream);

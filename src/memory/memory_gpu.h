@@ -45,6 +45,15 @@ void *rf_gpu_stream(void);
  * of the flush and reports it from its own next call. */
 void rf_gpu_defer(void (*flush)(void));
 
+/* A device buffer that only grows, for a kernel's scratch (counts, records, maxima): reserve
+ * it before each use; it keeps its largest size for the process's life, uncounted by
+ * rf_mem_stats, as it is small beside the weights. Growing frees the old one first. */
+typedef struct {
+  void *ptr;
+  size_t cap;
+} rf_gpu_scratch;
+rf_status rf_gpu_scratch_reserve(rf_gpu_scratch *b, size_t bytes);
+
 /* The device half of rf_mem_timer: events recorded on refit's stream. Recording that fails
  * leaves the event NULL, and the span then counts as zero. */
 void *rf_gpu_event_record(void *reuse);

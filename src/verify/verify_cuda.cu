@@ -382,28 +382,12 @@ rf_status launch(const gwalk &w, bool vec, rf_dtype dtype, uint64_t key, const r
 /* Device scratch, grown only: two scalars (a sum or count, the record count), per-unit
  * counts and mismatch records. Not counted by rf_mem_stats: it is not a transfer buffer. The
  * scalars come back through pinned memory, which a small copy reaches without staging. */
-struct scratch_buf {
-  void *ptr;
-  size_t cap;
-};
-scratch_buf scalars, counts, records;
+rf_gpu_scratch scalars, counts, records;
 uint64_t *host_scalars;
-
-rf_status scratch(scratch_buf *b, size_t bytes) {
-  if (b->cap >= bytes)
-    return RF_OK;
-  if (b->ptr)
-    RF_CUDA(cudaFree(b->ptr));
-  b->ptr = NULL, b->cap = 0;
-  size_t cap = bytes < 4096 ? 4096 : bytes + bytes / 2;
-  RF_CUDA(cudaMalloc(&b->ptr, cap));
-  b->cap = cap;
-  return RF_OK;
-}
 
 /* The two scalars, device and pinned host, zeroed on the device. */
 rf_status scalars_ready(cudaStream_t s) {
-  RF_TRY(scratch(&scalars, 16));
+  RF_TRY(rf_gpu_scratch_reserve(&scalars, 16));
   if (!host_scalars)
     RF_CUDA(cudaHostAlloc((void **)&host_scalars, 16, cudaHostAllocDefault));
   RF_CUDA(cudaMemsetAsync(scalars.ptr, 0, 16, s));
@@ -512,8 +496,8 @@ extern "C" rf_status rf_gpu_check(const rf_gpu_walk *in, const rf_version_gen *g
   unsigned int *rec_n = (unsigned int *)((char *)scalars.ptr + 8);
   check_sink sink = {count, NULL, NULL, rec_n, 0};
   if (want) {
-    RF_TRY(scratch(&counts, (size_t)units * sizeof(unsigned int)));
-    RF_TRY(scratch(&records, (size_t)(want + kSlack) * sizeof(record)));
+    RF_TRY(rf_gpu_scratch_reserve(&counts, (size_t)units * sizeof(unsigned int)));
+    RF_TRY(rf_gpu_scratch_reserve(&records, (size_t)(want + kSlack) * sizeof(record)));
     RF_CUDA(cudaMemsetAsync(counts.ptr, 0, (size_t)units * sizeof(unsigned int), s));
     sink.unit_counts = (unsigned int *)counts.ptr;
     sink.rec = (record *)records.ptr;
@@ -543,7 +527,7 @@ extern "C" rf_status rf_gpu_check(const rf_gpu_walk *in, const rf_version_gen *g
     held += host_counts[lead++];
   free(host_counts);
   RF_CUDA(rc);
-  RF_TRY(scratch(&records, (size_t)held * sizeof(record)));
+  RF_TRY(rf_gpu_scratch_reserve(&records, (size_t)held * sizeof(record)));
   RF_CUDA(cudaMemsetAsync(rec_n, 0, 4, s));
   check_sink again = {NULL, NULL, (record *)records.ptr, rec_n, (unsigned int)held};
   RF_TRY(launch<OP_CHECK>(w, vec, dtype, gen->key, *gen, tensor_id, lead, NULL, again));
