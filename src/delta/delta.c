@@ -338,14 +338,12 @@ static rf_status read_header(const rf_delta_job *job, const unsigned char *h, si
   return RF_OK;
 }
 
-rf_status rf_delta_apply(rf_mem_kind kind, const void *encoded, size_t bytes, const rf_region *dst,
-                         const rf_box *box, const char *what, rf_delta_info *info) {
-  rf_delta_job job;
-  rf_delta_info local;
-  if (!info)
-    info = &local;
+/* The checks of rf_delta_check, leaving the job ready for the apply. */
+static rf_status check_piece(rf_mem_kind kind, const void *encoded, size_t bytes,
+                             const rf_region *dst, const rf_box *box, const char *what,
+                             rf_delta_job *job, rf_delta_info *info) {
   memset(info, 0, sizeof *info);
-  RF_TRY(job_of(kind, NULL, dst, box, what, &job));
+  RF_TRY(job_of(kind, NULL, dst, box, what, job));
   RF_TRY(device_aligned(kind, encoded, what));
   if (bytes < RF_DELTA_HEADER_BYTES)
     return rf_fail(RF_ERR_CORRUPT,
@@ -354,7 +352,7 @@ rf_status rf_delta_apply(rf_mem_kind kind, const void *encoded, size_t bytes, co
                    what, bytes, RF_DELTA_HEADER_BYTES);
   unsigned char h[RF_DELTA_HEADER_BYTES];
   RF_TRY(rf_mem_transfer(h, RF_MEM_HOST, encoded, kind, sizeof h));
-  RF_TRY(read_header(&job, h, bytes, info));
+  RF_TRY(read_header(job, h, bytes, info));
   const char *payload = (const char *)encoded + RF_DELTA_HEADER_BYTES;
   uint64_t hash = 0;
   RF_TRY(
@@ -364,6 +362,31 @@ rf_status rf_delta_apply(rf_mem_kind kind, const void *encoded, size_t bytes, co
                    "delta for %s: the payload's hash %016llx does not match the header's "
                    "%016llx; refusing it, the piece keeps its previous version",
                    what, (unsigned long long)hash, (unsigned long long)info->hash);
+  job->changed = info->changed;
+  return RF_OK;
+}
+
+rf_status rf_delta_check(rf_mem_kind kind, const void *encoded, size_t bytes, const rf_region *dst,
+                         const rf_box *box, const char *what, rf_delta_info *info) {
+  rf_delta_job job;
+  rf_delta_info local;
+  return check_piece(kind, encoded, bytes, dst, box, what, &job, info ? info : &local);
+}
+
+rf_status rf_delta_apply_checked(rf_mem_kind kind, const void *encoded, const rf_delta_info *info,
+                                 const rf_region *dst, const rf_box *box, const char *what) {
+  rf_delta_job job;
+  RF_TRY(job_of(kind, NULL, dst, box, what, &job));
   job.changed = info->changed;
-  return encodings[info->encoding].apply(&job, payload);
+  return encodings[info->encoding].apply(&job, (const char *)encoded + RF_DELTA_HEADER_BYTES);
+}
+
+rf_status rf_delta_apply(rf_mem_kind kind, const void *encoded, size_t bytes, const rf_region *dst,
+                         const rf_box *box, const char *what, rf_delta_info *info) {
+  rf_delta_job job;
+  rf_delta_info local;
+  if (!info)
+    info = &local;
+  RF_TRY(check_piece(kind, encoded, bytes, dst, box, what, &job, info));
+  return encodings[info->encoding].apply(&job, (const char *)encoded + RF_DELTA_HEADER_BYTES);
 }

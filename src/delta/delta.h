@@ -119,6 +119,15 @@ rf_status rf_delta_encode(rf_mem_kind kind, const rf_region *prev, const rf_regi
 rf_status rf_delta_apply(rf_mem_kind kind, const void *encoded, size_t bytes, const rf_region *dst,
                          const rf_box *box, const char *what, rf_delta_info *info);
 
+/* The checks of rf_delta_apply alone (header against this piece and `bytes`, payload hash),
+ * writing nothing: a receiver that applies a version only once every piece of it has arrived
+ * intact checks them all first (the engine's transactional apply), then applies each with
+ * rf_delta_apply_checked, which trusts the *info this call filled and checks nothing again. */
+rf_status rf_delta_check(rf_mem_kind kind, const void *encoded, size_t bytes, const rf_region *dst,
+                         const rf_box *box, const char *what, rf_delta_info *info);
+rf_status rf_delta_apply_checked(rf_mem_kind kind, const void *encoded, const rf_delta_info *info,
+                                 const rf_region *dst, const rf_box *box, const char *what);
+
 /* The number of elements of `box` that differ bit for bit between prev and cur. */
 rf_status rf_delta_count(rf_mem_kind kind, const rf_region *prev, const rf_region *cur,
                          const rf_box *box, const char *what, int64_t *changed);

@@ -223,8 +223,11 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, r
       st = rf_buffers_advance(e->data);
       updating += rf_now() - u0, updates++;
     }
+    /* Under delta the rollout must hold the version before, which the iteration's pieces
+     * change: no poison then; the check still compares every element with the version moved. */
     if (it == warmup + iters - 1 && st == RF_OK) {
-      st = rf_engine_poison(e);
+      if (!rf_engine_delta_next(e))
+        st = rf_engine_poison(e);
       if (cfg->inject == RF_INJECT_CORRUPT)
         rf_engine_corrupt(e);
     }
@@ -241,6 +244,18 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, r
     rf_control_notify(ctl, st);
     times[RF_PHASE_SETUP] = setup;
     st = rf_control_agree(ctl, st);
+    /* Delta refits apply only once every rank has all of its pieces checked (transactional):
+     * a refused piece anywhere leaves every rollout rank at the version before. */
+    if (st == RF_OK) {
+      if (e->delta_dense && ctl->world_rank == 0)
+        printf("# delta %s: version %lld: dense (%s)\n", rf_delta_choice_name(e->delta),
+               (long long)e->moved.k,
+               e->moved.k ? "the trainer kept no version before it"
+                          : "the rollout holds no version");
+      st = rf_control_agree(ctl, rf_engine_delta_apply(e, times));
+    } else {
+      rf_engine_delta_refused(e);
+    }
     /* Every rank has the same status (a rank whose wait expired aborts the job instead). */
     if (st != RF_OK && st != RF_ERR_TIMEOUT)
       rf_engine_abandon(e); /* its own timeout marks the control plane: main then aborts */
@@ -270,7 +285,8 @@ static void describe_result(const rf_config *cfg, const run_setup *rs, rf_mode m
 /* One run: one mode over the whole job: the engine, the iterations, verification, the
  * figures rank 0 collects, the record. Returns the agreed status of every rank. */
 static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, rf_transport *tp,
-                          rf_buffers *data, rf_mode mode, rf_run_result *res) {
+                          rf_buffers *data, rf_mode mode, rf_delta_choice delta,
+                          rf_run_result *res) {
   int iters = (int)cfg->iters, rank0 = ctl->world_rank == 0;
   rf_control_hold(ctl); /* memory that does not fit fails every rank alike: one line says so */
   double *mine = rf_calloc((size_t)iters * RF_PHASE_COUNT, sizeof *mine, "timings");
@@ -288,10 +304,25 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
                      : RF_ERR_NOMEM;
   if (st == RF_OK)
     rf_engine_set_mapped_rounds(&e, cfg->mapped_rounds, rs->forward_crosses_gpus);
+  if (st == RF_OK) {
+    rf_log_push_quiet(ctl->world_rank != 0); /* every rank refuses alike: one says so */
+    st = rf_engine_set_delta(&e, delta);
+    rf_log_pop_quiet();
+  }
   double setup = rf_now() - t0, update_s = 0;
   st = rf_control_agree(ctl, st);
   if (st == RF_OK)
     st = iterate(ctl, cfg, rs, &e, setup, mine, &update_s);
+  if (st == RF_ERR_CORRUPT && delta != RF_DELTA_CHOICE_OFF) {
+    /* A refused delta applied nothing: the full check against the version before shows it. */
+    rf_status shown = rf_control_agree(
+        ctl, rf_run_verify(ctl, &rs->job, &e, rs->checkpoint, 1, 0, &rs->record, res));
+    if (rank0 && shown == RF_OK)
+      printf("# delta %s: the refit of version %lld was refused; the rollout still holds version "
+             "%lld: %lld wrong elements\n",
+             rf_delta_choice_name(delta), (long long)e.moved.k + 1, (long long)e.moved.k,
+             (long long)res->wrong);
+  }
   if (st == RF_OK) {
     double v0 = rf_now();
     st = rf_control_agree(ctl, rf_run_verify(ctl, &rs->job, &e, rs->checkpoint, rs->verify_full,
@@ -302,6 +333,8 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
   }
   if (st == RF_OK)
     st = rf_control_agree(ctl, rf_run_version_changes(ctl, &rs->job, &e, update_s, res));
+  if (st == RF_OK)
+    st = rf_control_agree(ctl, rf_run_delta_figures(ctl, &rs->job, &e, res));
   if (st == RF_OK)
     st = rf_run_collect(ctl, &e, mode, mine, all, iters, res);
   if (rank0) {
@@ -370,14 +403,20 @@ static rf_status run_modes(rf_control *ctl, const rf_config *cfg, const rf_sweep
                            const char **failed_mode) {
   rf_status st = RF_OK;
   *failed_mode = NULL;
-  for (int i = 0; i < cfg->mode.count && st == RF_OK; i++) {
+  /* --delta a,b: each choice runs every mode, a run (a row) each, over the same data. */
+  int deltas = cfg->delta.count > 0 ? cfg->delta.count : 1;
+  for (int j = 0; j < deltas * cfg->mode.count && st == RF_OK; j++) {
+    int i = j % cfg->mode.count;
+    rf_delta_choice delta =
+        cfg->delta.count ? cfg->delta.items[j / cfg->mode.count] : RF_DELTA_CHOICE_OFF;
     rf_run_result res;
     memset(&res, 0, sizeof res);
     rf_sweep_announce(slot, i, rf_mode_name(cfg->mode.items[i]));
-    st = run_mode(ctl, cfg, rs, tp, data, cfg->mode.items[i], &res);
+    st = run_mode(ctl, cfg, rs, tp, data, cfg->mode.items[i], delta, &res);
     if (ctl->world_rank == 0 && res.timings) {
       rf_report_row(stdout, &res);
       rf_run_print_update(cfg, &res);
+      rf_run_print_delta(&res);
       rf_record_print_limits(&rs->record, &res);
       fflush(stdout);
     }

@@ -9,12 +9,6 @@
 rf_status rf_run_versions_setup(const rf_config *cfg, rf_update *update) {
   char why[256];
   RF_TRY(rf_update_parse(cfg->update, update, why, sizeof why)); /* the CLI checked it */
-  for (int i = 0; i < cfg->delta.count; i++)
-    if (cfg->delta.items[i] != RF_DELTA_CHOICE_OFF)
-      return rf_fail(RF_ERR_USAGE,
-                     "--delta %s: delta encodings are not wired into the engine yet; use --delta "
-                     "off",
-                     rf_delta_choice_name(cfg->delta.items[i]));
   if (update->kind != RF_UPDATE_NONE && cfg->checkpoint[0])
     return rf_fail(RF_ERR_USAGE,
                    "--update %s: the trainer's weights come from --checkpoint, which holds one "
@@ -46,6 +40,42 @@ rf_status rf_run_version_changes(rf_control *ctl, const rf_job *job, const rf_en
   res->version_changed = all;
   res->version_elements = elements;
   return RF_OK;
+}
+
+rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engine *e,
+                               rf_run_result *res) {
+  int64_t mine[5] = {e->delta_wire_bytes, e->delta_pieces[0], e->delta_pieces[1],
+                     e->delta_pieces[2], rf_engine_delta_kept_bytes(e)};
+  int64_t all[5] = {0};
+  snprintf(res->delta, sizeof res->delta, "%s", rf_delta_choice_name(e->delta));
+  if (e->delta == RF_DELTA_CHOICE_OFF)
+    return RF_OK;
+  RF_TRY(
+      rf_control_reduce(ctl, ctl->world, mine, all, 5, MPI_INT64_T, MPI_SUM, "the delta figures"));
+  res->delta_dense = e->delta_dense;
+  res->wire_delta_bytes = e->delta_dense ? job->plan.transfer_bytes : all[0];
+  for (int i = 0; i < 3; i++)
+    res->delta_pieces[i] = all[1 + i];
+  res->delta_kept_bytes = all[4];
+  return RF_OK;
+}
+
+void rf_run_print_delta(const rf_run_result *res) {
+  if (!res->delta[0] || !strcmp(res->delta, "off"))
+    return;
+  if (res->delta_dense)
+    printf("# delta %s: version %lld: dense (the rollout holds no version), %lld wire bytes\n",
+           res->delta, (long long)res->version, (long long)res->wire_delta_bytes);
+  else
+    printf("# delta %s: version %lld: %lld wire bytes (%.4g %% of the dense %lld); pieces: %lld "
+           "dense, %lld sparse, %lld bitmask; the trainer keeps %lld bytes of its previous "
+           "version\n",
+           res->delta, (long long)res->version, (long long)res->wire_delta_bytes,
+           100.0 * (double)res->wire_delta_bytes / (double)res->transfer_bytes,
+           (long long)res->transfer_bytes, (long long)res->delta_pieces[0],
+           (long long)res->delta_pieces[1], (long long)res->delta_pieces[2],
+           (long long)res->delta_kept_bytes);
+  fflush(stdout);
 }
 
 void rf_run_print_update(const rf_config *cfg, const rf_run_result *res) {

@@ -11,8 +11,8 @@
 #include "engine/engine.h"
 
 /* The update rule of cfg->update, refused in one line (RF_ERR_USAGE) where the job cannot
- * take it: versions of weights read from --checkpoint, and --delta other than off, whose
- * encodings the engine does not run yet. */
+ * take it: versions of weights read from --checkpoint. What --delta cannot run with is the
+ * engine's to refuse (rf_engine_set_delta). */
 rf_status rf_run_versions_setup(const rf_config *cfg, rf_update *update);
 
 /* After the run's last iteration: how many elements of the version it moved differ from the
@@ -22,6 +22,14 @@ rf_status rf_run_versions_setup(const rf_config *cfg, rf_update *update);
  * under none. Every rank calls it. */
 rf_status rf_run_version_changes(rf_control *ctl, const rf_job *job, const rf_engine *e,
                                  double update_s, rf_run_result *res);
+
+/* After the run's last iteration, every rank: the delta choice into res, and under delta the
+ * encoded bytes and pieces per encoding every rank sent, summed to rank 0. */
+rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engine *e,
+                               rf_run_result *res);
+/* Rank 0, after the row: "# delta auto: version 3: 1234 wire bytes (...); pieces: ..." or, for
+ * a last iteration that went dense, "... dense (the rollout holds no version)". */
+void rf_run_print_delta(const rf_run_result *res);
 
 /* Rank 0, after the run's table row: "# update sparse:0.01: version 6, 1.002 % of elements
  * changed (...)" under a rule other than none; nothing otherwise. */

@@ -277,6 +277,8 @@ void rf_buffers_free(rf_buffers *b) {
   }
   if (b->landing_arena)
     rf_mem_free(b->memory, b->landing_arena, b->landing_bytes);
+  if (b->prev_arena)
+    rf_mem_free(b->memory, b->prev_arena, b->arena_bytes[RF_FAMILY_SHARDS]);
   free(b->landing);
   memset(b, 0, sizeof *b);
 }

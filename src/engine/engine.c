@@ -267,6 +267,7 @@ void rf_engine_set_mapped_rounds(rf_engine *e, rf_mapped_rounds choice, int forw
 void rf_engine_free(rf_engine *e) {
   if (!e->plan)
     return;
+  engine_delta_free(e);
   for (int dir = 0; dir < 2; dir++)
     for (int k = 0; k < 4; k++)
       if (e->staging[dir][k])
@@ -309,6 +310,15 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   e->moved = e->data->version; /* what the rollout holds once this iteration is done */
   if (stall)
     return RF_OK; /* --inject stall: this rank never posts its side */
+  e->delta_pending = 0;
+  e->delta_dense = e->delta != RF_DELTA_CHOICE_OFF && !e->data->delta_base;
+  if (rf_engine_delta_next(e)) {
+    double begin = rf_now();
+    e->delta_pending = 1; /* so that a failure anywhere, on any rank, turns the version back */
+    RF_TRY(engine_delta_iterate(e, times));
+    times[RF_PHASE_TOTAL] = rf_now() - begin;
+    return RF_OK;
+  }
   double start = rf_now();
   RF_TRY(engine_fp8_agree_globals(e, times)); /* nvfp4: before any source quantizes */
   if (e->reshape.chunk_count) {

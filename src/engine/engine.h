@@ -113,6 +113,11 @@ typedef struct {
    * update rule the caller sets in version.update before the first rf_buffers_advance. */
   uint64_t seed;
   rf_weight_version version;
+  /* Delta refits (engine_delta.c): the trainer shards as last sent, one more arena laid out as
+   * the shards' (NULL until a run asks for deltas), and whether the rollout holds that version
+   * (set once an iteration has moved it, dense or delta). */
+  void *prev_arena;
+  int delta_base;
 } rf_buffers;
 
 /* The trainer shards are read from `checkpoint` when given, else generated from `seed`
@@ -208,6 +213,14 @@ typedef struct {
    * quantized with, agreed at the start of each iteration (engine_fp8_global.c); NULL
    * elsewhere, where every global is 1. */
   float *fp8_global;
+  /* --delta (engine_delta.c): the choice, its buffers, whether an iteration's pieces have all
+   * arrived and passed their checks and wait for rf_engine_delta_apply, whether the last
+   * iteration went dense for want of a base, and what this rank sent in it. */
+  rf_delta_choice delta;
+  struct engine_delta *delta_state;
+  int delta_pending, delta_dense;
+  int64_t delta_wire_bytes, delta_changed, delta_elements;
+  int64_t delta_pieces[3]; /* per encoding (delta.h's table): pieces this rank encoded */
   /* rf_engine_set_progress: called between tensors of the checks */
   void (*progress)(void *ctx);
   void *progress_ctx;
@@ -221,6 +234,27 @@ void rf_engine_free(rf_engine *e);
  * (rf_job_forward_crosses_gpus in the driver). The same on every rank, since it changes which
  * notes the ranks exchange. */
 void rf_engine_set_mapped_rounds(rf_engine *e, rf_mapped_rounds choice, int forward_crosses_gpus);
+
+/* --delta for this engine's iterations (engine_delta.c). Refuses in one line (RF_ERR_USAGE)
+ * what this build does not run with deltas: plans other than p2p, mapping transports,
+ * quantized rollout formats, weights read from a checkpoint, and GPU weights staged through
+ * host memory. Allocates the trainer's previous version (once per job, in the shards' memory
+ * kind), an encode buffer and an inbox. Off: nothing. */
+rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice);
+/* Whether the next iteration sends a delta: deltas are on and the rollout holds a base. The
+ * first iteration of a job is dense, the rollout holding no version yet. */
+int rf_engine_delta_next(const rf_engine *e);
+/* After an iteration that every rank agreed succeeded: the rollout ranks apply the pieces that
+ * all arrived and passed their checks (nothing before that, so that a refused piece anywhere
+ * leaves every rollout rank at its version), timed as unpack and added to the total; then the
+ * trainer's previous version becomes the one it sent. A no-op for a dense iteration but for
+ * the last step. Every rank calls it. */
+rf_status rf_engine_delta_apply(rf_engine *e, double *times);
+/* After an iteration that failed: under delta nothing was applied, so the rollout still holds
+ * the version before (e->moved goes back to it, for the checks); the trainer keeps its base. */
+void rf_engine_delta_refused(rf_engine *e);
+/* The bytes of the trainer's previous version this rank keeps (0 when deltas are off). */
+int64_t rf_engine_delta_kept_bytes(const rf_engine *e);
 
 /* Overwrites every destination buffer with a pattern the generator never produces, so an
  * element the next iteration fails to write cannot pass verification. */

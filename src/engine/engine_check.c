@@ -282,6 +282,8 @@ static int corrupting_rank(const rf_plan *plan) {
   return lay->rollout_ranks - 1;
 }
 
+int engine_corrupt_rank(const rf_engine *e) { return corrupting_rank(e->plan); }
+
 rf_status engine_apply_corrupt(rf_engine *e) {
   if (e->rollout_rank < 0 || e->rollout_rank != corrupting_rank(e->plan))
     return RF_OK;

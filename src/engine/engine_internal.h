@@ -98,6 +98,16 @@ rf_status engine_mapped_init(rf_engine *e);
  * before any round forwards it (the last round where the plan does not forward). */
 rf_status engine_apply_corrupt(rf_engine *e);
 int engine_corrupt_round(const rf_engine *e);
+/* The rollout rank that --inject corrupt strikes. */
+int engine_corrupt_rank(const rf_engine *e);
+
+/* ---- delta refits (engine_delta.c) ---- */
+
+/* One delta iteration: encode (timed as pack), the size tables and the pieces (transfer), and
+ * every received piece checked, nothing written (unpack); rf_engine_delta_apply writes them
+ * once every rank agreed. */
+rf_status engine_delta_iterate(rf_engine *e, double *times);
+void engine_delta_free(rf_engine *e);
 
 /* Allocates this rank's staging, the largest bucket of any stage per direction (twice for
  * fused), and for grouped the group breaks that keep every round inside it (engine_staging.c). */

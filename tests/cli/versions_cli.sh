@@ -53,9 +53,7 @@ expect_error 2 "refit: error: option --update: 'sparse:1.5' is not none, full, s
   "$REFIT" run --update sparse:1.5
 expect_error 2 "refit: error: option --delta: 'dense' is not one of off|auto|sparse|bitmask, or a comma-separated list of them" \
   "$REFIT" run --delta dense
-# A world of one rank (no mpirun) is enough to be refused.
-expect_error 2 "refit: error: --delta auto: delta encodings are not wired into the engine yet; use --delta off" \
-  "$REFIT" run "${JOB[@]}" --delta off,auto
+# --delta runs are tests/cli/delta_cli.sh.
 "$REFIT" checkpoint --model tiny --checkpoint "$TMP/tiny.safetensors" >/dev/null ||
   fail "refit checkpoint for the --checkpoint refusal"
 expect_error 2 "refit: error: --update full: the trainer's weights come from --checkpoint, which holds one version; leave --update at none or leave --checkpoint out" \
