@@ -28,7 +28,7 @@
 
 /* rf_sim_options.delta for whole versions, as refit moves them without --delta. */
 #define WHOLE                                                                                      \
-  { RF_SIM_DELTA_OFF, 0.0 }
+  { RF_DELTA_CHOICE_OFF, 0.0 }
 
 static char tmpdir[256];
 

@@ -79,27 +79,27 @@ static void test_sizes(void) {
       {1001, 4, 32, RF_SIM_ENCODING_BITMASK},  {1001, 4, 32.1, RF_SIM_ENCODING_BITMASK},
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(cases); i++)
-    ASSERT_EQ(rf_sim_delta_encoding(RF_SIM_DELTA_AUTO, cases[i].n, cases[i].c, cases[i].e),
+    ASSERT_EQ(rf_sim_delta_encoding(RF_DELTA_CHOICE_AUTO, cases[i].n, cases[i].c, cases[i].e),
               cases[i].want);
   /* A named encoding is taken even where it is the largest; off is whole versions. */
-  ASSERT_EQ(rf_sim_delta_encoding(RF_SIM_DELTA_SPARSE, 1024, 1024, 2), RF_SIM_ENCODING_SPARSE);
-  ASSERT_EQ(rf_sim_delta_encoding(RF_SIM_DELTA_BITMASK, 1024, 0, 2), RF_SIM_ENCODING_BITMASK);
-  ASSERT_EQ(rf_sim_delta_encoding(RF_SIM_DELTA_OFF, 1024, 0, 2), RF_SIM_ENCODING_DENSE);
+  ASSERT_EQ(rf_sim_delta_encoding(RF_DELTA_CHOICE_SPARSE, 1024, 1024, 2), RF_SIM_ENCODING_SPARSE);
+  ASSERT_EQ(rf_sim_delta_encoding(RF_DELTA_CHOICE_BITMASK, 1024, 0, 2), RF_SIM_ENCODING_BITMASK);
+  ASSERT_EQ(rf_sim_delta_encoding(RF_DELTA_CHOICE_OFF, 1024, 0, 2), RF_SIM_ENCODING_DENSE);
   rf_sim_delta_model d;
-  ASSERT_OK(rf_sim_delta_model_init(RF_SIM_DELTA_AUTO, 0.01, &d));
-  ASSERT_TRUE(d.choice == RF_SIM_DELTA_AUTO && d.changed == 0.01);
+  ASSERT_OK(rf_sim_delta_model_init(RF_DELTA_CHOICE_AUTO, 0.01, &d));
+  ASSERT_TRUE(d.choice == RF_DELTA_CHOICE_AUTO && d.changed == 0.01);
   char got[256];
   rf_log_capture(got, sizeof got);
-  ASSERT_STATUS(rf_sim_delta_model_init(RF_SIM_DELTA_AUTO, 1.5, &d), RF_ERR_USAGE);
+  ASSERT_STATUS(rf_sim_delta_model_init(RF_DELTA_CHOICE_AUTO, 1.5, &d), RF_ERR_USAGE);
   rf_log_capture(NULL, 0);
   ASSERT_STR_EQ(got, "a changed fraction of 1.5 cannot be simulated; give a fraction from 0 to 1 "
                      "(--update sparse:F)");
-  ASSERT_TRUE(d.choice == RF_SIM_DELTA_OFF);
+  ASSERT_TRUE(d.choice == RF_DELTA_CHOICE_OFF);
 }
 
 /* What the formulas above give summed over the plan's transfer pieces (whole stage: a chunk
  * is a piece), each rounded to the byte, and what the appliers touch. */
-static void expected_wire(const rf_plan *plan, rf_sim_delta choice, double f, int64_t *wire,
+static void expected_wire(const rf_plan *plan, rf_delta_choice choice, double f, int64_t *wire,
                           int64_t *applied) {
   *wire = *applied = 0;
   for (int i = plan->reshape_count; i < plan->piece_count; i++) {
@@ -107,8 +107,8 @@ static void expected_wire(const rf_plan *plan, rf_sim_delta choice, double f, in
     int64_t n = rf_box_numel(&p->box);
     double c = f * (double)n, dense = 2.0 * (double)n,
            bitmask = (double)(4 * ((n + 31) / 32)) + 2 * c, sparse = 6 * c;
-    double pick = choice == RF_SIM_DELTA_SPARSE        ? sparse
-                  : choice == RF_SIM_DELTA_BITMASK     ? bitmask
+    double pick = choice == RF_DELTA_CHOICE_SPARSE     ? sparse
+                  : choice == RF_DELTA_CHOICE_BITMASK  ? bitmask
                   : sparse < bitmask && sparse < dense ? sparse
                   : bitmask < dense                    ? bitmask
                                                        : dense;
@@ -139,7 +139,8 @@ static void test_toy(void) {
    * 1984 + 279808, sparse 1984 + 139904 x 6 and bitmask 1984 + 17488 + 279808. */
   const int64_t pinned[3][4] = {
       {1984, 2808, 159376, 281792}, {1984, 2808, 421696, 841408}, {19472, 19744, 159376, 299280}};
-  const rf_sim_delta choices[] = {RF_SIM_DELTA_AUTO, RF_SIM_DELTA_SPARSE, RF_SIM_DELTA_BITMASK};
+  const rf_delta_choice choices[] = {RF_DELTA_CHOICE_AUTO, RF_DELTA_CHOICE_SPARSE,
+                                     RF_DELTA_CHOICE_BITMASK};
   int64_t send = RF_MAX(plan->send_bytes[0], plan->send_bytes[1]);
   for (size_t ci = 0; ci < RF_ARRAY_LEN(choices); ci++)
     for (size_t fi = 0; fi < RF_ARRAY_LEN(fractions); fi++) {
@@ -173,7 +174,8 @@ static void test_toy(void) {
     }
   /* A cluster file's delta rates: encoding at 100 GB/s makes the pack ten times as long. */
   toy.gpu_delta_encode = 100e9;
-  rf_sim_options o = {RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0, {RF_SIM_DELTA_AUTO, 1e-3}};
+  rf_sim_options o = {
+      RF_MODE_GROUPED, 0, 1, 0, RF_WIRE_CONTIGUOUS, 0, {RF_DELTA_CHOICE_AUTO, 1e-3}};
   rf_sim_result r;
   ASSERT_OK(rf_simulate(plan, &toy, &o, &r));
   ASSERT_NEAR(r.phase[RF_PHASE_PACK], 2.0 * (double)send / 100e9, 1e-12);
@@ -191,7 +193,7 @@ static void test_stages(void) {
   rf_cluster toy, lent;
   ASSERT_OK(rf_cluster_load(source_file("tests/data/cluster-toy.json"), &toy));
   ASSERT_OK(rf_cluster_load(source_file("configs/clusters/h200-lent.json"), &lent));
-  const rf_sim_delta_model auto_1e3 = {RF_SIM_DELTA_AUTO, 1e-3};
+  const rf_sim_delta_model auto_1e3 = {RF_DELTA_CHOICE_AUTO, 1e-3};
   rf_job job;
   build_job("fsdp=2", "tp=1,dp=2", RF_PLACEMENT_DISAGGREGATED, RF_PLAN_FANOUT, &job);
   ASSERT_EQ(job.plan.forward_bytes, 279168);
@@ -208,7 +210,7 @@ static void test_stages(void) {
   ASSERT_EQ(r.wire_forward_bytes, 1508);
   rf_sim_result_free(&r);
   /* Whole versions: the tally is the plan's own wire bytes. */
-  o.delta = (rf_sim_delta_model){RF_SIM_DELTA_OFF, 0};
+  o.delta = (rf_sim_delta_model){RF_DELTA_CHOICE_OFF, 0};
   ASSERT_OK(rf_simulate(&job.plan, &toy, &o, &r));
   ASSERT_EQ(r.wire_transfer_bytes, job.plan.wire_transfer_bytes);
   ASSERT_EQ(r.wire_forward_bytes, 279168);
@@ -256,7 +258,7 @@ static void test_bound(void) {
   ASSERT_OK(rf_cluster_load(source_file("configs/clusters/h200-lent.json"), &lent));
   rf_job job;
   build_job("fsdp=2", "tp=2", RF_PLACEMENT_DISAGGREGATED, RF_PLAN_P2P, &job);
-  rf_sim_delta_model d = {RF_SIM_DELTA_AUTO, 1e-3};
+  rf_sim_delta_model d = {RF_DELTA_CHOICE_AUTO, 1e-3};
   rf_sim_bound b;
   ASSERT_OK(rf_sim_lower_bound_delta(&job.layout, &toy, 1, 0, &d, &b));
   ASSERT_NEAR(b.seconds, 824e-9, 1e-12);
@@ -281,11 +283,11 @@ static void test_bound(void) {
       {"fsdp=2", "tp=1,dp=2", RF_PLACEMENT_DISAGGREGATED, &vm, 0, 0},
       {"fsdp=2", "tp=2", RF_PLACEMENT_COLOCATED, &vm, 0, 1},
   };
-  const rf_sim_delta_model deltas[] = {{RF_SIM_DELTA_AUTO, 1e-3},
-                                       {RF_SIM_DELTA_AUTO, 0.01},
-                                       {RF_SIM_DELTA_SPARSE, 0.5},
-                                       {RF_SIM_DELTA_BITMASK, 1},
-                                       {RF_SIM_DELTA_AUTO, 1}};
+  const rf_sim_delta_model deltas[] = {{RF_DELTA_CHOICE_AUTO, 1e-3},
+                                       {RF_DELTA_CHOICE_AUTO, 0.01},
+                                       {RF_DELTA_CHOICE_SPARSE, 0.5},
+                                       {RF_DELTA_CHOICE_BITMASK, 1},
+                                       {RF_DELTA_CHOICE_AUTO, 1}};
   int checked = 0;
   for (size_t j = 0; j < RF_ARRAY_LEN(jobs); j++)
     for (int kind = 0; kind < RF_PLAN_KIND_COUNT; kind++) {
@@ -314,8 +316,8 @@ static void test_bound(void) {
                       "%s -> %s %s %s bucket %lld delta %s %g: bound %.9g (%s) above %.9g\n",
                       jobs[j].trainer, jobs[j].rollout, rf_plan_kind_name((rf_plan_kind)kind),
                       rf_mode_name((rf_mode)mode), (long long)bucket,
-                      rf_sim_delta_name(deltas[k].choice), deltas[k].changed, b.seconds, b.binding,
-                      res.phase[RF_PHASE_TOTAL]);
+                      rf_delta_choice_name(deltas[k].choice), deltas[k].changed, b.seconds,
+                      b.binding, res.phase[RF_PHASE_TOTAL]);
             ASSERT_TRUE(b.seconds <= res.phase[RF_PHASE_TOTAL] * (1 + 1e-9));
             checked++;
             rf_sim_result_free(&res);
@@ -344,13 +346,14 @@ static void test_fit(void) {
   rf_sim_trace *traces[4];
   const double fraction[4] = {0, 0, 0.01, 0.5};
   for (int i = 0; i < 4; i++) {
-    rf_sim_options o = {i % 2 ? RF_MODE_FUSED : RF_MODE_GROUPED,
-                        0,
-                        1,
-                        0,
-                        RF_WIRE_CONTIGUOUS,
-                        0,
-                        {i < 2 ? RF_SIM_DELTA_OFF : RF_SIM_DELTA_AUTO, i < 2 ? 0 : fraction[i]}};
+    rf_sim_options o = {
+        i % 2 ? RF_MODE_FUSED : RF_MODE_GROUPED,
+        0,
+        1,
+        0,
+        RF_WIRE_CONTIGUOUS,
+        0,
+        {i < 2 ? RF_DELTA_CHOICE_OFF : RF_DELTA_CHOICE_AUTO, i < 2 ? 0 : fraction[i]}};
     ASSERT_OK(rf_sim_trace_record(&job.plan, &start, &o, &traces[i]));
     samples[i] = (rf_sim_sample){traces[i], 0.0, NULL};
     ASSERT_OK(rf_sim_trace_time(traces[i], &hidden, &samples[i].measured_s));
@@ -418,7 +421,7 @@ static void test_report(const char *dir) {
   build_job("fsdp=2", "tp=2", RF_PLACEMENT_DISAGGREGATED, RF_PLAN_P2P, &job);
   static rf_config cfg; /* zero: whole-stage buckets, no published time */
   rf_sim_context x = {.cfg = &cfg, .job = &job, .cluster = &toy, .device = 1};
-  x.delta = (rf_sim_delta_model){RF_SIM_DELTA_AUTO, 1e-3};
+  x.delta = (rf_sim_delta_model){RF_DELTA_CHOICE_AUTO, 1e-3};
   ASSERT_OK(rf_sim_lower_bound_delta(&job.layout, &toy, 1, 0, &x.delta, &x.bound));
   for (int m = 0; m < RF_MODE_COUNT; m++)
     x.mode_bound[m] = x.bound;
@@ -446,7 +449,7 @@ static void test_report(const char *dir) {
   int saved = dup(1), fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
   ASSERT_TRUE(saved >= 0 && fd >= 0 && dup2(fd, 1) == 1);
   rf_sim_print_mode(&x, RF_MODE_GROUPED, &r);
-  x.delta = (rf_sim_delta_model){RF_SIM_DELTA_OFF, 0};
+  x.delta = (rf_sim_delta_model){RF_DELTA_CHOICE_OFF, 0};
   rf_sim_print_mode(&x, RF_MODE_GROUPED, &r);
   fflush(stdout);
   ASSERT_TRUE(dup2(saved, 1) == 1);

@@ -53,10 +53,11 @@ static void check(const row *x, const rf_cluster *c) {
   rf_plan_options po;
   ASSERT_OK(rf_cluster_plan_options(c, lay.world_size, &where, &po));
   ASSERT_OK(rf_plan_build(&plan, &lay, x->kind, &po));
-  rf_sim_options o = {x->mode, x->bucket_size, 1, 0, RF_WIRE_CONTIGUOUS, 0, {RF_SIM_DELTA_OFF, 0}};
+  rf_sim_options o = {x->mode, x->bucket_size,          1, 0, RF_WIRE_CONTIGUOUS,
+                      0,       {RF_DELTA_CHOICE_OFF, 0}};
   rf_sim_result whole, delta;
   ASSERT_OK(rf_simulate(&plan, c, &o, &whole));
-  ASSERT_OK(rf_sim_delta_model_init(RF_SIM_DELTA_AUTO, 0.01, &o.delta));
+  ASSERT_OK(rf_sim_delta_model_init(RF_DELTA_CHOICE_AUTO, 0.01, &o.delta));
   ASSERT_OK(rf_simulate(&plan, c, &o, &delta));
   double ratio = delta.phase[RF_PHASE_TOTAL] / whole.phase[RF_PHASE_TOTAL];
   printf("%s %s -> %s: whole %.4g s, delta %.4g s (encode %.4g, apply %.4g): %.4f\n", x->model,

@@ -76,7 +76,7 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
   res.model_bytes = job->model.total_bytes;
   /* The bytes on the wire: an fp8 rollout's are what the prediction moved, a delta's encoded. */
   int64_t wire =
-      x->delta.choice != RF_SIM_DELTA_OFF ? r->wire_transfer_bytes : plan->wire_transfer_bytes;
+      x->delta.choice != RF_DELTA_CHOICE_OFF ? r->wire_transfer_bytes : plan->wire_transfer_bytes;
   res.replica_bytes = wire / job->rollout.dp;
   res.transfer_bytes = wire;
   res.pieces = plan->piece_count;
@@ -194,12 +194,12 @@ static rf_status delta_bounds(rf_sim_context *x) {
 /* Predicts each mode in turn, printing as it goes (text) or collecting (JSON); with deltas,
  * each mode once per delta. */
 static rf_status simulate_modes(const rf_sim_context *whole, rf_results *results, json_t *all) {
-  static const rf_sim_delta_model off = {RF_SIM_DELTA_OFF, 0.0};
+  static const rf_sim_delta_model off = {RF_DELTA_CHOICE_OFF, 0.0};
   int deltas = whole->delta_count > 0 ? whole->delta_count : 1;
   for (int d = 0; d < deltas; d++) {
     rf_sim_context xd = *whole;
     xd.delta = whole->delta_count > 0 ? whole->deltas[d] : off;
-    if (xd.delta.choice != RF_SIM_DELTA_OFF)
+    if (xd.delta.choice != RF_DELTA_CHOICE_OFF)
       RF_TRY(delta_bounds(&xd));
     RF_TRY(simulate_delta(&xd, results, all));
   }
@@ -226,9 +226,7 @@ static rf_status delta_models(const rf_config *cfg, rf_sim_delta_model *out, int
                    cfg->update);
   double changed = u.kind == RF_UPDATE_NONE ? 0.0 : u.kind == RF_UPDATE_FULL ? 1.0 : u.param;
   for (int i = 0; i < cfg->delta.count; i++) {
-    rf_sim_delta d;
-    RF_TRY(rf_sim_delta_parse(rf_delta_choice_name(cfg->delta.items[i]), &d));
-    RF_TRY(rf_sim_delta_model_init(d, changed, &out[(*count)++]));
+    RF_TRY(rf_sim_delta_model_init(cfg->delta.items[i], changed, &out[(*count)++]));
   }
   return RF_OK;
 }

@@ -55,8 +55,8 @@ static void format_seconds(double s, char *buf, size_t len) {
 /* The kind's predicted time: its modes' totals summed (only the first beyond the cap). */
 static rf_status predict(const rf_plan *plan, const rf_plan_auto_inputs *in, int modes,
                          double *seconds, int *fits) {
-  rf_sim_options o = {RF_MODE_GROUPED, in->bucket_size,        in->device, in->mapping, in->wire,
-                      in->ordered,     {RF_SIM_DELTA_OFF, 0.0}};
+  rf_sim_options o = {RF_MODE_GROUPED, in->bucket_size,           in->device, in->mapping, in->wire,
+                      in->ordered,     {RF_DELTA_CHOICE_OFF, 0.0}};
   *seconds = 0;
   *fits = 1;
   for (int i = 0; i < modes; i++) {

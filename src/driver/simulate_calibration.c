@@ -225,7 +225,7 @@ static rf_status trace_job(const char *path, const rf_loaded_run *r, const rf_cl
                       transport && transport->mapping,
                       transport ? rf_sim_wire(transport, device) : RF_WIRE_CONTIGUOUS,
                       transport && transport->ordered,
-                      {RF_SIM_DELTA_OFF, 0.0}};
+                      {RF_DELTA_CHOICE_OFF, 0.0}};
   j->mode = (int)o.mode;
   if (st == RF_OK) {
     rf_log_capture(why, sizeof why);

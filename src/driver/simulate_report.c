@@ -89,7 +89,7 @@ static void print_delta(const rf_sim_context *x, const rf_sim_result *r) {
     chunks += r->delta_chunks[k];
   printf("  %-14s %s, %.4g%% of elements changed: %" PRId64 " transfer bytes on the wire, %" PRId64
          " forwarded; %" PRId64 " chunks (%" PRId64 " bytes whole) encoded:",
-         "delta", rf_sim_delta_name(x->delta.choice), 100 * x->delta.changed,
+         "delta", rf_delta_choice_name(x->delta.choice), 100 * x->delta.changed,
          r->wire_transfer_bytes, r->wire_forward_bytes, chunks, r->delta_whole_bytes);
   for (int k = 0; k < RF_SIM_ENCODING_COUNT; k++)
     printf(" %s %" PRId64 "%s", rf_sim_encoding_name((rf_sim_encoding)k), r->delta_chunks[k],
@@ -107,10 +107,10 @@ void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_resul
     rf_format_bytes(x->cfg->bucket_size, bucket, sizeof bucket);
   else
     snprintf(bucket, sizeof bucket, "whole stage");
-  int delta = x->delta.choice != RF_SIM_DELTA_OFF;
+  int delta = x->delta.choice != RF_DELTA_CHOICE_OFF;
   printf("mode %-11s bucket %s", rf_mode_name(mode), bucket);
   if (delta) /* only a delta says it, so that other predictions print as before */
-    printf(", delta %s at %.4g%% changed", rf_sim_delta_name(x->delta.choice),
+    printf(", delta %s at %.4g%% changed", rf_delta_choice_name(x->delta.choice),
            100 * x->delta.changed);
   printf(": total %.4g s = pack %.4g + transfer %.4g + unpack %.4g", ph[RF_PHASE_TOTAL],
          ph[RF_PHASE_PACK], ph[RF_PHASE_TRANSFER], ph[RF_PHASE_UNPACK]);
@@ -289,7 +289,7 @@ json_t *rf_sim_json(const rf_sim_context *x) {
 /* A delta refit's choice, changed fraction, wire bytes and encode and apply passes. */
 static json_t *delta_json(const rf_sim_context *x, const rf_sim_result *r) {
   json_t *o = json_object(), *chunks = json_object();
-  json_object_set_new(o, "choice", json_string(rf_sim_delta_name(x->delta.choice)));
+  json_object_set_new(o, "choice", json_string(rf_delta_choice_name(x->delta.choice)));
   json_object_set_new(o, "changed_fraction", json_real(x->delta.changed));
   json_object_set_new(o, "wire_transfer_bytes", json_integer(r->wire_transfer_bytes));
   json_object_set_new(o, "wire_forward_bytes", json_integer(r->wire_forward_bytes));
@@ -325,7 +325,7 @@ json_t *rf_sim_mode_json(const rf_sim_context *x, rf_mode mode, const rf_sim_res
     json_object_set_new(q, "s", json_real(r->quantize_s));
     json_object_set_new(o, "quantize", q);
   }
-  if (x->delta.choice != RF_SIM_DELTA_OFF) /* only with a delta, as the quantize keys */
+  if (x->delta.choice != RF_DELTA_CHOICE_OFF) /* only with a delta, as the quantize keys */
     json_object_set_new(o, "delta", delta_json(x, r));
   json_object_set_new(o, "bound_s", json_real(r->bound_s));
   json_object_set_new(o, "messages", json_integer(r->messages));
@@ -346,7 +346,7 @@ json_t *rf_sim_mode_json(const rf_sim_context *x, rf_mode mode, const rf_sim_res
   json_object_set_new(mem, "coupling", json_integer(r->coupling[w]));
   json_object_set_new(mem, "rollout", json_integer(r->rollout[w]));
   json_object_set_new(mem, "staging", json_integer(r->staging[w]));
-  if (x->delta.choice != RF_SIM_DELTA_OFF)
+  if (x->delta.choice != RF_DELTA_CHOICE_OFF)
     json_object_set_new(mem, "previous_version", json_integer(r->previous[w]));
   json_object_set_new(mem, "fullest_device_bytes", json_integer(r->device_peak));
   json_object_set_new(mem, "device_capacity_bytes", json_real(r->device_capacity));

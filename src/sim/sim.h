@@ -131,14 +131,10 @@ RF_ENUM_DECLARE(rf_sim_class);
 /* ---- delta refits (sim_delta.c) ---------------------------------------------------------
  *
  * A delta refit sends each piece as what changed since the version the rollout holds
- * (docs/architecture.md, "Delta refits"). --delta chooses how: */
-#define RF_SIM_DELTA_LIST(X)                                                                       \
-  X(RF_SIM_DELTA_OFF, "off")         /* whole versions, as refit moves them today */               \
-  X(RF_SIM_DELTA_AUTO, "auto")       /* each piece in its smallest encoding */                     \
-  X(RF_SIM_DELTA_SPARSE, "sparse")   /* int32 offsets and values */                                \
-  X(RF_SIM_DELTA_BITMASK, "bitmask") /* a bit per element and the changed values */
-typedef enum { RF_SIM_DELTA_LIST(RF_ENUM_ID) RF_SIM_DELTA_COUNT } rf_sim_delta;
-RF_ENUM_DECLARE(rf_sim_delta);
+ * (docs/architecture.md, "Delta refits"). --delta chooses how, as refit run's engine does
+ * (rf_delta_choice, engine.h): off (whole versions), auto (each piece in its smallest
+ * encoding), sparse (int32 offsets and values) or bitmask (a bit per element and the changed
+ * values). */
 
 /* The encodings a piece travels in, in the order auto prefers them on a tie. */
 #define RF_SIM_ENCODING_LIST(X)                                                                    \
@@ -155,19 +151,19 @@ RF_ENUM_DECLARE(rf_sim_encoding);
 double rf_sim_encoded_bytes(rf_sim_encoding enc, int64_t n, double c, int64_t e);
 /* The encoding `delta` sends such a piece in: auto's smallest (ties: dense, bitmask, sparse),
  * or the one it names. */
-rf_sim_encoding rf_sim_delta_encoding(rf_sim_delta delta, int64_t n, double c, int64_t e);
+rf_sim_encoding rf_sim_delta_encoding(rf_delta_choice delta, int64_t n, double c, int64_t e);
 
 /* What a simulation assumes of the versions: the fraction of elements changed since the
  * version the rollout holds, each independently (a piece of n expects F n changed), and the
  * encoding choice. Zero is off: whole versions. */
 typedef struct {
-  rf_sim_delta choice;
+  rf_delta_choice choice;
   double changed; /* F, 0 to 1 */
 } rf_sim_delta_model;
 
 /* *out = {delta, changed}, or one line naming the fraction and RF_ERR_USAGE when it is not a
  * number from 0 to 1: the entry point for --update (its changed fraction) and --delta. */
-rf_status rf_sim_delta_model_init(rf_sim_delta delta, double changed, rf_sim_delta_model *out);
+rf_status rf_sim_delta_model_init(rf_delta_choice delta, double changed, rf_sim_delta_model *out);
 
 typedef struct {
   rf_mode mode;

@@ -8,7 +8,6 @@
 #include "delta/delta.h"
 #include "sim_internal.h"
 
-RF_ENUM_DEFINE(rf_sim_delta, "delta", RF_SIM_DELTA_LIST, RF_SIM_DELTA_COUNT)
 RF_ENUM_DEFINE(rf_sim_encoding, "encoding", RF_SIM_ENCODING_LIST, RF_SIM_ENCODING_COUNT)
 
 /* The engine's sizes (rf_delta_size), which are linear in the changed count: the size with
@@ -23,18 +22,18 @@ double rf_sim_encoded_bytes(rf_sim_encoding enc, int64_t n, double c, int64_t e)
 }
 
 /* Whether a --delta choice may send a piece in encoding `enc` (dense aside). */
-static int allows(rf_sim_delta delta, rf_sim_encoding enc) {
-  return delta == RF_SIM_DELTA_AUTO ||
-         (delta == RF_SIM_DELTA_SPARSE && enc == RF_SIM_ENCODING_SPARSE) ||
-         (delta == RF_SIM_DELTA_BITMASK && enc == RF_SIM_ENCODING_BITMASK);
+static int allows(rf_delta_choice delta, rf_sim_encoding enc) {
+  return delta == RF_DELTA_CHOICE_AUTO ||
+         (delta == RF_DELTA_CHOICE_SPARSE && enc == RF_SIM_ENCODING_SPARSE) ||
+         (delta == RF_DELTA_CHOICE_BITMASK && enc == RF_SIM_ENCODING_BITMASK);
 }
 
-rf_sim_encoding rf_sim_delta_encoding(rf_sim_delta delta, int64_t n, double c, int64_t e) {
-  if (delta == RF_SIM_DELTA_SPARSE)
+rf_sim_encoding rf_sim_delta_encoding(rf_delta_choice delta, int64_t n, double c, int64_t e) {
+  if (delta == RF_DELTA_CHOICE_SPARSE)
     return RF_SIM_ENCODING_SPARSE;
-  if (delta == RF_SIM_DELTA_BITMASK)
+  if (delta == RF_DELTA_CHOICE_BITMASK)
     return RF_SIM_ENCODING_BITMASK;
-  if (delta != RF_SIM_DELTA_AUTO)
+  if (delta != RF_DELTA_CHOICE_AUTO)
     return RF_SIM_ENCODING_DENSE;
   /* The list's order is the order of preference on a tie: only a strictly smaller size wins. */
   rf_sim_encoding best = RF_SIM_ENCODING_DENSE;
@@ -44,8 +43,8 @@ rf_sim_encoding rf_sim_delta_encoding(rf_sim_delta delta, int64_t n, double c, i
   return best;
 }
 
-rf_status rf_sim_delta_model_init(rf_sim_delta delta, double changed, rf_sim_delta_model *out) {
-  *out = (rf_sim_delta_model){RF_SIM_DELTA_OFF, 0.0};
+rf_status rf_sim_delta_model_init(rf_delta_choice delta, double changed, rf_sim_delta_model *out) {
+  *out = (rf_sim_delta_model){RF_DELTA_CHOICE_OFF, 0.0};
   if (!(changed >= 0.0 && changed <= 1.0))
     return rf_fail(RF_ERR_USAGE,
                    "a changed fraction of %g cannot be simulated; give a fraction from 0 to 1 "
@@ -55,7 +54,7 @@ rf_status rf_sim_delta_model_init(rf_sim_delta delta, double changed, rf_sim_del
   return RF_OK;
 }
 
-int sim_delta_on(const rf_sim_delta_model *d) { return d && d->choice != RF_SIM_DELTA_OFF; }
+int sim_delta_on(const rf_sim_delta_model *d) { return d && d->choice != RF_DELTA_CHOICE_OFF; }
 
 sim_delta_chunk sim_delta_encode(const rf_sim_delta_model *d, int64_t elements, int64_t esize,
                                  int64_t bytes) {

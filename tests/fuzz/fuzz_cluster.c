@@ -45,7 +45,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (rf_cluster_plan_options(&c, world, &where, &po) == RF_OK) {
     const rf_mode modes[] = {RF_MODE_UNFUSED, RF_MODE_FUSED};
     for (size_t i = 0; i < RF_ARRAY_LEN(modes); i++) {
-      rf_sim_options o = {modes[i], 0, device, 0, RF_WIRE_CONTIGUOUS, 0, {RF_SIM_DELTA_OFF, 0.0}};
+      rf_sim_options o = {
+          modes[i], 0, device, 0, RF_WIRE_CONTIGUOUS, 0, {RF_DELTA_CHOICE_OFF, 0.0}};
       rf_sim_result r;
       rf_simulate(plan, &c, &o, &r);
       rf_sim_result_free(&r);
