@@ -241,17 +241,18 @@ static rf_status device_aligned(rf_mem_kind kind, const void *p, const char *wha
 static rf_status mark(rf_delta_job *job, int keep, int64_t *changed) {
   if (job->kind == RF_MEM_DEVICE)
     return rf_gpu_delta_mark(job, keep, changed);
-  if (keep) {
+  if (keep && !job->mask) {
     job->mask = rf_calloc((size_t)(job->n / 64 + 2), 8, "the changed elements' bits");
     if (!job->mask)
       return RF_ERR_NOMEM;
+    job->mask_owned = 1;
   }
   *changed = rf_delta_host_mark(job, job->mask);
   return RF_OK;
 }
 
 static void job_free(rf_delta_job *job) {
-  if (job->kind != RF_MEM_DEVICE)
+  if (job->kind != RF_MEM_DEVICE && job->mask_owned)
     free(job->mask);
   job->mask = NULL;
 }
@@ -278,10 +279,19 @@ rf_status rf_delta_encode(rf_mem_kind kind, const rf_region *prev, const rf_regi
    * fit in out, and their offsets to where a sparse one does, while they are in cache
    * (delta_host.c). */
   int64_t values_at = RF_DELTA_HEADER_BYTES + 4 * rf_delta_mask_words(job.n);
+  size_t mask_bytes = (size_t)(job.n / 64 + 2) * 8, room = capacity;
   if (kind != RF_MEM_DEVICE && want != RF_DELTA_DENSE && (int64_t)capacity > values_at) {
+    /* The mark's bits go at the end of the capacity when it has room beyond the values' place:
+     * the engine's encode buffer lives across iterations with its pages mapped, while a fresh
+     * allocation of n / 8 bytes took a page fault every 4 KiB, which cost more than the mark. */
+    uintptr_t end = (uintptr_t)out + capacity, at = (end - mask_bytes) & ~(uintptr_t)7;
+    if (capacity > mask_bytes + 8 && at >= (uintptr_t)out + (uintptr_t)values_at) {
+      job.mask = (void *)at;
+      room = (size_t)(at - (uintptr_t)out); /* the values stop short of the mask */
+    }
     job.values = (char *)out + values_at;
     job.offsets = (char *)out + RF_DELTA_HEADER_BYTES;
-    job.values_cap = ((int64_t)capacity - values_at) / job.esize;
+    job.values_cap = ((int64_t)room - values_at) / job.esize;
   }
   rf_status st = mark(&job, want != RF_DELTA_DENSE, &job.changed);
   if (st != RF_OK)
@@ -298,6 +308,19 @@ rf_status rf_delta_encode(rf_mem_kind kind, const rf_region *prev, const rf_regi
                  what, encodings[info->encoding].name, (long long)job.changed, (long long)job.n,
                  (long long)info->bytes, capacity);
     goto done;
+  }
+  if (job.mask && !job.mask_owned && (size_t)info->bytes > room) {
+    /* A payload that reaches into the mark's bits (a bitmask near the dense size, in a buffer
+     * of exactly its capacity) would overwrite them as it is written: they move first. */
+    void *mask = malloc(mask_bytes);
+    if (!mask) {
+      st =
+          rf_fail(RF_ERR_NOMEM, "delta for %s: out of memory for the changed elements' bits", what);
+      goto done;
+    }
+    memcpy(mask, job.mask, mask_bytes);
+    job.mask = mask;
+    job.mask_owned = 1;
   }
   char *payload = (char *)out + RF_DELTA_HEADER_BYTES;
   unsigned char h[RF_DELTA_HEADER_BYTES];

@@ -156,18 +156,21 @@ static inline __attribute__((always_inline)) void capture_bits(capture *cp, cons
 }
 
 /* Marks n elements dense on both sides, which are elements e0, e0 + step, ... of the piece
- * (step 1 along a row, cols down a column); returns the count. mask and cp may be NULL. */
-static inline __attribute__((always_inline)) int64_t mark_dense(const char *p, const char *c,
-                                                                int64_t n, uint64_t *mask,
-                                                                capture *cp, int64_t e0,
-                                                                int64_t step, const int es) {
+ * (step 1 along a row, cols down a column); returns the count. mask and cp may be NULL. With
+ * `store` (step 1, e0 a multiple of 64, and no other run sharing the last word) each block
+ * stores its mask word instead of ORing into it, so the mask needs no clearing first. */
+static inline __attribute__((always_inline)) int64_t
+mark_dense(const char *p, const char *c, int64_t n, uint64_t *mask, capture *cp, int64_t e0,
+           int64_t step, const int es, const int store) {
   enum { BLOCK = 64 };
   int64_t count = 0, i = 0;
   for (; i + BLOCK <= n; i += BLOCK) {
     uint64_t bits = block_bits(p + i * es, c + i * es, es);
     int ones = popcount64(bits);
     count += ones;
-    if (mask)
+    if (mask && store)
+      mask[(e0 + i) >> 6] = bits;
+    else if (mask)
       put_run(mask, e0 + i * step, step, bits);
     capture_bits(cp, c + i * es, es, e0 + i, bits, ones, es);
   }
@@ -177,7 +180,9 @@ static inline __attribute__((always_inline)) int64_t mark_dense(const char *p, c
       bits |= (uint64_t)(load_elem(p + k * es, es) != load_elem(c + k * es, es)) << (k - i);
     int ones = popcount64(bits);
     count += ones;
-    if (mask)
+    if (mask && store)
+      mask[(e0 + i) >> 6] = bits;
+    else if (mask)
       put_run(mask, e0 + i * step, step, bits);
     capture_bits(cp, c + i * es, es, e0 + i, bits, ones, es);
   }
@@ -185,14 +190,20 @@ static inline __attribute__((always_inline)) int64_t mark_dense(const char *p, c
 }
 
 static int64_t mark_dense_es(const char *p, const char *c, int64_t n, uint64_t *mask, capture *cp,
-                             int64_t e0, int64_t step, int es) {
-  switch (es) {
-  case 1:
-    return mark_dense(p, c, n, mask, cp, e0, step, 1);
+                             int64_t e0, int64_t step, int es, int store) {
+  switch (es * 2 + !!store) {
   case 2:
-    return mark_dense(p, c, n, mask, cp, e0, step, 2);
+    return mark_dense(p, c, n, mask, cp, e0, step, 1, 0);
+  case 3:
+    return mark_dense(p, c, n, mask, cp, e0, step, 1, 1);
+  case 4:
+    return mark_dense(p, c, n, mask, cp, e0, step, 2, 0);
+  case 5:
+    return mark_dense(p, c, n, mask, cp, e0, step, 2, 1);
+  case 8:
+    return mark_dense(p, c, n, mask, cp, e0, step, 4, 0);
   default:
-    return mark_dense(p, c, n, mask, cp, e0, step, 4);
+    return mark_dense(p, c, n, mask, cp, e0, step, 4, 1);
   }
 }
 
@@ -240,17 +251,22 @@ int64_t rf_delta_host_mark(rf_delta_job *job, uint64_t *mask) {
   capture cap = {job->values, job->offsets, 0, job->values_cap, rf_delta_mask_words(job->n)};
   capture *cp = mask && job->values ? &cap : NULL;
   int64_t count = 0;
-  if (one_run(job)) {
-    count = mark_dense_es(p->base, c->base, job->n, mask, cp, 0, 1, es);
-  } else if (dense_along(job, 1)) { /* row by row */
+  /* One run, or rows of whole mask words, store every word; the other ways OR into words
+   * that several runs share, which must start cleared. */
+  int run = one_run(job), rows = !run && dense_along(job, 1);
+  if (mask && !run && !(rows && job->cols % 64 == 0))
+    memset(mask, 0, (size_t)(job->n / 64 + 2) * 8);
+  if (run) {
+    count = mark_dense_es(p->base, c->base, job->n, mask, cp, 0, 1, es, 1);
+  } else if (rows) { /* row by row */
     for (int64_t r = 0; r < job->rows; r++)
       count += mark_dense_es(p->base + r * p->s0 * es, c->base + r * c->s0 * es, job->cols, mask,
-                             cp, r * job->cols, 1, es);
+                             cp, r * job->cols, 1, es, job->cols % 64 == 0);
   } else if (dense_along(job, 0)) {  /* both transposed: column by column, in memory order */
     cap.values = cap.offsets = NULL; /* which is not the values' order */
     for (int64_t j = 0; j < job->cols; j++)
       count += mark_dense_es(p->base + j * p->s1 * es, c->base + j * c->s1 * es, job->rows, mask,
-                             NULL, j, job->cols, es);
+                             NULL, j, job->cols, es, 0);
   } else {
     for (int64_t r = 0; r < job->rows; r++)
       count += mark_strided(job, r, mask, cp);

@@ -23,9 +23,11 @@ typedef struct rf_delta_job {
   int esize;
   int64_t changed; /* from the mark (encode) or the header (apply) */
   /* The mark: bit e of the piece's changed elements, as the words of a bitmask encoding.
-   * Host: uint64 words, ceil(n / 64) + 1 of them, malloc'd by delta.c; device: the GPU
-   * half's scratch, uint32 words. */
+   * Host: uint64 words, ceil(n / 64) + 1 of them, at the end of the encode buffer
+   * when it has room (mask_owned 0) or else allocated by delta.c (mask_owned 1); device: the
+   * GPU half's scratch, uint32 words. */
   void *mask;
+  int mask_owned;
   /* Host encode: room for values_cap current values at `values` (where the bitmask payload
    * keeps them), which the mark fills with the changed ones in order as it finds them; NULL
    * when it did not, and the payload then reads them from cur. The mark also writes their
@@ -40,9 +42,9 @@ static inline int64_t rf_delta_mask_words(int64_t n) { return (n + 31) / 32; }
 
 /* ---- host loops (delta_host.c) ---------------------------------------------------------- */
 
-/* Sets in mask (zeroed, ceil(n / 64) + 1 words; NULL to count only) the bits of the elements
- * that differ between job's prev and cur, and copies their values to job->values (see there);
- * returns how many differ. */
+/* Sets in mask (ceil(n / 64) + 1 words, cleared here where needed; NULL to count only) the
+ * bits of the elements that differ between job's prev and cur, and copies their values to
+ * job->values (see there); returns how many differ. */
 int64_t rf_delta_host_mark(rf_delta_job *job, uint64_t *mask);
 /* From job->mask: the mask words (when mask_out is not NULL), the offsets (when offsets is not
  * NULL) and the values of the changed elements of cur (moved from job->values when the mark
