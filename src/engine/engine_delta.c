@@ -24,6 +24,7 @@ struct engine_delta {
   int64_t *size;       /* [chunk of the transfer schedule] its encoded bytes */
   int64_t *at;         /* [chunk] where its piece lies in out (sent) or inbox */
   rf_delta_info *info; /* [chunk] what the check found, for the apply */
+  rf_delta_info *sent; /* [chunk] what encode wrote, to bring the kept version up to date */
   int64_t *table;      /* host: every peer's sizes, sent [0, n) or received [n, 2n) */
   int64_t *table_wire; /* the same in the wire's memory */
   int64_t *table_at;   /* [dir * ranks + peer] where peer's sizes start in table */
@@ -144,8 +145,9 @@ rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice) {
   d->size = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->size, "delta sizes");
   d->at = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->at, "delta places");
   d->info = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->info, "delta checks");
+  d->sent = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->sent, "delta encodes");
   d->table_at = rf_calloc((size_t)ranks * 2 + 1, sizeof *d->table_at, "delta size tables");
-  if (!d->size || !d->at || !d->info || !d->table_at)
+  if (!d->size || !d->at || !d->info || !d->sent || !d->table_at)
     return RF_ERR_NOMEM;
   /* The size tables: per peer, its chunks in schedule order, sent then received. */
   for (int dir = 1; dir >= 0; dir--)
@@ -190,6 +192,7 @@ void engine_delta_free(rf_engine *e) {
   free(d->size);
   free(d->at);
   free(d->info);
+  free(d->sent);
   free(d->table);
   free(d->table_at);
   free(d);
@@ -207,6 +210,7 @@ static rf_status encode_chunk(rf_engine *e, int i, char *to, size_t capacity) {
   rf_delta_info info;
   RF_TRY(rf_delta_encode(e->memory, &prev, &cur, &k->box, want_of(e), to, capacity, what, &info));
   d->size[i] = info.bytes;
+  d->sent[i] = info;
   e->delta_pieces[info.encoding]++;
   e->delta_changed += info.changed;
   e->delta_elements += info.elements;
@@ -397,12 +401,29 @@ rf_status engine_delta_iterate(rf_engine *e, double *times) {
   return RF_OK;
 }
 
-/* prev := cur for everything the trainer holds: what it sent is what the rollout now holds. */
-static rf_status keep_sent(rf_engine *e) {
+/* prev := cur for everything the trainer holds: what it sent is what the rollout now holds.
+ * After a delta iteration the trainer applies its own encoded pieces to the kept copy, which
+ * writes only what changed (the pieces cover every element it sends, so every element a
+ * later encode compares); after a dense one it copies the arena whole. */
+static rf_status keep_sent(rf_engine *e, int encoded) {
   rf_buffers *b = e->data;
-  if (b->prev_arena)
+  struct engine_delta *d = e->delta_state;
+  if (b->prev_arena && encoded) {
+    const rf_schedule *s = &e->transfer;
+    for (int i = 0; i < s->chunk_count; i++) {
+      const rf_chunk *k = &s->chunks[i];
+      if (!sends(e, k))
+        continue;
+      rf_region prev = prev_region(e, piece_of(e, k)->tensor);
+      char what[256];
+      name_piece(e, k, what, sizeof what);
+      RF_TRY(rf_delta_apply_checked(e->memory, (is_local(e, k) ? d->inbox : d->out) + d->at[i],
+                                    &d->sent[i], &prev, &k->box, what));
+    }
+  } else if (b->prev_arena) {
     RF_TRY(rf_mem_transfer(b->prev_arena, b->memory, b->arena[RF_FAMILY_SHARDS], b->memory,
                            b->arena_bytes[RF_FAMILY_SHARDS]));
+  }
   /* A rank without shards keeps nothing, but its rollout holds the version all the same. */
   if (b->prev_arena || e->delta_state)
     b->delta_base = 1;
@@ -411,15 +432,16 @@ static rf_status keep_sent(rf_engine *e) {
 
 rf_status rf_engine_delta_apply(rf_engine *e, double *times) {
   if (!e->delta_pending)
-    return keep_sent(e);
+    return keep_sent(e, 0);
   e->delta_pending = 0;
   double t0 = rf_now();
   RF_TRY(each_received(e, 1));
+  RF_TRY(keep_sent(e, 1)); /* timed: a trainer that keeps what it sent pays for it each step */
   RF_TRY(rf_mem_sync(e->memory));
   double applied = rf_now() - t0;
   times[RF_PHASE_UNPACK] += applied;
   times[RF_PHASE_TOTAL] += applied;
-  return keep_sent(e);
+  return RF_OK;
 }
 
 void rf_engine_delta_refused(rf_engine *e) {
