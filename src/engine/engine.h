@@ -118,6 +118,13 @@ typedef struct {
    * (set once an iteration has moved it, dense or delta). */
   void *prev_arena;
   int delta_base;
+  /* Over a mapping transport (engine_delta.c): the trainer's encoded pieces, exposed for the
+   * rollout ranks to copy out (grow-only across the job's runs, in the shards' memory kind),
+   * the buffers offered so far (the arenas count RF_FAMILY_COUNT), and the index of the
+   * encoded pieces' latest offer. */
+  void *delta_out;
+  size_t delta_out_bytes;
+  int exposed_count, delta_out_index;
 } rf_buffers;
 
 /* The trainer shards are read from `checkpoint` when given, else generated from `seed`

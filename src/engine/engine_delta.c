@@ -9,7 +9,14 @@
  * each sender first sends each of its peers one message of the exact sizes of the pieces it
  * encoded for it, in schedule order, over the same transport; the receiver then posts
  * exact-size receives. The modes only differ in how the schedule cuts pieces (fused paces a
- * pair's rows, the others keep pieces whole), which decides how many pieces there are. */
+ * pair's rows, the others keep pieces whole), which decides how many pieces there are.
+ *
+ * Both buffers are laid out peer by peer, each peer's pieces in schedule order, so that a
+ * bucket's pieces for one peer lie together, and so do all of them. Each size message starts
+ * with where that peer's pieces begin in the sender's buffer: over a mapping transport (shm,
+ * ipc), whose messages are only small host notes, the trainer offers its encoded buffer to the
+ * others (once per run, an append to the job's offers) and each rollout rank copies every
+ * peer's pieces out of it in one copy per peer instead of receiving messages. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +25,11 @@
 #include "engine_internal.h"
 
 struct engine_delta {
-  rf_mem_kind kind;  /* where the encoded pieces live: the wire's memory */
-  char *out, *inbox; /* encoded pieces sent, and received (or local) */
+  rf_mem_kind kind;       /* where the encoded pieces live: the wire's memory */
+  rf_mem_kind table_kind; /* where the size messages do: host memory for a mapping's notes */
+  int pull;               /* a mapping transport: the receivers copy the pieces out */
+  char *out, *inbox;      /* encoded pieces sent (the job's offered buffer when pulling), and
+                             received (or local) */
   size_t out_bytes, inbox_bytes;
   int64_t *size;       /* [chunk of the transfer schedule] its encoded bytes */
   int64_t *at;         /* [chunk] where its piece lies in out (sent) or inbox */
@@ -27,8 +37,11 @@ struct engine_delta {
   rf_delta_info *sent; /* [chunk] what encode wrote, to bring the kept version up to date */
   int64_t *table;      /* host: every peer's sizes, sent [0, n) or received [n, 2n) */
   int64_t *table_wire; /* the same in the wire's memory */
-  int64_t *table_at;   /* [dir * ranks + peer] where peer's sizes start in table */
-  int64_t table_count; /* n: the chunks this rank sends plus those it receives */
+  int64_t *table_at;   /* [dir * ranks + peer] where peer's message starts in table: where
+                          peer's pieces start in the sender's buffer, then their sizes */
+  int64_t table_count; /* n: the chunks this rank sends plus those it receives, and one more
+                          per peer that has any */
+  int64_t *from;       /* [peer] where its pieces start in its sent buffer (received) */
   uint64_t kept_bytes;
 };
 
@@ -43,6 +56,7 @@ static int receives(const rf_engine *e, const rf_chunk *k) {
 }
 static int is_local(const rf_engine *e, const rf_chunk *k) { return sends(e, k) && receives(e, k); }
 static int64_t align8(int64_t v) { return (v + 7) / 8 * 8; }
+static int pulls(const rf_engine *e) { return e->delta_state->pull; }
 
 static rf_status refuse(rf_delta_choice c, const char *what, const char *instead) {
   return rf_fail(RF_ERR_USAGE, "--delta %s: %s is not supported with delta refits yet; use %s",
@@ -72,11 +86,6 @@ static rf_status check_supported(const rf_engine *e, rf_delta_choice c) {
     snprintf(what, sizeof what, "--plan %s", rf_plan_kind_name(plan->kind));
     return refuse(c, what, "--plan p2p or --delta off");
   }
-  if (e->transport->ops->peer_buffer) {
-    char what[64];
-    snprintf(what, sizeof what, "--transport %s", e->transport->ops->name);
-    return refuse(c, what, "--transport mpi or nccl, or --delta off");
-  }
   if (rf_layout_format(plan->layout))
     return refuse(c, "a quantized --rollout-dtype", "--rollout-dtype model or --delta off");
   if (e->data->from_checkpoint)
@@ -99,10 +108,18 @@ static int64_t capacity_of(const rf_engine *e, const rf_chunk *k) {
                            engine_esize(e, piece_of(e, k)->tensor));
 }
 
+/* Whether chunk i is one this rank sends (dir 1) or receives (dir 0) over the wire to or from
+ * world rank q. */
+static int on_wire(const rf_engine *e, int i, int dir, int q) {
+  const rf_chunk *k = &e->transfer.chunks[i];
+  return !is_local(e, k) && (dir ? sends(e, k) : receives(e, k)) &&
+         engine_peer(e, piece_of(e, k), dir) == q;
+}
+
 /* Places every chunk this rank sends (dir 1) or receives (dir 0) in the order of the wire:
- * bucket by bucket, peer by peer, in the bucket's order, at 8-byte boundaries; in the inbox
- * the local chunks come first, at their capacities, so that their places never move. Received
- * chunks are placed at their capacities (`capacity`, for the sizes of the buffers) or at their
+ * peer by peer, each peer's in schedule order (so bucket by bucket), at 8-byte boundaries; in
+ * the inbox the local chunks come first, at their capacities, so that their places never move.
+ * Chunks are placed at their capacities (`capacity`, for the sizes of the buffers) or at their
  * exact sizes once known. Returns the bytes. */
 static int64_t place(rf_engine *e, int dir, int capacity) {
   struct engine_delta *d = e->delta_state;
@@ -112,17 +129,41 @@ static int64_t place(rf_engine *e, int dir, int capacity) {
   for (int i = 0; dir == 0 && i < s->chunk_count; i++)
     if (is_local(e, &s->chunks[i]))
       d->at[i] = off, off += align8(capacity_of(e, &s->chunks[i]));
-  for (int b = 0; b < s->bucket_count; b++)
-    for (int q = 0; q < ranks; q++)
-      for (int i = s->buckets[b].first; i < s->buckets[b].first + s->buckets[b].count; i++) {
-        const rf_chunk *k = &s->chunks[i];
-        if (is_local(e, k) || !(dir ? sends(e, k) : receives(e, k)) ||
-            engine_peer(e, piece_of(e, k), dir) != q)
-          continue;
+  for (int q = 0; q < ranks; q++)
+    for (int i = 0; i < s->chunk_count; i++)
+      if (on_wire(e, i, dir, q)) {
         d->at[i] = off;
-        off += align8(capacity ? capacity_of(e, k) : d->size[i]);
+        off += align8(capacity ? capacity_of(e, &s->chunks[i]) : d->size[i]);
       }
   return off;
+}
+
+/* Over a mapping transport the trainer's encoded buffer is the job's offered one: grown when
+ * this run needs more, and offered again by every rank alike (an append to the job's offers),
+ * so that its index is the same everywhere. */
+static rf_status offer_out(rf_engine *e) {
+  struct engine_delta *d = e->delta_state;
+  rf_buffers *b = e->data;
+  rf_transport *tp = e->transport;
+  if (!b->exposed)
+    return rf_fail(RF_ERR_INTERNAL, "delta over %s: the arenas were never offered", tp->ops->name);
+  rf_status st = RF_OK;
+  if (d->out_bytes > b->delta_out_bytes) {
+    if (b->delta_out)
+      rf_mem_free(d->kind, b->delta_out, b->delta_out_bytes);
+    b->delta_out = NULL, b->delta_out_bytes = 0;
+    st = rf_mem_alloc(d->kind, d->out_bytes, "delta encode buffer", &b->delta_out);
+    if (st == RF_OK)
+      b->delta_out_bytes = d->out_bytes;
+  }
+  /* Every rank takes part in the offer, a failed one offering nothing. */
+  void *mine = st == RF_OK ? b->delta_out : NULL;
+  rf_status offered = tp->ops->expose(tp, &mine, 1);
+  RF_TRY(tp->ctl ? rf_control_agree(tp->ctl, rf_status_worse(st, offered))
+                 : rf_status_worse(st, offered));
+  b->delta_out_index = b->exposed_count++;
+  d->out = b->delta_out;
+  return RF_OK;
 }
 
 rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice) {
@@ -139,6 +180,8 @@ rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice) {
     return RF_ERR_NOMEM;
   e->delta_state = d;
   d->kind = e->wire;
+  d->pull = e->transport->ops->peer_buffer != NULL;
+  d->table_kind = d->pull ? RF_MEM_HOST : d->kind;
   d->kept_bytes = shards;
   const rf_schedule *s = &e->transfer;
   int ranks = e->plan->layout->world_size;
@@ -147,27 +190,28 @@ rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice) {
   d->info = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->info, "delta checks");
   d->sent = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->sent, "delta encodes");
   d->table_at = rf_calloc((size_t)ranks * 2 + 1, sizeof *d->table_at, "delta size tables");
-  if (!d->size || !d->at || !d->info || !d->sent || !d->table_at)
+  d->from = rf_calloc((size_t)ranks + 1, sizeof *d->from, "delta size tables");
+  if (!d->size || !d->at || !d->info || !d->sent || !d->table_at || !d->from)
     return RF_ERR_NOMEM;
-  /* The size tables: per peer, its chunks in schedule order, sent then received. */
+  /* The size messages: per peer that has pieces, where they start in the sender's buffer, then
+   * their sizes in schedule order; sent then received. */
   for (int dir = 1; dir >= 0; dir--)
     for (int q = 0; q < ranks; q++) {
       d->table_at[(1 - dir) * ranks + q] = d->table_count;
-      for (int i = 0; i < s->chunk_count; i++) {
-        const rf_chunk *k = &s->chunks[i];
-        if (!is_local(e, k) && (dir ? sends(e, k) : receives(e, k)) &&
-            engine_peer(e, piece_of(e, k), dir) == q)
-          d->table_count++;
-      }
+      int64_t n = 0;
+      for (int i = 0; i < s->chunk_count; i++)
+        n += on_wire(e, i, dir, q);
+      d->table_count += n ? n + 1 : 0;
     }
   d->table = rf_calloc((size_t)d->table_count + 1, sizeof *d->table, "delta size tables");
   if (!d->table)
     return RF_ERR_NOMEM;
-  RF_TRY(rf_mem_alloc(d->kind, (size_t)(d->table_count + 1) * sizeof(int64_t), "delta size tables",
-                      (void **)&d->table_wire));
+  RF_TRY(rf_mem_alloc(d->table_kind, (size_t)(d->table_count + 1) * sizeof(int64_t),
+                      "delta size tables", (void **)&d->table_wire));
   d->out_bytes = (size_t)place(e, 1, 1) + 8;
   d->inbox_bytes = (size_t)place(e, 0, 1) + 8;
-  RF_TRY(rf_mem_alloc(d->kind, d->out_bytes, "delta encode buffer", (void **)&d->out));
+  RF_TRY(d->pull ? offer_out(e)
+                 : rf_mem_alloc(d->kind, d->out_bytes, "delta encode buffer", (void **)&d->out));
   return rf_mem_alloc(d->kind, d->inbox_bytes, "delta inbox", (void **)&d->inbox);
 }
 
@@ -183,18 +227,19 @@ void engine_delta_free(rf_engine *e) {
   struct engine_delta *d = e->delta_state;
   if (!d)
     return;
-  if (d->out)
+  if (d->out && !d->pull) /* a pulled one is the job's (rf_buffers) */
     rf_mem_free(d->kind, d->out, d->out_bytes);
   if (d->inbox)
     rf_mem_free(d->kind, d->inbox, d->inbox_bytes);
   if (d->table_wire)
-    rf_mem_free(d->kind, d->table_wire, (size_t)(d->table_count + 1) * sizeof(int64_t));
+    rf_mem_free(d->table_kind, d->table_wire, (size_t)(d->table_count + 1) * sizeof(int64_t));
   free(d->size);
   free(d->at);
   free(d->info);
   free(d->sent);
   free(d->table);
   free(d->table_at);
+  free(d->from);
   free(d);
   e->delta_state = NULL;
 }
@@ -235,25 +280,17 @@ static rf_status encode_all(rf_engine *e) {
   for (int i = 0; i < s->chunk_count && st == RF_OK; i++)
     if (is_local(e, &s->chunks[i]))
       st = encode_chunk(e, i, d->inbox + d->at[i], (size_t)capacity_of(e, &s->chunks[i]));
-  for (int b = 0; b < s->bucket_count && st == RF_OK; b++)
-    for (int q = 0; q < ranks && st == RF_OK; q++)
-      for (int i = s->buckets[b].first;
-           i < s->buckets[b].first + s->buckets[b].count && st == RF_OK; i++) {
-        const rf_chunk *k = &s->chunks[i];
-        if (is_local(e, k) || !sends(e, k) || engine_peer(e, piece_of(e, k), 1) != q)
-          continue;
-        d->at[i] = off;
-        st = encode_chunk(e, i, d->out + off, d->out_bytes - (size_t)off);
-        off += align8(d->size[i]);
-      }
-  /* The size tables follow schedule order, which is each peer's wire order too. */
-  for (int i = 0; i < s->chunk_count && st == RF_OK; i++) {
-    const rf_chunk *k = &s->chunks[i];
-    if (sends(e, k) && !is_local(e, k)) {
-      int q = engine_peer(e, piece_of(e, k), 1);
+  for (int q = 0; q < ranks && st == RF_OK; q++)
+    for (int i = 0; i < s->chunk_count && st == RF_OK; i++) {
+      if (!on_wire(e, i, 1, q))
+        continue;
+      if (next[q] == 0)
+        d->table[d->table_at[q]] = off, next[q] = 1; /* where q's pieces start */
+      d->at[i] = off;
+      st = encode_chunk(e, i, d->out + off, d->out_bytes - (size_t)off);
       d->table[d->table_at[q] + next[q]++] = d->size[i];
+      off += align8(d->size[i]);
     }
-  }
   free(next);
   return st;
 }
@@ -266,7 +303,7 @@ static rf_status exchange_sizes(rf_engine *e, long *ticket) {
   int ranks = e->plan->layout->world_size;
   size_t bytes = (size_t)d->table_count * sizeof(int64_t);
   if (bytes)
-    RF_TRY(rf_mem_transfer(d->table_wire, d->kind, d->table, RF_MEM_HOST, bytes));
+    RF_TRY(rf_mem_transfer(d->table_wire, d->table_kind, d->table, RF_MEM_HOST, bytes));
   RF_TRY(tp->ops->group_start(tp));
   for (int q = 0; q < ranks; q++) {
     int64_t sent = d->table_at[q + 1] - d->table_at[q];
@@ -282,20 +319,41 @@ static rf_status exchange_sizes(rf_engine *e, long *ticket) {
   RF_TRY(tp->ops->group_end(tp));
   RF_TRY(tp->ops->wait(tp, *ticket + 1, "the delta sizes"));
   if (bytes)
-    RF_TRY(rf_mem_transfer(d->table, RF_MEM_HOST, d->table_wire, d->kind, bytes));
-  int64_t *next = rf_calloc((size_t)ranks + 1, sizeof *next, "delta size tables");
-  if (!next)
-    return RF_ERR_NOMEM;
-  for (int i = 0; i < s->chunk_count; i++) {
-    const rf_chunk *k = &s->chunks[i];
-    if (receives(e, k) && !is_local(e, k)) {
-      int q = engine_peer(e, piece_of(e, k), 0);
-      d->size[i] = d->table[d->table_at[ranks + q] + next[q]++];
-    }
+    RF_TRY(rf_mem_transfer(d->table, RF_MEM_HOST, d->table_wire, d->table_kind, bytes));
+  for (int q = 0; q < ranks; q++) {
+    int64_t next = d->table_at[ranks + q];
+    for (int i = 0; i < s->chunk_count; i++)
+      if (on_wire(e, i, 0, q)) {
+        if (next == d->table_at[ranks + q])
+          d->from[q] = d->table[next++]; /* the message's first entry */
+        d->size[i] = d->table[next++];
+      }
   }
-  free(next);
   place(e, 0, 0);
   return RF_OK;
+}
+
+/* Over a mapping: every peer's pieces, copied out of its offered buffer in one copy each. */
+static rf_status pull_pieces(rf_engine *e) {
+  struct engine_delta *d = e->delta_state;
+  const rf_schedule *s = &e->transfer;
+  int ranks = e->plan->layout->world_size;
+  for (int q = 0; q < ranks; q++) {
+    int64_t lo = -1, hi = 0;
+    for (int i = 0; i < s->chunk_count; i++)
+      if (on_wire(e, i, 0, q)) {
+        if (lo < 0)
+          lo = d->at[i];
+        hi = d->at[i] + align8(d->size[i]);
+      }
+    if (lo < 0)
+      continue;
+    void *peer_out;
+    RF_TRY(e->transport->ops->peer_buffer(e->transport, q, e->data->delta_out_index, &peer_out));
+    RF_TRY(rf_mem_transfer(d->inbox + lo, d->kind, (char *)peer_out + d->from[q], d->kind,
+                           (size_t)(hi - lo)));
+  }
+  return rf_mem_sync(e->memory);
 }
 
 /* One message per peer and direction per bucket: the peer's pieces lie back to back. */
@@ -388,7 +446,7 @@ rf_status engine_delta_iterate(rf_engine *e, double *times) {
   times[RF_PHASE_PACK] = t1 - t0;
   long ticket = -1;
   RF_TRY(exchange_sizes(e, &ticket));
-  RF_TRY(post_buckets(e, &ticket));
+  RF_TRY(pulls(e) ? pull_pieces(e) : post_buckets(e, &ticket));
   double t2 = rf_now();
   times[RF_PHASE_TRANSFER] = t2 - t1;
   if (e->corrupt_armed && e->rollout_rank >= 0 && e->rollout_rank == engine_corrupt_rank(e)) {

@@ -191,6 +191,7 @@ rf_status engine_mapped_init(rf_engine *e) {
     rf_status exposed = tp->ops->expose(tp, data->arena, RF_FAMILY_COUNT);
     RF_TRY(tp->ctl ? rf_control_agree(tp->ctl, exposed) : exposed);
     data->exposed = 1;
+    data->exposed_count = RF_FAMILY_COUNT;
   }
   /* Offsets in every peer's arenas; the rollout arena's do not depend on the rank. */
   for (int f = 0; f < RF_FAMILY_COUNT; f++) {

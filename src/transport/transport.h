@@ -72,7 +72,9 @@ typedef struct {
    * buffers, and post carries only the small host-memory notes that say a
    * source is ready and a destination is done.
    *   expose  collective over the world: every rank offers its `count` buffers (NULL where it
-   *           has none), once per job, before any peer_buffer;
+   *           has none) before any peer_buffer of them; a later call appends more, numbered
+   *           after those of the calls before (the arenas once per job, then a delta refit's
+   *           encoded pieces);
    *   peer_buffer  the address in this process of buffer `index` of world rank `peer` (mapped
    *           on first use and kept until finalize; the caller's own buffers are its own). */
   rf_status (*expose)(rf_transport *tp, void *const *buffers, int count);

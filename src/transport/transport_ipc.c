@@ -18,11 +18,11 @@
 
 typedef struct {
   rf_transport notes;         /* the mpi transport, for the ready and done notes */
-  int ranks, count;           /* world size, buffers per rank */
-  cudaIpcMemHandle_t *handle; /* [rank * count + index] */
-  char *offered;              /* [rank * count + index]: the rank has that buffer */
-  void **mapped;              /* [rank * count + index]: opened in this process, or NULL */
-  void *const *own;           /* this rank's buffers, as exposed */
+  int ranks, count;           /* world size, buffers per rank so far (expose appends) */
+  cudaIpcMemHandle_t *handle; /* [index * ranks + rank] */
+  char *offered;              /* [index * ranks + rank]: the rank has that buffer */
+  void **mapped;              /* [index * ranks + rank]: opened in this process, or NULL */
+  void **own;                 /* [index]: this rank's buffers, as exposed */
 } ipc_state;
 
 static rf_status ipc_init(rf_transport *tp) {
@@ -50,21 +50,35 @@ static void ipc_finalize(rf_transport *tp) {
   free(s->handle);
   free(s->offered);
   free(s->mapped);
+  free(s->own);
   free(s);
   tp->state = NULL;
 }
 
+/* Each call appends `count` buffers after those of earlier calls; the tables are index-major
+ * so that appending leaves the earlier entries (and their mappings) where they are. */
 static rf_status ipc_expose(rf_transport *tp, void *const *buffers, int count) {
   ipc_state *s = tp->state;
-  size_t n = (size_t)s->ranks * (size_t)count;
-  s->count = count;
-  s->own = buffers;
-  s->handle = rf_calloc(n, sizeof *s->handle, "IPC handles");
-  s->offered = rf_calloc(n, 1, "IPC handles");
-  s->mapped = rf_calloc(n, sizeof *s->mapped, "IPC mappings");
-  cudaIpcMemHandle_t *mine = rf_calloc((size_t)count, sizeof *mine, "IPC handles");
-  char *have = rf_calloc((size_t)count, 1, "IPC handles");
-  rf_status st = s->handle && s->offered && s->mapped && mine && have ? RF_OK : RF_ERR_NOMEM;
+  int base = s->count, total = base + count;
+  size_t n = (size_t)s->ranks * (size_t)total, added = (size_t)s->ranks * (size_t)count;
+  cudaIpcMemHandle_t *handle = (cudaIpcMemHandle_t *)realloc(s->handle, n * sizeof *handle + 1);
+  if (handle)
+    s->handle = handle;
+  char *offered = (char *)realloc(s->offered, n + 1);
+  if (offered)
+    s->offered = offered;
+  void **mapped = (void **)realloc(s->mapped, n * sizeof *mapped + 1);
+  if (mapped)
+    s->mapped = mapped;
+  void **own = (void **)realloc(s->own, (size_t)total * sizeof *own + 1);
+  if (own)
+    s->own = own;
+  cudaIpcMemHandle_t *mine = rf_calloc((size_t)count + 1, sizeof *mine, "IPC handles");
+  cudaIpcMemHandle_t *got = rf_calloc(added + 1, sizeof *got, "IPC handles");
+  char *have = rf_calloc((size_t)count + 1, 1, "IPC handles");
+  char *had = rf_calloc(added + 1, 1, "IPC handles");
+  rf_status st =
+      handle && offered && mapped && own && mine && got && have && had ? RF_OK : RF_ERR_NOMEM;
   for (int i = 0; i < count && st == RF_OK; i++) {
     if (!buffers[i])
       continue;
@@ -78,19 +92,31 @@ static rf_status ipc_expose(rf_transport *tp, void *const *buffers, int count) {
    * caller agrees on the outcome. */
   MPI_Request req[2];
   int bytes = (int)(sizeof *mine * (size_t)count);
-  int rc =
-      MPI_Iallgather(mine, bytes, MPI_BYTE, s->handle, bytes, MPI_BYTE, tp->ctl->world, &req[0]);
+  int rc = MPI_Iallgather(mine, bytes, MPI_BYTE, got, bytes, MPI_BYTE, tp->ctl->world, &req[0]);
   if (rc == MPI_SUCCESS)
-    rc =
-        MPI_Iallgather(have, count, MPI_BYTE, s->offered, count, MPI_BYTE, tp->ctl->world, &req[1]);
+    rc = MPI_Iallgather(have, count, MPI_BYTE, had, count, MPI_BYTE, tp->ctl->world, &req[1]);
   rf_status waited = rc == MPI_SUCCESS ? rf_control_wait(tp->ctl, &req[0], "the IPC handles")
                                        : rf_mpi_failed(rc, "MPI_Iallgather", __FILE__, __LINE__);
   if (waited == RF_OK)
     waited = rf_control_wait(tp->ctl, &req[1], "the IPC handles");
   if (st == RF_OK)
     st = waited;
+  if (st == RF_OK) {
+    for (int i = 0; i < count; i++) {
+      s->own[base + i] = buffers[i];
+      for (int r = 0; r < s->ranks; r++) {
+        size_t at = (size_t)(base + i) * (size_t)s->ranks + (size_t)r;
+        s->handle[at] = got[r * count + i];
+        s->offered[at] = had[r * count + i];
+        s->mapped[at] = NULL;
+      }
+    }
+    s->count = total;
+  }
   free(mine);
+  free(got);
   free(have);
+  free(had);
   return st;
 }
 
@@ -101,7 +127,9 @@ static rf_status ipc_peer_buffer(rf_transport *tp, int peer, int index, void **o
     *out = s->own[index];
     return RF_OK;
   }
-  size_t at = (size_t)peer * (size_t)s->count + (size_t)index;
+  if (index < 0 || index >= s->count)
+    return rf_fail(RF_ERR_INTERNAL, "ipc: rank %d has no buffer %d to map", peer, index);
+  size_t at = (size_t)index * (size_t)s->ranks + (size_t)peer;
   if (!s->offered[at])
     return rf_fail(RF_ERR_INTERNAL, "ipc: rank %d has no buffer %d to map", peer, index);
   if (!s->mapped[at]) {

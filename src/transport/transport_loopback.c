@@ -31,6 +31,7 @@ typedef struct {
   char *done;          /* [ticket]: completed */
   int done_cap;        /* entries of done */
   void **buffers;      /* what this rank exposed (mapped variant), kept until the world ends */
+  int buffer_count;    /* how many: expose appends */
 } lb_end;
 
 struct rf_loopback {
@@ -41,7 +42,6 @@ struct rf_loopback {
   pthread_cond_t changed;  /* broadcast whenever a request completes or a rank arrives */
   lb_queue *sends, *recvs; /* [(channel * ranks + source) * ranks + destination] */
   lb_end *ends;
-  int buffer_count;
   int arrived, generation; /* the expose barrier */
   rf_status exposed;       /* the worst status the ranks brought to the barrier */
 };
@@ -189,14 +189,15 @@ static rf_status lb_expose(rf_transport *tp, void *const *buffers, int count) {
   rf_loopback *lb = end->lb;
   rf_status mine = RF_OK;
   pthread_mutex_lock(&lb->lock);
-  if (!end->buffers) {
-    end->buffers = rf_calloc((size_t)count + 1, sizeof *end->buffers, "loopback buffers");
-    if (end->buffers)
-      memcpy(end->buffers, buffers, (size_t)count * sizeof *buffers);
-    else
-      mine = RF_ERR_NOMEM;
+  void **grown =
+      realloc(end->buffers, ((size_t)end->buffer_count + (size_t)count + 1) * sizeof *end->buffers);
+  if (grown) { /* appended after what earlier calls exposed */
+    memcpy(grown + end->buffer_count, buffers, (size_t)count * sizeof *buffers);
+    end->buffers = grown;
+    end->buffer_count += count;
+  } else {
+    mine = RF_ERR_NOMEM;
   }
-  lb->buffer_count = count;
   if (lb->arrived == 0)
     lb->exposed = RF_OK;
   lb->exposed = rf_status_worse(lb->exposed, mine);
@@ -223,7 +224,7 @@ static rf_status lb_peer_buffer(rf_transport *tp, int peer, int index, void **ou
   lb_end *end = tp->state;
   rf_loopback *lb = end->lb;
   *out = NULL;
-  if (peer < 0 || peer >= lb->ranks || index < 0 || index >= lb->buffer_count ||
+  if (peer < 0 || peer >= lb->ranks || index < 0 || index >= lb->ends[peer].buffer_count ||
       !lb->ends[peer].buffers || !lb->ends[peer].buffers[index])
     return rf_fail(RF_ERR_INTERNAL, "loopback: rank %d has no buffer %d to map", peer, index);
   *out = lb->ends[peer].buffers[index];

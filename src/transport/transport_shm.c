@@ -30,10 +30,10 @@ typedef struct {
 
 typedef struct {
   rf_transport notes; /* the mpi transport, for the ready and done notes */
-  int ranks, count;   /* world size, buffers per rank */
-  shm_offer *offer;   /* [rank * count + index] */
-  void **mapped;      /* [rank * count + index]: mapped in this process, or NULL */
-  void *const *own;   /* this rank's buffers, as exposed */
+  int ranks, count;   /* world size, buffers per rank so far (expose appends) */
+  shm_offer *offer;   /* [index * ranks + rank] */
+  void **mapped;      /* [index * ranks + rank]: mapped in this process, or NULL */
+  void **own;         /* [index]: this rank's buffers, as exposed */
 } shm_state;
 
 static rf_status shm_init(rf_transport *tp) {
@@ -60,19 +60,29 @@ static void shm_finalize(rf_transport *tp) {
   rf_transport_close(&s->notes);
   free(s->offer);
   free(s->mapped);
+  free(s->own);
   free(s);
   tp->state = NULL;
 }
 
+/* Each call appends `count` buffers after those of earlier calls; the tables are index-major
+ * so that appending leaves the earlier entries (and their mappings) where they are. */
 static rf_status shm_expose(rf_transport *tp, void *const *buffers, int count) {
   shm_state *s = tp->state;
-  size_t n = (size_t)s->ranks * (size_t)count;
-  s->count = count;
-  s->own = buffers;
-  s->offer = rf_calloc(n, sizeof *s->offer, "shm offers");
-  s->mapped = rf_calloc(n, sizeof *s->mapped, "shm mappings");
+  int base = s->count, total = base + count;
+  size_t n = (size_t)s->ranks * (size_t)total;
+  shm_offer *offer = realloc(s->offer, n * sizeof *offer);
+  if (offer)
+    s->offer = offer;
+  void **mapped = realloc(s->mapped, n * sizeof *mapped);
+  if (mapped)
+    s->mapped = mapped;
+  void **own = realloc(s->own, (size_t)total * sizeof *own + 1);
+  if (own)
+    s->own = own;
   shm_offer *mine = rf_calloc((size_t)count, sizeof *mine, "shm offers");
-  rf_status st = s->offer && s->mapped && mine ? RF_OK : RF_ERR_NOMEM;
+  shm_offer *got = rf_calloc((size_t)s->ranks * (size_t)count, sizeof *got, "shm offers");
+  rf_status st = offer && mapped && own && mine && got ? RF_OK : RF_ERR_NOMEM;
   for (int i = 0; i < count && st == RF_OK; i++) {
     if (!buffers[i])
       continue;
@@ -85,12 +95,23 @@ static rf_status shm_expose(rf_transport *tp, void *const *buffers, int count) {
    * caller agrees on the outcome. */
   MPI_Request req;
   int bytes = (int)(sizeof *mine * (size_t)count);
-  int rc = MPI_Iallgather(mine, bytes, MPI_BYTE, s->offer, bytes, MPI_BYTE, tp->ctl->world, &req);
+  int rc = MPI_Iallgather(mine, bytes, MPI_BYTE, got, bytes, MPI_BYTE, tp->ctl->world, &req);
   rf_status waited = rc == MPI_SUCCESS ? rf_control_wait(tp->ctl, &req, "the shm offers")
                                        : rf_mpi_failed(rc, "MPI_Iallgather", __FILE__, __LINE__);
   if (st == RF_OK)
     st = waited;
+  if (st == RF_OK) {
+    for (int i = 0; i < count; i++) {
+      s->own[base + i] = buffers[i];
+      for (int r = 0; r < s->ranks; r++) {
+        s->offer[(size_t)(base + i) * (size_t)s->ranks + (size_t)r] = got[r * count + i];
+        s->mapped[(size_t)(base + i) * (size_t)s->ranks + (size_t)r] = NULL;
+      }
+    }
+    s->count = total;
+  }
   free(mine);
+  free(got);
   return st;
 }
 
@@ -101,7 +122,9 @@ static rf_status shm_peer_buffer(rf_transport *tp, int peer, int index, void **o
     *out = s->own[index];
     return RF_OK;
   }
-  size_t at = (size_t)peer * (size_t)s->count + (size_t)index;
+  if (index < 0 || index >= s->count)
+    return rf_fail(RF_ERR_INTERNAL, "shm: rank %d has no buffer %d to map", peer, index);
+  size_t at = (size_t)index * (size_t)s->ranks + (size_t)peer;
   const shm_offer *o = &s->offer[at];
   if (o->bytes == 0)
     return rf_fail(RF_ERR_INTERNAL, "shm: rank %d has no buffer %d to map", peer, index);

@@ -1,4 +1,4 @@
-# Delta refits (--delta): p2p over mpi, host memory. Each run is verified element by element
+# Delta refits (--delta): p2p over mpi and shm, host memory. Each run is verified element by element
 # against the last version moved; the wire bytes, encodings, the transactional refusal of a
 # corrupted piece and the refusals of what is not supported yet are exact. A few seconds.
 . "$(dirname "$0")/lib.sh"
@@ -12,6 +12,13 @@ expect_rows 6
 expect_grep "# delta auto: version 12: dense (the trainer kept no version before it)" "$TMP/out"
 expect_grep "# delta auto: version 15: 10162 wire bytes (3.632 % of the dense 279808); pieces: 0 dense, 62 sparse, 0 bitmask" "$TMP/out"
 expect_grep "# delta auto: version 23: 10558 wire bytes (3.773 % of the dense 279808); pieces: 0 dense, 58 sparse, 4 bitmask" "$TMP/out"
+expect_grep "# PASS" "$TMP/out"
+
+# Over shm the rollout ranks copy the encoded pieces out of the trainers' offered buffers.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]/mpi/shm}" --update sparse:0.01 \
+  --delta auto --mode fused,grouped --iters 3
+expect_grep "# delta auto: version 3: 10192 wire bytes (3.642 % of the dense 279808); pieces: 0 dense, 58 sparse, 4 bitmask" "$TMP/out"
+expect_grep "# delta auto: version 7: 10258 wire bytes (3.666 % of the dense 279808); pieces: 0 dense, 60 sparse, 2 bitmask" "$TMP/out"
 expect_grep "# PASS" "$TMP/out"
 
 # Every element changed: auto sends dense pieces; half changed, bitmask as asked.
