@@ -21,6 +21,17 @@ expect_grep "# delta auto: version 3: 10192 wire bytes (3.642 % of the dense 279
 expect_grep "# delta auto: version 7: 10258 wire bytes (3.666 % of the dense 279808); pieces: 0 dense, 60 sparse, 2 bitmask" "$TMP/out"
 expect_grep "# PASS" "$TMP/out"
 
+# A MoE whose experts the trainer holds by ep (and whose fp32 router bias has 4-byte
+# elements), and fp32 weights throughout, each verified element by element.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]/tiny/tiny-deepseek}" --update sparse:0.01 \
+  --delta auto --iters 3 --trainer fsdp=1,ep=2
+expect_grep "# delta auto: version 3: 18604 wire bytes (3.901 % of the dense 476928); pieces: 0 dense, 132 sparse, 2 bitmask" "$TMP/out"
+expect_grep "# PASS" "$TMP/out"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]}" --dtype fp32 --update sparse:0.01 \
+  --delta auto --iters 3
+expect_grep "# delta auto: version 3: 12928 wire bytes (2.31 % of the dense 559616); pieces: 0 dense, 58 sparse, 4 bitmask" "$TMP/out"
+expect_grep "# PASS" "$TMP/out"
+
 # Every element changed: auto sends dense pieces; half changed, bitmask as asked.
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]}" --update full --delta auto \
   --mode fused --iters 2
