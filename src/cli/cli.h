@@ -81,6 +81,7 @@ typedef struct {
   int64_t device;                 /* --device N: the CUDA device; -1 = by node-local rank */
   int64_t seed;                   /* --seed */
   char update[64];                /* --update none|full|sparse:F|adam:LR (verify/versions.h) */
+  int64_t version;                /* --version N: the version refit checkpoint writes */
   int64_t warmup;                 /* --warmup */
   int64_t iters;                  /* --iters */
   rf_verify_level verify;         /* --verify full|checksum|none */
@@ -89,12 +90,14 @@ typedef struct {
   char output[RF_PATH_MAX];       /* --output FILE.h5 ("" = none) */
   double output_wait;             /* --output-wait, seconds another writer may hold --output */
   int json;                       /* --json */
-  char checkpoint[RF_PATH_MAX];   /* --checkpoint PATH: read (run, verify) or written */
-  char format[16];                /* --format auto|safetensors|hdf5 (checkpoint) */
-  int force;                      /* --force: checkpoint may overwrite an existing file */
-  int64_t shard_size;             /* --shard-size, bytes; 0 = one file (checkpoint) */
-  char reference[RF_PATH_MAX];    /* --reference RESULTS.h5 (verify) */
-  int64_t run;                    /* --run N (verify); -1 = the latest */
+  /* --checkpoint PATH: read (verify) or written (checkpoint); for run a comma-separated list
+   * of them, the versions of the trainer's weights (io.h, rf_checkpoint_list_item). */
+  char checkpoint[4 * RF_PATH_MAX];
+  char format[16];             /* --format auto|safetensors|hdf5 (checkpoint) */
+  int force;                   /* --force: checkpoint may overwrite an existing file */
+  int64_t shard_size;          /* --shard-size, bytes; 0 = one file (checkpoint) */
+  char reference[RF_PATH_MAX]; /* --reference RESULTS.h5 (verify) */
+  int64_t run;                 /* --run N (verify); -1 = the latest */
 
   /* File names given as arguments (verify RESULTS.h5). */
   char inputs[RF_MAX_INPUTS][RF_PATH_MAX];

@@ -258,12 +258,25 @@ const rf_cli_option rf_cli_options[] = {
      .def = "none",
      .unit = "",
      .metavar = "RULE",
-     .commands = RUN | SIM,
+     .commands = RUN | SIM | CKPT,
      .help = "how each iteration's version of the generated weights follows the last: none "
              "(every iteration moves the same weights), full (every element changes), sparse:F "
              "(each element changes with probability F, 0 <= F <= 1) or adam:LR (an fp32 master "
              "takes an Adam step of rate LR, 0 < LR <= 1, from seeded pseudo-gradients and is "
-             "rounded to the dtype); the rollout is checked against the version moved last"},
+             "rounded to the dtype); the rollout is checked against the version moved last; "
+             "refit checkpoint writes --version's weights under this rule"},
+    {.name = "version",
+     .type = RF_OPT_INT,
+     .imin = 0,
+     .imax = 1000000,
+     FIELD(version),
+     .def = "0",
+     .unit = "",
+     .metavar = "N",
+     .commands = CKPT,
+     .help = "the version of the generated weights to write under --update (0: the generator's "
+             "values), bit for bit what refit run --update moves as version N; files of "
+             "versions 0, 1, 2... make a --checkpoint list for refit run"},
     {.name = "warmup",
      .type = RF_OPT_INT,
      .imin = 0,
@@ -346,7 +359,11 @@ const rf_cli_option rf_cli_options[] = {
      .commands = RUN | VERIFY | CKPT,
      .help = "checkpoint (safetensors file or directory, or .h5): the trainer's weights for "
              "run (block-FP8 with --rollout-dtype fp8: moved as fp8 with its scales), the "
-             "reference for verify, the file written by checkpoint"},
+             "reference for verify, the file written by checkpoint. For run a comma-separated "
+             "list V0,V1,... of checkpoints in the model's dtype is a sequence of versions: each "
+             "run (mode, --delta choice) moves V0, V1, ... in its iterations, warmup first, so "
+             "--warmup + --iters must not exceed the list; the rollout is checked against the "
+             "last file moved"},
     {.name = "format",
      .type = RF_OPT_CHOICE,
      NAMES(format, 3),

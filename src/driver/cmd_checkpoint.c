@@ -1,7 +1,10 @@
 /* `refit checkpoint`: writes the synthetic weights of a model as a real checkpoint, so that
  * users without weights, and the tests, have files to give `refit run --checkpoint`. No MPI
  * and no layouts: only the model spec and its dtypes (each tensor is written in its own, so
- * DeepSeek's fp32 router bias sits among bf16 weights as in DeepSeek's checkpoints). */
+ * DeepSeek's fp32 router bias sits among bf16 weights as in DeepSeek's checkpoints).
+ * --update RULE --version K writes version K of the generated weights under the rule
+ * (verify/versions.h), so that files of versions 0, 1, 2... are the sequence that
+ * `refit run --checkpoint V0,V1,V2` moves, bit for bit what `refit run --update RULE` moves. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,10 +50,33 @@ static rf_status write_format(const rf_config *cfg, const rf_format *f) {
   return st;
 }
 
+/* --update and --version: the version to write. One of the rule's versions past 0 needs both;
+ * a quantized file is one version of the generator's values. */
+static rf_status version_of(const rf_config *cfg, rf_weight_version *v) {
+  char why[256];
+  memset(v, 0, sizeof *v);
+  if (rf_update_parse(cfg->update, &v->update, why, sizeof why) != RF_OK)
+    return rf_fail(RF_ERR_USAGE, "option --update: %s", why); /* the CLI checked it */
+  v->k = cfg->version;
+  if (v->k > 0 && v->update.kind == RF_UPDATE_NONE)
+    return rf_fail(RF_ERR_USAGE,
+                   "refit checkpoint --version %lld: under --update none every version is "
+                   "version 0; give --update full, sparse:F or adam:LR",
+                   (long long)v->k);
+  if (v->k > 0 && rf_format_find(cfg->dtype))
+    return rf_fail(RF_ERR_USAGE,
+                   "refit checkpoint --dtype %s writes version 0 only; drop --version, or "
+                   "--dtype to write version %lld in the model's dtype",
+                   cfg->dtype, (long long)v->k);
+  return RF_OK;
+}
+
 rf_status rf_cmd_checkpoint(const rf_config *cfg) {
   if (!cfg->checkpoint[0])
     return rf_fail(RF_ERR_USAGE, "refit checkpoint needs --checkpoint PATH (where to write)");
   rf_model model;
+  rf_weight_version version;
+  RF_TRY(version_of(cfg, &version));
   if (rf_format_find(cfg->dtype))
     return write_format(cfg, rf_format_find(cfg->dtype));
   RF_TRY(rf_job_load_model(cfg, &model));
@@ -59,12 +85,15 @@ rf_status rf_cmd_checkpoint(const rf_config *cfg) {
   const char *format = rf_checkpoint_format_for(cfg->checkpoint, cfg->format);
   rf_status st = rf_checkpoint_check_target(cfg->checkpoint, cfg->shard_size, cfg->force);
   if (st == RF_OK)
-    st = rf_checkpoint_write(cfg->checkpoint, &model, (uint64_t)cfg->seed, format, cfg->shard_size);
+    st = rf_checkpoint_write_version(cfg->checkpoint, &model, (uint64_t)cfg->seed, &version, format,
+                                     cfg->shard_size);
   if (st == RF_OK) {
     printf("wrote %s: %s, %d tensors, %" PRId64 " bytes, %s", cfg->checkpoint, model.name,
            model.tensor_count, model.total_bytes, format);
     if (strcmp(format, "safetensors") == 0 && cfg->shard_size > 0)
       printf(", %d shards", rf_checkpoint_shard_count(&model, format, cfg->shard_size));
+    if (version.k > 0)
+      printf(", version %lld of --update %s", (long long)version.k, cfg->update);
     printf("\n");
     fflush(stdout);
   }

@@ -23,11 +23,13 @@ typedef struct {
   const rf_transport_ops *transport;
   rf_mem_kind memory; /* where the weights live (--memory) */
   int verify_full, verify_checksum;
-  rf_checkpoint *checkpoint; /* the trainer's weights, when --checkpoint is given */
-  run_record record;         /* what rank 0 writes to --output */
-  int forward_crosses_gpus;  /* --mapped-rounds auto (rf_job_forward_crosses_gpus) */
-  rf_update update;          /* --update: how each iteration's version follows the last */
-  int64_t iterations_done;   /* the job's, every mode's: the next iteration moves this version */
+  rf_run_checkpoints checkpoints; /* the trainer's weights, when --checkpoint is given */
+  run_record record;              /* what rank 0 writes to --output */
+  int forward_crosses_gpus;       /* --mapped-rounds auto (rf_job_forward_crosses_gpus) */
+  rf_update update;               /* --update: how each iteration's version follows the last */
+  int64_t iterations_done; /* the job's, every mode's: the next iteration moves this version */
+  int64_t held;            /* the version the rollout holds after the last iteration that passed */
+  int64_t refused;         /* the version of a delta refit that was refused */
 } run_setup;
 
 /* --memory: GPU transports need the weights on the GPU, shm in shared host memory; mpi takes
@@ -158,8 +160,11 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
                (long long)job->plan.wire_transfer_bytes, job->plan.source_tensors,
                job->plan.destination_tensors);
     char job_line[1400], update[96] = "";
+    int versions = rf_checkpoint_list_count(cfg->checkpoint);
     if (strcmp(cfg->update, "none") != 0)
       snprintf(update, sizeof update, "; update %s", cfg->update);
+    else if (versions > 1)
+      snprintf(update, sizeof update, "; %d checkpoint versions", versions);
     snprintf(job_line, sizeof job_line,
              "%s (%s, %lld bytes, %d tensors); trainer %s (%s, %s order); rollout %s%s; %s; "
              "transport %s (weights in %s memory); verify %s; warmup %lld, iters %lld; "
@@ -177,37 +182,13 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
   return st;
 }
 
-/* Every rank opens the checkpoint (rank 0 reports what is wrong with it: the others would
- * print the same line) and the ranks share the work of its reference checksums. */
-static rf_status open_checkpoint(rf_control *ctl, const rf_config *cfg, run_setup *rs) {
-  rf_log_push_quiet(ctl->world_rank != 0);
-  rf_status st = rs->job.quantized_checkpoint
-                     ? rf_checkpoint_open_quantized(cfg->checkpoint, &rs->job.model,
-                                                    rs->job.quantized_checkpoint, &rs->checkpoint)
-                     : rf_checkpoint_open(cfg->checkpoint, &rs->job.model, &rs->checkpoint);
-  rf_log_pop_quiet();
-  RF_TRY(rf_control_agree(ctl, st));
-  int nt = rs->job.model.tensor_count;
-  uint64_t *mine = rf_calloc((size_t)nt, sizeof *mine, "checkpoint checksums");
-  uint64_t *all = ctl->world_rank == 0 ? rf_calloc((size_t)nt, sizeof *all, "checksums") : NULL;
-  st = mine && (all || ctl->world_rank != 0) ? RF_OK : RF_ERR_NOMEM;
-  for (int t = ctl->world_rank; t < nt && st == RF_OK; t += ctl->world_size)
-    st = rf_checkpoint_checksum(rs->checkpoint, t, &mine[t]);
-  st = rf_control_agree(ctl, st);
-  if (st == RF_OK)
-    st = rf_control_reduce(ctl, ctl->world, mine, all, nt, MPI_UINT64_T, MPI_SUM,
-                           "the checkpoint's checksums");
-  free(mine);
-  rs->record.reference = all;
-  return st;
-}
-
 /* The iterations: warmup ones, then timed ones into mine[iteration][phase]. Each starts
  * with a barrier, so ranks start their clocks together, and ends with the ranks agreeing on
  * its outcome; the last one writes every element again after the engine poisons them, and
  * is the one --inject corrupt flips a byte in (before any forwarding, so that it travels).
  * Every iteration but the job's first moves a new version of the weights (run_versions.h),
- * which the trainer makes before the barrier; *update_s is this rank's mean time for one. */
+ * which the trainer makes (or, from a sequence of checkpoints, reads) before the barrier;
+ * *update_s is this rank's mean time for one. */
 static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, rf_engine *e,
                          double setup, double *mine, double *update_s) {
   int iters = (int)cfg->iters, warmup = (int)cfg->warmup;
@@ -218,9 +199,15 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, r
   int updates = 0;
   rf_status st = RF_OK;
   for (int it = 0; it < warmup + iters && st == RF_OK; it++) {
-    if (rs->iterations_done++ > 0) {
+    /* A sequence of checkpoints: iteration `it` of every run moves file `it`. */
+    int sequence = rs->checkpoints.count > 1;
+    int advance = rs->iterations_done++ > 0;
+    if (sequence)
+      advance = e->data->version.k != it;
+    if (advance) {
       double u0 = rf_now();
-      st = rf_buffers_advance(e->data);
+      st = sequence ? rf_buffers_load(e->data, rs->checkpoints.files[it], it)
+                    : rf_buffers_advance(e->data);
       updating += rf_now() - u0, updates++;
     }
     /* Under delta the rollout must hold the version before, which the iteration's pieces
@@ -250,11 +237,18 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, r
       if (e->delta_dense && ctl->world_rank == 0)
         printf("# delta %s: version %lld: dense (%s)\n", rf_delta_choice_name(e->delta),
                (long long)e->moved.k,
-               e->moved.k ? "the trainer kept no version before it"
-                          : "the rollout holds no version");
+               rs->iterations_done > 1 ? "the trainer kept no version before it"
+                                       : "the rollout holds no version");
       st = rf_control_agree(ctl, rf_engine_delta_apply(e, times));
+      if (st == RF_OK)
+        rs->held = e->moved.k;
     } else {
+      /* A refused delta leaves the rollout at the version it held, which for a sequence of
+       * checkpoints at a run's first iteration is the last file of the run before. */
+      rs->refused = e->moved.k;
       rf_engine_delta_refused(e);
+      if (sequence)
+        e->moved.k = rs->held;
     }
     /* Every rank has the same status (a rank whose wait expired aborts the job instead). */
     if (st != RF_OK && st != RF_ERR_TIMEOUT)
@@ -313,26 +307,33 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
   st = rf_control_agree(ctl, st);
   if (st == RF_OK)
     st = iterate(ctl, cfg, rs, &e, setup, mine, &update_s);
+  /* The checks compare the rollout with the file of the version moved last. */
+  rf_checkpoint *ck = rf_run_checkpoint_of(&rs->checkpoints, e.moved.k);
   if (st == RF_ERR_CORRUPT && delta != RF_DELTA_CHOICE_OFF) {
     /* A refused delta applied nothing: the full check against the version before shows it. */
-    rf_status shown = rf_control_agree(
-        ctl, rf_run_verify(ctl, &rs->job, &e, rs->checkpoint, 1, 0, &rs->record, res));
+    rf_status shown =
+        rf_control_agree(ctl, rf_run_verify(ctl, &rs->job, &e, ck, 1, 0, &rs->record, res));
     if (rank0 && shown == RF_OK)
       printf("# delta %s: the refit of version %lld was refused; the rollout still holds version "
              "%lld: %lld wrong elements\n",
-             rf_delta_choice_name(delta), (long long)e.moved.k + 1, (long long)e.moved.k,
+             rf_delta_choice_name(delta), (long long)rs->refused, (long long)e.moved.k,
              (long long)res->wrong);
   }
+  /* The reference checksums (checked, and kept in the results file) are that file's too. */
+  if (st == RF_OK)
+    st = rf_run_checkpoints_reference(ctl, &rs->job, &rs->checkpoints, e.moved.k,
+                                      &rs->record.reference);
   if (st == RF_OK) {
     double v0 = rf_now();
-    st = rf_control_agree(ctl, rf_run_verify(ctl, &rs->job, &e, rs->checkpoint, rs->verify_full,
+    st = rf_control_agree(ctl, rf_run_verify(ctl, &rs->job, &e, ck, rs->verify_full,
                                              rs->verify_checksum, &rs->record, res));
     double verify = rf_now() - v0; /* one value, repeated in every iteration */
     for (int it = 0; it < iters; it++)
       mine[(size_t)it * RF_PHASE_COUNT + RF_PHASE_VERIFY] = verify;
   }
   if (st == RF_OK)
-    st = rf_control_agree(ctl, rf_run_version_changes(ctl, &rs->job, &e, update_s, res));
+    st = rf_control_agree(
+        ctl, rf_run_version_changes(ctl, &rs->job, &e, &rs->checkpoints, update_s, res));
   if (st == RF_OK)
     st = rf_control_agree(ctl, rf_run_delta_figures(ctl, &rs->job, &e, res));
   if (st == RF_OK)
@@ -464,7 +465,7 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
    * job before the results file is touched; then rank 0 refuses a results file that is not
    * refit's, before anything moves. */
   if (st == RF_OK && cfg->checkpoint[0])
-    st = open_checkpoint(ctl, cfg, &rs);
+    st = rf_run_checkpoints_open(ctl, cfg, &rs.job, &rs.checkpoints, &rs.record.reference);
   if (st == RF_OK)
     st = rf_control_agree(ctl, rf_record_open(&rs.record, ctl, cfg));
   t0 = rf_now();
@@ -482,7 +483,8 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
   if (st == RF_OK) {
     rf_control_hold(ctl); /* every rank may run out of memory alike: one line says so */
     st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.memory, (uint64_t)cfg->seed,
-                                               rs.checkpoint, ctl->world_rank));
+                                               rf_run_checkpoint_of(&rs.checkpoints, 0),
+                                               ctl->world_rank));
     data.version.update = rs.update; /* the rule by which rf_buffers_advance moves them on */
   }
   setup[RF_SETUP_ARENAS] = rf_now() - t0;
@@ -502,8 +504,7 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
   }
   rf_record_free(&rs.record);
   rf_job_placement_free(&placement);
-  if (rs.checkpoint)
-    rf_checkpoint_close(rs.checkpoint);
+  rf_run_checkpoints_close(&rs.checkpoints);
   rf_job_free(&rs.job);
   return st;
 }

@@ -62,13 +62,23 @@ rf_status rf_job_load_model(const rf_config *cfg, rf_model *model) {
  * other's files, since the rule that made a scale is not in the file and carrying needs none.
  * Star's reshape would move the bytes without their scales. A file in no format of the table
  * (or not readable at all) is left to the ordinary checkpoint open to describe. */
-static rf_status use_quantized_checkpoint(const rf_config *cfg, rf_job *job) {
+static rf_status use_quantized_checkpoint(const rf_config *cfg, rf_job *job, char *first,
+                                          size_t len) {
   const rf_format *file = NULL, *f = rf_format_of(cfg->rollout_dtype);
-  if (!cfg->checkpoint[0] || !f)
+  if (!cfg->checkpoint[0])
     return RF_OK;
-  RF_TRY(rf_checkpoint_quantized_format(cfg->checkpoint, &job->model, &file));
+  /* A list of versions (refit run --checkpoint V0,V1,...) is of one kind: the first says. */
+  RF_TRY(rf_checkpoint_list_item(cfg->checkpoint, 0, first, len));
+  if (!f)
+    return RF_OK;
+  RF_TRY(rf_checkpoint_quantized_format(first, &job->model, &file));
   if (!file)
     return RF_OK;
+  if (rf_checkpoint_list_count(cfg->checkpoint) > 1)
+    return rf_fail(RF_ERR_USAGE,
+                   "--checkpoint: '%s' is a %s checkpoint, which refit moves as one version; "
+                   "give one file, or versions in the model's dtype",
+                   first, file->name);
   if (!rf_format_same_file(file, f)) {
     char alike[64];
     rf_format_same_file_names(file, alike, sizeof alike);
@@ -76,13 +86,13 @@ static rf_status use_quantized_checkpoint(const rf_config *cfg, rf_job *job) {
                    "--rollout-dtype %s cannot take the %s checkpoint '%s' as the trainer's "
                    "weights: refit carries a quantized checkpoint's bytes as they are; use "
                    "--rollout-dtype %s, or a checkpoint in the model's dtype",
-                   f->name, file->name, cfg->checkpoint, alike);
+                   f->name, file->name, first, alike);
   }
   if (cfg->plan == RF_PLAN_STAR)
     return rf_fail(RF_ERR_USAGE,
                    "--plan star cannot move the %s checkpoint '%s': its reshape would move the "
                    "quantized bytes without their scales; use --plan p2p or fanout",
-                   file->name, cfg->checkpoint);
+                   file->name, first);
   rf_model_weights_quantized(&job->model, rf_format_weight_dtype(f), f->elem_bits);
   job->quantized_checkpoint = f;
   return RF_OK;
@@ -147,10 +157,11 @@ rf_status rf_job_build_layout(const rf_config *cfg, int world_size, rf_job *job)
 
   RF_TRY(rf_job_load_model(cfg, &job->model));
   job->have_model = 1;
-  RF_TRY(use_quantized_checkpoint(cfg, job));
+  char first[RF_PATH_MAX] = "";
+  RF_TRY(use_quantized_checkpoint(cfg, job, first, sizeof first));
   RF_TRY(rf_layout_init(&job->layout, &job->model, &job->trainer, &job->rollout, job->placement));
   job->have_layout = 1;
-  RF_TRY(check_packed_shards(&job->layout, job->quantized_checkpoint, cfg->checkpoint));
+  RF_TRY(check_packed_shards(&job->layout, job->quantized_checkpoint, first));
   /* Before the plan, the costly step: a typo like dp=65536 fails at once. After the layout, so
    * that a layout that cannot work on any world says so first. */
   if (world_size > 0)

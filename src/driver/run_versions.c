@@ -1,7 +1,10 @@
-/* Weight versions in refit run: the rule's refusals, the changed count of the last version
- * moved and its line under the table. */
+/* Weight versions in refit run: the rule's refusals, a sequence of checkpoints (opened, their
+ * reference checksums, the file of each version), the changed count of the last version moved
+ * and its line under the table. */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "run_versions.h"
@@ -11,16 +14,160 @@ rf_status rf_run_versions_setup(const rf_config *cfg, rf_update *update) {
   RF_TRY(rf_update_parse(cfg->update, update, why, sizeof why)); /* the CLI checked it */
   if (update->kind != RF_UPDATE_NONE && cfg->checkpoint[0])
     return rf_fail(RF_ERR_USAGE,
-                   "--update %s: the trainer's weights come from --checkpoint, which holds one "
-                   "version; leave --update at none or leave --checkpoint out",
+                   "--update %s: the trainer's weights come from --checkpoint, whose files are "
+                   "its versions; leave --update at none or leave --checkpoint out",
                    cfg->update);
+  /* Every run walks the list from its first file, so that each run (mode, --delta choice)
+   * measures the same steps from one version to the next; a run longer than the list would
+   * have to move some step twice or another. */
+  int n = rf_checkpoint_list_count(cfg->checkpoint);
+  int64_t moves = cfg->warmup + cfg->iters;
+  if (n > 1 && moves > n)
+    return rf_fail(RF_ERR_USAGE,
+                   "--checkpoint lists %d versions but each run moves %lld (--warmup %lld + "
+                   "--iters %lld); list %lld checkpoints, or lower --warmup and --iters to %d "
+                   "in all",
+                   n, (long long)moves, (long long)cfg->warmup, (long long)cfg->iters,
+                   (long long)moves, n);
+  return RF_OK;
+}
+
+/* ---- a sequence of checkpoints ---------------------------------------------------------- */
+
+rf_checkpoint *rf_run_checkpoint_of(const rf_run_checkpoints *cks, int64_t k) {
+  if (cks->count == 0)
+    return NULL;
+  return cks->files[cks->count > 1 && k >= 0 && k < cks->count ? k : 0];
+}
+
+rf_status rf_run_checkpoints_reference(rf_control *ctl, const rf_job *job, rf_run_checkpoints *cks,
+                                       int64_t k, uint64_t **reference) {
+  rf_checkpoint *ck = rf_run_checkpoint_of(cks, k);
+  int64_t file = cks->count > 1 ? k : 0;
+  if (!ck || cks->reference_of == file) /* the same on every rank: all or none go on */
+    return RF_OK;
+  int nt = job->model.tensor_count;
+  uint64_t *mine = rf_calloc((size_t)nt, sizeof *mine, "checkpoint checksums");
+  uint64_t *all = ctl->world_rank == 0 ? rf_calloc((size_t)nt, sizeof *all, "checksums") : NULL;
+  rf_status st = mine && (all || ctl->world_rank != 0) ? RF_OK : RF_ERR_NOMEM;
+  for (int t = ctl->world_rank; t < nt && st == RF_OK; t += ctl->world_size)
+    st = rf_checkpoint_checksum(ck, t, &mine[t]);
+  st = rf_control_agree(ctl, st);
+  if (st == RF_OK)
+    st = rf_control_reduce(ctl, ctl->world, mine, all, nt, MPI_UINT64_T, MPI_SUM,
+                           "the checkpoint's checksums");
+  free(mine);
+  free(*reference);
+  *reference = st == RF_OK ? all : NULL;
+  if (st != RF_OK)
+    free(all);
+  cks->reference_of = st == RF_OK ? file : -1;
+  return st;
+}
+
+rf_status rf_run_checkpoints_open(rf_control *ctl, const rf_config *cfg, const rf_job *job,
+                                  rf_run_checkpoints *cks, uint64_t **reference) {
+  memset(cks, 0, sizeof *cks);
+  cks->reference_of = cks->counted_of = -1;
+  int n = rf_checkpoint_list_count(cfg->checkpoint);
+  cks->files = rf_calloc((size_t)n + 1, sizeof *cks->files, "the checkpoints");
+  rf_status st = cks->files ? RF_OK : RF_ERR_NOMEM;
+  /* Rank 0 says what is wrong with a file: the others would print the same line. */
+  rf_log_push_quiet(ctl->world_rank != 0);
+  for (int i = 0; i < n && st == RF_OK; i++, cks->count += st == RF_OK) {
+    char path[RF_PATH_MAX];
+    st = rf_checkpoint_list_item(cfg->checkpoint, i, path, sizeof path);
+    if (st == RF_OK)
+      st = job->quantized_checkpoint
+               ? rf_checkpoint_open_quantized(path, &job->model, job->quantized_checkpoint,
+                                              &cks->files[i])
+               : rf_checkpoint_open(path, &job->model, &cks->files[i]);
+  }
+  rf_log_pop_quiet();
+  RF_TRY(rf_control_agree(ctl, st));
+  return rf_run_checkpoints_reference(ctl, job, cks, 0, reference);
+}
+
+void rf_run_checkpoints_close(rf_run_checkpoints *cks) {
+  for (int i = 0; i < cks->count; i++)
+    rf_checkpoint_close(cks->files[i]);
+  free(cks->files);
+  memset(cks, 0, sizeof *cks);
+}
+
+/* The elements of es bytes that differ between a and b (bytes a multiple of es, which divides
+ * 8): eight bytes at a time, most of which agree between two steps of training. */
+static int64_t differing(const char *a, const char *b, int64_t bytes, int es) {
+  int64_t n = 0, i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t x, y;
+    memcpy(&x, a + i, 8);
+    memcpy(&y, b + i, 8);
+    for (int k = 0; x != y && k < 8; k += es)
+      n += memcmp(a + i + k, b + i + k, (size_t)es) != 0;
+  }
+  for (; i < bytes; i += es)
+    n += memcmp(a + i, b + i, (size_t)es) != 0;
+  return n;
+}
+
+/* The elements of tensor t that differ, bit for bit, between two checkpoints: read a batch of
+ * rows of each at a time (at most 8 MiB), as stored in the model's dtype. */
+static rf_status count_changed(rf_checkpoint *before, rf_checkpoint *after, const rf_tensor *t,
+                               int64_t *changed) {
+  int es = rf_tensor_esize(t);
+  int64_t row_bytes = t->shape[1] * es;
+  int64_t rows = RF_MAX(1, RF_MIN(t->shape[0], (8 << 20) / RF_MAX(row_bytes, 1)));
+  size_t cap = (size_t)(rows * row_bytes) + 1;
+  char *a = rf_malloc(cap, "a batch of checkpoint rows"), *b = rf_malloc(cap, "checkpoint rows");
+  rf_status st = a && b ? RF_OK : RF_ERR_NOMEM;
+  for (int64_t r0 = 0; r0 < t->shape[0] && st == RF_OK; r0 += rows) {
+    rf_box box = {{r0, 0}, {RF_MIN(r0 + rows, t->shape[0]), t->shape[1]}};
+    rf_region ra = rf_region_row_major(a, &box, es), rb = rf_region_row_major(b, &box, es);
+    st = rf_checkpoint_read(before, t->id, &box, &ra);
+    if (st == RF_OK)
+      st = rf_checkpoint_read(after, t->id, &box, &rb);
+    if (st == RF_OK)
+      *changed += differing(a, b, rf_box_numel(&box) * es, es);
+  }
+  free(a);
+  free(b);
+  return st;
+}
+
+/* A sequence's version k against version k - 1, counted once per job (every run that ends at
+ * the same version gets the same count), the tensors shared out over the ranks. */
+static rf_status file_changes(rf_control *ctl, const rf_model *m, rf_run_checkpoints *cks,
+                              int64_t k) {
+  if (cks->counted_of == k)
+    return RF_OK;
+  int64_t mine = 0, all = 0, elements = 0;
+  rf_status st = RF_OK;
+  for (int t = 0; t < m->tensor_count; t++) {
+    elements += m->tensors[t].numel;
+    if (t % ctl->world_size == ctl->world_rank && st == RF_OK)
+      st = count_changed(cks->files[k - 1], cks->files[k], &m->tensors[t], &mine);
+  }
+  RF_TRY(rf_control_agree(ctl, st));
+  RF_TRY(rf_control_reduce(ctl, ctl->world, &mine, &all, 1, MPI_INT64_T, MPI_SUM,
+                           "the changed elements of the last version"));
+  cks->changed = all;
+  cks->elements = elements;
+  cks->counted_of = k;
   return RF_OK;
 }
 
 rf_status rf_run_version_changes(rf_control *ctl, const rf_job *job, const rf_engine *e,
-                                 double update_s, rf_run_result *res) {
+                                 rf_run_checkpoints *cks, double update_s, rf_run_result *res) {
   const rf_model *m = &job->model;
   res->version = e->moved.k;
+  if (cks->count > 1 && e->moved.k > 0) {
+    RF_TRY(file_changes(ctl, m, cks, e->moved.k));
+    res->version_changed = cks->changed;
+    res->version_elements = cks->elements;
+    return rf_control_reduce(ctl, ctl->world, &update_s, &res->update_s, 1, MPI_DOUBLE, MPI_MAX,
+                             "the time to read a version");
+  }
   if (e->moved.update.kind == RF_UPDATE_NONE)
     return RF_OK;
   /* Tensor t is counted by world rank t mod world, whatever its role: the counts need no
@@ -81,6 +228,17 @@ void rf_run_print_delta(const rf_run_result *res) {
 void rf_run_print_update(const rf_config *cfg, const rf_run_result *res) {
   if (res->version_elements <= 0)
     return;
+  char file[RF_PATH_MAX];
+  if (rf_checkpoint_list_count(cfg->checkpoint) > 1 &&
+      rf_checkpoint_list_item(cfg->checkpoint, (int)res->version, file, sizeof file) == RF_OK) {
+    printf("# checkpoint versions: version %lld (%s), %.4g %% of elements changed (%lld of %lld); "
+           "the trainer read each version in %.3g ms, outside the timed phases\n",
+           (long long)res->version, file,
+           100.0 * (double)res->version_changed / (double)res->version_elements,
+           (long long)res->version_changed, (long long)res->version_elements, res->update_s * 1e3);
+    fflush(stdout);
+    return;
+  }
   printf("# update %s: version %lld, %.4g %% of elements changed (%lld of %lld); the trainer "
          "made each version in %.3g ms, outside the timed phases\n",
          cfg->update, (long long)res->version,

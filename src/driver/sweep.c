@@ -52,31 +52,35 @@ static rf_status combination_config(const rf_config *cfg, int c, rf_config *out,
   return RF_OK;
 }
 
-/* Rank 0 opens --checkpoint for the combination's model, as its job would (quantized or not),
- * and closes it again; the verdict is sent to every rank, since a file one rank cannot read
- * must not send the ranks down different paths. */
+/* Rank 0 opens every checkpoint of --checkpoint for the combination's model, as its job would
+ * (quantized or not), and closes each again; the verdict is sent to every rank, since a file one
+ * rank cannot read must not send the ranks down different paths. */
 static rf_status check_checkpoint(const rf_config *cfg, const rf_job *job, rf_control *everyone,
                                   verdict *v) {
   if (everyone->world_rank == 0) {
-    rf_checkpoint *ck = NULL;
     rf_log_capture(v->reason, sizeof v->reason);
-    rf_status st = job->quantized_checkpoint
-                       ? rf_checkpoint_open_quantized(cfg->checkpoint, &job->model,
-                                                      job->quantized_checkpoint, &ck)
-                       : rf_checkpoint_open(cfg->checkpoint, &job->model, &ck);
+    rf_status st = RF_OK;
+    for (int i = 0; i < rf_checkpoint_list_count(cfg->checkpoint) && st == RF_OK; i++) {
+      char path[RF_PATH_MAX];
+      rf_checkpoint *ck = NULL;
+      st = rf_checkpoint_list_item(cfg->checkpoint, i, path, sizeof path);
+      if (st == RF_OK)
+        st = job->quantized_checkpoint
+                 ? rf_checkpoint_open_quantized(path, &job->model, job->quantized_checkpoint, &ck)
+                 : rf_checkpoint_open(path, &job->model, &ck);
+      rf_checkpoint_close(ck);
+    }
     rf_log_capture(NULL, 0);
     if (st != RF_OK && !v->reason[0])
       snprintf(v->reason, sizeof v->reason, "%s", rf_status_text(st));
     v->skipped = st != RF_OK;
-    rf_checkpoint_close(ck);
   }
   return rf_control_bcast(everyone, everyone->world, v, (int)sizeof *v, MPI_BYTE,
                           "the checkpoint's verdict");
 }
 
-/* Rank 0: --checkpoint names something it can read, a file or a directory of shards. What is
- * wrong with the file itself is wrong for every combination: an error, not a skip each. */
-static rf_status checkpoint_readable(const char *path) {
+/* Rank 0: a checkpoint is something it can read, a file or a directory of shards. */
+static rf_status file_readable(const char *path) {
   struct stat sb;
   if (stat(path, &sb) != 0)
     return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': %s", path,
@@ -94,6 +98,17 @@ static rf_status checkpoint_readable(const char *path) {
                    "checkpoint '%s' %s; give a checkpoint file or a directory of shards", path,
                    why);
   return rf_fail(RF_ERR_CHECKPOINT, "checkpoint '%s': %s", path, why);
+}
+
+/* Rank 0: each checkpoint of --checkpoint names something it can read. What is wrong with a
+ * file itself is wrong for every combination: an error, not a skip each. */
+static rf_status checkpoint_readable(const char *list) {
+  for (int i = 0; i < rf_checkpoint_list_count(list); i++) {
+    char path[RF_PATH_MAX];
+    RF_TRY(rf_checkpoint_list_item(list, i, path, sizeof path));
+    RF_TRY(file_readable(path));
+  }
+  return RF_OK;
 }
 
 /* Whether a combination can run on `world` ranks (0: on as many as it needs): the job builds

@@ -116,6 +116,17 @@ static rf_status read_shard(rf_buffers *b, rf_checkpoint *ckpt, int t, const rf_
                          RF_MEM_HOST, sizeof g);
 }
 
+/* Every trainer shard of this rank, read from the checkpoint. */
+static rf_status read_shards(rf_buffers *b, rf_checkpoint *ckpt) {
+  const rf_layout *lay = b->plan->layout;
+  for (int t = 0; t < lay->model->tensor_count && b->trainer_rank >= 0; t++) {
+    rf_box box = rf_layout_trainer_box(lay, t, b->trainer_rank);
+    rf_region r = rf_shard_region(b->plan, b->trainer_rank, t, b->shards[t]);
+    RF_TRY(read_shard(b, ckpt, t, &box, &r, (size_t)(rf_box_numel(&r.box) * r.esize)));
+  }
+  return RF_OK;
+}
+
 /* The layout sizes each fused rollout tensor; the engine writes each member tensor into it at
  * the member's own element size. A size that disagrees would let the copies run past the
  * tensor (into the next one, or past the arena), so it is refused before anything is
@@ -231,19 +242,17 @@ rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory
   b->coupling = b->ptr[RF_FAMILY_COUPLING];
   b->rollout = b->ptr[RF_FAMILY_ROLLOUT];
   double t0 = rf_now();
-  for (int t = 0; t < m->tensor_count && b->trainer_rank >= 0; t++) {
+  if (checkpoint)
+    RF_TRY(read_shards(b, checkpoint));
+  for (int t = 0; t < m->tensor_count && b->trainer_rank >= 0 && !checkpoint; t++) {
     rf_box box = rf_layout_trainer_box(lay, t, b->trainer_rank);
     rf_region r = rf_shard_region(plan, b->trainer_rank, t, b->shards[t]);
-    size_t bytes = (size_t)(rf_box_numel(&r.box) * r.esize);
-    if (checkpoint)
-      RF_TRY(read_shard(b, checkpoint, t, &box, &r, bytes));
-    else if (rf_tensor_quantized(&m->tensors[t]))
+    if (rf_tensor_quantized(&m->tensors[t]))
       return rf_fail(RF_ERR_INTERNAL,
                      "trainer tensor %s is quantized but no checkpoint holds it; quantized "
                      "trainer weights come from --checkpoint",
                      m->tensors[t].name);
-    else
-      RF_TRY(rf_fill_region_on(memory, &r, &box, &m->tensors[t], seed, NULL, m->tensors[t].dtype));
+    RF_TRY(rf_fill_region_on(memory, &r, &box, &m->tensors[t], seed, NULL, m->tensors[t].dtype));
   }
   b->fill_seconds = rf_now() - t0;
   b->seed = seed;
@@ -266,6 +275,12 @@ rf_status rf_buffers_advance(rf_buffers *b) {
     RF_TRY(rf_advance_region_on(b->memory, &r, &box, &m->tensors[t], b->seed, &b->version,
                                 m->tensors[t].dtype));
   }
+  return RF_OK;
+}
+
+rf_status rf_buffers_load(rf_buffers *b, rf_checkpoint *checkpoint, int64_t k) {
+  RF_TRY(read_shards(b, checkpoint));
+  b->version.k = k;
   return RF_OK;
 }
 

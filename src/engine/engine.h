@@ -137,6 +137,10 @@ void rf_buffers_free(rf_buffers *b);
  * rank alone. Under `none` only the number moves. Refused for shards read from a checkpoint,
  * which hold one version only. */
 rf_status rf_buffers_advance(rf_buffers *b);
+/* Reads the trainer shards of this rank from `checkpoint`, version k of a sequence of
+ * checkpoints (refit run --checkpoint V0,V1,...), which becomes the version they hold. Each
+ * rank reads only its own rows and columns, as rf_buffers_init does. */
+rf_status rf_buffers_load(rf_buffers *b, rf_checkpoint *checkpoint, int64_t k);
 
 /* Where each tensor sits in the arena of `family` on `rank` (a trainer rank for shards and
  * coupling, ignored for rollout): byte offsets, 256-byte aligned. Returns the arena size. */
@@ -244,9 +248,9 @@ void rf_engine_set_mapped_rounds(rf_engine *e, rf_mapped_rounds choice, int forw
 
 /* --delta for this engine's iterations (engine_delta.c). Refuses in one line (RF_ERR_USAGE)
  * what this build does not run with deltas: plans other than p2p, mapping transports,
- * quantized rollout formats, weights read from a checkpoint, and GPU weights staged through
- * host memory. Allocates the trainer's previous version (once per job, in the shards' memory
- * kind), an encode buffer and an inbox. Off: nothing. */
+ * quantized rollout formats, and GPU weights staged through host memory. Allocates the trainer's
+ * previous version (once per job, in the shards' memory kind), an encode buffer and an inbox. Off:
+ * nothing. */
 rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice);
 /* Whether the next iteration sends a delta: deltas are on and the rollout holds a base. The
  * first iteration of a job is dense, the rollout holding no version yet. */

@@ -88,8 +88,6 @@ static rf_status check_supported(const rf_engine *e, rf_delta_choice c) {
   }
   if (rf_layout_format(plan->layout))
     return refuse(c, "a quantized --rollout-dtype", "--rollout-dtype model or --delta off");
-  if (e->data->from_checkpoint)
-    return refuse(c, "--checkpoint", "generated weights or --delta off");
   if (e->wire_rule == RF_WIRE_STAGED)
     return refuse(c, "GPU weights staged through host memory for mpi",
                   "--transport nccl, --memory host or --delta off");

@@ -259,7 +259,8 @@ rf_status ck_commit(const char *path, const char *tmp) {
 
 void ck_abandon(const char *tmp) { unlink(tmp); }
 
-rf_status ck_generate(const rf_tensor *t, uint64_t seed, ck_emit_fn emit, void *ctx) {
+rf_status ck_generate(const rf_tensor *t, uint64_t seed, const rf_weight_version *version,
+                      ck_emit_fn emit, void *ctx) {
   int es = rf_tensor_esize(t);
   int64_t rows = RF_MIN(ck_batch_rows(t, t->shape[1], es), t->shape[0]);
   size_t cap = (size_t)(rows * t->shape[1] * es);
@@ -271,19 +272,19 @@ rf_status ck_generate(const rf_tensor *t, uint64_t seed, ck_emit_fn emit, void *
     int64_t r1 = RF_MIN(r0 + rows, t->shape[0]);
     rf_box b = {{r0, 0}, {r1, t->shape[1]}};
     rf_region reg = rf_region_row_major(buf, &b, es);
-    rf_fill_region(&reg, &b, t, seed, NULL, t->dtype);
+    rf_fill_region(&reg, &b, t, seed, version, t->dtype);
     st = emit(ctx, t, r0, r1, buf, (size_t)((r1 - r0) * t->shape[1] * es));
   }
   free(buf);
   return st;
 }
 
-rf_status ck_generate_stored(const rf_model *m, const rf_tensor *t, uint64_t seed, ck_emit_fn emit,
-                             void *ctx) {
+rf_status ck_generate_stored(const rf_model *m, const rf_tensor *t, uint64_t seed,
+                             const rf_weight_version *version, ck_emit_fn emit, void *ctx) {
   ck_entry e;
   ck_entry_of(m, t, &e);
   if (!e.transposed)
-    return ck_generate(t, seed, emit, ctx);
+    return ck_generate(t, seed, version, emit, ctx);
   /* Columns c0..c1 of the logical tensor, written as that many rows of the file. */
   int es = rf_tensor_esize(t);
   int64_t cols = RF_MIN(ck_batch_rows(t, t->shape[0], es), t->shape[1]);
@@ -296,7 +297,7 @@ rf_status ck_generate_stored(const rf_model *m, const rf_tensor *t, uint64_t see
     int64_t c1 = RF_MIN(c0 + cols, t->shape[1]);
     rf_box b = {{0, c0}, {t->shape[0], c1}};
     rf_region reg = rf_region_transposed(buf, &b, es);
-    rf_fill_region(&reg, &b, t, seed, NULL, t->dtype);
+    rf_fill_region(&reg, &b, t, seed, version, t->dtype);
     st = emit(ctx, t, c0, c1, buf, (size_t)((c1 - c0) * t->shape[0] * es));
   }
   free(buf);
@@ -562,6 +563,12 @@ rf_status rf_checkpoint_check_target(const char *path, int64_t shard_size, int f
 
 rf_status rf_checkpoint_write(const char *path, const rf_model *model, uint64_t seed,
                               const char *format, int64_t shard_size) {
+  return rf_checkpoint_write_version(path, model, seed, NULL, format, shard_size);
+}
+
+rf_status rf_checkpoint_write_version(const char *path, const rf_model *model, uint64_t seed,
+                                      const rf_weight_version *version, const char *format,
+                                      int64_t shard_size) {
   if (!path || !*path)
     return rf_fail(RF_ERR_USAGE, "no checkpoint path given");
   if (strlen(path) + 64 >= CK_PATH_MAX)
@@ -571,14 +578,14 @@ rf_status rf_checkpoint_write(const char *path, const rf_model *model, uint64_t 
                    shard_size);
   format = rf_checkpoint_format_for(path, format);
   if (strcmp(format, "safetensors") == 0)
-    return ck_st_write(path, model, seed, shard_size);
+    return ck_st_write(path, model, seed, version, shard_size);
   if (strcmp(format, "hdf5") == 0) {
     if (shard_size > 0)
       return rf_fail(RF_ERR_USAGE,
                      "checkpoint '%s': --shard-size needs --format safetensors "
                      "(an HDF5 checkpoint is one file)",
                      path);
-    return ck_h5_write(path, model, seed);
+    return ck_h5_write(path, model, seed, version);
   }
   return rf_fail(RF_ERR_USAGE, "checkpoint '%s': format '%s' is not one of safetensors|hdf5", path,
                  format);

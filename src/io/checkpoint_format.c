@@ -258,7 +258,7 @@ static rf_status generate(void *gen, const rf_model *view, int i, uint64_t seed,
   case CK_ROLE_GLOBAL:
     return emit(ctx, v, 0, 1, &w->global, sizeof w->global);
   default:
-    return ck_generate(t, seed, emit, ctx);
+    return ck_generate(t, seed, NULL, emit, ctx);
   }
 }
 

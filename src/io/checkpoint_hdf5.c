@@ -268,7 +268,8 @@ static hid_t file_type(rf_dtype dtype) {
 
 /* One dataset in the tensor's own dtype, which may differ from the model's (DeepSeek's fp32
  * router bias among bf16 weights); the reader checks each dataset against its tensor. */
-static rf_status write_tensor(hid_t f, const rf_tensor *t, uint64_t seed) {
+static rf_status write_tensor(hid_t f, const rf_tensor *t, uint64_t seed,
+                              const rf_weight_version *version) {
   rf_status st = RF_OK;
   hsize_t dims[2] = {(hsize_t)t->shape[0], (hsize_t)t->shape[1]};
   hid_t type = -1, sp = -1, d = -1;
@@ -278,7 +279,7 @@ static rf_status write_tensor(hid_t f, const rf_tensor *t, uint64_t seed) {
   if (t->dtype == RF_DTYPE_BF16)
     RF_TRY_GOTO(write_string_attr(d, "dtype", bf16_attr), done);
   emit_ctx e = {d, type};
-  st = ck_generate(t, seed, emit_to_dataset, &e);
+  st = ck_generate(t, seed, version, emit_to_dataset, &e);
 done:
   close_id(d, H5Dclose);
   close_id(sp, H5Sclose);
@@ -286,7 +287,8 @@ done:
   return st;
 }
 
-rf_status ck_h5_write(const char *path, const rf_model *m, uint64_t seed) {
+rf_status ck_h5_write(const char *path, const rf_model *m, uint64_t seed,
+                      const rf_weight_version *version) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   /* The temporary file is created by ck_create (mkstemp) and only then truncated and written
    * by HDF5 under its name: HDF5 cannot create exclusively, but a name that refit made
@@ -305,7 +307,7 @@ rf_status ck_h5_write(const char *path, const rf_model *m, uint64_t seed) {
   RF_H5_GOTO(a = H5Acreate2(f, "seed", H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT), done);
   RF_H5_GOTO(H5Awrite(a, H5T_NATIVE_UINT64, &seed), done);
   for (int i = 0; i < m->tensor_count && st == RF_OK; i++)
-    st = write_tensor(f, &m->tensors[i], seed);
+    st = write_tensor(f, &m->tensors[i], seed, version);
 done:
   close_id(a, H5Aclose);
   close_id(sp, H5Sclose);

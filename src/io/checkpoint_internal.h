@@ -76,12 +76,14 @@ void ck_st_close(rf_checkpoint *c);
  * open; "" when it cannot be read, which the ordinary open then describes. */
 void ck_st_dtype_tag(const char *path, const char *name, char *tag, size_t len);
 /* in checkpoint_safetensors_write.c */
-rf_status ck_st_write(const char *path, const rf_model *model, uint64_t seed, int64_t shard_size);
+rf_status ck_st_write(const char *path, const rf_model *model, uint64_t seed,
+                      const rf_weight_version *version, int64_t shard_size);
 
 rf_status ck_h5_open(rf_checkpoint *c, const char *path);
 rf_status ck_h5_read_rows(rf_checkpoint *c, int tensor, const rf_box *box, void *out);
 void ck_h5_close(rf_checkpoint *c);
-rf_status ck_h5_write(const char *path, const rf_model *model, uint64_t seed);
+rf_status ck_h5_write(const char *path, const rf_model *model, uint64_t seed,
+                      const rf_weight_version *version);
 
 /* ---- checks and their messages ------------------------------------------------------------ */
 
@@ -124,15 +126,17 @@ rf_status ck_create(const char *path, char *tmp, int *fd);
 rf_status ck_commit(const char *path, const char *tmp);
 void ck_abandon(const char *tmp);
 
-/* Streams a tensor's generator values in its own dtype, row batch by row batch, through `emit`. */
+/* Streams a tensor's generator values in its own dtype, row batch by row batch, through `emit`:
+ * those of `version` (verify/versions.h; NULL: version 0). */
 typedef rf_status (*ck_emit_fn)(void *ctx, const rf_tensor *t, int64_t row0, int64_t row1,
                                 const void *data, size_t bytes);
-rf_status ck_generate(const rf_tensor *t, uint64_t seed, ck_emit_fn emit, void *ctx);
+rf_status ck_generate(const rf_tensor *t, uint64_t seed, const rf_weight_version *version,
+                      ck_emit_fn emit, void *ctx);
 /* The same in the order the file stores it: a member of a stacked entry that is stored
  * transposed (rf_model_stack) is streamed column batch by column batch, each column of the
  * logical tensor one row of the file (row0, row1 then count columns). */
-rf_status ck_generate_stored(const rf_model *m, const rf_tensor *t, uint64_t seed, ck_emit_fn emit,
-                             void *ctx);
+rf_status ck_generate_stored(const rf_model *m, const rf_tensor *t, uint64_t seed,
+                             const rf_weight_version *version, ck_emit_fn emit, void *ctx);
 
 /* ---- stacked entries (rf_model_stack) ----------------------------------------------------- */
 

@@ -28,12 +28,11 @@ static rf_status emit_to_file(void *ctx, const rf_tensor *t, int64_t row0, int64
   return ck_write_all(e->fd, data, bytes, e->path);
 }
 
-/* The plain generator: tensor i's values in its own dtype, as the file stores it (transposed
- * inside a stacked entry). */
+/* The plain generator: tensor i's values at version *gen (NULL: version 0) in its own dtype, as
+ * the file stores it (transposed inside a stacked entry). */
 static rf_status generate_plain(void *gen, const rf_model *m, int i, uint64_t seed, ck_emit_fn emit,
                                 void *ctx) {
-  (void)gen;
-  return ck_generate_stored(m, &m->tensors[i], seed, emit, ctx);
+  return ck_generate_stored(m, &m->tensors[i], seed, gen, emit, ctx);
 }
 
 /* One safetensors file holding tensors [first, last) of the model, in order, each streamed by
@@ -139,7 +138,10 @@ static rf_status write_index(const char *dir, const rf_model *m, const int *shar
   return st;
 }
 
-rf_status ck_st_write(const char *path, const rf_model *m, uint64_t seed, int64_t shard_size) {
+rf_status ck_st_write(const char *path, const rf_model *m, uint64_t seed,
+                      const rf_weight_version *version, int64_t shard_size) {
+  /* The writers take the generator's state as void *: the version is only read. */
+  void *gen = (void *)(uintptr_t)version;
   struct stat sb;
   int exists = stat(path, &sb) == 0;
   if (shard_size == 0) {
@@ -148,7 +150,7 @@ rf_status ck_st_write(const char *path, const rf_model *m, uint64_t seed, int64_
                      "checkpoint '%s' is a directory: give a file name, or "
                      "--shard-size for a sharded checkpoint",
                      path);
-    return write_file(path, m, seed, 0, m->tensor_count, generate_plain, NULL);
+    return write_file(path, m, seed, 0, m->tensor_count, generate_plain, gen);
   }
   if (exists && !S_ISDIR(sb.st_mode))
     return rf_fail(RF_ERR_USAGE,
@@ -169,7 +171,7 @@ rf_status ck_st_write(const char *path, const rf_model *m, uint64_t seed, int64_
       last++;
     char file[CK_PATH_MAX + 64];
     snprintf(file, sizeof file, "%s/model-%05d-of-%05d.safetensors", path, s + 1, shards);
-    st = write_file(file, m, seed, first, last, generate_plain, NULL);
+    st = write_file(file, m, seed, first, last, generate_plain, gen);
     first = last;
   }
   if (st == RF_OK)

@@ -11,6 +11,7 @@
 #include "memory/memory.h"
 #include "model/model.h"
 #include "result/result.h"
+#include "verify/versions.h"
 
 /* ---- results ------------------------------------------------------------------------------ */
 
@@ -223,6 +224,12 @@ rf_status rf_checkpoint_read_scales(rf_checkpoint *c, int tensor, const rf_box *
                                     const rf_region *dst);
 rf_status rf_checkpoint_read_global(rf_checkpoint *c, int tensor, float *out);
 
+/* --checkpoint A,B,...: a list of checkpoints, the versions of a job's weights (refit run;
+ * checkpoint_list.c). The count of its items (0 for ""), and item i (from 0) into out; an empty
+ * item or one longer than len - 1 is refused in one line (RF_ERR_USAGE). Paths hold no commas. */
+int rf_checkpoint_list_count(const char *list);
+rf_status rf_checkpoint_list_item(const char *list, int i, char *out, size_t len);
+
 /* Writes the synthetic weights value(seed, tensor, index) of `model` as a checkpoint:
  * format "safetensors" (one file at path, or with shard_size > 0 a directory of shards of at
  * most shard_size bytes each plus model.safetensors.index.json) or "hdf5" (one file, one
@@ -230,6 +237,12 @@ rf_status rf_checkpoint_read_global(rf_checkpoint *c, int tensor, float *out);
  * data_offsets and __metadata__. */
 rf_status rf_checkpoint_write(const char *path, const rf_model *model, uint64_t seed,
                               const char *format, int64_t shard_size);
+/* The same for a version of the weights (verify/versions.h; NULL: version 0, which is
+ * rf_checkpoint_write's): what a job of that --update holds at that version, bit for bit
+ * (refit checkpoint --update RULE --version K). */
+rf_status rf_checkpoint_write_version(const char *path, const rf_model *model, uint64_t seed,
+                                      const rf_weight_version *version, const char *format,
+                                      int64_t shard_size);
 
 /* The format `refit checkpoint` writes for --format `format`: "auto" takes it from the path,
  * "hdf5" for a name ending in .h5 or .hdf5 (which `refit run` reads as HDF5), "safetensors"

@@ -56,7 +56,7 @@ expect_error 2 "refit: error: option --delta: 'dense' is not one of off|auto|spa
 # --delta runs are tests/cli/delta_cli.sh.
 "$REFIT" checkpoint --model tiny --checkpoint "$TMP/tiny.safetensors" >/dev/null ||
   fail "refit checkpoint for the --checkpoint refusal"
-expect_error 2 "refit: error: --update full: the trainer's weights come from --checkpoint, which holds one version; leave --update at none or leave --checkpoint out" \
+expect_error 2 "refit: error: --update full: the trainer's weights come from --checkpoint, whose files are its versions; leave --update at none or leave --checkpoint out" \
   "$REFIT" run "${JOB[@]}" --update full --checkpoint "$TMP/tiny.safetensors"
 
 # refit verify compares a versioned run with a run of the same --update, not with a checkpoint.
