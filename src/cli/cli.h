@@ -85,7 +85,7 @@ typedef struct {
   int64_t warmup;                 /* --warmup */
   int64_t iters;                  /* --iters */
   rf_verify_level verify;         /* --verify full|checksum|none */
-  rf_inject inject;               /* --inject none|corrupt|stall */
+  rf_inject inject;               /* --inject none|corrupt|stall|skip-version */
   double timeout;                 /* --timeout, seconds */
   char output[RF_PATH_MAX];       /* --output FILE.h5 ("" = none) */
   double output_wait;             /* --output-wait, seconds another writer may hold --output */

@@ -312,7 +312,10 @@ const rf_cli_option rf_cli_options[] = {
      .def = "none",
      .unit = "",
      .commands = RUN,
-     .help = "fault injection for tests"},
+     .help = "fault injection for tests: corrupt flips a received byte in the last iteration; "
+             "stall silences trainer rank 0 (under --delta in the last iteration only); "
+             "skip-version makes a rollout rank drop the delta before the last (--delta), "
+             "which the last then refits dense"},
     {.name = "timeout",
      .type = RF_OPT_DOUBLE,
      .dmin = 0,

@@ -191,9 +191,12 @@ static rf_status print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
  * *update_s is this rank's mean time for one. */
 static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, rf_engine *e,
                          double setup, double *mine, double *update_s) {
-  int iters = (int)cfg->iters, warmup = (int)cfg->warmup;
-  int stall = cfg->inject == RF_INJECT_STALL && ctl->trainer_rank == 0;
-  if (stall)
+  int iters = (int)cfg->iters, warmup = (int)cfg->warmup, last = warmup + iters - 1;
+  /* --inject stall: trainer rank 0 posts nothing; under delta only in the last iteration, a
+   * delta one, so that the version before it is there for run_mode to show. */
+  int staller = cfg->inject == RF_INJECT_STALL && ctl->trainer_rank == 0;
+  int delta = e->delta != RF_DELTA_CHOICE_OFF;
+  if (staller && !delta)
     RF_WARN("inject stall: trainer rank 0 will not post its messages");
   double scratch[RF_PHASE_COUNT], updating = 0;
   int updates = 0;
@@ -212,18 +215,31 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, r
     }
     /* Under delta the rollout must hold the version before, which the iteration's pieces
      * change: no poison then; the check still compares every element with the version moved. */
-    if (it == warmup + iters - 1 && st == RF_OK) {
+    if (it == last && st == RF_OK) {
       if (!rf_engine_delta_next(e))
         st = rf_engine_poison(e);
       if (cfg->inject == RF_INJECT_CORRUPT)
         rf_engine_corrupt(e);
     }
+    /* A rollout rank drops the version before the last, which the last then refits dense. */
+    if (it == last - 1 && cfg->inject == RF_INJECT_SKIP_VERSION)
+      rf_engine_skip_version(e);
+    int stall = staller && (!delta || it == last);
+    if (stall && delta)
+      RF_WARN("inject stall: trainer rank 0 will not post its messages");
     double *times = it < warmup ? scratch : mine + (size_t)(it - warmup) * RF_PHASE_COUNT;
     /* Every rank enters the barrier, a rank whose poisoning failed too: one that went straight
      * to the agreement would meet the others' barrier in its collective. */
     rf_status entered = rf_control_barrier(ctl, ctl->world, "the iteration barrier");
     if (st == RF_OK)
       st = entered;
+    /* Before a delta, the trainers learn which version every rollout rank holds: one that
+     * missed one gets its pieces dense. Outside the timed phases, every rank, as the barrier. */
+    if (rf_engine_delta_next(e)) {
+      entered = rf_run_receipts(ctl, e);
+      if (st == RF_OK)
+        st = entered;
+    }
     if (st == RF_OK)
       st = rf_engine_iterate(e, times, stall);
     /* The others may be waiting for this rank's messages: they hear of its failure at once
@@ -239,6 +255,8 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, r
                (long long)e->moved.k,
                rs->iterations_done > 1 ? "the trainer kept no version before it"
                                        : "the rollout holds no version");
+      if (ctl->world_rank == 0)
+        rf_run_print_stale(e);
       st = rf_control_agree(ctl, rf_engine_delta_apply(e, times));
       if (st == RF_OK)
         rs->held = e->moved.k;
@@ -309,14 +327,18 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
     st = iterate(ctl, cfg, rs, &e, setup, mine, &update_s);
   /* The checks compare the rollout with the file of the version moved last. */
   rf_checkpoint *ck = rf_run_checkpoint_of(&rs->checkpoints, e.moved.k);
-  if (st == RF_ERR_CORRUPT && delta != RF_DELTA_CHOICE_OFF) {
-    /* A refused delta applied nothing: the full check against the version before shows it. */
+  /* A refused delta, or one a silent trainer rank cut short (the waits for it timed out and
+   * were cancelled, the control plane still answers), applied nothing: the full check against
+   * the version before shows it. */
+  if (delta != RF_DELTA_CHOICE_OFF &&
+      (st == RF_ERR_CORRUPT || (st == RF_ERR_TIMEOUT && !ctl->timed_out))) {
     rf_status shown =
         rf_control_agree(ctl, rf_run_verify(ctl, &rs->job, &e, ck, 1, 0, &rs->record, res));
     if (rank0 && shown == RF_OK)
-      printf("# delta %s: the refit of version %lld was refused; the rollout still holds version "
-             "%lld: %lld wrong elements\n",
-             rf_delta_choice_name(delta), (long long)rs->refused, (long long)e.moved.k,
+      printf("# delta %s: the refit of version %lld %s; the rollout still holds version %lld: "
+             "%lld wrong elements\n",
+             rf_delta_choice_name(delta), (long long)rs->refused,
+             st == RF_ERR_CORRUPT ? "was refused" : "timed out", (long long)e.moved.k,
              (long long)res->wrong);
   }
   /* The reference checksums (checked, and kept in the results file) are that file's too. */

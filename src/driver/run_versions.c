@@ -1,6 +1,7 @@
 /* Weight versions in refit run: the rule's refusals, a sequence of checkpoints (opened, their
  * reference checksums, the file of each version), the changed count of the last version moved
- * and its line under the table. */
+ * and its line under the table; the rollout ranks' version receipts and what the delta runs
+ * sent. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,6 +30,21 @@ rf_status rf_run_versions_setup(const rf_config *cfg, rf_update *update) {
                    "in all",
                    n, (long long)moves, (long long)cfg->warmup, (long long)cfg->iters,
                    (long long)moves, n);
+  if (cfg->inject == RF_INJECT_SKIP_VERSION) {
+    int deltas = cfg->delta.count > 0;
+    for (int i = 0; i < cfg->delta.count; i++)
+      deltas &= cfg->delta.items[i] != RF_DELTA_CHOICE_OFF;
+    if (!deltas)
+      return rf_fail(RF_ERR_USAGE,
+                     "--inject skip-version: a rollout rank drops a delta refit, so every --delta "
+                     "choice must send deltas (auto, sparse or bitmask), not off");
+    if (cfg->warmup + cfg->iters < 3)
+      return rf_fail(
+          RF_ERR_USAGE,
+          "--inject skip-version needs 3 iterations or more (--warmup plus --iters): the "
+          "first is dense, a rollout rank drops the one before the last, and the last "
+          "refits it dense");
+  }
   return RF_OK;
 }
 
@@ -157,6 +173,67 @@ static rf_status file_changes(rf_control *ctl, const rf_model *m, rf_run_checkpo
   return RF_OK;
 }
 
+rf_status rf_run_receipts(rf_control *ctl, rf_engine *e) {
+  int world = ctl->world_size, rollouts = e->plan->layout->rollout_ranks;
+  rf_receipt held = rf_engine_receipt(e);
+  int64_t mine[3] = {e->rollout_rank, held.k, (int64_t)held.id};
+  int64_t *all = rf_calloc((size_t)world * 3, sizeof *all, "version receipts");
+  rf_receipt *by_rank = rf_calloc((size_t)rollouts + 1, sizeof *by_rank, "version receipts");
+  if (!all || !by_rank) {
+    free(all);
+    free(by_rank);
+    return RF_ERR_NOMEM;
+  }
+  rf_status st = rf_control_allgather(ctl, ctl->world, mine, all, 3, MPI_INT64_T,
+                                      "every rollout rank's version receipt");
+  if (st == RF_ERR_TIMEOUT) {
+    free(by_rank);
+    return st; /* `all` stays allocated: MPI may still write into it */
+  }
+  for (int w = 0; w < world && st == RF_OK; w++)
+    if (all[3 * w] >= 0 && all[3 * w] < rollouts)
+      by_rank[all[3 * w]] = (rf_receipt){all[3 * w + 1], (uint64_t)all[3 * w + 2]};
+  if (st == RF_OK)
+    rf_engine_set_receipts(e, by_rank);
+  free(all);
+  free(by_rank);
+  return st;
+}
+
+void rf_run_print_stale(const rf_engine *e) {
+  if (e->delta_stale_ranks == 0)
+    return;
+  int ranks = e->plan->layout->rollout_ranks;
+  rf_receipt kept = rf_engine_kept_receipt(e), held, other;
+  printf("# delta %s: version %lld: ", rf_delta_choice_name(e->delta), (long long)e->moved.k);
+  /* The stale ranks by the receipt they hold, each receipt once, in the order of its first
+   * rank: "rollout ranks 1, 3 hold version 5 and rollout rank 2 holds no version". */
+  int groups = 0;
+  for (int r = 0; r < ranks; r++) {
+    if (!rf_engine_stale(e, r, &held))
+      continue;
+    int first = 1, count = 0;
+    for (int q = 0; q < ranks; q++)
+      if (rf_engine_stale(e, q, &other) && other.k == held.k && other.id == held.id) {
+        first &= q >= r;
+        count++;
+      }
+    if (!first)
+      continue;
+    printf("%srollout rank%s", groups++ ? " and " : "", count > 1 ? "s" : "");
+    for (int q = r, n = 0; q < ranks; q++)
+      if (rf_engine_stale(e, q, &other) && other.k == held.k && other.id == held.id)
+        printf("%s %d", n++ ? "," : "", q);
+    const char *verb = count > 1 ? "hold" : "holds";
+    if (held.k < 0)
+      printf(" %s no version", verb);
+    else
+      printf(" %s %sversion %lld", verb, held.k == kept.k ? "another " : "", (long long)held.k);
+  }
+  printf(", not %lld: sent dense\n", (long long)kept.k);
+  fflush(stdout);
+}
+
 rf_status rf_run_version_changes(rf_control *ctl, const rf_job *job, const rf_engine *e,
                                  rf_run_checkpoints *cks, double update_s, rf_run_result *res) {
   const rf_model *m = &job->model;
@@ -191,36 +268,42 @@ rf_status rf_run_version_changes(rf_control *ctl, const rf_job *job, const rf_en
 
 rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engine *e,
                                rf_run_result *res) {
-  int64_t mine[5] = {e->delta_wire_bytes, e->delta_pieces[0], e->delta_pieces[1],
-                     e->delta_pieces[2], rf_engine_delta_kept_bytes(e)};
-  int64_t all[5] = {0};
+  int64_t mine[6] = {
+      e->delta_wire_bytes,           e->delta_pieces[0],   e->delta_pieces[1], e->delta_pieces[2],
+      rf_engine_delta_kept_bytes(e), e->delta_stale_pieces};
+  int64_t all[6] = {0};
   snprintf(res->delta, sizeof res->delta, "%s", rf_delta_choice_name(e->delta));
   if (e->delta == RF_DELTA_CHOICE_OFF)
     return RF_OK;
   RF_TRY(
-      rf_control_reduce(ctl, ctl->world, mine, all, 5, MPI_INT64_T, MPI_SUM, "the delta figures"));
+      rf_control_reduce(ctl, ctl->world, mine, all, 6, MPI_INT64_T, MPI_SUM, "the delta figures"));
   res->delta_dense = e->delta_dense;
   res->wire_delta_bytes = e->delta_dense ? job->plan.transfer_bytes : all[0];
   for (int i = 0; i < 3; i++)
     res->delta_pieces[i] = all[1 + i];
   res->delta_kept_bytes = all[4];
+  res->delta_stale_pieces = all[5];
   return RF_OK;
 }
 
 void rf_run_print_delta(const rf_run_result *res) {
   if (!res->delta[0] || !strcmp(res->delta, "off"))
     return;
+  char stale[96] = "";
+  if (res->delta_stale_pieces > 0)
+    snprintf(stale, sizeof stale, " (%lld pieces of the run dense for a stale receipt)",
+             (long long)res->delta_stale_pieces);
   if (res->delta_dense)
     printf("# delta %s: version %lld: dense (the rollout holds no version), %lld wire bytes\n",
            res->delta, (long long)res->version, (long long)res->wire_delta_bytes);
   else
     printf("# delta %s: version %lld: %lld wire bytes (%.4g %% of the dense %lld); pieces: %lld "
-           "dense, %lld sparse, %lld bitmask; the trainer keeps %lld bytes of its previous "
+           "dense, %lld sparse, %lld bitmask%s; the trainer keeps %lld bytes of its previous "
            "version\n",
            res->delta, (long long)res->version, (long long)res->wire_delta_bytes,
            100.0 * (double)res->wire_delta_bytes / (double)res->transfer_bytes,
            (long long)res->transfer_bytes, (long long)res->delta_pieces[0],
-           (long long)res->delta_pieces[1], (long long)res->delta_pieces[2],
+           (long long)res->delta_pieces[1], (long long)res->delta_pieces[2], stale,
            (long long)res->delta_kept_bytes);
   fflush(stdout);
 }

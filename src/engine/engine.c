@@ -300,6 +300,7 @@ rf_status rf_engine_poison(rf_engine *e) {
           rf_mem_zero(e->memory, e->data->arena[families[i]], e->data->arena_bytes[families[i]]));
   if (e->data->landing_arena)
     RF_TRY(rf_mem_zero(e->memory, e->data->landing_arena, e->data->landing_bytes));
+  e->data->holds = 0; /* no version, until the iteration writes one */
   return rf_mem_sync(e->memory);
 }
 
@@ -308,9 +309,11 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
     times[p] = 0.0;
   e->messages = 0;
   e->moved = e->data->version; /* what the rollout holds once this iteration is done */
+  /* --inject stall: this rank never posts its side. Under delta it holds the iteration back
+   * as every rank does, so that the failure the others see turns its version back too. */
+  e->delta_pending = stall && rf_engine_delta_next(e);
   if (stall)
-    return RF_OK; /* --inject stall: this rank never posts its side */
-  e->delta_pending = 0;
+    return RF_OK;
   e->delta_dense = e->delta != RF_DELTA_CHOICE_OFF && !e->data->delta_base;
   if (rf_engine_delta_next(e)) {
     double begin = rf_now();

@@ -63,9 +63,18 @@ typedef struct {
 #define RF_INJECT_LIST(X)                                                                          \
   X(RF_INJECT_NONE, "none")                                                                        \
   X(RF_INJECT_CORRUPT, "corrupt")                                                                  \
-  X(RF_INJECT_STALL, "stall")
+  X(RF_INJECT_STALL, "stall")                                                                      \
+  X(RF_INJECT_SKIP_VERSION, "skip-version")
 typedef enum { RF_INJECT_LIST(RF_ENUM_ID) RF_INJECT_COUNT } rf_inject;
 RF_ENUM_DECLARE(rf_inject);
+
+/* A rollout rank's version receipt (issue 33): the version its weights hold, k (-1: none,
+ * before the first refit or once poisoned for one) and the version's name (rf_version_id),
+ * which the trainers compare with the version they kept before they encode against it. */
+typedef struct {
+  int64_t k;
+  uint64_t id;
+} rf_receipt;
 
 /* --mapped-rounds: whether fanout over a mapping transport (ipc, shm) runs its forward steps
  * in rounds beside the transfer (on) or after it, one exchange a step (off). Rounds overlap a
@@ -125,6 +134,12 @@ typedef struct {
   void *delta_out;
   size_t delta_out_bytes;
   int exposed_count, delta_out_index;
+  /* Receipts: the version this rank's rollout holds (`held`, when `holds`): what the last
+   * iteration that wrote it moved, dense or delta, and not one that --inject skip-version
+   * dropped; and the version of the trainer's kept copy (`kept`, with delta_base), the same
+   * on every rank. */
+  rf_weight_version held, kept;
+  int holds;
 } rf_buffers;
 
 /* The trainer shards are read from `checkpoint` when given, else generated from `seed`
@@ -232,6 +247,16 @@ typedef struct {
   int delta_pending, delta_dense;
   int64_t delta_wire_bytes, delta_changed, delta_elements;
   int64_t delta_pieces[3]; /* per encoding (delta.h's table): pieces this rank encoded */
+  /* Receipts (engine_receipts.c): every rollout rank's, [rollout rank], as the last
+   * rf_engine_set_receipts gave them, and 1 where that rank does not hold the kept version
+   * (stale: its pieces go dense); how many are stale, and the pieces this rank sent dense
+   * because their destination was, over the run's iterations. --inject skip-version: armed
+   * for the next iteration. */
+  rf_receipt *receipts;
+  char *stale;
+  int delta_stale_ranks;
+  int64_t delta_stale_pieces;
+  int skip_armed;
   /* rf_engine_set_progress: called between tensors of the checks */
   void (*progress)(void *ctx);
   void *progress_ctx;
@@ -266,6 +291,27 @@ rf_status rf_engine_delta_apply(rf_engine *e, double *times);
 void rf_engine_delta_refused(rf_engine *e);
 /* The bytes of the trainer's previous version this rank keeps (0 when deltas are off). */
 int64_t rf_engine_delta_kept_bytes(const rf_engine *e);
+
+/* Version receipts. This rank's: the version its rollout holds ({-1, 0} where it holds none or
+ * has no rollout role). Before each delta iteration every rank passes every rollout rank's,
+ * receipts[rollout rank] (the driver gathers them on the control plane), and the trainer
+ * encodes against its kept version only for a peer whose receipt names that version: a peer
+ * that holds another (a replica that missed one) gets its pieces dense in the same iteration,
+ * in the same wire format, so that the receiving side does not change. Sets
+ * e->delta_stale_ranks, the same on every rank; rf_engine_stale says which they are. */
+rf_receipt rf_engine_receipt(const rf_engine *e);
+void rf_engine_set_receipts(rf_engine *e, const rf_receipt *receipts);
+/* Whether rollout rank r is stale in this iteration, and its receipt (*held). */
+int rf_engine_stale(const rf_engine *e, int r, rf_receipt *held);
+/* The kept version's receipt: what a rollout rank must hold for a delta. */
+rf_receipt rf_engine_kept_receipt(const rf_engine *e);
+
+/* Arms --inject skip-version for the next iteration, a delta one: the skipping rank (the rank
+ * --inject corrupt strikes, the last rollout rank where nothing forwards) receives and checks
+ * its pieces as every rank does, then does not apply them, as a replica that missed the
+ * version would: its weights and its receipt stay at the version before, and the next delta
+ * iteration must refit it dense. */
+void rf_engine_skip_version(rf_engine *e);
 
 /* Overwrites every destination buffer with a pattern the generator never produces, so an
  * element the next iteration fails to write cannot pass verification. */

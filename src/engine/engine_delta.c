@@ -16,7 +16,10 @@
  * with where that peer's pieces begin in the sender's buffer: over a mapping transport (shm,
  * ipc), whose messages are only small host notes, the trainer offers its encoded buffer to the
  * others (once per run, an append to the job's offers) and each rollout rank copies every
- * peer's pieces out of it in one copy per peer instead of receiving messages. */
+ * peer's pieces out of it in one copy per peer instead of receiving messages.
+ *
+ * A rollout rank whose version receipt does not name the version the trainer kept (it missed
+ * one) gets its pieces dense, in the same format (engine_receipts.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,14 +98,23 @@ static rf_status check_supported(const rf_engine *e, rf_delta_choice c) {
 }
 
 /* The encoding --delta asks encode for: the smallest per piece under auto. */
-static rf_delta_encoding want_of(const rf_engine *e) {
+static rf_delta_encoding asked_of(const rf_engine *e) {
   return e->delta == RF_DELTA_CHOICE_SPARSE    ? RF_DELTA_SPARSE
          : e->delta == RF_DELTA_CHOICE_BITMASK ? RF_DELTA_BITMASK
                                                : RF_DELTA_AUTO;
 }
 
+/* The encoding chunk k is encoded in: what --delta asks for where its destination holds the
+ * version the trainer kept, dense where its receipt says it holds another (engine_receipts.c):
+ * a delta against the kept version would not bring that rank to the new one. */
+static rf_delta_encoding want_of(const rf_engine *e, const rf_chunk *k) {
+  return engine_stale(e, piece_of(e, k)->dst) ? RF_DELTA_DENSE : asked_of(e);
+}
+
+/* What --delta's encoding may take: no smaller than dense, which a stale peer gets instead, so
+ * the buffers and the local chunks' places do not depend on the receipts. */
 static int64_t capacity_of(const rf_engine *e, const rf_chunk *k) {
-  return rf_delta_capacity(want_of(e), rf_box_numel(&k->box),
+  return rf_delta_capacity(asked_of(e), rf_box_numel(&k->box),
                            engine_esize(e, piece_of(e, k)->tensor));
 }
 
@@ -191,6 +203,7 @@ rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice) {
   d->from = rf_calloc((size_t)ranks + 1, sizeof *d->from, "delta size tables");
   if (!d->size || !d->at || !d->info || !d->sent || !d->table_at || !d->from)
     return RF_ERR_NOMEM;
+  RF_TRY(engine_receipts_init(e));
   /* The size messages: per peer that has pieces, where they start in the sender's buffer, then
    * their sizes in schedule order; sent then received. */
   for (int dir = 1; dir >= 0; dir--)
@@ -240,9 +253,11 @@ void engine_delta_free(rf_engine *e) {
   free(d->from);
   free(d);
   e->delta_state = NULL;
+  engine_receipts_free(e);
 }
 
-/* Encodes chunk i into `to` against the trainer's previous version, counting what it chose. */
+/* Encodes chunk i into `to` against the trainer's previous version, counting what it chose
+ * (and the pieces that went dense because their destination was stale). */
 static rf_status encode_chunk(rf_engine *e, int i, char *to, size_t capacity) {
   struct engine_delta *d = e->delta_state;
   const rf_chunk *k = &e->transfer.chunks[i];
@@ -251,10 +266,12 @@ static rf_status encode_chunk(rf_engine *e, int i, char *to, size_t capacity) {
   char what[256];
   name_piece(e, k, what, sizeof what);
   rf_delta_info info;
-  RF_TRY(rf_delta_encode(e->memory, &prev, &cur, &k->box, want_of(e), to, capacity, what, &info));
+  rf_delta_encoding want = want_of(e, k);
+  RF_TRY(rf_delta_encode(e->memory, &prev, &cur, &k->box, want, to, capacity, what, &info));
   d->size[i] = info.bytes;
   d->sent[i] = info;
   e->delta_pieces[info.encoding]++;
+  e->delta_stale_pieces += engine_stale(e, piece_of(e, k)->dst);
   e->delta_changed += info.changed;
   e->delta_elements += info.elements;
   if (!is_local(e, k))
@@ -480,18 +497,26 @@ static rf_status keep_sent(rf_engine *e, int encoded) {
     RF_TRY(rf_mem_transfer(b->prev_arena, b->memory, b->arena[RF_FAMILY_SHARDS], b->memory,
                            b->arena_bytes[RF_FAMILY_SHARDS]));
   }
-  /* A rank without shards keeps nothing, but its rollout holds the version all the same. */
+  /* A rank without shards keeps nothing, but its rollout holds the version all the same; every
+   * rank follows the kept version, so that each decides alike which receipts are stale. */
   if (b->prev_arena || e->delta_state)
     b->delta_base = 1;
+  if (b->delta_base)
+    b->kept = e->moved;
   return RF_OK;
 }
 
 rf_status rf_engine_delta_apply(rf_engine *e, double *times) {
-  if (!e->delta_pending)
+  int dropped = engine_skip_now(e); /* --inject skip-version: checked, then not applied */
+  if (!e->delta_pending) {
+    engine_hold(e, 0);
     return keep_sent(e, 0);
+  }
   e->delta_pending = 0;
   double t0 = rf_now();
-  RF_TRY(each_received(e, 1));
+  if (!dropped)
+    RF_TRY(each_received(e, 1));
+  engine_hold(e, dropped);
   RF_TRY(keep_sent(e, 1)); /* timed: a trainer that keeps what it sent pays for it each step */
   RF_TRY(rf_mem_sync(e->memory));
   double applied = rf_now() - t0;

@@ -109,6 +109,20 @@ int engine_corrupt_rank(const rf_engine *e);
 rf_status engine_delta_iterate(rf_engine *e, double *times);
 void engine_delta_free(rf_engine *e);
 
+/* ---- version receipts (engine_receipts.c) ---- */
+
+/* The receipt arrays, [rollout rank], at rf_engine_set_delta; freed by engine_delta_free. */
+rf_status engine_receipts_init(rf_engine *e);
+void engine_receipts_free(rf_engine *e);
+/* Whether rollout rank r is stale in this iteration: its pieces go dense. */
+int engine_stale(const rf_engine *e, int r);
+/* After an iteration every rank agreed on, before its pieces are applied: whether this rank
+ * drops them (--inject skip-version armed, and this the skipping rank: it says so in one
+ * line); disarms. */
+int engine_skip_now(rf_engine *e);
+/* After that: this rank's rollout holds the version moved, unless it dropped it. */
+void engine_hold(rf_engine *e, int dropped);
+
 /* Allocates this rank's staging, the largest bucket of any stage per direction (twice for
  * fused), and for grouped the group breaks that keep every round inside it (engine_staging.c). */
 rf_status engine_alloc_staging(rf_engine *e);

@@ -127,6 +127,7 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
     RF_TRY(rf_results_attr_i64(g, ".", "delta_dense_pieces", res->delta_pieces[0]));
     RF_TRY(rf_results_attr_i64(g, ".", "delta_sparse_pieces", res->delta_pieces[1]));
     RF_TRY(rf_results_attr_i64(g, ".", "delta_bitmask_pieces", res->delta_pieces[2]));
+    RF_TRY(rf_results_attr_i64(g, ".", "delta_stale_dense_pieces", res->delta_stale_pieces));
   }
   if (run->update && res->version_elements > 0) {
     RF_TRY(rf_results_attr_i64(g, ".", "update_changed_elements", res->version_changed));

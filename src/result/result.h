@@ -86,9 +86,10 @@ typedef struct {
    * encoded bytes every trainer rank sent (wire_delta_bytes; the dense refit's bytes when it
    * went dense), whether it went dense for want of a base, and its pieces per encoding (dense,
    * sparse, bitmask), summed over the ranks; the bytes of the previous version the trainer
-   * ranks keep, summed. */
+   * ranks keep, summed; and over all of the run's iterations the pieces sent dense because
+   * their rollout rank's receipt named another version than the trainer kept. */
   char delta[16];
-  int64_t wire_delta_bytes, delta_pieces[3], delta_kept_bytes;
+  int64_t wire_delta_bytes, delta_pieces[3], delta_kept_bytes, delta_stale_pieces;
   int delta_dense;
   rf_status status; /* RF_OK, RF_ERR_VERIFY or the run's error */
 } rf_run_result;

@@ -1,6 +1,6 @@
 /* versions: parsing --update, and the host functions over the element rules of versions.h:
- * one element's bits, a box's changed count and its checksum, computed without memory, and the
- * advance of a region from one version to the next.
+ * one element's bits, a box's changed count and its checksum, computed without memory, the
+ * advance of a region from one version to the next, and a version's name for receipts.
  *
  * Compiled with -ffp-contract=off (src/CMakeLists.txt): adam's fp32 steps must round as the
  * CUDA kernels' _rn intrinsics do, one operation at a time. */
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "verify/verify.h"
 #include "verify/verify_walk.h"
@@ -94,6 +95,20 @@ uint64_t rf_version_checksum(const rf_box *box, const rf_tensor *t, uint64_t see
       sum += rf_checksum_term(ckey, index, rf_version_value(&g, index, t->dtype), ws);
     }
   return sum;
+}
+
+uint64_t rf_version_id(uint64_t seed, const rf_weight_version *version) {
+  /* The fields one by one, little-endian, never the struct's bytes (padding, and param, the
+   * text's double, which threshold and lr already hold as the element functions use them). */
+  uint32_t lr_bits;
+  memcpy(&lr_bits, &version->update.lr, sizeof lr_bits);
+  const uint64_t fields[] = {seed, (uint64_t)version->update.kind, version->update.threshold,
+                             lr_bits, (uint64_t)version->k};
+  unsigned char bytes[sizeof fields];
+  for (size_t f = 0; f < RF_ARRAY_LEN(fields); f++)
+    for (int i = 0; i < 8; i++)
+      bytes[f * 8 + (size_t)i] = (unsigned char)(fields[f] >> (8 * i));
+  return XXH3_64bits(bytes, sizeof bytes);
 }
 
 /* ---- walks ------------------------------------------------------------------------------ */

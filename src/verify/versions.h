@@ -340,6 +340,14 @@ uint32_t rf_version_bits(uint64_t seed, int32_t tensor_id, const rf_weight_versi
 int64_t rf_version_changed_count(const rf_box *box, const rf_tensor *t, uint64_t seed,
                                  const rf_weight_version *version);
 
+/* A 64-bit name of `version` of the weights generated from `seed`: XXH3 over the seed, the
+ * rule (its kind, sparse's threshold, adam's fp32 LR) and k. A rollout rank's version receipt
+ * (engine.h, rf_receipt) carries it, so that a peer can tell which version the rank holds
+ * without reading its weights: every version a job moves has a name of its own, and the same
+ * k under another rule or seed is another name. It names the version, not the bytes: that the
+ * bytes are the version's is what --verify checks. */
+uint64_t rf_version_id(uint64_t seed, const rf_weight_version *version);
+
 /* The layout-invariant checksum (values.h, rf_checksum_term) of `box` of tensor t at
  * `version`, as rf_checksum_region gives it of memory that holds that version. */
 uint64_t rf_version_checksum(const rf_box *box, const rf_tensor *t, uint64_t seed,

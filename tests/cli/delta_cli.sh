@@ -1,7 +1,15 @@
 # Delta refits (--delta): p2p over mpi and shm, host memory. Each run is verified element by element
 # against the last version moved; the wire bytes, encodings, the transactional refusal of a
-# corrupted piece and the refusals of what is not supported yet are exact. A few seconds.
+# corrupted piece, a stalled trainer's refit leaving the version before, a rollout rank that
+# missed a version refit dense by its receipt, and the refusals of what is not supported yet are
+# exact. A few seconds.
 . "$(dirname "$0")/lib.sh"
+
+# attr FILE RUN NAME: one attribute of /runs/RUN, without quotes.
+attr() {
+  h5dump -a "/runs/$2/$3" "$1" 2>/dev/null | awk '/\(0\):/ { sub(/.*\(0\): /, ""); gsub(/"/, "");
+    print; exit }'
+}
 
 JOB=(--model tiny --trainer fsdp=2 --rollout tp=2 --plan p2p --transport mpi --verify full)
 
@@ -32,11 +40,15 @@ expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]}" --dtype fp32 --updat
 expect_grep "# delta auto: version 3: 12928 wire bytes (2.31 % of the dense 559616); pieces: 0 dense, 58 sparse, 4 bitmask" "$TMP/out"
 expect_grep "# PASS" "$TMP/out"
 
-# Every element changed: auto sends dense pieces; half changed, bitmask as asked.
+# Every element changed: auto sends dense pieces; half changed, bitmask as asked. The first
+# also has a tp rank drop version 1 (--inject skip-version, with tp only): its receipt still
+# says version 0, so version 2 goes to it dense (as it would anyway here) and it ends at 2.
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]}" --update full --delta auto \
-  --mode fused --iters 2
+  --mode fused --iters 2 --inject skip-version
 expect_grep "# delta auto: version 0: dense (the rollout holds no version)" "$TMP/out"
-expect_grep "# delta auto: version 2: 281792 wire bytes (100.7 % of the dense 279808); pieces: 62 dense, 0 sparse, 0 bitmask" "$TMP/out"
+expect_grep "# delta auto: version 2: rollout rank 1 holds version 0, not 1: sent dense" "$TMP/out"
+expect_grep "# delta auto: version 2: 281792 wire bytes (100.7 % of the dense 279808); pieces: 62 dense, 0 sparse, 0 bitmask (31 pieces of the run dense for a stale receipt)" "$TMP/out"
+expect_grep "# PASS" "$TMP/out"
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]}" --update sparse:0.5 --delta bitmask \
   --mode fused --iters 2
 expect_grep "# delta bitmask: version 2: 159826 wire bytes (57.12 % of the dense 279808); pieces: 0 dense, 0 sparse, 62 bitmask" "$TMP/out"
@@ -47,6 +59,34 @@ expect_exit 3 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]}" --update sparse:0.01
   --mode fused --iters 3 --inject corrupt
 expect_grep "error: delta for model.embed_tokens.weight rows 256..512 cols 0..32 (trainer rank 0 to rollout rank 1): the payload's hash 0e2145b8a2aa458e does not match the header's 1a25812da720226a; refusing it, the piece keeps its previous version" "$TMP/err"
 expect_grep "# delta auto: the refit of version 3 was refused; the rollout still holds version 2: 0 wrong elements" "$TMP/out"
+
+# A rollout replica that drops a version (--inject skip-version: rollout rank 1, the second
+# replica, receives and checks version 2, then does not apply it) holds version 1 by its
+# receipt, so the last iteration sends it version 3 dense while rollout rank 0 gets a delta;
+# every element is then version 3's. Each run drops one: the second drops version 6. The 37
+# dense pieces are rank 1's.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]/tp=2/tp=1,dp=2}" --update sparse:0.01 \
+  --delta auto --mode fused,grouped --iters 3 --inject skip-version --output "$TMP/skip.h5"
+expect_rows 2
+expect_grep "warning: inject skip-version: rollout rank 1 drops version 2 (received and checked, not applied); it still holds version 1" "$TMP/err"
+expect_grep "# delta auto: version 3: rollout rank 1 holds version 1, not 2: sent dense" "$TMP/out"
+expect_grep "# delta auto: version 3: 289714 wire bytes (51.89 % of the dense 558336); pieces: 37 dense, 35 sparse, 2 bitmask (37 pieces of the run dense for a stale receipt)" "$TMP/out"
+expect_grep "# delta auto: version 7: rollout rank 1 holds version 5, not 6: sent dense" "$TMP/out"
+[ "$(grep -c 'sent dense' "$TMP/out")" -eq 2 ] || fail "expected two stale lines: $(cat "$TMP/out")"
+[ "$(attr "$TMP/skip.h5" 0001 delta_stale_dense_pieces)" = 37 ] ||
+  fail "delta_stale_dense_pieces is '$(attr "$TMP/skip.h5" 0001 delta_stale_dense_pieces)', expected 37"
+expect_error 2 "refit: error: --inject skip-version: a rollout rank drops a delta refit, so every --delta choice must send deltas (auto, sparse or bitmask), not off" \
+  "$REFIT" run "${JOB[@]}" --delta off,auto --inject skip-version
+expect_error 2 "refit: error: --inject skip-version needs 3 iterations or more (--warmup plus --iters): the first is dense, a rollout rank drops the one before the last, and the last refits it dense" \
+  "$REFIT" run "${JOB[@]}" --delta auto --warmup 0 --iters 2 --inject skip-version
+
+# A trainer rank that stalls in a delta refit (--inject stall strikes the last iteration under
+# --delta): the rollout ranks time out waiting for its sizes, and nothing was applied, which the
+# full check against the version before shows.
+expect_exit 3 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]}" --update sparse:0.01 --delta auto \
+  --mode fused --iters 1 --inject stall --timeout 0.5
+expect_grep "error: timed out after 0.5 s waiting for the delta sizes; a peer rank is dead or stalled (raise --timeout if the job is just slow)" "$TMP/err"
+expect_grep "# delta auto: the refit of version 1 timed out; the rollout still holds version 0: 0 wrong elements" "$TMP/out"
 
 # What is not supported yet, one line each.
 expect_exit 2 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]/p2p/star}" --delta auto --iters 1
