@@ -21,7 +21,9 @@
 
 static void test_phase_names(void) {
   ASSERT_STR_EQ(rf_phase_name(RF_PHASE_SETUP), "setup");
+  ASSERT_STR_EQ(rf_phase_name(RF_PHASE_ENCODE), "encode");
   ASSERT_STR_EQ(rf_phase_name(RF_PHASE_TRANSFER), "transfer");
+  ASSERT_STR_EQ(rf_phase_name(RF_PHASE_APPLY), "apply");
   ASSERT_STR_EQ(rf_phase_name(RF_PHASE_TOTAL), "total");
   ASSERT_STR_EQ(rf_phase_name(RF_PHASE_VERIFY), "verify");
   ASSERT_STR_EQ(rf_phase_name(RF_PHASE_COUNT), "unknown");

@@ -246,7 +246,7 @@ rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice);
 int rf_engine_delta_next(const rf_engine *e);
 /* After an iteration that every rank agreed succeeded: the rollout ranks apply the pieces that
  * all arrived and passed their checks (nothing before that, so that a refused piece anywhere
- * leaves every rollout rank at its version), timed as unpack and added to the total; then the
+ * leaves every rollout rank at its version), timed as apply and added to the total; then the
  * trainer's previous version becomes the one it sent. A no-op for a dense iteration but for
  * the last step. Every rank calls it. */
 rf_status rf_engine_delta_apply(rf_engine *e, double *times);

@@ -381,7 +381,7 @@ rf_status engine_delta_iterate(rf_engine *e, double *times) {
   RF_TRY(encode_all(e));
   RF_TRY(rf_mem_sync(e->memory));
   double t1 = rf_now();
-  times[RF_PHASE_PACK] = t1 - t0;
+  times[RF_PHASE_ENCODE] = t1 - t0;
   long ticket = -1;
   RF_TRY(exchange_sizes(e, &ticket));
   RF_TRY(post_buckets(e, &ticket));
@@ -392,7 +392,7 @@ rf_status engine_delta_iterate(rf_engine *e, double *times) {
     RF_TRY(corrupt_inbox(e));
   }
   RF_TRY(each_received(e, 0));
-  times[RF_PHASE_UNPACK] = rf_now() - t2;
+  times[RF_PHASE_APPLY] = rf_now() - t2;
   e->delta_pending = 1;
   return RF_OK;
 }
@@ -417,7 +417,7 @@ rf_status rf_engine_delta_apply(rf_engine *e, double *times) {
   RF_TRY(each_received(e, 1));
   RF_TRY(rf_mem_sync(e->memory));
   double applied = rf_now() - t0;
-  times[RF_PHASE_UNPACK] += applied;
+  times[RF_PHASE_APPLY] += applied;
   times[RF_PHASE_TOTAL] += applied;
   return keep_sent(e);
 }

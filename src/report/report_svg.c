@@ -16,8 +16,8 @@ static const char *const colours[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759"
 /* Modes and phases keep their colour from chart to chart, whatever order a file lists them in;
  * other series are coloured in order. */
 static const char *colour_of(const rf_report_chart *c, int s) {
-  static const char *const known[] = {"unfused", "grouped", "fused",    "setup",
-                                      "reshape", "pack",    "transfer", "unpack"};
+  static const char *const known[] = {"unfused", "grouped", "fused",    "setup",  "reshape",
+                                      "encode",  "pack",    "transfer", "unpack", "apply"};
   for (size_t i = 0; i < RF_ARRAY_LEN(known); i++)
     if (strcmp(c->series_name[s], known[i]) == 0)
       return colours[(i < 3 ? i : i - 3) % RF_ARRAY_LEN(colours)];

@@ -12,14 +12,20 @@
 
 #include "core/core.h"
 
-/* Phases per iteration per rank (docs/architecture.md, "Phases"). Verification is outside `total`.
- */
+/* Phases per iteration per rank (docs/architecture.md, "Phases"), in the order an iteration
+ * runs them: the ones before `total` are its parts, `verify` is outside it. A delta iteration
+ * (--delta) times `encode`, `transfer` and `apply` where a dense one times `pack`, `transfer`
+ * and `unpack`; each leaves the other's phases zero. Readers take the phases by their names
+ * (the timings' `phases` attribute), never by position: files from before encode and apply
+ * hold seven. */
 #define RF_PHASE_LIST(X)                                                                           \
   X(RF_PHASE_SETUP, "setup")       /* communicators, handles, buffers: once, cold */               \
   X(RF_PHASE_RESHAPE, "reshape")   /* star: trainer -> coupling layout */                          \
+  X(RF_PHASE_ENCODE, "encode")     /* delta: what changed since the kept version, compacted */     \
   X(RF_PHASE_PACK, "pack")         /* boxes into staging buffers */                                \
-  X(RF_PHASE_TRANSFER, "transfer") /* messages and local copies */                                 \
+  X(RF_PHASE_TRANSFER, "transfer") /* messages and local copies (delta: sizes, then pieces) */     \
   X(RF_PHASE_UNPACK, "unpack")     /* staging buffers into rollout tensors */                      \
+  X(RF_PHASE_APPLY, "apply")       /* delta: every piece checked, then scattered */                \
   X(RF_PHASE_TOTAL, "total")       /* the iteration, wall clock */                                 \
   X(RF_PHASE_VERIFY, "verify")     /* after the last iteration, untimed in total */
 
