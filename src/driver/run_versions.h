@@ -24,11 +24,14 @@ rf_status rf_run_version_changes(rf_control *ctl, const rf_job *job, const rf_en
                                  double update_s, rf_run_result *res);
 
 /* After the run's last iteration, every rank: the delta choice into res, and under delta the
- * encoded bytes and pieces per encoding every rank sent, summed to rank 0. */
+ * encoded bytes and pieces per encoding every rank sent, summed to rank 0, and when the last
+ * iteration sent a delta the same pieces by tensor kind (res->delta_kinds, which the caller
+ * frees). */
 rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engine *e,
                                rf_run_result *res);
-/* Rank 0, after the row: "# delta auto: version 3: 1234 wire bytes (...); pieces: ..." or, for
- * a last iteration that went dense, "... dense (the rollout holds no version)". */
+/* Rank 0, after the row: "# delta auto: version 3: 1234 wire bytes (...); pieces: ..." and
+ * "# delta auto: pieces by tensor kind (dense/sparse/bitmask): embed 0/2/0, ...", or, for a
+ * last iteration that went dense, "... dense (the rollout holds no version)". */
 void rf_run_print_delta(const rf_run_result *res);
 
 /* Rank 0, after the run's table row: "# update sparse:0.01: version 6, 1.002 % of elements

@@ -64,6 +64,15 @@ rf_status rf_stats_of(const double *values, int count, rf_stats *out);
 rf_status rf_stats_of_slowest(const double *timings, int iterations, int ranks, int phase,
                               rf_stats *out);
 
+/* A delta run's last iteration, one tensor kind (model.h's kinds, by name): the pieces the
+ * trainer ranks sent of that kind per encoding (delta.h's table: dense, sparse, bitmask), their
+ * elements and changed elements, and the encoded bytes of those that crossed to another rank. */
+typedef struct {
+  char kind[32];
+  int64_t pieces[3];
+  int64_t elements, changed, wire_bytes;
+} rf_delta_kind;
+
 /* One row of the table: one run (one mode/plan/transport/bucket combination). */
 typedef struct {
   char mode[16], plan[16], transport[16];
@@ -96,6 +105,10 @@ typedef struct {
   char delta[16];
   int64_t wire_delta_bytes, delta_pieces[3], delta_kept_bytes;
   int delta_dense;
+  /* The same pieces split by tensor kind, kinds without pieces left out; NULL (count 0) when
+   * the last iteration sent no delta. Owned by the caller, as timings are. */
+  rf_delta_kind *delta_kinds;
+  int delta_kind_count;
   rf_status status; /* RF_OK, RF_ERR_VERIFY or the run's error */
 } rf_run_result;
 
