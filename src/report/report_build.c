@@ -291,12 +291,14 @@ rf_status rf_report_build_tables(const rf_loaded_results *files, int count, rf_r
     if (f > 0)
       RF_TRY(add_compare(&t->compare, &files[0], &files[f], f + 1));
   }
+  RF_TRY(rf_report_build_delta(files, count, t));
   return rf_report_build_simulated(files, count, t);
 }
 
 void rf_report_tables_free(rf_report_tables *t) {
-  rf_report_table *all[] = {&t->runs,   &t->status, &t->modes,   &t->layouts,   &t->phases,
-                            &t->spread, &t->limits, &t->compare, &t->simulated, &t->published};
+  rf_report_table *all[] = {&t->runs,      &t->status,    &t->modes,  &t->layouts,
+                            &t->phases,    &t->spread,    &t->limits, &t->compare,
+                            &t->simulated, &t->published, &t->delta};
   for (size_t i = 0; i < RF_ARRAY_LEN(all); i++)
     rf_report_table_free(all[i]);
 }

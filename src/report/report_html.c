@@ -234,6 +234,8 @@ rf_status rf_report_html(const rf_loaded_results *files, int count, const rf_rep
     }
     rf_report_table_html(&t->compare, out);
   }
+  if (rf_report_has_delta(files, count))
+    rf_report_delta_html(files, count, t, out);
   if (rf_report_has_simulated(files, count)) {
     section(out, &t->simulated);
     rf_report_table_html(&t->simulated, out);
