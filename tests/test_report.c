@@ -1,11 +1,13 @@
 /* The report module: order statistics on known samples, the per-iteration slowest-rank
- * summary, and the printed table's shape (comment lines, column and units lines, one field
- * per column in a row, exact footers). Runs without mpirun: the header's
+ * summary, the printed table's shape (comment lines, column and units lines, one field per
+ * column in a row, exact footers), and refit report's delta section from a small results file
+ * (its CSV exactly, its charts' points). Runs without mpirun: the header's
  * MPI_Get_library_version is allowed before MPI_Init. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model.h"
 #include "report/report.h"
 #include "test.h"
 
@@ -21,7 +23,9 @@
 
 static void test_phase_names(void) {
   ASSERT_STR_EQ(rf_phase_name(RF_PHASE_SETUP), "setup");
+  ASSERT_STR_EQ(rf_phase_name(RF_PHASE_ENCODE), "encode");
   ASSERT_STR_EQ(rf_phase_name(RF_PHASE_TRANSFER), "transfer");
+  ASSERT_STR_EQ(rf_phase_name(RF_PHASE_APPLY), "apply");
   ASSERT_STR_EQ(rf_phase_name(RF_PHASE_TOTAL), "total");
   ASSERT_STR_EQ(rf_phase_name(RF_PHASE_VERIFY), "verify");
   ASSERT_STR_EQ(rf_phase_name(RF_PHASE_COUNT), "unknown");
@@ -361,11 +365,142 @@ static void test_table(void) {
   free(text);
 }
 
+/* ---- refit report's delta section, from a small results file --------------------------- */
+
+enum { D_ITERS = 2, D_RANKS = 2 };
+
+/* Appends one run of `update` and `delta` whose every iteration and rank took these phase
+ * times (seconds, powers of two so that the CSV's milliseconds are exact), with `changed` of
+ * 100000 elements changed and `wire` bytes on the wire under delta. */
+static void add_delta_run(rf_results *file, const rf_model *model, const char *update,
+                          const char *delta, const double *phases, int64_t changed, int64_t wire) {
+  double timings[D_ITERS * D_RANKS * RF_PHASE_COUNT];
+  for (int cell = 0; cell < D_ITERS * D_RANKS; cell++)
+    memcpy(timings + cell * RF_PHASE_COUNT, phases, RF_PHASE_COUNT * sizeof *phases);
+  rf_delta_kind kinds[2] = {{"q_proj", {0, 2, 0}, 1000, 10, wire - 1000},
+                            {"norm", {1, 0, 0}, 64, 64, 1000}};
+  rf_run_result res = sample_row();
+  snprintf(res.transport, sizeof res.transport, "mpi");
+  res.iterations = D_ITERS;
+  res.ranks = D_RANKS;
+  res.timings = timings;
+  res.replica_bytes = res.transfer_bytes = res.model_bytes = 262144;
+  res.version = 3;
+  res.version_changed = changed;
+  res.version_elements = changed >= 0 ? 100000 : 0;
+  snprintf(res.delta, sizeof res.delta, "%s", delta);
+  if (strcmp(delta, "off") != 0) {
+    res.wire_delta_bytes = wire;
+    res.delta_pieces[0] = res.delta_pieces[1] = 2;
+    res.delta_kinds = kinds;
+    res.delta_kind_count = 2;
+  }
+  ASSERT_OK(rf_run_result_summarise(&res));
+  rf_results_run run = {.config_json = "{}",
+                        .model = "tiny",
+                        .model_type = "llama",
+                        .dtype = "bf16",
+                        .trainer = "fsdp=2",
+                        .rollout = "tp=2",
+                        .placement = "disaggregated",
+                        .plan = "p2p",
+                        .mode = "fused",
+                        .transport = "mpi",
+                        .update = update,
+                        .result = &res,
+                        .model_spec = model,
+                        .replicas = 1,
+                        .transfer_bytes = 262144};
+  int number = -1;
+  ASSERT_OK(rf_results_add_run(file, &run, &number));
+}
+
+static void test_delta_section(void) {
+  char dir[] = "/tmp/refit-test-report-XXXXXX";
+  ASSERT_TRUE(mkdtemp(dir));
+  char path[256], out[256], csv[320];
+  snprintf(path, sizeof path, "%s/delta.h5", dir);
+  snprintf(out, sizeof out, "%s/report", dir);
+  snprintf(csv, sizeof csv, "%s/delta.csv", out);
+  rf_model model;
+  ASSERT_OK(rf_model_load("tiny", &model));
+  rf_results_file_info info = {"refit run --delta off,auto", "node0", "", 10};
+  rf_results *file = NULL;
+  ASSERT_OK(rf_results_open(path, &info, &file));
+  /* Phases [setup, reshape, encode, pack, transfer, unpack, apply, total, verify]. */
+  double dense[RF_PHASE_COUNT] = {1, 0, 0, 0x1p-10, 0x1p-9, 0x1p-10, 0, 0x1p-8, 1};
+  double fast[RF_PHASE_COUNT] = {1, 0, 0x1p-11, 0, 0x1p-12, 0, 0x1p-12, 0x1p-10, 1};
+  double slow[RF_PHASE_COUNT] = {1, 0, 0x1p-8, 0, 0x1p-9, 0, 0x1p-9, 0x1p-7, 1};
+  add_delta_run(file, &model, "sparse:0.5", "off", dense, 50000, 0);
+  add_delta_run(file, &model, "sparse:0.5", "auto", slow, 50000, 139264);
+  add_delta_run(file, &model, "none", "off", dense, -1, 0); /* nothing changes: not shown */
+  add_delta_run(file, &model, "sparse:0.01", "off", dense, 1000, 0);
+  add_delta_run(file, &model, "sparse:0.01", "auto", fast, 1000, 4096);
+  rf_results_close(file);
+  rf_model_free(&model);
+
+  rf_loaded_results loaded;
+  ASSERT_OK(rf_results_load(path, &loaded));
+  ASSERT_OK(rf_report_write(&loaded, 1, out));
+  rf_loaded_results_free(&loaded);
+  FILE *f = fopen(csv, "r");
+  ASSERT_TRUE(f);
+  fseek(f, 0, SEEK_END);
+  char *text = slurp(f);
+  fclose(f);
+  /* The dense runs have no dense run beside them; the delta runs the one of their --update:
+   * at 1 %, a quarter of the dense time and 1.5625 % of its 262144 bytes. */
+  ASSERT_STR_EQ(
+      text,
+      "file,run,model,trainer,rollout,plan,transport,mode,bucket_size_bytes,update,delta,"
+      "changed_fraction,time_median_ms,encode_ms,transfer_ms,apply_ms,wire_bytes,dense_run,"
+      "dense_time_ms,dense_wire_bytes,time_ratio,wire_pct\n"
+      "1,0,tiny,fsdp=2,tp=2,p2p,mpi,fused,0,sparse:0.5,off,0.5,3.90625,0,1.953125,0,262144,,,,,\n"
+      "1,1,tiny,fsdp=2,tp=2,p2p,mpi,fused,0,sparse:0.5,auto,0.5,7.8125,3.90625,1.953125,1.953125,"
+      "139264,0,3.90625,262144,2,53.125\n"
+      "1,3,tiny,fsdp=2,tp=2,p2p,mpi,fused,0,sparse:0.01,off,0.01,3.90625,0,1.953125,0,262144,,,,"
+      ",\n"
+      "1,4,tiny,fsdp=2,tp=2,p2p,mpi,fused,0,sparse:0.01,auto,0.01,0.9765625,0.48828125,"
+      "0.244140625,0.244140625,4096,3,3.90625,262144,0.25,1.5625\n");
+  free(text);
+  /* The page draws both charts, a point per run shown, the wire's on a log axis of decades
+   * (1e3 to 1e6 bytes), the categories in the order of their changed fraction. */
+  snprintf(csv, sizeof csv, "%s/report.html", out);
+  f = fopen(csv, "r");
+  ASSERT_TRUE(f);
+  fseek(f, 0, SEEK_END);
+  text = slurp(f);
+  fclose(f);
+  for (int wire = 0; wire < 2; wire++) {
+    const char *chart = strstr(text, wire ? "data-chart=\"delta_wire\" data-file=\"1\""
+                                          : "data-chart=\"delta_time\" data-file=\"1\"");
+    ASSERT_TRUE(chart);
+    const char *end = strstr(chart, "</svg>");
+    int points = 0;
+    for (const char *p = strstr(chart, "class=\"point\""); p && p < end;
+         p = strstr(p + 1, "class=\"point\""))
+      points++;
+    ASSERT_EQ(points, 4);
+    const char *first = strstr(chart, ">sparse:0.01</text>"),
+               *second = strstr(chart, ">sparse:0.5<");
+    ASSERT_TRUE(first && second && first < second && second < end);
+    if (wire) {
+      const char *lo = strstr(chart, ">1000</text>"), *hi = strstr(chart, ">1e6</text>");
+      ASSERT_TRUE(lo && hi && lo < hi && hi < end);
+    }
+  }
+  free(text);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ASSERT_EQ(system(cmd), 0);
+}
+
 int main(void) {
   test_phase_names();
   test_stats();
   test_summarise();
   test_table();
+  test_delta_section();
   printf("test_report: ok\n");
   return 0;
 }

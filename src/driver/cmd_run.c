@@ -446,6 +446,7 @@ static rf_status run_modes(rf_control *ctl, const rf_config *cfg, const rf_sweep
     if (st != RF_OK)
       *failed_mode = rf_mode_name(cfg->mode.items[i]);
     free(res.timings);
+    free(res.delta_kinds);
   }
   return st;
 }

@@ -1,13 +1,14 @@
 /* Weight versions in refit run: the rule's refusals, a sequence of checkpoints (opened, their
  * reference checksums, the file of each version), the changed count of the last version moved
- * and its line under the table; the rollout ranks' version receipts and what the delta runs
- * sent. */
+ * and its line under the table; the rollout ranks' version receipts, and a delta run's figures
+ * (its encodings by tensor kind too) and their lines under the table. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "delta/delta.h"
 #include "run_versions.h"
 
 rf_status rf_run_versions_setup(const rf_config *cfg, rf_update *update) {
@@ -266,6 +267,40 @@ rf_status rf_run_version_changes(rf_control *ctl, const rf_job *job, const rf_en
   return RF_OK;
 }
 
+/* A tensor kind's tally: its pieces per encoding (delta.h's table), then these. */
+enum { KIND_ELEMENTS = RF_DELTA_KIND_ELEMENTS, KIND_CHANGED, KIND_WIRE, KIND_FIELDS };
+
+/* The pieces this rank sent in the last iteration, by tensor kind, into tally[kind][field], as
+ * the engine counted them while it encoded. */
+static void tally_kinds(const rf_engine *e, int64_t *tally) {
+  memcpy(tally, e->delta_kinds, sizeof e->delta_kinds);
+}
+
+/* Rank 0: the kinds with pieces into res, when their totals are the engine's. */
+static rf_status keep_kinds(const int64_t *tally, rf_run_result *res) {
+  int kinds = 0;
+  for (int k = 0; k < RF_T_KIND_COUNT; k++) {
+    const int64_t *row = tally + (size_t)k * KIND_FIELDS;
+    kinds += row[RF_DELTA_DENSE] + row[RF_DELTA_SPARSE] + row[RF_DELTA_BITMASK] > 0;
+  }
+  res->delta_kinds = rf_calloc((size_t)kinds + 1, sizeof *res->delta_kinds, "delta kinds");
+  if (!res->delta_kinds)
+    return RF_ERR_NOMEM;
+  for (int k = 0; k < RF_T_KIND_COUNT; k++) {
+    const int64_t *row = tally + (size_t)k * KIND_FIELDS;
+    if (row[RF_DELTA_DENSE] + row[RF_DELTA_SPARSE] + row[RF_DELTA_BITMASK] == 0)
+      continue;
+    rf_delta_kind *out = &res->delta_kinds[res->delta_kind_count++];
+    snprintf(out->kind, sizeof out->kind, "%s", rf_tensor_kind_name((rf_tensor_kind)k));
+    for (int enc = 0; enc < RF_DELTA_ENCODING_COUNT; enc++)
+      out->pieces[enc] = row[enc];
+    out->elements = row[KIND_ELEMENTS];
+    out->changed = row[KIND_CHANGED];
+    out->wire_bytes = row[KIND_WIRE];
+  }
+  return RF_OK;
+}
+
 rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engine *e,
                                rf_run_result *res) {
   int64_t mine[6] = {
@@ -283,7 +318,13 @@ rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engi
     res->delta_pieces[i] = all[1 + i];
   res->delta_kept_bytes = all[4];
   res->delta_stale_pieces = all[5];
-  return RF_OK;
+  if (e->delta_dense)
+    return RF_OK;
+  int64_t kinds[RF_T_KIND_COUNT * KIND_FIELDS] = {0}, sum[RF_T_KIND_COUNT * KIND_FIELDS] = {0};
+  tally_kinds(e, kinds);
+  RF_TRY(rf_control_reduce(ctl, ctl->world, kinds, sum, RF_T_KIND_COUNT * KIND_FIELDS, MPI_INT64_T,
+                           MPI_SUM, "the delta encodings by tensor kind"));
+  return ctl->world_rank == 0 ? keep_kinds(sum, res) : RF_OK;
 }
 
 void rf_run_print_delta(const rf_run_result *res) {
@@ -305,6 +346,15 @@ void rf_run_print_delta(const rf_run_result *res) {
            (long long)res->transfer_bytes, (long long)res->delta_pieces[0],
            (long long)res->delta_pieces[1], (long long)res->delta_pieces[2], stale,
            (long long)res->delta_kept_bytes);
+  if (res->delta_kind_count > 0) {
+    printf("# delta %s: pieces by tensor kind (dense/sparse/bitmask):", res->delta);
+    for (int k = 0; k < res->delta_kind_count; k++) {
+      const rf_delta_kind *d = &res->delta_kinds[k];
+      printf("%s %s %lld/%lld/%lld", k ? "," : "", d->kind, (long long)d->pieces[0],
+             (long long)d->pieces[1], (long long)d->pieces[2]);
+    }
+    printf("\n");
+  }
   fflush(stdout);
 }
 

@@ -67,11 +67,13 @@ void rf_run_print_stale(const rf_engine *e);
 
 /* After the run's last iteration, every rank: the delta choice into res, and under delta the
  * encoded bytes and pieces per encoding every rank sent, summed to rank 0, with the pieces the
- * run's iterations sent dense for a stale receipt. */
+ * run's iterations sent dense for a stale receipt, and when the last iteration sent a delta the
+ * same pieces by tensor kind (res->delta_kinds, which the caller frees). */
 rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engine *e,
                                rf_run_result *res);
-/* Rank 0, after the row: "# delta auto: version 3: 1234 wire bytes (...); pieces: ..." or, for
- * a last iteration that went dense, "... dense (the rollout holds no version)"; the pieces
+/* Rank 0, after the row: "# delta auto: version 3: 1234 wire bytes (...); pieces: ..." and
+ * "# delta auto: pieces by tensor kind (dense/sparse/bitmask): embed 0/2/0, ...", or, for a
+ * last iteration that went dense, "... dense (the rollout holds no version)"; the pieces
  * counts say "(N pieces of the run dense for a stale receipt)" where there were any. */
 void rf_run_print_delta(const rf_run_result *res);
 

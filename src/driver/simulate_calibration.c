@@ -344,8 +344,10 @@ rf_status rf_calibration_fit(const char *path, rf_cluster *c, int device, rf_cal
   for (int i = 0; st == RF_OK && i < file.run_count; i++) {
     const rf_loaded_run *r = &file.runs[i];
     progress_run(&bar, i + 1, file.run_count);
+    /* A delta run's time is not a dense refit's, which the model below is fitted to. */
+    int delta = r->delta[0] && strcmp(r->delta, "off") != 0;
     if (r->skipped || r->simulated || strcmp(r->status, "RF_OK") != 0 || !(r->time_median_s > 0) ||
-        run_memory(r) != device) {
+        run_memory(r) != device || delta) {
       cal->skipped++;
       continue;
     }

@@ -94,8 +94,8 @@ static void print_delta(const rf_sim_context *x, const rf_sim_result *r) {
   for (int k = 0; k < RF_SIM_ENCODING_COUNT; k++)
     printf(" %s %" PRId64 "%s", rf_sim_encoding_name((rf_sim_encoding)k), r->delta_chunks[k],
            k + 1 < RF_SIM_ENCODING_COUNT ? "," : ";");
-  printf(" encode %" PRId64 " bytes read at %g GB/s (%s.delta_encode_GBps): %.4g s of pack; "
-         "apply %" PRId64 " bytes at %g GB/s (%s.delta_apply_GBps): %.4g s of unpack\n",
+  printf(" encode %" PRId64 " bytes read at %g GB/s (%s.delta_encode_GBps): %.4g s; "
+         "apply %" PRId64 " bytes at %g GB/s (%s.delta_apply_GBps): %.4g s\n",
          r->encode_bytes, GBPS(r->encode_rate), memory, r->encode_s, r->apply_bytes,
          GBPS(r->apply_rate), memory, r->apply_s);
 }
@@ -112,8 +112,13 @@ void rf_sim_print_mode(const rf_sim_context *x, rf_mode mode, const rf_sim_resul
   if (delta) /* only a delta says it, so that other predictions print as before */
     printf(", delta %s at %.4g%% changed", rf_delta_choice_name(x->delta.choice),
            100 * x->delta.changed);
-  printf(": total %.4g s = pack %.4g + transfer %.4g + unpack %.4g", ph[RF_PHASE_TOTAL],
-         ph[RF_PHASE_PACK], ph[RF_PHASE_TRANSFER], ph[RF_PHASE_UNPACK]);
+  printf(": total %.4g s = ", ph[RF_PHASE_TOTAL]);
+  if (delta)
+    printf("encode %.4g + ", ph[RF_PHASE_ENCODE]);
+  printf("pack %.4g + transfer %.4g + unpack %.4g", ph[RF_PHASE_PACK], ph[RF_PHASE_TRANSFER],
+         ph[RF_PHASE_UNPACK]);
+  if (delta)
+    printf(" + apply %.4g", ph[RF_PHASE_APPLY]);
   if (ph[RF_PHASE_RESHAPE] > 0)
     printf(" + reshape %.4g", ph[RF_PHASE_RESHAPE]);
   printf(" s; latency %.4g s of it; %" PRId64 " messages, %" PRId64 " units, %" PRId64 " buckets\n",

@@ -102,6 +102,14 @@ typedef enum {
   RF_FAMILY_COUNT
 } rf_buffer_family;
 
+/* The fields of rf_engine's delta_kinds after the per-encoding counts (3 encodings). */
+enum {
+  RF_DELTA_KIND_ELEMENTS = 3,
+  RF_DELTA_KIND_CHANGED,
+  RF_DELTA_KIND_WIRE,
+  RF_DELTA_KIND_FIELDS
+};
+
 typedef struct {
   const rf_plan *plan;
   rf_mem_kind memory;
@@ -247,6 +255,9 @@ typedef struct {
   int delta_pending, delta_dense;
   int64_t delta_wire_bytes, delta_changed, delta_elements;
   int64_t delta_pieces[3]; /* per encoding (delta.h's table): pieces this rank encoded */
+  /* The same by tensor kind: [kind][encoding] pieces, then [kind][RF_DELTA_KIND_ELEMENTS]
+   * elements, changed elements and wire bytes (pieces that crossed to another rank). */
+  int64_t delta_kinds[RF_T_KIND_COUNT][RF_DELTA_KIND_FIELDS];
   /* Receipts (engine_receipts.c): every rollout rank's, [rollout rank], as the last
    * rf_engine_set_receipts gave them, and 1 where that rank does not hold the kept version
    * (stale: its pieces go dense); how many are stale, and the pieces this rank sent dense
@@ -282,7 +293,7 @@ rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice);
 int rf_engine_delta_next(const rf_engine *e);
 /* After an iteration that every rank agreed succeeded: the rollout ranks apply the pieces that
  * all arrived and passed their checks (nothing before that, so that a refused piece anywhere
- * leaves every rollout rank at its version), timed as unpack and added to the total; then the
+ * leaves every rollout rank at its version), timed as apply and added to the total; then the
  * trainer's previous version becomes the one it sent. A no-op for a dense iteration but for
  * the last step. Every rank calls it. */
 rf_status rf_engine_delta_apply(rf_engine *e, double *times);

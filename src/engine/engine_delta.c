@@ -274,8 +274,14 @@ static rf_status encode_chunk(rf_engine *e, int i, char *to, size_t capacity) {
   e->delta_stale_pieces += engine_stale(e, piece_of(e, k)->dst);
   e->delta_changed += info.changed;
   e->delta_elements += info.elements;
-  if (!is_local(e, k))
+  int64_t *kind = e->delta_kinds[e->plan->layout->model->tensors[t].kind];
+  kind[info.encoding]++;
+  kind[RF_DELTA_KIND_ELEMENTS] += info.elements;
+  kind[RF_DELTA_KIND_CHANGED] += info.changed;
+  if (!is_local(e, k)) {
     e->delta_wire_bytes += info.bytes;
+    kind[RF_DELTA_KIND_WIRE] += info.bytes;
+  }
   return RF_OK;
 }
 
@@ -454,11 +460,12 @@ static rf_status each_received(rf_engine *e, int apply) {
 rf_status engine_delta_iterate(rf_engine *e, double *times) {
   e->delta_wire_bytes = e->delta_changed = e->delta_elements = 0;
   memset(e->delta_pieces, 0, sizeof e->delta_pieces);
+  memset(e->delta_kinds, 0, sizeof e->delta_kinds);
   double t0 = rf_now();
   RF_TRY(encode_all(e));
   RF_TRY(rf_mem_sync(e->memory));
   double t1 = rf_now();
-  times[RF_PHASE_PACK] = t1 - t0;
+  times[RF_PHASE_ENCODE] = t1 - t0;
   long ticket = -1;
   RF_TRY(exchange_sizes(e, &ticket));
   RF_TRY(pulls(e) ? pull_pieces(e) : post_buckets(e, &ticket));
@@ -469,7 +476,7 @@ rf_status engine_delta_iterate(rf_engine *e, double *times) {
     RF_TRY(corrupt_inbox(e));
   }
   RF_TRY(each_received(e, 0));
-  times[RF_PHASE_UNPACK] = rf_now() - t2;
+  times[RF_PHASE_APPLY] = rf_now() - t2;
   e->delta_pending = 1;
   return RF_OK;
 }
@@ -520,7 +527,7 @@ rf_status rf_engine_delta_apply(rf_engine *e, double *times) {
   RF_TRY(keep_sent(e, 1)); /* timed: a trainer that keeps what it sent pays for it each step */
   RF_TRY(rf_mem_sync(e->memory));
   double applied = rf_now() - t0;
-  times[RF_PHASE_UNPACK] += applied;
+  times[RF_PHASE_APPLY] += applied;
   times[RF_PHASE_TOTAL] += applied;
   return RF_OK;
 }

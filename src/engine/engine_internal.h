@@ -103,8 +103,8 @@ int engine_corrupt_rank(const rf_engine *e);
 
 /* ---- delta refits (engine_delta.c) ---- */
 
-/* One delta iteration: encode (timed as pack), the size tables and the pieces (transfer), and
- * every received piece checked, nothing written (unpack); rf_engine_delta_apply writes them
+/* One delta iteration: encode (timed as encode), the size tables and the pieces (transfer),
+ * and every received piece checked, nothing written (apply); rf_engine_delta_apply writes them
  * once every rank agreed. */
 rf_status engine_delta_iterate(rf_engine *e, double *times);
 void engine_delta_free(rf_engine *e);

@@ -281,6 +281,12 @@ typedef struct {
   double published_s;        /* a simulated run's published reference; NAN where absent */
   char published_label[128]; /* whose time published_s is; "" where absent */
   int64_t memory_fits;       /* a simulated run's memory fits its cluster: 1, 0; -1 where absent */
+  /* Weight versions and deltas: --update as given and --delta ("" where absent: none, off);
+   * the changed fraction of the last version moved (NAN where not counted), and a delta run's
+   * encoded bytes on the wire (-1 where absent). */
+  char update[32], delta[16];
+  double changed_fraction;
+  int64_t wire_delta_bytes;
   int has_summary;
   double phase_median[RF_PHASE_COUNT], phase_p99[RF_PHASE_COUNT]; /* summary, seconds */
   /* The timings' shape, and what the report shows of them (taken while they are read, so

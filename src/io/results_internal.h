@@ -139,6 +139,10 @@ void rf_results_utc_now(char *buf, size_t len);
 rf_status rf_results_write_placement(hid_t g, const rf_results_run *run);
 rf_status rf_results_write_links(hid_t g, const rf_results_run *run);
 
+/* The run's update and delta attributes and its delta_kinds table under the run group g
+ * (results_delta.c). */
+rf_status rf_results_write_versions(hid_t g, const rf_results_run *run);
+
 /* The run's `plan` group under the run group g (results_plan.c). */
 rf_status rf_results_write_plan(hid_t g, const rf_results_run *run);
 

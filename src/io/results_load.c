@@ -340,13 +340,16 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       {"memory", run->memory, sizeof run->memory},
       {"rollout_dtype", run->rollout_dtype, sizeof run->rollout_dtype},
       {"published_label", run->published_label, sizeof run->published_label},
+      {"update", run->update, sizeof run->update},
+      {"delta", run->delta, sizeof run->delta},
   };
   rf_status st = RF_OK;
   for (size_t i = 0; i < RF_ARRAY_LEN(text) && st == RF_OK; i++)
     st = read_attr_text(src, g, text[i].attr, text[i].buf, text[i].len);
   run->bucket_size = run->iterations = run->ranks = run->wrong = run->checksum_bad = -1;
   run->sweep_index = run->sweep_size = run->messages = run->pieces = run->memory_fits = -1;
-  int64_t simulated = 0;
+  run->wire_delta_bytes = -1;
+  int64_t simulated = 0, changed = -1, elements = -1;
   struct {
     const char *attr;
     int64_t *out;
@@ -362,6 +365,9 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
       {"pieces", &run->pieces},
       {"simulated", &simulated},
       {"memory_fits", &run->memory_fits},
+      {"wire_delta_bytes", &run->wire_delta_bytes},
+      {"update_changed_elements", &changed},
+      {"update_elements", &elements},
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(ints) && st == RF_OK; i++)
     st = read_attr_num(src, g, ints[i].attr, H5T_NATIVE_INT64, ints[i].out);
@@ -384,6 +390,7 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
     if (st == RF_OK)
       st = read_attr_num(src, g, attr, H5T_NATIVE_DOUBLE, &run->limit_s[l]);
   }
+  run->changed_fraction = changed >= 0 && elements > 0 ? (double)changed / (double)elements : NAN;
   run->skipped = strcmp(run->status, "skipped") == 0;
   run->simulated = simulated != 0 || strcmp(run->status, "simulated") == 0;
   if (st == RF_OK && H5Aexists(g, "config_json") > 0) {

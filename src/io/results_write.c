@@ -116,24 +116,7 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
   }
   if (run->rollout_dtype)
     RF_TRY(rf_results_attr_str(g, ".", "rollout_dtype", run->rollout_dtype));
-  if (run->update) {
-    RF_TRY(rf_results_attr_str(g, ".", "update", run->update));
-    RF_TRY(rf_results_attr_i64(g, ".", "update_version", res->version));
-  }
-  if (res->delta[0] && strcmp(res->delta, "off") != 0) {
-    RF_TRY(rf_results_attr_str(g, ".", "delta", res->delta));
-    RF_TRY(rf_results_attr_i64(g, ".", "wire_delta_bytes", res->wire_delta_bytes));
-    RF_TRY(rf_results_attr_i64(g, ".", "delta_kept_bytes", res->delta_kept_bytes));
-    RF_TRY(rf_results_attr_i64(g, ".", "delta_dense_pieces", res->delta_pieces[0]));
-    RF_TRY(rf_results_attr_i64(g, ".", "delta_sparse_pieces", res->delta_pieces[1]));
-    RF_TRY(rf_results_attr_i64(g, ".", "delta_bitmask_pieces", res->delta_pieces[2]));
-    RF_TRY(rf_results_attr_i64(g, ".", "delta_stale_dense_pieces", res->delta_stale_pieces));
-  }
-  if (run->update && res->version_elements > 0) {
-    RF_TRY(rf_results_attr_i64(g, ".", "update_changed_elements", res->version_changed));
-    RF_TRY(rf_results_attr_i64(g, ".", "update_elements", res->version_elements));
-    RF_TRY(rf_results_attr_f64(g, ".", "update_s", res->update_s));
-  }
+  RF_TRY(rf_results_write_versions(g, run));
   const struct {
     const char *name;
     int64_t value;

@@ -41,10 +41,14 @@ static const char *const layouts_head[] = {"file",
                                            "trainer_send_bytes"};
 static const int layouts_digits[] = {0, -1, -1, -1, -1, 0, 3, -1, 0, 3, 0};
 
-static const char *const phases_head[] = {"file",      "run",        "mode",    "bucket_size_bytes",
-                                          "setup_ms",  "reshape_ms", "pack_ms", "transfer_ms",
-                                          "unpack_ms", "total_ms"};
-static const int phases_digits[] = {0, 0, -1, 0, 3, 3, 3, 3, 3, 3};
+/* Every phase up to total, in result.h's order (a delta run's encode and apply, a dense run's
+ * pack and unpack; the others zero). */
+static const char *const phases_head[] = {
+    "file",      "run",     "mode",        "bucket_size_bytes", "setup_ms", "reshape_ms",
+    "encode_ms", "pack_ms", "transfer_ms", "unpack_ms",         "apply_ms", "total_ms"};
+static const int phases_digits[] = {0, 0, -1, 0, 3, 3, 3, 3, 3, 3, 3, 3};
+_Static_assert(RF_ARRAY_LEN(phases_head) == 4 + RF_PHASE_TOTAL + 1,
+               "one column per phase up to total");
 
 static const char *const spread_head[] = {"file",
                                           "run",
@@ -148,10 +152,8 @@ static rf_status add_run(rf_report_tables *t, int file, const rf_loaded_run *r) 
   if (!(row = rf_report_table_row(&t->phases)))
     return RF_ERR_NOMEM;
   run_key(row, file, r);
-  rf_phase shown[] = {RF_PHASE_SETUP,    RF_PHASE_RESHAPE, RF_PHASE_PACK,
-                      RF_PHASE_TRANSFER, RF_PHASE_UNPACK,  RF_PHASE_TOTAL};
-  for (int i = 0; i < (int)RF_ARRAY_LEN(shown); i++)
-    rf_cell_num(&row[4 + i], r->has_summary ? MS(r->phase_median[shown[i]]) : NAN);
+  for (int p = 0; p <= RF_PHASE_TOTAL; p++)
+    rf_cell_num(&row[4 + p], r->has_summary ? MS(r->phase_median[p]) : NAN);
 
   if (!(row = rf_report_table_row(&t->limits)))
     return RF_ERR_NOMEM;
@@ -289,12 +291,14 @@ rf_status rf_report_build_tables(const rf_loaded_results *files, int count, rf_r
     if (f > 0)
       RF_TRY(add_compare(&t->compare, &files[0], &files[f], f + 1));
   }
+  RF_TRY(rf_report_build_delta(files, count, t));
   return rf_report_build_simulated(files, count, t);
 }
 
 void rf_report_tables_free(rf_report_tables *t) {
-  rf_report_table *all[] = {&t->runs,   &t->status, &t->modes,   &t->layouts,   &t->phases,
-                            &t->spread, &t->limits, &t->compare, &t->simulated, &t->published};
+  rf_report_table *all[] = {&t->runs,      &t->status,    &t->modes,  &t->layouts,
+                            &t->phases,    &t->spread,    &t->limits, &t->compare,
+                            &t->simulated, &t->published, &t->delta};
   for (size_t i = 0; i < RF_ARRAY_LEN(all); i++)
     rf_report_table_free(all[i]);
 }

@@ -164,7 +164,9 @@ static void files_list(rf_strbuf *out, const rf_loaded_results *files, int count
 
 rf_status rf_report_html(const rf_loaded_results *files, int count, const rf_report_tables *t,
                          rf_strbuf *out) {
-  static const int phase_cols[RF_PHASE_TOTAL] = {4, 5, 6, 7, 8}; /* the phases before total */
+  int phase_cols[RF_PHASE_TOTAL]; /* the phases before total */
+  for (int p = 0; p < RF_PHASE_TOTAL; p++)
+    phase_cols[p] = 4 + p;
   static const int spread_cols[] = {6, 7};
   static const char *const spread_names[] = {"median", "p99"};
   static const int limit_cols[RF_LIMIT_COUNT] = {6, 8, 10, 12};
@@ -232,6 +234,8 @@ rf_status rf_report_html(const rf_loaded_results *files, int count, const rf_rep
     }
     rf_report_table_html(&t->compare, out);
   }
+  if (rf_report_has_delta(files, count))
+    rf_report_delta_html(files, count, t, out);
   if (rf_report_has_simulated(files, count)) {
     section(out, &t->simulated);
     rf_report_table_html(&t->simulated, out);

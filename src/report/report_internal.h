@@ -57,6 +57,8 @@ typedef struct {
   char title[160];
   const char *x_label, *y_label; /* the y label carries the unit */
   rf_chart_kind kind;
+  int log_y; /* a logarithmic y axis of whole decades, for values over orders of magnitude;
+              * values <= 0 are not drawn on it */
   int categories, series;
   char (*category)[RF_CHART_LABEL];
   char (*series_name)[RF_CHART_LABEL];
@@ -82,6 +84,7 @@ void rf_report_chart_svg(const rf_report_chart *c, rf_strbuf *out);
 typedef struct {
   rf_report_table runs, status, modes, layouts, phases, spread, limits, compare;
   rf_report_table simulated, published; /* refit simulate's predictions (report_simulated.c) */
+  rf_report_table delta;                /* delta refits (report_delta.c) */
 } rf_report_tables;
 
 rf_status rf_report_build_tables(const rf_loaded_results *files, int count, rf_report_tables *t);
@@ -92,6 +95,15 @@ void rf_report_tables_free(rf_report_tables *t);
  * alone stay as they were. */
 rf_status rf_report_build_simulated(const rf_loaded_results *files, int count, rf_report_tables *t);
 int rf_report_has_simulated(const rf_loaded_results *files, int count);
+
+/* The delta section: the table of every measured run of a changing version in the files that
+ * sent deltas, with the dense refit of the same job beside each delta run; and in the page,
+ * per such file, the median time and the wire bytes against the changed fraction. Written only
+ * when some file holds a delta run. */
+rf_status rf_report_build_delta(const rf_loaded_results *files, int count, rf_report_tables *t);
+int rf_report_has_delta(const rf_loaded_results *files, int count);
+void rf_report_delta_html(const rf_loaded_results *files, int count, const rf_report_tables *t,
+                          rf_strbuf *out);
 
 /* The page: every table and, for each file, its charts. */
 rf_status rf_report_html(const rf_loaded_results *files, int count, const rf_report_tables *t,

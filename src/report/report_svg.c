@@ -16,8 +16,8 @@ static const char *const colours[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759"
 /* Modes and phases keep their colour from chart to chart, whatever order a file lists them in;
  * other series are coloured in order. */
 static const char *colour_of(const rf_report_chart *c, int s) {
-  static const char *const known[] = {"unfused", "grouped", "fused",    "setup",
-                                      "reshape", "pack",    "transfer", "unpack"};
+  static const char *const known[] = {"unfused", "grouped", "fused",    "setup",  "reshape",
+                                      "encode",  "pack",    "transfer", "unpack", "apply"};
   for (size_t i = 0; i < RF_ARRAY_LEN(known); i++)
     if (strcmp(c->series_name[s], known[i]) == 0)
       return colours[(i < 3 ? i : i - 3) % RF_ARRAY_LEN(colours)];
@@ -138,32 +138,62 @@ static double nice_top(double max) {
   return 10.0 * p;
 }
 
-static double data_max(const rf_report_chart *c, int *points) {
+/* Whether value v is drawn: a log axis has no place for zero or less. */
+static int drawn(const rf_report_chart *c, double v) { return !isnan(v) && (!c->log_y || v > 0); }
+
+/* The y range: [0, max], stacked where the chart stacks; on a log axis [min, max] of the
+ * positive values (a log chart does not stack). */
+static double data_max(const rf_report_chart *c, int *points, double *min) {
   double max = 0.0;
   *points = 0;
+  *min = INFINITY;
   for (int k = 0; k < c->categories; k++) {
     double stack = 0.0;
     for (int s = 0; s < c->series; s++) {
       double v = value_at(c, s, k);
-      if (isnan(v))
+      if (!drawn(c, v))
         continue;
       (*points)++;
       stack += v;
-      max = RF_MAX(max, c->kind == RF_CHART_STACKED ? stack : v);
+      *min = RF_MIN(*min, v);
+      max = RF_MAX(max, c->kind == RF_CHART_STACKED && !c->log_y ? stack : v);
     }
   }
   return max;
 }
 
-static void axes(const rf_report_chart *c, rf_strbuf *out, double top) {
+/* The axis: [0, top] linear, or [bottom, top] in whole decades on a log axis. */
+typedef struct {
+  double bottom, top;
+} y_range;
+
+/* The height above the x axis of value v, in pixels of a plot plot_h high. */
+static double height_of(const rf_report_chart *c, y_range r, double v, int plot_h) {
+  if (!c->log_y)
+    return plot_h * v / r.top;
+  return plot_h * (log10(v) - log10(r.bottom)) / (log10(r.top) - log10(r.bottom));
+}
+
+static void axes(const rf_report_chart *c, rf_strbuf *out, y_range r) {
   int plot_w = WIDTH - LEFT - RIGHT, plot_h = HEIGHT - TOP - BOTTOM;
   rf_strbuf_printf(out, "<g class=\"axes\">\n");
-  for (int i = 0; i <= 5; i++) {
-    double y = TOP + plot_h - plot_h * i / 5.0;
+  /* Five linear ticks, or one a decade (every other one past ten decades). */
+  int ticks = c->log_y ? (int)lround(log10(r.top / r.bottom)) : 5;
+  int step = ticks > 10 ? 2 : 1;
+  for (int i = 0; i <= ticks; i += step) {
+    double v = c->log_y ? r.bottom * pow(10.0, i) : r.top * i / 5.0;
+    double y = TOP + plot_h - (c->log_y ? height_of(c, r, v, plot_h) : plot_h * i / 5.0);
+    /* A decade past four digits reads 1e6, short enough to stay clear of the axis title. */
+    char tick[32];
+    int exponent = c->log_y ? (int)lround(log10(v)) : 0;
+    if (exponent >= 4 || exponent <= -4)
+      snprintf(tick, sizeof tick, "1e%d", exponent);
+    else
+      snprintf(tick, sizeof tick, "%g", v);
     rf_strbuf_printf(out,
                      "<line class=\"grid\" x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>"
-                     "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
-                     LEFT, y, LEFT + plot_w, y, LEFT - 6, y + 4, top * i / 5.0);
+                     "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                     LEFT, y, LEFT + plot_w, y, LEFT - 6, y + 4, tick);
   }
   rf_strbuf_printf(out,
                    "<line class=\"axis\" x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\"/>"
@@ -214,7 +244,7 @@ static void point_title(rf_strbuf *out, const rf_report_chart *c, int s, int k, 
   rf_strbuf_printf(out, ": %.4g</title>", v);
 }
 
-static void series(const rf_report_chart *c, rf_strbuf *out, double top) {
+static void series(const rf_report_chart *c, rf_strbuf *out, y_range r) {
   int plot_w = WIDTH - LEFT - RIGHT, plot_h = HEIGHT - TOP - BOTTOM;
   double band = (double)plot_w / c->categories;
   double *stack = rf_calloc((size_t)c->categories, sizeof *stack, "chart stacks");
@@ -229,14 +259,14 @@ static void series(const rf_report_chart *c, rf_strbuf *out, double top) {
     rf_strbuf_printf(out, "\" fill=\"%s\">\n", colour);
     for (int k = 0; k < c->categories; k++) {
       double v = value_at(c, s, k);
-      if (isnan(v))
+      if (!drawn(c, v))
         continue;
-      double h = plot_h * v / top, x, w;
+      double h = height_of(c, r, v, plot_h), x, w;
       if (c->kind == RF_CHART_MARKERS) {
         x = LEFT + band * (k + 0.5);
         rf_strbuf_printf(out, "<circle class=\"point\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\">", x,
                          TOP + plot_h - h);
-      } else if (c->kind == RF_CHART_STACKED) {
+      } else if (c->kind == RF_CHART_STACKED && !c->log_y) {
         w = band * 0.6;
         x = LEFT + band * k + band * 0.2;
         stack[k] += h;
@@ -277,14 +307,18 @@ static void legend(const rf_report_chart *c, rf_strbuf *out) {
 
 void rf_report_chart_svg(const rf_report_chart *c, rf_strbuf *out) {
   int points = 0;
-  double max = data_max(c, &points);
+  double min, max = data_max(c, &points, &min);
   if (points == 0) {
     rf_strbuf_printf(out, "<p class=\"none\">");
     rf_report_html_text(out, c->title);
     rf_strbuf_printf(out, ": nothing to draw.</p>\n");
     return;
   }
-  double top = nice_top(max);
+  y_range r = {0.0, nice_top(max)};
+  if (c->log_y) { /* whole decades around the data, at least one */
+    r.bottom = pow(10.0, floor(log10(min)));
+    r.top = pow(10.0, RF_MAX(ceil(log10(max)), log10(r.bottom) + 1));
+  }
   rf_strbuf_printf(out,
                    "<svg class=\"chart\" data-chart=\"%s\" data-file=\"%d\" "
                    "xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
@@ -293,8 +327,8 @@ void rf_report_chart_svg(const rf_report_chart *c, rf_strbuf *out) {
                    c->id, c->file, WIDTH, HEIGHT, WIDTH, HEIGHT, (WIDTH - RIGHT + LEFT) / 2);
   rf_report_html_text(out, c->title);
   rf_strbuf_printf(out, "</text>\n");
-  axes(c, out, top);
-  series(c, out, top);
+  axes(c, out, r);
+  series(c, out, r);
   legend(c, out);
   rf_strbuf_printf(out, "</svg>\n");
 }

@@ -74,12 +74,15 @@ static rf_status write_file(const char *dir, const char *name, const char *ext,
 
 static rf_status write_all(const rf_loaded_results *files, int count, const char *dir,
                            const rf_report_tables *t) {
-  const rf_report_table *tables[10] = {&t->runs,   &t->status, &t->modes, &t->layouts,
+  const rf_report_table *tables[11] = {&t->runs,   &t->status, &t->modes, &t->layouts,
                                        &t->phases, &t->spread, &t->limits};
   int shown = 7;
-  /* The comparison needs a second file, the predictions a simulated run. */
+  /* The comparison needs a second file, the delta section a delta run, the predictions a
+   * simulated run. */
   if (count > 1)
     tables[shown++] = &t->compare;
+  if (rf_report_has_delta(files, count))
+    tables[shown++] = &t->delta;
   if (rf_report_has_simulated(files, count)) {
     tables[shown++] = &t->simulated;
     tables[shown++] = &t->published;

@@ -12,14 +12,20 @@
 
 #include "core/core.h"
 
-/* Phases per iteration per rank (docs/architecture.md, "Phases"). Verification is outside `total`.
- */
+/* Phases per iteration per rank (docs/architecture.md, "Phases"), in the order an iteration
+ * runs them: the ones before `total` are its parts, `verify` is outside it. A delta iteration
+ * (--delta) times `encode`, `transfer` and `apply` where a dense one times `pack`, `transfer`
+ * and `unpack`; each leaves the other's phases zero. Readers take the phases by their names
+ * (the timings' `phases` attribute), never by position: files from before encode and apply
+ * hold seven. */
 #define RF_PHASE_LIST(X)                                                                           \
   X(RF_PHASE_SETUP, "setup")       /* communicators, handles, buffers: once, cold */               \
   X(RF_PHASE_RESHAPE, "reshape")   /* star: trainer -> coupling layout */                          \
+  X(RF_PHASE_ENCODE, "encode")     /* delta: what changed since the kept version, compacted */     \
   X(RF_PHASE_PACK, "pack")         /* boxes into staging buffers */                                \
-  X(RF_PHASE_TRANSFER, "transfer") /* messages and local copies */                                 \
+  X(RF_PHASE_TRANSFER, "transfer") /* messages and local copies (delta: sizes, then pieces) */     \
   X(RF_PHASE_UNPACK, "unpack")     /* staging buffers into rollout tensors */                      \
+  X(RF_PHASE_APPLY, "apply")       /* delta: every piece checked, then scattered */                \
   X(RF_PHASE_TOTAL, "total")       /* the iteration, wall clock */                                 \
   X(RF_PHASE_VERIFY, "verify")     /* after the last iteration, untimed in total */
 
@@ -58,6 +64,15 @@ rf_status rf_stats_of(const double *values, int count, rf_stats *out);
 rf_status rf_stats_of_slowest(const double *timings, int iterations, int ranks, int phase,
                               rf_stats *out);
 
+/* A delta run's last iteration, one tensor kind (model.h's kinds, by name): the pieces the
+ * trainer ranks sent of that kind per encoding (delta.h's table: dense, sparse, bitmask), their
+ * elements and changed elements, and the encoded bytes of those that crossed to another rank. */
+typedef struct {
+  char kind[32];
+  int64_t pieces[3];
+  int64_t elements, changed, wire_bytes;
+} rf_delta_kind;
+
 /* One row of the table: one run (one mode/plan/transport/bucket combination). */
 typedef struct {
   char mode[16], plan[16], transport[16];
@@ -91,6 +106,10 @@ typedef struct {
   char delta[16];
   int64_t wire_delta_bytes, delta_pieces[3], delta_kept_bytes, delta_stale_pieces;
   int delta_dense;
+  /* The same pieces split by tensor kind, kinds without pieces left out; NULL (count 0) when
+   * the last iteration sent no delta. Owned by the caller, as timings are. */
+  rf_delta_kind *delta_kinds;
+  int delta_kind_count;
   rf_status status; /* RF_OK, RF_ERR_VERIFY or the run's error */
 } rf_run_result;
 

@@ -223,7 +223,8 @@ rf_status sim_clock_init(sim_clock *k, const sim_net *net, const rf_cluster *c, 
                          const double *cap, int count_links);
 void sim_clock_free(sim_clock *k);
 rf_status sim_clock_unit(sim_clock *k, const sim_unit *u);
-/* Ends the last stage; fills the phases (reshape, pack, transfer, unpack, total). */
+/* Ends the last stage; fills the phases (reshape, encode, pack, transfer, unpack, apply,
+ * total). */
 rf_status sim_clock_finish(sim_clock *k, double *phase);
 
 #endif

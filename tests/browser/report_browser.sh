@@ -99,7 +99,7 @@ EOF
 expected="modes_buckets 1 unfused=2 grouped=2 fused=2
 bandwidth 1 unfused=2 grouped=2 fused=2
 layouts 1 p2p=1
-phases 1 setup=6 reshape=6 pack=6 transfer=6 unpack=6
+phases 1 setup=6 reshape=6 encode=6 pack=6 transfer=6 unpack=6 apply=6
 spread 1 median=6 p99=6"
 [ "$(cat "$TMP/charts")" = "$expected" ] || fail "charts in the DOM:
 $(cat "$TMP/charts")

@@ -1,8 +1,8 @@
-# Delta refits (--delta): p2p over mpi and shm, host memory. Each run is verified element by element
-# against the last version moved; the wire bytes, encodings, the transactional refusal of a
-# corrupted piece, a stalled trainer's refit leaving the version before, a rollout rank that
-# missed a version refit dense by its receipt, and the refusals of what is not supported yet are
-# exact. A few seconds.
+# Delta refits (--delta): p2p over mpi and shm, host memory. Each run is verified element by
+# element against the last version moved; the wire bytes, encodings (by tensor kind too), refit
+# report's delta table, the transactional refusal of a corrupted piece, a stalled trainer's refit
+# leaving the version before, a rollout rank that missed a version refit dense by its receipt,
+# and the refusals of what is not supported yet are exact. A few seconds.
 . "$(dirname "$0")/lib.sh"
 
 # attr FILE RUN NAME: one attribute of /runs/RUN, without quotes.
@@ -15,12 +15,26 @@ JOB=(--model tiny --trainer fsdp=2 --rollout tp=2 --plan p2p --transport mpi --v
 
 # off then auto over every mode: the off runs keep no base, so auto's first iteration is dense.
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]}" --update sparse:0.01 \
-  --delta off,auto --mode fused,grouped,unfused --iters 3
+  --delta off,auto --mode fused,grouped,unfused --iters 3 --output "$TMP/delta.h5"
 expect_rows 6
 expect_grep "# delta auto: version 12: dense (the trainer kept no version before it)" "$TMP/out"
 expect_grep "# delta auto: version 15: 10162 wire bytes (3.632 % of the dense 279808); pieces: 0 dense, 62 sparse, 0 bitmask" "$TMP/out"
 expect_grep "# delta auto: version 23: 10558 wire bytes (3.773 % of the dense 279808); pieces: 0 dense, 58 sparse, 4 bitmask" "$TMP/out"
+# The same pieces by tensor kind: the norms' 640-element pieces are the ones that went bitmask.
+expect_grep "# delta auto: pieces by tensor kind (dense/sparse/bitmask): embed 0/4/0, lm_head 0/4/0, q_proj 0/4/0, k_proj 0/4/0, v_proj 0/4/0, o_proj 0/8/0, gate_proj 0/8/0, up_proj 0/8/0, down_proj 0/8/0, norm 0/6/4" "$TMP/out"
 expect_grep "# PASS" "$TMP/out"
+# refit report's delta section: each auto run beside the off run of its mode.
+expect_exit 0 "$REFIT" report "$TMP/delta.h5" -o "$TMP/report"
+delta_rows=$(/usr/bin/python3 -c 'import csv, sys
+for r in csv.DictReader(open(sys.argv[1])):
+    print(r["run"], r["mode"], r["delta"], r["wire_bytes"], r["dense_run"], r["dense_wire_bytes"],
+          r["wire_pct"][:6])' "$TMP/report/delta.csv")
+[ "$delta_rows" = "0 fused off 279808   
+1 grouped off 279808   
+2 unfused off 279808   
+3 fused auto 10162 0 279808 3.6317
+4 grouped auto 10742 1 279808 3.8390
+5 unfused auto 10558 2 279808 3.7733" ] || fail "delta.csv: $delta_rows"
 
 # Over shm the rollout ranks copy the encoded pieces out of the trainers' offered buffers.
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]/mpi/shm}" --update sparse:0.01 \

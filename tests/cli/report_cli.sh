@@ -56,7 +56,7 @@ expect_eq "status.csv header" "$(head -n 1 "$R/status.csv")" \
 expect_eq "modes_buckets.csv header" "$(head -n 1 "$R/modes_buckets.csv")" \
   "file,trainer,rollout,placement,plan,mode,bucket_size_bytes,run,time_median_ms,time_p99_ms,algbw_GBps"
 expect_eq "phases.csv header" "$(head -n 1 "$R/phases.csv")" \
-  "file,run,mode,bucket_size_bytes,setup_ms,reshape_ms,pack_ms,transfer_ms,unpack_ms,total_ms"
+  "file,run,mode,bucket_size_bytes,setup_ms,reshape_ms,encode_ms,pack_ms,transfer_ms,unpack_ms,apply_ms,total_ms"
 expect_eq "spread.csv header" "$(head -n 1 "$R/spread.csv")" \
   "file,run,mode,bucket_size_bytes,samples,min_ms,median_ms,p99_ms,max_ms,fastest_rank_median_ms,slowest_rank_median_ms"
 expect_eq "limits.csv header" "$(head -n 1 "$R/limits.csv")" \
@@ -94,13 +94,13 @@ expect_eq "fastest layout time" "$(field "$R/layouts.csv" 2 best_time_ms)" "$bes
 # tiny's 279,168 bytes plus the norms' second copy on the other tp rank (5 norms of 64 bf16).
 expect_eq "trainer send bytes" "$(field "$R/layouts.csv" 2 trainer_send_bytes)" 279808
 
-# The spread is over every iteration and rank of total (phase 5 of timings).
+# The spread is over every iteration and rank of total (phase 7 of the 9 of timings).
 h5dump -m %.17g -y -w 0 -d /runs/0002/timings "$A" |
   awk '/DATA \{/ { on = 1; next } on && /}/ { exit } on' | tr ',' '\n' | grep -v '^ *$' \
   >"$TMP/timings"
 read -r tmin tmax <<<"$(/usr/bin/python3 -c 'import sys
 v = [float(x) for x in open(sys.argv[1])]
-t = v[5::7]
+t = v[7::9]
 assert len(t) == 12, len(t)
 print("%.17g %.17g" % (min(t) * 1e3, max(t) * 1e3))' "$TMP/timings")"
 expect_eq "spread min" "$(field "$R/spread.csv" 4 min_ms)" "$tmin"

@@ -20,7 +20,7 @@ except ImportError as e:
     print(f"results_h5py: skipped, h5py is not importable: {e}")
     sys.exit(77)
 
-PHASES = ["setup", "reshape", "pack", "transfer", "unpack", "total", "verify"]
+PHASES = ["setup", "reshape", "encode", "pack", "transfer", "unpack", "apply", "total", "verify"]
 ROOT_STRINGS = ["refit_format", "refit_version", "git_commit", "created", "command_line",
                 "hosts", "mpi_version", "hdf5_version", "hwloc_version"]
 RUN_STRINGS = ["model", "model_type", "dtype", "trainer", "trainer_style", "trainer_order",
