@@ -310,7 +310,7 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   e->moved = e->data->version; /* what the rollout holds once this iteration is done */
   if (stall)
     return RF_OK; /* --inject stall: this rank never posts its side */
-  e->delta_pending = 0;
+  e->delta_pending = e->delta_posted = 0;
   e->delta_dense = e->delta != RF_DELTA_CHOICE_OFF && !e->data->delta_base;
   if (rf_engine_delta_next(e)) {
     double begin = rf_now();

@@ -123,6 +123,7 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
   if (res->delta[0] && strcmp(res->delta, "off") != 0) {
     RF_TRY(rf_results_attr_str(g, ".", "delta", res->delta));
     RF_TRY(rf_results_attr_i64(g, ".", "wire_delta_bytes", res->wire_delta_bytes));
+    RF_TRY(rf_results_attr_i64(g, ".", "wire_delta_forward_bytes", res->wire_delta_forward_bytes));
     RF_TRY(rf_results_attr_i64(g, ".", "delta_kept_bytes", res->delta_kept_bytes));
     RF_TRY(rf_results_attr_i64(g, ".", "delta_dense_pieces", res->delta_pieces[0]));
     RF_TRY(rf_results_attr_i64(g, ".", "delta_sparse_pieces", res->delta_pieces[1]));

@@ -83,12 +83,13 @@ typedef struct {
   int64_t version, version_changed, version_elements;
   double update_s;
   /* --delta (engine.h): the choice ("off" when none), and of the run's last iteration the
-   * encoded bytes every trainer rank sent (wire_delta_bytes; the dense refit's bytes when it
-   * went dense), whether it went dense for want of a base, and its pieces per encoding (dense,
-   * sparse, bitmask), summed over the ranks; the bytes of the previous version the trainer
-   * ranks keep, summed. */
+   * encoded bytes on the wire (wire_delta_bytes: what every trainer rank sent and every replica
+   * forwarded; the dense refit's bytes when it went dense) and of them those the replicas
+   * forwarded (fanout, hierarchical), whether it went dense for want of a base, and its pieces
+   * per encoding (dense, sparse, bitmask), summed over the ranks; the bytes of the previous
+   * version the trainer ranks keep, summed. */
   char delta[16];
-  int64_t wire_delta_bytes, delta_pieces[3], delta_kept_bytes;
+  int64_t wire_delta_bytes, wire_delta_forward_bytes, delta_pieces[3], delta_kept_bytes;
   int delta_dense;
   rf_status status; /* RF_OK, RF_ERR_VERIFY or the run's error */
 } rf_run_result;
