@@ -204,12 +204,12 @@ const rf_cli_option rf_cli_options[] = {
      .def = "off",
      .unit = "",
      .commands = RUN | SIM,
-     .help =
-         "how a refit sends a new version: every byte (off), or only its changed elements, "
-         "in the smaller encoding per piece (auto) or in one (sparse: offsets and values; "
-         "bitmask: a bit per element and the values); a comma-separated list runs each in "
-         "turn; refit run sends deltas with --plan p2p over mpi, nccl, shm or ipc, refit simulate "
-         "predicts them for every plan"},
+     .help = "how a refit sends a new version: every byte (off), or only its changed elements, "
+             "in the smaller encoding per piece (auto) or in one (sparse: offsets and values; "
+             "bitmask: a bit per element and the values); a comma-separated list runs each in "
+             "turn; refit run sends deltas with --plan p2p over mpi, nccl, shm or ipc and with "
+             "fanout or hierarchical over mpi or nccl, refit simulate predicts them for every "
+             "plan"},
     {.name = "bucket-size",
      .sweep = 1,
      .type = RF_OPT_SIZE,

@@ -243,8 +243,11 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, r
     if (st == RF_OK)
       st = rf_engine_iterate(e, times, stall);
     /* The others may be waiting for this rank's messages: they hear of its failure at once
-     * rather than after their whole --timeout (control.h, failure notices). */
-    rf_control_notify(ctl, st);
+     * rather than after their whole --timeout (control.h, failure notices). A delta refused
+     * in the checks needs none: nobody waits for this rank then, and every rank that holds a
+     * damaged piece gets to name it. */
+    if (!e->delta_posted)
+      rf_control_notify(ctl, st);
     times[RF_PHASE_SETUP] = setup;
     st = rf_control_agree(ctl, st);
     /* Delta refits apply only once every rank has all of its pieces checked (transactional):

@@ -303,21 +303,28 @@ static rf_status keep_kinds(const int64_t *tally, rf_run_result *res) {
 
 rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engine *e,
                                rf_run_result *res) {
-  int64_t mine[6] = {
-      e->delta_wire_bytes,           e->delta_pieces[0],   e->delta_pieces[1], e->delta_pieces[2],
-      rf_engine_delta_kept_bytes(e), e->delta_stale_pieces};
-  int64_t all[6] = {0};
+  int64_t mine[7] = {e->delta_wire_bytes,
+                     e->delta_pieces[0],
+                     e->delta_pieces[1],
+                     e->delta_pieces[2],
+                     rf_engine_delta_kept_bytes(e),
+                     e->delta_forward_bytes,
+                     e->delta_stale_pieces};
+  int64_t all[7] = {0};
   snprintf(res->delta, sizeof res->delta, "%s", rf_delta_choice_name(e->delta));
   if (e->delta == RF_DELTA_CHOICE_OFF)
     return RF_OK;
   RF_TRY(
-      rf_control_reduce(ctl, ctl->world, mine, all, 6, MPI_INT64_T, MPI_SUM, "the delta figures"));
+      rf_control_reduce(ctl, ctl->world, mine, all, 7, MPI_INT64_T, MPI_SUM, "the delta figures"));
   res->delta_dense = e->delta_dense;
-  res->wire_delta_bytes = e->delta_dense ? job->plan.transfer_bytes : all[0];
+  /* Every byte on the wire: the trainer's, and where the plan forwards, the replicas'. */
+  res->wire_delta_forward_bytes = e->delta_dense ? job->plan.forward_bytes : all[5];
+  res->wire_delta_bytes =
+      (e->delta_dense ? job->plan.transfer_bytes : all[0]) + res->wire_delta_forward_bytes;
   for (int i = 0; i < 3; i++)
     res->delta_pieces[i] = all[1 + i];
   res->delta_kept_bytes = all[4];
-  res->delta_stale_pieces = all[5];
+  res->delta_stale_pieces = all[6];
   if (e->delta_dense)
     return RF_OK;
   int64_t kinds[RF_T_KIND_COUNT * KIND_FIELDS] = {0}, sum[RF_T_KIND_COUNT * KIND_FIELDS] = {0};
@@ -330,20 +337,23 @@ rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engi
 void rf_run_print_delta(const rf_run_result *res) {
   if (!res->delta[0] || !strcmp(res->delta, "off"))
     return;
-  char stale[96] = "";
+  char stale[96] = "", forwarded[96] = ""; /* forwarded: fanout, hierarchical's replicas */
   if (res->delta_stale_pieces > 0)
     snprintf(stale, sizeof stale, " (%lld pieces of the run dense for a stale receipt)",
              (long long)res->delta_stale_pieces);
+  if (res->wire_delta_forward_bytes > 0)
+    snprintf(forwarded, sizeof forwarded, ", %lld of them forwarded between replicas",
+             (long long)res->wire_delta_forward_bytes);
   if (res->delta_dense)
-    printf("# delta %s: version %lld: dense (the rollout holds no version), %lld wire bytes\n",
-           res->delta, (long long)res->version, (long long)res->wire_delta_bytes);
+    printf("# delta %s: version %lld: dense (the rollout holds no version), %lld wire bytes%s\n",
+           res->delta, (long long)res->version, (long long)res->wire_delta_bytes, forwarded);
   else
-    printf("# delta %s: version %lld: %lld wire bytes (%.4g %% of the dense %lld); pieces: %lld "
+    printf("# delta %s: version %lld: %lld wire bytes (%.4g %% of the dense %lld%s); pieces: %lld "
            "dense, %lld sparse, %lld bitmask%s; the trainer keeps %lld bytes of its previous "
            "version\n",
            res->delta, (long long)res->version, (long long)res->wire_delta_bytes,
            100.0 * (double)res->wire_delta_bytes / (double)res->transfer_bytes,
-           (long long)res->transfer_bytes, (long long)res->delta_pieces[0],
+           (long long)res->transfer_bytes, forwarded, (long long)res->delta_pieces[0],
            (long long)res->delta_pieces[1], (long long)res->delta_pieces[2], stale,
            (long long)res->delta_kept_bytes);
   if (res->delta_kind_count > 0) {

@@ -314,6 +314,7 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   e->delta_pending = stall && rf_engine_delta_next(e);
   if (stall)
     return RF_OK;
+  e->delta_posted = 0;
   e->delta_dense = e->delta != RF_DELTA_CHOICE_OFF && !e->data->delta_base;
   if (rf_engine_delta_next(e)) {
     double begin = rf_now();

@@ -45,8 +45,8 @@ const char *rf_mode_list_format(const rf_mode_list *modes, char *buf, size_t len
 /* --delta a,b: how a refit sends a new version (issue 33): every byte (off), or only the
  * changed elements, in the encoding that is smallest per piece (auto) or in one encoding
  * (sparse: offsets and values; bitmask: a bit per element and the values). A list runs each in
- * turn, like --mode. Only off runs in this build: refit run refuses the others with one line
- * until the encodings are wired into the engine. */
+ * turn, like --mode. rf_engine_set_delta refuses, in one line, what does not run with deltas
+ * yet. */
 #define RF_DELTA_CHOICE_LIST(X)                                                                    \
   X(RF_DELTA_CHOICE_OFF, "off")                                                                    \
   X(RF_DELTA_CHOICE_AUTO, "auto")                                                                  \
@@ -253,8 +253,11 @@ typedef struct {
   rf_delta_choice delta;
   struct engine_delta *delta_state;
   int delta_pending, delta_dense;
+  int delta_posted; /* every message of this delta iteration completed here: a failure after it
+                     * (a refused piece) leaves no peer waiting for this rank */
   int64_t delta_wire_bytes, delta_changed, delta_elements;
-  int64_t delta_pieces[3]; /* per encoding (delta.h's table): pieces this rank encoded */
+  int64_t delta_forward_bytes; /* encoded bytes this rank forwarded to other replicas */
+  int64_t delta_pieces[3];     /* per encoding (delta.h's table): pieces this rank encoded */
   /* The same by tensor kind: [kind][encoding] pieces, then [kind][RF_DELTA_KIND_ELEMENTS]
    * elements, changed elements and wire bytes (pieces that crossed to another rank). */
   int64_t delta_kinds[RF_T_KIND_COUNT][RF_DELTA_KIND_FIELDS];
@@ -283,9 +286,11 @@ void rf_engine_free(rf_engine *e);
 void rf_engine_set_mapped_rounds(rf_engine *e, rf_mapped_rounds choice, int forward_crosses_gpus);
 
 /* --delta for this engine's iterations (engine_delta.c). Refuses in one line (RF_ERR_USAGE)
- * what this build does not run with deltas: plans other than p2p, mapping transports,
- * quantized rollout formats, and GPU weights staged through host memory. Allocates the trainer's
- * previous version (once per job, in the shards' memory kind), an encode buffer and an inbox. Off:
+ * what this build does not run with deltas: the star plan, fanout and hierarchical over a
+ * mapping transport, quantized rollout formats, and GPU weights staged through host memory.
+ * Allocates the trainer's previous version (once per job, in the shards' memory kind), an
+ * encode buffer (over a mapping transport the job's, offered to the others), an inbox and,
+ * where the plan forwards, a forward buffer. Off:
  * nothing. */
 rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice);
 /* Whether the next iteration sends a delta: deltas are on and the rollout holds a base. The

@@ -11,12 +11,16 @@
  * exact-size receives. The modes only differ in how the schedule cuts pieces (fused paces a
  * pair's rows, the others keep pieces whole), which decides how many pieces there are.
  *
- * Both buffers are laid out peer by peer, each peer's pieces in schedule order, so that a
- * bucket's pieces for one peer lie together, and so do all of them. Each size message starts
- * with where that peer's pieces begin in the sender's buffer: over a mapping transport (shm,
- * ipc), whose messages are only small host notes, the trainer offers its encoded buffer to the
- * others (once per run, an append to the job's offers) and each rollout rank copies every
- * peer's pieces out of it in one copy per peer instead of receiving messages.
+ * Where the plan forwards (fanout, hierarchical), each forward step follows the transfer the
+ * same way: a replica packs the encoded pieces it forwards (engine_delta_forward.c), sends
+ * their sizes, then the pieces, which land in the next replica's inbox; every rank then checks
+ * every piece it holds, so that a piece damaged anywhere upstream is refused downstream too.
+ *
+ * Over a mapping transport (shm, ipc), whose messages are only small host notes, each trainer
+ * offers its encoded buffer to the others (once per run, an append to the job's offers); the
+ * transfer's size messages then also say where each piece lies in it, and each rollout rank
+ * copies its pieces out, one copy per run of a peer's pieces in a bucket, instead of receiving
+ * messages.
  *
  * A rollout rank whose version receipt does not name the version the trainer kept (it missed
  * one) gets its pieces dense, in the same format (engine_receipts.c). */
@@ -31,20 +35,22 @@ struct engine_delta {
   rf_mem_kind kind;       /* where the encoded pieces live: the wire's memory */
   rf_mem_kind table_kind; /* where the size messages do: host memory for a mapping's notes */
   int pull;               /* a mapping transport: the receivers copy the pieces out */
-  char *out, *inbox;      /* encoded pieces sent (the job's offered buffer when pulling), and
-                             received (or local) */
-  size_t out_bytes, inbox_bytes;
+  char *out, *inbox, *fw; /* encoded pieces sent (the job's offered buffer when pulling), held
+                             (received or local), and forwarded */
+  size_t out_bytes, inbox_bytes, fw_bytes;
   int64_t *size;       /* [chunk of the transfer schedule] its encoded bytes */
-  int64_t *at;         /* [chunk] where its piece lies in out (sent) or inbox */
+  int64_t *at;         /* [chunk] where the piece this rank encoded lies in out (inbox: local) */
+  int64_t *in;         /* [chunk] where the piece this rank holds lies in the inbox */
+  int64_t *src_at;     /* [chunk] pulling: where a received piece lies in its sender's out */
+  int64_t local_end;   /* the local pieces' end in the inbox: received ones follow */
+  int *origin, *from;  /* [tensor] engine_delta_origin and engine_delta_forwarders of this rank */
   rf_delta_info *info; /* [chunk] what the check found, for the apply */
   rf_delta_info *sent; /* [chunk] what encode wrote, to bring the kept version up to date */
-  int64_t *table;      /* host: every peer's sizes, sent [0, n) or received [n, 2n) */
-  int64_t *table_wire; /* the same in the wire's memory */
-  int64_t *table_at;   /* [dir * ranks + peer] where peer's message starts in table: where
-                          peer's pieces start in the sender's buffer, then their sizes */
-  int64_t table_count; /* n: the chunks this rank sends plus those it receives, and one more
-                          per peer that has any */
-  int64_t *from;       /* [peer] where its pieces start in its sent buffer (received) */
+  engine_delta_stage *stages; /* the transfer, then each forward step */
+  int64_t *table;             /* host: a stage's sizes, per peer sent then received */
+  int64_t *table_wire;        /* the same in the wire's memory */
+  int64_t *table_at;          /* [dir * ranks + peer] where peer's sizes start in table */
+  int64_t table_cap;          /* the most entries of any stage */
   uint64_t kept_bytes;
 };
 
@@ -58,8 +64,13 @@ static int receives(const rf_engine *e, const rf_chunk *k) {
   return piece_of(e, k)->dst == e->rollout_rank;
 }
 static int is_local(const rf_engine *e, const rf_chunk *k) { return sends(e, k) && receives(e, k); }
+/* Whether this rank holds the chunk's piece as a rollout rank: sent to it, or to the origin it
+ * is forwarded from. */
+static int holds(const rf_engine *e, const rf_chunk *k) {
+  const rf_piece *p = piece_of(e, k);
+  return e->rollout_rank >= 0 && p->dst == e->delta_state->origin[p->tensor];
+}
 static int64_t align8(int64_t v) { return (v + 7) / 8 * 8; }
-static int pulls(const rf_engine *e) { return e->delta_state->pull; }
 
 static rf_status refuse(rf_delta_choice c, const char *what, const char *instead) {
   return rf_fail(RF_ERR_USAGE, "--delta %s: %s is not supported with delta refits yet; use %s",
@@ -82,12 +93,25 @@ static void name_piece(const rf_engine *e, const rf_chunk *k, char *buf, size_t 
            p->dst);
 }
 
+/* A piece this rank holds, named as above, and where it was forwarded to this rank, from whom. */
+static void name_held(const rf_engine *e, const rf_chunk *k, char *buf, size_t len) {
+  name_piece(e, k, buf, len);
+  size_t n = strlen(buf);
+  int from = e->delta_state->from[piece_of(e, k)->tensor];
+  if (piece_of(e, k)->dst != e->rollout_rank && n > 0 && n < len)
+    snprintf(buf + n - 1, len - n + 1, ", forwarded to rollout rank %d by rollout rank %d)",
+             e->rollout_rank, from);
+}
+
 static rf_status check_supported(const rf_engine *e, rf_delta_choice c) {
   const rf_plan *plan = e->plan;
-  if (plan->kind != RF_PLAN_P2P) {
-    char what[64];
-    snprintf(what, sizeof what, "--plan %s", rf_plan_kind_name(plan->kind));
-    return refuse(c, what, "--plan p2p or --delta off");
+  if (plan->kind == RF_PLAN_STAR)
+    return refuse(c, "--plan star", "--plan p2p, fanout or hierarchical, or --delta off");
+  if (e->transport->ops->peer_buffer && plan->forward_depth > 0) {
+    char what[96];
+    snprintf(what, sizeof what, "--plan %s over --transport %s", rf_plan_kind_name(plan->kind),
+             e->transport->ops->name);
+    return refuse(c, what, "--plan p2p, --transport mpi or nccl, or --delta off");
   }
   if (rf_layout_format(plan->layout))
     return refuse(c, "a quantized --rollout-dtype", "--rollout-dtype model or --delta off");
@@ -118,34 +142,28 @@ static int64_t capacity_of(const rf_engine *e, const rf_chunk *k) {
                            engine_esize(e, piece_of(e, k)->tensor));
 }
 
-/* Whether chunk i is one this rank sends (dir 1) or receives (dir 0) over the wire to or from
- * world rank q. */
-static int on_wire(const rf_engine *e, int i, int dir, int q) {
-  const rf_chunk *k = &e->transfer.chunks[i];
-  return !is_local(e, k) && (dir ? sends(e, k) : receives(e, k)) &&
-         engine_peer(e, piece_of(e, k), dir) == q;
+/* Places the pieces a stage brings this rank, in its order, from `off` in the inbox, at their
+ * capacities (`capacity`, for the size of the inbox) or at their exact sizes once known.
+ * Returns where they end. */
+static int64_t place_received(rf_engine *e, engine_delta_stage *s, int64_t off, int capacity) {
+  struct engine_delta *d = e->delta_state;
+  for (int j = 0; j < s->count; j++) {
+    engine_delta_entry *en = &s->entries[j];
+    if (en->send)
+      continue;
+    en->at = d->in[en->chunk] = off;
+    off += align8(capacity ? capacity_of(e, &e->transfer.chunks[en->chunk]) : d->size[en->chunk]);
+  }
+  return off;
 }
 
-/* Places every chunk this rank sends (dir 1) or receives (dir 0) in the order of the wire:
- * peer by peer, each peer's in schedule order (so bucket by bucket), at 8-byte boundaries; in
- * the inbox the local chunks come first, at their capacities, so that their places never move.
- * Chunks are placed at their capacities (`capacity`, for the sizes of the buffers) or at their
- * exact sizes once known. Returns the bytes. */
-static int64_t place(rf_engine *e, int dir, int capacity) {
-  struct engine_delta *d = e->delta_state;
-  const rf_schedule *s = &e->transfer;
-  int ranks = e->plan->layout->world_size;
-  int64_t off = 0;
-  for (int i = 0; dir == 0 && i < s->chunk_count; i++)
-    if (is_local(e, &s->chunks[i]))
-      d->at[i] = off, off += align8(capacity_of(e, &s->chunks[i]));
-  for (int q = 0; q < ranks; q++)
-    for (int i = 0; i < s->chunk_count; i++)
-      if (on_wire(e, i, dir, q)) {
-        d->at[i] = off;
-        off += align8(capacity ? capacity_of(e, &s->chunks[i]) : d->size[i]);
-      }
-  return off;
+/* The bytes of the pieces a stage sends, at their capacities, 8-byte aligned. */
+static int64_t send_capacity(const rf_engine *e, const engine_delta_stage *s) {
+  int64_t bytes = 0;
+  for (int j = 0; j < s->count; j++)
+    if (s->entries[j].send)
+      bytes += align8(capacity_of(e, &e->transfer.chunks[s->entries[j].chunk]));
+  return bytes;
 }
 
 /* Over a mapping transport the trainer's encoded buffer is the job's offered one: grown when
@@ -176,6 +194,50 @@ static rf_status offer_out(rf_engine *e) {
   return RF_OK;
 }
 
+/* The stages and the buffers: the local pieces first in the inbox, at their capacities, so that
+ * their places never move, then every stage's received ones; out holds what this rank encodes
+ * for others, fw the most that one forward step sends. */
+static rf_status delta_buffers(rf_engine *e) {
+  struct engine_delta *d = e->delta_state;
+  const rf_plan *plan = e->plan;
+  const rf_schedule *s = &e->transfer;
+  int tensors = plan->layout->model->tensor_count, steps = plan->forward_depth;
+  d->origin = rf_malloc((size_t)tensors * sizeof *d->origin + 1, "delta origins");
+  d->from = rf_malloc((size_t)tensors * sizeof *d->from + 1, "delta forwarders");
+  d->stages = rf_calloc((size_t)steps + 1, sizeof *d->stages, "delta stages");
+  if (!d->origin || !d->from || !d->stages)
+    return RF_ERR_NOMEM;
+  for (int t = 0; t < tensors; t++)
+    d->origin[t] = e->rollout_rank < 0 ? -1 : engine_delta_origin(plan, t, e->rollout_rank);
+  engine_delta_forwarders(plan, e->rollout_rank, d->from);
+  RF_TRY(engine_delta_stages_build(e, d->origin, d->stages));
+  int64_t off = 0, fw = 0;
+  for (int i = 0; i < s->chunk_count; i++)
+    if (is_local(e, &s->chunks[i]))
+      d->at[i] = d->in[i] = off, off += align8(capacity_of(e, &s->chunks[i]));
+  d->local_end = off;
+  for (int k = 0; k <= steps; k++) {
+    off = place_received(e, &d->stages[k], off, 1);
+    /* Pulling, the transfer's entries go with where each lies in its sender's out. */
+    d->table_cap = RF_MAX(d->table_cap, (int64_t)d->stages[k].count * (d->pull && k == 0 ? 2 : 1));
+    if (k > 0)
+      fw = RF_MAX(fw, send_capacity(e, &d->stages[k]));
+  }
+  d->inbox_bytes = (size_t)off + 8;
+  d->out_bytes = (size_t)send_capacity(e, &d->stages[0]) + 8;
+  d->fw_bytes = (size_t)fw + 8;
+  d->table = rf_calloc((size_t)d->table_cap + 1, sizeof *d->table, "delta size tables");
+  if (!d->table)
+    return RF_ERR_NOMEM;
+  RF_TRY(rf_mem_alloc(d->table_kind, (size_t)(d->table_cap + 1) * sizeof(int64_t),
+                      "delta size tables", (void **)&d->table_wire));
+  RF_TRY(d->pull ? offer_out(e)
+                 : rf_mem_alloc(d->kind, d->out_bytes, "delta encode buffer", (void **)&d->out));
+  if (steps > 0)
+    RF_TRY(rf_mem_alloc(d->kind, d->fw_bytes, "delta forward buffer", (void **)&d->fw));
+  return rf_mem_alloc(d->kind, d->inbox_bytes, "delta inbox", (void **)&d->inbox);
+}
+
 rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice) {
   e->delta = choice;
   if (choice == RF_DELTA_CHOICE_OFF)
@@ -197,33 +259,15 @@ rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice) {
   int ranks = e->plan->layout->world_size;
   d->size = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->size, "delta sizes");
   d->at = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->at, "delta places");
+  d->in = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->in, "delta places");
+  d->src_at = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->src_at, "delta places");
   d->info = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->info, "delta checks");
   d->sent = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->sent, "delta encodes");
   d->table_at = rf_calloc((size_t)ranks * 2 + 1, sizeof *d->table_at, "delta size tables");
-  d->from = rf_calloc((size_t)ranks + 1, sizeof *d->from, "delta size tables");
-  if (!d->size || !d->at || !d->info || !d->sent || !d->table_at || !d->from)
+  if (!d->size || !d->at || !d->in || !d->src_at || !d->info || !d->sent || !d->table_at)
     return RF_ERR_NOMEM;
   RF_TRY(engine_receipts_init(e));
-  /* The size messages: per peer that has pieces, where they start in the sender's buffer, then
-   * their sizes in schedule order; sent then received. */
-  for (int dir = 1; dir >= 0; dir--)
-    for (int q = 0; q < ranks; q++) {
-      d->table_at[(1 - dir) * ranks + q] = d->table_count;
-      int64_t n = 0;
-      for (int i = 0; i < s->chunk_count; i++)
-        n += on_wire(e, i, dir, q);
-      d->table_count += n ? n + 1 : 0;
-    }
-  d->table = rf_calloc((size_t)d->table_count + 1, sizeof *d->table, "delta size tables");
-  if (!d->table)
-    return RF_ERR_NOMEM;
-  RF_TRY(rf_mem_alloc(d->table_kind, (size_t)(d->table_count + 1) * sizeof(int64_t),
-                      "delta size tables", (void **)&d->table_wire));
-  d->out_bytes = (size_t)place(e, 1, 1) + 8;
-  d->inbox_bytes = (size_t)place(e, 0, 1) + 8;
-  RF_TRY(d->pull ? offer_out(e)
-                 : rf_mem_alloc(d->kind, d->out_bytes, "delta encode buffer", (void **)&d->out));
-  return rf_mem_alloc(d->kind, d->inbox_bytes, "delta inbox", (void **)&d->inbox);
+  return delta_buffers(e);
 }
 
 int64_t rf_engine_delta_kept_bytes(const rf_engine *e) {
@@ -242,15 +286,23 @@ void engine_delta_free(rf_engine *e) {
     rf_mem_free(d->kind, d->out, d->out_bytes);
   if (d->inbox)
     rf_mem_free(d->kind, d->inbox, d->inbox_bytes);
+  if (d->fw)
+    rf_mem_free(d->kind, d->fw, d->fw_bytes);
   if (d->table_wire)
-    rf_mem_free(d->table_kind, d->table_wire, (size_t)(d->table_count + 1) * sizeof(int64_t));
+    rf_mem_free(d->table_kind, d->table_wire, (size_t)(d->table_cap + 1) * sizeof(int64_t));
+  for (int k = 0; d->stages && k <= e->plan->forward_depth; k++)
+    free(d->stages[k].entries);
+  free(d->stages);
+  free(d->origin);
+  free(d->from);
   free(d->size);
   free(d->at);
+  free(d->in);
+  free(d->src_at);
   free(d->info);
   free(d->sent);
   free(d->table);
   free(d->table_at);
-  free(d->from);
   free(d);
   e->delta_state = NULL;
   engine_receipts_free(e);
@@ -266,8 +318,8 @@ static rf_status encode_chunk(rf_engine *e, int i, char *to, size_t capacity) {
   char what[256];
   name_piece(e, k, what, sizeof what);
   rf_delta_info info;
-  rf_delta_encoding want = want_of(e, k);
-  RF_TRY(rf_delta_encode(e->memory, &prev, &cur, &k->box, want, to, capacity, what, &info));
+  RF_TRY(
+      rf_delta_encode(e->memory, &prev, &cur, &k->box, want_of(e, k), to, capacity, what, &info));
   d->size[i] = info.bytes;
   d->sent[i] = info;
   e->delta_pieces[info.encoding]++;
@@ -287,131 +339,41 @@ static rf_status encode_chunk(rf_engine *e, int i, char *to, size_t capacity) {
 
 /* Encodes every chunk this rank sends: the sent ones back to back in wire order, each
  * given the rest of the buffer (encode may use its capacity as scratch, and nothing after it is
- * written yet), the local ones at their places in the inbox; fills the sent size tables. */
+ * written yet), the local ones at their places in the inbox. */
 static rf_status encode_all(rf_engine *e) {
   struct engine_delta *d = e->delta_state;
   const rf_schedule *s = &e->transfer;
-  int ranks = e->plan->layout->world_size;
-  place(e, 0, 1); /* the local chunks' places */
-  int64_t off = 0;
-  int64_t *next = rf_calloc((size_t)ranks + 1, sizeof *next, "delta size tables");
-  if (!next)
-    return RF_ERR_NOMEM;
-  rf_status st = RF_OK;
-  for (int i = 0; i < s->chunk_count && st == RF_OK; i++)
+  engine_delta_stage *st = &d->stages[0];
+  for (int i = 0; i < s->chunk_count; i++)
     if (is_local(e, &s->chunks[i]))
-      st = encode_chunk(e, i, d->inbox + d->at[i], (size_t)capacity_of(e, &s->chunks[i]));
-  for (int q = 0; q < ranks && st == RF_OK; q++)
-    for (int i = 0; i < s->chunk_count && st == RF_OK; i++) {
-      if (!on_wire(e, i, 1, q))
-        continue;
-      if (next[q] == 0)
-        d->table[d->table_at[q]] = off, next[q] = 1; /* where q's pieces start */
-      d->at[i] = off;
-      st = encode_chunk(e, i, d->out + off, d->out_bytes - (size_t)off);
-      d->table[d->table_at[q] + next[q]++] = d->size[i];
-      off += align8(d->size[i]);
-    }
-  free(next);
-  return st;
-}
-
-/* Each peer's exact sizes, one message per peer and direction, then the received ones placed. */
-static rf_status exchange_sizes(rf_engine *e, long *ticket) {
-  struct engine_delta *d = e->delta_state;
-  rf_transport *tp = e->transport;
-  const rf_schedule *s = &e->transfer;
-  int ranks = e->plan->layout->world_size;
-  size_t bytes = (size_t)d->table_count * sizeof(int64_t);
-  if (bytes)
-    RF_TRY(rf_mem_transfer(d->table_wire, d->table_kind, d->table, RF_MEM_HOST, bytes));
-  RF_TRY(tp->ops->group_start(tp));
-  for (int q = 0; q < ranks; q++) {
-    int64_t sent = d->table_at[q + 1] - d->table_at[q];
-    int64_t got =
-        (q + 1 < ranks ? d->table_at[ranks + q + 1] : d->table_count) - d->table_at[ranks + q];
-    if (got)
-      RF_TRY(rf_transport_recv(tp, RF_CHANNEL_WORLD, q, d->table_wire + d->table_at[ranks + q],
-                               (size_t)got * sizeof(int64_t), ticket));
-    if (sent)
-      RF_TRY(rf_transport_send(tp, RF_CHANNEL_WORLD, q, d->table_wire + d->table_at[q],
-                               (size_t)sent * sizeof(int64_t), ticket));
+      RF_TRY(encode_chunk(e, i, d->inbox + d->at[i], (size_t)capacity_of(e, &s->chunks[i])));
+  int64_t off = 0;
+  for (int j = 0; j < st->count; j++) {
+    engine_delta_entry *en = &st->entries[j];
+    if (!en->send)
+      continue;
+    en->at = d->at[en->chunk] = off;
+    RF_TRY(encode_chunk(e, en->chunk, d->out + off, d->out_bytes - (size_t)off));
+    off += align8(d->size[en->chunk]);
   }
-  RF_TRY(tp->ops->group_end(tp));
-  RF_TRY(tp->ops->wait(tp, *ticket + 1, "the delta sizes"));
-  if (bytes)
-    RF_TRY(rf_mem_transfer(d->table, RF_MEM_HOST, d->table_wire, d->table_kind, bytes));
-  for (int q = 0; q < ranks; q++) {
-    int64_t next = d->table_at[ranks + q];
-    for (int i = 0; i < s->chunk_count; i++)
-      if (on_wire(e, i, 0, q)) {
-        if (next == d->table_at[ranks + q])
-          d->from[q] = d->table[next++]; /* the message's first entry */
-        d->size[i] = d->table[next++];
-      }
-  }
-  place(e, 0, 0);
   return RF_OK;
 }
 
-/* Over a mapping: every peer's pieces, copied out of its offered buffer in one copy each. */
-static rf_status pull_pieces(rf_engine *e) {
+/* A stage's exact sizes (engine_delta_exchange_sizes), then the pieces it brings placed back to
+ * back from *fill, which moves past them. */
+static rf_status exchange_sizes(rf_engine *e, engine_delta_stage *st, int64_t *fill, long *ticket) {
   struct engine_delta *d = e->delta_state;
-  const rf_schedule *s = &e->transfer;
-  int ranks = e->plan->layout->world_size;
-  for (int q = 0; q < ranks; q++) {
-    int64_t lo = -1, hi = 0;
-    for (int i = 0; i < s->chunk_count; i++)
-      if (on_wire(e, i, 0, q)) {
-        if (lo < 0)
-          lo = d->at[i];
-        hi = d->at[i] + align8(d->size[i]);
-      }
-    if (lo < 0)
-      continue;
-    void *peer_out;
-    RF_TRY(e->transport->ops->peer_buffer(e->transport, q, e->data->delta_out_index, &peer_out));
-    RF_TRY(rf_mem_transfer(d->inbox + lo, d->kind, (char *)peer_out + d->from[q], d->kind,
-                           (size_t)(hi - lo)));
-  }
-  return rf_mem_sync(e->memory);
-}
-
-/* One message per peer and direction per bucket: the peer's pieces lie back to back. */
-static rf_status post_buckets(rf_engine *e, long *ticket) {
-  struct engine_delta *d = e->delta_state;
-  rf_transport *tp = e->transport;
-  const rf_schedule *s = &e->transfer;
-  int ranks = e->plan->layout->world_size;
-  for (int b = 0; b < s->bucket_count; b++) {
-    RF_TRY(tp->ops->group_start(tp));
-    for (int q = 0; q < ranks; q++)
-      for (int dir = 0; dir < 2; dir++) {
-        int64_t from = -1, to = 0;
-        for (int i = s->buckets[b].first; i < s->buckets[b].first + s->buckets[b].count; i++) {
-          const rf_chunk *k = &s->chunks[i];
-          if (is_local(e, k) || !(dir ? sends(e, k) : receives(e, k)) ||
-              engine_peer(e, piece_of(e, k), dir) != q)
-            continue;
-          if (from < 0)
-            from = d->at[i];
-          to = d->at[i] + align8(d->size[i]);
-        }
-        if (from < 0)
-          continue;
-        char *base = dir ? d->out : d->inbox;
-        RF_TRY(
-            tp->ops->post(tp, dir, RF_CHANNEL_WORLD, q, base + from, (size_t)(to - from), ticket));
-        e->messages += dir;
-      }
-    RF_TRY(tp->ops->group_end(tp));
-  }
-  return tp->ops->wait(tp, *ticket + 1, "the delta pieces");
+  int pairs = d->pull && st == &d->stages[0];
+  engine_delta_tables t = {d->table_kind, d->table, d->table_wire, d->table_at,
+                           pairs ? d->src_at : NULL};
+  RF_TRY(engine_delta_exchange_sizes(e, st, &t, d->size, ticket));
+  *fill = place_received(e, st, *fill, 0);
+  return RF_OK;
 }
 
 /* --inject corrupt under delta: the corrupting rank flips the last byte of the first piece it
- * received (its payload's, or for a piece without one its header's hash), which its check must
- * refuse. */
+ * received from a trainer rank (its payload's, or for a piece without one its header's hash),
+ * which its check must refuse, and where the plan forwards that piece, every check downstream. */
 static rf_status corrupt_inbox(rf_engine *e) {
   struct engine_delta *d = e->delta_state;
   const rf_schedule *s = &e->transfer;
@@ -419,7 +381,7 @@ static rf_status corrupt_inbox(rf_engine *e) {
     const rf_chunk *k = &s->chunks[i];
     if (!receives(e, k) || is_local(e, k))
       continue;
-    char *at = d->inbox + d->at[i] + d->size[i] - 1, byte;
+    char *at = d->inbox + d->in[i] + d->size[i] - 1, byte;
     RF_TRY(rf_mem_transfer(&byte, RF_MEM_HOST, at, d->kind, 1));
     byte ^= 0x5a;
     RF_TRY(rf_mem_transfer(at, d->kind, &byte, RF_MEM_HOST, 1));
@@ -431,6 +393,31 @@ static rf_status corrupt_inbox(rf_engine *e) {
   return RF_OK;
 }
 
+/* The transfer's sizes and pieces, then each forward step's: the pieces a replica forwards
+ * packed back to back, their sizes, the pieces. --inject corrupt strikes between the transfer
+ * and the first forward step, which carries the flipped byte on. */
+static rf_status run_stages(rf_engine *e, long *ticket) {
+  struct engine_delta *d = e->delta_state;
+  int64_t fill = d->local_end, bytes = 0;
+  RF_TRY(exchange_sizes(e, &d->stages[0], &fill, ticket));
+  RF_TRY(d->pull ? engine_delta_pull(e, &d->stages[0], d->size, d->src_at, d->inbox,
+                                     e->data->delta_out_index)
+                 : engine_delta_post(e, &d->stages[0], d->size, d->out, d->inbox, ticket));
+  if (e->corrupt_armed && e->rollout_rank >= 0 && e->rollout_rank == engine_corrupt_rank(e)) {
+    e->corrupt_armed = 0;
+    RF_TRY(corrupt_inbox(e));
+  }
+  for (int k = 1; k <= e->plan->forward_depth; k++) {
+    engine_delta_stage *st = &d->stages[k];
+    RF_TRY(engine_delta_pack(d->kind, st, d->inbox, d->in, d->size, d->fw, &bytes));
+    RF_TRY(rf_mem_sync(d->kind)); /* the packed pieces are there before the transport reads */
+    e->delta_forward_bytes += bytes;
+    RF_TRY(exchange_sizes(e, st, &fill, ticket));
+    RF_TRY(engine_delta_post(e, st, d->size, d->fw, d->inbox, ticket));
+  }
+  return RF_OK;
+}
+
 /* Every piece this rank holds for the iteration: checked, nothing written; or (apply) written,
  * once every piece of every rank was checked. */
 static rf_status each_received(rf_engine *e, int apply) {
@@ -438,20 +425,22 @@ static rf_status each_received(rf_engine *e, int apply) {
   const rf_schedule *s = &e->transfer;
   for (int i = 0; i < s->chunk_count; i++) {
     const rf_chunk *k = &s->chunks[i];
-    if (!receives(e, k))
+    if (!holds(e, k))
       continue;
+    rf_piece here = *piece_of(e, k); /* a forwarded piece lands as it landed at its origin */
+    here.dst = e->rollout_rank;
     rf_box kept;
-    rf_region dst = engine_destination(e, piece_of(e, k), &k->box, &kept);
+    rf_region dst = engine_destination(e, &here, &k->box, &kept);
     char what[256];
-    name_piece(e, k, what, sizeof what);
+    name_held(e, k, what, sizeof what);
     if (!rf_box_equal(&kept, &k->box))
       return rf_fail(RF_ERR_UNSUPPORTED,
                      "delta for %s: the destination keeps only part of the piece; delta refits "
-                     "need whole pieces (--plan p2p)",
+                     "need whole pieces (--plan p2p, fanout or hierarchical)",
                      what);
-    RF_TRY(apply ? rf_delta_apply_checked(e->memory, d->inbox + d->at[i], &d->info[i], &dst,
+    RF_TRY(apply ? rf_delta_apply_checked(e->memory, d->inbox + d->in[i], &d->info[i], &dst,
                                           &k->box, what)
-                 : rf_delta_check(e->memory, d->inbox + d->at[i], (size_t)d->size[i], &dst, &k->box,
+                 : rf_delta_check(e->memory, d->inbox + d->in[i], (size_t)d->size[i], &dst, &k->box,
                                   what, &d->info[i]));
   }
   return RF_OK;
@@ -459,6 +448,7 @@ static rf_status each_received(rf_engine *e, int apply) {
 
 rf_status engine_delta_iterate(rf_engine *e, double *times) {
   e->delta_wire_bytes = e->delta_changed = e->delta_elements = 0;
+  e->delta_forward_bytes = 0;
   memset(e->delta_pieces, 0, sizeof e->delta_pieces);
   memset(e->delta_kinds, 0, sizeof e->delta_kinds);
   double t0 = rf_now();
@@ -467,14 +457,10 @@ rf_status engine_delta_iterate(rf_engine *e, double *times) {
   double t1 = rf_now();
   times[RF_PHASE_ENCODE] = t1 - t0;
   long ticket = -1;
-  RF_TRY(exchange_sizes(e, &ticket));
-  RF_TRY(pulls(e) ? pull_pieces(e) : post_buckets(e, &ticket));
+  RF_TRY(run_stages(e, &ticket));
   double t2 = rf_now();
   times[RF_PHASE_TRANSFER] = t2 - t1;
-  if (e->corrupt_armed && e->rollout_rank >= 0 && e->rollout_rank == engine_corrupt_rank(e)) {
-    e->corrupt_armed = 0;
-    RF_TRY(corrupt_inbox(e));
-  }
+  e->delta_posted = 1;
   RF_TRY(each_received(e, 0));
   times[RF_PHASE_APPLY] = rf_now() - t2;
   e->delta_pending = 1;

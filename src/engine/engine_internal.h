@@ -123,6 +123,63 @@ int engine_skip_now(rf_engine *e);
 /* After that: this rank's rollout holds the version moved, unless it dropped it. */
 void engine_hold(rf_engine *e, int dropped);
 
+/* ---- the delta wire's stages (engine_delta_forward.c) ---- */
+
+/* One encoded piece this rank sends or receives in a stage of the delta wire. */
+typedef struct {
+  int32_t chunk;  /* the transfer chunk whose encoded piece it is */
+  int32_t peer;   /* the world rank at the other end */
+  int32_t bucket; /* the stage's bucket it travels in */
+  int32_t send;   /* 1: this rank sends it; 0: receives it */
+  int32_t seq;    /* its place in the stage's order */
+  int64_t at;     /* where it lies: in the buffer it is sent from, or in the inbox */
+} engine_delta_entry;
+
+/* A stage's entries by bucket, peer, direction (receives first), then the stage's order: one
+ * message of sizes per peer and direction, then one of pieces per peer, direction and bucket. */
+typedef struct {
+  engine_delta_entry *entries;
+  int count, bucket_count;
+} engine_delta_stage;
+
+/* The rollout rank the trainer sends rollout rank `rollout_rank`'s part of `tensor` to: its
+ * tree's root where the plan forwards the tensor, else the rank itself. */
+int engine_delta_origin(const rf_plan *plan, int tensor, int rollout_rank);
+/* from[tensor]: the rollout rank that forwards it to `rollout_rank`, -1 where none does. */
+void engine_delta_forwarders(const rf_plan *plan, int rollout_rank, int *from);
+/* stages[0] the transfer's, stages[1 + s] forward step s's (plan->forward_depth of them), over
+ * this rank's origin[tensor]; the caller frees each stage's entries. */
+rf_status engine_delta_stages_build(const rf_engine *e, const int *origin,
+                                    engine_delta_stage *stages);
+/* Packs the pieces stage s sends, back to back at 8-byte boundaries, from where they lie in the
+ * inbox (in[chunk]) to `to`, one batch of copies; sets each send entry's `at` and *bytes to
+ * their exact bytes. */
+rf_status engine_delta_pack(rf_mem_kind kind, engine_delta_stage *s, const char *inbox,
+                            const int64_t *in, const int64_t *size, char *to, int64_t *bytes);
+/* The buffers a stage's sizes travel through: host and wire memory of the most entries of any
+ * stage, and at[2 * world + 1], where each peer's sizes start, sent then received. */
+typedef struct {
+  rf_mem_kind kind;
+  int64_t *host, *wire, *at;
+  int64_t *src_at; /* NULL, or [chunk]: each size goes with where the piece lies in its
+                      sender's buffer (entry `at`), and the receiver's are set here */
+} engine_delta_tables;
+/* A stage's exact sizes, size[chunk] of what this rank sends, one message per peer and
+ * direction, each peer's in the stage's order; size[chunk] of what it receives is set (and
+ * with t->src_at, where each lies in its sender's buffer). */
+rf_status engine_delta_exchange_sizes(rf_engine *e, const engine_delta_stage *st,
+                                      engine_delta_tables *t, int64_t *size, long *ticket);
+/* A stage's pieces, one message per peer and direction per bucket: each peer's lie back to back
+ * at the entries' places, sent from `from` (the encoded or the packed forwarded pieces) and
+ * received into `inbox`; waits for them all. */
+rf_status engine_delta_post(rf_engine *e, const engine_delta_stage *st, const int64_t *size,
+                            char *from, char *inbox, long *ticket);
+/* Over a mapping transport: the pieces a stage brings this rank, copied out of each sender's
+ * offered buffer (offer `index`, src_at[chunk]) to their places in the inbox, one copy per run
+ * of a peer's pieces in a bucket (back to back at both ends); waits for them. */
+rf_status engine_delta_pull(rf_engine *e, const engine_delta_stage *st, const int64_t *size,
+                            const int64_t *src_at, char *inbox, int index);
+
 /* Allocates this rank's staging, the largest bucket of any stage per direction (twice for
  * fused), and for grouped the group breaks that keep every round inside it (engine_staging.c). */
 rf_status engine_alloc_staging(rf_engine *e);

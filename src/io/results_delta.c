@@ -45,6 +45,7 @@ rf_status rf_results_write_versions(hid_t g, const rf_results_run *run) {
   if (res->delta[0] && strcmp(res->delta, "off") != 0) {
     RF_TRY(rf_results_attr_str(g, ".", "delta", res->delta));
     RF_TRY(rf_results_attr_i64(g, ".", "wire_delta_bytes", res->wire_delta_bytes));
+    RF_TRY(rf_results_attr_i64(g, ".", "wire_delta_forward_bytes", res->wire_delta_forward_bytes));
     RF_TRY(rf_results_attr_i64(g, ".", "delta_kept_bytes", res->delta_kept_bytes));
     RF_TRY(rf_results_attr_i64(g, ".", "delta_dense_pieces", res->delta_pieces[0]));
     RF_TRY(rf_results_attr_i64(g, ".", "delta_sparse_pieces", res->delta_pieces[1]));

@@ -98,13 +98,16 @@ typedef struct {
   int64_t version, version_changed, version_elements;
   double update_s;
   /* --delta (engine.h): the choice ("off" when none), and of the run's last iteration the
-   * encoded bytes every trainer rank sent (wire_delta_bytes; the dense refit's bytes when it
-   * went dense), whether it went dense for want of a base, and its pieces per encoding (dense,
-   * sparse, bitmask), summed over the ranks; the bytes of the previous version the trainer
-   * ranks keep, summed; and over all of the run's iterations the pieces sent dense because
-   * their rollout rank's receipt named another version than the trainer kept. */
+   * encoded bytes on the wire (wire_delta_bytes: what every trainer rank sent and every replica
+   * forwarded; the dense refit's bytes when it went dense) and of them those the replicas
+   * forwarded (fanout, hierarchical), whether it went dense for want of a base, and its pieces
+   * per encoding (dense, sparse, bitmask), summed over the ranks; the bytes of the previous
+   * version the trainer ranks keep, summed; and over all of the run's iterations the pieces
+   * sent dense because their rollout rank's receipt named another version than the trainer
+   * kept. */
   char delta[16];
-  int64_t wire_delta_bytes, delta_pieces[3], delta_kept_bytes, delta_stale_pieces;
+  int64_t wire_delta_bytes, wire_delta_forward_bytes, delta_pieces[3], delta_kept_bytes;
+  int64_t delta_stale_pieces;
   int delta_dense;
   /* The same pieces split by tensor kind, kinds without pieces left out; NULL (count 0) when
    * the last iteration sent no delta. Owned by the caller, as timings are. */
