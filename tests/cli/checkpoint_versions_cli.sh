@@ -6,16 +6,6 @@
 # seconds in all.
 . "$(dirname "$0")/lib.sh"
 
-# attr FILE RUN NAME: one attribute of /runs/RUN, without quotes.
-attr() {
-  h5dump -a "/runs/$2/$3" "$1" 2>/dev/null | awk '/\(0\):/ { sub(/.*\(0\): /, ""); gsub(/"/, "");
-    print; exit }'
-}
-
-expect_same() {
-  [ "$2" = "$3" ] || fail "$1: got '$2', expected '$3'"
-}
-
 JOB=(--model tiny --trainer fsdp=2 --rollout tp=2 --plan p2p --transport mpi --verify full
   --mode fused)
 

@@ -6,12 +6,6 @@
 # supported yet are exact. A few seconds.
 . "$(dirname "$0")/lib.sh"
 
-# attr FILE RUN NAME: one attribute of /runs/RUN, without quotes.
-attr() {
-  h5dump -a "/runs/$2/$3" "$1" 2>/dev/null | awk '/\(0\):/ { sub(/.*\(0\): /, ""); gsub(/"/, "");
-    print; exit }'
-}
-
 JOB=(--model tiny --trainer fsdp=2 --rollout tp=2 --plan p2p --transport mpi --verify full)
 
 # off then auto over every mode: the off runs keep no base, so auto's first iteration is dense.

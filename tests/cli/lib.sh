@@ -91,3 +91,14 @@ expected exactly one line:
 $line"
   fi
 }
+
+# attr FILE RUN NAME: one attribute of /runs/RUN of a results file, without quotes.
+attr() {
+  h5dump -a "/runs/$2/$3" "$1" 2>/dev/null | awk '/\(0\):/ { sub(/.*\(0\): /, ""); gsub(/"/, "");
+    print; exit }'
+}
+
+# expect_same WHAT GOT WANT: GOT equals WANT, else the test fails naming WHAT.
+expect_same() {
+  [ "$2" = "$3" ] || fail "$1: got '$2', expected '$3'"
+}

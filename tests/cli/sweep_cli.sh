@@ -6,19 +6,8 @@
 command -v h5dump >/dev/null || { echo "skipped: h5dump is not installed"; exit 77; }
 SWEEPS="$REFIT_SOURCE_DIR/configs/sweeps"
 
-# attr FILE RUN NAME: a scalar attribute of /runs/RUN, as h5dump prints it (strings unquoted).
-attr() {
-  h5dump -a "/runs/$2/$3" "$1" 2>/dev/null | awk '/\(0\):/ { sub(/.*\(0\): /, ""); gsub(/"/, "");
-    print; exit }'
-}
-
 # run_count FILE: the groups under /runs.
 run_count() { h5ls "$1/runs" | grep -c .; }
-
-# expect_same WHAT GOT WANT
-expect_same() {
-  [ "$2" = "$3" ] || fail "$1: got '$2', expected '$3'"
-}
 
 # ---- 3 modes x 3 bucket sizes x 2 plans = 18 runs in one job, one file ---------------------
 OUT="$TMP/mb.h5"

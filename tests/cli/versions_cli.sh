@@ -4,16 +4,6 @@
 # in one line. Tiny jobs of 4 ranks over mpi in host memory, a few seconds in all.
 . "$(dirname "$0")/lib.sh"
 
-# attr FILE RUN NAME: one attribute of /runs/RUN, without quotes.
-attr() {
-  h5dump -a "/runs/$2/$3" "$1" 2>/dev/null | awk '/\(0\):/ { sub(/.*\(0\): /, ""); gsub(/"/, "");
-    print; exit }'
-}
-
-expect_same() {
-  [ "$2" = "$3" ] || fail "$1: got '$2', expected '$3'"
-}
-
 JOB=(--model tiny --trainer fsdp=2 --rollout tp=2)
 
 # sparse:0.01, one warmup and three timed iterations: versions 0 to 3, the last one checked
