@@ -166,34 +166,6 @@ static int64_t send_capacity(const rf_engine *e, const engine_delta_stage *s) {
   return bytes;
 }
 
-/* Over a mapping transport the trainer's encoded buffer is the job's offered one: grown when
- * this run needs more, and offered again by every rank alike (an append to the job's offers),
- * so that its index is the same everywhere. */
-static rf_status offer_out(rf_engine *e) {
-  struct engine_delta *d = e->delta_state;
-  rf_buffers *b = e->data;
-  rf_transport *tp = e->transport;
-  if (!b->exposed)
-    return rf_fail(RF_ERR_INTERNAL, "delta over %s: the arenas were never offered", tp->ops->name);
-  rf_status st = RF_OK;
-  if (d->out_bytes > b->delta_out_bytes) {
-    if (b->delta_out)
-      rf_mem_free(d->kind, b->delta_out, b->delta_out_bytes);
-    b->delta_out = NULL, b->delta_out_bytes = 0;
-    st = rf_mem_alloc(d->kind, d->out_bytes, "delta encode buffer", &b->delta_out);
-    if (st == RF_OK)
-      b->delta_out_bytes = d->out_bytes;
-  }
-  /* Every rank takes part in the offer, a failed one offering nothing. */
-  void *mine = st == RF_OK ? b->delta_out : NULL;
-  rf_status offered = tp->ops->expose(tp, &mine, 1);
-  RF_TRY(tp->ctl ? rf_control_agree(tp->ctl, rf_status_worse(st, offered))
-                 : rf_status_worse(st, offered));
-  b->delta_out_index = b->exposed_count++;
-  d->out = b->delta_out;
-  return RF_OK;
-}
-
 /* The stages and the buffers: the local pieces first in the inbox, at their capacities, so that
  * their places never move, then every stage's received ones; out holds what this rank encodes
  * for others, fw the most that one forward step sends. */
@@ -231,7 +203,7 @@ static rf_status delta_buffers(rf_engine *e) {
     return RF_ERR_NOMEM;
   RF_TRY(rf_mem_alloc(d->table_kind, (size_t)(d->table_cap + 1) * sizeof(int64_t),
                       "delta size tables", (void **)&d->table_wire));
-  RF_TRY(d->pull ? offer_out(e)
+  RF_TRY(d->pull ? engine_delta_offer(e, d->kind, d->out_bytes, &d->out)
                  : rf_mem_alloc(d->kind, d->out_bytes, "delta encode buffer", (void **)&d->out));
   if (steps > 0)
     RF_TRY(rf_mem_alloc(d->kind, d->fw_bytes, "delta forward buffer", (void **)&d->fw));

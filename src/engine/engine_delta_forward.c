@@ -1,7 +1,8 @@
 /* The delta wire's stages (docs/architecture.md, "Delta refits"): which encoded pieces each
  * rank sends and receives in the transfer and in each forward step of fanout and hierarchical,
- * the messages of a stage (its sizes, then its pieces), and the packing of the pieces a replica
- * forwards. engine_delta.c encodes, places, checks and applies them.
+ * the messages of a stage (its sizes, then its pieces), the packing of the pieces a replica
+ * forwards, and over a mapping transport the trainer's offered buffer and the rollout's copies
+ * out of it. engine_delta.c encodes, places, checks and applies them.
  *
  * The encoded pieces are the transfer schedule's chunks, each encoded once by its trainer rank.
  * Where the plan forwards, the trainer sends a replicated tensor only to its root replica's
@@ -242,4 +243,28 @@ rf_status engine_delta_post(rf_engine *e, const engine_delta_stage *st, const in
     j = end;
   }
   return tp->ops->wait(tp, *ticket + 1, "the delta pieces");
+}
+
+rf_status engine_delta_offer(rf_engine *e, rf_mem_kind kind, size_t bytes, char **out) {
+  rf_buffers *b = e->data;
+  rf_transport *tp = e->transport;
+  if (!b->exposed)
+    return rf_fail(RF_ERR_INTERNAL, "delta over %s: the arenas were never offered", tp->ops->name);
+  rf_status st = RF_OK;
+  if (bytes > b->delta_out_bytes) {
+    if (b->delta_out)
+      rf_mem_free(kind, b->delta_out, b->delta_out_bytes);
+    b->delta_out = NULL, b->delta_out_bytes = 0;
+    st = rf_mem_alloc(kind, bytes, "delta encode buffer", &b->delta_out);
+    if (st == RF_OK)
+      b->delta_out_bytes = bytes;
+  }
+  /* Every rank takes part in the offer, a failed one offering nothing. */
+  void *mine = st == RF_OK ? b->delta_out : NULL;
+  rf_status offered = tp->ops->expose(tp, &mine, 1);
+  RF_TRY(tp->ctl ? rf_control_agree(tp->ctl, rf_status_worse(st, offered))
+                 : rf_status_worse(st, offered));
+  b->delta_out_index = b->exposed_count++;
+  *out = b->delta_out;
+  return RF_OK;
 }
