@@ -267,36 +267,26 @@ rf_status rf_run_version_changes(rf_control *ctl, const rf_job *job, const rf_en
   return RF_OK;
 }
 
-/* A tensor kind's tally: its pieces per encoding (delta.h's table), then these. */
-enum { KIND_ELEMENTS = RF_DELTA_KIND_ELEMENTS, KIND_CHANGED, KIND_WIRE, KIND_FIELDS };
-
-/* The pieces this rank sent in the last iteration, by tensor kind, into tally[kind][field], as
- * the engine counted them while it encoded. */
-static void tally_kinds(const rf_engine *e, int64_t *tally) {
-  memcpy(tally, e->delta_kinds, sizeof e->delta_kinds);
-}
-
-/* Rank 0: the kinds with pieces into res, when their totals are the engine's. */
-static rf_status keep_kinds(const int64_t *tally, rf_run_result *res) {
+/* Rank 0: the kinds with pieces into res, from tally[kind][field] (rf_engine's delta_kinds
+ * summed over the ranks). */
+static rf_status keep_kinds(const int64_t (*tally)[RF_DELTA_KIND_FIELDS], rf_run_result *res) {
   int kinds = 0;
-  for (int k = 0; k < RF_T_KIND_COUNT; k++) {
-    const int64_t *row = tally + (size_t)k * KIND_FIELDS;
-    kinds += row[RF_DELTA_DENSE] + row[RF_DELTA_SPARSE] + row[RF_DELTA_BITMASK] > 0;
-  }
+  for (int k = 0; k < RF_T_KIND_COUNT; k++)
+    kinds += tally[k][RF_DELTA_DENSE] + tally[k][RF_DELTA_SPARSE] + tally[k][RF_DELTA_BITMASK] > 0;
   res->delta_kinds = rf_calloc((size_t)kinds + 1, sizeof *res->delta_kinds, "delta kinds");
   if (!res->delta_kinds)
     return RF_ERR_NOMEM;
   for (int k = 0; k < RF_T_KIND_COUNT; k++) {
-    const int64_t *row = tally + (size_t)k * KIND_FIELDS;
+    const int64_t *row = tally[k];
     if (row[RF_DELTA_DENSE] + row[RF_DELTA_SPARSE] + row[RF_DELTA_BITMASK] == 0)
       continue;
     rf_delta_kind *out = &res->delta_kinds[res->delta_kind_count++];
     snprintf(out->kind, sizeof out->kind, "%s", rf_tensor_kind_name((rf_tensor_kind)k));
     for (int enc = 0; enc < RF_DELTA_ENCODING_COUNT; enc++)
       out->pieces[enc] = row[enc];
-    out->elements = row[KIND_ELEMENTS];
-    out->changed = row[KIND_CHANGED];
-    out->wire_bytes = row[KIND_WIRE];
+    out->elements = row[RF_DELTA_KIND_ELEMENTS];
+    out->changed = row[RF_DELTA_KIND_CHANGED];
+    out->wire_bytes = row[RF_DELTA_KIND_WIRE];
   }
   return RF_OK;
 }
@@ -327,10 +317,10 @@ rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engi
   res->delta_stale_pieces = all[6];
   if (e->delta_dense)
     return RF_OK;
-  int64_t kinds[RF_T_KIND_COUNT * KIND_FIELDS] = {0}, sum[RF_T_KIND_COUNT * KIND_FIELDS] = {0};
-  tally_kinds(e, kinds);
-  RF_TRY(rf_control_reduce(ctl, ctl->world, kinds, sum, RF_T_KIND_COUNT * KIND_FIELDS, MPI_INT64_T,
-                           MPI_SUM, "the delta encodings by tensor kind"));
+  int64_t sum[RF_T_KIND_COUNT][RF_DELTA_KIND_FIELDS] = {{0}};
+  RF_TRY(rf_control_reduce(ctl, ctl->world, e->delta_kinds, sum,
+                           RF_T_KIND_COUNT * RF_DELTA_KIND_FIELDS, MPI_INT64_T, MPI_SUM,
+                           "the delta encodings by tensor kind"));
   return ctl->world_rank == 0 ? keep_kinds(sum, res) : RF_OK;
 }
 

@@ -290,8 +290,7 @@ void rf_engine_set_mapped_rounds(rf_engine *e, rf_mapped_rounds choice, int forw
  * mapping transport, quantized rollout formats, and GPU weights staged through host memory.
  * Allocates the trainer's previous version (once per job, in the shards' memory kind), an
  * encode buffer (over a mapping transport the job's, offered to the others), an inbox and,
- * where the plan forwards, a forward buffer. Off:
- * nothing. */
+ * where the plan forwards, a forward buffer. Off: nothing. */
 rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice);
 /* Whether the next iteration sends a delta: deltas are on and the rollout holds a base. The
  * first iteration of a job is dense, the rollout holding no version yet. */

@@ -228,7 +228,7 @@ static rf_status add_layouts(rf_report_table *t, int file, const rf_loaded_resul
   return RF_OK;
 }
 
-static int same_config(const rf_loaded_run *a, const rf_loaded_run *b) {
+int report_same_config(const rf_loaded_run *a, const rf_loaded_run *b) {
   return strcmp(a->model, b->model) == 0 && same_layout(a, b) && strcmp(a->mode, b->mode) == 0 &&
          strcmp(a->transport, b->transport) == 0 && a->bucket_size == b->bucket_size;
 }
@@ -247,7 +247,7 @@ static rf_status add_compare(rf_report_table *t, const rf_loaded_results *a,
       continue;
     for (int j = 0; j < b->run_count; j++) {
       const rf_loaded_run *rb = &b->runs[j];
-      if (taken[j] || !report_measured(rb) || !same_config(ra, rb))
+      if (taken[j] || !report_measured(rb) || !report_same_config(ra, rb))
         continue;
       taken[j] = 1;
       rf_report_cell *row = rf_report_table_row(t);

@@ -73,11 +73,7 @@ static double wire_of(const rf_loaded_run *r) {
 static const rf_loaded_run *dense_of(const rf_loaded_results *f, const rf_loaded_run *r) {
   for (int i = 0; i < f->run_count; i++) {
     const rf_loaded_run *o = &f->runs[i];
-    if (shown(o) && !is_delta(o) && strcmp(o->model, r->model) == 0 &&
-        strcmp(o->trainer, r->trainer) == 0 && strcmp(o->rollout, r->rollout) == 0 &&
-        strcmp(o->placement, r->placement) == 0 && strcmp(o->plan, r->plan) == 0 &&
-        strcmp(o->transport, r->transport) == 0 && strcmp(o->mode, r->mode) == 0 &&
-        o->bucket_size == r->bucket_size && strcmp(o->update, r->update) == 0)
+    if (shown(o) && !is_delta(o) && report_same_config(o, r) && strcmp(o->update, r->update) == 0)
       return o;
   }
   return NULL;
@@ -140,10 +136,7 @@ static int mixed(const rf_loaded_results *f) {
       continue;
     if (!first)
       first = r;
-    else if (strcmp(first->model, r->model) || strcmp(first->trainer, r->trainer) ||
-             strcmp(first->rollout, r->rollout) || strcmp(first->plan, r->plan) ||
-             strcmp(first->transport, r->transport) || strcmp(first->mode, r->mode) ||
-             first->bucket_size != r->bucket_size)
+    else if (!report_same_config(first, r))
       return 1;
   }
   return 0;

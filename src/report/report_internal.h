@@ -114,5 +114,8 @@ const char *rf_report_bucket_label(int64_t bucket, char *buf, size_t len);
 /* A run that measured something: neither a skipped sweep combination nor refit simulate's
  * prediction. Only these go into the charts and the tables that compare times. */
 static inline int report_measured(const rf_loaded_run *r) { return !r->skipped && !r->simulated; }
+/* Two runs of the same configuration: model, layouts, placement, plan, mode, transport and
+ * bucket size (report_build.c). */
+int report_same_config(const rf_loaded_run *a, const rf_loaded_run *b);
 
 #endif
