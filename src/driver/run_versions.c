@@ -308,9 +308,10 @@ rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engi
       rf_control_reduce(ctl, ctl->world, mine, all, 7, MPI_INT64_T, MPI_SUM, "the delta figures"));
   res->delta_dense = e->delta_dense;
   /* Every byte on the wire: the trainer's, and where the plan forwards, the replicas'. */
-  res->wire_delta_forward_bytes = e->delta_dense ? job->plan.forward_bytes : all[5];
+  res->wire_dense_bytes = job->plan.wire_transfer_bytes + job->plan.wire_forward_bytes;
+  res->wire_delta_forward_bytes = e->delta_dense ? job->plan.wire_forward_bytes : all[5];
   res->wire_delta_bytes =
-      (e->delta_dense ? job->plan.transfer_bytes : all[0]) + res->wire_delta_forward_bytes;
+      (e->delta_dense ? job->plan.wire_transfer_bytes : all[0]) + res->wire_delta_forward_bytes;
   for (int i = 0; i < 3; i++)
     res->delta_pieces[i] = all[1 + i];
   res->delta_kept_bytes = all[4];
@@ -342,8 +343,8 @@ void rf_run_print_delta(const rf_run_result *res) {
            "dense, %lld sparse, %lld bitmask%s; the trainer keeps %lld bytes of its previous "
            "version\n",
            res->delta, (long long)res->version, (long long)res->wire_delta_bytes,
-           100.0 * (double)res->wire_delta_bytes / (double)res->transfer_bytes,
-           (long long)res->transfer_bytes, forwarded, (long long)res->delta_pieces[0],
+           100.0 * (double)res->wire_delta_bytes / (double)res->wire_dense_bytes,
+           (long long)res->wire_dense_bytes, forwarded, (long long)res->delta_pieces[0],
            (long long)res->delta_pieces[1], (long long)res->delta_pieces[2], stale,
            (long long)res->delta_kept_bytes);
   if (res->delta_kind_count > 0) {

@@ -51,6 +51,8 @@ struct engine_delta {
   int64_t *table_wire;        /* the same in the wire's memory */
   int64_t *table_at;          /* [dir * ranks + peer] where peer's sizes start in table */
   int64_t table_cap;          /* the most entries of any stage */
+  char *quant[2];             /* a quantized rollout: the wire bytes of one chunk, twice */
+  size_t quant_bytes;         /* (engine_delta_quant.c), each this big */
   uint64_t kept_bytes;
 };
 
@@ -113,8 +115,9 @@ static rf_status check_supported(const rf_engine *e, rf_delta_choice c) {
              e->transport->ops->name);
     return refuse(c, what, "--plan p2p, --transport mpi or nccl, or --delta off");
   }
-  if (rf_layout_format(plan->layout))
-    return refuse(c, "a quantized --rollout-dtype", "--rollout-dtype model or --delta off");
+  char what[192], instead[192];
+  if (engine_delta_quant_refusal(e, what, sizeof what, instead, sizeof instead))
+    return refuse(c, what, instead);
   if (e->wire_rule == RF_WIRE_STAGED)
     return refuse(c, "GPU weights staged through host memory for mpi",
                   "--transport nccl, --memory host or --delta off");
@@ -138,8 +141,9 @@ static rf_delta_encoding want_of(const rf_engine *e, const rf_chunk *k) {
 /* What --delta's encoding may take: no smaller than dense, which a stale peer gets instead, so
  * the buffers and the local chunks' places do not depend on the receipts. */
 static int64_t capacity_of(const rf_engine *e, const rf_chunk *k) {
-  return rf_delta_capacity(asked_of(e), rf_box_numel(&k->box),
-                           engine_esize(e, piece_of(e, k)->tensor));
+  int esize;
+  rf_box box = engine_delta_box(e, k, &esize);
+  return rf_delta_capacity(asked_of(e), rf_box_numel(&box), esize);
 }
 
 /* Places the pieces a stage brings this rank, in its order, from `off` in the inbox, at their
@@ -195,6 +199,15 @@ static rf_status delta_buffers(rf_engine *e) {
     if (k > 0)
       fw = RF_MAX(fw, send_capacity(e, &d->stages[k]));
   }
+  for (int i = 0; i < s->chunk_count; i++) /* the wire of any quantized chunk it sends or holds */
+    if (engine_delta_quantized(e, &s->chunks[i]) &&
+        (sends(e, &s->chunks[i]) || holds(e, &s->chunks[i])))
+      d->quant_bytes = RF_MAX(
+          d->quant_bytes,
+          (size_t)align8(rf_piece_wire_bytes(plan, piece_of(e, &s->chunks[i]), &s->chunks[i].box)));
+  for (int j = 0; j < 2 && d->quant_bytes; j++)
+    RF_TRY(
+        rf_mem_alloc(e->memory, d->quant_bytes, "delta quantized scratch", (void **)&d->quant[j]));
   d->inbox_bytes = (size_t)off + 8;
   d->out_bytes = (size_t)send_capacity(e, &d->stages[0]) + 8;
   d->fw_bytes = (size_t)fw + 8;
@@ -260,6 +273,9 @@ void engine_delta_free(rf_engine *e) {
     rf_mem_free(d->kind, d->inbox, d->inbox_bytes);
   if (d->fw)
     rf_mem_free(d->kind, d->fw, d->fw_bytes);
+  for (int j = 0; j < 2; j++)
+    if (d->quant[j])
+      rf_mem_free(e->memory, d->quant[j], d->quant_bytes);
   if (d->table_wire)
     rf_mem_free(d->table_kind, d->table_wire, (size_t)(d->table_cap + 1) * sizeof(int64_t));
   for (int k = 0; d->stages && k <= e->plan->forward_depth; k++)
@@ -290,8 +306,10 @@ static rf_status encode_chunk(rf_engine *e, int i, char *to, size_t capacity) {
   char what[256];
   name_piece(e, k, what, sizeof what);
   rf_delta_info info;
-  RF_TRY(
-      rf_delta_encode(e->memory, &prev, &cur, &k->box, want_of(e, k), to, capacity, what, &info));
+  engine_delta_encode_args a = {want_of(e, k), to, capacity, what};
+  RF_TRY(engine_delta_quantized(e, k)
+             ? engine_delta_quant_encode(e, k, &prev, &cur, d->quant, &a, &info)
+             : rf_delta_encode(e->memory, &prev, &cur, &k->box, a.want, to, capacity, what, &info));
   d->size[i] = info.bytes;
   d->sent[i] = info;
   e->delta_pieces[info.encoding]++;
@@ -410,10 +428,14 @@ static rf_status each_received(rf_engine *e, int apply) {
                      "delta for %s: the destination keeps only part of the piece; delta refits "
                      "need whole pieces (--plan p2p, fanout or hierarchical)",
                      what);
-    RF_TRY(apply ? rf_delta_apply_checked(e->memory, d->inbox + d->in[i], &d->info[i], &dst,
-                                          &k->box, what)
-                 : rf_delta_check(e->memory, d->inbox + d->in[i], (size_t)d->size[i], &dst, &k->box,
-                                  what, &d->info[i]));
+    const char *encoded = d->inbox + d->in[i];
+    if (engine_delta_quantized(e, k))
+      RF_TRY(engine_delta_quant_held(e, &here, k, encoded, &d->info[i], apply ? -1 : d->size[i],
+                                     d->quant[0], what));
+    else
+      RF_TRY(apply ? rf_delta_apply_checked(e->memory, encoded, &d->info[i], &dst, &k->box, what)
+                   : rf_delta_check(e->memory, encoded, (size_t)d->size[i], &dst, &k->box, what,
+                                    &d->info[i]));
   }
   return RF_OK;
 }
@@ -453,6 +475,11 @@ static rf_status keep_sent(rf_engine *e, int encoded) {
       if (!sends(e, k))
         continue;
       rf_region prev = prev_region(e, piece_of(e, k)->tensor);
+      if (engine_delta_quantized(e, k)) {
+        rf_region cur = engine_shard_region(e, piece_of(e, k)->tensor);
+        RF_TRY(engine_delta_quant_keep(e, &prev, &cur, &k->box));
+        continue;
+      }
       char what[256];
       name_piece(e, k, what, sizeof what);
       RF_TRY(rf_delta_apply_checked(e->memory, (is_local(e, k) ? d->inbox : d->out) + d->at[i],

@@ -2,6 +2,7 @@
 #ifndef RF_ENGINE_INTERNAL_H
 #define RF_ENGINE_INTERNAL_H
 
+#include "delta/delta.h"
 #include "engine.h"
 #include "verify/fp8.h"
 
@@ -122,6 +123,40 @@ int engine_stale(const rf_engine *e, int r);
 int engine_skip_now(rf_engine *e);
 /* After that: this rank's rollout holds the version moved, unless it dropped it. */
 void engine_hold(rf_engine *e, int dropped);
+
+/* ---- delta refits of a quantized rollout (engine_delta_quant.c) ---- */
+
+/* Whether chunk k's piece travels quantized by its source: its delta is one of wire bytes. */
+int engine_delta_quantized(const rf_engine *e, const rf_chunk *k);
+/* What chunk k's delta is encoded over: its box and its tensor's element size, or for a
+ * quantized piece its wire bytes as a 1 x bytes box of 1-byte elements. */
+rf_box engine_delta_box(const rf_engine *e, const rf_chunk *k, int *esize);
+/* 1, with what is refused and what to use instead, where the plan's quantized rollout cannot
+ * take delta refits; 0 where it can (or has no format). Every rank decides alike. */
+int engine_delta_quant_refusal(const rf_engine *e, char *what, size_t what_len, char *instead,
+                               size_t instead_len);
+/* What encode is asked for and where it writes (rf_delta_encode's arguments). */
+typedef struct {
+  rf_delta_encoding want;
+  char *to;
+  size_t capacity;
+  const char *what;
+} engine_delta_encode_args;
+/* Encodes quantized chunk k: both versions (prev, cur: the trainer's shard regions) quantized
+ * into scratch[0] and scratch[1], each of the chunk's wire bytes, then their difference. */
+rf_status engine_delta_quant_encode(const rf_engine *e, const rf_chunk *k, const rf_region *prev,
+                                    const rf_region *cur, char *const scratch[2],
+                                    const engine_delta_encode_args *a, rf_delta_info *info);
+/* A quantized piece this rank holds (`here`: the piece as it lands here): with bytes >= 0 the
+ * encoded piece's checks alone (rf_delta_check, filling *info); with bytes < 0 its application
+ * through scratch (the chunk's wire bytes): what this rank holds packed, the delta applied, the
+ * result unpacked into its tensor and scales. */
+rf_status engine_delta_quant_held(const rf_engine *e, const rf_piece *here, const rf_chunk *k,
+                                  const void *encoded, rf_delta_info *info, int64_t bytes,
+                                  char *scratch, const char *what);
+/* The trainer's kept version follows a quantized chunk it sent: box copied from cur to prev. */
+rf_status engine_delta_quant_keep(const rf_engine *e, const rf_region *prev, const rf_region *cur,
+                                  const rf_box *box);
 
 /* ---- the delta wire's stages (engine_delta_forward.c) ---- */
 

@@ -104,9 +104,11 @@ typedef struct {
    * per encoding (dense, sparse, bitmask), summed over the ranks; the bytes of the previous
    * version the trainer ranks keep, summed; and over all of the run's iterations the pieces
    * sent dense because their rollout rank's receipt named another version than the trainer
-   * kept. */
+   * kept. wire_dense_bytes: what the dense refit puts on the wire (a quantized rollout's
+   * quantized bytes and scales), which the delta is compared with. */
   char delta[16];
   int64_t wire_delta_bytes, wire_delta_forward_bytes, delta_pieces[3], delta_kept_bytes;
+  int64_t wire_dense_bytes;
   int64_t delta_stale_pieces;
   int delta_dense;
   /* The same pieces split by tensor kind, kinds without pieces left out; NULL (count 0) when
