@@ -293,7 +293,7 @@ void rf_buffers_free(rf_buffers *b) {
   if (b->landing_arena)
     rf_mem_free(b->memory, b->landing_arena, b->landing_bytes);
   if (b->prev_arena)
-    rf_mem_free(b->memory, b->prev_arena, b->arena_bytes[RF_FAMILY_SHARDS]);
+    rf_mem_free(b->memory, b->prev_arena, b->prev_bytes);
   if (b->delta_out)
     rf_mem_free(b->memory, b->delta_out, b->delta_out_bytes);
   free(b->landing);

@@ -111,6 +111,26 @@ rf_region engine_source(const rf_engine *e, const rf_piece *p) {
   return source_over(e->plan, p, base);
 }
 
+rf_buffer_family engine_source_family(const rf_plan *plan) {
+  return plan->kind == RF_PLAN_STAR ? RF_FAMILY_COUPLING : RF_FAMILY_SHARDS;
+}
+
+rf_region engine_source_in(const rf_engine *e, const rf_piece *p, void *copy) {
+  rf_buffer_family f = engine_source_family(e->plan);
+  char *buf = f == RF_FAMILY_COUPLING ? e->data->coupling[p->tensor] : e->data->shards[p->tensor];
+  return source_over(e->plan, p, (char *)copy + (buf - (char *)e->data->arena[f]));
+}
+
+rf_status engine_reshape(rf_engine *e, double start, double *times) {
+  if (!e->reshape.chunk_count)
+    return RF_OK;
+  double scratch[RF_PHASE_COUNT] = {0};
+  RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->reshape, scratch)
+                   : engine_run_rounds(e, &e->reshape_rounds, 0, scratch));
+  times[RF_PHASE_RESHAPE] = rf_now() - start;
+  return RF_OK;
+}
+
 rf_region engine_destination(const rf_engine *e, const rf_piece *p, const rf_box *box,
                              rf_box *kept) {
   void *base = p->stage == RF_STAGE_RESHAPE ? e->data->coupling[p->tensor]
@@ -325,12 +345,7 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
   }
   double start = rf_now();
   RF_TRY(engine_fp8_agree_globals(e, times)); /* nvfp4: before any source quantizes */
-  if (e->reshape.chunk_count) {
-    double scratch[RF_PHASE_COUNT] = {0};
-    RF_TRY(e->mapped ? engine_run_stage_mapped(e, &e->reshape, scratch)
-                     : engine_run_rounds(e, &e->reshape_rounds, 0, scratch));
-    times[RF_PHASE_RESHAPE] = rf_now() - start;
-  }
+  RF_TRY(engine_reshape(e, start, times));
   e->fp8_next = 0; /* fp8: the blocks quantized round by round as their pieces land */
   if (!e->mapped) {
     /* The transfer and the forward steps in rounds; the forward buckets' pack, transfer and

@@ -130,10 +130,13 @@ typedef struct {
    * update rule the caller sets in version.update before the first rf_buffers_advance. */
   uint64_t seed;
   rf_weight_version version;
-  /* Delta refits (engine_delta.c): the trainer shards as last sent, one more arena laid out as
-   * the shards' (NULL until a run asks for deltas), and whether the rollout holds that version
-   * (set once an iteration has moved it, dense or delta). */
+  /* Delta refits (engine_delta.c): what the trainer last sent, one more arena laid out as the
+   * one its transfer reads (prev_family: the shards, or star's coupling buffers; NULL until a
+   * run asks for deltas), and whether the rollout holds that version (set once an iteration
+   * has moved it, dense or delta). */
   void *prev_arena;
+  size_t prev_bytes;
+  int prev_family;
   int delta_base;
   /* Over a mapping transport (engine_delta.c): the trainer's encoded pieces, exposed for the
    * rollout ranks to copy out (grow-only across the job's runs, in the shards' memory kind),

@@ -79,11 +79,12 @@ static rf_status refuse(rf_delta_choice c, const char *what, const char *instead
                  rf_delta_choice_name(c), what, instead);
 }
 
-/* The trainer's previous version of tensor t: its shard region over the kept arena. */
-static rf_region prev_region(const rf_engine *e, int t) {
-  const rf_buffers *b = e->data;
-  char *base = (char *)b->prev_arena + ((char *)b->shards[t] - (char *)b->arena[RF_FAMILY_SHARDS]);
-  return rf_shard_region(e->plan, e->trainer_rank, t, base);
+/* Where chunk k is read on the trainer: the version it sends (cur) and the one it kept. */
+static rf_region cur_region(const rf_engine *e, const rf_chunk *k) {
+  return engine_source(e, piece_of(e, k));
+}
+static rf_region prev_region(const rf_engine *e, const rf_chunk *k) {
+  return engine_source_in(e, piece_of(e, k), e->data->prev_arena);
 }
 
 /* A piece's name in errors: its tensor, rows and columns, and its two ends. */
@@ -107,8 +108,6 @@ static void name_held(const rf_engine *e, const rf_chunk *k, char *buf, size_t l
 
 static rf_status check_supported(const rf_engine *e, rf_delta_choice c) {
   const rf_plan *plan = e->plan;
-  if (plan->kind == RF_PLAN_STAR)
-    return refuse(c, "--plan star", "--plan p2p, fanout or hierarchical, or --delta off");
   if (e->transport->ops->peer_buffer && plan->forward_depth > 0) {
     char what[96];
     snprintf(what, sizeof what, "--plan %s over --transport %s", rf_plan_kind_name(plan->kind),
@@ -229,9 +228,19 @@ rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice) {
     return RF_OK;
   RF_TRY(check_supported(e, choice));
   rf_buffers *b = e->data;
-  size_t shards = b->arena_bytes[RF_FAMILY_SHARDS];
-  if (!b->prev_arena && shards)
-    RF_TRY(rf_mem_alloc(b->memory, shards, "the trainer's previous version", &b->prev_arena));
+  /* The kept copy mirrors the arena the transfer reads; a run that reads another (star after
+   * p2p) starts from a dense iteration. */
+  int family = (int)engine_source_family(e->plan);
+  size_t kept = b->arena_bytes[family];
+  if (b->prev_arena && (b->prev_family != family || b->prev_bytes != kept)) {
+    rf_mem_free(b->memory, b->prev_arena, b->prev_bytes);
+    b->prev_arena = NULL;
+    b->delta_base = 0;
+  }
+  if (!b->prev_arena && kept)
+    RF_TRY(rf_mem_alloc(b->memory, kept, "the trainer's previous version", &b->prev_arena));
+  b->prev_family = family;
+  b->prev_bytes = kept;
   struct engine_delta *d = rf_calloc(1, sizeof *d, "delta state");
   if (!d)
     return RF_ERR_NOMEM;
@@ -239,7 +248,7 @@ rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice) {
   d->kind = e->wire;
   d->pull = e->transport->ops->peer_buffer != NULL;
   d->table_kind = d->pull ? RF_MEM_HOST : d->kind;
-  d->kept_bytes = shards;
+  d->kept_bytes = kept;
   const rf_schedule *s = &e->transfer;
   int ranks = e->plan->layout->world_size;
   d->size = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->size, "delta sizes");
@@ -302,14 +311,16 @@ static rf_status encode_chunk(rf_engine *e, int i, char *to, size_t capacity) {
   struct engine_delta *d = e->delta_state;
   const rf_chunk *k = &e->transfer.chunks[i];
   int t = piece_of(e, k)->tensor;
-  rf_region prev = prev_region(e, t), cur = engine_shard_region(e, t);
+  rf_region prev = prev_region(e, k), cur = cur_region(e, k);
+  int esize;
+  rf_box box = engine_delta_box(e, k, &esize);
   char what[256];
   name_piece(e, k, what, sizeof what);
   rf_delta_info info;
   engine_delta_encode_args a = {want_of(e, k), to, capacity, what};
   RF_TRY(engine_delta_quantized(e, k)
              ? engine_delta_quant_encode(e, k, &prev, &cur, d->quant, &a, &info)
-             : rf_delta_encode(e->memory, &prev, &cur, &k->box, a.want, to, capacity, what, &info));
+             : rf_delta_encode(e->memory, &prev, &cur, &box, a.want, to, capacity, what, &info));
   d->size[i] = info.bytes;
   d->sent[i] = info;
   e->delta_pieces[info.encoding]++;
@@ -423,18 +434,20 @@ static rf_status each_received(rf_engine *e, int apply) {
     rf_region dst = engine_destination(e, &here, &k->box, &kept);
     char what[256];
     name_held(e, k, what, sizeof what);
-    if (!rf_box_equal(&kept, &k->box))
-      return rf_fail(RF_ERR_UNSUPPORTED,
-                     "delta for %s: the destination keeps only part of the piece; delta refits "
-                     "need whole pieces (--plan p2p, fanout or hierarchical)",
+    int quantized = engine_delta_quantized(e, k), esize;
+    rf_box box = engine_delta_box(e, k, &esize); /* what the trainer encoded */
+    if (!rf_box_equal(&kept, quantized ? &k->box : &box))
+      return rf_fail(RF_ERR_INTERNAL,
+                     "delta for %s: the destination keeps another part of the "
+                     "piece than the trainer encoded",
                      what);
     const char *encoded = d->inbox + d->in[i];
-    if (engine_delta_quantized(e, k))
+    if (quantized)
       RF_TRY(engine_delta_quant_held(e, &here, k, encoded, &d->info[i], apply ? -1 : d->size[i],
                                      d->quant[0], what));
     else
-      RF_TRY(apply ? rf_delta_apply_checked(e->memory, encoded, &d->info[i], &dst, &k->box, what)
-                   : rf_delta_check(e->memory, encoded, (size_t)d->size[i], &dst, &k->box, what,
+      RF_TRY(apply ? rf_delta_apply_checked(e->memory, encoded, &d->info[i], &dst, &box, what)
+                   : rf_delta_check(e->memory, encoded, (size_t)d->size[i], &dst, &box, what,
                                     &d->info[i]));
   }
   return RF_OK;
@@ -446,6 +459,8 @@ rf_status engine_delta_iterate(rf_engine *e, double *times) {
   memset(e->delta_pieces, 0, sizeof e->delta_pieces);
   memset(e->delta_kinds, 0, sizeof e->delta_kinds);
   double t0 = rf_now();
+  RF_TRY(engine_reshape(e, t0, times)); /* star: the coupling buffers, dense between trainers */
+  t0 = rf_now();
   RF_TRY(encode_all(e));
   RF_TRY(rf_mem_sync(e->memory));
   double t1 = rf_now();
@@ -474,20 +489,22 @@ static rf_status keep_sent(rf_engine *e, int encoded) {
       const rf_chunk *k = &s->chunks[i];
       if (!sends(e, k))
         continue;
-      rf_region prev = prev_region(e, piece_of(e, k)->tensor);
+      rf_region prev = prev_region(e, k);
       if (engine_delta_quantized(e, k)) {
-        rf_region cur = engine_shard_region(e, piece_of(e, k)->tensor);
+        rf_region cur = cur_region(e, k);
         RF_TRY(engine_delta_quant_keep(e, &prev, &cur, &k->box));
         continue;
       }
+      int esize;
+      rf_box box = engine_delta_box(e, k, &esize);
       char what[256];
       name_piece(e, k, what, sizeof what);
       RF_TRY(rf_delta_apply_checked(e->memory, (is_local(e, k) ? d->inbox : d->out) + d->at[i],
-                                    &d->sent[i], &prev, &k->box, what));
+                                    &d->sent[i], &prev, &box, what));
     }
   } else if (b->prev_arena) {
-    RF_TRY(rf_mem_transfer(b->prev_arena, b->memory, b->arena[RF_FAMILY_SHARDS], b->memory,
-                           b->arena_bytes[RF_FAMILY_SHARDS]));
+    RF_TRY(rf_mem_transfer(b->prev_arena, b->memory, b->arena[b->prev_family], b->memory,
+                           b->prev_bytes));
   }
   /* A rank without shards keeps nothing, but its rollout holds the version all the same; every
    * rank follows the kept version, so that each decides alike which receipts are stale. */

@@ -30,8 +30,13 @@ int engine_delta_quantized(const rf_engine *e, const rf_chunk *k) {
 rf_box engine_delta_box(const rf_engine *e, const rf_chunk *k, int *esize) {
   const rf_piece *p = &e->plan->pieces[k->piece];
   if (!engine_delta_quantized(e, k)) {
+    /* What the destination keeps of it: all of it, but for star's whole embeddings and norms,
+     * of which a rollout rank keeps its share. */
+    rf_box held = rf_layout_rollout_box(e->plan->layout, p->tensor, p->dst), kept;
     *esize = engine_esize(e, p->tensor);
-    return k->box;
+    if (!rf_box_intersect(&k->box, &held, &kept))
+      memset(&kept, 0, sizeof kept);
+    return kept;
   }
   *esize = 1;
   rf_box wire = {{0, 0}, {1, rf_piece_wire_bytes(e->plan, p, &k->box)}};

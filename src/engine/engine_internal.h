@@ -32,6 +32,15 @@ int engine_peer(const rf_engine *e, const rf_piece *p, int sending);
 /* The region a piece is read from: a trainer shard, star's coupling buffer, or (forward) this
  * rank's part of the fused rollout tensor. */
 rf_region engine_source(const rf_engine *e, const rf_piece *p);
+/* The arena a transfer piece is read from: the coupling buffers under star (the reshape fills
+ * them), else the trainer shards. */
+rf_buffer_family engine_source_family(const rf_plan *plan);
+/* The region engine_source gives, in `copy`, a copy of that arena (the trainer's kept version,
+ * rf_buffers.prev_arena): the same place in it. */
+rf_region engine_source_in(const rf_engine *e, const rf_piece *p, void *copy);
+/* star: the reshape between the trainer ranks, timed from `start` as the reshape phase; nothing
+ * for the other plans. */
+rf_status engine_reshape(rf_engine *e, double start, double *times);
 /* The region a piece lands in, and the part of `box` the destination keeps. */
 rf_region engine_destination(const rf_engine *e, const rf_piece *p, const rf_box *box,
                              rf_box *kept);
@@ -128,8 +137,9 @@ void engine_hold(rf_engine *e, int dropped);
 
 /* Whether chunk k's piece travels quantized by its source: its delta is one of wire bytes. */
 int engine_delta_quantized(const rf_engine *e, const rf_chunk *k);
-/* What chunk k's delta is encoded over: its box and its tensor's element size, or for a
- * quantized piece its wire bytes as a 1 x bytes box of 1-byte elements. */
+/* What chunk k's delta is encoded over: the part of its box its destination keeps (all of it
+ * but for star's whole embeddings and norms) and its tensor's element size, or for a quantized
+ * piece its wire bytes as a 1 x bytes box of 1-byte elements. */
 rf_box engine_delta_box(const rf_engine *e, const rf_chunk *k, int *esize);
 /* 1, with what is refused and what to use instead, where the plan's quantized rollout cannot
  * take delta refits; 0 where it can (or has no format). Every rank decides alike. */

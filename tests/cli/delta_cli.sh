@@ -1,4 +1,5 @@
-# Delta refits (--delta): p2p over mpi and shm, fanout and hierarchical over mpi, host memory.
+# Delta refits (--delta): p2p over mpi and shm, star, fanout and hierarchical over mpi, host
+# memory.
 # Each run is verified element by element against the last version moved; the wire bytes,
 # encodings (by tensor kind too), refit report's delta table, the transactional refusal of a
 # corrupted piece (forwarded ones too), a stalled trainer's refit leaving the version before, a
@@ -138,6 +139,14 @@ grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' | sort -u >"$TMP/lines
 diff "$TMP/want" "$TMP/lines" >"$TMP/diff" || fail "hierarchical delta corrupt: $(cat "$TMP/diff")"
 expect_grep "# delta auto: the refit of version 2 was refused; the rollout still holds version 1: 0 wrong elements" "$TMP/out"
 
+# Star: the reshape between the trainers stays dense; the transfer encodes the coupling buffers
+# against their kept copy, each whole-embedding piece only in the share its rollout rank keeps.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]/p2p/star}" --update sparse:0.01 --delta auto \
+  --mode unfused,fused --iters 2 --warmup 0
+expect_grep "# delta auto: version 1: 9426 wire bytes (2.294 % of the dense 410880); pieces: 0 dense, 40 sparse, 2 bitmask; the trainer keeps 412160 bytes of its previous version" "$TMP/out"
+expect_grep "# delta auto: version 3: 9552 wire bytes (2.325 % of the dense 410880); pieces: 0 dense, 38 sparse, 4 bitmask" "$TMP/out"
+expect_grep "# PASS" "$TMP/out"
+
 # Quantized rollouts: a piece its source quantizes sends the delta of its wire bytes (quantized
 # bytes, then scales), compared with the dense refit's quantized wire. fp8 in every mode over mpi;
 # mxfp8 of a MoE's stacked experts (trainer ep and pp to rollout ep) over shm; mxfp4 with a
@@ -166,8 +175,6 @@ expect_exit 2 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$REFIT_SOURCE_DIR/tests
 expect_grep "error: --delta auto: mxfp8 quantized at the destination ('model.layers.0.mlp.down_proj.weight': a trainer shard cuts its blocks) is not supported with delta refits yet; use a trainer layout whose shards hold whole blocks, or --delta off" "$TMP/err"
 
 # What is not supported yet, one line each.
-expect_exit 2 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]/p2p/star}" --delta auto --iters 1
-expect_grep "error: --delta auto: --plan star is not supported with delta refits yet; use --plan p2p, fanout or hierarchical, or --delta off" "$TMP/err"
 expect_exit 2 "${MPIRUN[@]}" -np 6 "$REFIT" run "${FAN[@]/mpi/shm}" --delta auto --iters 1
 expect_grep "error: --delta auto: --plan fanout over --transport shm is not supported with delta refits yet; use --plan p2p, --transport mpi or nccl, or --delta off" "$TMP/err"
 finish
