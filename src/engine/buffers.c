@@ -294,8 +294,10 @@ void rf_buffers_free(rf_buffers *b) {
     rf_mem_free(b->memory, b->landing_arena, b->landing_bytes);
   if (b->prev_arena)
     rf_mem_free(b->memory, b->prev_arena, b->prev_bytes);
-  if (b->delta_out)
-    rf_mem_free(b->memory, b->delta_out, b->delta_out_bytes);
+  rf_offered *offers[] = {&b->delta_out, &b->delta_fw};
+  for (int i = 0; i < 2; i++)
+    if (offers[i]->ptr)
+      rf_mem_free(b->memory, offers[i]->ptr, offers[i]->bytes);
   free(b->landing);
   memset(b, 0, sizeof *b);
 }

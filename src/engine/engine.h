@@ -110,6 +110,13 @@ enum {
   RF_DELTA_KIND_FIELDS
 };
 
+/* A buffer offered to a mapping transport's peers (its `index` among the offers). */
+typedef struct {
+  void *ptr;
+  size_t bytes;
+  int index;
+} rf_offered;
+
 typedef struct {
   const rf_plan *plan;
   rf_mem_kind memory;
@@ -138,13 +145,12 @@ typedef struct {
   size_t prev_bytes;
   int prev_family;
   int delta_base;
-  /* Over a mapping transport (engine_delta.c): the trainer's encoded pieces, exposed for the
-   * rollout ranks to copy out (grow-only across the job's runs, in the shards' memory kind),
-   * the buffers offered so far (the arenas count RF_FAMILY_COUNT), and the index of the
-   * encoded pieces' latest offer. */
-  void *delta_out;
-  size_t delta_out_bytes;
-  int exposed_count, delta_out_index;
+  /* Over a mapping transport (engine_delta.c): the trainer's encoded pieces and the pieces a
+   * replica forwards, each exposed for its peers to copy out (grow-only across the job's runs,
+   * in the shards' memory kind, with the index of its latest offer), and the buffers offered
+   * so far (the arenas count RF_FAMILY_COUNT). */
+  rf_offered delta_out, delta_fw;
+  int exposed_count;
   /* Receipts: the version this rank's rollout holds (`held`, when `holds`): what the last
    * iteration that wrote it moved, dense or delta, and not one that --inject skip-version
    * dropped; and the version of the trainer's kept copy (`kept`, with delta_base), the same

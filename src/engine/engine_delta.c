@@ -20,7 +20,8 @@
  * offers its encoded buffer to the others (once per run, an append to the job's offers); the
  * transfer's size messages then also say where each piece lies in it, and each rollout rank
  * copies its pieces out, one copy per run of a peer's pieces in a bucket, instead of receiving
- * messages.
+ * messages. A replica that forwards offers its forward buffer the same way, each step's pieces
+ * after the step's before (its receivers may still be copying out when the next step packs).
  *
  * A rollout rank whose version receipt does not name the version the trainer kept (it missed
  * one) gets its pieces dense, in the same format (engine_receipts.c). */
@@ -38,6 +39,9 @@ struct engine_delta {
   char *out, *inbox, *fw; /* encoded pieces sent (the job's offered buffer when pulling), held
                              (received or local), and forwarded */
   size_t out_bytes, inbox_bytes, fw_bytes;
+  int64_t *fw_at;      /* [forward step] where its pieces start in fw: 0 when pushing (a step's
+                          messages complete before the next packs), each after the one before when
+                          pulling (its receivers may still be copying out when the next packs) */
   int64_t *size;       /* [chunk of the transfer schedule] its encoded bytes */
   int64_t *at;         /* [chunk] where the piece this rank encoded lies in out (inbox: local) */
   int64_t *in;         /* [chunk] where the piece this rank holds lies in the inbox */
@@ -107,13 +111,6 @@ static void name_held(const rf_engine *e, const rf_chunk *k, char *buf, size_t l
 }
 
 static rf_status check_supported(const rf_engine *e, rf_delta_choice c) {
-  const rf_plan *plan = e->plan;
-  if (e->transport->ops->peer_buffer && plan->forward_depth > 0) {
-    char what[96];
-    snprintf(what, sizeof what, "--plan %s over --transport %s", rf_plan_kind_name(plan->kind),
-             e->transport->ops->name);
-    return refuse(c, what, "--plan p2p, --transport mpi or nccl, or --delta off");
-  }
   char what[192], instead[192];
   if (engine_delta_quant_refusal(e, what, sizeof what, instead, sizeof instead))
     return refuse(c, what, instead);
@@ -171,7 +168,7 @@ static int64_t send_capacity(const rf_engine *e, const engine_delta_stage *s) {
 
 /* The stages and the buffers: the local pieces first in the inbox, at their capacities, so that
  * their places never move, then every stage's received ones; out holds what this rank encodes
- * for others, fw the most that one forward step sends. */
+ * for others, fw what the forward steps send (the most of one, or pulling, all of them). */
 static rf_status delta_buffers(rf_engine *e) {
   struct engine_delta *d = e->delta_state;
   const rf_plan *plan = e->plan;
@@ -180,7 +177,8 @@ static rf_status delta_buffers(rf_engine *e) {
   d->origin = rf_malloc((size_t)tensors * sizeof *d->origin + 1, "delta origins");
   d->from = rf_malloc((size_t)tensors * sizeof *d->from + 1, "delta forwarders");
   d->stages = rf_calloc((size_t)steps + 1, sizeof *d->stages, "delta stages");
-  if (!d->origin || !d->from || !d->stages)
+  d->fw_at = rf_calloc((size_t)steps + 1, sizeof *d->fw_at, "delta forward places");
+  if (!d->origin || !d->from || !d->stages || !d->fw_at)
     return RF_ERR_NOMEM;
   for (int t = 0; t < tensors; t++)
     d->origin[t] = e->rollout_rank < 0 ? -1 : engine_delta_origin(plan, t, e->rollout_rank);
@@ -193,9 +191,11 @@ static rf_status delta_buffers(rf_engine *e) {
   d->local_end = off;
   for (int k = 0; k <= steps; k++) {
     off = place_received(e, &d->stages[k], off, 1);
-    /* Pulling, the transfer's entries go with where each lies in its sender's out. */
-    d->table_cap = RF_MAX(d->table_cap, (int64_t)d->stages[k].count * (d->pull && k == 0 ? 2 : 1));
-    if (k > 0)
+    /* Pulling, each entry goes with where its piece lies in its sender's buffer. */
+    d->table_cap = RF_MAX(d->table_cap, (int64_t)d->stages[k].count * (d->pull ? 2 : 1));
+    if (k > 0 && d->pull)
+      d->fw_at[k] = fw, fw += send_capacity(e, &d->stages[k]);
+    else if (k > 0)
       fw = RF_MAX(fw, send_capacity(e, &d->stages[k]));
   }
   for (int i = 0; i < s->chunk_count; i++) /* the wire of any quantized chunk it sends or holds */
@@ -215,10 +215,14 @@ static rf_status delta_buffers(rf_engine *e) {
     return RF_ERR_NOMEM;
   RF_TRY(rf_mem_alloc(d->table_kind, (size_t)(d->table_cap + 1) * sizeof(int64_t),
                       "delta size tables", (void **)&d->table_wire));
-  RF_TRY(d->pull ? engine_delta_offer(e, d->kind, d->out_bytes, &d->out)
+  rf_buffers *b = e->data;
+  RF_TRY(d->pull ? engine_delta_offer(e, d->kind, d->out_bytes, &b->delta_out,
+                                      "delta encode buffer", &d->out)
                  : rf_mem_alloc(d->kind, d->out_bytes, "delta encode buffer", (void **)&d->out));
   if (steps > 0)
-    RF_TRY(rf_mem_alloc(d->kind, d->fw_bytes, "delta forward buffer", (void **)&d->fw));
+    RF_TRY(d->pull ? engine_delta_offer(e, d->kind, d->fw_bytes, &b->delta_fw,
+                                        "delta forward buffer", &d->fw)
+                   : rf_mem_alloc(d->kind, d->fw_bytes, "delta forward buffer", (void **)&d->fw));
   return rf_mem_alloc(d->kind, d->inbox_bytes, "delta inbox", (void **)&d->inbox);
 }
 
@@ -280,7 +284,7 @@ void engine_delta_free(rf_engine *e) {
     rf_mem_free(d->kind, d->out, d->out_bytes);
   if (d->inbox)
     rf_mem_free(d->kind, d->inbox, d->inbox_bytes);
-  if (d->fw)
+  if (d->fw && !d->pull)
     rf_mem_free(d->kind, d->fw, d->fw_bytes);
   for (int j = 0; j < 2; j++)
     if (d->quant[j])
@@ -290,6 +294,7 @@ void engine_delta_free(rf_engine *e) {
   for (int k = 0; d->stages && k <= e->plan->forward_depth; k++)
     free(d->stages[k].entries);
   free(d->stages);
+  free(d->fw_at);
   free(d->origin);
   free(d->from);
   free(d->size);
@@ -364,9 +369,8 @@ static rf_status encode_all(rf_engine *e) {
  * back from *fill, which moves past them. */
 static rf_status exchange_sizes(rf_engine *e, engine_delta_stage *st, int64_t *fill, long *ticket) {
   struct engine_delta *d = e->delta_state;
-  int pairs = d->pull && st == &d->stages[0];
   engine_delta_tables t = {d->table_kind, d->table, d->table_wire, d->table_at,
-                           pairs ? d->src_at : NULL};
+                           d->pull ? d->src_at : NULL};
   RF_TRY(engine_delta_exchange_sizes(e, st, &t, d->size, ticket));
   *fill = place_received(e, st, *fill, 0);
   return RF_OK;
@@ -402,7 +406,7 @@ static rf_status run_stages(rf_engine *e, long *ticket) {
   int64_t fill = d->local_end, bytes = 0;
   RF_TRY(exchange_sizes(e, &d->stages[0], &fill, ticket));
   RF_TRY(d->pull ? engine_delta_pull(e, &d->stages[0], d->size, d->src_at, d->inbox,
-                                     e->data->delta_out_index)
+                                     e->data->delta_out.index)
                  : engine_delta_post(e, &d->stages[0], d->size, d->out, d->inbox, ticket));
   if (e->corrupt_armed && e->rollout_rank >= 0 && e->rollout_rank == engine_corrupt_rank(e)) {
     e->corrupt_armed = 0;
@@ -410,11 +414,14 @@ static rf_status run_stages(rf_engine *e, long *ticket) {
   }
   for (int k = 1; k <= e->plan->forward_depth; k++) {
     engine_delta_stage *st = &d->stages[k];
-    RF_TRY(engine_delta_pack(d->kind, st, d->inbox, d->in, d->size, d->fw, &bytes));
+    RF_TRY(engine_delta_pack(d->kind, st, d->inbox, d->in, d->size, d->fw + d->fw_at[k], &bytes));
+    for (int j = 0; j < st->count; j++) /* the places, in fw */
+      st->entries[j].at += st->entries[j].send ? d->fw_at[k] : 0;
     RF_TRY(rf_mem_sync(d->kind)); /* the packed pieces are there before the transport reads */
     e->delta_forward_bytes += bytes;
     RF_TRY(exchange_sizes(e, st, &fill, ticket));
-    RF_TRY(engine_delta_post(e, st, d->size, d->fw, d->inbox, ticket));
+    RF_TRY(d->pull ? engine_delta_pull(e, st, d->size, d->src_at, d->inbox, e->data->delta_fw.index)
+                   : engine_delta_post(e, st, d->size, d->fw, d->inbox, ticket));
   }
   return RF_OK;
 }

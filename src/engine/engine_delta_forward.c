@@ -245,26 +245,27 @@ rf_status engine_delta_post(rf_engine *e, const engine_delta_stage *st, const in
   return tp->ops->wait(tp, *ticket + 1, "the delta pieces");
 }
 
-rf_status engine_delta_offer(rf_engine *e, rf_mem_kind kind, size_t bytes, char **out) {
+rf_status engine_delta_offer(rf_engine *e, rf_mem_kind kind, size_t bytes, rf_offered *o,
+                             const char *what, char **out) {
   rf_buffers *b = e->data;
   rf_transport *tp = e->transport;
   if (!b->exposed)
     return rf_fail(RF_ERR_INTERNAL, "delta over %s: the arenas were never offered", tp->ops->name);
   rf_status st = RF_OK;
-  if (bytes > b->delta_out_bytes) {
-    if (b->delta_out)
-      rf_mem_free(kind, b->delta_out, b->delta_out_bytes);
-    b->delta_out = NULL, b->delta_out_bytes = 0;
-    st = rf_mem_alloc(kind, bytes, "delta encode buffer", &b->delta_out);
+  if (bytes > o->bytes) {
+    if (o->ptr)
+      rf_mem_free(kind, o->ptr, o->bytes);
+    o->ptr = NULL, o->bytes = 0;
+    st = rf_mem_alloc(kind, bytes, what, &o->ptr);
     if (st == RF_OK)
-      b->delta_out_bytes = bytes;
+      o->bytes = bytes;
   }
   /* Every rank takes part in the offer, a failed one offering nothing. */
-  void *mine = st == RF_OK ? b->delta_out : NULL;
+  void *mine = st == RF_OK ? o->ptr : NULL;
   rf_status offered = tp->ops->expose(tp, &mine, 1);
   RF_TRY(tp->ctl ? rf_control_agree(tp->ctl, rf_status_worse(st, offered))
                  : rf_status_worse(st, offered));
-  b->delta_out_index = b->exposed_count++;
-  *out = b->delta_out;
+  o->index = b->exposed_count++;
+  *out = o->ptr;
   return RF_OK;
 }

@@ -224,11 +224,13 @@ rf_status engine_delta_post(rf_engine *e, const engine_delta_stage *st, const in
  * of a peer's pieces in a bucket (back to back at both ends); waits for them. */
 rf_status engine_delta_pull(rf_engine *e, const engine_delta_stage *st, const int64_t *size,
                             const int64_t *src_at, char *inbox, int index);
-/* Over a mapping transport the trainer's encoded buffer is the job's (rf_buffers.delta_out):
- * grown to `bytes` when this run needs more, in `kind` memory, and offered again by every rank
- * alike (an append to the job's offers, so that its index, delta_out_index, is the same
- * everywhere); *out is it. Collective over the world. */
-rf_status engine_delta_offer(rf_engine *e, rf_mem_kind kind, size_t bytes, char **out);
+/* Over a mapping transport the trainer's encoded buffer and a replica's forward buffer are the
+ * job's (rf_buffers.delta_out, delta_fw: `o`): grown to `bytes` when this run needs more, in
+ * `kind` memory (`what` names it in errors), and offered again by every rank alike (an append
+ * to the job's offers, so that its index, o->index, is the same everywhere); *out is it.
+ * Collective over the world. */
+rf_status engine_delta_offer(rf_engine *e, rf_mem_kind kind, size_t bytes, rf_offered *o,
+                             const char *what, char **out);
 
 /* Allocates this rank's staging, the largest bucket of any stage per direction (twice for
  * fused), and for grouped the group breaks that keep every round inside it (engine_staging.c). */
