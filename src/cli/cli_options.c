@@ -207,9 +207,8 @@ const rf_cli_option rf_cli_options[] = {
      .help = "how a refit sends a new version: every byte (off), or only its changed elements, "
              "in the smaller encoding per piece (auto) or in one (sparse: offsets and values; "
              "bitmask: a bit per element and the values); a comma-separated list runs each in "
-             "turn; refit run sends deltas with every plan and transport, in the model's dtype "
-             "or a --rollout-dtype without a global scale (not nvfp4); refit simulate predicts "
-             "them"},
+             "turn; refit run sends deltas with every plan, transport and --rollout-dtype (where "
+             "each trainer shard holds whole blocks); refit simulate predicts them"},
     {.name = "bucket-size",
      .sweep = 1,
      .type = RF_OPT_SIZE,

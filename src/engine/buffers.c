@@ -294,6 +294,7 @@ void rf_buffers_free(rf_buffers *b) {
     rf_mem_free(b->memory, b->landing_arena, b->landing_bytes);
   if (b->prev_arena)
     rf_mem_free(b->memory, b->prev_arena, b->prev_bytes);
+  free(b->prev_global);
   rf_offered *offers[] = {&b->delta_out, &b->delta_fw};
   for (int i = 0; i < 2; i++)
     if (offers[i]->ptr)

@@ -344,7 +344,7 @@ rf_status rf_engine_iterate(rf_engine *e, double *times, int stall) {
     return RF_OK;
   }
   double start = rf_now();
-  RF_TRY(engine_fp8_agree_globals(e, times)); /* nvfp4: before any source quantizes */
+  RF_TRY(engine_fp8_agree_globals(e, times, 1)); /* nvfp4: before any source quantizes */
   RF_TRY(engine_reshape(e, start, times));
   e->fp8_next = 0; /* fp8: the blocks quantized round by round as their pieces land */
   if (!e->mapped) {

@@ -142,6 +142,7 @@ typedef struct {
    * run asks for deltas), and whether the rollout holds that version (set once an iteration
    * has moved it, dense or delta). */
   void *prev_arena;
+  float *prev_global; /* nvfp4: the globals the kept version is quantized with, per tensor */
   size_t prev_bytes;
   int prev_family;
   int delta_base;

@@ -57,6 +57,7 @@ struct engine_delta {
   int64_t table_cap;          /* the most entries of any stage */
   char *quant[2];             /* a quantized rollout: the wire bytes of one chunk, twice */
   size_t quant_bytes;         /* (engine_delta_quant.c), each this big */
+  int globals_moved;          /* this iteration agreed new global scales (nvfp4) */
   uint64_t kept_bytes;
 };
 
@@ -243,6 +244,10 @@ rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice) {
   }
   if (!b->prev_arena && kept)
     RF_TRY(rf_mem_alloc(b->memory, kept, "the trainer's previous version", &b->prev_arena));
+  int tensors = e->plan->layout->model->tensor_count;
+  if (e->fp8_global && !b->prev_global &&
+      !(b->prev_global = rf_calloc((size_t)tensors + 1, sizeof *b->prev_global, "kept globals")))
+    return RF_ERR_NOMEM;
   b->prev_family = family;
   b->prev_bytes = kept;
   struct engine_delta *d = rf_calloc(1, sizeof *d, "delta state");
@@ -468,6 +473,8 @@ rf_status engine_delta_iterate(rf_engine *e, double *times) {
   double t0 = rf_now();
   RF_TRY(engine_reshape(e, t0, times)); /* star: the coupling buffers, dense between trainers */
   t0 = rf_now();
+  e->delta_state->globals_moved = e->fp8_global != NULL;
+  RF_TRY(engine_delta_quant_globals(e));
   RF_TRY(encode_all(e));
   RF_TRY(rf_mem_sync(e->memory));
   double t1 = rf_now();
@@ -513,6 +520,9 @@ static rf_status keep_sent(rf_engine *e, int encoded) {
     RF_TRY(rf_mem_transfer(b->prev_arena, b->memory, b->arena[b->prev_family], b->memory,
                            b->prev_bytes));
   }
+  if (e->fp8_global && b->prev_global) /* nvfp4: the globals it was quantized with */
+    memcpy(b->prev_global, e->fp8_global,
+           (size_t)e->plan->layout->model->tensor_count * sizeof *b->prev_global);
   /* A rank without shards keeps nothing, but its rollout holds the version all the same; every
    * rank follows the kept version, so that each decides alike which receipts are stale. */
   if (b->prev_arena || e->delta_state)
@@ -532,6 +542,9 @@ rf_status rf_engine_delta_apply(rf_engine *e, double *times) {
   double t0 = rf_now();
   if (!dropped)
     RF_TRY(each_received(e, 1));
+  if (!dropped && e->fp8_global && e->rollout_rank >= 0)
+    RF_TRY(engine_fp8_write_globals(e)); /* the version's globals, with its pieces */
+  e->delta_state->globals_moved = 0;
   engine_hold(e, dropped);
   RF_TRY(keep_sent(e, 1)); /* timed: a trainer that keeps what it sent pays for it each step */
   RF_TRY(rf_mem_sync(e->memory));
@@ -546,4 +559,8 @@ void rf_engine_delta_refused(rf_engine *e) {
     return;
   e->delta_pending = 0;
   e->moved.k--; /* nothing was applied: the rollout holds the version before */
+  if (e->delta_state && e->delta_state->globals_moved)
+    engine_delta_quant_globals_back(e);
+  if (e->delta_state)
+    e->delta_state->globals_moved = 0;
 }

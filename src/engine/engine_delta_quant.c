@@ -12,11 +12,16 @@
  * be (engine_fp8_pack_forward), applies the delta there, and unpacks the result into its
  * tensor and scales (engine_fp8_unpack): a piece is written only once all of it is right.
  *
+ * A format with a per-tensor global scale (nvfp4) agrees each version's globals before it
+ * encodes, as a dense refit does, and the job keeps those of the kept version
+ * (rf_buffers.prev_global, set whenever the kept version is), which it is quantized with; a rollout
+ * rank writes the new ones into its weight_scale_2 only when it applies the version, and a refused
+ * refit puts the old ones back everywhere.
+ *
  * What this cannot take is refused in one line at rf_engine_set_delta: a piece quantized at
  * the destination (the rollout would need the trainer's dtype of the version before, which it
- * does not keep), a quantized checkpoint as the trainer's weights (its bytes carry as they
- * are), and a format with a per-tensor global scale (nvfp4), which every version agrees anew
- * and writes into the rollout before the pieces arrive. */
+ * does not keep) and a quantized checkpoint as the trainer's weights (its bytes carry as they
+ * are). */
 #include <stdio.h>
 #include <string.h>
 
@@ -49,20 +54,6 @@ int engine_delta_quant_refusal(const rf_engine *e, char *what, size_t what_len, 
   const rf_format *f = rf_layout_format(plan->layout);
   if (!f)
     return 0;
-  if (f->global_scale) {
-    snprintf(what, what_len,
-             "--rollout-dtype %s (its per-tensor global scales change with "
-             "every version)",
-             f->name);
-    size_t used = (size_t)snprintf(instead, instead_len, "--rollout-dtype");
-    for (int i = 0, n = 0; i < rf_format_count() && used < instead_len; i++)
-      if (!rf_format_at(i)->global_scale)
-        used += (size_t)snprintf(instead + used, instead_len - used, "%s %s", n++ ? "," : "",
-                                 rf_format_at(i)->name);
-    if (used < instead_len)
-      snprintf(instead + used, instead_len - used, ", or --delta off");
-    return 1;
-  }
   for (int i = 0; i < plan->piece_count; i++) {
     const rf_piece *p = &plan->pieces[i];
     rf_quant q = rf_piece_quant(plan, p);
@@ -92,7 +83,7 @@ rf_status engine_delta_quant_encode(const rf_engine *e, const rf_chunk *k, const
   const rf_piece *p = &e->plan->pieces[k->piece];
   int esize;
   rf_box wire = engine_delta_box(e, k, &esize);
-  RF_TRY(engine_fp8_pack(e, p, prev, &k->box, scratch[0]));
+  RF_TRY(engine_fp8_pack_with(e, e->data->prev_global, p, prev, &k->box, scratch[0]));
   RF_TRY(engine_fp8_pack(e, p, cur, &k->box, scratch[1]));
   rf_region was = rf_region_row_major(scratch[0], &wire, 1);
   rf_region now = rf_region_row_major(scratch[1], &wire, 1);
@@ -110,6 +101,19 @@ rf_status engine_delta_quant_held(const rf_engine *e, const rf_piece *here, cons
   RF_TRY(engine_fp8_pack_forward(e, here, &k->box, scratch));
   RF_TRY(rf_delta_apply_checked(e->memory, encoded, info, &w, &wire, what));
   return engine_fp8_unpack(e, here, &k->box, scratch);
+}
+
+rf_status engine_delta_quant_globals(rf_engine *e) {
+  if (!e->fp8_global)
+    return RF_OK;
+  double scratch[RF_PHASE_COUNT] = {0}; /* timed as encode, by the caller */
+  return engine_fp8_agree_globals(e, scratch, 0);
+}
+
+void engine_delta_quant_globals_back(rf_engine *e) {
+  if (e->fp8_global && e->data->prev_global)
+    memcpy(e->fp8_global, e->data->prev_global,
+           (size_t)e->plan->layout->model->tensor_count * sizeof *e->fp8_global);
 }
 
 rf_status engine_delta_quant_keep(const rf_engine *e, const rf_region *prev, const rf_region *cur,

@@ -123,14 +123,14 @@ rf_status engine_fp8_non_finite(const rf_tensor *t, int nan, int64_t r0, int64_t
  * shard), which the device quantizes in one pass (fp8_cuda.cu) and the host gathers block by
  * block into rows first. Device memory queues one job for the box, whose refusal of a block
  * that is not finite engine_fp8_device_done reports once the launches are done. */
-static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region *src,
-                                 const rf_box *box, const rf_region *q,
-                                 const engine_scales *scale) {
+static rf_status quantize_with(const rf_engine *e, const float *globals, int tensor,
+                               const rf_region *src, const rf_box *box, const rf_region *q,
+                               const engine_scales *scale) {
   const rf_tensor *t = &e->plan->layout->model->tensors[tensor];
   const rf_format *f = rf_layout_format(e->plan->layout);
   rf_box blocks = engine_fp8_blocks_of(e->plan->layout, box);
   int64_t er = f->block_rows, ec = f->block_cols;
-  float global = e->fp8_global ? e->fp8_global[tensor] : 1.0f;
+  float global = globals ? globals[tensor] : 1.0f;
   if (rf_box_is_empty(box))
     return RF_OK;
   int dense_rows = src->stride[1] == 1 || box->hi[1] - box->lo[1] <= 1;
@@ -181,6 +181,12 @@ static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region
     }
   free(gathered);
   return st;
+}
+
+static rf_status quantize_blocks(const rf_engine *e, int tensor, const rf_region *src,
+                                 const rf_box *box, const rf_region *q,
+                                 const engine_scales *scale) {
+  return quantize_with(e, e->fp8_global, tensor, src, box, q, scale);
 }
 
 rf_status engine_fp8_device_done(const rf_engine *e) {
@@ -251,12 +257,17 @@ static void wire_regions(const rf_engine *e, char *at, const rf_box *box, rf_reg
   scale->r = rf_region_row_major(at + rf_box_numel(&bytes), &blocks, f->scale_bytes);
 }
 
-rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region *src,
-                          const rf_box *box, char *to) {
+rf_status engine_fp8_pack_with(const rf_engine *e, const float *globals, const rf_piece *p,
+                               const rf_region *src, const rf_box *box, char *to) {
   rf_region q;
   engine_scales scale;
   wire_regions(e, to, box, &q, &scale);
-  return quantize_blocks(e, p->tensor, src, box, &q, &scale);
+  return quantize_with(e, globals, p->tensor, src, box, &q, &scale);
+}
+
+rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region *src,
+                          const rf_box *box, char *to) {
+  return engine_fp8_pack_with(e, e->fp8_global, p, src, box, to);
 }
 
 rf_status engine_fp8_carried(const rf_engine *e, const rf_piece *p, const rf_region *src,

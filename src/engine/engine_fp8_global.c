@@ -87,7 +87,7 @@ static rf_status shard_maxima(const rf_engine *e, float *amax) {
  * tensors, which follow each weight and its scales (layout_fp8.c): gathered per globals tensor
  * on the host first and copied in runs, since a copy per tensor (a MoE has thousands, one per
  * expert and projection) costs a synchronous transfer each, tens of milliseconds in all. */
-static rf_status write_globals(const rf_engine *e) {
+rf_status engine_fp8_write_globals(const rf_engine *e) {
   const rf_layout *lay = e->plan->layout;
   int n = lay->model->tensor_count, rn = lay->rollout_tensor_count;
   float **host = rf_calloc((size_t)rn + 1, sizeof *host, "the globals to write");
@@ -132,7 +132,7 @@ static rf_status write_globals(const rf_engine *e) {
   return st;
 }
 
-rf_status engine_fp8_agree_globals(rf_engine *e, double *times) {
+rf_status engine_fp8_agree_globals(rf_engine *e, double *times, int write) {
   const rf_layout *lay = e->plan->layout;
   const rf_format *f = rf_layout_format(lay);
   if (!e->fp8_global)
@@ -161,8 +161,8 @@ rf_status engine_fp8_agree_globals(rf_engine *e, double *times) {
                            ? all[leader]
                            : rf_format_global_of(f, all[leader]);
   }
-  if (st == RF_OK && e->rollout_rank >= 0)
-    st = write_globals(e);
+  if (st == RF_OK && e->rollout_rank >= 0 && write)
+    st = engine_fp8_write_globals(e);
   /* Only when both are allocated: after a timeout MPI may still write into them. */
   if (st != RF_ERR_TIMEOUT)
     free(mine), free(all);

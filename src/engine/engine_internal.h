@@ -164,6 +164,11 @@ rf_status engine_delta_quant_encode(const rf_engine *e, const rf_chunk *k, const
 rf_status engine_delta_quant_held(const rf_engine *e, const rf_piece *here, const rf_chunk *k,
                                   const void *encoded, rf_delta_info *info, int64_t bytes,
                                   char *scratch, const char *what);
+/* A format with a global scale (nvfp4), before encode: this version's globals agreed over MPI
+ * (collective), not yet written into the rollout (the kept version's stay in prev_global). */
+rf_status engine_delta_quant_globals(rf_engine *e);
+/* After a refused refit: the globals of the version the rollout still holds, back. */
+void engine_delta_quant_globals_back(rf_engine *e);
 /* The trainer's kept version follows a quantized chunk it sent: box copied from cur to prev. */
 rf_status engine_delta_quant_keep(const rf_engine *e, const rf_region *prev, const rf_region *cur,
                                   const rf_box *box);
@@ -268,6 +273,10 @@ engine_scales engine_fp8_scales(const rf_plan *plan, void *scales, int tensor, i
 rf_status engine_fp8_pack(const rf_engine *e, const rf_piece *p, const rf_region *src,
                           const rf_box *box, char *to);
 rf_status engine_fp8_unpack(const rf_engine *e, const rf_piece *p, const rf_box *box, char *from);
+/* engine_fp8_pack with the given globals (NULL: every global 1) instead of fp8_global: a delta
+ * refit quantizes the kept version with the globals of the version before. */
+rf_status engine_fp8_pack_with(const rf_engine *e, const float *globals, const rf_piece *p,
+                               const rf_region *src, const rf_box *box, char *to);
 rf_status engine_fp8_local(const rf_engine *e, const rf_piece *p, const rf_region *src,
                            const rf_box *box);
 rf_status engine_fp8_copy(const rf_engine *e, const rf_piece *p, const rf_region *src_q,
@@ -310,9 +319,12 @@ rf_status engine_fp8_trainer_checksum(const rf_engine *e, int t, uint64_t *sum);
 /* A format with a global scale (nvfp4): allocates fp8_global, every global 1 until agreed. */
 rf_status engine_fp8_globals_init(rf_engine *e);
 /* At the start of an iteration: every trainer rank's maxima per group, one bounded
- * MPI_Allreduce(MAX) over the world, each tensor's global, and each rollout rank's
+ * MPI_Allreduce(MAX) over the world, each tensor's global, and (write) each rollout rank's
  * X.weight_scale_2; the time adds to times[RF_PHASE_PACK]. A no-op for other formats. */
-rf_status engine_fp8_agree_globals(rf_engine *e, double *times);
+rf_status engine_fp8_agree_globals(rf_engine *e, double *times, int write);
+/* Writes this rollout rank's X.weight_scale_2 from fp8_global: a delta refit's apply does, once
+ * every piece of the version has arrived. */
+rf_status engine_fp8_write_globals(const rf_engine *e);
 /* Where tensor t's global lies in its rollout tensor's X.weight_scale_2: its local expert for
  * a stacked tensor, else 0. */
 int64_t engine_fp8_global_index(const rf_layout *lay, int t);

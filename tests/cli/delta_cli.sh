@@ -4,7 +4,7 @@
 # encodings (by tensor kind too), refit report's delta table, the transactional refusal of a
 # corrupted piece (forwarded ones too), a stalled trainer's refit leaving the version before, a
 # rollout rank that missed a version refit dense by its receipt, quantized rollouts (fp8, mxfp8,
-# mxfp4), and the refusals of what is not supported yet are exact. A few seconds.
+# mxfp4, nvfp4), and the refusals of what is not supported yet are exact. A few seconds.
 . "$(dirname "$0")/lib.sh"
 
 JOB=(--model tiny --trainer fsdp=2 --rollout tp=2 --plan p2p --transport mpi --verify full)
@@ -167,9 +167,12 @@ expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$S" "${Q[@]}" --rollout
   --rollout-dtype mxfp4 --iters 3 --inject skip-version
 expect_grep "# delta auto: version 2: 922714 wire bytes (52.79 % of the dense 1747968); pieces: 21 dense, 21 sparse, 0 bitmask (21 pieces of the run dense for a stale receipt)" "$TMP/out"
 expect_grep "# PASS" "$TMP/out"
-# A format whose per-tensor global moves with every version, and a piece quantized on arrival.
-expect_exit 2 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$S" "${Q[@]}" --rollout-dtype nvfp4 --iters 1
-expect_grep "error: --delta auto: --rollout-dtype nvfp4 (its per-tensor global scales change with every version) is not supported with delta refits yet; use --rollout-dtype fp8, fp8-ue8m0, mxfp8, mxfp8-floor, mxfp4, mxfp4-floor, or --delta off" "$TMP/err"
+# nvfp4's per-tensor globals move with the versions: the rollout writes them with the pieces, so
+# a refused refit leaves the globals of the version before too (the full check reads them).
+expect_exit 3 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$S" "${Q[@]}" --rollout-dtype nvfp4 \
+  --iters 3 --inject corrupt
+expect_grep "# delta auto: the refit of version 2 was refused; the rollout still holds version 1: 0 wrong elements" "$TMP/out"
+# A piece quantized on arrival is refused in one line.
 expect_exit 2 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$REFIT_SOURCE_DIR/tests/data/mxfp8-cut.json" \
   "${Q[@]}" --trainer tp=4 --rollout-dtype mxfp8 --iters 1
 expect_grep "error: --delta auto: mxfp8 quantized at the destination ('model.layers.0.mlp.down_proj.weight': a trainer shard cuts its blocks) is not supported with delta refits yet; use a trainer layout whose shards hold whole blocks, or --delta off" "$TMP/err"
