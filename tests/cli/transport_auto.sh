@@ -1,5 +1,5 @@
-# --transport auto, the default: on this machine's one node of host memory refit run chooses
-# shm and says why in the header's transport line and the results file (transport stays the
+# --transport auto, the default: on one node with host memory (--memory host, so that a machine
+# with a GPU chooses alike; gpu_run.sh checks ipc there) refit run chooses shm and says why in the header's transport line and the results file (transport stays the
 # name moved over; transport_requested and transport_choice beside it); a sweep resolves auto per
 # combination beside a named mpi; a delta that fanout may forward between replicas passes shm
 # over for mpi, which moves it; refit simulate chooses on the cluster, shm on one node of host
@@ -7,7 +7,7 @@
 . "$(dirname "$0")/lib.sh"
 R=("timeout" "60" "$REFIT")
 command -v h5dump >/dev/null || { echo "skipped: h5dump is not installed"; exit 77; }
-JOB=(--model tiny --trainer fsdp=2 --rollout tp=2 --verify full --warmup 0 --iters 1)
+JOB=(--model tiny --trainer fsdp=2 --rollout tp=2 --memory host --verify full --warmup 0 --iters 1)
 
 # A sweep of auto and a named mpi in one mpirun: the header line of each, the rows' transports.
 OUT="$TMP/auto.h5"
@@ -31,12 +31,13 @@ h5dump -a /runs/0001/transport_choice "$OUT" >/dev/null 2>&1 &&
 # A delta refit with two replicas under --plan auto (which may choose fanout): shm would refuse
 # to forward it, so auto takes mpi, and every element checks.
 expect_exit 0 timeout 120 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 \
-  --rollout tp=1,dp=2 --update sparse:0.5 --delta auto --verify full --warmup 1 --iters 1
+  --rollout tp=1,dp=2 --memory host --update sparse:0.5 --delta auto --verify full --warmup 1 \
+  --iters 1
 expect_grep "# transport: mpi (auto: host weights, all 4 ranks on one node; shm cannot forward delta refits between replicas (--plan auto may forward))" "$TMP/out"
 expect_grep "# PASS" "$TMP/out"
 
 # refit simulate on one node of host memory, then on two nodes of H200s (12 ranks, 8 a node).
-expect_exit 0 "${R[@]}" simulate --cluster vm-2core "${JOB[@]:0:6}"
+expect_exit 0 "${R[@]}" simulate --cluster vm-2core "${JOB[@]:0:8}"
 expect_grep "transport choice shm (auto: host weights, all 4 ranks on one node)" "$TMP/out"
 expect_exit 0 "${R[@]}" simulate --cluster h200-hgx --model tiny --trainer fsdp=4 \
   --rollout tp=1,dp=8 --json --output "$TMP/sim.h5"
