@@ -12,10 +12,16 @@
 #include "transport/transport.h"
 #include "transport_auto.h"
 
+/* `choice`: --transport auto's line, "" for a named transport. */
 static void print_text(const rf_job *job, const rf_topo_distance_ctx *ctx,
-                       const rf_link_info *links, int nlinks) {
+                       const rf_link_info *links, int nlinks, const char *transport,
+                       const char *choice) {
   const rf_layout *lay = &job->layout;
   int rpn = ctx->ranks_per_node;
+  if (choice[0])
+    printf("transport: %s\n", choice);
+  else
+    printf("transport: %s (--transport %s)\n", transport, transport);
   for (int w = 0; w < lay->world_size; w++) {
     const rf_topo_place *p = &ctx->place[w % rpn];
     int t, r;
@@ -38,13 +44,17 @@ static void print_text(const rf_job *job, const rf_topo_distance_ctx *ctx,
 }
 
 static rf_status print_json(const rf_job *job, const rf_topo_distance_ctx *ctx,
-                            const rf_link_info *links, int nlinks) {
+                            const rf_link_info *links, int nlinks, const char *transport,
+                            const char *choice) {
   const rf_layout *lay = &job->layout;
   int rpn = ctx->ranks_per_node;
   json_t *o = json_object(), *ranks = json_array(), *ls = json_array();
   json_object_set_new(o, "world_size", json_integer(lay->world_size));
   json_object_set_new(o, "ranks_per_node", json_integer(rpn));
   json_object_set_new(o, "nodes", json_integer((lay->world_size + rpn - 1) / rpn));
+  json_object_set_new(o, "transport", json_string(transport));
+  if (choice[0])
+    json_object_set_new(o, "transport_choice", json_string(choice));
   for (int w = 0; w < lay->world_size; w++) {
     const rf_topo_place *p = &ctx->place[w % rpn];
     int t, r;
@@ -119,9 +129,9 @@ rf_status rf_cmd_topo(const rf_config *cfg) {
   RF_TRY_GOTO(rf_job_replan(&job, &popt), out);
   RF_TRY_GOTO(rf_job_plan_links(&job.plan, world, &popt, &links, &nlinks), out);
   if (cfg->json)
-    st = print_json(&job, &ctx, links, nlinks);
+    st = print_json(&job, &ctx, links, nlinks, transport->name, choice);
   else
-    print_text(&job, &ctx, links, nlinks);
+    print_text(&job, &ctx, links, nlinks, transport->name, choice);
 out:
   free(links);
   free(place);

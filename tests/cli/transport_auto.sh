@@ -1,9 +1,10 @@
 # --transport auto, the default: on one node with host memory (--memory host, so that a machine
-# with a GPU chooses alike; gpu_run.sh checks ipc there) refit run chooses shm and says why in the header's transport line and the results file (transport stays the
-# name moved over; transport_requested and transport_choice beside it); a sweep resolves auto per
-# combination beside a named mpi; a delta that fanout may forward between replicas passes shm
-# over for mpi, which moves it; refit simulate chooses on the cluster, shm on one node of host
-# memory, nccl on two nodes of GPUs.
+# with a GPU chooses alike; gpu_run.sh checks ipc there) refit run chooses shm and says why in
+# the header's transport line and the results file (transport stays the name moved over;
+# transport_requested and transport_choice beside it); a sweep resolves auto per combination
+# beside a named mpi; a delta that fanout may forward between replicas passes shm over for mpi,
+# which moves it; refit simulate chooses on the cluster, shm on one node of host memory, nccl on
+# two nodes of GPUs; refit topo on a topology file's GPUs, ipc on one node and nccl on two.
 . "$(dirname "$0")/lib.sh"
 R=("timeout" "60" "$REFIT")
 command -v h5dump >/dev/null || { echo "skipped: h5dump is not installed"; exit 77; }
@@ -46,4 +47,13 @@ expect_grep '"transport_choice": "nccl (auto: GPU weights, 12 ranks on 2 nodes)"
 expect_same "simulated transport_requested" "$(attr "$TMP/sim.h5" 0000 transport_requested)" "auto"
 expect_same "simulated transport_choice" "$(attr "$TMP/sim.h5" 0000 transport_choice)" \
   "nccl (auto: GPU weights, 12 ranks on 2 nodes)"
+
+# refit topo on the 8-GPU topology file: one node (ipc), or two nodes of two ranks (nccl).
+dgx="$REFIT_SOURCE_DIR/tests/data/dgx8.xml"
+expect_exit 0 "${R[@]}" topo "${JOB[@]:0:6}" --topology-xml "$dgx"
+expect_same "topo, one node" "$(head -n 1 "$TMP/out")" \
+  "transport: ipc (auto: GPU weights, all 4 ranks on one node)"
+expect_exit 0 "${R[@]}" topo "${JOB[@]:0:6}" --topology-xml "$dgx" --ranks-per-node 2
+expect_same "topo, two nodes" "$(head -n 1 "$TMP/out")" \
+  "transport: nccl (auto: GPU weights, 4 ranks on 2 nodes)"
 finish
