@@ -32,9 +32,10 @@ const char *rf_transport_choose(const rf_config *cfg, const rf_transport_site *s
 /* Whether cfg (or any value of a sweep's transport list) asks for auto. */
 int rf_transport_wants_auto(const rf_config *cfg);
 
-/* refit run's site: the ranks of MPI_COMM_WORLD counted by node (MPI_COMM_TYPE_SHARED) and the
- * GPUs every rank sees (asked only under --memory auto), agreed over `everyone` (collective,
- * every wait bounded). */
+/* refit run's site: the ranks of MPI_COMM_WORLD counted by node (MPI_COMM_TYPE_SHARED, as shm
+ * and ipc count a node) and the fewest GPUs any rank sees (asked unless --memory host), agreed
+ * over `everyone`. Collective; its waits are bounded but the node split's, which MPI offers in
+ * no nonblocking form (rf_control_init splits the same way). */
 rf_status rf_transport_site_of_world(rf_control *everyone, const rf_config *cfg,
                                      rf_transport_site *out);
 
