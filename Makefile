@@ -38,9 +38,9 @@ build:
 	@ln -sfn build/compile_commands.json compile_commands.json
 	cmake --build build -j$(NPROC)
 
-# The demo (configs/demo.json): Llama-3.2-1B from trainer fsdp=2 to rollout tp=2 over MPI, all
-# three modes, on 4 ranks (oversubscribed: it runs on a 2-core machine), appended to
-# results/demo.h5.
+# The demo (configs/demo.json): Llama-3.2-1B from trainer fsdp=2 to rollout tp=2 over the
+# transport --transport auto chooses (shm on one node of host memory, ipc on a GPU), all three
+# modes, on 4 ranks (oversubscribed: it runs on a 2-core machine), appended to results/demo.h5.
 run: deps
 	@$(MAKE) --no-print-directory build
 	mpirun --oversubscribe -np 4 build/refit run --config configs/demo.json

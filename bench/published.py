@@ -38,6 +38,9 @@ def simulate(refit, row, plan, bucket, h5):
     r = row["refit"]
     cmd = [refit, "simulate", "--model", r["model"], "--trainer", r["trainer"],
            "--rollout", r["rollout"], "--placement", r["placement"], "--cluster", r["cluster"],
+           # mpi, as results/published.md was predicted before --transport auto (which
+           # takes nccl or ipc on these GPU clusters), so that a rerun compares like with like.
+           "--transport", "mpi",
            "--plan", plan, "--bucket-size", bucket, "--mode", MODES, "--json",
            "--published-s", repr(row["published_s"]), "--published-label", row["label"],
            "--output", h5]
@@ -59,7 +62,7 @@ def command_line(row):
     if "rollout_dtype" in r:
         extra += f" --rollout-dtype {r['rollout_dtype']}"
     return (f"refit simulate --model {r['model']} --trainer {r['trainer']} --rollout "
-            f"{r['rollout']}{extra} --cluster {r['cluster']}")
+            f"{r['rollout']}{extra} --cluster {r['cluster']} --transport mpi")
 
 
 def fmt_s(s):

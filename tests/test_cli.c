@@ -152,7 +152,7 @@ static void test_defaults(void) {
   ASSERT_EQ(c.plan, RF_PLAN_AUTO);
   ASSERT_MODES(c, "grouped");
   ASSERT_EQ(c.bucket_size, INT64_C(268435456));
-  ASSERT_STR_EQ(c.transport, "mpi");
+  ASSERT_STR_EQ(c.transport, "auto");
   ASSERT_EQ(c.seed, 1);
   ASSERT_EQ(c.warmup, 1);
   ASSERT_EQ(c.iters, 5);

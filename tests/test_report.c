@@ -251,8 +251,8 @@ static void test_table(void) {
   };
   rf_link_info links[3] = {
       {0, 2, 3 << 20, 4, "node"}, {1, 2, 1 << 20, 2, "switch"}, {1, 1, 1 << 10, 0, "process"}};
-  rf_report_header(f, "refit run --model llama-3.1-405b", "trainer tp8 -> rollout tp4", ranks, 3,
-                   links, 3);
+  rf_report_header(f, "refit run --model llama-3.1-405b", "trainer tp8 -> rollout tp4", NULL, ranks,
+                   3, links, 3);
 
   rf_run_result r = sample_row();
   rf_report_row(f, &r);

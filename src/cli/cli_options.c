@@ -224,12 +224,17 @@ const rf_cli_option rf_cli_options[] = {
      .sweep = 1,
      .type = RF_OPT_STRING,
      FIELD(transport),
-     .def = "mpi",
+     .def = "auto",
      .unit = "",
      .metavar = "NAME",
      .commands = RUN | TOPO | SIM,
      .help = "what moves the bytes: mpi or nccl (messages), ipc or shm (each piece copied once "
-             "straight between processes of one node); simulate needs no build of it"},
+             "straight between processes of one node), or auto: shm for host weights on one "
+             "node, ipc for GPU weights on one node, nccl for GPU weights across nodes, mpi for "
+             "host weights across nodes, the next of these where one is not in this build or "
+             "would refuse the job's other options, said in one line (the header's transport "
+             "line; simulate and topo: on the cluster or topology described); simulate needs "
+             "no build of it"},
     {.name = "device",
      .type = RF_OPT_INT,
      .imin = -1,
@@ -452,9 +457,10 @@ const rf_cli_option rf_cli_options[] = {
      .unit = "",
      .commands = RUN | SIM,
      .help = "where the weights live; auto = on the GPU when the transport or the machine has "
-             "one (mpi then stages through pinned host memory), else in host memory; for "
-             "simulate, where the transport moves them (ipc, nccl: GPU; shm: host), and for mpi "
-             "on the GPU when the cluster has GPUs"},
+             "one (mpi then stages through pinned host memory), else in host memory (--transport "
+             "auto: on the GPU when every rank sees one); for simulate, where the transport "
+             "moves them (ipc, nccl: GPU; shm: host), and for mpi on the GPU when the cluster "
+             "has GPUs"},
     {.name = "copy",
      .type = RF_OPT_ENUM,
      NAMES(rf_copy_path, RF_COPY_PATH_COUNT),

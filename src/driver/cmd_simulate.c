@@ -9,6 +9,7 @@
 #include "plan_auto.h"
 #include "run_record.h"
 #include "simulate.h"
+#include "transport_auto.h"
 #include "verify/versions.h"
 
 /* --memory, by refit run's rules (cmd_run.c, choose_memory): ipc and nccl move GPU memory,
@@ -34,6 +35,22 @@ static rf_status wants_device(const rf_config *cfg, const rf_transport_ops *t, c
   else
     *device = cfg->memory == RF_MEM_REQUEST_DEVICE;
   return RF_OK;
+}
+
+/* --transport on the cluster: auto chooses as refit run would there (transport_auto.h), on the
+ * nodes the job spans, consecutive ranks to a node. Only what the transport is matters here
+ * (whether it maps memory, which memory it moves), so one this build leaves out simulates as
+ * well as any. */
+static rf_status simulated_transport(const rf_config *cfg, const rf_cluster *c, int world,
+                                     char *choice, size_t len, rf_sim_context *x) {
+  rf_transport_site site = {.nodes = (world + c->ranks_per_node - 1) / c->ranks_per_node,
+                            .ranks = world,
+                            .ranks_per_node = RF_MIN(world, c->ranks_per_node),
+                            .gpus = c->gpus,
+                            .any_build = 1};
+  const char *name = rf_transport_choose(cfg, &site, choice, len);
+  RF_TRY(rf_transport_describe(name, &x->transport));
+  return wants_device(cfg, x->transport, c, &x->device);
 }
 
 /* The cluster's placement as a results file's rank table: a node name, the GPU, the adapter. */
@@ -117,6 +134,8 @@ static rf_status record(const rf_sim_context *x, rf_results *results, rf_mode mo
       .plan = rf_plan_kind_name(plan->kind),
       .mode = rf_mode_name(mode),
       .transport = "simulated",
+      .transport_requested = x->cfg->transport,
+      .transport_choice = x->transport_choice[0] ? x->transport_choice : NULL,
       .verify = "none",
       .memory = x->device ? "device" : "host",
       .bucket_size = x->cfg->bucket_size,
@@ -239,14 +258,8 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
   if (cfg->published_label[0] && !(cfg->published_s > 0))
     return rf_fail(RF_ERR_USAGE, "refit simulate --published-label needs --published-s SECONDS, "
                                  "the published time it labels");
-  /* Only what the transport is matters here (whether it maps memory, which memory it moves),
-   * so one this build leaves out simulates as well as any. */
-  const rf_transport_ops *transport;
-  RF_TRY(rf_transport_describe(cfg->transport, &transport));
   rf_cluster cluster;
   RF_TRY(rf_cluster_load(cfg->cluster, &cluster));
-  int device = 0;
-  RF_TRY(wants_device(cfg, transport, &cluster, &device));
   rf_job job;
   rf_cluster_placement where = {0};
   rf_calibration cal;
@@ -254,12 +267,17 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
   rf_results *results = NULL;
   json_t *all = NULL;
   rf_sim_delta_model deltas[RF_MAX_MODES];
-  rf_sim_context x = {
-      .cfg = cfg, .job = &job, .cluster = &cluster, .transport = transport, .device = device};
+  char choice[RF_TRANSPORT_CHOICE_MAX] = "";
+  rf_sim_context x = {.cfg = cfg, .job = &job, .cluster = &cluster, .transport_choice = choice};
   RF_TRY(delta_models(cfg, deltas, &x.delta_count));
   x.deltas = x.delta_count ? deltas : NULL;
   rf_plan_options po;
   rf_status st = rf_job_build_layout(cfg, 0, &job);
+  /* The transport once the job's ranks are known: auto chooses by the nodes they span. */
+  if (st == RF_OK)
+    st = simulated_transport(cfg, &cluster, job.layout.world_size, choice, sizeof choice, &x);
+  /* Past a failure only for the initializers below, which nothing then uses. */
+  const rf_transport_ops *transport = x.transport ? x.transport : &rf_transport_mpi;
   /* Before the plan, the costly step: a job too large for the cluster fails at once. */
   if (st == RF_OK)
     st = rf_cluster_fits(&cluster, job.layout.world_size, x.device, transport->mapping);

@@ -10,11 +10,18 @@
 #include "driver.h"
 #include "placement.h"
 #include "transport/transport.h"
+#include "transport_auto.h"
 
+/* `choice`: --transport auto's line, "" for a named transport. */
 static void print_text(const rf_job *job, const rf_topo_distance_ctx *ctx,
-                       const rf_link_info *links, int nlinks) {
+                       const rf_link_info *links, int nlinks, const char *transport,
+                       const char *choice) {
   const rf_layout *lay = &job->layout;
   int rpn = ctx->ranks_per_node;
+  if (choice[0])
+    printf("transport: %s\n", choice);
+  else
+    printf("transport: %s (--transport %s)\n", transport, transport);
   for (int w = 0; w < lay->world_size; w++) {
     const rf_topo_place *p = &ctx->place[w % rpn];
     int t, r;
@@ -37,13 +44,17 @@ static void print_text(const rf_job *job, const rf_topo_distance_ctx *ctx,
 }
 
 static rf_status print_json(const rf_job *job, const rf_topo_distance_ctx *ctx,
-                            const rf_link_info *links, int nlinks) {
+                            const rf_link_info *links, int nlinks, const char *transport,
+                            const char *choice) {
   const rf_layout *lay = &job->layout;
   int rpn = ctx->ranks_per_node;
   json_t *o = json_object(), *ranks = json_array(), *ls = json_array();
   json_object_set_new(o, "world_size", json_integer(lay->world_size));
   json_object_set_new(o, "ranks_per_node", json_integer(rpn));
   json_object_set_new(o, "nodes", json_integer((lay->world_size + rpn - 1) / rpn));
+  json_object_set_new(o, "transport", json_string(transport));
+  if (choice[0])
+    json_object_set_new(o, "transport_choice", json_string(choice));
   for (int w = 0; w < lay->world_size; w++) {
     const rf_topo_place *p = &ctx->place[w % rpn];
     int t, r;
@@ -86,18 +97,26 @@ rf_status rf_cmd_topo(const rf_config *cfg) {
   rf_topo_place *place = NULL;
   rf_link_info *links = NULL;
   int nlinks = 0;
-  /* Only NCCL refuses two ranks on one GPU; ipc and mpi share one between processes. The
-   * machine described may have transports this build lacks. */
   const rf_transport_ops *transport = NULL;
-  RF_TRY(rf_transport_describe(cfg->transport, &transport));
-  rf_topo_place_options o = {.device = (int)cfg->device,
-                             .gpu_per_rank = transport->gpu_per_rank ? transport->name : NULL,
-                             .bind = cfg->bind};
+  rf_topo_place_options o = {.device = (int)cfg->device, .bind = cfg->bind};
   rf_status st = RF_OK;
   RF_TRY_GOTO(rf_job_build(cfg, 0, &job), out);
   int world = job.layout.world_size;
   o.ranks_per_node = cfg->ranks_per_node > 0 ? (int)RF_MIN(cfg->ranks_per_node, world) : world;
   RF_TRY_GOTO(rf_topo_load(&topo, cfg->topology_xml), out);
+  /* Only NCCL refuses two ranks on one GPU; ipc and mpi share one between processes. The
+   * machine described may have transports this build lacks; auto chooses as refit run would
+   * on nodes like it. */
+  rf_transport_site site = {.nodes = (world + o.ranks_per_node - 1) / o.ranks_per_node,
+                            .ranks = world,
+                            .ranks_per_node = o.ranks_per_node,
+                            .gpus = rf_topo_gpu_count(topo),
+                            .any_build = 1};
+  char choice[RF_TRANSPORT_CHOICE_MAX];
+  RF_TRY_GOTO(
+      rf_transport_describe(rf_transport_choose(cfg, &site, choice, sizeof choice), &transport),
+      out);
+  o.gpu_per_rank = transport->gpu_per_rank ? transport->name : NULL;
   place = rf_calloc((size_t)o.ranks_per_node, sizeof *place, "placement");
   if (!place) {
     st = RF_ERR_NOMEM;
@@ -110,9 +129,9 @@ rf_status rf_cmd_topo(const rf_config *cfg) {
   RF_TRY_GOTO(rf_job_replan(&job, &popt), out);
   RF_TRY_GOTO(rf_job_plan_links(&job.plan, world, &popt, &links, &nlinks), out);
   if (cfg->json)
-    st = print_json(&job, &ctx, links, nlinks);
+    st = print_json(&job, &ctx, links, nlinks, transport->name, choice);
   else
-    print_text(&job, &ctx, links, nlinks);
+    print_text(&job, &ctx, links, nlinks, transport->name, choice);
 out:
   free(links);
   free(place);

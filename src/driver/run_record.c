@@ -105,6 +105,7 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, 
   rf_trainer_layout_format(&job->trainer, trainer, sizeof trainer);
   rf_rollout_layout_format(&job->rollout, rollout, sizeof rollout);
   char *config = rf_cli_config_json(cfg), *env = tuning_environment();
+  int auto_chosen = rec->slot && rec->slot->transport_choice[0];
   const rf_plan *plan = &job->plan;
   int nt = job->model.tensor_count;
   rf_results_run run = {
@@ -120,6 +121,8 @@ rf_status rf_record_run(run_record *rec, rf_control *ctl, const rf_config *cfg, 
       .plan = rf_plan_kind_name(plan->kind),
       .mode = rf_mode_name(mode),
       .transport = cfg->transport,
+      .transport_requested = auto_chosen ? "auto" : cfg->transport,
+      .transport_choice = auto_chosen ? rec->slot->transport_choice : NULL,
       .verify = rf_verify_level_name(cfg->verify),
       .memory = rf_mem_kind_name(e->memory),
       .job_setup = rec->job_setup_known ? rec->job_setup : NULL,

@@ -152,8 +152,13 @@ rf_status rf_run_print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
              rf_placement_name(cfg->placement), cfg->transport, rf_mem_kind_name(rs_memory),
              rf_verify_level_name(cfg->verify), (long long)cfg->warmup, (long long)cfg->iters,
              (long long)cfg->seed, update, job->plan_why[0] ? "; " : "", job->plan_why);
-    rf_report_header(stdout, cfg->command_line, job_line, all, ctl->world_size, rec->links,
-                     rec->link_count);
+    /* --transport auto's choice and reason, or the transport named. */
+    char named[64];
+    snprintf(named, sizeof named, "%s (--transport %s)", cfg->transport, cfg->transport);
+    const char *transport =
+        rec->slot && rec->slot->transport_choice[0] ? rec->slot->transport_choice : named;
+    rf_report_header(stdout, cfg->command_line, job_line, transport, all, ctl->world_size,
+                     rec->links, rec->link_count);
   }
   rec->placement = all; /* rank 0 keeps the table for the results file */
   return st;

@@ -46,6 +46,7 @@ typedef struct {
   const rf_job *job;
   const rf_cluster *cluster;
   const rf_transport_ops *transport; /* --transport, described (it need not be in this build) */
+  const char *transport_choice;      /* auto: "shm (auto: <reason>)"; "" for a named one */
   int device;
   const rf_calibration *calibration; /* NULL without --calibration */
   /* The least time any plan could take (rf_sim_lower_bound) on the cluster, and on each mode's

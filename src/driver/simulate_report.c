@@ -51,6 +51,8 @@ void rf_sim_print_header(const rf_sim_context *x) {
          "placement", lay->world_size, nodes, nodes == 1 ? "" : "s", c->ranks_per_node,
          memory_name(x->device), x->transport->name,
          x->transport->mapping ? "one copy a piece, straight across" : "messages");
+  if (x->transport_choice && x->transport_choice[0])
+    printf("%-16s %s\n", "transport choice", x->transport_choice);
   printf("%-16s %s, %d pieces, %d blocks, %" PRId64 " transfer bytes", "plan",
          rf_plan_kind_name(plan->kind), plan->piece_count, plan->block_count, plan->transfer_bytes);
   if (plan->kind == RF_PLAN_STAR)
@@ -260,6 +262,8 @@ json_t *rf_sim_json(const rf_sim_context *x) {
   json_object_set_new(o, "memory", json_string(x->device ? "device" : "host"));
   json_object_set_new(o, "transport", json_string(x->transport->name));
   json_object_set_new(o, "mapping", json_boolean(x->transport->mapping));
+  if (x->transport_choice && x->transport_choice[0]) /* --transport auto only */
+    json_object_set_new(o, "transport_choice", json_string(x->transport_choice));
   json_object_set_new(o, "plan", json_string(rf_plan_kind_name(plan->kind)));
   if (job->plan_why[0]) /* --plan auto only: other jobs print as before */
     json_object_set_new(o, "plan_choice", json_string(job->plan_why));

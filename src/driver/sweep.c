@@ -143,7 +143,7 @@ static rf_status check_combination(const rf_config *cfg, int world, rf_control *
 }
 
 /* Rank 0 appends a skipped combination to --output: its configuration and the reason. */
-static rf_status record_skip(const rf_config *cfg, int index, int size, const char *reason) {
+static rf_status record_skip(const rf_config *cfg, const rf_sweep_slot *slot, const char *reason) {
   rf_results_file_info info = {cfg->command_line, rf_hostname(), "", cfg->output_wait};
   rf_results *r = NULL;
   RF_TRY(rf_results_open(cfg->output, &info, &r));
@@ -156,9 +156,12 @@ static rf_status record_skip(const rf_config *cfg, int index, int size, const ch
                         .plan = rf_plan_request_name(cfg->plan),
                         .mode = rf_mode_list_format(&cfg->mode, modes, sizeof modes),
                         .transport = cfg->transport,
+                        .transport_requested = slot->transport_choice[0] ? "auto" : cfg->transport,
+                        .transport_choice =
+                            slot->transport_choice[0] ? slot->transport_choice : NULL,
                         .bucket_size = cfg->bucket_size,
-                        .sweep_index = index,
-                        .sweep_size = size,
+                        .sweep_index = slot->first_index,
+                        .sweep_size = slot->size,
                         .skip_reason = reason};
   int number = -1;
   rf_status st = rf_results_add_run(r, &run, &number);
@@ -246,10 +249,27 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
     rf_log_pop_quiet();
     *timed_out |= everyone.timed_out;
   }
+  /* --transport auto: the nodes and GPUs of the world, once, for every combination that asks
+   * (a dry run without mpirun checks each on the ranks it needs, on one node). */
+  rf_transport_site site = {.nodes = 1, .ranks_per_node = 1};
+  if (st == RF_OK && rf_transport_wants_auto(cfg)) {
+    st = rf_transport_site_of_world(&everyone, cfg, &site);
+    *timed_out |= everyone.timed_out;
+    if (check_world == 0)
+      site.ranks = 0;
+  }
   int verify_failed = 0, ran = 0;
   for (int c = 0; c < n && st == RF_OK; c++) {
     verdict v = {0};
     st = combination_config(cfg, c, one, slot.params, sizeof slot.params);
+    /* Resolved before the checks, so that they check the transport that will run. */
+    if (st == RF_OK) {
+      char name[sizeof one->transport];
+      snprintf(
+          name, sizeof name, "%s",
+          rf_transport_choose(one, &site, slot.transport_choice, sizeof slot.transport_choice));
+      snprintf(one->transport, sizeof one->transport, "%s", name);
+    }
     if (st == RF_OK && check) {
       rf_log_push_quiet(rank != 0);
       st = check_combination(one, check_world, &everyone, &v);
@@ -260,8 +280,7 @@ rf_status rf_sweep_execute(const rf_config *cfg, rf_sweep_job_fn job, int *timed
       if (rank == 0)
         print_skip(&slot, &v);
       if (!cfg->dry_run && cfg->output[0]) {
-        st = rf_control_agree(
-            &everyone, rank == 0 ? record_skip(one, slot.first_index, slot.size, v.reason) : RF_OK);
+        st = rf_control_agree(&everyone, rank == 0 ? record_skip(one, &slot, v.reason) : RF_OK);
         *timed_out |= everyone.timed_out;
       }
     } else if (st == RF_OK && cfg->dry_run) {

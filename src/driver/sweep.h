@@ -5,6 +5,7 @@
 #define RF_SWEEP_H
 
 #include "driver.h"
+#include "transport_auto.h"
 
 /* One combination's place in the sweep: what its job needs to number, announce and record its
  * runs (one per mode). */
@@ -19,6 +20,8 @@ typedef struct {
   int done_before;  /* runs finished before this job */
   int left_after;   /* numbers after this job's (later skips are not known yet) */
   int runs;         /* this job's runs: its modes */
+  /* --transport auto: "shm (auto: <reason>)" for the header and the results; "" when named */
+  char transport_choice[RF_TRANSPORT_CHOICE_MAX];
 } rf_sweep_slot;
 
 /* Rank 0: "run i/N: plan=star mode=fused (elapsed 12.3 s, about 40 s left)" before the job's

@@ -43,6 +43,9 @@ typedef struct {
   /* --plan auto: the line that says which kind (`plan`) it chose and why; NULL writes none,
    * as every run before auto and every run of a named kind. */
   const char *plan_choice;
+  /* What --transport asked for ("auto" or the name `transport` holds) and, under auto, the
+   * line that says which it chose and why; NULL writes none, as every run before auto. */
+  const char *transport_requested, *transport_choice;
   int64_t bucket_size, seed;
 
   const rf_run_result *result; /* timings [iteration][rank][phase] and the summary */

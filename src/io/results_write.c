@@ -47,6 +47,15 @@ static rf_status write_sweep_and_limits(hid_t g, const rf_results_run *run, doub
   return RF_OK;
 }
 
+/* --transport: what was asked for and, under auto, the choice and its reason. */
+static rf_status write_transport_choice(hid_t g, const rf_results_run *run) {
+  if (run->transport_requested)
+    RF_TRY(rf_results_attr_str(g, ".", "transport_requested", run->transport_requested));
+  if (run->transport_choice)
+    RF_TRY(rf_results_attr_str(g, ".", "transport_choice", run->transport_choice));
+  return RF_OK;
+}
+
 /* A sweep combination that could not run: its configuration and the reason, nothing else. */
 static rf_status write_skipped(hid_t g, const rf_results *r, const rf_results_run *run) {
   char written[32];
@@ -69,6 +78,7 @@ static rf_status write_skipped(hid_t g, const rf_results *r, const rf_results_ru
   };
   for (size_t i = 0; i < RF_ARRAY_LEN(strings); i++)
     RF_TRY(rf_results_attr_str(g, ".", strings[i].name, strings[i].value));
+  RF_TRY(write_transport_choice(g, run));
   RF_TRY(rf_results_attr_i64(g, ".", "bucket_size", run->bucket_size));
   RF_TRY(rf_results_attr_i64(g, ".", "exit_code", 0));
   return write_sweep_and_limits(g, run, 0.0);
@@ -109,6 +119,7 @@ static rf_status write_run_attributes(hid_t g, const rf_results *r, const rf_res
     RF_TRY(rf_results_attr_str(g, ".", "memory", run->memory));
   if (run->plan_choice)
     RF_TRY(rf_results_attr_str(g, ".", "plan_choice", run->plan_choice));
+  RF_TRY(write_transport_choice(g, run));
   for (int i = 0; run->job_setup && i < RF_SETUP_STEP_COUNT; i++) {
     char name[48];
     snprintf(name, sizeof name, "setup_%s_s", rf_setup_step_name((rf_setup_step)i));

@@ -15,11 +15,11 @@
 void rf_report_links(FILE *out, const rf_link_info *links, int link_count);
 
 /* The table, in three parts so rows can be printed as runs finish. The header carries refit
- * version and commit, the MPI library, the command line, the job, one line per rank and the
- * links (when `links` is not NULL). */
+ * version and commit, the MPI library, the command line, the job, the transport and why (when
+ * `transport_line` is not NULL), one line per rank and the links (when `links` is not NULL). */
 void rf_report_header(FILE *out, const char *command_line, const char *job_line,
-                      const rf_rank_info *ranks, int rank_count, const rf_link_info *links,
-                      int link_count);
+                      const char *transport_line, const rf_rank_info *ranks, int rank_count,
+                      const rf_link_info *links, int link_count);
 void rf_report_row(FILE *out, const rf_run_result *r);
 /* "# PASS" or "# FAIL: <reason>"; the reason names the first failing run. */
 void rf_report_footer(FILE *out, rf_status status, const char *reason);

@@ -158,14 +158,16 @@ void rf_report_links(FILE *out, const rf_link_info *links, int link_count) {
 }
 
 void rf_report_header(FILE *out, const char *command_line, const char *job_line,
-                      const rf_rank_info *ranks, int rank_count, const rf_link_info *links,
-                      int link_count) {
+                      const char *transport_line, const rf_rank_info *ranks, int rank_count,
+                      const rf_link_info *links, int link_count) {
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
   mpi_library_line(mpi, sizeof mpi);
   fprintf(out, "# refit %s (git %s)\n", rf_version, rf_git_commit);
   fprintf(out, "# MPI: %s\n", mpi);
   fprintf(out, "# command: %s\n", or_dash(command_line));
   fprintf(out, "# job: %s\n", or_dash(job_line));
+  if (transport_line)
+    fprintf(out, "# transport: %s\n", transport_line);
   fprintf(out, "# units: sizes in bytes, times in ms, GB/s = 1e9 bytes/s; "
                "algbw = bytes received by one rollout replica / median time; "
                "aggbw = bytes over all links / median time\n");

@@ -75,9 +75,9 @@ expect_error 2 "refit: error: option --rollout-dtype: 'fp4' is not one of model|
 not_moved="refit: error: --rollout-dtype fp8 with --memory device needs a transport that keeps the bytes on the GPU: use --transport ipc or nccl, or --memory host with mpi"
 expect_error 2 "$not_moved" "$REFIT" run --model tiny --rollout-dtype fp8 --transport mpi --memory device --output "$TMP/run.h5"
 [ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 --memory device created its results file"
-expect_error_mpi 2 "$not_moved" "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --rollout-dtype fp8 --memory device --output "$TMP/run.h5"
+expect_error_mpi 2 "$not_moved" "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --rollout-dtype fp8 --transport mpi --memory device --output "$TMP/run.h5"
 [ -e "$TMP/run.h5" ] && fail "refit run --rollout-dtype fp8 under mpirun created its results file"
-expect_exit 0 "$REFIT" run --model tiny --rollout-dtype model,fp8 --memory device --dry-run
+expect_exit 0 "$REFIT" run --model tiny --rollout-dtype model,fp8 --transport mpi --memory device --dry-run
 expect_grep "skip 2/2: rollout_dtype=fp8: ${not_moved#refit: error: }" "$TMP/out"
 small="$REFIT_SOURCE_DIR/tests/data/fp8-small.json"
 # Fanout: the trainer sends every element once, to replica 0, which forwards fp8 and scales.

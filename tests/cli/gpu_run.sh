@@ -23,6 +23,15 @@ expect_grep "transport ipc (weights in device memory)" "$TMP/out"
 expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
   --transport ipc --mode unfused,grouped,fused --bucket-size 64KiB --trainer-order jax
 expect_rows 3
+# --transport auto, the default, takes ipc for GPU weights on one node (host weights: shm).
+expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
+  --mode grouped
+expect_rows 1
+expect_grep "# transport: ipc (auto: GPU weights, both ranks on one node)" "$TMP/out"
+expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
+  --mode grouped --memory host
+expect_rows 1
+expect_grep "# transport: shm (auto: host weights, both ranks on one node)" "$TMP/out"
 expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
   --transport ipc --plan star --mode grouped,fused --trainer-order jax
 expect_rows 2

@@ -12,7 +12,7 @@ DS="$DATA/tiny-deepseek.json"
 run() {
   local np=$1 plan=$2
   shift 2
-  expect_exit 0 "${MPIRUN[@]}" -np "$np" "$REFIT" run --mode unfused,grouped,fused \
+  expect_exit 0 "${MPIRUN[@]}" -np "$np" "$REFIT" run --transport mpi --mode unfused,grouped,fused \
     --plan "$plan" --warmup 1 --iters 1 --bucket-size 16KiB --verify full "$@"
   expect_rows 3
 }
@@ -30,7 +30,7 @@ run 8 p2p --model "$DS" --trainer ep=2,pp=2 --rollout tp=2,dp=2,ep --trainer-sty
 run 4 p2p --model "$DS" --trainer ep=4 --rollout tp=4,ep --placement colocated
 # EP -> EP with the same experts on both ends: whole experts move as blocks, one message each.
 expect_exit 0 "${MPIRUN[@]}" -np 8 "$REFIT" run --model "$MIX" --trainer ep=4 --rollout tp=4,ep \
-  --mode unfused --iters 1 --verify full
+  --transport mpi --mode unfused --iters 1 --verify full
 expect_rows 1
 expect_grep "   unfused       p2p       mpi         476800        92        84" "$TMP/out"
 

@@ -7,17 +7,20 @@
 . "$(dirname "$0")/lib.sh"
 R=("timeout" "60" "$REFIT")
 
-# Eight replicas on the development VM: fanout, with every candidate's time.
-expect_exit 0 "${R[@]}" simulate --cluster vm-2core --model tiny --trainer fsdp=4 --rollout tp=1,dp=8
+# Eight replicas on the development VM: fanout, with every candidate's time (over mpi, whose
+# messages these predictions time; --transport auto would take shm here).
+expect_exit 0 "${R[@]}" simulate --cluster vm-2core --model tiny --trainer fsdp=4 --rollout tp=1,dp=8 \
+  --transport mpi
 expect_grep "plan             fanout," "$TMP/out"
 expect_grep "plan choice      plan auto -> fanout: predicted 597 us against p2p 1.23 ms, star 2.25 ms, hierarchical has the pieces of fanout (mode grouped) on cluster vm-2core (1 node)" "$TMP/out"
 # Two replicas: p2p.
-expect_exit 0 "${R[@]}" simulate --cluster vm-2core --model tiny --trainer fsdp=4 --rollout tp=1,dp=2
+expect_exit 0 "${R[@]}" simulate --cluster vm-2core --model tiny --trainer fsdp=4 --rollout tp=1,dp=2 \
+  --transport mpi
 expect_grep "plan choice      plan auto -> p2p: predicted 625 us against star 1.37 ms, fanout 646 us, hierarchical has the pieces of fanout (mode grouped) on cluster vm-2core (1 node)" "$TMP/out"
 # Two nodes of H200s, two modes summed: the hierarchical plan, each byte into each node once;
 # the JSON names the plan and the line.
 expect_exit 0 "${R[@]}" simulate --cluster h200-hgx --model tiny --trainer fsdp=4 --rollout tp=1,dp=8 \
-  --mode unfused,fused --json
+  --mode unfused,fused --json --transport mpi
 expect_grep '"plan": "hierarchical",' "$TMP/out"
 expect_grep '"plan_choice": "plan auto -> hierarchical: predicted 1.86 ms against p2p 1.86 ms, star 3.48 ms, fanout 2.05 ms (modes unfused,fused summed) on cluster h200-hgx (2 nodes)",' "$TMP/out"
 

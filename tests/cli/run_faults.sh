@@ -1,12 +1,14 @@
 # Faults: a corrupted byte fails verification (exit 1) naming tensor and rank; a silent peer
-# ends every rank with a timeout (exit 3) instead of a hang; bad options are usage errors.
+# ends every rank with a timeout (exit 3) instead of a hang; bad options are usage errors. The
+# jobs name --transport mpi: the lines checked are mpi's (over shm, the default's choice on one
+# node, a stalled job's ranks wait for ready and done notes instead, shm_cli.sh).
 . "$(dirname "$0")/lib.sh"
 
 # The issue's acceptance job passes, and fails with --inject corrupt.
-expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model tiny --trainer fsdp=2,tp=2 --rollout tp=2 \
+expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --transport mpi --model tiny --trainer fsdp=2,tp=2 --rollout tp=2 \
   --mode fused --plan star
 expect_rows 1
-expect_exit 1 "${MPIRUN[@]}" -np 6 "$REFIT" run --model tiny --trainer fsdp=2,tp=2 --rollout tp=2 \
+expect_exit 1 "${MPIRUN[@]}" -np 6 "$REFIT" run --transport mpi --model tiny --trainer fsdp=2,tp=2 --rollout tp=2 \
   --mode fused --plan star --inject corrupt
 expect_grep "# FAIL: verification failed in mode fused" "$TMP/out"
 # Rollout rank 1 holds embedding rows 256..511: the flipped element is row 256, column 0.
@@ -16,9 +18,9 @@ grep -v '^#' "$TMP/out" | awk '$14 != "1" || $15 != "1bad" { exit 1 }' ||
   fail "the corrupt run's row should show #wrong 1 and 1bad: $(grep -v '^#' "$TMP/out")"
 
 # Checksum-only verification catches it too, and --verify none reports nothing checked.
-expect_exit 1 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+expect_exit 1 "${MPIRUN[@]}" -np 4 "$REFIT" run --transport mpi --model tiny --trainer fsdp=2 --rollout tp=2 \
   --verify checksum --inject corrupt --iters 1
-expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --transport mpi --model tiny --trainer fsdp=2 --rollout tp=2 \
   --verify none --iters 1
 expect_rows 1
 
@@ -45,7 +47,7 @@ refit_lines() { grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' | sort
 
 # A trainer rank that never sends: the ranks waiting for it time out, every rank is out
 # within timeout + 5 s of the stall, exit 3, and the one error line says what was missing.
-"${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+"${MPIRUN[@]}" -np 4 "$REFIT" run --transport mpi --model tiny --trainer fsdp=2 --rollout tp=2 \
   --inject stall --timeout 10 --iters 1 >"$TMP/out" 2>"$TMP/err" &
 job=$!
 stalled=$(seen_at "$TMP/err" "inject stall: trainer rank 0 will not post its messages")
@@ -66,7 +68,7 @@ expect_grep "# FAIL: timed out waiting for a peer in mode grouped" "$TMP/out"
 # A rollout rank stopped with SIGSTOP in the middle of the iterations never answers at all:
 # every other rank still leaves within timeout + 5 s, with exit 3 and at most one timeout line
 # each, naming what that rank waited for (a barrier, a bucket, the agreement).
-timeout 120 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+timeout 120 "${MPIRUN[@]}" -np 4 "$REFIT" run --transport mpi --model tiny --trainer fsdp=2 --rollout tp=2 \
   --mode fused --timeout 5 --warmup 0 --iters 20000 >"$TMP/out" 2>"$TMP/err" &
 job=$!
 seen_at "$TMP/out" "rank   3 host" >/dev/null
@@ -108,7 +110,7 @@ with open(sys.argv[1], "r+b") as f:
 PYEOF
 began=$(date +%s.%N)
 expect_error_mpi 2 "refit: error: fp8: tensor model.layers.0.self_attn.q_proj.weight holds NaN in the block of rows 0..127, columns 0..127; block-FP8 weights need finite values, check where the weights came from" \
-  timeout 15 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$REFIT_SOURCE_DIR/tests/data/fp8-small.json" \
+  timeout 15 "${MPIRUN[@]}" -np 4 "$REFIT" run --transport mpi --model "$REFIT_SOURCE_DIR/tests/data/fp8-small.json" \
   --trainer fsdp=2 --rollout tp=2 --checkpoint "$TMP/nan.safetensors" --rollout-dtype fp8 --timeout 30
 within "$began" "$(date +%s.%N)" 10 "the NaN run (--timeout 30)"
 
@@ -122,7 +124,7 @@ else
   (
     ulimit -v 3000000
     expect_error_mpi 3 "refit: error: out of memory allocating 7.48 GiB of host memory for the trainer shards" \
-      timeout 60 "${MPIRUN[@]}" -np 4 "$REFIT" run --model llama-3.1-8b --trainer fsdp=2 \
+      timeout 60 "${MPIRUN[@]}" -np 4 "$REFIT" run --transport mpi --model llama-3.1-8b --trainer fsdp=2 \
       --rollout tp=2 --memory host
     exit "$failures"
   ) || failures=$((failures + 1))
@@ -139,18 +141,18 @@ done
 
 # Usage errors: one line, exit 2, on rank 0 only.
 expect_error_mpi 2 "refit: error: option --bucket-size: 100 bytes is below the minimum of 4096 (or 0 for the whole model in one bucket)" \
-  "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 --bucket-size 100
-expect_exit 2 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 --bucket-size -1
+  "${MPIRUN[@]}" -np 4 "$REFIT" run --transport mpi --model tiny --trainer fsdp=2 --rollout tp=2 --bucket-size 100
+expect_exit 2 "${MPIRUN[@]}" -np 4 "$REFIT" run --transport mpi --model tiny --trainer fsdp=2 --rollout tp=2 --bucket-size -1
 # The transports of this build, as `refit run --help` lists them (nccl only with CUDA and NCCL).
 available=$("$REFIT" run --help | sed -n 's/^transports in this build (--transport): //p')
 expect_error_mpi 2 "refit: error: option --transport: 'ucx' is not in this build; available: $available" \
   "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 --transport ucx
 expect_error_mpi 2 "refit: error: world size is 3 but trainer fsdp=2,tp=1 and rollout tp=2 (disaggregated) need 4 ranks; run mpirun -np 4" \
-  "${MPIRUN[@]}" -np 3 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2
+  "${MPIRUN[@]}" -np 3 "$REFIT" run --transport mpi --model tiny --trainer fsdp=2 --rollout tp=2
 # A typo in a layout is caught before anything is planned (the plan of 131074 ranks would take
 # a while); the bound guards against the check moving behind the planner again.
 expect_error_mpi 2 "refit: error: world size is 4 but trainer fsdp=2,tp=1,dp=65536 and rollout tp=2 (disaggregated) need 131074 ranks; run mpirun -np 131074" \
-  timeout 60 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2,dp=65536 --rollout tp=2
+  timeout 60 "${MPIRUN[@]}" -np 4 "$REFIT" run --transport mpi --model tiny --trainer fsdp=2,dp=65536 --rollout tp=2
 expect_error 2 "refit: error: trainer layout 'fsdp=65536,tp=65536': 4294967296 ranks is more than the 1048576 refit plans for one side; choose smaller axes" \
   "$REFIT" plan --model tiny --trainer fsdp=65536,tp=65536 --rollout tp=2
 # A GPU transport on a machine without a GPU: one line saying so, exit 2, never a crash.

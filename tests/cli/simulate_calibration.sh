@@ -21,7 +21,7 @@ if [ -n "${REFIT_TEST_SLACK:-}" ]; then
   echo "skip: timing accuracy is not tested under the sanitizers"
   exit 77
 fi
-run=("${MPIRUN[@]}" -np 2 "$REFIT" run --verify none)
+run=("${MPIRUN[@]}" -np 2 "$REFIT" run --verify none --transport mpi)
 
 # Records the runs into $TMP/small.h5 and $TMP/llama.h5 (fresh files).
 measure() {
@@ -52,7 +52,7 @@ for r in csv.reader(sys.stdin):
     print(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[9], r[12])' >"$TMP/runs-$file"
     while read -r number model trainer rollout placement plan mode bucket median_ms; do
       [ "$model" = small-llama ] && model="$REFIT_SOURCE_DIR/tests/data/small-llama.json"
-      expect_exit 0 "$REFIT" simulate --cluster vm-2core --memory host \
+      expect_exit 0 "$REFIT" simulate --cluster vm-2core --memory host --transport mpi \
         --calibration "$TMP/$file.h5" --model "$model" --trainer "$trainer" --rollout "$rollout" \
         --placement "$placement" --plan "$plan" --mode "$mode" --bucket-size "$bucket" --json
       /usr/bin/python3 - "$TMP/out" "$median_ms" >"$TMP/verdict" <<'PYEOF' ||

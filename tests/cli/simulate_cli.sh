@@ -8,7 +8,10 @@
 # refit's wire bytes under --update and --delta.
 . "$(dirname "$0")/lib.sh"
 toy="$REFIT_SOURCE_DIR/tests/data/cluster-toy.json"
-job=(--model tiny --trainer fsdp=2 --rollout tp=2)
+# The hand-computed cases time mpi's messages (--transport auto would take nccl or ipc on the
+# toy's GPUs; transport_auto.sh checks what it takes).
+layout=(--model tiny --trainer fsdp=2 --rollout tp=2)
+job=("${layout[@]}" --transport mpi)
 see="see configs/clusters/README.md"
 
 # tiny, fsdp=2 on node 0 -> tp=2 on node 1: all 279808 bytes through each node's one 1 GB/s
@@ -78,7 +81,8 @@ expect_grep "weights in GPU memory; transport nccl (messages)" "$TMP/out"
 # A quantized rollout: tiny as mxfp8 from fsdp=1 to tp=1 colocated, one rank, its 147456 bytes
 # of linear weights quantized at the source on its pack at the toy's default 895 GB/s (0.895 of
 # its 1000 GB/s copy), 1.648e-07 s; a cluster file's quantize_GBps of 100 makes it 1.475e-06 s.
-q=(--model tiny --trainer fsdp=1 --rollout tp=1 --rollout-dtype mxfp8 --placement colocated --mode grouped)
+q=(--model tiny --trainer fsdp=1 --rollout tp=1 --rollout-dtype mxfp8 --placement colocated --mode grouped
+  --transport mpi)
 expect_exit 0 "$REFIT" simulate --cluster "$toy" "${q[@]}"
 expect_grep "  quantize       147456 trainer-dtype bytes in packs, 0 in unpacks at 895 GB/s (gpu.quantize_GBps): 1.648e-07 s of pack and unpack" "$TMP/out"
 sed 's/"copy_GBps": 1000}/"copy_GBps": 1000, "quantize_GBps": 100}/' "$toy" >"$TMP/toy-q.json"
@@ -139,13 +143,13 @@ expect_error 2 "refit: error: a mapping transport (ipc, shm) reaches the process
 expect_error 2 "refit: error: option --memory device: the shm transport moves host memory; use --memory host or --transport ipc" \
   "$REFIT" simulate --cluster "$toy" "${one[@]}" --transport shm --memory device
 # refit plan --cluster prints the same bound for the plan's job, and a bad cluster is one line.
-expect_exit 0 "$REFIT" plan --cluster "$toy" "${job[@]}"
+expect_exit 0 "$REFIT" plan --cluster "$toy" "${layout[@]}"
 expect_grep "lower bound      0.0002792 s on cluster toy, for any plan over mpi with the weights in GPU memory (binding: NIC ingress of node 1 (1 adapter, 1 GB/s))" "$TMP/out"
-expect_exit 0 "$REFIT" plan --cluster "$toy" "${job[@]}" --json
+expect_exit 0 "$REFIT" plan --cluster "$toy" "${layout[@]}" --json
 "${PY:-python3}" -c 'import json,sys; o=json.load(open(sys.argv[1])); assert abs(o["lower_bound_s"]-279168e-9)<1e-18 and o["cluster"]=="toy", o' "$TMP/out" ||
   fail "plan --cluster JSON: $(head -c 600 "$TMP/out")"
 expect_error 2 "refit: error: unknown cluster 'nowhere'; give a cluster JSON file or the name of one in configs/clusters" \
-  "$REFIT" plan --cluster nowhere "${job[@]}"
+  "$REFIT" plan --cluster nowhere "${layout[@]}"
 
 finish
 

@@ -203,9 +203,10 @@ expect_same "runs in the file" "$(run_count "$TMP/c.h5")" 2
 expect_same "0001 status" "$(attr "$TMP/c.h5" 0001 status)" RF_ERR_VERIFY
 
 # ---- --calibrate: the limits beside every run ----------------------------------------------
+# Over mpi, whose runs are compared with the plain MPI exchange (shm's with memcpy).
 OUT="$TMP/cal.h5"
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --config "$SWEEPS/modes-buckets.json" \
-  --mode grouped --bucket-size 16KiB --calibrate --output "$OUT"
+  --mode grouped --bucket-size 16KiB --calibrate --transport mpi --output "$OUT"
 expect_same "limits lines" "$(grep -c '^limits: memcpy .* s, mpi .* s; grouped at .* of mpi$' \
   "$TMP/out")" 2
 for run in 0000 0001; do
