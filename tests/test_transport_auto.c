@@ -52,20 +52,12 @@ static void test_fallbacks(void) {
   expect(NULL, (rf_transport_site){2, 16, 8, 4, 1}, "mpi",
          "mpi (auto: GPU weights, 16 ranks on 2 nodes; nccl needs a GPU per rank (8 ranks on a "
          "node of 4 GPUs))");
+  /* A delta refit forwarded between replicas is a mapping's too. */
   static const char *const delta[] = {"rollout", "tp=1,dp=2", "delta", "auto", NULL};
-  expect(delta, (rf_transport_site){1, 4, 4, 0, 1}, "mpi",
-         "mpi (auto: host weights, all 4 ranks on one node; shm cannot forward delta refits "
-         "between replicas (--plan auto may forward))");
-  expect(delta, (rf_transport_site){1, 4, 4, 4, 1}, "nccl",
-         "nccl (auto: GPU weights, all 4 ranks on one node; ipc cannot forward delta refits "
-         "between replicas (--plan auto may forward))");
-  /* Nothing to forward: p2p, or one replica. */
-  static const char *const p2p[] = {"rollout", "tp=1,dp=2", "delta", "auto", "plan", "p2p", NULL};
-  expect(p2p, (rf_transport_site){1, 4, 4, 0, 1}, "shm",
+  expect(delta, (rf_transport_site){1, 4, 4, 0, 1}, "shm",
          "shm (auto: host weights, all 4 ranks on one node)");
-  static const char *const one[] = {"delta", "off,sparse", "plan", "fanout", NULL};
-  expect(one, (rf_transport_site){1, 4, 4, 0, 1}, "shm",
-         "shm (auto: host weights, all 4 ranks on one node)");
+  expect(delta, (rf_transport_site){1, 4, 4, 4, 1}, "ipc",
+         "ipc (auto: GPU weights, all 4 ranks on one node)");
   /* mpi ends every list: taken with its own reason, which its check then refuses in one line. */
   static const char *const staged[] = {"delta", "auto", NULL};
   expect(staged, (rf_transport_site){2, 16, 8, 4, 1}, "mpi",

@@ -21,7 +21,6 @@ typedef struct {
   const rf_transport_site *site;
   int device; /* the weights on the GPU */
   int delta;  /* some run of the job sends deltas */
-  int dp;     /* rollout replicas */
 } auto_job;
 
 static int in_build(const rf_transport_ops *t) {
@@ -42,16 +41,6 @@ static int shared_gpu(const auto_job *j, const rf_transport_ops *t, char *detail
   snprintf(detail, len, "%d ranks on a node of %d GPU%s", s->ranks_per_node, s->gpus,
            s->gpus == 1 ? "" : "s");
   return t->gpu_per_rank && s->ranks_per_node > s->gpus;
-}
-
-/* The engine refuses a delta that a mapping transport would forward between replicas
- * (engine_delta.c); --plan auto may choose a forwarding plan after the transport is chosen. */
-static int delta_forward(const auto_job *j, const rf_transport_ops *t, char *detail, size_t len) {
-  rf_plan_kind k = j->cfg->plan;
-  snprintf(detail, len, "--plan %s%s", rf_plan_request_name(k),
-           k == RF_PLAN_AUTO ? " may forward" : "");
-  int forwards = k == RF_PLAN_FANOUT || k == RF_PLAN_HIERARCHICAL || k == RF_PLAN_AUTO;
-  return t->mapping && j->delta && j->dp > 1 && forwards;
 }
 
 /* mpi stages GPU weights through pinned host memory, which neither delta refits nor the
@@ -76,7 +65,6 @@ static const struct {
 } rules[] = {
     {not_built, "%s is not in this build (%s)"},
     {shared_gpu, "%s needs a GPU per rank (%s)"},
-    {delta_forward, "%s cannot forward delta refits between replicas (%s)"},
     {staged, "%s would stage the GPU weights through host memory, which %s refuse"},
 };
 
@@ -102,16 +90,11 @@ const char *rf_transport_choose(const rf_config *cfg, const rf_transport_site *s
   why[0] = '\0';
   if (strcmp(cfg->transport, "auto") != 0)
     return cfg->transport;
-  auto_job j = {.cfg = cfg, .site = site, .dp = 1};
+  auto_job j = {.cfg = cfg, .site = site};
   j.device = cfg->memory == RF_MEM_REQUEST_DEVICE ||
              (cfg->memory == RF_MEM_REQUEST_AUTO && site->gpus > 0);
   for (int i = 0; i < cfg->delta.count; i++)
     j.delta |= cfg->delta.items[i] != RF_DELTA_CHOICE_OFF;
-  rf_rollout_layout r;
-  rf_log_push_quiet(1); /* a bad mesh is the job's own error, said once it is built */
-  if (rf_rollout_layout_parse(cfg->rollout, &r) == RF_OK)
-    j.dp = r.dp;
-  rf_log_pop_quiet();
 
   int one_node = site->nodes <= 1;
   char reason[RF_TRANSPORT_CHOICE_MAX];

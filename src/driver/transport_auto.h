@@ -1,9 +1,9 @@
 /* transport_auto: --transport auto, the default. One decision, the same on every rank: shm for
  * host weights on one node, ipc for GPU weights on one node, nccl for GPU weights across
  * nodes, mpi for host weights across nodes. A candidate that would refuse the job (not in this
- * build, a GPU shared by two nccl ranks, a delta forwarded over a mapping, GPU weights staged
- * for mpi) is passed over for the next, and the reason line says so. rma is never chosen: only
- * asked for. docs/architecture.md, "Choosing a transport". */
+ * build, a GPU shared by two nccl ranks, GPU weights staged for mpi) is passed over for the next,
+ * and the reason line says so. rma is never chosen: only asked for. docs/architecture.md, "Choosing
+ * a transport". */
 #ifndef RF_DRIVER_TRANSPORT_AUTO_H
 #define RF_DRIVER_TRANSPORT_AUTO_H
 

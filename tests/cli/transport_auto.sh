@@ -29,12 +29,12 @@ expect_same "run 0001 transport_requested" "$(attr "$OUT" 0001 transport_request
 h5dump -a /runs/0001/transport_choice "$OUT" >/dev/null 2>&1 &&
   fail "run 0001 of a named transport has a transport_choice"
 
-# A delta refit with two replicas under --plan auto (which may choose fanout): shm would refuse
-# to forward it, so auto takes mpi, and every element checks.
+# A delta refit with two replicas under --plan auto (which may choose fanout) over shm, which
+# forwards it too; every element checks.
 expect_exit 0 timeout 120 "${MPIRUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 \
   --rollout tp=1,dp=2 --memory host --update sparse:0.5 --delta auto --verify full --warmup 1 \
   --iters 1
-expect_grep "# transport: mpi (auto: host weights, all 4 ranks on one node; shm cannot forward delta refits between replicas (--plan auto may forward))" "$TMP/out"
+expect_grep "# transport: shm (auto: host weights, all 4 ranks on one node)" "$TMP/out"
 expect_grep "# PASS" "$TMP/out"
 
 # refit simulate on one node of host memory, then on two nodes of H200s (12 ranks, 8 a node).
