@@ -115,24 +115,6 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, r
   return st;
 }
 
-/* Rank 0: the parts of a run's result that describe it rather than measure it. */
-static void describe_result(const rf_config *cfg, const run_setup *rs, rf_mode mode,
-                            rf_run_result *res) {
-  const rf_plan *plan = &rs->job.plan;
-  snprintf(res->mode, sizeof res->mode, "%s", rf_mode_name(mode));
-  snprintf(res->plan, sizeof res->plan, "%s", rf_plan_kind_name(plan->kind));
-  snprintf(res->transport, sizeof res->transport, "%s", rs->transport->name);
-  snprintf(res->verify, sizeof res->verify, "%s", rf_verify_level_name(cfg->verify));
-  res->model_bytes = rs->job.model.total_bytes;
-  /* Fanout's replicas receive part of their bytes from each other: algbw counts what one
-   * replica receives from anyone, aggbw every byte on a link, forwarded ones too. */
-  res->replica_bytes = (plan->transfer_bytes + plan->forward_bytes) / rs->job.rollout.dp;
-  res->transfer_bytes = plan->transfer_bytes + plan->reshape_bytes + plan->forward_bytes;
-  res->pieces = plan->piece_count;
-  res->bucket_size = cfg->bucket_size;
-  res->iterations = (int)cfg->iters;
-}
-
 /* One run: one mode over the whole job: the engine, the iterations, verification, the
  * figures rank 0 collects, the record. Returns the agreed status of every rank. */
 static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, rf_transport *tp,
@@ -200,7 +182,7 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
   if (st == RF_OK)
     st = rf_run_collect(ctl, &e, mode, mine, all, iters, res);
   if (rank0) {
-    describe_result(cfg, rs, mode, res);
+    rf_run_describe_result(cfg, &rs->job, rs->transport->name, mode, res);
     res->ranks = ctl->world_size;
     res->timings = all;
     res->status = st;
