@@ -25,7 +25,7 @@
  *
  * Threads. Not thread-safe: call the library from one thread, the one that initialised MPI
  * (refit asks for MPI_THREAD_FUNNELED). refit_status_string, refit_api_version and
- * refit_version_string are safe from any thread.
+ * refit_phase_name are safe from any thread.
  *
  * Memory. A job's weights live in host memory, in host memory other processes can map (the
  * shm transport), or on the GPU (ipc, nccl; mpi with option memory=device): refit_job_memory
@@ -92,10 +92,12 @@ typedef struct refit_context refit_context;
 typedef struct refit_job refit_job;
 
 /* A context: initialises MPI (MPI_Init_thread, MPI_THREAD_FUNNELED) unless the caller did, and
- * then finalises it in refit_context_destroy. Jobs must be destroyed before their context. */
+ * then finalises it in refit_context_destroy. Jobs must be destroyed before their context: while
+ * one lives, refit_context_destroy does nothing but say so in the context's error. */
 refit_status refit_context_create(refit_context **out);
 void refit_context_destroy(refit_context *ctx);
-/* The last error of a context-level call (refit_job_create), "" when none. */
+/* The line of the context's last call that failed (refit_job_create, refit_context_destroy),
+ * "" when none has. */
 const char *refit_context_error(const refit_context *ctx);
 
 /* Builds a job, collectively over `comm` (MPI_COMM_WORLD, or any communicator whose size is
@@ -121,7 +123,7 @@ refit_status refit_job_create_f(refit_context *ctx, const char *model, const cha
 int64_t refit_comm_world_f(void);
 /* Collective. Frees the job's buffers, engine, transport and communicators. */
 void refit_job_destroy(refit_job *job);
-/* The job's last error, "" when none. */
+/* The line of the job's last call that failed, "" when none has. */
 const char *refit_job_error(const refit_job *job);
 
 /* ---- what the job is ------------------------------------------------------------------- */

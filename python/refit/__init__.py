@@ -19,6 +19,7 @@ refit's one-line message. REFIT_LIB names librefit.so where the linker would not
 import atexit
 import ctypes
 import json
+import weakref
 
 from . import _lib as _c
 from ._lib import MEMORY_DEVICE, MEMORY_HOST, ROLE_ROLLOUT, ROLE_TRAINER
@@ -65,6 +66,14 @@ class Context:
 
 
 _default = None
+_live = weakref.WeakSet()  # jobs not closed yet: closed at exit, before MPI is finalised
+
+
+def _shutdown():
+    for job in list(_live):
+        job.close()
+    if _default is not None:
+        _default.close()
 
 
 def _default_context():
@@ -73,7 +82,7 @@ def _default_context():
     global _default
     if _default is None:
         _default = Context()
-        atexit.register(_default.close)
+        atexit.register(_shutdown)
     return _default
 
 
@@ -123,13 +132,15 @@ class Job:
             fcomm, ctypes.byref(self._handle))
         if st != 0:
             raise RefitError(st, _c.lib().refit_context_error(self._context._handle).decode())
+        _live.add(self)
 
     def _check(self, st):
         if st != 0:
             raise RefitError(st, _c.lib().refit_job_error(self._handle).decode())
 
     def close(self):
-        """Collective: every rank closes its job."""
+        """Collective: every rank closes its job (at exit, those still open are closed)."""
+        _live.discard(self)
         if self._handle:
             _c.lib().refit_job_destroy(self._handle)
             self._handle = ctypes.c_void_p()

@@ -6,6 +6,7 @@
 
 #include "api.h"
 #include "cli/cli_internal.h"
+#include "driver/run_engine.h"
 
 /* Options of `refit run` that the library has no use for: a job runs one version at a time
  * for as long as its caller wants, of weights the caller holds, and records where it is told
@@ -92,10 +93,7 @@ static rf_status build_job(refit_job *job, MPI_Comm comm) {
   if (rs->memory == RF_MEM_DEVICE)
     RF_TRY(rf_run_select_gpu(ctl, cfg, &job->placement));
   RF_TRY(rf_control_agree(ctl, rf_transport_open(rs->transport, ctl, &rs->job.plan, &job->tp)));
-  rf_control_hold(ctl);
-  RF_TRY(rf_control_agree(ctl, rf_buffers_init(&job->data, &rs->job.plan, rs->memory,
-                                               (uint64_t)cfg->seed, NULL, ctl->world_rank)));
-  job->data.version.update = rs->update;
+  RF_TRY(rf_run_buffers_open(ctl, cfg, rs, NULL, &job->data));
   int manifest = ctl->rollout_rank >= 0 ? ctl->rollout_rank : 0;
   job->plan_json = rf_job_plan_json(&rs->job, manifest);
   rf_status mine = job->plan_json ? RF_OK : rf_fail(RF_ERR_NOMEM, "out of memory for the plan");

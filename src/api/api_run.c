@@ -1,12 +1,13 @@
-/* Refitting a library job: one iteration of `refit run` per refit_transfer (cmd_run.c,
- * iterate: a barrier, the engine's iteration, the failure notice, the agreement), its checks
- * (rf_run_verify) and its record (rf_run_collect, rf_record_run), over the driver's calls. */
+/* Refitting a library job: one iteration of `refit run` per refit_transfer (rf_run_iteration,
+ * which cmd_run.c's loop calls too), its checks (rf_run_verify) and its record (rf_run_collect,
+ * rf_record_run), over the driver's calls. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api.h"
 #include "driver/run_collect.h"
+#include "driver/run_engine.h"
 
 /* The engine of the job's mode, built at the first transfer: its time is the setup phase of
  * every transfer, as in refit run. */
@@ -17,11 +18,8 @@ static rf_status ensure_engine(refit_job *job) {
   const rf_config *cfg = &job->cfg;
   double t0 = rf_now();
   rf_control_hold(ctl); /* staging that does not fit fails every rank alike: one line says so */
-  rf_status st =
-      rf_engine_init(&job->engine, &job->data, &job->tp, cfg->mode.items[0], cfg->bucket_size,
-                     (uint64_t)cfg->seed, RF_INJECT_NONE, ctl->world_rank);
-  if (st == RF_OK)
-    rf_engine_set_mapped_rounds(&job->engine, cfg->mapped_rounds, job->rs.forward_crosses_gpus);
+  rf_status st = rf_run_engine_open(ctl, cfg, &job->rs, &job->data, &job->tp, cfg->mode.items[0],
+                                    RF_DELTA_CHOICE_OFF, RF_INJECT_NONE, &job->engine);
   job->setup_s = rf_now() - t0;
   st = rf_control_agree(ctl, st);
   if (st != RF_OK)
@@ -50,13 +48,8 @@ static rf_status transfer(refit_job *job) {
   rf_control *ctl = &job->ctl;
   RF_TRY(ensure_engine(job));
   double times[RF_PHASE_COUNT] = {0};
-  /* Every rank starts its clock together, as refit run's iterations do. */
-  rf_status st = rf_control_barrier(ctl, ctl->world, "the transfer barrier");
-  if (st == RF_OK)
-    st = rf_engine_iterate(&job->engine, times, 0);
-  rf_control_notify(ctl, st); /* peers waiting for this rank's messages hear at once */
-  times[RF_PHASE_SETUP] = job->setup_s;
-  st = rf_control_agree(ctl, st);
+  rf_status st = rf_run_iteration(ctl, &job->engine, RF_OK, job->setup_s, 0, times);
+  /* Every rank has the same status; one whose wait expired has left the job unusable. */
   if (st != RF_OK && st != RF_ERR_TIMEOUT)
     rf_engine_abandon(&job->engine);
   job->verified = 0;

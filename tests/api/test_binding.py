@@ -65,7 +65,7 @@ def library_bytes(name):
 
 if use_torch:
     sources = {t["name"]: torch.frombuffer(bytearray(library_bytes(t["name"])),
-                                           dtype=torch.bfloat16).reshape(t["shape"])
+                                           dtype=torch.bfloat16).reshape(t["shape"]).clone()
                for t in trainer}
     outs = {t["name"]: torch.zeros(t["shape"], dtype=torch.bfloat16) for t in rollout}
     job.register("trainer", sources)
