@@ -74,6 +74,9 @@ static rf_status build_job(refit_job *job, MPI_Comm comm) {
   rf_config *cfg = &job->cfg;
   run_setup *rs = &job->rs;
   int rank = 0, size = 1;
+  if (comm == MPI_COMM_NULL)
+    return rf_fail(RF_ERR_USAGE, "refit_job_create: the communicator is MPI_COMM_NULL; give "
+                                 "MPI_COMM_WORLD or one that holds every rank of the job");
   RF_MPI(MPI_Comm_rank(comm, &rank));
   RF_MPI(MPI_Comm_size(comm, &size));
   rf_log_set_rank(rank, size);

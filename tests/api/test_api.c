@@ -92,6 +92,14 @@ static void create_errors(refit_context *ctx) {
                                           "rollout layout (none may be NULL)");
   REQUIRE(refit_job_create(NULL, "tiny", "fsdp=2", "tp=2", base, MPI_COMM_WORLD, &job),
           REFIT_ERR_USAGE);
+  REQUIRE(refit_job_create(ctx, "tiny", "fsdp=2", "tp=2", base, MPI_COMM_NULL, &job),
+          REFIT_ERR_USAGE);
+  ASSERT_STR_EQ(refit_context_error(ctx), "refit_job_create: the communicator is MPI_COMM_NULL; "
+                                          "give MPI_COMM_WORLD or one that holds every rank of "
+                                          "the job");
+  /* The Fortran handle of MPI_COMM_WORLD names the same communicator: a 4-rank job refused. */
+  REQUIRE(refit_job_create_f(ctx, "tiny", "fsdp=4", "tp=2", base, refit_comm_world_f(), &job),
+          REFIT_ERR_WORLD);
   create_fails(ctx, "fsdp=4", base, REFIT_ERR_WORLD,
                "world size is 2 but trainer fsdp=4,tp=1 and rollout tp=2 (colocated) need 4 "
                "ranks; run mpirun -np 4",
@@ -217,6 +225,12 @@ static void mismatches(refit_job *job) {
   ASSERT_STR_EQ(refit_job_error(job),
                 "refit_tensor_buffer: this rank holds no trainer tensor named nope (21 "
                 "trainer tensors; refit_tensor_get lists them)");
+  REQUIRE(refit_tensor_get(job, (refit_role)0, 0, &info), REFIT_ERR_USAGE);
+  ASSERT_STR_EQ(refit_job_error(job), "refit_tensor_get: role 0 is neither REFIT_ROLE_TRAINER (1) "
+                                      "nor REFIT_ROLE_ROLLOUT (2)");
+  REQUIRE(refit_tensor_buffer(job, (refit_role)4, info.name, &now, NULL), REFIT_ERR_USAGE);
+  ASSERT_STR_EQ(refit_job_error(job), "refit_tensor_buffer: role 4 is neither REFIT_ROLE_TRAINER "
+                                      "(1) nor REFIT_ROLE_ROLLOUT (2)");
   REQUIRE(refit_tensor_get(job, REFIT_ROLE_ROLLOUT, 99, &info), REFIT_ERR_USAGE);
   ASSERT_STR_EQ(refit_job_error(job),
                 "refit_tensor_get: index 99: this rank holds 15 rollout tensors (0 to "
