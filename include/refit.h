@@ -15,9 +15,10 @@
  * Errors. Every fallible call returns a refit_status; refit_status_string names it. The one
  * line that says what went wrong and what to do is the job's last error (refit_job_error), or
  * for the calls that create a job, the context's (refit_context_error). The library prints no
- * error of its own to stderr while a call runs. Where every rank of a job detects the same
- * error (a bad option, a layout that does not divide the model), rank 0 holds the line and the
- * other ranks hold "<status text> (rank 0 has the message)".
+ * error of its own to stderr while a call runs. Where the ranks building a job detect the same
+ * error together (a world of the wrong size, a layout that does not divide the model), rank 0
+ * holds the line and the others "<status text> (another rank has the message)"; so does a rank
+ * whose collective call failed because another rank's part did.
  *
  * Collective calls. refit_job_create, refit_transfer, refit_verify, refit_record and
  * refit_job_destroy are collective over the job's communicator: every rank calls them, in the
