@@ -33,7 +33,7 @@ static void rollout_info(const rf_rollout_tensor *rt, refit_tensor_info *out) {
   out->name = rt->name;
   out->dtype = rf_dtype_name(rt->dtype);
   out->ndim = rt->vllm_ndim;
-  for (int d = 0; d < rt->vllm_ndim && d < REFIT_MAX_DIMS; d++)
+  for (int d = 0; d < rt->vllm_ndim && d < (int)RF_ARRAY_LEN(rt->vllm_shape); d++)
     out->shape[d] = rt->vllm_shape[d];
   out->bytes = rt->bytes;
 }
