@@ -16,7 +16,7 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 endif
 
-.PHONY: all deps build run test asan ubsan sanitize fuzz format format-check clean
+.PHONY: all deps build run test install asan ubsan sanitize fuzz format format-check clean
 
 all: build
 
@@ -37,6 +37,13 @@ build:
 	$(call configure,build,)
 	@ln -sfn build/compile_commands.json compile_commands.json
 	cmake --build build -j$(NPROC)
+
+# librefit.so, include/refit.h, refit.pc, the refit binary and its model and cluster files under
+# PREFIX (default /usr/local): make install PREFIX=$$HOME/.local. A model given by name is looked
+# up in REFIT_MODEL_DIR, the source tree, then the prefix CMake was configured with.
+PREFIX ?= /usr/local
+install: build
+	cmake --install build --prefix $(PREFIX)
 
 # The demo (configs/demo.json): Llama-3.2-1B from trainer fsdp=2 to rollout tp=2 over the
 # transport --transport auto chooses (shm on one node of host memory, ipc on a GPU), all three
@@ -86,7 +93,7 @@ fuzz: deps
 	scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_SEED)
 
 # The C and CUDA sources that clang-format keeps (.clang-format); format-check is what CI runs.
-FORMATTED = find src tests bench -name '*.[ch]' -o -name '*.cu'
+FORMATTED = find src include tests bench -name '*.[ch]' -o -name '*.cu'
 
 format:
 	$(FORMATTED) | xargs clang-format -i

@@ -4,12 +4,13 @@
 # REFIT_SKIP_DEPS=1 skips the check (for machines that provide the libraries another way).
 set -euo pipefail
 
-# slurm-wlm and munge: the slurm test starts its own munged, slurmctld and slurmd.
+# python3-numpy: the Python binding's test (tests/api). slurm-wlm and munge: the slurm test
+# starts its own munged, slurmctld and slurmd.
 # clang, clang-format and libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes, only a
 # recommendation of clang): `make fuzz` and `make format-check`.
 packages=(libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools libhwloc-dev libjansson-dev
-  libxxhash-dev pkg-config cmake python3-h5py gcc make slurm-wlm munge clang clang-format
-  libclang-rt-14-dev)
+  libxxhash-dev pkg-config cmake python3-h5py python3-numpy gcc make slurm-wlm munge clang
+  clang-format libclang-rt-14-dev)
 # Optional: tried once, and the install carries on without them. chromium renders the HTML
 # report in the browser test, which skips when it is absent.
 optional=(chromium)

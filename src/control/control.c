@@ -159,11 +159,11 @@ static void notices_close(rf_control *ctl) {
   comm_free(&ctl->notice);
 }
 
-static rf_status create_comms(rf_control *ctl, const rf_layout *lay) {
+static rf_status create_comms(rf_control *ctl, const rf_layout *lay, MPI_Comm base) {
   /* Every split below is a blocking collective; a bounded nonblocking duplicate first proves
    * that every rank has arrived, so the splits cannot wait on a rank that never comes. */
   MPI_Request req = MPI_REQUEST_NULL;
-  RF_MPI(MPI_Comm_idup(MPI_COMM_WORLD, &ctl->world, &req));
+  RF_MPI(MPI_Comm_idup(base, &ctl->world, &req));
   RF_TRY(rf_control_wait(ctl, &req, "all ranks to start (MPI_Comm_idup)"));
   RF_MPI(MPI_Comm_set_errhandler(ctl->world, MPI_ERRORS_RETURN));
 
@@ -182,6 +182,10 @@ static rf_status create_comms(rf_control *ctl, const rf_layout *lay) {
 }
 
 rf_status rf_control_init(rf_control *ctl, const rf_layout *lay, double timeout) {
+  return rf_control_init_on(ctl, lay, timeout, MPI_COMM_WORLD);
+}
+
+rf_status rf_control_init_on(rf_control *ctl, const rf_layout *lay, double timeout, MPI_Comm base) {
   memset(ctl, 0, sizeof *ctl);
   ctl->world = ctl->trainer = ctl->rollout = ctl->node = ctl->notice = MPI_COMM_NULL;
   ctl->notice_recv = ctl->tick = MPI_REQUEST_NULL;
@@ -193,8 +197,8 @@ rf_status rf_control_init(rf_control *ctl, const rf_layout *lay, double timeout)
     return rf_fail(RF_ERR_INTERNAL, "the control plane needs MPI; call MPI_Init first");
   if (!(timeout > 0))
     return rf_fail(RF_ERR_CONFIG, "timeout must be positive, not %g s", timeout);
-  RF_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &ctl->world_rank));
-  RF_MPI(MPI_Comm_size(MPI_COMM_WORLD, &ctl->world_size));
+  RF_MPI(MPI_Comm_rank(base, &ctl->world_rank));
+  RF_MPI(MPI_Comm_size(base, &ctl->world_size));
 
   /* Every rank sees the same sizes and so reaches the same verdict without talking; one line
    * from rank 0 is enough. */
@@ -206,7 +210,7 @@ rf_status rf_control_init(rf_control *ctl, const rf_layout *lay, double timeout)
     return st;
   }
 
-  rf_status st = create_comms(ctl, lay);
+  rf_status st = create_comms(ctl, lay, base);
   if (st != RF_OK)
     rf_control_free(ctl);
   return st;

@@ -15,7 +15,7 @@
 #include "layout/layout.h"
 
 typedef struct {
-  MPI_Comm world;   /* duplicate of MPI_COMM_WORLD */
+  MPI_Comm world;   /* duplicate of MPI_COMM_WORLD (or of the library job's communicator) */
   MPI_Comm trainer; /* trainer ranks, MPI_COMM_NULL on ranks without a trainer role */
   MPI_Comm rollout; /* rollout ranks, MPI_COMM_NULL on ranks without a rollout role */
   MPI_Comm node;    /* ranks sharing this node (MPI_COMM_TYPE_SHARED) */
@@ -55,6 +55,9 @@ typedef struct {
 /* Checks the world size against the layouts (every rank decides the same; rank 0 prints the
  * error) and creates the communicators. `timeout` bounds every later wait. */
 rf_status rf_control_init(rf_control *ctl, const rf_layout *lay, double timeout);
+/* The same over `base` in place of MPI_COMM_WORLD (the library's jobs, include/refit.h): its
+ * ranks are the job's world ranks. */
+rf_status rf_control_init_on(rf_control *ctl, const rf_layout *lay, double timeout, MPI_Comm base);
 void rf_control_free(rf_control *ctl);
 
 /* A control plane over an existing communicator, without roles or a node communicator, for

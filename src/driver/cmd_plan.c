@@ -86,8 +86,8 @@ static json_t *manifest_experts(const rf_layout *lay, int rank) {
   return a;
 }
 
-static rf_status print_json(const rf_job *job, int manifest_rank, const rf_cluster *c,
-                            const rf_sim_bound *bound) {
+static json_t *plan_json(const rf_job *job, int manifest_rank, const rf_cluster *c,
+                         const rf_sim_bound *bound) {
   const rf_plan *plan = &job->plan;
   const rf_layout *lay = &job->layout;
   const rf_model *m = &job->model;
@@ -153,6 +153,19 @@ static rf_status print_json(const rf_job *job, int manifest_rank, const rf_clust
   json_object_set_new(o, "rollout_manifest_rank", json_integer(manifest_rank));
   json_object_set_new(o, "rollout_manifest_experts", manifest_experts(lay, manifest_rank));
   json_object_set_new(o, "rollout_manifest", rollout_manifest(lay));
+  return o;
+}
+
+char *rf_job_plan_json(const rf_job *job, int manifest_rank) {
+  json_t *o = plan_json(job, manifest_rank, NULL, NULL);
+  char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(o);
+  return text;
+}
+
+static rf_status print_json(const rf_job *job, int manifest_rank, const rf_cluster *c,
+                            const rf_sim_bound *bound) {
+  json_t *o = plan_json(job, manifest_rank, c, bound);
   char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   json_decref(o);
   if (!text)

@@ -13,6 +13,7 @@
 #include "plan_auto.h"
 #include "report/report.h"
 #include "run_collect.h"
+#include "run_engine.h"
 #include "run_record.h"
 #include "run_setup.h"
 #include "run_versions.h"
@@ -64,28 +65,8 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, r
     if (stall && delta)
       RF_WARN("inject stall: trainer rank 0 will not post its messages");
     double *times = it < warmup ? scratch : mine + (size_t)(it - warmup) * RF_PHASE_COUNT;
-    /* Every rank enters the barrier, a rank whose poisoning failed too: one that went straight
-     * to the agreement would meet the others' barrier in its collective. */
-    rf_status entered = rf_control_barrier(ctl, ctl->world, "the iteration barrier");
-    if (st == RF_OK)
-      st = entered;
-    /* Before a delta, the trainers learn which version every rollout rank holds: one that
-     * missed one gets its pieces dense. Outside the timed phases, every rank, as the barrier. */
-    if (rf_engine_delta_next(e)) {
-      entered = rf_run_receipts(ctl, e);
-      if (st == RF_OK)
-        st = entered;
-    }
-    if (st == RF_OK)
-      st = rf_engine_iterate(e, times, stall);
-    /* The others may be waiting for this rank's messages: they hear of its failure at once
-     * rather than after their whole --timeout (control.h, failure notices). A delta refused
-     * in the checks needs none: nobody waits for this rank then, and every rank that holds a
-     * damaged piece gets to name it. */
-    if (!e->delta_posted)
-      rf_control_notify(ctl, st);
-    times[RF_PHASE_SETUP] = setup;
-    st = rf_control_agree(ctl, st);
+    /* A rank whose poisoning failed still takes part (run_engine.h). */
+    st = rf_run_iteration(ctl, e, st, setup, stall, times);
     /* Delta refits apply only once every rank has all of its pieces checked (transactional):
      * a refused piece anywhere leaves every rollout rank at the version before. */
     if (st == RF_OK) {
@@ -115,24 +96,6 @@ static rf_status iterate(rf_control *ctl, const rf_config *cfg, run_setup *rs, r
   return st;
 }
 
-/* Rank 0: the parts of a run's result that describe it rather than measure it. */
-static void describe_result(const rf_config *cfg, const run_setup *rs, rf_mode mode,
-                            rf_run_result *res) {
-  const rf_plan *plan = &rs->job.plan;
-  snprintf(res->mode, sizeof res->mode, "%s", rf_mode_name(mode));
-  snprintf(res->plan, sizeof res->plan, "%s", rf_plan_kind_name(plan->kind));
-  snprintf(res->transport, sizeof res->transport, "%s", rs->transport->name);
-  snprintf(res->verify, sizeof res->verify, "%s", rf_verify_level_name(cfg->verify));
-  res->model_bytes = rs->job.model.total_bytes;
-  /* Fanout's replicas receive part of their bytes from each other: algbw counts what one
-   * replica receives from anyone, aggbw every byte on a link, forwarded ones too. */
-  res->replica_bytes = (plan->transfer_bytes + plan->forward_bytes) / rs->job.rollout.dp;
-  res->transfer_bytes = plan->transfer_bytes + plan->reshape_bytes + plan->forward_bytes;
-  res->pieces = plan->piece_count;
-  res->bucket_size = cfg->bucket_size;
-  res->iterations = (int)cfg->iters;
-}
-
 /* One run: one mode over the whole job: the engine, the iterations, verification, the
  * figures rank 0 collects, the record. Returns the agreed status of every rank. */
 static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, rf_transport *tp,
@@ -150,16 +113,8 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
   res->checksum_bad = -1;
   double t0 = rf_now();
   rf_status st = mine && (all || !rank0)
-                     ? rf_engine_init(&e, data, tp, mode, cfg->bucket_size, (uint64_t)cfg->seed,
-                                      cfg->inject, ctl->world_rank)
+                     ? rf_run_engine_open(ctl, cfg, rs, data, tp, mode, delta, cfg->inject, &e)
                      : RF_ERR_NOMEM;
-  if (st == RF_OK)
-    rf_engine_set_mapped_rounds(&e, cfg->mapped_rounds, rs->forward_crosses_gpus);
-  if (st == RF_OK) {
-    rf_log_push_quiet(ctl->world_rank != 0); /* every rank refuses alike: one says so */
-    st = rf_engine_set_delta(&e, delta);
-    rf_log_pop_quiet();
-  }
   double setup = rf_now() - t0, update_s = 0;
   st = rf_control_agree(ctl, st);
   if (st == RF_OK)
@@ -200,7 +155,7 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
   if (st == RF_OK)
     st = rf_run_collect(ctl, &e, mode, mine, all, iters, res);
   if (rank0) {
-    describe_result(cfg, rs, mode, res);
+    rf_run_describe_result(cfg, &rs->job, rs->transport->name, mode, res);
     res->ranks = ctl->world_size;
     res->timings = all;
     res->status = st;
@@ -303,13 +258,8 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
   /* The weights are generated once; every mode moves the same data. */
   rf_buffers data;
   memset(&data, 0, sizeof data);
-  if (st == RF_OK) {
-    rf_control_hold(ctl); /* every rank may run out of memory alike: one line says so */
-    st = rf_control_agree(ctl, rf_buffers_init(&data, &rs.job.plan, rs.memory, (uint64_t)cfg->seed,
-                                               rf_run_checkpoint_of(&rs.checkpoints, 0),
-                                               ctl->world_rank));
-    data.version.update = rs.update; /* the rule by which rf_buffers_advance moves them on */
-  }
+  if (st == RF_OK)
+    st = rf_run_buffers_open(ctl, cfg, &rs, rf_run_checkpoint_of(&rs.checkpoints, 0), &data);
   setup[RF_SETUP_ARENAS] = rf_now() - t0;
   if (st == RF_OK)
     st = rf_run_report_setup(ctl, setup, &rs.record);

@@ -50,6 +50,9 @@ void rf_job_free(rf_job *job);
 
 /* `refit plan`: prints the plan's totals, as text or one JSON object. No MPI. */
 rf_status rf_cmd_plan(const rf_config *cfg);
+/* The JSON object `refit plan --json` prints for a built job, with the rollout manifest of
+ * `manifest_rank` (without --cluster's bound); the caller frees it (NULL: out of memory). */
+char *rf_job_plan_json(const rf_job *job, int manifest_rank);
 
 /* Whether `refit run` can move the rollout dtype the configuration asks for: RF_OK, or
  * RF_ERR_USAGE with one line. fp8 rollouts move in host memory over mpi and shm, in GPU memory

@@ -131,3 +131,20 @@ rf_status rf_run_collect(rf_control *ctl, const rf_engine *e, rf_mode mode, cons
   res->messages = total;
   return RF_OK;
 }
+
+void rf_run_describe_result(const rf_config *cfg, const rf_job *job, const char *transport,
+                            rf_mode mode, rf_run_result *res) {
+  const rf_plan *plan = &job->plan;
+  snprintf(res->mode, sizeof res->mode, "%s", rf_mode_name(mode));
+  snprintf(res->plan, sizeof res->plan, "%s", rf_plan_kind_name(plan->kind));
+  snprintf(res->transport, sizeof res->transport, "%s", transport);
+  snprintf(res->verify, sizeof res->verify, "%s", rf_verify_level_name(cfg->verify));
+  res->model_bytes = job->model.total_bytes;
+  /* Fanout's replicas receive part of their bytes from each other: algbw counts what one
+   * replica receives from anyone, aggbw every byte on a link, forwarded ones too. */
+  res->replica_bytes = (plan->transfer_bytes + plan->forward_bytes) / job->rollout.dp;
+  res->transfer_bytes = plan->transfer_bytes + plan->reshape_bytes + plan->forward_bytes;
+  res->pieces = plan->piece_count;
+  res->bucket_size = cfg->bucket_size;
+  res->iterations = (int)cfg->iters;
+}

@@ -22,4 +22,10 @@ rf_status rf_run_verify(rf_control *ctl, const rf_job *job, rf_engine *e, rf_che
 rf_status rf_run_collect(rf_control *ctl, const rf_engine *e, rf_mode mode, const double *mine,
                          double *all, int iters, rf_run_result *res);
 
+/* Rank 0: the parts of a run's result that describe it rather than measure it (mode, plan,
+ * transport, bytes, bucket size, cfg->iters iterations). `refit run` and the library's
+ * refit_record fill them alike. */
+void rf_run_describe_result(const rf_config *cfg, const rf_job *job, const char *transport,
+                            rf_mode mode, rf_run_result *res);
+
 #endif

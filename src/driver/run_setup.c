@@ -42,13 +42,17 @@ static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
 }
 
 rf_status rf_run_build_setup(const rf_config *cfg, run_setup *rs) {
+  return rf_run_build_setup_on(cfg, MPI_COMM_WORLD, rs);
+}
+
+rf_status rf_run_build_setup_on(const rf_config *cfg, MPI_Comm comm, run_setup *rs) {
   RF_TRY(rf_run_versions_setup(cfg, &rs->update));
   RF_TRY(rf_transport_find(cfg->transport, &rs->transport));
   RF_TRY(choose_memory(cfg, rs));
   rs->verify_full = cfg->verify == RF_VERIFY_FULL;
   rs->verify_checksum = cfg->verify != RF_VERIFY_NONE;
   int world = 0;
-  RF_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  RF_MPI(MPI_Comm_size(comm, &world));
   /* --plan auto is chosen once the ranks are placed (choose_plan). */
   return cfg->plan == RF_PLAN_AUTO ? rf_job_build_layout(cfg, world, &rs->job)
                                    : rf_job_build(cfg, world, &rs->job);
@@ -91,9 +95,7 @@ rf_status rf_run_place_job(rf_control *ctl, const rf_config *cfg, run_setup *rs,
   return rf_control_agree(ctl, st);
 }
 
-/* Rank 0 prints the header: versions, command line, the job and one line per rank. */
-rf_status rf_run_print_header(rf_control *ctl, const rf_config *cfg, const rf_job *job,
-                              rf_mem_kind rs_memory, run_record *rec) {
+rf_status rf_run_rank_table(rf_control *ctl, run_record *rec) {
   rf_rank_info mine = {.rank = ctl->world_rank,
                        .pid = (long)getpid(),
                        .trainer_rank = ctl->trainer_rank,
@@ -111,6 +113,16 @@ rf_status rf_run_print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
   if (st == RF_OK)
     st = rf_control_gather(ctl, ctl->world, &mine, all, (int)sizeof mine, MPI_BYTE,
                            "the rank table");
+  free(rec->placement);
+  rec->placement = all; /* rank 0 keeps the table for the results file */
+  return st;
+}
+
+/* Rank 0 prints the header: versions, command line, the job and one line per rank. */
+rf_status rf_run_print_header(rf_control *ctl, const rf_config *cfg, const rf_job *job,
+                              rf_mem_kind rs_memory, run_record *rec) {
+  rf_status st = rf_run_rank_table(ctl, rec);
+  const rf_rank_info *all = rec->placement;
   if (st == RF_OK && all) {
     const rf_model *m = &job->model;
     /* An fp8 rollout says what its plan puts on the wire: fp8 and scales where the sources
@@ -160,7 +172,6 @@ rf_status rf_run_print_header(rf_control *ctl, const rf_config *cfg, const rf_jo
     rf_report_header(stdout, cfg->command_line, job_line, transport, all, ctl->world_size,
                      rec->links, rec->link_count);
   }
-  rec->placement = all; /* rank 0 keeps the table for the results file */
   return st;
 }
 

@@ -29,11 +29,16 @@ typedef struct {
 /* The update rule, transport, memory kind and job (model, layouts and, unless --plan auto waits
  * for the placement, the plan) from the options, alike on every rank. */
 rf_status rf_run_build_setup(const rf_config *cfg, run_setup *rs);
+/* The same for a job over `comm` rather than MPI_COMM_WORLD (the library's, src/api). */
+rf_status rf_run_build_setup_on(const rf_config *cfg, MPI_Comm comm, run_setup *rs);
 /* What the handshake compares between the ranks. */
 void rf_run_describe_job(const rf_config *cfg, const rf_job *job, rf_job_desc *d);
 /* Where every rank runs, and the plan again with the machine's distances (see run_setup.c). */
 rf_status rf_run_place_job(rf_control *ctl, const rf_config *cfg, run_setup *rs,
                            rf_job_placement *placement);
+/* Every rank's identity and placement, gathered into rank 0's rec->placement (the rank table
+ * of the header and the results file). */
+rf_status rf_run_rank_table(rf_control *ctl, run_record *rec);
 /* Rank 0 prints the header: versions, command line, the job and one line per rank. */
 rf_status rf_run_print_header(rf_control *ctl, const rf_config *cfg, const rf_job *job,
                               rf_mem_kind rs_memory, run_record *rec);
