@@ -155,6 +155,8 @@ static rf_status run_mode(rf_control *ctl, const rf_config *cfg, run_setup *rs, 
                      : RF_ERR_NOMEM;
   if (st == RF_OK)
     rf_engine_set_mapped_rounds(&e, cfg->mapped_rounds, rs->forward_crosses_gpus);
+  if (st == RF_OK && tp->ops->one_sided)
+    rf_engine_set_push(&e, cfg->rma == RF_RMA_PUT);
   if (st == RF_OK) {
     rf_log_push_quiet(ctl->world_rank != 0); /* every rank refuses alike: one says so */
     st = rf_engine_set_delta(&e, delta);
@@ -310,7 +312,12 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
                                                ctl->world_rank));
     data.version.update = rs.update; /* the rule by which rf_buffers_advance moves them on */
   }
-  setup[RF_SETUP_ARENAS] = rf_now() - t0;
+  setup[RF_SETUP_ARENAS] = rf_now() - t0, t0 = rf_now();
+  if (st == RF_OK) {
+    rf_control_hold(ctl); /* a kind of memory the transport refuses, refused on every rank */
+    st = rf_control_agree(ctl, rf_engine_expose(&data, &tp));
+  }
+  setup[RF_SETUP_REGISTER] = rf_now() - t0;
   if (st == RF_OK)
     st = rf_run_report_setup(ctl, setup, &rs.record);
   const char *failed_mode = NULL;
