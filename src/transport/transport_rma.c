@@ -170,8 +170,16 @@ static rf_status rma_expose_sized(rf_transport *tp, void *const *buffers, const 
     void *at = st == RF_OK && mine[i] ? buffers[i] : NULL;
     MPI_Aint size = at ? (MPI_Aint)mine[i] : 0;
     rc = MPI_Win_create(at, size, 1, MPI_INFO_NULL, tp->ctl->world, &w);
-    if (rc != MPI_SUCCESS && st == RF_OK)
-      st = rf_mpi_failed(rc, "MPI_Win_create", __FILE__, __LINE__);
+    if (rc != MPI_SUCCESS && st == RF_OK) {
+      char why[MPI_MAX_ERROR_STRING] = "";
+      int len = 0;
+      MPI_Error_string(rc, why, &len);
+      st = rf_fail(RF_ERR_MPI,
+                   "rma: MPI_Win_create failed (%s): this MPI's one-sided component cannot "
+                   "make a window over memory it did not allocate (Open MPI's osc sm cannot); "
+                   "let it take another (--mca osc ^sm, or rdma or ucx)",
+                   why);
+    }
     if (rc == MPI_SUCCESS) {
       MPI_Win_set_errhandler(w, MPI_ERRORS_RETURN);
       rc = MPI_Win_lock_all(MPI_MODE_NOCHECK, w);
