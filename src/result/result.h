@@ -49,7 +49,7 @@ RF_ENUM_DECLARE(rf_limit);
   X(RF_SETUP_PLAN, "plan")           /* model, layouts, plan and schedule, on every rank */        \
   X(RF_SETUP_CONTROL, "control")     /* communicators, placement and the handshake */              \
   X(RF_SETUP_GPU, "gpu")             /* choosing the GPU and creating its CUDA context */          \
-  X(RF_SETUP_TRANSPORT, "transport") /* NCCL communicators, IPC or shared-memory handles */        \
+  X(RF_SETUP_TRANSPORT, "transport") /* NCCL communicators, rma's notes window */                  \
   X(RF_SETUP_ARENAS, "arenas")       /* allocating the weights, and filling them */                \
   X(RF_SETUP_REGISTER, "register")   /* offering them to a mapping transport's peers: rma's        \
                                         windows, shm's and ipc's handles (rf_engine_expose) */
