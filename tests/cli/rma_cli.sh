@@ -6,8 +6,8 @@
 # the job with the timeout line, a flipped byte on a forwarding rank is caught downstream.
 . "$(dirname "$0")/lib.sh"
 
-# The one-sided components this Open MPI has: rdma and ucx make windows over any memory and
-# carry a fanout job each below (the default choice where one is missing); sm makes only the
+# The one-sided components this Open MPI has: pt2pt, rdma and ucx make windows over any memory
+# and carry a job each below (the default choice where one is missing); sm makes only the
 # windows it allocates, and refit says so.
 oscs=" $(ompi_info 2>/dev/null | awk '/MCA osc:/ { print $3 }' | tr '\n' ' ') "
 osc() {
@@ -31,9 +31,10 @@ run() {
     fail "no window creation in the setup line: $(grep '^# setup' "$TMP/out")"
 }
 
-# Puts of HF-order shards, and gets of JAX-order ones (each box transposed on the trainer's
-# end: an element-wise datatype there, rows on the rollout's), recorded beside the mpi
-# transport's run of the same job: the same per-tensor checksums.
+# Puts of HF-order shards, recorded beside the mpi transport's run of the same job: the same
+# per-tensor checksums. Gets of JAX-order shards (each box transposed on the trainer's end: an
+# element-wise datatype there, rows on the rollout's; fast under osc pt2pt, which packs it),
+# and puts of them (transposed into scratch first, then rows), here over fanout.
 run 4 put p2p --model tiny --trainer fsdp=2 --rollout tp=2 --output "$TMP/rma.h5"
 [ "$(attr "$TMP/rma.h5" 0000 transport)" = rma ] || fail "the rma run is not recorded as rma"
 [ -n "$(attr "$TMP/rma.h5" 0000 setup_register_s)" ] || fail "the rma run has no setup_register_s"
@@ -42,8 +43,9 @@ expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --transport mpi --model tiny --t
   --output "$TMP/mpi.h5"
 expect_rows 3
 expect_exit 0 "$REFIT" verify "$TMP/rma.h5" --reference "$TMP/mpi.h5"
-run 4 get p2p --model tiny --trainer fsdp=2 --rollout tp=2 --trainer-order jax
-run 6 put fanout $(osc rdma) --model tiny --trainer fsdp=2 --rollout tp=2,dp=2 --mapped-rounds on
+run 4 get p2p $(osc pt2pt) --model tiny --trainer fsdp=2 --rollout tp=2 --trainer-order jax
+run 6 put fanout $(osc rdma) --model tiny --trainer fsdp=2 --rollout tp=2,dp=2 --mapped-rounds on \
+  --trainer-order jax
 run 6 get fanout $(osc ucx) --model tiny --trainer fsdp=2 --rollout tp=2,dp=2
 case "$oscs" in
 *" sm "*)
