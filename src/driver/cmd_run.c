@@ -313,7 +313,7 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
     data.version.update = rs.update; /* the rule by which rf_buffers_advance moves them on */
   }
   setup[RF_SETUP_ARENAS] = rf_now() - t0, t0 = rf_now();
-  if (st == RF_OK) {
+  if (st == RF_OK && tp.ops->peer_buffer) { /* a mapping or one-sided transport */
     rf_control_hold(ctl); /* a kind of memory the transport refuses, refused on every rank */
     st = rf_control_agree(ctl, rf_engine_expose(&data, &tp));
   }
