@@ -4,7 +4,8 @@
  * receiver's parts put it, with the gaps between rows untouched. The same exchange runs again
  * with messages cut every 1000 bytes (REFIT_MPI_SLICE), so that the cuts fall mid-row on both
  * ends and at different places in their parts, as a message over 1 GiB is cut. Then two
- * contiguous messages in the same order through post, which both ends cut alike too. */
+ * contiguous messages in the same order through post, which both ends cut alike too. Last, the
+ * rma transport's refusal of GPU memory. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,20 @@ static void exchange(rf_control *ctl, int rank) {
   rf_transport_close(&tp);
 }
 
+/* rma refuses weights in GPU memory in one line that says what to install: this Open MPI is
+ * not CUDA-aware (where one is, the line says this build moves host memory only). */
+static void rma_refuses_gpu_memory(void) {
+  char line[512] = "";
+  ASSERT_OK(rf_transport_rma.check_memory(NULL, RF_MEM_HOST));
+  rf_log_capture(line, sizeof line);
+  rf_status st = rf_transport_rma.check_memory(NULL, RF_MEM_DEVICE);
+  rf_log_capture(NULL, 0);
+  ASSERT_EQ(st, RF_ERR_UNSUPPORTED);
+  ASSERT_STR_EQ(line, "the rma transport moves host memory only: this MPI is not CUDA-aware "
+                      "(MPIX_Query_cuda_support() is 0); install an Open MPI built --with-cuda "
+                      "(and UCX) for GPU windows, or use --memory host");
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank, size;
@@ -101,6 +116,7 @@ int main(int argc, char **argv) {
   setenv("REFIT_MPI_SLICE", "1000", 1);
   exchange(&ctl, rank); /* four messages of at most 1000 bytes, and three for each plain one */
   unsetenv("REFIT_MPI_SLICE");
+  rma_refuses_gpu_memory();
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0)
     printf("test_transport_mpi: all passed\n");

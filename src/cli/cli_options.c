@@ -28,6 +28,7 @@ _Static_assert(RF_ARRAY_LEN(plan_names) == RF_PLAN_AUTO + 1, "auto follows the p
 _Static_assert(sizeof(rf_mode) == sizeof(int) && sizeof(rf_plan_kind) == sizeof(int) &&
                    sizeof(rf_bind) == sizeof(int) && sizeof(rf_rollout_dtype) == sizeof(int) &&
                    sizeof(rf_copy_path) == sizeof(int) && sizeof(rf_mapped_rounds) == sizeof(int) &&
+                   sizeof(rf_rma_direction) == sizeof(int) &&
                    sizeof(rf_delta_choice) == sizeof(int),
                "enum fields are stored as int");
 _Static_assert(offsetof(rf_mode_list, items) == sizeof(int) &&
@@ -229,7 +230,8 @@ const rf_cli_option rf_cli_options[] = {
      .metavar = "NAME",
      .commands = RUN | TOPO | SIM,
      .help = "what moves the bytes: mpi or nccl (messages), ipc or shm (each piece copied once "
-             "straight between processes of one node), or auto: shm for host weights on one "
+             "straight between processes of one node), rma (MPI one-sided puts or gets, see "
+             "--rma; only when asked), or auto: shm for host weights on one "
              "node, ipc for GPU weights on one node, nccl for GPU weights across nodes, mpi for "
              "host weights across nodes, the next of these where one is not in this build or "
              "would refuse the job's other options, said in one line (the header's transport "
@@ -485,6 +487,16 @@ const rf_cli_option rf_cli_options[] = {
              "transfer, then each forward step; auto = on for GPU memory when a forward step "
              "joins two GPUs, off where the processes share one GPU or host memory (there "
              "rounds only add notes and launches); the message transports always run rounds"},
+    {.name = "rma",
+     .type = RF_OPT_ENUM,
+     NAMES(rf_rma_direction, RF_RMA_DIRECTION_COUNT),
+     FIELD(rma),
+     .def = "put",
+     .unit = "",
+     .commands = RUN,
+     .help = "--transport rma: put = each source writes its pieces into its destinations' "
+             "windows (MPI_Put), get = each destination reads them out of its sources' "
+             "(MPI_Get); the arenas are windows once per job (setup step register)"},
     {.name = "dry-run",
      .type = RF_OPT_FLAG,
      FIELD(dry_run),

@@ -261,6 +261,12 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
   if (st == RF_OK)
     st = rf_run_buffers_open(ctl, cfg, &rs, rf_run_checkpoint_of(&rs.checkpoints, 0), &data);
   setup[RF_SETUP_ARENAS] = rf_now() - t0;
+  t0 = rf_now();
+  if (st == RF_OK && tp.ops->peer_buffer) { /* a mapping or one-sided transport */
+    rf_control_hold(ctl); /* a kind of memory the transport refuses, refused on every rank */
+    st = rf_control_agree(ctl, rf_engine_expose(&data, &tp));
+  }
+  setup[RF_SETUP_REGISTER] = rf_now() - t0;
   if (st == RF_OK)
     st = rf_run_report_setup(ctl, setup, &rs.record);
   const char *failed_mode = NULL;

@@ -17,6 +17,8 @@ rf_status rf_run_engine_open(rf_control *ctl, const rf_config *cfg, const run_se
   RF_TRY(rf_engine_init(e, data, tp, mode, cfg->bucket_size, (uint64_t)cfg->seed, inject,
                         ctl->world_rank));
   rf_engine_set_mapped_rounds(e, cfg->mapped_rounds, rs->forward_crosses_gpus);
+  if (tp->ops->one_sided)
+    rf_engine_set_push(e, cfg->rma == RF_RMA_PUT);
   rf_log_push_quiet(ctl->world_rank != 0); /* every rank refuses alike: one says so */
   rf_status st = rf_engine_set_delta(e, delta);
   rf_log_pop_quiet();

@@ -35,6 +35,10 @@ static rf_status choose_memory(const rf_config *cfg, run_setup *rs) {
     rs->memory = RF_MEM_DEVICE;
   } else if (rf_format_of(cfg->rollout_dtype)) {
     rs->memory = RF_MEM_HOST; /* mpi stages GPU weights through host memory */
+  } else if (rs->transport->one_sided) {
+    /* rma's windows over GPU memory need a CUDA-aware MPI: only asked for (--memory device),
+     * when the transport checks for one. */
+    rs->memory = RF_MEM_HOST;
   } else {
     rs->memory = rf_gpu_count() > 0 ? RF_MEM_DEVICE : RF_MEM_HOST;
   }

@@ -256,6 +256,8 @@ rf_status rf_engine_init(rf_engine *e, rf_buffers *data, rf_transport *tp, rf_mo
                    "the %s transport moves GPU memory, but the weights are in %s "
                    "memory; drop --memory host",
                    tp->ops->name, rf_mem_kind_name(e->memory));
+  if (tp->ops->check_memory)
+    RF_TRY(tp->ops->check_memory(tp, e->memory));
   RF_TRY(check_fp8(e, tp));
   e->pack_timer.kind = e->unpack_timer.kind = e->memory;
   rf_layout_roles(plan->layout, world_rank, &e->trainer_rank, &e->rollout_rank);

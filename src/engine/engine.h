@@ -431,5 +431,13 @@ rf_pace rf_engine_pace(rf_mode mode);
  * memory (push, 1) or the destination reads it out of the source's (pull, 0): a JAX-order
  * trainer pushes (engine_mapped.c says why). */
 int rf_engine_pushes(const rf_plan *plan);
+/* A one-sided transport (rma) lets the user choose the direction instead (--rma put|get);
+ * every rank sets the same, after rf_engine_init. */
+void rf_engine_set_push(rf_engine *e, int push);
+/* Offers the arenas to a mapping transport's peers (its expose), once per job: the windows or
+ * handles cost what registering memory costs, timed by the driver as a setup step of its own
+ * (RF_SETUP_REGISTER); the engine's own first init does it otherwise. Agreed over the control
+ * plane; nothing for a message transport. */
+rf_status rf_engine_expose(rf_buffers *data, rf_transport *tp);
 
 #endif

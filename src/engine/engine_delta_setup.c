@@ -16,6 +16,8 @@ static rf_status check_supported(const rf_engine *e, rf_delta_choice c) {
   char what[192], instead[192];
   if (engine_delta_quant_refusal(e, what, sizeof what, instead, sizeof instead))
     return refuse(c, what, instead);
+  if (e->transport->ops->copy_boxes) /* its windows cover the arenas, not an offered buffer */
+    return refuse(c, "--transport rma", "--transport mpi or shm, or --delta off");
   if (e->wire_rule == RF_WIRE_STAGED)
     return refuse(c, "GPU weights staged through host memory for mpi",
                   "--transport nccl, --memory host or --delta off");

@@ -171,6 +171,32 @@ int rf_engine_pushes(const rf_plan *plan) {
   return plan->layout->trainer.order == RF_ORDER_JAX;
 }
 
+rf_status rf_engine_expose(rf_buffers *data, rf_transport *tp) {
+  if (data->exposed || !tp->ops->peer_buffer)
+    return RF_OK;
+  /* Refused before any window is made over memory the transport cannot reach (every rank
+   * alike: the caller holds the line and agrees). */
+  if (tp->ops->check_memory)
+    RF_TRY(tp->ops->check_memory(tp, data->memory));
+  /* Every rank learns the worst outcome: over the control plane, or, for a transport that
+   * has none (the in-process loopback of the tests), from its own collective expose. */
+  size_t bytes[RF_FAMILY_COUNT];
+  for (int f = 0; f < RF_FAMILY_COUNT; f++)
+    bytes[f] = data->arena_bytes[f];
+  rf_status exposed = tp->ops->expose_sized
+                          ? tp->ops->expose_sized(tp, data->arena, bytes, RF_FAMILY_COUNT)
+                          : tp->ops->expose(tp, data->arena, RF_FAMILY_COUNT);
+  RF_TRY(tp->ctl ? rf_control_agree(tp->ctl, exposed) : exposed);
+  data->exposed = 1;
+  data->exposed_count = RF_FAMILY_COUNT;
+  return RF_OK;
+}
+
+void rf_engine_set_push(rf_engine *e, int push) {
+  if (e->mapped)
+    e->push = push;
+}
+
 rf_status engine_mapped_init(rf_engine *e) {
   const rf_plan *plan = e->plan;
   const rf_layout *lay = plan->layout;
@@ -185,14 +211,7 @@ rf_status engine_mapped_init(rf_engine *e) {
   const char *tl = getenv("REFIT_TIMELINE");
   e->timeline = tl && *tl && strcmp(tl, "0") != 0;
   e->timeline_timer.kind = e->memory;
-  if (!data->exposed) {
-    /* Every rank learns the worst outcome: over the control plane, or, for a transport that
-     * has none (the in-process loopback of the tests), from its own collective expose. */
-    rf_status exposed = tp->ops->expose(tp, data->arena, RF_FAMILY_COUNT);
-    RF_TRY(tp->ctl ? rf_control_agree(tp->ctl, exposed) : exposed);
-    data->exposed = 1;
-    data->exposed_count = RF_FAMILY_COUNT;
-  }
+  RF_TRY(rf_engine_expose(data, tp));
   /* Offsets in every peer's arenas; the rollout arena's do not depend on the rank. */
   for (int f = 0; f < RF_FAMILY_COUNT; f++) {
     size_t n = f == RF_FAMILY_ROLLOUT ? (size_t)lay->rollout_tensor_count
@@ -262,13 +281,18 @@ static rf_status flush(mapped_ctx *c, int wait) {
     rf_mem_timer_begin(&c->e->timeline_timer);
     c->launches++;
   }
-  rf_status st = c->count ? rf_copy_boxes_mapped(c->e->memory, c->batch, c->count) : RF_OK;
+  /* A one-sided transport starts the copies itself, as puts or gets (transport.h). */
+  rf_transport *tp = c->e->transport;
+  rf_status st = !c->count             ? RF_OK
+                 : tp->ops->copy_boxes ? tp->ops->copy_boxes(tp, c->batch, c->count)
+                                       : rf_copy_boxes_mapped(c->e->memory, c->batch, c->count);
   if (timed)
     rf_mem_timer_end(&c->e->timeline_timer);
   c->count = 0;
   double t1 = c->e->timeline ? rf_now() : 0;
   if (st == RF_OK && wait)
-    st = rf_mem_sync(c->e->memory);
+    st = tp->ops->copy_wait ? tp->ops->copy_wait(tp, "the copies to complete")
+                            : rf_mem_sync(c->e->memory);
   if (timed)
     c->launch += t1 - t0;
   if (c->e->timeline && wait)

@@ -49,8 +49,10 @@ RF_ENUM_DECLARE(rf_limit);
   X(RF_SETUP_PLAN, "plan")           /* model, layouts, plan and schedule, on every rank */        \
   X(RF_SETUP_CONTROL, "control")     /* communicators, placement and the handshake */              \
   X(RF_SETUP_GPU, "gpu")             /* choosing the GPU and creating its CUDA context */          \
-  X(RF_SETUP_TRANSPORT, "transport") /* NCCL communicators, IPC or shared-memory handles */        \
-  X(RF_SETUP_ARENAS, "arenas")       /* allocating and registering the weights, and filling */
+  X(RF_SETUP_TRANSPORT, "transport") /* NCCL communicators, rma's notes window */                  \
+  X(RF_SETUP_ARENAS, "arenas")       /* allocating the weights, and filling them */                \
+  X(RF_SETUP_REGISTER, "register")   /* offering them to a mapping transport's peers: rma's        \
+                                        windows, shm's and ipc's handles (rf_engine_expose) */
 typedef enum { RF_SETUP_STEP_LIST(RF_ENUM_ID) RF_SETUP_STEP_COUNT } rf_setup_step;
 RF_ENUM_DECLARE(rf_setup_step);
 

@@ -1,5 +1,5 @@
-/* The registry of transports compiled into this build: mpi and shm always; ipc joins the table in
- * builds with CUDA, nccl in builds with CUDA and NCCL; this is the only place that knows which
+/* The registry of transports compiled into this build: mpi, shm and rma always; ipc joins the table
+ * in builds with CUDA, nccl in builds with CUDA and NCCL; this is the only place that knows which
  * exist. Those left out are still described (what they need, for `refit topo` planning another
  * machine's placement), by entries that cannot be opened. */
 #include <stdio.h>
@@ -7,9 +7,10 @@
 
 #include "transport.h"
 
+RF_ENUM_DEFINE(rf_rma_direction, "rma", RF_RMA_DIRECTION_LIST, RF_RMA_DIRECTION_COUNT)
+
 static const rf_transport_ops *const registry[] = {
-    &rf_transport_mpi,
-    &rf_transport_shm,
+    &rf_transport_mpi,  &rf_transport_shm, &rf_transport_rma,
 #ifdef REFIT_HAVE_NCCL
     &rf_transport_nccl,
 #endif

@@ -21,6 +21,14 @@ typedef enum { RF_CHANNEL_WORLD = 0, RF_CHANNEL_TRAINER } rf_channel;
 
 typedef struct rf_transport rf_transport;
 
+/* --rma: which end of a one-sided transport copies each piece: the source puts it into the
+ * destination's memory (push), or the destination gets it out of the source's (pull). */
+#define RF_RMA_DIRECTION_LIST(X)                                                                   \
+  X(RF_RMA_PUT, "put")                                                                             \
+  X(RF_RMA_GET, "get")
+typedef enum { RF_RMA_DIRECTION_LIST(RF_ENUM_ID) RF_RMA_DIRECTION_COUNT } rf_rma_direction;
+RF_ENUM_DECLARE(rf_rma_direction);
+
 /* A strided run of bytes, as a 2-D box of a row-major buffer is: `rows` rows of `row_bytes`,
  * each `pitch` bytes after the one before (pitch == row_bytes: one contiguous run). */
 typedef struct {
@@ -39,6 +47,7 @@ typedef struct {
   int mapping;        /* it maps its peers' memory (expose and peer_buffer below, as ipc and shm
                          do): the engine copies each piece once, straight across, and refit
                          simulate times it so even for a transport this build leaves out */
+  int one_sided;      /* the user picks which end copies (--rma put|get, rf_rma_direction) */
   int ordered;        /* its messages move in the order posted: a fused bucket's messages start
                          once the bucket before has landed (NCCL's operations queue on one CUDA
                          stream), where over MPI both buckets' messages are in flight at once;
@@ -79,6 +88,24 @@ typedef struct {
    *           on first use and kept until finalize; the caller's own buffers are its own). */
   rf_status (*expose)(rf_transport *tp, void *const *buffers, int count);
   rf_status (*peer_buffer)(rf_transport *tp, int peer, int index, void **out);
+  /* Optional (NULL: expose): the same, told each buffer's size, for a transport that cannot
+   * learn it from the buffer (rma's windows); the engine offers its arenas through it. */
+  rf_status (*expose_sized)(rf_transport *tp, void *const *buffers, const size_t *bytes, int count);
+
+  /* One-sided transports (rma) set these two besides the mapping ones above. Their peer_buffer
+   * gives a stand-in: an address range reserved in this process, as large as the peer's
+   * buffer, that nothing may read or write but copy_boxes, which turns each address in it into
+   * that peer's buffer and the offset (NULL: the engine copies through the mapped addresses
+   * itself).
+   *   copy_boxes  starts `count` box copies in host memory, each with either end (not both) in
+   *               a stand-in or both in this process's own memory (those it copies at once);
+   *   copy_wait   completes every copy started, at both ends: a put has landed in the
+   *               peer's memory, a get in this rank's. `what` names the wait in an error. */
+  rf_status (*copy_boxes)(rf_transport *tp, const rf_box_copy *copies, int count);
+  rf_status (*copy_wait)(rf_transport *tp, const char *what);
+  /* Optional (NULL: any kind the driver chose): refuses, in one line that says what to do,
+   * weights in `kind` memory that the transport cannot move (rma and GPU memory). */
+  rf_status (*check_memory)(rf_transport *tp, rf_mem_kind kind);
 
   /* Optional (NULL: nothing can be left pending): after an iteration that failed, called by
    * every rank at the same point while the buffers still exist, ends whatever requests the
@@ -113,7 +140,7 @@ rf_status rf_transport_find(const char *name, const rf_transport_ops **out);
  * they need (a GPU per rank, a mapping) when planning or simulating another machine; those
  * cannot be opened. An unknown name logs one line listing every transport refit has. */
 rf_status rf_transport_describe(const char *name, const rf_transport_ops **out);
-/* "mpi, shm, nccl, ipc": the names, for --help. */
+/* "mpi, shm, rma, nccl, ipc": the names, for --help. */
 void rf_transport_names(char *buf, size_t len);
 
 rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, const rf_plan *plan,
@@ -125,5 +152,6 @@ extern const rf_transport_ops rf_transport_mpi;
 extern const rf_transport_ops rf_transport_shm;
 extern const rf_transport_ops rf_transport_nccl;
 extern const rf_transport_ops rf_transport_ipc;
+extern const rf_transport_ops rf_transport_rma;
 
 #endif

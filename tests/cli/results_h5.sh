@@ -27,7 +27,7 @@ for round in 1 2; do
     --output "$OUT"
   expect_rows 2
   # The job's own setup, once, under the header: every step named, in order.
-  grep -Eq '^# setup \(slowest rank, once per job\): plan [0-9]+\.[0-9] ms, control [0-9]+\.[0-9] ms, gpu 0\.0 ms, transport [0-9]+\.[0-9] ms, arenas [0-9]+\.[0-9] ms$' "$TMP/out" ||
+  grep -Eq '^# setup \(slowest rank, once per job\): plan [0-9]+\.[0-9] ms, control [0-9]+\.[0-9] ms, gpu 0\.0 ms, transport [0-9]+\.[0-9] ms, arenas [0-9]+\.[0-9] ms, register [0-9]+\.[0-9] ms$' "$TMP/out" ||
     fail "no setup line: $(grep '^# setup' "$TMP/out")"
   [ "$(grep -c '^# setup' "$TMP/out")" = 1 ] || fail "the setup line is not printed once"
 done

@@ -179,7 +179,7 @@ def check_tensors(g, where, replicas, want_ok):
 SKIPPED_STRINGS = ["model", "trainer", "rollout", "placement", "plan", "mode", "transport",
                    "config_json", "command_line", "written", "status", "skip_reason"]
 LIMITS = ["memcpy", "device_copy", "mpi", "nccl"]
-SETUP_STEPS = ["plan", "control", "gpu", "transport", "arenas"]
+SETUP_STEPS = ["plan", "control", "gpu", "transport", "arenas", "register"]
 
 
 def check_sweep_and_limits(g, where):

@@ -106,7 +106,7 @@ craft dtype dtype int4
 expect_error 2 "refit: error: calibration $TMP/dtype.h5: run /runs/0000: attribute 'dtype' is 'int4': 'int4' is not one of model|bf16|fp16|fp32|fp8|fp8-ue8m0|mxfp8|mxfp8-floor|mxfp4|mxfp4-floor|nvfp4; $todo" \
   "${cal[@]}" "$TMP/dtype.h5"
 craft transport transport pigeon
-expect_error 2 "refit: error: calibration $TMP/transport.h5: run /runs/0000: attribute 'transport' is 'pigeon': 'pigeon' is not a transport; refit has mpi, shm, nccl, ipc; $todo" \
+expect_error 2 "refit: error: calibration $TMP/transport.h5: run /runs/0000: attribute 'transport' is 'pigeon': 'pigeon' is not a transport; refit has mpi, shm, rma, nccl, ipc; $todo" \
   "${cal[@]}" "$TMP/transport.h5"
 craft median time_median_s inf
 expect_error 2 "refit: error: calibration $TMP/median.h5: run /runs/0000: attribute 'time_median_s' is inf, not a time; $todo" \

@@ -136,7 +136,7 @@ expect_error 2 "refit: error: the job needs 6 ranks but cluster toy has 2 nodes 
   "$REFIT" simulate --cluster "$toy" --model tiny --trainer fsdp=2 --rollout tp=4
 expect_error 2 "refit: error: cluster vm-2core has no GPUs, so the weights cannot be in GPU memory; use --memory host" \
   "$REFIT" simulate --cluster vm-2core "${job[@]}" --memory device
-expect_error 2 "refit: error: option --transport: 'ucx' is not a transport; refit has mpi, shm, nccl, ipc" \
+expect_error 2 "refit: error: option --transport: 'ucx' is not a transport; refit has mpi, shm, rma, nccl, ipc" \
   "$REFIT" simulate --cluster "$toy" "${job[@]}" --transport ucx
 expect_error 2 "refit: error: a mapping transport (ipc, shm) reaches the processes of one node, but the job's 4 ranks take 2 nodes of cluster toy (2 ranks a node); use --transport nccl or mpi, or smaller layouts" \
   "$REFIT" simulate --cluster "$toy" "${job[@]}" --transport ipc

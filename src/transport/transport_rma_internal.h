@@ -1,0 +1,60 @@
+/* The rma transport's state, shared by its two files: transport_rma.c (windows, notes, the
+ * table) and transport_rma_copy.c (the puts and gets of the engine's box copies). */
+#ifndef RF_TRANSPORT_RMA_INTERNAL_H
+#define RF_TRANSPORT_RMA_INTERNAL_H
+
+#include <mpi.h>
+#include <stdint.h>
+
+#include "transport.h"
+
+/* MPI counts are ints: a contiguous run travels in slices of at most this many bytes. */
+#define RMA_SLICE ((int64_t)1 << 30)
+
+/* One rank's exposed buffer as this rank sees it: its window, its size, and here the
+ * stand-in range (NULL for this rank's own buffers and for empty ones). */
+typedef struct {
+  char *stand_in;
+  int64_t bytes;
+} rma_view;
+
+/* Scratch host memory: kept from one batch to the next, handed out again after copy_wait. */
+typedef struct {
+  char *base;
+  int64_t size, used;
+} rma_chunk;
+#define RMA_SCRATCH_CHUNK ((int64_t)16 << 20)
+
+/* A note posted and not yet completed: a receive waits for counter[peer] >= target. */
+typedef struct {
+  int peer; /* world rank */
+  int recv;
+  int64_t target;
+  char *buf; /* receives: set to 1 once the note is in, as a message transport would */
+} rma_note;
+
+typedef struct {
+  int ranks, me, count; /* world size, this rank, buffers exposed per rank so far */
+  MPI_Win *win;         /* [index]: one window per exposed buffer */
+  rma_view *view;       /* [index * ranks + rank] */
+  void **own;           /* [index]: this rank's buffers */
+  char *dirty;          /* [index]: operations started since the last flush */
+  MPI_Win notes_win;
+  int64_t *counters;      /* the notes window's memory: [world rank] notes received from it */
+  int64_t *seen, *expect; /* [ranks]: counters as last read; notes counted on from each */
+  int *trainer_world;     /* [trainer rank]: its world rank (the trainer channel's peers) */
+  rma_note *notes;        /* posted, in ticket order */
+  long first_ticket;      /* ticket of notes[0] */
+  int note_count, note_cap;
+  int sends_pending; /* an MPI_Accumulate not yet flushed */
+  int64_t one;
+  /* Transposed boxes put from this rank, in row-major order until copy_wait (box_op). */
+  rma_chunk *scratch;
+  int scratch_count, scratch_cap, scratch_at;
+} rma_state;
+
+/* transport_rma_copy.c: the copy_boxes and copy_wait of the table (transport.h). */
+rf_status rma_copy_boxes(rf_transport *tp, const rf_box_copy *copies, int count);
+rf_status rma_copy_wait(rf_transport *tp, const char *what);
+
+#endif

@@ -1,0 +1,81 @@
+# `refit run --transport rma`: MPI-3 one-sided puts (--rma put) or gets (--rma get) between
+# the ranks' windows. Every mode on p2p and fanout in both directions, a JAX-order trainer
+# (transposed boxes as derived datatypes on one end), each verified element by element; the
+# same per-tensor checksums as the mpi transport's run of the same job; the one-sided
+# components of the local Open MPI that make windows over refit's memory; a silent peer ends
+# the job with the timeout line, a flipped byte on a forwarding rank is caught downstream.
+. "$(dirname "$0")/lib.sh"
+
+# The one-sided components this Open MPI has: pt2pt, rdma and ucx make windows over any memory
+# and carry a job each below (the default choice where one is missing); sm makes only the
+# windows it allocates, and refit says so.
+oscs=" $(ompi_info 2>/dev/null | awk '/MCA osc:/ { print $3 }' | tr '\n' ' ') "
+osc() {
+  case "$oscs" in *" $1 "*) echo --mca osc "$1" ;; esac
+}
+
+# run NP DIRECTION PLAN [MPIRUN OPTIONS --] ARGS...: all three modes in one job, no message sent.
+run() {
+  local np=$1 dir=$2 plan=$3 mpi=()
+  shift 3
+  while [ $# -gt 0 ] && [ "$1" != -- ] && [ "${1#--mca}" != "$1" ]; do
+    mpi+=("$1" "$2" "$3")
+    shift 3
+  done
+  expect_exit 0 "${MPIRUN[@]}" "${mpi[@]}" -np "$np" "$REFIT" run --transport rma --rma "$dir" \
+    --mode unfused,grouped,fused --plan "$plan" --warmup 0 --iters 2 --bucket-size 16KiB "$@"
+  expect_rows 3
+  grep -v '^#' "$TMP/out" | awk -v p="$plan" '$2 != p || $3 != "rma" || $6 != "0" { exit 1 }' ||
+    fail "rma rows should name the plan and transport and send no messages: $(grep -v '^#' "$TMP/out")"
+  grep -Eq '^# setup \(slowest rank, once per job\): .*, register [0-9]+\.[0-9] ms$' "$TMP/out" ||
+    fail "no window creation in the setup line: $(grep '^# setup' "$TMP/out")"
+}
+
+# Puts of HF-order shards, recorded beside the mpi transport's run of the same job: the same
+# per-tensor checksums. Gets of JAX-order shards (each box transposed on the trainer's end: an
+# element-wise datatype there, rows on the rollout's; fast under osc pt2pt, which packs it),
+# and puts of them (transposed into scratch first, then rows), here over fanout.
+run 4 put p2p --model tiny --trainer fsdp=2 --rollout tp=2 --output "$TMP/rma.h5"
+[ "$(attr "$TMP/rma.h5" 0000 transport)" = rma ] || fail "the rma run is not recorded as rma"
+[ -n "$(attr "$TMP/rma.h5" 0000 setup_register_s)" ] || fail "the rma run has no setup_register_s"
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --transport mpi --model tiny --trainer fsdp=2 \
+  --rollout tp=2 --mode unfused,grouped,fused --warmup 0 --iters 2 --bucket-size 16KiB \
+  --output "$TMP/mpi.h5"
+expect_rows 3
+expect_exit 0 "$REFIT" verify "$TMP/rma.h5" --reference "$TMP/mpi.h5"
+run 4 get p2p $(osc pt2pt) --model tiny --trainer fsdp=2 --rollout tp=2 --trainer-order jax
+run 6 put fanout $(osc rdma) --model tiny --trainer fsdp=2 --rollout tp=2,dp=2 --mapped-rounds on \
+  --trainer-order jax
+run 6 get fanout $(osc ucx) --model tiny --trainer fsdp=2 --rollout tp=2,dp=2
+case "$oscs" in
+*" sm "*)
+  expect_error_mpi 3 "refit: error: rma: MPI_Win_create failed (MPI_ERR_WIN: invalid window): this MPI's one-sided component cannot make a window over memory it did not allocate (Open MPI's osc sm cannot); let it take another (--mca osc ^sm, or rdma or ucx)" \
+    "${MPIRUN[@]}" --mca osc sm -np 2 "$REFIT" run --transport rma --model tiny --trainer fsdp=1 \
+    --rollout tp=1 --iters 1
+  ;;
+esac
+
+# A rank that never takes part: the others give up after --timeout (exit 3), no hang.
+expect_exit 3 timeout 60 "${MPIRUN[@]}" -np 2 "$REFIT" run --transport rma --model tiny \
+  --trainer fsdp=1 --rollout tp=1 --iters 1 --inject stall --timeout 1
+grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' | grep -v '^refit: warning: inject stall' >"$TMP/lines"
+[ "$(cat "$TMP/lines")" = "refit: error: timed out after 1.0 s waiting for the sources' written notes; a peer rank is dead or stalled (raise --timeout if the job is just slow)" ] ||
+  fail "the stalled job printed: $(cat "$TMP/lines")"
+
+# A byte flipped on a forwarding rank reaches the replica it forwards to, as over mpi.
+expect_exit 1 "${MPIRUN[@]}" -np 6 "$REFIT" run --transport rma --model tiny --trainer fsdp=2 \
+  --rollout tp=2,dp=2 --plan fanout --mode fused --iters 1 --inject corrupt
+grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' | sort -u >"$TMP/lines"
+cat >"$TMP/want" <<'EOF'
+refit: error: verify: checksum of model.embed_tokens.weight differs: trainer 01a4d8de647adec3, rollout 01a4d8ad2350b25d
+refit: error: verify: model.embed_tokens.weight on rollout rank 1: element 16384 (row 256, col 0) is 0xbcb1, expected 0xbceb
+refit: error: verify: model.embed_tokens.weight on rollout rank 3: element 16384 (row 256, col 0) is 0xbcb1, expected 0xbceb (received from rollout rank 1 via forwarding)
+refit: warning: inject corrupt: flipped bits of model.embed_tokens.weight element (256, 0) on rollout rank 1, before forwarding it
+EOF
+diff "$TMP/want" "$TMP/lines" >"$TMP/diff" || fail "corrupt forward over rma: $(cat "$TMP/diff")"
+
+# Delta refits are not sent one-sided yet: one line.
+expect_exit 2 "${MPIRUN[@]}" -np 4 "$REFIT" run --transport rma --model tiny --trainer fsdp=2 \
+  --rollout tp=2 --delta auto --iters 1
+expect_grep "error: --delta auto: --transport rma is not supported with delta refits yet; use --transport mpi or shm, or --delta off" "$TMP/err"
+finish
