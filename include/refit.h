@@ -111,7 +111,10 @@ const char *refit_context_error(const refit_context *ctx);
  * "memory", "timeout", "seed", "verify", ...). A job runs one mode. Refused in one line: options
  * the library has no use for ("config", "system", "warmup", "iters", "inject", "update",
  * "delta", "checkpoint", "output", "dry-run", "calibrate", "json") and a list of modes.
- * The library leaves the process's CPU binding alone unless option bind is given. */
+ * The transport defaults to auto, chosen over comm's ranks as `refit run` chooses (shm for host
+ * weights on one node, ipc for GPU weights on one node, nccl or mpi across nodes): name mpi or
+ * nccl to register the caller's own memory (see Memory above). The library leaves the process's CPU
+ * binding alone unless option bind is given. */
 refit_status refit_job_create(refit_context *ctx, const char *model, const char *trainer,
                               const char *rollout, const char *const *options, MPI_Comm comm,
                               refit_job **out);

@@ -7,6 +7,7 @@
 #include "api.h"
 #include "cli/cli_internal.h"
 #include "driver/run_engine.h"
+#include "driver/transport_auto.h"
 
 /* Options of `refit run` that the library has no use for: a job runs one version at a time
  * for as long as its caller wants, of weights the caller holds, and records where it is told
@@ -80,6 +81,15 @@ static rf_status build_job(refit_job *job, MPI_Comm comm) {
   RF_MPI(MPI_Comm_rank(comm, &rank));
   RF_MPI(MPI_Comm_size(comm, &size));
   rf_log_set_rank(rank, size);
+  if (rf_transport_wants_auto(cfg)) { /* the default: chosen as refit run's, over these ranks */
+    rf_control everyone;
+    rf_control_attach(&everyone, comm, cfg->timeout);
+    rf_transport_site site;
+    RF_TRY(rf_transport_site_of_world(&everyone, cfg, &site));
+    char why[RF_TRANSPORT_CHOICE_MAX];
+    const char *name = rf_transport_choose(cfg, &site, why, sizeof why);
+    snprintf(cfg->transport, sizeof cfg->transport, "%s", name);
+  }
   rf_log_push_quiet(rank != 0); /* deterministic: every rank would say the same */
   rf_status st = rf_run_build_setup_on(cfg, comm, rs);
   if (st == RF_OK)

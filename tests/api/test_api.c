@@ -329,11 +329,13 @@ static void library_weights(refit_context *ctx, const char *results) {
   free_copies(rollout, nr);
 }
 
-/* Job C: shm maps the library's buffers, so registration is refused; its own buffers move. */
+/* Job C: the default transport, auto, takes shm for host weights on one node, as refit run
+ * does; shm maps the library's buffers, so registration is refused; its own buffers move. */
 static void mapping(refit_context *ctx) {
-  const char *const shm[] = {"placement", "colocated", "transport", "shm", NULL};
+  const char *const shm[] = {"placement", "colocated", "memory", "host", NULL};
   refit_job *job = NULL;
   REQUIRE(refit_job_create(ctx, "tiny", "fsdp=2", "tp=2", shm, MPI_COMM_WORLD, &job), REFIT_OK);
+  ASSERT_STR_EQ(refit_job_transport(job), "shm");
   ASSERT_STR_EQ(refit_job_plan(job), "p2p");
   static char mem[256 * 64 * 2];
   int64_t shape[2] = {256, 64};
