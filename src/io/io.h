@@ -276,7 +276,11 @@ typedef struct {
   int64_t bucket_size, iterations, ranks, wrong, checksum_bad; /* -1 where absent */
   int64_t sweep_index, sweep_size;                             /* -1 where absent */
   int64_t trainer_send_bytes; /* the plan group's transfer_bytes; -1 where absent */
-  int64_t messages, pieces;   /* -1 where absent */
+  /* What a dense refit of the run's job puts on the wire: the transfer's and the forward
+   * steps' bytes, a quantized rollout's quantized bytes and scales (the plan group's wire_*
+   * where present); -1 where absent. A delta run's wire_delta_bytes is compared with it. */
+  int64_t dense_wire_bytes;
+  int64_t messages, pieces;                     /* -1 where absent */
   double time_median_s, time_p99_s, algbw_GBps; /* NAN where absent */
   double limit_s[RF_LIMIT_COUNT];               /* NAN where not calibrated */
   int skipped;

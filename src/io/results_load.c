@@ -408,7 +408,7 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
     st = read_timings(src, g, run);
   /* What leaves the trainer: the plan group's transfer_bytes (p2p: a copy per replica; fanout:
    * one copy), for comparing plans. */
-  run->trainer_send_bytes = -1;
+  run->trainer_send_bytes = run->dense_wire_bytes = -1;
   if (st == RF_OK && !run->skipped && H5Lexists(g, "plan", H5P_DEFAULT) > 0) {
     hid_t plan = H5Gopen2(g, "plan", H5P_DEFAULT);
     if (plan < 0)
@@ -416,7 +416,17 @@ static rf_status read_run(const rf_h5_source *src, hid_t runs, const char *name,
           rf_fail(RF_ERR_RESULTS, "results file '%s': plan of run %04d is not a group; " WHAT_TO_DO,
                   src->path, run->number);
     else {
+      int64_t wire = -1, forward = 0, wire_forward = -1;
       st = read_attr_num(src, plan, "transfer_bytes", H5T_NATIVE_INT64, &run->trainer_send_bytes);
+      if (st == RF_OK)
+        st = read_attr_num(src, plan, "wire_transfer_bytes", H5T_NATIVE_INT64, &wire);
+      if (st == RF_OK)
+        st = read_attr_num(src, plan, "forward_bytes", H5T_NATIVE_INT64, &forward);
+      if (st == RF_OK)
+        st = read_attr_num(src, plan, "wire_forward_bytes", H5T_NATIVE_INT64, &wire_forward);
+      if (run->trainer_send_bytes >= 0)
+        run->dense_wire_bytes = (wire >= 0 ? wire : run->trainer_send_bytes) +
+                                (wire_forward >= 0 ? wire_forward : forward);
       H5Gclose(plan);
     }
   }

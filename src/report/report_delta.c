@@ -11,7 +11,8 @@
 
 #define MS(s) ((s)*1e3)
 
-/* wire_bytes: a delta run's encoded bytes (wire_delta_bytes), a dense run's plan transfer bytes.
+/* wire_bytes: a delta run's encoded bytes (wire_delta_bytes), a dense run's wire bytes (the
+ * transfer's and the forward steps', quantized where the rollout is: dense_wire_bytes).
  * The dense_* columns name the dense run beside a delta run: the first run of the file with
  * --delta off and the same model, layouts, plan, transport, mode, bucket size and --update;
  * time_ratio is the delta run's median over the dense one's, wire_pct its wire bytes in
@@ -66,7 +67,7 @@ int rf_report_has_delta(const rf_loaded_results *files, int count) {
 static double wire_of(const rf_loaded_run *r) {
   if (is_delta(r))
     return r->wire_delta_bytes >= 0 ? (double)r->wire_delta_bytes : NAN;
-  return r->trainer_send_bytes >= 0 ? (double)r->trainer_send_bytes : NAN;
+  return r->dense_wire_bytes >= 0 ? (double)r->dense_wire_bytes : NAN;
 }
 
 /* The dense refit of delta run r's job in the same file, or NULL. */

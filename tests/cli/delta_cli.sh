@@ -159,6 +159,16 @@ expect_rows 3
 expect_grep "# delta auto: version 1: 50343 wire bytes (4.256 % of the dense 1182880); pieces: 0 dense, 36 sparse, 0 bitmask" "$TMP/out"
 expect_grep "# delta auto: version 5: 49231 wire bytes (4.162 % of the dense 1182880); pieces: 0 dense, 36 sparse, 0 bitmask" "$TMP/out"
 expect_grep "# PASS" "$TMP/out"
+# refit report compares it with the dense run's quantized wire too, as the line does.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run --model "$S" "${Q[@]}" --rollout-dtype fp8 \
+  --delta off,auto --mode fused --iters 2 --output "$TMP/q.h5"
+expect_exit 0 "$REFIT" report "$TMP/q.h5" -o "$TMP/qreport"
+delta_rows=$(/usr/bin/python3 -c 'import csv, sys
+for r in csv.DictReader(open(sys.argv[1])):
+    print(r["run"], r["delta"], r["wire_bytes"], r["dense_wire_bytes"], r["wire_pct"][:6])' \
+  "$TMP/qreport/delta.csv")
+[ "$delta_rows" = "0 off 1182880  
+1 auto 49139 1182880 4.1541" ] || fail "quantized delta.csv: $delta_rows"
 expect_exit 0 "${MPIRUN[@]}" -np 6 "$REFIT" run --model "$REFIT_SOURCE_DIR/tests/data/fp8-moe.json" "${Q[@]/mpi/shm}" \
   --trainer fsdp=1,ep=2,pp=2 --rollout tp=2,ep --rollout-dtype mxfp8 --mode fused --iters 2
 expect_grep "# delta auto: version 1: 221694 wire bytes (8.21 % of the dense 2700288); pieces: 0 dense, 58 sparse, 0 bitmask" "$TMP/out"
