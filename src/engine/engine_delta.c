@@ -42,10 +42,11 @@ static rf_region prev_region(const rf_engine *e, const rf_chunk *k) {
 /* A piece's name in errors: its tensor, rows and columns, and its two ends. */
 static void name_piece(const rf_engine *e, const rf_chunk *k, char *buf, size_t len) {
   const rf_piece *p = piece_of(e, k);
+  int esize; /* the part encoded (star: the destination's share), but for a quantized piece */
+  rf_box b = engine_delta_quantized(e, k) ? k->box : engine_delta_box(e, k, &esize);
   snprintf(buf, len, "%s rows %lld..%lld cols %lld..%lld (trainer rank %d to rollout rank %d)",
-           e->plan->layout->model->tensors[p->tensor].name, (long long)k->box.lo[0],
-           (long long)k->box.hi[0], (long long)k->box.lo[1], (long long)k->box.hi[1], p->src,
-           p->dst);
+           e->plan->layout->model->tensors[p->tensor].name, (long long)b.lo[0], (long long)b.hi[0],
+           (long long)b.lo[1], (long long)b.hi[1], p->src, p->dst);
 }
 
 /* A piece this rank holds, named as above, and where it was forwarded to this rank, from whom. */

@@ -146,6 +146,11 @@ expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]/p2p/star}" --update sp
 expect_grep "# delta auto: version 1: 9426 wire bytes (2.294 % of the dense 410880); pieces: 0 dense, 40 sparse, 2 bitmask; the trainer keeps 412160 bytes of its previous version" "$TMP/out"
 expect_grep "# delta auto: version 3: 9552 wire bytes (2.325 % of the dense 410880); pieces: 0 dense, 38 sparse, 4 bitmask" "$TMP/out"
 expect_grep "# PASS" "$TMP/out"
+# A flipped byte is refused naming the share of the whole embedding that was encoded.
+expect_exit 3 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]/p2p/star}" --update sparse:0.01 --delta auto \
+  --mode grouped --iters 3 --warmup 0 --inject corrupt
+expect_grep "error: delta for model.embed_tokens.weight rows 256..512 cols 0..64 (trainer rank 1 to rollout rank 1): the payload's hash 9a063b7f95618fbc does not match the header's a9cdace39ffa9de5; refusing it, the piece keeps its previous version" "$TMP/err"
+expect_grep "# delta auto: the refit of version 2 was refused; the rollout still holds version 1: 0 wrong elements" "$TMP/out"
 
 # Quantized rollouts: a piece its source quantizes sends the delta of its wire bytes (quantized
 # bytes, then scales), compared with the dense refit's quantized wire. fp8 in every mode over mpi;
