@@ -35,7 +35,8 @@
  *   - message transports (mpi, nccl): any tensor this rank holds may be registered; the
  *     memory must be of the job's kind (host or device) and contiguous (row-major). Non-
  *     contiguous strides are refused in one line rather than copied.
- *   - mapping transports (shm, ipc), whose peers map the library's whole buffers: registration
+ *   - mapping transports (shm, ipc) and rma, whose peers reach the library's whole buffers
+ *     (mapped, or as MPI windows): registration
  *     is refused in one line; the caller writes its trainer shards into, and reads its rollout
  *     tensors from, the library's own memory, which refit_tensor_buffer hands out.
  * Until a tensor is registered the library's own buffer stands in, holding refit's generated

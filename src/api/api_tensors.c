@@ -222,12 +222,15 @@ static rf_status register_all(refit_job *job, const refit_tensor *tensors, int c
     return rf_fail(RF_ERR_USAGE, "refit_register: count is %d; give 0 or more tensors", count);
   if (count > 0 && !tensors)
     return rf_fail(RF_ERR_USAGE, "refit_register: %d tensors, but tensors is NULL", count);
-  if (job->tp.ops->mapping)
+  /* Its peers reach the library's buffers themselves (mapped, or through MPI windows), so a
+   * pointer moved to the caller's memory would not be what they read or write. */
+  if (job->tp.ops->peer_buffer)
     return rf_fail(RF_ERR_USAGE,
-                   "refit_register: the %s transport maps the library's own "
-                   "buffers between processes; write into the memory "
+                   "refit_register: the %s transport %s; write into the memory "
                    "refit_tensor_buffer gives instead",
-                   job->tp.ops->name);
+                   job->tp.ops->name,
+                   job->tp.ops->mapping ? "maps the library's own buffers between processes"
+                                        : "exposes the library's own buffers as MPI windows");
   int *at = rf_calloc((size_t)count + 1, sizeof *at, "registration");
   if (!at)
     return RF_ERR_NOMEM;

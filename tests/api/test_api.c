@@ -354,6 +354,16 @@ static void mapping(refit_context *ctx) {
   REQUIRE(refit_verify(job, &wrong, &bad), REFIT_OK);
   ASSERT_EQ(wrong, 0);
   refit_job_destroy(job);
+  /* rma's windows cover the library's buffers as well. */
+  const char *const rma[] = {"placement", "colocated", "transport", "rma", NULL};
+  REQUIRE(refit_job_create(ctx, "tiny", "fsdp=2", "tp=2", rma, MPI_COMM_WORLD, &job), REFIT_OK);
+  refused(job, &t, 1,
+          "refit_register: the rma transport exposes the library's own buffers as MPI windows; "
+          "write into the memory refit_tensor_buffer gives instead");
+  REQUIRE(refit_transfer(job), REFIT_OK);
+  REQUIRE(refit_verify(job, &wrong, &bad), REFIT_OK);
+  ASSERT_EQ(wrong, 0);
+  refit_job_destroy(job);
 }
 
 int main(int argc, char **argv) {
