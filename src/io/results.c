@@ -252,26 +252,37 @@ rf_status rf_results_open_checked(const char *path, int appending, hid_t *file) 
   return RF_OK;
 }
 
+/* The search of note_run: the largest run number below `below`. */
+typedef struct {
+  long below;
+  int found;
+} run_search;
+
 /* Run groups are named by their number, four digits and more once past 9999. */
 static herr_t note_run(hid_t group, const char *name, const H5L_info_t *info, void *data) {
   (void)group;
   (void)info;
-  int *last = data;
+  run_search *s = data;
   long value = 0;
   for (const char *c = name; *c; c++) {
     if (*c < '0' || *c > '9' || value > 100000000)
       return 0; /* not a run: ignore it */
     value = value * 10 + (*c - '0');
   }
-  if (name[0] && value > *last)
-    *last = (int)value;
+  if (name[0] && value < s->below && value > s->found)
+    s->found = (int)value;
   return 0;
 }
 
-rf_status rf_results_last_run(hid_t runs, int *last) {
-  *last = -1;
-  RF_H5(H5Literate(runs, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, note_run, last));
+rf_status rf_results_run_below(hid_t runs, long below, int *out) {
+  run_search s = {below, -1};
+  RF_H5(H5Literate(runs, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, note_run, &s));
+  *out = s.found;
   return RF_OK;
+}
+
+rf_status rf_results_last_run(hid_t runs, int *last) {
+  return rf_results_run_below(runs, LONG_MAX, last);
 }
 
 /* ---- creating a file ------------------------------------------------------------------------ */

@@ -96,6 +96,9 @@ int rf_results_read_attr_str(hid_t obj, const char *name, char *buf, size_t len)
 
 /* The highest run number under `runs`, or -1 when there is none. */
 rf_status rf_results_last_run(hid_t runs, int *last);
+/* The largest run number of `runs` below `below` (-1 where none): stepping down through the
+ * runs that exist, so that a file naming a run 99999999 costs its runs, not 10^8 lookups. */
+rf_status rf_results_run_below(hid_t runs, long below, int *out);
 
 /* A variable-length UTF-8 string type (h5py reads it as str); the caller closes it. */
 hid_t rf_results_vlen_string(void);

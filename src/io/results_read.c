@@ -52,12 +52,13 @@ static rf_status open_run(const rf_h5_source *src, hid_t f, int run, hid_t *grou
   if (st == RF_OK && last < 0)
     st = rf_fail(RF_ERR_RESULTS, "results file '%s' holds no runs yet", path);
   if (st == RF_OK && run < 0) {
-    for (*number = last; *number >= 0; (*number)--) {
+    for (*number = last; st == RF_OK && *number >= 0;) {
       snprintf(name, sizeof name, "%04d", *number);
       if (H5Lexists(runs, name, H5P_DEFAULT) > 0 && !run_skipped(runs, name))
         break;
+      st = rf_results_run_below(runs, *number, number);
     }
-    if (*number < 0)
+    if (st == RF_OK && *number < 0)
       st = rf_fail(RF_ERR_RESULTS,
                    "results file '%s' holds only skipped sweep combinations and simulated runs",
                    path);
