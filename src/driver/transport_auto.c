@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "plan_auto.h"
 #include "transport/transport.h"
 #include "transport_auto.h"
 

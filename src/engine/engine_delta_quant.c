@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "delta/delta.h"
 #include "engine_internal.h"
 
 int engine_delta_quantized(const rf_engine *e, const rf_chunk *k) {

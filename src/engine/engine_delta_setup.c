@@ -91,12 +91,13 @@ static rf_status delta_buffers(rf_engine *e) {
     else if (k > 0)
       fw = RF_MAX(fw, send_capacity(e, &d->stages[k]));
   }
-  for (int i = 0; i < s->chunk_count; i++) /* the wire of any quantized chunk it sends or holds */
-    if (engine_delta_quantized(e, &s->chunks[i]) &&
-        (sends(e, &s->chunks[i]) || holds(e, &s->chunks[i])))
-      d->quant_bytes = RF_MAX(
-          d->quant_bytes,
-          (size_t)align8(rf_piece_wire_bytes(plan, piece_of(e, &s->chunks[i]), &s->chunks[i].box)));
+  for (int i = 0; i < s->chunk_count; i++) { /* the wire of a quantized chunk it sends or holds */
+    const rf_chunk *k = &s->chunks[i];
+    int esize;
+    rf_box wire = engine_delta_box(e, k, &esize);
+    if (engine_delta_quantized(e, k) && (sends(e, k) || holds(e, k)))
+      d->quant_bytes = RF_MAX(d->quant_bytes, (size_t)align8(rf_box_numel(&wire)));
+  }
   for (int j = 0; j < 2 && d->quant_bytes; j++)
     RF_TRY(
         rf_mem_alloc(e->memory, d->quant_bytes, "delta quantized scratch", (void **)&d->quant[j]));

@@ -4,7 +4,6 @@
 #ifndef RF_ENGINE_DELTA_STATE_H
 #define RF_ENGINE_DELTA_STATE_H
 
-#include "delta/delta.h"
 #include "engine_internal.h"
 
 struct engine_delta {
