@@ -3,10 +3,11 @@
 #include "run_engine.h"
 
 rf_status rf_run_buffers_open(rf_control *ctl, const rf_config *cfg, const run_setup *rs,
-                              rf_checkpoint *ck, rf_buffers *data) {
+                              rf_checkpoint *ck, rf_transport *tp, rf_buffers *data) {
   rf_control_hold(ctl); /* every rank may run out of memory alike: one line says so */
-  rf_status st = rf_control_agree(ctl, rf_buffers_init(data, &rs->job.plan, rs->memory,
-                                                       (uint64_t)cfg->seed, ck, ctl->world_rank));
+  rf_status st =
+      rf_control_agree(ctl, rf_buffers_init_on(data, &rs->job.plan, rs->memory, (uint64_t)cfg->seed,
+                                               ck, ctl->world_rank, tp));
   data->version.update = rs->update; /* the rule by which rf_buffers_advance moves them on */
   return st;
 }

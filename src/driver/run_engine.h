@@ -9,10 +9,11 @@
 #include "run_setup.h"
 
 /* Every rank's buffers of the job: the trainer shards read from `ck`, or generated from
- * cfg->seed, under the job's update rule. Returns the agreed status (one line where every rank
- * runs out of memory alike). */
+ * cfg->seed, under the job's update rule, in arenas the open transport `tp` allocates where it
+ * does (rma's windows). Returns the agreed status (one line where every rank runs out of
+ * memory alike). */
 rf_status rf_run_buffers_open(rf_control *ctl, const rf_config *cfg, const run_setup *rs,
-                              rf_checkpoint *ck, rf_buffers *data);
+                              rf_checkpoint *ck, rf_transport *tp, rf_buffers *data);
 
 /* One mode's engine over the buffers: its schedules and staging, --mapped-rounds and the
  * --delta choice (which every rank refuses alike: rank 0 says why). Local: the caller agrees on

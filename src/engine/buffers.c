@@ -201,28 +201,78 @@ static rf_status alloc_landing(rf_buffers *b) {
   return st;
 }
 
-/* Allocates one family's arena and points its tensors into it. */
-static rf_status alloc_family(rf_buffers *b, rf_buffer_family f, int rank, const char *what) {
+static const char *const family_what[RF_FAMILY_COUNT] = {
+    [RF_FAMILY_SHARDS] = "the trainer shards",
+    [RF_FAMILY_COUPLING] = "the coupling buffers",
+    [RF_FAMILY_ROLLOUT] = "the rollout tensors",
+};
+
+/* The families this rank holds: shards and coupling buffers on a trainer rank, rollout tensors
+ * on a rollout rank. */
+static int holds_family(const rf_buffers *b, rf_buffer_family f) {
+  return f == RF_FAMILY_ROLLOUT ? b->rollout_rank >= 0 : b->trainer_rank >= 0;
+}
+
+/* Sizes one family's arena and lays its tensors out in it (offsets, in `off`). */
+static rf_status layout_family(rf_buffers *b, rf_buffer_family f, int64_t **off) {
   const rf_layout *lay = b->plan->layout;
   int n = f == RF_FAMILY_ROLLOUT ? lay->rollout_tensor_count : lay->model->tensor_count;
-  int64_t *off = rf_calloc((size_t)n + 1, sizeof *off, what);
-  b->ptr[f] = rf_calloc((size_t)n + 1, sizeof *b->ptr[f], what);
-  if (!off || !b->ptr[f]) {
-    free(off);
+  int rank = f == RF_FAMILY_ROLLOUT ? b->rollout_rank : b->trainer_rank;
+  *off = rf_calloc((size_t)n + 1, sizeof **off, family_what[f]);
+  b->ptr[f] = rf_calloc((size_t)n + 1, sizeof *b->ptr[f], family_what[f]);
+  if (!*off || !b->ptr[f])
     return RF_ERR_NOMEM;
-  }
-  b->arena_bytes[f] = (size_t)rf_buffers_offsets(b->plan, f, rank, off);
+  b->arena_bytes[f] = (size_t)rf_buffers_offsets(b->plan, f, rank, *off);
+  return RF_OK;
+}
+
+/* Allocates this rank's arenas, through the transport where it allocates them (every rank
+ * takes part in that collective call, one whose layout failed with nothing to allocate), and
+ * points each family's tensors into its arena. */
+static rf_status alloc_families(rf_buffers *b, rf_transport *tp) {
+  const rf_layout *lay = b->plan->layout;
+  int64_t *off[RF_FAMILY_COUNT] = {NULL};
   rf_status st = RF_OK;
-  if (b->arena_bytes[f])
-    st = rf_mem_alloc(b->memory, b->arena_bytes[f], what, &b->arena[f]);
-  for (int i = 0; i < n && st == RF_OK; i++)
-    b->ptr[f][i] = (char *)b->arena[f] + off[i];
-  free(off);
+  for (int f = 0; f < RF_FAMILY_COUNT && st == RF_OK; f++)
+    if (holds_family(b, (rf_buffer_family)f))
+      st = layout_family(b, (rf_buffer_family)f, &off[f]);
+  int by_transport = tp && tp->ops->alloc_arenas && b->memory == RF_MEM_HOST;
+  if (by_transport) {
+    size_t bytes[RF_FAMILY_COUNT];
+    for (int f = 0; f < RF_FAMILY_COUNT; f++)
+      bytes[f] = st == RF_OK ? b->arena_bytes[f] : 0;
+    double t0 = rf_now();
+    rf_status got = tp->ops->alloc_arenas(tp, bytes, RF_FAMILY_COUNT, b->arena);
+    b->register_seconds = rf_now() - t0;
+    if (st == RF_OK)
+      st = got;
+    /* What it allocated stays the transport's to free, whatever failed. */
+    b->arenas_by_transport = got == RF_OK;
+    for (int f = 0; f < RF_FAMILY_COUNT; f++)
+      if (got == RF_OK)
+        rf_mem_account((int64_t)bytes[f]);
+      else
+        b->arena[f] = NULL;
+  }
+  for (int f = 0; f < RF_FAMILY_COUNT && !by_transport && st == RF_OK; f++)
+    if (b->arena_bytes[f])
+      st = rf_mem_alloc(b->memory, b->arena_bytes[f], family_what[f], &b->arena[f]);
+  for (int f = 0; f < RF_FAMILY_COUNT; f++) {
+    int n = f == RF_FAMILY_ROLLOUT ? lay->rollout_tensor_count : lay->model->tensor_count;
+    for (int i = 0; i < n && st == RF_OK && off[f]; i++)
+      b->ptr[f][i] = (char *)b->arena[f] + off[f][i];
+    free(off[f]);
+  }
   return st;
 }
 
 rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory, uint64_t seed,
                           rf_checkpoint *checkpoint, int world_rank) {
+  return rf_buffers_init_on(b, plan, memory, seed, checkpoint, world_rank, NULL);
+}
+
+rf_status rf_buffers_init_on(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory, uint64_t seed,
+                             rf_checkpoint *checkpoint, int world_rank, rf_transport *tp) {
   const rf_layout *lay = plan->layout;
   const rf_model *m = lay->model;
   memset(b, 0, sizeof *b);
@@ -230,12 +280,7 @@ rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory
   b->memory = memory;
   RF_TRY(check_rollout_sizes(lay));
   rf_layout_roles(lay, world_rank, &b->trainer_rank, &b->rollout_rank);
-  if (b->trainer_rank >= 0) {
-    RF_TRY(alloc_family(b, RF_FAMILY_SHARDS, b->trainer_rank, "the trainer shards"));
-    RF_TRY(alloc_family(b, RF_FAMILY_COUPLING, b->trainer_rank, "the coupling buffers"));
-  }
-  if (b->rollout_rank >= 0)
-    RF_TRY(alloc_family(b, RF_FAMILY_ROLLOUT, b->rollout_rank, "the rollout tensors"));
+  RF_TRY(alloc_families(b, tp));
   if (b->rollout_rank >= 0 && rf_layout_format(lay))
     RF_TRY(alloc_landing(b));
   b->shards = b->ptr[RF_FAMILY_SHARDS];
@@ -286,7 +331,9 @@ rf_status rf_buffers_load(rf_buffers *b, rf_checkpoint *checkpoint, int64_t k) {
 
 void rf_buffers_free(rf_buffers *b) {
   for (int f = 0; f < RF_FAMILY_COUNT; f++) {
-    if (b->arena[f])
+    if (b->arena[f] && b->arenas_by_transport)
+      rf_mem_account(-(int64_t)b->arena_bytes[f]); /* the transport frees them at its close */
+    else if (b->arena[f])
       rf_mem_free(b->memory, b->arena[f], b->arena_bytes[f]);
     free(b->ptr[f]);
   }

@@ -131,6 +131,10 @@ typedef struct {
   size_t landing_bytes;
   void **landing;
   double fill_seconds; /* generating or reading the trainer's weights */
+  /* The transport allocated the arenas (transport.h, alloc_arenas) and frees them at its
+   * close; `register_seconds` of the allocation were its windows' creation. */
+  int arenas_by_transport;
+  double register_seconds;
   int exposed;         /* offered to a mapping transport (ipc) already */
   int from_checkpoint; /* the trainer shards were read, not generated */
   /* The version the trainer shards hold (versions.h): 0 after rf_buffers_init, under the
@@ -164,6 +168,10 @@ typedef struct {
  * (version 0). */
 rf_status rf_buffers_init(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory, uint64_t seed,
                           rf_checkpoint *checkpoint, int world_rank);
+/* The same, with host arenas allocated by `tp` where it allocates them (collective over the
+ * world then: every rank calls it, and frees the buffers before closing the transport). */
+rf_status rf_buffers_init_on(rf_buffers *b, const rf_plan *plan, rf_mem_kind memory, uint64_t seed,
+                             rf_checkpoint *checkpoint, int world_rank, rf_transport *tp);
 void rf_buffers_free(rf_buffers *b);
 /* Moves the generated trainer shards from their version k to k + 1 (rf_advance_region_on:
  * under sparse, host memory gets only the chunks that hold a change written back), on this

@@ -140,9 +140,7 @@ rf_status rf_mem_alloc(rf_mem_kind kind, size_t bytes, const char *what, void **
   if (!kind_valid(kind))
     return rf_fail(RF_ERR_INTERNAL, "unknown memory kind %d for %s", (int)kind, what);
   RF_TRY(mem_kinds[kind].alloc(bytes, what, out));
-  mem_stats.current_bytes += (int64_t)bytes;
-  if (mem_stats.current_bytes > mem_stats.peak_bytes)
-    mem_stats.peak_bytes = mem_stats.current_bytes;
+  rf_mem_account((int64_t)bytes);
   return RF_OK;
 }
 
@@ -150,10 +148,16 @@ void rf_mem_free(rf_mem_kind kind, void *ptr, size_t bytes) {
   if (!ptr || !kind_valid(kind))
     return;
   mem_kinds[kind].release(ptr);
-  mem_stats.current_bytes -= (int64_t)bytes;
+  rf_mem_account(-(int64_t)bytes);
 }
 
 rf_mem_stats rf_mem_get_stats(void) { return mem_stats; }
+
+void rf_mem_account(int64_t bytes) {
+  mem_stats.current_bytes += bytes;
+  if (mem_stats.current_bytes > mem_stats.peak_bytes)
+    mem_stats.peak_bytes = mem_stats.current_bytes;
+}
 
 void rf_mem_reset_peak(void) { mem_stats.peak_bytes = mem_stats.current_bytes; }
 

@@ -58,6 +58,9 @@ typedef struct {
   int64_t peak_bytes;
 } rf_mem_stats;
 rf_mem_stats rf_mem_get_stats(void);
+/* Counts `bytes` allocated (negative: released) outside rf_mem_alloc, by a transport that
+ * allocates the arenas (transport.h, alloc_arenas), in the same totals. */
+void rf_mem_account(int64_t bytes);
 
 /* The file descriptor behind a buffer rf_mem_alloc gave out as RF_MEM_SHARED (an anonymous
  * memory file), and its size: another process of the node opens it as /proc/PID/fd/FD and

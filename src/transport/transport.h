@@ -91,6 +91,15 @@ typedef struct {
   /* Optional (NULL: expose): the same, told each buffer's size, for a transport that cannot
    * learn it from the buffer (rma's windows); the engine offers its arenas through it. */
   rf_status (*expose_sized)(rf_transport *tp, void *const *buffers, const size_t *bytes, int count);
+  /* Optional (NULL: the engine allocates its host arenas itself): allocates this rank's `count`
+   * host arenas, collectively over the world (every rank calls it once, before any expose,
+   * with the same count and 0 bytes for an arena it has none of), in memory the transport
+   * reaches best, 64-byte aligned: rma's windows of MPI_Win_allocate, between which Open MPI's
+   * osc rdma copies a strided box inside a node with one datatype copy, where over windows
+   * of MPI_Win_create it makes one system call per dense run (results/host.md). The
+   * transport keeps them until finalize (after the buffers are freed), counted in
+   * rf_mem_stats; the first expose of these same buffers makes no windows of its own. */
+  rf_status (*alloc_arenas)(rf_transport *tp, const size_t *bytes, int count, void **out);
 
   /* One-sided transports (rma) set these two besides the mapping ones above. Their peer_buffer
    * gives a stand-in: an address range reserved in this process, as large as the peer's

@@ -1,8 +1,13 @@
 /* The rma transport: MPI-3 one-sided communication over host memory, on one node or across
- * nodes. Once per job every rank exposes its arenas as MPI windows (MPI_Win_create, one per
- * arena, each opened once with MPI_Win_lock_all: a passive-target epoch that lasts the job),
- * and the engine's mapping path (engine_mapped.c) moves each piece with one operation, the
- * source's MPI_Put into the destination's window (--rma put) or the destination's MPI_Get out
+ * nodes. Once per job every rank exposes its arenas as MPI windows, one per arena, each opened
+ * once with MPI_Win_lock_all (a passive-target epoch that lasts the job). The windows are
+ * made as the arenas are allocated (alloc_arenas: MPI_Win_allocate, so that the MPI library
+ * owns the memory and can share it within a node: Open MPI's osc rdma and sm then copy a
+ * strided box between two processes as one datatype copy, where over a window of
+ * MPI_Win_create osc rdma makes a system call per dense run, 0.13-0.19 of the plain MPI
+ * exchange in results/host.md); buffers the engine did not get from here get windows of
+ * MPI_Win_create. The engine's mapping path (engine_mapped.c) moves each piece with one operation,
+ * the source's MPI_Put into the destination's window (--rma put) or the destination's MPI_Get out
  * of the source's (--rma get). A box that is strided or transposed on either end travels as
  * one operation whose datatypes (MPI_Type_create_hvector) name its elements where they lie on
  * each end; nothing is packed.
@@ -73,7 +78,8 @@ static void rma_finalize(rf_transport *tp) {
   for (int i = 0; i < s->count; i++) {
     if (s->win[i] != MPI_WIN_NULL) {
       MPI_Win_unlock_all(s->win[i]);
-      MPI_Win_free(&s->win[i]);
+      if (i >= s->arena_count) /* the arenas' windows are freed below, exposed or not */
+        MPI_Win_free(&s->win[i]);
     }
     for (int r = 0; r < s->ranks; r++) {
       rma_view *v = &s->view[(size_t)i * (size_t)s->ranks + (size_t)r];
@@ -81,6 +87,9 @@ static void rma_finalize(rf_transport *tp) {
         munmap(v->stand_in, (size_t)v->bytes);
     }
   }
+  for (int i = 0; i < s->arena_count; i++)
+    if (s->arena_win[i] != MPI_WIN_NULL)
+      MPI_Win_free(&s->arena_win[i]);
   if (s->notes_win != MPI_WIN_NULL) {
     MPI_Win_unlock_all(s->notes_win);
     MPI_Win_free(&s->notes_win);
@@ -97,6 +106,47 @@ static void rma_finalize(rf_transport *tp) {
 static rf_status rma_expose(rf_transport *tp, void *const *buffers, int count) {
   return rf_fail(RF_ERR_USAGE, "the rma transport cannot offer a delta refit's encoded pieces; "
                                "use --delta off or --transport mpi");
+}
+
+/* The arenas as windows of MPI_Win_allocate (transport.h, alloc_arenas), each 64 bytes larger
+ * than asked so that the arena can start 64-byte aligned (MPI promises less). A bounded
+ * barrier first, as for expose's sizes, so that every rank reaches the allocations, which MPI
+ * cannot bound, only once all have arrived. */
+static rf_status rma_alloc_arenas(rf_transport *tp, const size_t *bytes, int count, void **out) {
+  rma_state *s = tp->state;
+  for (int i = 0; i < count; i++)
+    out[i] = NULL;
+  /* The same on every rank: they all return before any collective. */
+  if (count > RMA_ARENAS_MAX || s->count || s->arena_count)
+    return rf_fail(RF_ERR_INTERNAL,
+                   "rma: %d arenas asked for, after %d windows; at most %d, "
+                   "allocated once before any window is exposed",
+                   count, s->count, RMA_ARENAS_MAX);
+  MPI_Request req;
+  int rc = MPI_Ibarrier(tp->ctl->world, &req);
+  RF_TRY(rc == MPI_SUCCESS ? rf_control_wait(tp->ctl, &req, "the ranks to allocate rma windows")
+                           : rf_mpi_failed(rc, "MPI_Ibarrier", __FILE__, __LINE__));
+  rf_status st = RF_OK;
+  for (int i = 0; i < count; i++) {
+    char *base = NULL;
+    MPI_Aint size = bytes[i] ? (MPI_Aint)bytes[i] + 64 : 0;
+    s->arena_win[i] = MPI_WIN_NULL;
+    rc = MPI_Win_allocate(size, 1, MPI_INFO_NULL, tp->ctl->world, &base, &s->arena_win[i]);
+    if (rc != MPI_SUCCESS) {
+      if (st == RF_OK)
+        st = rf_fail(RF_ERR_NOMEM,
+                     "rma: cannot allocate a window of %lld bytes for an arena "
+                     "(MPI_Win_allocate failed); free memory on this node, or use --transport mpi",
+                     (long long)size);
+      continue;
+    }
+    MPI_Win_set_errhandler(s->arena_win[i], MPI_ERRORS_RETURN);
+    s->arena_origin[i] = size ? (int64_t)((64 - ((uintptr_t)base & 63)) & 63) : 0;
+    s->arena_at[i] = size ? base + s->arena_origin[i] : NULL;
+    out[i] = s->arena_at[i];
+  }
+  s->arena_count = count;
+  return st;
 }
 
 /* Each call appends `count` windows after those of earlier calls (index-major tables, as
@@ -119,25 +169,40 @@ static rf_status rma_expose_sized(rf_transport *tp, void *const *buffers, const 
   char *dirty = realloc(s->dirty, (size_t)total + 1);
   if (dirty)
     s->dirty = dirty;
-  int64_t *mine = rf_calloc((size_t)count + 1, sizeof *mine, "rma window sizes");
-  int64_t *got = rf_calloc((size_t)s->ranks * (size_t)count + 1, sizeof *got, "rma window sizes");
+  /* Each rank's sizes, then the buffers' offsets in their windows. */
+  int64_t *mine = rf_calloc(2 * (size_t)count + 1, sizeof *mine, "rma window sizes");
+  int64_t *got =
+      rf_calloc(2 * (size_t)s->ranks * (size_t)count + 1, sizeof *got, "rma window sizes");
   rf_status st = win && view && own && dirty && mine && got ? RF_OK : RF_ERR_NOMEM;
-  for (int i = 0; i < count && st == RF_OK; i++)
+  for (int i = 0; i < count && st == RF_OK; i++) {
+    int allocated = base + i < s->arena_count;
     mine[i] = buffers[i] ? (int64_t)bytes[i] : 0;
+    mine[count + i] = allocated ? s->arena_origin[base + i] : 0;
+    if (allocated && buffers[i] != s->arena_at[base + i])
+      st = rf_fail(RF_ERR_INTERNAL, "rma: exposed buffer %d is not the arena allocated for it",
+                   base + i);
+  }
   MPI_Request req;
-  int rc = MPI_Iallgather(mine, count, MPI_INT64_T, got, count, MPI_INT64_T, tp->ctl->world, &req);
+  int rc = MPI_Iallgather(mine, 2 * count, MPI_INT64_T, got, 2 * count, MPI_INT64_T, tp->ctl->world,
+                          &req);
   rf_status waited = rc == MPI_SUCCESS ? rf_control_wait(tp->ctl, &req, "the rma window sizes")
                                        : rf_mpi_failed(rc, "MPI_Iallgather", __FILE__, __LINE__);
   if (waited != RF_OK) {
     free(mine), free(got);
     return waited;
   }
-  /* Every rank creates every window, whatever failed locally, and the stand-ins after. */
+  /* Every rank creates every window, whatever failed locally, and the stand-ins after; the
+   * arenas the transport allocated have theirs already (alike on every rank). */
   for (int i = 0; i < count; i++) {
     MPI_Win w = MPI_WIN_NULL;
     void *at = st == RF_OK && mine[i] ? buffers[i] : NULL;
     MPI_Aint size = at ? (MPI_Aint)mine[i] : 0;
-    rc = MPI_Win_create(at, size, 1, MPI_INFO_NULL, tp->ctl->world, &w);
+    if (base + i < s->arena_count) {
+      w = s->arena_win[base + i];
+      rc = w != MPI_WIN_NULL ? MPI_SUCCESS : MPI_ERR_WIN;
+    } else {
+      rc = MPI_Win_create(at, size, 1, MPI_INFO_NULL, tp->ctl->world, &w);
+    }
     if (rc != MPI_SUCCESS && st == RF_OK) {
       char why[MPI_MAX_ERROR_STRING] = "";
       int len = 0;
@@ -158,9 +223,11 @@ static rf_status rma_expose_sized(rf_transport *tp, void *const *buffers, const 
       s->win[base + i] = w;
       s->own[base + i] = buffers[i];
       s->dirty[base + i] = 0;
-      for (int r = 0; r < s->ranks; r++)
+      for (int r = 0; r < s->ranks; r++) {
+        const int64_t *theirs = got + 2 * (size_t)r * (size_t)count;
         s->view[(size_t)(base + i) * (size_t)s->ranks + (size_t)r] =
-            (rma_view){NULL, got[(size_t)r * (size_t)count + (size_t)i]};
+            (rma_view){NULL, theirs[i], theirs[count + i]};
+      }
     }
   }
   if (win && view && own && dirty)
@@ -356,6 +423,7 @@ const rf_transport_ops rf_transport_rma = {
     .expose = rma_expose,
     .peer_buffer = rma_peer_buffer,
     .expose_sized = rma_expose_sized,
+    .alloc_arenas = rma_alloc_arenas,
     .copy_boxes = rma_copy_boxes,
     .copy_wait = rma_copy_wait,
     .check_memory = rma_check_memory,

@@ -12,7 +12,7 @@ static int find_stand_in(const rma_state *s, const char *at, int *rank, MPI_Aint
       const rma_view *v = &s->view[(size_t)i * (size_t)s->ranks + (size_t)r];
       if (v->stand_in && at >= v->stand_in && at < v->stand_in + v->bytes) {
         *rank = r;
-        *disp = (MPI_Aint)(at - v->stand_in);
+        *disp = (MPI_Aint)(at - v->stand_in + v->origin);
         return i;
       }
     }

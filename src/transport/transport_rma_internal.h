@@ -16,7 +16,11 @@
 typedef struct {
   char *stand_in;
   int64_t bytes;
+  int64_t origin; /* the buffer's byte offset in its window (alignment, in allocated ones) */
 } rma_view;
+
+/* The most arenas alloc_arenas makes (the engine's three families). */
+#define RMA_ARENAS_MAX 4
 
 /* Scratch host memory: kept from one batch to the next, handed out again after copy_wait. */
 typedef struct {
@@ -39,6 +43,13 @@ typedef struct {
   rma_view *view;       /* [index * ranks + rank] */
   void **own;           /* [index]: this rank's buffers */
   char *dirty;          /* [index]: operations started since the last flush */
+  /* The arenas this transport allocated (alloc_arenas): windows of MPI_Win_allocate, which the
+   * first expose takes as its first arena_count windows, and each buffer's offset in its
+   * window (they are 64-byte aligned). */
+  MPI_Win arena_win[RMA_ARENAS_MAX];
+  char *arena_at[RMA_ARENAS_MAX];
+  int64_t arena_origin[RMA_ARENAS_MAX];
+  int arena_count;
   MPI_Win notes_win;
   int64_t *counters;      /* the notes window's memory: [world rank] notes received from it */
   int64_t *seen, *expect; /* [ranks]: counters as last read; notes counted on from each */
