@@ -106,6 +106,7 @@ static rf_status build_job(refit_job *job, MPI_Comm comm) {
   if (rs->memory == RF_MEM_DEVICE)
     RF_TRY(rf_run_select_gpu(ctl, cfg, &job->placement));
   RF_TRY(rf_control_agree(ctl, rf_transport_open(rs->transport, ctl, &rs->job.plan, &job->tp)));
+  job->tp.register_unit = cfg->register_unit;
   RF_TRY(rf_run_buffers_open(ctl, cfg, rs, NULL, &job->tp, &job->data));
   int manifest = ctl->rollout_rank >= 0 ? ctl->rollout_rank : 0;
   job->plan_json = rf_job_plan_json(&rs->job, manifest);

@@ -111,6 +111,7 @@ typedef struct {
   rf_copy_path copy;              /* --copy auto|kernel|engine: what moves device copies */
   rf_mapped_rounds mapped_rounds; /* --mapped-rounds auto|on|off: fanout over ipc, shm */
   rf_rma_direction rma;           /* --rma put|get: which end of an rma transfer copies */
+  rf_register_unit register_unit; /* --register arena|tensor: rma's windows */
   int dry_run;                    /* --dry-run: list a sweep's runs and skips, move nothing */
   int calibrate;                  /* --calibrate: measure the limits beside every run */
   char output_dir[RF_PATH_MAX];   /* --output-dir, -o DIR (report) */

@@ -29,6 +29,7 @@ _Static_assert(sizeof(rf_mode) == sizeof(int) && sizeof(rf_plan_kind) == sizeof(
                    sizeof(rf_bind) == sizeof(int) && sizeof(rf_rollout_dtype) == sizeof(int) &&
                    sizeof(rf_copy_path) == sizeof(int) && sizeof(rf_mapped_rounds) == sizeof(int) &&
                    sizeof(rf_rma_direction) == sizeof(int) &&
+                   sizeof(rf_register_unit) == sizeof(int) &&
                    sizeof(rf_delta_choice) == sizeof(int),
                "enum fields are stored as int");
 _Static_assert(offsetof(rf_mode_list, items) == sizeof(int) &&
@@ -497,6 +498,16 @@ const rf_cli_option rf_cli_options[] = {
      .help = "--transport rma: put = each source writes its pieces into its destinations' "
              "windows (MPI_Put), get = each destination reads them out of its sources' "
              "(MPI_Get); the arenas are windows once per job (setup step register)"},
+    {.name = "register",
+     .type = RF_OPT_ENUM,
+     NAMES(rf_register_unit, RF_REGISTER_UNIT_COUNT),
+     FIELD(register_unit),
+     .def = "arena",
+     .unit = "",
+     .commands = RUN | SIM,
+     .help = "--transport rma: what becomes an MPI window, once per job: arena = each arena, "
+             "allocated as its window; tensor = each tensor apart (windows over refit's "
+             "memory), to see what registering tensor by tensor costs (setup step register)"},
     {.name = "dry-run",
      .type = RF_OPT_FLAG,
      FIELD(dry_run),

@@ -254,6 +254,7 @@ static rf_status run_job(const rf_config *cfg, const rf_sweep_slot *slot, rf_con
   memset(&tp, 0, sizeof tp);
   if (st == RF_OK)
     st = rf_control_agree(ctl, rf_transport_open(rs.transport, ctl, &rs.job.plan, &tp));
+  tp.register_unit = cfg->register_unit;
   setup[RF_SETUP_TRANSPORT] = rf_now() - t0, t0 = rf_now();
   /* The weights are generated once; every mode moves the same data. */
   rf_buffers data;

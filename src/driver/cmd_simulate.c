@@ -276,6 +276,8 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
   /* The transport once the job's ranks are known: auto chooses by the nodes they span. */
   if (st == RF_OK)
     st = simulated_transport(cfg, &cluster, job.layout.world_size, choice, sizeof choice, &x);
+  if (st == RF_OK)
+    st = rf_transport_check_register(x.transport, cfg->register_unit);
   /* Past a failure only for the initializers below, which nothing then uses. */
   const rf_transport_ops *transport = x.transport ? x.transport : &rf_transport_mpi;
   /* Before the plan, the costly step: a job too large for the cluster fails at once. */
@@ -301,6 +303,8 @@ rf_status rf_cmd_simulate(const rf_config *cfg) {
                             .wire = rf_sim_wire(transport, x.device)};
   if (st == RF_OK)
     st = rf_job_plan(&job, cfg->plan, &in);
+  if (st == RF_OK && transport->one_sided)
+    st = rf_sim_registration(&job.plan, &cluster, cfg->register_unit, &x.reg);
   if (st == RF_OK)
     st = rf_sim_lower_bound(&job.layout, &cluster, x.device, transport->mapping, &x.bound);
   for (int m = 0; st == RF_OK && m < RF_MODE_COUNT; m++)

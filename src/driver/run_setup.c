@@ -52,6 +52,7 @@ rf_status rf_run_build_setup(const rf_config *cfg, run_setup *rs) {
 rf_status rf_run_build_setup_on(const rf_config *cfg, MPI_Comm comm, run_setup *rs) {
   RF_TRY(rf_run_versions_setup(cfg, &rs->update));
   RF_TRY(rf_transport_find(cfg->transport, &rs->transport));
+  RF_TRY(rf_transport_check_register(rs->transport, cfg->register_unit));
   RF_TRY(choose_memory(cfg, rs));
   rs->verify_full = cfg->verify == RF_VERIFY_FULL;
   rs->verify_checksum = cfg->verify != RF_VERIFY_NONE;

@@ -58,6 +58,8 @@ typedef struct {
   const rf_sim_delta_model *deltas;
   int delta_count;
   rf_sim_delta_model delta;
+  /* A one-sided transport's setup step register (rf_sim_registration); windows 0 otherwise. */
+  rf_sim_register reg;
 } rf_sim_context;
 
 /* The header lines (cluster, job, plan, calibration), then one block per mode. */

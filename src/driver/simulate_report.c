@@ -22,6 +22,20 @@ static void print_fit(const char *label, const rf_sim_fit *f) {
   printf(" %d samples, worst error %.1f%%\n", f->samples, 100 * f->worst_error);
 }
 
+/* The setup step register, once per job, where the cluster says what a registration costs. */
+static void print_register(const rf_sim_context *x) {
+  const rf_sim_register *g = &x->reg;
+  printf("%-16s --register %s: %" PRId64 " windows a rank, up to %" PRId64 " bytes a rank: ",
+         "register", rf_register_unit_name(x->cfg->register_unit), g->windows, g->peak_bytes);
+  if (g->modelled)
+    printf("%.4g s once per job (latency_us.register %g us a window, node.host.register_GBps "
+           "%g)\n",
+           g->seconds, x->cluster->latency_register * 1e6, x->cluster->host_register / 1e9);
+  else
+    printf("not modelled (the cluster gives no latency_us.register or "
+           "node.host.register_GBps)\n");
+}
+
 void rf_sim_print_header(const rf_sim_context *x) {
   const rf_cluster *c = x->cluster;
   const rf_job *job = x->job;
@@ -31,8 +45,8 @@ void rf_sim_print_header(const rf_sim_context *x) {
   rf_trainer_layout_format(&job->trainer, trainer, sizeof trainer);
   rf_rollout_layout_format(&job->rollout, rollout, sizeof rollout);
   int nodes = (lay->world_size + c->ranks_per_node - 1) / c->ranks_per_node;
-  printf("# refit simulate: predicted, not measured; setup is not modelled "
-         "(docs/architecture.md, \"The simulation model\")\n");
+  printf("# refit simulate: predicted, not measured; setup is not modelled but for a "
+         "one-sided transport's register step (docs/architecture.md, \"The simulation model\")\n");
   printf("%-16s %s (%s): %d of %d node%s", "cluster", c->name, c->path, nodes, c->nodes,
          c->nodes == 1 ? "" : "s");
   if (c->gpus)
@@ -65,6 +79,8 @@ void rf_sim_print_header(const rf_sim_context *x) {
            "%s tensors quantized at their source, %d at their destination\n",
            "rollout dtype", rf_layout_format(&job->layout)->name, plan->wire_transfer_bytes,
            plan->source_tensors, rf_layout_format(&job->layout)->name, plan->destination_tensors);
+  if (x->reg.windows)
+    print_register(x);
   if (x->cfg->published_s > 0)
     printf("%-16s %.4g s (%s)\n", "published", x->cfg->published_s,
            x->cfg->published_label[0] ? x->cfg->published_label : "no label");
@@ -192,6 +208,10 @@ static json_t *cluster_json(const rf_cluster *c) {
   json_object_set_new(lat, "node", json_real(c->latency_node * 1e6));
   json_object_set_new(lat, "network", json_real(c->latency_network * 1e6));
   json_object_set_new(lat, "copy", json_real(c->latency_copy * 1e6));
+  if (c->host_register > 0) /* optional keys: absent from files that do not give them */
+    json_object_set_new(o, "host_register_GBps", json_real(GBPS(c->host_register)));
+  if (c->latency_register > 0)
+    json_object_set_new(lat, "register", json_real(c->latency_register * 1e6));
   json_object_set_new(o, "latency_us", lat);
   return o;
 }
@@ -279,6 +299,14 @@ json_t *rf_sim_json(const rf_sim_context *x) {
                         json_integer(plan->destination_tensors));
   }
   json_object_set_new(o, "bucket_size", json_integer(x->cfg->bucket_size));
+  if (x->reg.windows) { /* one-sided transports only: other jobs print as before */
+    json_t *g = json_object();
+    json_object_set_new(g, "unit", json_string(rf_register_unit_name(x->cfg->register_unit)));
+    json_object_set_new(g, "windows", json_integer(x->reg.windows));
+    json_object_set_new(g, "peak_bytes", json_integer(x->reg.peak_bytes));
+    json_object_set_new(g, "seconds", x->reg.modelled ? json_real(x->reg.seconds) : json_null());
+    json_object_set_new(o, "register", g);
+  }
   json_object_set_new(o, "lower_bound_s", json_real(x->bound.seconds));
   json_object_set_new(o, "lower_bound_binding", json_string(x->bound.binding));
   json_object_set_new(o, "cluster", cluster_json(x->cluster));

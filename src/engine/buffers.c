@@ -236,7 +236,8 @@ static rf_status alloc_families(rf_buffers *b, rf_transport *tp) {
   for (int f = 0; f < RF_FAMILY_COUNT && st == RF_OK; f++)
     if (holds_family(b, (rf_buffer_family)f))
       st = layout_family(b, (rf_buffer_family)f, &off[f]);
-  int by_transport = tp && tp->ops->alloc_arenas && b->memory == RF_MEM_HOST;
+  int by_transport = tp && tp->ops->alloc_arenas && b->memory == RF_MEM_HOST &&
+                     tp->register_unit == RF_REGISTER_ARENA;
   if (by_transport) {
     size_t bytes[RF_FAMILY_COUNT];
     for (int f = 0; f < RF_FAMILY_COUNT; f++)

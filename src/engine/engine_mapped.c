@@ -171,6 +171,39 @@ int rf_engine_pushes(const rf_plan *plan) {
   return plan->layout->trainer.order == RF_ORDER_JAX;
 }
 
+/* --register tensor: where this rank's tensors start in each of its arenas, ascending and
+ * without repeats (a tensor of which this rank holds nothing starts where the next does). */
+static rf_status tensor_cuts(const rf_buffers *data, rf_cuts *cuts, int64_t **owned) {
+  const rf_layout *lay = data->plan->layout;
+  for (int f = 0; f < RF_FAMILY_COUNT; f++) {
+    cuts[f] = (rf_cuts){NULL, 0};
+    int rank = f == RF_FAMILY_ROLLOUT ? data->rollout_rank : data->trainer_rank;
+    if (rank < 0 || !data->arena_bytes[f])
+      continue;
+    int n = f == RF_FAMILY_ROLLOUT ? lay->rollout_tensor_count : lay->model->tensor_count;
+    int64_t *off = rf_calloc((size_t)n + 1, sizeof *off, "the tensors' windows");
+    if (!off)
+      return RF_ERR_NOMEM;
+    owned[f] = off;
+    rf_buffers_offsets(data->plan, (rf_buffer_family)f, rank, off);
+    int count = 0;
+    for (int i = 0; i < n; i++) /* insertion into the sorted distinct prefix */
+      if (off[i] < (int64_t)data->arena_bytes[f]) {
+        int64_t v = off[i];
+        int at = count;
+        while (at > 0 && off[at - 1] > v)
+          at--;
+        if (at > 0 && off[at - 1] == v)
+          continue;
+        memmove(off + at + 1, off + at, (size_t)(count - at) * sizeof *off);
+        off[at] = v;
+        count++;
+      }
+    cuts[f] = (rf_cuts){off, count};
+  }
+  return RF_OK;
+}
+
 rf_status rf_engine_expose(rf_buffers *data, rf_transport *tp) {
   if (data->exposed || !tp->ops->peer_buffer)
     return RF_OK;
@@ -183,9 +216,20 @@ rf_status rf_engine_expose(rf_buffers *data, rf_transport *tp) {
   size_t bytes[RF_FAMILY_COUNT];
   for (int f = 0; f < RF_FAMILY_COUNT; f++)
     bytes[f] = data->arena_bytes[f];
-  rf_status exposed = tp->ops->expose_sized
-                          ? tp->ops->expose_sized(tp, data->arena, bytes, RF_FAMILY_COUNT)
-                          : tp->ops->expose(tp, data->arena, RF_FAMILY_COUNT);
+  rf_cuts cuts[RF_FAMILY_COUNT];
+  int64_t *owned[RF_FAMILY_COUNT] = {NULL};
+  int per_tensor = tp->register_unit == RF_REGISTER_TENSOR;
+  rf_status cut = per_tensor ? tensor_cuts(data, cuts, owned) : RF_OK;
+  /* A rank whose cuts failed still takes part, its arenas whole, and the failure is agreed. */
+  rf_status exposed =
+      tp->ops->expose_sized
+          ? tp->ops->expose_sized(tp, data->arena, bytes, per_tensor && cut == RF_OK ? cuts : NULL,
+                                  RF_FAMILY_COUNT)
+          : tp->ops->expose(tp, data->arena, RF_FAMILY_COUNT);
+  if (cut != RF_OK)
+    exposed = cut;
+  for (int f = 0; f < RF_FAMILY_COUNT; f++)
+    free(owned[f]);
   RF_TRY(tp->ctl ? rf_control_agree(tp->ctl, exposed) : exposed);
   data->exposed = 1;
   data->exposed_count = RF_FAMILY_COUNT;

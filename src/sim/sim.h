@@ -59,6 +59,11 @@ typedef struct {
   double latency_node;    /* one message inside a node */
   double latency_network; /* one message between nodes */
   double latency_copy;    /* one pack or unpack copy (a kernel launch on a GPU) */
+  /* Registration (sim_register.c), both optional, 0 when absent: one registration's fixed
+   * cost (an MPI window's creation, a region's registration with the network), and the rate
+   * at which a rank registers its bytes (window memory allocated and zeroed, pages pinned). */
+  double latency_register;
+  double host_register;
 } rf_cluster;
 
 /* The most a cluster file may say, in refit's units: a rate of a petabyte a second, a latency
@@ -235,6 +240,21 @@ typedef struct {
 rf_status rf_simulate(const rf_plan *plan, const rf_cluster *cluster, const rf_sim_options *o,
                       rf_sim_result *out);
 void rf_sim_result_free(rf_sim_result *r);
+
+/* ---- registration (sim_register.c) ---------------------------------------------------------
+ *
+ * The setup step `register` of a one-sided transport, once per job: MPI windows are collective,
+ * so every rank makes every window any rank makes: one per arena (--register arena), or one per
+ * tensor of an arena that some rank holds part of, as many as the rank that holds the most
+ * (--register tensor); and each registers its own arenas' bytes. */
+typedef struct {
+  int64_t windows;    /* each rank's */
+  int64_t peak_bytes; /* the most one rank registers */
+  int modelled;       /* the cluster gives latency_us.register or node.host.register_GBps */
+  double seconds;     /* windows * latency_register + peak_bytes / host_register */
+} rf_sim_register;
+rf_status rf_sim_registration(const rf_plan *plan, const rf_cluster *c, rf_register_unit unit,
+                              rf_sim_register *out);
 
 /* ---- the lower bound (sim_bound.c) ---------------------------------------------------------
  *

@@ -142,8 +142,9 @@ static rf_status read_cluster(const char *path, json_t *root, rf_cluster *c) {
   static const char *const node_keys[] = {"gpus",      "ranks_per_node", "gpu", "nvlink_GBps",
                                           "pcie_GBps", "nics",           "host"};
   static const char *const host_keys[] = {"memcpy_GBps",   "mpi_GBps",          "memory_GiB",
-                                          "quantize_GBps", "delta_encode_GBps", "delta_apply_GBps"};
-  static const char *const latency_keys[] = {"node", "network", "copy"};
+                                          "quantize_GBps", "delta_encode_GBps", "delta_apply_GBps",
+                                          "register_GBps"};
+  static const char *const latency_keys[] = {"node", "network", "copy", "register"};
   where w = {path, ""};
   json_t *node, *host, *latency, *sources;
   if (!json_is_object(root))
@@ -173,6 +174,8 @@ static rf_status read_cluster(const char *path, json_t *root, rf_cluster *c) {
   RF_TRY(number(&w, host, "quantize_GBps", 0, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX,
                 &c->host_quantize));
   RF_TRY(delta_rates(&w, host, c->host_memcpy, &c->host_delta_encode, &c->host_delta_apply));
+  RF_TRY(number(&w, host, "register_GBps", 0, 0, GB, RF_SIM_RATE_MIN, RF_SIM_RATE_MAX,
+                &c->host_register));
   w.at = "";
   RF_TRY(object(&w, root, "latency_us", 1, &latency));
   w.at = "latency_us";
@@ -181,6 +184,7 @@ static rf_status read_cluster(const char *path, json_t *root, rf_cluster *c) {
   RF_TRY(number(&w, latency, "network", c->nodes > 1, 1, 1e-6, 0, RF_SIM_LATENCY_MAX,
                 &c->latency_network));
   RF_TRY(number(&w, latency, "copy", 1, 1, 1e-6, 0, RF_SIM_LATENCY_MAX, &c->latency_copy));
+  RF_TRY(number(&w, latency, "register", 0, 1, 1e-6, 0, RF_SIM_LATENCY_MAX, &c->latency_register));
   if (c->nics == 0)
     c->latency_network = c->latency_node; /* unused: one node */
   return RF_OK;

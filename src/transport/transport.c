@@ -8,6 +8,7 @@
 #include "transport.h"
 
 RF_ENUM_DEFINE(rf_rma_direction, "rma", RF_RMA_DIRECTION_LIST, RF_RMA_DIRECTION_COUNT)
+RF_ENUM_DEFINE(rf_register_unit, "register", RF_REGISTER_UNIT_LIST, RF_REGISTER_UNIT_COUNT)
 
 static const rf_transport_ops *const registry[] = {
     &rf_transport_mpi,  &rf_transport_shm, &rf_transport_rma,
@@ -93,6 +94,15 @@ rf_status rf_transport_describe(const char *name, const rf_transport_ops **out) 
     used += (size_t)snprintf(names + used, sizeof names - used, ", %s", absent[i]->name);
   return rf_fail(RF_ERR_USAGE, "option --transport: '%s' is not a transport; refit has %s", name,
                  names);
+}
+
+rf_status rf_transport_check_register(const rf_transport_ops *t, rf_register_unit unit) {
+  if (unit != RF_REGISTER_ARENA && !t->one_sided)
+    return rf_fail(RF_ERR_USAGE,
+                   "option --register %s: the %s transport registers no memory; "
+                   "use --transport rma, or leave --register out",
+                   rf_register_unit_name(unit), t->name);
+  return RF_OK;
 }
 
 rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, const rf_plan *plan,

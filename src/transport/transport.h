@@ -29,6 +29,22 @@ typedef struct rf_transport rf_transport;
 typedef enum { RF_RMA_DIRECTION_LIST(RF_ENUM_ID) RF_RMA_DIRECTION_COUNT } rf_rma_direction;
 RF_ENUM_DECLARE(rf_rma_direction);
 
+/* --register: what a one-sided transport registers (makes an MPI window of) for its peers:
+ * each arena once (the default), or each tensor of each arena apart, as frameworks that
+ * register tensor by tensor do, for the setup step `register` to show what that costs. */
+#define RF_REGISTER_UNIT_LIST(X)                                                                   \
+  X(RF_REGISTER_ARENA, "arena")                                                                    \
+  X(RF_REGISTER_TENSOR, "tensor")
+typedef enum { RF_REGISTER_UNIT_LIST(RF_ENUM_ID) RF_REGISTER_UNIT_COUNT } rf_register_unit;
+RF_ENUM_DECLARE(rf_register_unit);
+
+/* Where the registration units of an exposed buffer start: `count` byte offsets, ascending,
+ * the first 0 (count 0: the buffer is one unit). */
+typedef struct {
+  const int64_t *at;
+  int count;
+} rf_cuts;
+
 /* A strided run of bytes, as a 2-D box of a row-major buffer is: `rows` rows of `row_bytes`,
  * each `pitch` bytes after the one before (pitch == row_bytes: one contiguous run). */
 typedef struct {
@@ -89,8 +105,11 @@ typedef struct {
   rf_status (*expose)(rf_transport *tp, void *const *buffers, int count);
   rf_status (*peer_buffer)(rf_transport *tp, int peer, int index, void **out);
   /* Optional (NULL: expose): the same, told each buffer's size, for a transport that cannot
-   * learn it from the buffer (rma's windows); the engine offers its arenas through it. */
-  rf_status (*expose_sized)(rf_transport *tp, void *const *buffers, const size_t *bytes, int count);
+   * learn it from the buffer (rma's windows), and where each buffer's registration units start
+   * (`cuts`: NULL, or one per buffer; under --register tensor, the tensors' offsets); the
+   * engine offers its arenas through it. */
+  rf_status (*expose_sized)(rf_transport *tp, void *const *buffers, const size_t *bytes,
+                            const rf_cuts *cuts, int count);
   /* Optional (NULL: the engine allocates its host arenas itself): allocates this rank's `count`
    * host arenas, collectively over the world (every rank calls it once, before any expose,
    * with the same count and 0 bytes for an arena it has none of), in memory the transport
@@ -128,6 +147,7 @@ struct rf_transport {
   rf_control *ctl;     /* NULL for the tests' loopback transport (transport_loopback.h) */
   const rf_plan *plan; /* which ranks talk (NCCL builds one communicator per star) */
   void *state;         /* the implementation's own */
+  rf_register_unit register_unit; /* --register, for transports that register (rma) */
 };
 
 /* One message each way, as tickets of tp's wait. */
@@ -152,6 +172,8 @@ rf_status rf_transport_describe(const char *name, const rf_transport_ops **out);
 /* "mpi, shm, rma, nccl, ipc": the names, for --help. */
 void rf_transport_names(char *buf, size_t len);
 
+/* --register other than arena, for a transport that registers nothing: one line (exit 2). */
+rf_status rf_transport_check_register(const rf_transport_ops *t, rf_register_unit unit);
 rf_status rf_transport_open(const rf_transport_ops *ops, rf_control *ctl, const rf_plan *plan,
                             rf_transport *tp);
 void rf_transport_close(rf_transport *tp);

@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #if defined(__has_include)
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>
@@ -74,206 +73,17 @@ static void rma_finalize(rf_transport *tp) {
   rma_state *s = tp->state;
   if (!s)
     return;
-  /* Windows are freed collectively; every rank closes its transport at the same point. */
-  for (int i = 0; i < s->count; i++) {
-    if (s->win[i] != MPI_WIN_NULL) {
-      MPI_Win_unlock_all(s->win[i]);
-      if (i >= s->arena_count) /* the arenas' windows are freed below, exposed or not */
-        MPI_Win_free(&s->win[i]);
-    }
-    for (int r = 0; r < s->ranks; r++) {
-      rma_view *v = &s->view[(size_t)i * (size_t)s->ranks + (size_t)r];
-      if (v->stand_in)
-        munmap(v->stand_in, (size_t)v->bytes);
-    }
-  }
-  for (int i = 0; i < s->arena_count; i++)
-    if (s->arena_win[i] != MPI_WIN_NULL)
-      MPI_Win_free(&s->arena_win[i]);
+  rma_windows_free(s);
   if (s->notes_win != MPI_WIN_NULL) {
     MPI_Win_unlock_all(s->notes_win);
     MPI_Win_free(&s->notes_win);
   }
-  free(s->win), free(s->view), free(s->own), free(s->dirty);
   free(s->seen), free(s->expect), free(s->trainer_world), free(s->notes);
   for (int i = 0; i < s->scratch_count; i++)
     free(s->scratch[i].base);
   free(s->scratch);
   free(s);
   tp->state = NULL;
-}
-
-static rf_status rma_expose(rf_transport *tp, void *const *buffers, int count) {
-  return rf_fail(RF_ERR_USAGE, "the rma transport cannot offer a delta refit's encoded pieces; "
-                               "use --delta off or --transport mpi");
-}
-
-/* The arenas as windows of MPI_Win_allocate (transport.h, alloc_arenas), each 64 bytes larger
- * than asked so that the arena can start 64-byte aligned (MPI promises less). A bounded
- * barrier first, as for expose's sizes, so that every rank reaches the allocations, which MPI
- * cannot bound, only once all have arrived. */
-static rf_status rma_alloc_arenas(rf_transport *tp, const size_t *bytes, int count, void **out) {
-  rma_state *s = tp->state;
-  for (int i = 0; i < count; i++)
-    out[i] = NULL;
-  /* The same on every rank: they all return before any collective. */
-  if (count > RMA_ARENAS_MAX || s->count || s->arena_count)
-    return rf_fail(RF_ERR_INTERNAL,
-                   "rma: %d arenas asked for, after %d windows; at most %d, "
-                   "allocated once before any window is exposed",
-                   count, s->count, RMA_ARENAS_MAX);
-  MPI_Request req;
-  int rc = MPI_Ibarrier(tp->ctl->world, &req);
-  RF_TRY(rc == MPI_SUCCESS ? rf_control_wait(tp->ctl, &req, "the ranks to allocate rma windows")
-                           : rf_mpi_failed(rc, "MPI_Ibarrier", __FILE__, __LINE__));
-  rf_status st = RF_OK;
-  for (int i = 0; i < count; i++) {
-    char *base = NULL;
-    MPI_Aint size = bytes[i] ? (MPI_Aint)bytes[i] + 64 : 0;
-    s->arena_win[i] = MPI_WIN_NULL;
-    rc = MPI_Win_allocate(size, 1, MPI_INFO_NULL, tp->ctl->world, &base, &s->arena_win[i]);
-    if (rc != MPI_SUCCESS) {
-      if (st == RF_OK)
-        st = rf_fail(RF_ERR_NOMEM,
-                     "rma: cannot allocate a window of %lld bytes for an arena "
-                     "(MPI_Win_allocate failed); free memory on this node, or use --transport mpi",
-                     (long long)size);
-      continue;
-    }
-    MPI_Win_set_errhandler(s->arena_win[i], MPI_ERRORS_RETURN);
-    s->arena_origin[i] = size ? (int64_t)((64 - ((uintptr_t)base & 63)) & 63) : 0;
-    s->arena_at[i] = size ? base + s->arena_origin[i] : NULL;
-    out[i] = s->arena_at[i];
-  }
-  s->arena_count = count;
-  return st;
-}
-
-/* Each call appends `count` windows after those of earlier calls (index-major tables, as
- * shm's). The sizes go round first, in a bounded collective, so that every rank reaches the
- * window creations, which MPI cannot bound, only once all have arrived. */
-static rf_status rma_expose_sized(rf_transport *tp, void *const *buffers, const size_t *bytes,
-                                  int count) {
-  rma_state *s = tp->state;
-  int base = s->count, total = base + count;
-  size_t n = (size_t)s->ranks * (size_t)total;
-  MPI_Win *win = realloc(s->win, (size_t)total * sizeof *win + 1);
-  if (win)
-    s->win = win;
-  rma_view *view = realloc(s->view, n * sizeof *view + 1);
-  if (view)
-    s->view = view;
-  void **own = realloc(s->own, (size_t)total * sizeof *own + 1);
-  if (own)
-    s->own = own;
-  char *dirty = realloc(s->dirty, (size_t)total + 1);
-  if (dirty)
-    s->dirty = dirty;
-  /* Each rank's sizes, then the buffers' offsets in their windows. */
-  int64_t *mine = rf_calloc(2 * (size_t)count + 1, sizeof *mine, "rma window sizes");
-  int64_t *got =
-      rf_calloc(2 * (size_t)s->ranks * (size_t)count + 1, sizeof *got, "rma window sizes");
-  rf_status st = win && view && own && dirty && mine && got ? RF_OK : RF_ERR_NOMEM;
-  for (int i = 0; i < count && st == RF_OK; i++) {
-    int allocated = base + i < s->arena_count;
-    mine[i] = buffers[i] ? (int64_t)bytes[i] : 0;
-    mine[count + i] = allocated ? s->arena_origin[base + i] : 0;
-    if (allocated && buffers[i] != s->arena_at[base + i])
-      st = rf_fail(RF_ERR_INTERNAL, "rma: exposed buffer %d is not the arena allocated for it",
-                   base + i);
-  }
-  MPI_Request req;
-  int rc = MPI_Iallgather(mine, 2 * count, MPI_INT64_T, got, 2 * count, MPI_INT64_T, tp->ctl->world,
-                          &req);
-  rf_status waited = rc == MPI_SUCCESS ? rf_control_wait(tp->ctl, &req, "the rma window sizes")
-                                       : rf_mpi_failed(rc, "MPI_Iallgather", __FILE__, __LINE__);
-  if (waited != RF_OK) {
-    free(mine), free(got);
-    return waited;
-  }
-  /* Every rank creates every window, whatever failed locally, and the stand-ins after; the
-   * arenas the transport allocated have theirs already (alike on every rank). */
-  for (int i = 0; i < count; i++) {
-    MPI_Win w = MPI_WIN_NULL;
-    void *at = st == RF_OK && mine[i] ? buffers[i] : NULL;
-    MPI_Aint size = at ? (MPI_Aint)mine[i] : 0;
-    if (base + i < s->arena_count) {
-      w = s->arena_win[base + i];
-      rc = w != MPI_WIN_NULL ? MPI_SUCCESS : MPI_ERR_WIN;
-    } else {
-      rc = MPI_Win_create(at, size, 1, MPI_INFO_NULL, tp->ctl->world, &w);
-    }
-    if (rc != MPI_SUCCESS && st == RF_OK) {
-      char why[MPI_MAX_ERROR_STRING] = "";
-      int len = 0;
-      MPI_Error_string(rc, why, &len);
-      st = rf_fail(RF_ERR_MPI,
-                   "rma: MPI_Win_create failed (%s): this MPI's one-sided component cannot "
-                   "make a window over memory it did not allocate (Open MPI's osc sm cannot); "
-                   "let it take another (--mca osc ^sm, or rdma or ucx)",
-                   why);
-    }
-    if (rc == MPI_SUCCESS) {
-      MPI_Win_set_errhandler(w, MPI_ERRORS_RETURN);
-      rc = MPI_Win_lock_all(MPI_MODE_NOCHECK, w);
-      if (rc != MPI_SUCCESS && st == RF_OK)
-        st = rf_mpi_failed(rc, "MPI_Win_lock_all", __FILE__, __LINE__);
-    }
-    if (win && view && own && dirty) {
-      s->win[base + i] = w;
-      s->own[base + i] = buffers[i];
-      s->dirty[base + i] = 0;
-      for (int r = 0; r < s->ranks; r++) {
-        const int64_t *theirs = got + 2 * (size_t)r * (size_t)count;
-        s->view[(size_t)(base + i) * (size_t)s->ranks + (size_t)r] =
-            (rma_view){NULL, theirs[i], theirs[count + i]};
-      }
-    }
-  }
-  if (win && view && own && dirty)
-    s->count = total;
-  for (int i = base; i < total && st == RF_OK; i++)
-    for (int r = 0; r < s->ranks && st == RF_OK; r++) {
-      rma_view *v = &s->view[(size_t)i * (size_t)s->ranks + (size_t)r];
-      if (r == s->me || v->bytes == 0)
-        continue;
-      void *p = mmap(NULL, (size_t)v->bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                     -1, 0);
-      if (p == MAP_FAILED)
-        st = rf_fail(RF_ERR_NOMEM,
-                     "rma: cannot reserve %lld bytes of address space for rank %d's "
-                     "window %d",
-                     (long long)v->bytes, r, i);
-      else
-        v->stand_in = p;
-    }
-  free(mine);
-  free(got);
-  return st;
-}
-
-static rf_status rma_peer_buffer(rf_transport *tp, int peer, int index, void **out) {
-  rma_state *s = tp->state;
-  *out = NULL;
-  if (index < 0 || index >= s->count || peer < 0 || peer >= s->ranks)
-    return rf_fail(RF_ERR_INTERNAL, "rma: rank %d has no window %d", peer, index);
-  if (peer == s->me) {
-    *out = s->own[index];
-    return RF_OK;
-  }
-  rma_view *v = &s->view[(size_t)index * (size_t)s->ranks + (size_t)peer];
-  if (!v->stand_in)
-    return rf_fail(RF_ERR_INTERNAL, "rma: rank %d has no window %d", peer, index);
-  *out = v->stand_in;
-  return RF_OK;
-}
-
-/* Orders this rank's loads and stores in its arenas with the windows' (a note's either side). */
-static rf_status sync_windows(rma_state *s) {
-  for (int i = 0; i < s->count; i++)
-    if (s->win[i] != MPI_WIN_NULL)
-      RF_MPI(MPI_Win_sync(s->win[i]));
-  return RF_OK;
 }
 
 static rf_status rma_group(rf_transport *tp) { return RF_OK; }
@@ -292,7 +102,7 @@ static rf_status rma_post(rf_transport *tp, int send, rf_channel ch, int peer, v
   *n = (rma_note){world, !send, 0, buf};
   if (send) {
     if (!s->sends_pending) /* what this rank wrote in its arenas is visible before the note */
-      RF_TRY(sync_windows(s));
+      RF_TRY(rma_sync_windows(s));
     RF_MPI(MPI_Accumulate(&s->one, 1, MPI_INT64_T, world, (MPI_Aint)s->me, 1, MPI_INT64_T, MPI_SUM,
                           s->notes_win));
     s->sends_pending = 1;
@@ -339,7 +149,7 @@ static rf_status rma_wait(rf_transport *tp, long upto, const char *what) {
     if (st == RF_ERR_TIMEOUT)
       return rf_timeout_error(tp->ctl->timeout, what, NULL);
     RF_TRY(st);
-    RF_TRY(sync_windows(s)); /* what the peers wrote before their notes is visible here */
+    RF_TRY(rma_sync_windows(s)); /* what the peers wrote before their notes is visible here */
     for (int i = 0; i < n; i++)
       if (s->notes[i].recv && s->notes[i].buf)
         s->notes[i].buf[0] = 1;
@@ -362,7 +172,7 @@ static rf_status rma_abandon(rf_transport *tp) {
   rma_state *s = tp->state;
   if (tp->ctl->timed_out)
     return RF_ERR_TIMEOUT;
-  for (int i = 0; i < s->count; i++)
+  for (int i = 0; i < s->win_count; i++)
     s->dirty[i] = 1;
   RF_TRY(rma_copy_wait(tp, "a failed iteration's copies"));
   RF_MPI(MPI_Win_flush_all(s->notes_win));

@@ -5,20 +5,6 @@
 
 #include "transport_rma_internal.h"
 
-/* The window, rank and byte offset behind address `at`, or -1 where it is in no stand-in. */
-static int find_stand_in(const rma_state *s, const char *at, int *rank, MPI_Aint *disp) {
-  for (int i = 0; i < s->count; i++)
-    for (int r = 0; r < s->ranks; r++) {
-      const rma_view *v = &s->view[(size_t)i * (size_t)s->ranks + (size_t)r];
-      if (v->stand_in && at >= v->stand_in && at < v->stand_in + v->bytes) {
-        *rank = r;
-        *disp = (MPI_Aint)(at - v->stand_in + v->origin);
-        return i;
-      }
-    }
-  return -1;
-}
-
 /* The datatype that walks `box` of region r in row-major logical order, from its lo corner:
  * rows of dense bytes where dimension 1 is dense, element by element otherwise (a transpose).
  * Both ends of a copy walk the same order, so their type signatures (bytes) agree. */
@@ -126,12 +112,12 @@ rf_status rma_copy_boxes(rf_transport *tp, const rf_box_copy *copies, int count)
       continue;
     int rank = -1;
     MPI_Aint disp = 0;
-    int index = find_stand_in(s, rf_region_at(&c->dst, c->box.lo[0], c->box.lo[1]), &rank, &disp);
+    int index = rma_find_window(s, rf_region_at(&c->dst, c->box.lo[0], c->box.lo[1]), &rank, &disp);
     if (index >= 0) {
       RF_TRY(box_op(s, 1, index, rank, disp, &c->src, &c->dst, &c->box));
       continue;
     }
-    index = find_stand_in(s, rf_region_at(&c->src, c->box.lo[0], c->box.lo[1]), &rank, &disp);
+    index = rma_find_window(s, rf_region_at(&c->src, c->box.lo[0], c->box.lo[1]), &rank, &disp);
     if (index >= 0)
       RF_TRY(box_op(s, 0, index, rank, disp, &c->dst, &c->src, &c->box));
     else
@@ -142,7 +128,7 @@ rf_status rma_copy_boxes(rf_transport *tp, const rf_box_copy *copies, int count)
 
 rf_status rma_copy_wait(rf_transport *tp, const char *what) {
   rma_state *s = tp->state;
-  for (int i = 0; i < s->count; i++)
+  for (int i = 0; i < s->win_count; i++)
     if (s->dirty[i]) {
       RF_MPI(MPI_Win_flush_all(s->win[i]));
       s->dirty[i] = 0;

@@ -11,12 +11,15 @@
 /* MPI counts are ints: a contiguous run travels in slices of at most this many bytes. */
 #define RMA_SLICE ((int64_t)1 << 30)
 
-/* One rank's exposed buffer as this rank sees it: its window, its size, and here the
- * stand-in range (NULL for this rank's own buffers and for empty ones). */
+/* One rank's exposed buffer as this rank sees it: here the stand-in range (NULL for this
+ * rank's own buffers and for empty ones), its size, its offset in its window (alignment, in
+ * an arena allocated as a window) and, registered per tensor, where its units start. */
 typedef struct {
   char *stand_in;
   int64_t bytes;
-  int64_t origin; /* the buffer's byte offset in its window (alignment, in allocated ones) */
+  int64_t origin;
+  const int64_t *cuts; /* [cut_count], ascending from 0; NULL: the buffer is one unit */
+  int cut_count;
 } rma_view;
 
 /* The most arenas alloc_arenas makes (the engine's three families). */
@@ -39,10 +42,14 @@ typedef struct {
 
 typedef struct {
   int ranks, me, count; /* world size, this rank, buffers exposed per rank so far */
-  MPI_Win *win;         /* [index]: one window per exposed buffer */
-  rma_view *view;       /* [index * ranks + rank] */
-  void **own;           /* [index]: this rank's buffers */
-  char *dirty;          /* [index]: operations started since the last flush */
+  int *first_win;       /* [buffer]: its first window; a buffer cut in units has one each */
+  rma_view *view;       /* [buffer * ranks + rank] */
+  void **own;           /* [buffer]: this rank's buffers */
+  MPI_Win *win;         /* [window]: every buffer's windows, in order */
+  char *dirty;          /* [window]: operations started since the last flush */
+  int win_count;
+  int64_t **cut_blocks; /* every rank's cuts, one block per expose that had some */
+  int cut_block_count, cut_block_cap;
   /* The arenas this transport allocated (alloc_arenas): windows of MPI_Win_allocate, which the
    * first expose takes as its first arena_count windows, and each buffer's offset in its
    * window (they are 64-byte aligned). */
@@ -63,6 +70,18 @@ typedef struct {
   rma_chunk *scratch;
   int scratch_count, scratch_cap, scratch_at;
 } rma_state;
+
+/* transport_rma_windows.c: the table's alloc_arenas, expose, expose_sized and peer_buffer;
+ * the window and byte offset behind a stand-in address (-1 where it is in none), with the
+ * world rank in *rank; MPI_Win_sync of every window; the windows' release at finalize. */
+rf_status rma_alloc_arenas(rf_transport *tp, const size_t *bytes, int count, void **out);
+rf_status rma_expose(rf_transport *tp, void *const *buffers, int count);
+rf_status rma_expose_sized(rf_transport *tp, void *const *buffers, const size_t *bytes,
+                           const rf_cuts *cuts, int count);
+rf_status rma_peer_buffer(rf_transport *tp, int peer, int index, void **out);
+int rma_find_window(const rma_state *s, const char *at, int *rank, MPI_Aint *disp);
+rf_status rma_sync_windows(rma_state *s);
+void rma_windows_free(rma_state *s);
 
 /* transport_rma_copy.c: the copy_boxes and copy_wait of the table (transport.h). */
 rf_status rma_copy_boxes(rf_transport *tp, const rf_box_copy *copies, int count);

@@ -59,6 +59,16 @@ case "$oscs" in
 *" sm "*) run 4 put p2p $(osc sm) --model tiny --trainer fsdp=2 --rollout tp=2 ;;
 esac
 
+# --register tensor: a window per tensor of each arena (what registering tensor by tensor
+# costs, in the setup step register), the same weights as the mpi transport's; no other
+# transport registers memory, and says so.
+run 4 get p2p --model tiny --trainer fsdp=2 --rollout tp=2 --register tensor \
+  --output "$TMP/tensor.h5"
+expect_exit 0 "$REFIT" verify "$TMP/tensor.h5" --reference "$TMP/mpi.h5"
+expect_error_mpi 2 "refit: error: option --register tensor: the shm transport registers no memory; use --transport rma, or leave --register out" \
+  "${MPIRUN[@]}" -np 2 "$REFIT" run --transport shm --register tensor --model tiny \
+  --trainer fsdp=1 --rollout tp=1 --iters 1
+
 # A rank that never takes part: the others give up after --timeout (exit 3), no hang.
 expect_exit 3 timeout 60 "${MPIRUN[@]}" -np 2 "$REFIT" run --transport rma --model tiny \
   --trainer fsdp=1 --rollout tp=1 --iters 1 --inject stall --timeout 1
