@@ -246,12 +246,14 @@ void rf_sim_result_free(rf_sim_result *r);
  * The setup step `register` of a one-sided transport, once per job: MPI windows are collective,
  * so every rank makes every window any rank makes: one per arena (--register arena), or one per
  * tensor of an arena that some rank holds part of, as many as the rank that holds the most
- * (--register tensor); and each registers its own arenas' bytes. */
+ * (--register tensor). Per arena the MPI library also allocates the arenas as it makes their
+ * windows, each rank its own bytes at host_register; per tensor the windows lie over memory
+ * refit allocated before. */
 typedef struct {
   int64_t windows;    /* each rank's */
   int64_t peak_bytes; /* the most one rank registers */
   int modelled;       /* the cluster gives latency_us.register or node.host.register_GBps */
-  double seconds;     /* windows * latency_register + peak_bytes / host_register */
+  double seconds;     /* windows * latency_register (+ peak_bytes / host_register per arena) */
 } rf_sim_register;
 rf_status rf_sim_registration(const rf_plan *plan, const rf_cluster *c, rf_register_unit unit,
                               rf_sim_register *out);

@@ -51,7 +51,10 @@ rf_status rf_sim_registration(const rf_plan *plan, const rf_cluster *c, rf_regis
   for (int f = 0; f < RF_FAMILY_COUNT; f++)
     out->windows += unit == RF_REGISTER_TENSOR ? RF_MAX(most[f], 1) : 1;
   out->modelled = c->latency_register > 0 || c->host_register > 0;
+  /* Arenas allocated as windows are allocated (and zeroed) by the MPI library as it makes
+   * them; windows per tensor lie over memory refit allocated and filled already. */
+  int allocates = unit == RF_REGISTER_ARENA && c->host_register > 0;
   out->seconds = (double)out->windows * c->latency_register +
-                 (c->host_register > 0 ? (double)out->peak_bytes / c->host_register : 0);
+                 (allocates ? (double)out->peak_bytes / c->host_register : 0);
   return RF_OK;
 }

@@ -160,12 +160,13 @@ expect_grep "  delta          auto, 1% of elements changed: 10380 transfer bytes
 expect_exit 2 "$REFIT" simulate --cluster "$toy" "${job[@]}" --update adam:1e-6 --delta auto
 expect_grep "refit: error: --update adam:1e-6: refit simulate cannot know what fraction adam's steps change; give --update sparse:F with the fraction a refit run printed" "$TMP/out"
 
-# rma's setup step register on the toy with 1 ms a window and 1 GB/s of registered bytes:
-# tiny's fsdp=2 -> tp=2 makes 3 windows a rank, one per arena, or with --register tensor
-# 21 + 1 + 15: each trainer rank holds half of each of the 21 tensors, p2p has no coupling
-# buffers (one empty window), each rollout rank part of each of the 15 fused tensors; the
-# largest rank's arenas are 140544 bytes (each tensor 64-byte aligned). The toy without the
-# keys predicts none; no other transport registers.
+# rma's setup step register on the toy with 1 ms a window and 1 GB/s of arenas allocated as
+# windows: tiny's fsdp=2 -> tp=2 makes 3 windows a rank, one per arena, the largest rank's
+# arenas 140544 bytes (each tensor 64-byte aligned): 3 ms + 140.544 us; or with --register
+# tensor 21 + 1 + 15 windows over memory refit allocated, 37 ms: each trainer rank holds half
+# of each of the 21 tensors, p2p has no coupling buffers (one empty window), each rollout rank
+# part of each of the 15 fused tensors. The toy without the keys predicts none; no other
+# transport registers.
 "${PY:-python3}" - "$toy" "$TMP/toy-register.json" <<'PYEOF'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -177,7 +178,7 @@ rma=("${layout[@]}" --transport rma --memory host)
 expect_exit 0 "$REFIT" simulate --cluster "$TMP/toy-register.json" "${rma[@]}"
 expect_grep "register         --register arena: 3 windows a rank, up to 140544 bytes a rank: 0.003141 s once per job (latency_us.register 1000 us a window, node.host.register_GBps 1)" "$TMP/out"
 expect_exit 0 "$REFIT" simulate --cluster "$TMP/toy-register.json" "${rma[@]}" --register tensor
-expect_grep "register         --register tensor: 37 windows a rank, up to 140544 bytes a rank: 0.03714 s once per job (latency_us.register 1000 us a window, node.host.register_GBps 1)" "$TMP/out"
+expect_grep "register         --register tensor: 37 windows a rank, up to 140544 bytes a rank: 0.037 s once per job (latency_us.register 1000 us a window, node.host.register_GBps 1)" "$TMP/out"
 expect_exit 0 "$REFIT" simulate --cluster "$toy" "${rma[@]}"
 expect_grep "register         --register arena: 3 windows a rank, up to 140544 bytes a rank: not modelled (the cluster gives no latency_us.register or node.host.register_GBps)" "$TMP/out"
 expect_error 2 "refit: error: option --register tensor: the mpi transport registers no memory; use --transport rma, or leave --register out" \
