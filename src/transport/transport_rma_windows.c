@@ -165,8 +165,8 @@ rf_status rma_expose_sized(rf_transport *tp, void *const *buffers, const size_t 
   if (waited == RF_OK && st == RF_OK && all_cuts) /* the views point into `every` */
     st = rf_grow((void **)&s->cut_blocks, s->cut_block_count, &s->cut_block_cap,
                  sizeof *s->cut_blocks, "rma window cuts");
-  for (int i = 0, n = 0; i < count && flat && cuts && buffers[i]; i++)
-    for (int c = 0; c < cuts[i].count; c++)
+  for (int i = 0, n = 0; i < count && flat && cuts; i++)
+    for (int c = 0; buffers[i] && c < cuts[i].count; c++)
       flat[n++] = cuts[i].at[c];
   int ok = st == RF_OK, all_ok = 0;
   if (waited == RF_OK)
@@ -180,6 +180,20 @@ rf_status rma_expose_sized(rf_transport *tp, void *const *buffers, const size_t 
   if (waited != RF_OK || !all_ok) {
     free(mine), free(got), free(cut_n), free(cut_at), free(units), free(every), free(flat);
     return waited != RF_OK ? waited : st != RF_OK ? st : RF_ERR_NOMEM;
+  }
+  /* Every rank's units, as they arrived, start at 0 and follow one another inside its buffer,
+   * or windows would overlap or leave bytes out; every rank checks all alike. */
+  for (int r = 0; r < ranks && waited == RF_OK; r++) {
+    const int64_t *theirs = got + 3 * (size_t)r * (size_t)count, *c = every + cut_at[r];
+    for (int i = 0; i < count; c += theirs[2 * count + i], i++)
+      for (int u = 0; u < theirs[2 * count + i] && waited == RF_OK; u++)
+        if ((u == 0) != (c[u] == 0) || (u && c[u] <= c[u - 1]) || c[u] >= theirs[i])
+          waited = rf_fail(RF_ERR_INTERNAL, "rma: rank %d's buffer %d has a unit at %lld", r,
+                           base + i, (long long)c[u]);
+  }
+  if (waited != RF_OK) {
+    free(mine), free(got), free(cut_n), free(cut_at), free(units), free(every), free(flat);
+    return waited;
   }
   /* Every rank creates every window, whatever failed locally, and the stand-ins after. */
   for (int i = 0; i < count; i++) {
