@@ -330,6 +330,24 @@ rf_status rf_buffers_load(rf_buffers *b, rf_checkpoint *checkpoint, int64_t k) {
   return RF_OK;
 }
 
+static int by_offset(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+int rf_buffers_tensor_starts(const rf_plan *plan, rf_buffer_family family, int rank, int64_t *off,
+                             int64_t *arena) {
+  const rf_layout *lay = plan->layout;
+  int n = family == RF_FAMILY_ROLLOUT ? lay->rollout_tensor_count : lay->model->tensor_count;
+  *arena = rf_buffers_offsets(plan, family, rank, off);
+  qsort(off, (size_t)n, sizeof *off, by_offset);
+  int count = 0;
+  for (int i = 0; i < n; i++)
+    if (off[i] < *arena && (count == 0 || off[i] != off[count - 1]))
+      off[count++] = off[i];
+  return count;
+}
+
 void rf_buffers_free(rf_buffers *b) {
   for (int f = 0; f < RF_FAMILY_COUNT; f++) {
     if (b->arena[f] && b->arenas_by_transport)

@@ -187,6 +187,12 @@ rf_status rf_buffers_load(rf_buffers *b, rf_checkpoint *checkpoint, int64_t k);
  * coupling, ignored for rollout): byte offsets, 256-byte aligned. Returns the arena size. */
 int64_t rf_buffers_offsets(const rf_plan *plan, rf_buffer_family family, int rank,
                            int64_t *offsets);
+/* Where rank's tensors of `family` start in its arena, ascending and without repeats (a tensor
+ * the rank holds nothing of starts where the next does, or at the arena's end, and is left
+ * out): the registration units of --register tensor. Fills starts[0 .. count) from `off`, room
+ * for every tensor of the family, and returns count; *arena gets the arena's size. */
+int rf_buffers_tensor_starts(const rf_plan *plan, rf_buffer_family family, int rank, int64_t *off,
+                             int64_t *arena);
 
 /* Every rollout rank's fp8 landing buffers in bytes, per_rank[rollout rank]: the rule of
  * rf_buffers_init, for refit simulate's memory. */

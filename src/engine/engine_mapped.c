@@ -185,21 +185,9 @@ static rf_status tensor_cuts(const rf_buffers *data, rf_cuts *cuts, int64_t **ow
     if (!off)
       return RF_ERR_NOMEM;
     owned[f] = off;
-    rf_buffers_offsets(data->plan, (rf_buffer_family)f, rank, off);
-    int count = 0;
-    for (int i = 0; i < n; i++) /* insertion into the sorted distinct prefix */
-      if (off[i] < (int64_t)data->arena_bytes[f]) {
-        int64_t v = off[i];
-        int at = count;
-        while (at > 0 && off[at - 1] > v)
-          at--;
-        if (at > 0 && off[at - 1] == v)
-          continue;
-        memmove(off + at + 1, off + at, (size_t)(count - at) * sizeof *off);
-        off[at] = v;
-        count++;
-      }
-    cuts[f] = (rf_cuts){off, count};
+    int64_t arena;
+    cuts[f] = (rf_cuts){
+        off, rf_buffers_tensor_starts(data->plan, (rf_buffer_family)f, rank, off, &arena)};
   }
   return RF_OK;
 }

@@ -5,23 +5,6 @@
 
 #include "sim_internal.h"
 
-/* The tensors of family f that world rank w holds part of: the distinct offsets inside its
- * arena (a tensor it holds nothing of starts where the next does, or at the arena's end). */
-static int by_offset(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
-static int64_t tensors_held(const rf_plan *plan, rf_buffer_family f, int rank, int64_t *off, int n,
-                            int64_t *arena) {
-  *arena = rf_buffers_offsets(plan, f, rank, off);
-  qsort(off, (size_t)n, sizeof *off, by_offset);
-  int64_t held = 0;
-  for (int i = 0; i < n; i++)
-    held += off[i] < *arena && (i == 0 || off[i] != off[i - 1]);
-  return held;
-}
-
 rf_status rf_sim_registration(const rf_plan *plan, const rf_cluster *c, rf_register_unit unit,
                               rf_sim_register *out) {
   const rf_layout *lay = plan->layout;
@@ -39,9 +22,8 @@ rf_status rf_sim_registration(const rf_plan *plan, const rf_cluster *c, rf_regis
       int rank = f == RF_FAMILY_ROLLOUT ? ro : t;
       if (rank < 0)
         continue;
-      int count = f == RF_FAMILY_ROLLOUT ? lay->rollout_tensor_count : lay->model->tensor_count;
       int64_t arena;
-      int64_t held = tensors_held(plan, (rf_buffer_family)f, rank, off, count, &arena);
+      int64_t held = rf_buffers_tensor_starts(plan, (rf_buffer_family)f, rank, off, &arena);
       most[f] = RF_MAX(most[f], held);
       bytes += arena;
     }
