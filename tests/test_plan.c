@@ -218,8 +218,52 @@ static int test_fanout_random(void) {
   return built;
 }
 
+/* How Llama-3.2-1B's transfer bytes lie (rf_piece_runs), trainer fsdp=2 -> rollout tp=2,
+ * derived by hand from its 16 layers (D 2048, F 8192, q 2048 and k, v 512 rows, vocabulary
+ * 128,256, tied embeddings) and 33 norms of 2048, each sent whole to both rollout ranks:
+ *   - tunix: gate, up and the embeddings are sharded along their columns, which the rollout
+ *     keeps in full, so the halves land strided in its tensors; o and down are sharded along
+ *     their rows and cut along their columns by the rollout, so they are read strided; q, k, v
+ *     and the norms lie in one run at both ends.
+ *   - fsdp2 shards every tensor along its rows: only o and down are read strided; the vocabulary
+ *     (128,256 rows, 64,128 a rank on both sides) lands in one run. */
+static void test_llama1b_runs(void) {
+  rf_model m;
+  ASSERT_OK(rf_model_load("llama-3.2-1b", &m));
+  const int64_t layers = 16, D = 2048, F = 8192, row = D * 2, embed = 128256 * row;
+  const int64_t norms = 2 * 33 * row, qkv = layers * (2048 + 512 + 512) * row;
+  const int64_t gate_up = layers * 2 * F * row, o_down = layers * (D * D + D * F) * 2;
+  for (int style = 0; style < 2; style++) {
+    rf_trainer_layout tl = {.fsdp = 2,
+                            .tp = 1,
+                            .dp = 1,
+                            .ep = 1,
+                            .pp = 1,
+                            .style = style ? RF_STYLE_FSDP2 : RF_STYLE_TUNIX};
+    rf_rollout_layout rl = {.tp = 2, .dp = 1};
+    rf_layout lay;
+    ASSERT_OK(rf_layout_init(&lay, &m, &tl, &rl, RF_PLACEMENT_DISAGGREGATED));
+    rf_plan plan;
+    ASSERT_OK(rf_plan_build(&plan, &lay, RF_PLAN_P2P, NULL));
+    ASSERT_EQ(plan.runs_bytes[RF_RUNS_STRIDED_SOURCE], o_down); /* 671,088,640 */
+    ASSERT_EQ(plan.runs_bytes[RF_RUNS_STRIDED_BOTH], 0);
+    if (style) {
+      ASSERT_EQ(plan.runs_bytes[RF_RUNS_STRIDED_DESTINATION], 0);
+      ASSERT_EQ(plan.runs_bytes[RF_RUNS_CONTIGUOUS], plan.transfer_bytes - o_down);
+    } else {
+      ASSERT_EQ(plan.runs_bytes[RF_RUNS_STRIDED_DESTINATION], gate_up + embed); /* 1,599,078,400 */
+      ASSERT_EQ(plan.runs_bytes[RF_RUNS_CONTIGUOUS], qkv + norms);              /* 201,596,928 */
+      ASSERT_EQ(plan.transfer_bytes, qkv + norms + gate_up + embed + o_down);
+    }
+    rf_plan_free(&plan);
+    rf_layout_free(&lay);
+  }
+  rf_model_free(&m);
+}
+
 int main(void) {
   test_llama8b_totals();
+  test_llama1b_runs();
   test_tiny_fanout();
   test_tiny_mixed_totals();
   srand(20261202);

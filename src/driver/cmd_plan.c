@@ -175,6 +175,21 @@ static rf_status print_json(const rf_job *job, int manifest_rank, const rf_clust
   return RF_OK;
 }
 
+/* How the transfer bytes lie (rf_piece_runs): those in one run at both ends, and the strided
+ * ones, which a message transport packs or unpacks (or gathers) in a copy of its own while a
+ * mapping transport copies them once, straight into place. */
+static void print_runs(const rf_plan *plan) {
+  double total = plan->transfer_bytes > 0 ? (double)plan->transfer_bytes : 1.0;
+  const int64_t *b = plan->runs_bytes;
+  printf("%-16s %" PRId64 " (%.1f%%) of the transfer bytes lie in one run at both ends\n",
+         "contiguous", b[RF_RUNS_CONTIGUOUS], 100.0 * (double)b[RF_RUNS_CONTIGUOUS] / total);
+  printf("%-16s source %" PRId64 " (%.1f%%)  destination %" PRId64 " (%.1f%%)  both %" PRId64
+         " (%.1f%%): rows at a pitch, copied once more by a message transport\n",
+         "strided", b[RF_RUNS_STRIDED_SOURCE], 100.0 * (double)b[RF_RUNS_STRIDED_SOURCE] / total,
+         b[RF_RUNS_STRIDED_DESTINATION], 100.0 * (double)b[RF_RUNS_STRIDED_DESTINATION] / total,
+         b[RF_RUNS_STRIDED_BOTH], 100.0 * (double)b[RF_RUNS_STRIDED_BOTH] / total);
+}
+
 static void print_range(const char *label, const int64_t *v, int n, const char *per) {
   int64_t lo, hi;
   char a[32], b[32];
@@ -265,6 +280,8 @@ static void print_text(const rf_job *job, const rf_cluster *c, const rf_sim_boun
          plan->block_count);
   printf("%-16s %" PRId64 " (%s)\n", "transfer bytes", plan->transfer_bytes,
          rf_format_bytes(plan->transfer_bytes, size, sizeof size));
+  if (plan->kind != RF_PLAN_STAR)
+    print_runs(plan);
   if (plan->kind == RF_PLAN_STAR) {
     printf("%-16s %" PRId64 " (%s) between trainer ranks\n", "reshape bytes", plan->reshape_bytes,
            rf_format_bytes(plan->reshape_bytes, size, sizeof size));

@@ -88,6 +88,22 @@ int rf_piece_continues(const rf_plan *plan, const rf_piece *prev, const rf_piece
          b->row == a->row + (prev->box.hi[0] - prev->box.lo[0]);
 }
 
+/* A box of `rows` x `cols` inside row-major storage `width` elements wide is one run when it
+ * has one row or spans every column. */
+static int one_run(int64_t rows, int64_t cols, int64_t width) { return rows <= 1 || cols == width; }
+
+rf_runs rf_piece_runs(const rf_plan *plan, const rf_piece *p) {
+  const rf_layout *lay = plan->layout;
+  int64_t rows = p->box.hi[0] - p->box.lo[0], cols = p->box.hi[1] - p->box.lo[1];
+  rf_box shard = rf_layout_trainer_box(lay, p->tensor, p->src);
+  int src_run = rf_layout_trainer_transposed(lay, p->tensor)
+                    ? one_run(cols, rows, shard.hi[0] - shard.lo[0])
+                    : one_run(rows, cols, shard.hi[1] - shard.lo[1]);
+  int dst_run = one_run(rows, cols, lay->rollout_tensors[lay->slots[p->tensor].local].shape[1]);
+  return src_run ? (dst_run ? RF_RUNS_CONTIGUOUS : RF_RUNS_STRIDED_DESTINATION)
+                 : (dst_run ? RF_RUNS_STRIDED_SOURCE : RF_RUNS_STRIDED_BOTH);
+}
+
 int rf_piece_src_world(const rf_plan *plan, const rf_piece *piece) {
   return piece->stage == RF_STAGE_FORWARD ? rf_layout_rollout_world_rank(plan->layout, piece->src)
                                           : rf_layout_trainer_world_rank(plan->layout, piece->src);
@@ -188,6 +204,8 @@ static void tally_add(rf_plan *plan, plan_tally *t, const rf_piece *pieces, int 
       plan->send_bytes[p->src] += p->bytes;
       plan->recv_bytes[p->dst] += p->bytes;
       plan->block_count += first || !rf_piece_continues(plan, prev, p);
+      if (plan->kind != RF_PLAN_STAR)
+        plan->runs_bytes[rf_piece_runs(plan, p)] += p->bytes;
       plan->transfer_bytes += p->bytes;
       if (p->tensor != t->held_tensor || p->dst != t->held_dst) {
         t->held_tensor = p->tensor;

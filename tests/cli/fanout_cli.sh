@@ -47,6 +47,8 @@ plan             fanout: each element leaves the trainer once, for one of 4 repl
 pieces           188 (126 forward, 0 local copies)
 blocks           62 transfer pieces once those contiguous on both ends are joined
 transfer bytes   279808 (273.25 KiB)
+contiguous       34048 (12.2%) of the transfer bytes lie in one run at both ends
+strided          source 49152 (17.6%)  destination 196608 (70.3%)  both 0 (0.0%): rows at a pitch, copied once more by a message transport
 forward bytes    839424 (819.75 KiB) between replicas
 forward depth    2 (binomial trees over the 4 replicas, a step per level)
 send bytes       min 139904 (136.62 KiB)  max 139904 (136.62 KiB)  per trainer rank

@@ -32,6 +32,23 @@ expect_exit 0 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rol
   --mode grouped --memory host
 expect_rows 1
 expect_grep "# transport: shm (auto: host weights, both ranks on one node)" "$TMP/out"
+# rma on a GPU machine: host weights unless asked, every mode verified; --memory device is
+# refused in one line, which names what to install where the MPI is not CUDA-aware (the lent
+# H200's Open MPI 4.1.6) and says this build moves host memory only where it is.
+expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
+  --transport rma --mode unfused,grouped,fused --verify full
+expect_rows 3
+expect_grep "transport rma (weights in host memory)" "$TMP/out"
+expect_exit 2 "${RUN[@]}" -np 2 "$REFIT" run --model tiny --trainer fsdp=1 --rollout tp=1 \
+  --transport rma --memory device
+want="refit: error: the rma transport moves host memory only: this MPI is not CUDA-aware (MPIX_Query_cuda_support() is 0); install an Open MPI built --with-cuda (and UCX) for GPU windows, or use --memory host"
+ompi_info --parsable --all 2>/dev/null | grep -q 'mpi_built_with_cuda_support:value:true' &&
+  want="refit: error: the rma transport moves host memory only in this build of refit, though this MPI is CUDA-aware; use --memory host, or --transport ipc or nccl for GPU weights"
+got=$(grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' | sort -u)
+[ "$got" = "$want" ] || fail "rma over GPU memory printed:
+$got
+expected the one line:
+$want"
 expect_exit 0 "${RUN[@]}" -np 4 "$REFIT" run --model tiny --trainer fsdp=2 --rollout tp=2 \
   --transport ipc --plan star --mode grouped,fused --trainer-order jax
 expect_rows 2

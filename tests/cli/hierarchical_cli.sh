@@ -42,6 +42,8 @@ plan             hierarchical: each element enters each of 2 domains once, for o
 pieces           116 (42 forward, 0 local copies)
 blocks           74 transfer pieces once those contiguous on both ends are joined
 transfer bytes   558336 (545.25 KiB)
+contiguous       165120 (29.6%) of the transfer bytes lie in one run at both ends
+strided          source 0 (0.0%)  destination 393216 (70.4%)  both 0 (0.0%): rows at a pitch, copied once more by a message transport
 forward bytes    558336 (545.25 KiB) between replicas
 forward depth    1 (binomial trees over each domain's replicas, a step per level)
 send bytes       min 279168 (272.62 KiB)  max 279168 (272.62 KiB)  per trainer rank
