@@ -61,8 +61,22 @@ static rf_status rma_init(rf_transport *tp) {
   /* Every rank creates the notes window, even one whose allocation above failed: the caller
    * agrees on the outcome after this collective. */
   MPI_Aint bytes = (MPI_Aint)((size_t)s->ranks * sizeof(int64_t));
-  RF_MPI(MPI_Win_allocate(bytes, (int)sizeof(int64_t), MPI_INFO_NULL, tp->ctl->world, &s->counters,
-                          &s->notes_win));
+  int rc = MPI_Win_allocate(bytes, (int)sizeof(int64_t), MPI_INFO_NULL, tp->ctl->world,
+                            &s->counters, &s->notes_win);
+  if (rc != MPI_SUCCESS) {
+    /* The first window of the job: where it fails, the one-sided component MPI chose has no
+     * path between these ranks (Open MPI's osc rdma and ucx on a machine whose processes may
+     * not read each other's memory, for one), and no window of refit's would work either. */
+    char why[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, why, &len);
+    s->notes_win = MPI_WIN_NULL;
+    return rf_fail(RF_ERR_UNSUPPORTED,
+                   "rma: this MPI's one-sided component cannot make a window between these ranks "
+                   "(MPI_Win_allocate: %s); choose another (Open MPI: --mca osc sm, pt2pt, rdma or "
+                   "ucx) or use --transport shm or mpi",
+                   why);
+  }
   RF_MPI(MPI_Win_set_errhandler(s->notes_win, MPI_ERRORS_RETURN));
   memset(s->counters, 0, (size_t)bytes);
   RF_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, s->notes_win));

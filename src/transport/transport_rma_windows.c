@@ -78,7 +78,7 @@ static rf_status make_window(rf_transport *tp, int buf, void *base, MPI_Aint siz
     return rf_fail(RF_ERR_MPI,
                    "rma: MPI_Win_create failed (%s): this MPI's one-sided component cannot "
                    "make a window over memory it did not allocate (Open MPI's osc sm cannot); "
-                   "let it take another (--mca osc ^sm, or rdma or ucx)",
+                   "let it take another (Open MPI: --mca osc pt2pt, rdma or ucx)",
                    why);
   }
   MPI_Win_set_errhandler(*w, MPI_ERRORS_RETURN);

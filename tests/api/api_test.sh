@@ -5,14 +5,23 @@
 # must hold the rollout and trainer checksums `refit run` records for the same job.
 . "$REFIT_SOURCE_DIR/tests/cli/lib.sh"
 client=${1:?usage: api_test.sh c|python|torch}
-PY=/usr/bin/python3
-if [ "$client" != c ] && ! "$PY" -c 'import numpy' 2>/dev/null; then
-  echo "SKIP: numpy is not importable by $PY"
-  exit 77
-fi
-if [ "$client" = torch ] && ! "$PY" -c 'import torch' 2>/dev/null; then
-  echo "SKIP: torch is not importable by $PY"
-  exit 77
+# The first python3 that imports what the client needs: REFIT_PYTHON, the system's (Debian's
+# python3-numpy), then the one on PATH (the lent GPU machines keep torch in a virtual
+# environment's; a pyenv shim may have neither).
+needs=numpy
+[ "$client" = torch ] && needs="numpy, torch"
+PY=
+if [ "$client" != c ]; then
+  for cand in ${REFIT_PYTHON:-} /usr/bin/python3 "$(command -v python3 || true)"; do
+    if [ -n "$cand" ] && "$cand" -c "import $needs" 2>/dev/null; then
+      PY=$cand
+      break
+    fi
+  done
+  if [ -z "$PY" ]; then
+    echo "SKIP: no python3 here imports $needs (REFIT_PYTHON names one)"
+    exit 77
+  fi
 fi
 
 job=(--model tiny --trainer fsdp=2 --rollout tp=2 --placement colocated --transport mpi

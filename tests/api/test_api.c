@@ -23,8 +23,10 @@ static int rank;
     }                                                                                              \
   } while (0)
 
-static const char *const base[] = {"placement", "colocated", "transport", "mpi",
-                                   "mode",      "fused",     NULL};
+/* Host memory named, so that a machine with a GPU (where mpi would take device weights) runs
+ * the same job. */
+static const char *const base[] = {"placement", "colocated", "transport", "mpi", "mode",
+                                   "fused",     "memory",    "host",      NULL};
 
 /* A job of the tiny model with `options`, which must fail with `want` and `line` (rank 0's;
  * the other rank's says that rank 0 has it, unless `every_rank`). */

@@ -41,8 +41,10 @@ expect_error(1, "refit_job_create: option iters is refit run's, not the library'
              "(include/refit.h says why)", refit.Job, "tiny", "fsdp=2", "tp=2",
              options={"iters": 3})
 
-job = refit.Job("tiny", "fsdp=2", "tp=2",
-                options={"placement": "colocated", "transport": "mpi", "mode": "fused"})
+# Host memory named, so that a machine with a GPU (where mpi would take device weights) runs
+# the same job.
+OPTIONS = {"placement": "colocated", "transport": "mpi", "mode": "fused", "memory": "host"}
+job = refit.Job("tiny", "fsdp=2", "tp=2", options=OPTIONS)
 rank = job.rank("trainer")
 assert job.rank("rollout") == rank
 assert job.roles == ["trainer", "rollout"], job.roles
@@ -109,4 +111,20 @@ job.record(results)
 expect_error(1, "refit_record: no transfer since the job began or its last record; call "
              "refit_transfer first", job.record, results)
 job.close()
+
+if use_torch and torch.cuda.is_available():
+    # The same weights as CUDA tensors in a job of device memory (mpi stages them through
+    # pinned host memory): the rollout tensors equal the host job's, byte for byte.
+    torch.cuda.set_device(0)
+    gpu = refit.Job("tiny", "fsdp=2", "tp=2", options=dict(OPTIONS, memory="device"))
+    assert gpu.memory == "device", gpu.memory
+    gpu.register("trainer", {n: t.cuda() for n, t in sources.items()})
+    gouts = {n: torch.zeros_like(t, device="cuda") for n, t in outs.items()}
+    gpu.register("rollout", gouts)
+    gpu.transfer()
+    assert gpu.verify() == (-1, 0)
+    for name, out in outs.items():
+        assert torch.equal(gouts[name].cpu().view(torch.int16), out.view(torch.int16)), name
+    gpu.close()
+    print("rank %d: CUDA tensors ok" % rank)
 print("rank %d: ok (%s)" % (rank, refit.version()))
