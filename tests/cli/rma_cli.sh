@@ -1,5 +1,6 @@
 # `refit run --transport rma`: MPI-3 one-sided puts (--rma put) or gets (--rma get) between
-# the ranks' windows. Every mode on p2p and fanout in both directions, a JAX-order trainer
+# the ranks' windows. Every mode on p2p and fanout in both directions, star and hierarchical,
+# a JAX-order trainer
 # (transposed boxes as derived datatypes on one end), each verified element by element; the
 # same per-tensor checksums as the mpi transport's run of the same job; each one-sided
 # component of the local Open MPI (pt2pt, rdma, ucx, sm); a silent peer ends
@@ -77,6 +78,12 @@ if [ -n "${REFIT_TEST_SLACK:-}" ]; then
 else
   run 6 get fanout $(osc ucx) --model tiny --trainer fsdp=2 --rollout tp=2,dp=2
 fi
+# The other two plans: star (its reshape puts between trainer ranks, its transfer from the
+# coupling buffers) and hierarchical (two domains on this host, each reached once, then
+# forwarded inside it), every element checked.
+run 4 put star --model tiny --trainer fsdp=2 --rollout tp=2
+run 6 get hierarchical --model tiny --trainer fsdp=2 --rollout tp=1,dp=4 --domain-ranks 4 \
+  --verify full
 # osc sm makes windows only over memory it allocates: the arenas' windows are MPI's own.
 case "$oscs" in
 *" sm "*) run 4 put p2p $(osc sm) --model tiny --trainer fsdp=2 --rollout tp=2 ;;
