@@ -42,21 +42,24 @@ grep -v '^refit\[' "$OUT/run.txt" | grep -E '^ +(unfused|grouped|fused) |^limit'
 # "#  rank 0 host H pid P trainer T rollout R ...": a rank's roles, "-" where it has none.
 roles=$(awk '/^#  rank/ && !seen[$3]++ { role = ($9 != "-") ? "trainer" : "";
   if ($11 != "-") role = role (role ? "+" : "") "rollout"; print $3, role }' "$OUT/run.txt")
+# share FILE PATTERN: the inclusive share of the first line of a children report naming a symbol.
+share() {
+  awk -v pat="$2" '$0 ~ /^ +[0-9.]+%/ && $0 ~ pat { print $1; found = 1; exit }
+    END { if (!found) print "0%" }' "$1"
+}
 printf '%-5s %-16s %8s %13s %9s %11s %11s %7s\n' rank role samples refit_copies mpi_pack mpi_unpack kernel_cma yield
 for rank in $(seq 0 $((NP - 1))); do
   data="$OUT/perf.$rank.data"
   perf report -i "$data" --stdio --children --sort symbol -g none 2>/dev/null >"$OUT/children.$rank.txt"
   perf report -i "$data" --stdio --no-children --sort dso,symbol 2>/dev/null |
     awk '/^ +[0-9.]+%/ && n++ < 12' >"$OUT/self.$rank.txt"
-  samples=$(awk '/^# Samples: / { print $3; exit }' "$OUT/children.$rank.txt")
-  # The inclusive share of the first line naming each symbol.
-  share() { awk -v pat="$1" '$0 ~ /^ +[0-9.]+%/ && $0 ~ pat { print $1; found = 1; exit }
-    END { if (!found) print "0%" }' "$OUT/children.$rank.txt"; }
+  children="$OUT/children.$rank.txt"
+  samples=$(awk '/^# Samples: / { print $3; exit }' "$children")
   role=$(echo "$roles" | awk -v r="$rank" '$1 == r { print $2 }')
   printf '%-5s %-16s %8s %13s %9s %11s %11s %7s\n' "$rank" "${role:--}" "$samples" \
-    "$(share '] rf_region_copy ')" "$(share '] opal_generic_simple_pack ')" \
-    "$(share '] opal_generic_simple_unpack ')" "$(share '] __x64_sys_process_vm_readv ')" \
-    "$(share '] __x64_sys_sched_yield ')"
+    "$(share "$children" '] rf_region_copy ')" "$(share "$children" '] opal_generic_simple_pack ')" \
+    "$(share "$children" '] opal_generic_simple_unpack ')" \
+    "$(share "$children" '] __x64_sys_process_vm_readv ')" "$(share "$children" '] __x64_sys_sched_yield ')"
 done
 for rank in $(seq 0 $((NP - 1))); do
   echo "# rank $rank: the symbols with the most samples of their own"

@@ -156,6 +156,10 @@ rf_status rf_fail(rf_status st, const char *fmt, ...) __attribute__((format(prin
 /* MPI: needs <mpi.h> where it is used. Communicators use MPI_ERRORS_RETURN, so failures reach
  * these macros instead of aborting the job. */
 rf_status rf_mpi_failed(int rc, const char *call, const char *file, int line);
+/* MPI's text for return code rc ("error code N" where MPI has none) in buf, which it returns:
+ * for one-line errors that say more than the wrapper's. RF_MPI_ERROR_MAX holds any of them. */
+#define RF_MPI_ERROR_MAX 256
+const char *rf_mpi_error_string(int rc, char *buf, size_t size);
 #define RF_MPI(call)                                                                               \
   do {                                                                                             \
     int rf_mpi_rc_ = (call);                                                                       \

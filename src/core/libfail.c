@@ -7,11 +7,18 @@
 
 #include "core.h"
 
-rf_status rf_mpi_failed(int rc, const char *call, const char *file, int line) {
+const char *rf_mpi_error_string(int rc, char *buf, size_t size) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
     snprintf(msg, sizeof msg, "error code %d", rc);
+  snprintf(buf, size, "%s", msg);
+  return buf;
+}
+
+rf_status rf_mpi_failed(int rc, const char *call, const char *file, int line) {
+  char msg[RF_MPI_ERROR_MAX];
+  rf_mpi_error_string(rc, msg, sizeof msg);
   rf_log_at(RF_LOG_ERROR, file, line, "MPI call %s failed: %s (%s:%d)", call, msg, file, line);
   return RF_ERR_MPI;
 }

@@ -61,6 +61,18 @@ typedef struct {
   int summary;
 } rf_plan_options;
 
+/* How a transfer piece's box lies: one contiguous run of bytes in the trainer shard it is read
+ * from (as stored: transposed under JAX order) and in the rollout tensor it lands in (at its
+ * fused slot), or strided at one end or both. Not for star's transfer, whose source is a
+ * coupling buffer. */
+typedef enum {
+  RF_RUNS_CONTIGUOUS = 0,      /* one run at both ends */
+  RF_RUNS_STRIDED_SOURCE,      /* rows at a pitch in the trainer shard only */
+  RF_RUNS_STRIDED_DESTINATION, /* rows at a pitch in the rollout tensor only */
+  RF_RUNS_STRIDED_BOTH,
+  RF_RUNS_COUNT
+} rf_runs;
+
 typedef struct {
   rf_plan_kind kind;
   const rf_layout *layout;
@@ -110,7 +122,7 @@ typedef struct {
    * message transport moves in place, and what it copies once more (a pack where they are
    * strided in the trainer shard, an unpack where they are strided in the rollout tensor).
    * All zero under star, whose transfer reads coupling buffers the summary does not keep. */
-  int64_t runs_bytes[4];
+  int64_t runs_bytes[RF_RUNS_COUNT];
 
   /* What crosses the wire (plan_fp8.c): the bytes above, except that pieces an fp8 rollout's
    * source quantizes, and its forward pieces, carry fp8 and scales. Without fp8 each equals
@@ -139,16 +151,6 @@ void rf_plan_free(rf_plan *plan);
  * rank keeps, at consecutive rows of one rollout tensor. Whole experts of an ep trainer rank
  * going to the rollout rank that owns the same experts do (plan.c). */
 int rf_piece_continues(const rf_plan *plan, const rf_piece *prev, const rf_piece *cur);
-/* How a transfer piece's box lies: one contiguous run of bytes in the trainer shard it is read
- * from (as stored: transposed under JAX order) and in the rollout tensor it lands in (at its
- * fused slot), or strided at one end or both. Not for star's transfer, whose source is a
- * coupling buffer. */
-typedef enum {
-  RF_RUNS_CONTIGUOUS = 0,      /* one run at both ends */
-  RF_RUNS_STRIDED_SOURCE,      /* rows at a pitch in the trainer shard only */
-  RF_RUNS_STRIDED_DESTINATION, /* rows at a pitch in the rollout tensor only */
-  RF_RUNS_STRIDED_BOTH,
-} rf_runs;
 rf_runs rf_piece_runs(const rf_plan *plan, const rf_piece *piece);
 /* Where every trainer shard (and every other buffer in an arena) starts: a multiple of this. */
 #define RF_BUFFER_ALIGN 256

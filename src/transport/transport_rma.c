@@ -67,15 +67,13 @@ static rf_status rma_init(rf_transport *tp) {
     /* The first window of the job: where it fails, the one-sided component MPI chose has no
      * path between these ranks (Open MPI's osc rdma and ucx on a machine whose processes may
      * not read each other's memory, for one), and no window of refit's would work either. */
-    char why[MPI_MAX_ERROR_STRING] = "";
-    int len = 0;
-    MPI_Error_string(rc, why, &len);
+    char why[RF_MPI_ERROR_MAX];
     s->notes_win = MPI_WIN_NULL;
     return rf_fail(RF_ERR_UNSUPPORTED,
                    "rma: this MPI's one-sided component cannot make a window between these ranks "
                    "(MPI_Win_allocate: %s); choose another (Open MPI: --mca osc sm, pt2pt, rdma or "
                    "ucx) or use --transport shm or mpi",
-                   why);
+                   rf_mpi_error_string(rc, why, sizeof why));
   }
   RF_MPI(MPI_Win_set_errhandler(s->notes_win, MPI_ERRORS_RETURN));
   memset(s->counters, 0, (size_t)bytes);

@@ -72,14 +72,12 @@ static rf_status make_window(rf_transport *tp, int buf, void *base, MPI_Aint siz
     rc = MPI_Win_create(base, size, 1, MPI_INFO_NULL, tp->ctl->world, w);
   }
   if (rc != MPI_SUCCESS) {
-    char why[MPI_MAX_ERROR_STRING] = "";
-    int len = 0;
-    MPI_Error_string(rc, why, &len);
+    char why[RF_MPI_ERROR_MAX];
     return rf_fail(RF_ERR_MPI,
                    "rma: MPI_Win_create failed (%s): this MPI's one-sided component cannot "
                    "make a window over memory it did not allocate (Open MPI's osc sm cannot); "
                    "let it take another (Open MPI: --mca osc pt2pt, rdma or ucx)",
-                   why);
+                   rf_mpi_error_string(rc, why, sizeof why));
   }
   MPI_Win_set_errhandler(*w, MPI_ERRORS_RETURN);
   rc = MPI_Win_lock_all(MPI_MODE_NOCHECK, *w);

@@ -92,6 +92,19 @@ $line"
   fi
 }
 
+# expect_error_ranks CODE "exact line" CMD...: a job under mpirun whose failing ranks each say
+# the same thing: their refit lines, repeats removed, are exactly the given one.
+expect_error_ranks() {
+  local want=$1 line=$2 got
+  shift 2
+  expect_exit "$want" "$@"
+  got=$(grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' | sort -u)
+  [ "$got" = "$line" ] || fail "'$*' printed:
+$got
+expected every rank's line to be:
+$line"
+}
+
 # attr FILE RUN NAME: one attribute of /runs/RUN of a results file, without quotes.
 attr() {
   h5dump -a "/runs/$2/$3" "$1" 2>/dev/null | awk '/\(0\):/ { sub(/.*\(0\): /, ""); gsub(/"/, "");

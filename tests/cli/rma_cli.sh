@@ -35,12 +35,8 @@ run() {
   done
   if [ ${#mpi[@]} -gt 0 ] && [ "$(probe "${mpi[@]}")" = "allocate failed create failed" ]; then
     echo "${mpi[*]} makes no windows here: the job must be refused"
-    expect_exit 2 "${MPIRUN[@]}" "${mpi[@]}" -np "$np" "$REFIT" run --transport rma --rma "$dir" \
-      --plan "$plan" --warmup 0 --iters 2 "$@"
-    local got
-    got=$(grep '^refit' "$TMP/err" | sed 's/^refit\[[^]]*\]/refit/' | sort -u)
-    [ "$got" = "$refused_line" ] || fail "${mpi[*]}: the refusal was
-$got"
+    expect_error_ranks 2 "$refused_line" "${MPIRUN[@]}" "${mpi[@]}" -np "$np" "$REFIT" run \
+      --transport rma --rma "$dir" --plan "$plan" --warmup 0 --iters 2 "$@"
     return
   fi
   expect_exit 0 "${MPIRUN[@]}" "${mpi[@]}" -np "$np" "$REFIT" run --transport rma --rma "$dir" \
