@@ -35,10 +35,16 @@
  *   - message transports (mpi, nccl): any tensor this rank holds may be registered; the
  *     memory must be of the job's kind (host or device) and contiguous (row-major). Non-
  *     contiguous strides are refused in one line rather than copied.
- *   - mapping transports (shm, ipc) and rma, whose peers reach the library's whole buffers
- *     (mapped, or as MPI windows): registration
- *     is refused in one line; the caller writes its trainer shards into, and reads its rollout
- *     tensors from, the library's own memory, which refit_tensor_buffer hands out.
+ *   - ipc: the same, in GPU memory from cudaMalloc (PyTorch's caching allocator gives such
+ *     memory unless PYTORCH_CUDA_ALLOC_CONF has expandable_segments:True). The peers map the
+ *     allocation that holds each registered tensor (CUDA IPC) at the next refit_transfer,
+ *     outside its timed phases, and copy straight from and into it. GPU work the caller
+ *     queued on that memory must be complete (torch.cuda.synchronize()) before
+ *     refit_transfer, and the rollout's tensors are written when it returns.
+ *   - shm and rma, whose peers reach the library's whole buffers (mapped from a shared
+ *     file, or as MPI windows): registration is refused in one line; the caller writes its
+ *     trainer shards into, and reads its rollout tensors from, the library's own memory,
+ *     which refit_tensor_buffer hands out.
  * Until a tensor is registered the library's own buffer stands in, holding refit's generated
  * weights (option seed), so a job with nothing registered refits what `refit run` would. */
 #ifndef REFIT_H
@@ -195,7 +201,7 @@ typedef struct {
 /* Registers `count` tensors of this rank, all or none: each must name a tensor this rank holds
  * in that role, once, with its dtype, shape and bytes, in the job's memory kind, contiguous.
  * The memory must stay valid until the job is destroyed or the name registered again. Local;
- * may be called between transfers. Refused under mapping transports (see Memory above). */
+ * may be called between transfers. Refused under shm and rma (see Memory above). */
 refit_status refit_register(refit_job *job, const refit_tensor *tensors, int count);
 
 /* ---- refitting --------------------------------------------------------------------------- */

@@ -188,7 +188,7 @@ class Job:
 
     def buffer(self, role, name):
         """(address, bytes) of the memory the engine uses for a tensor: the library's own until
-        the tensor is registered (mapping transports write and read it there)."""
+        the tensor is registered (shm and rma write and read it there)."""
         data, size = ctypes.c_void_p(), ctypes.c_int64()
         self._check(_c.lib().refit_tensor_buffer(self._handle, _role(role), name.encode(),
                                                  ctypes.byref(data), ctypes.byref(size)))

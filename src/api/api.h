@@ -47,6 +47,7 @@ struct refit_job {
   int verified;              /* refit_verify ran since the last transfer */
   int64_t wrong, bad;        /* its verdict (every rank) */
   rf_api_tensors tensors[2]; /* [0] trainer, [1] rollout */
+  int unshared; /* registered since the transport last mapped this rank's tensors (ipc) */
   char *plan_json;
   char error[RF_API_ERROR_MAX];
 };
@@ -66,5 +67,9 @@ refit_status rf_api_capture_end(rf_api_capture *c, rf_status st);
 /* api_tensors.c: this rank's tensors of both roles from the plan (at job creation). */
 rf_status rf_api_tensors_build(refit_job *job);
 void rf_api_tensors_free(refit_job *job);
+/* Under a transport that maps the caller's memory (ipc), offers what was registered since
+ * the last offer to the peers, collectively, before a transfer: nothing when no rank
+ * registered anything since. */
+rf_status rf_api_tensors_share(refit_job *job);
 
 #endif

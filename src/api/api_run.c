@@ -47,6 +47,11 @@ static rf_status keep_times(refit_job *job, const double *times) {
 static rf_status transfer(refit_job *job) {
   rf_control *ctl = &job->ctl;
   RF_TRY(ensure_engine(job));
+  /* The caller's memory registered over ipc is mapped by its peers here, outside the timed
+   * phases, as the engine's own arenas are when it is built: counted in the setup phase. */
+  double t0 = rf_now();
+  RF_TRY(rf_api_tensors_share(job));
+  job->setup_s += rf_now() - t0;
   double times[RF_PHASE_COUNT] = {0};
   rf_status st = rf_run_iteration(ctl, &job->engine, RF_OK, job->setup_s, 0, times);
   /* Every rank has the same status; one whose wait expired has left the job unusable. */

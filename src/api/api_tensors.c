@@ -223,8 +223,9 @@ static rf_status register_all(refit_job *job, const refit_tensor *tensors, int c
   if (count > 0 && !tensors)
     return rf_fail(RF_ERR_USAGE, "refit_register: %d tensors, but tensors is NULL", count);
   /* Its peers reach the library's buffers themselves (mapped, or through MPI windows), so a
-   * pointer moved to the caller's memory would not be what they read or write. */
-  if (job->tp.ops->peer_buffer)
+   * pointer moved to the caller's memory would not be what they read or write, unless the
+   * transport maps the caller's memory too (ipc), offered at the next transfer. */
+  if (job->tp.ops->peer_buffer && !job->tp.ops->maps_caller_memory)
     return rf_fail(RF_ERR_USAGE,
                    "refit_register: the %s transport %s; write into the memory "
                    "refit_tensor_buffer gives instead",
@@ -246,9 +247,38 @@ static rf_status register_all(refit_job *job, const refit_tensor *tensors, int c
   for (int k = 0; k < count && st == RF_OK; k++) {
     *engine_slot(job, tensors[k].role, at[k]) = tensors[k].data;
     job->tensors[role_slot(tensors[k].role)].registered[at[k]] = 1;
+    job->unshared = 1;
   }
   free(at);
   return st;
+}
+
+rf_status rf_api_tensors_share(refit_job *job) {
+  rf_control *ctl = &job->ctl;
+  if (!job->tp.ops->maps_caller_memory)
+    return RF_OK;
+  int any = 0;
+  RF_TRY(rf_control_allreduce(ctl, ctl->world, &job->unshared, &any, 1, MPI_INT, MPI_MAX,
+                              "whether any rank registered memory"));
+  if (!any)
+    return RF_OK;
+  /* The flags in the engine's numbering: model tensors (trainer), rollout tensors. */
+  const rf_layout *lay = &job->rs.job.layout;
+  char *shards = rf_calloc((size_t)lay->model->tensor_count + 1, 1, "registration");
+  char *rollout = rf_calloc((size_t)lay->rollout_tensor_count + 1, 1, "registration");
+  rf_status st = shards && rollout ? RF_OK : RF_ERR_NOMEM;
+  for (int s = 0; s < 2 && st == RF_OK; s++)
+    for (int i = 0; i < job->tensors[s].count; i++)
+      if (job->tensors[s].registered[i])
+        (s == 0 ? shards : rollout)[job->tensors[s].index[i]] = 1;
+  /* Every rank offers, even one that ran out of memory (offering nothing), and all agree. */
+  rf_status offered = rf_engine_expose_caller(&job->engine, st == RF_OK ? shards : NULL,
+                                              st == RF_OK ? rollout : NULL);
+  free(shards);
+  free(rollout);
+  if (offered == RF_OK)
+    job->unshared = 0;
+  return rf_control_agree(ctl, rf_status_worse(st, offered));
 }
 
 refit_status refit_register(refit_job *job, const refit_tensor *tensors, int count) {

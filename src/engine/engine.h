@@ -156,6 +156,9 @@ typedef struct {
    * so far (the arenas count RF_FAMILY_COUNT). */
   rf_offered delta_out, delta_fw;
   int exposed_count;
+  /* The caller's own memory (librefit's refit_register) offered to a transport that maps it
+   * (rf_engine_expose_caller): the index of the latest offer, valid when caller_exposed. */
+  int caller_exposed, caller_index;
   /* Receipts: the version this rank's rollout holds (`held`, when `holds`): what the last
    * iteration that wrote it moved, dense or delta, and not one that --inject skip-version
    * dropped; and the version of the trainer's kept copy (`kept`, with delta_base), the same
@@ -453,5 +456,13 @@ void rf_engine_set_push(rf_engine *e, int push);
  * (RF_SETUP_REGISTER); the engine's own first init does it otherwise. Agreed over the control
  * plane; nothing for a message transport. */
 rf_status rf_engine_expose(rf_buffers *data, rf_transport *tp);
+/* Offers the caller's own memory (librefit's refit_register) to a transport that maps it
+ * (maps_caller_memory: ipc), so that peers copy from and into it rather than the arenas:
+ * collective over the world, after rf_engine_init; shards[t] (model tensors) and rollout[i]
+ * (rollout tensors) flag what this rank's caller registered, whose memory data->shards[t] and
+ * data->rollout[i] now point at (either may be NULL: nothing). A later call replaces the
+ * earlier offer (the earlier mappings stay open until the transport closes). Maps what this
+ * rank copies from or into at once, and agrees the outcome over the control plane. */
+rf_status rf_engine_expose_caller(rf_engine *e, const char *shards, const char *rollout);
 
 #endif

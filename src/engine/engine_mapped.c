@@ -46,12 +46,18 @@ static rf_buffer_family source_family(const rf_engine *e, const rf_piece *p) {
 
 /* The address in this process of `f`'s arena of trainer rank (shards, coupling) or rollout
  * rank (rollout) `rank`. */
-static rf_status peer_arena(rf_engine *e, rf_buffer_family f, int rank, char **out) {
+static int world_of(const rf_engine *e, rf_buffer_family f, int rank) {
   const rf_layout *lay = e->plan->layout;
-  int world = f == RF_FAMILY_ROLLOUT ? rf_layout_rollout_world_rank(lay, rank)
-                                     : rf_layout_trainer_world_rank(lay, rank);
+  return f == RF_FAMILY_ROLLOUT ? rf_layout_rollout_world_rank(lay, rank)
+                                : rf_layout_trainer_world_rank(lay, rank);
+}
+
+static rf_status peer_arena(rf_engine *e, rf_buffer_family f, int rank, char **out) {
   void *base;
-  RF_TRY(e->transport->ops->peer_buffer(e->transport, world, (int)f, &base));
+  RF_TRY(e->transport->ops->peer_buffer(e->transport, world_of(e, f, rank), (int)f, &base));
+  if (!base)
+    return rf_fail(RF_ERR_INTERNAL, "mapped copy: rank %d offered no arena %d",
+                   world_of(e, f, rank), (int)f);
   *out = base;
   return RF_OK;
 }
@@ -64,14 +70,33 @@ static int64_t peer_offset(const rf_engine *e, rf_buffer_family f, int rank, int
   return e->peer_offsets[f][row * n + (size_t)tensor];
 }
 
+/* Where trainer rank (shards) or rollout rank (rollout) `rank` keeps its tensor `index` (model
+ * tensor, rollout tensor), mapped here: in its caller's memory where the caller registered it
+ * (rf_engine_expose_caller), else in its arena. */
+static rf_status peer_tensor(rf_engine *e, rf_buffer_family f, int rank, int index, char **out) {
+  const rf_buffers *data = e->data;
+  if (data->caller_exposed) {
+    int at = data->caller_index +
+             (f == RF_FAMILY_ROLLOUT ? e->plan->layout->model->tensor_count + index : index);
+    void *caller;
+    RF_TRY(e->transport->ops->peer_buffer(e->transport, world_of(e, f, rank), at, &caller));
+    if (caller) {
+      *out = caller;
+      return RF_OK;
+    }
+  }
+  char *base;
+  RF_TRY(peer_arena(e, f, rank, &base));
+  *out = base + peer_offset(e, f, rank, index);
+  return RF_OK;
+}
+
 /* Rollout rank `rank`'s part of tensor `tensor` in its fused rollout tensor, mapped here. */
 static rf_status remote_rollout(rf_engine *e, int tensor, int rank, rf_region *out) {
   rf_box held;
-  char *base;
-  RF_TRY(peer_arena(e, RF_FAMILY_ROLLOUT, rank, &base));
-  *out = engine_rollout_over(
-      e->plan, tensor, rank,
-      base + peer_offset(e, RF_FAMILY_ROLLOUT, rank, e->plan->layout->slots[tensor].local), &held);
+  char *at;
+  RF_TRY(peer_tensor(e, RF_FAMILY_ROLLOUT, rank, e->plan->layout->slots[tensor].local, &at));
+  *out = engine_rollout_over(e->plan, tensor, rank, at, &held);
   return RF_OK;
 }
 
@@ -82,15 +107,17 @@ static rf_status remote_source(rf_engine *e, const rf_piece *p, rf_region *out) 
   rf_buffer_family f = source_family(e, p);
   if (f == RF_FAMILY_ROLLOUT)
     return remote_rollout(e, p->tensor, p->src, out);
-  char *base;
-  RF_TRY(peer_arena(e, f, p->src, &base));
-  char *at = base + peer_offset(e, f, p->src, p->tensor);
-  if (f == RF_FAMILY_SHARDS)
+  char *at;
+  if (f == RF_FAMILY_SHARDS) {
+    RF_TRY(peer_tensor(e, f, p->src, p->tensor, &at));
     *out = rf_shard_region(plan, p->src, p->tensor, at);
-  else
-    *out = rf_region_row_major(
-        at, &plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->src],
-        engine_esize(e, p->tensor));
+    return RF_OK;
+  }
+  RF_TRY(peer_arena(e, f, p->src, &at));
+  at += peer_offset(e, f, p->src, p->tensor);
+  *out = rf_region_row_major(
+      at, &plan->coupling[(size_t)p->tensor * plan->layout->trainer_ranks + p->src],
+      engine_esize(e, p->tensor));
   return RF_OK;
 }
 
@@ -108,13 +135,11 @@ static rf_status fp8_chunk(rf_engine *e, const rf_piece *p, rf_quant quant, cons
     return engine_fp8_local(e, p, &src, box);
   if (quant == RF_QUANT_CARRIED) /* the scales lie beside the source's shard */
     return engine_fp8_carried(e, p, &src, box, NULL);
-  char *base;
+  char *at;
   rf_box blocks;
-  RF_TRY(peer_arena(e, RF_FAMILY_ROLLOUT, p->src, &base));
   int scales = e->plan->layout->slots[p->tensor].local + 1; /* layout_fp8.c */
-  engine_scales scale =
-      engine_fp8_scales(e->plan, base + peer_offset(e, RF_FAMILY_ROLLOUT, p->src, scales),
-                        p->tensor, p->src, &blocks);
+  RF_TRY(peer_tensor(e, RF_FAMILY_ROLLOUT, p->src, scales, &at));
+  engine_scales scale = engine_fp8_scales(e->plan, at, p->tensor, p->src, &blocks);
   return engine_fp8_copy(e, p, &src, &scale, box);
 }
 
@@ -141,6 +166,22 @@ static rf_status remote_destination(rf_engine *e, const rf_piece *p, const rf_bo
 static int copies_here(const rf_engine *e, const rf_piece *p) {
   return e->push ? p->src == engine_src_rank(e, p->stage) && engine_src_rank(e, p->stage) >= 0
                  : p->dst == engine_dst_rank(e, p->stage) && engine_dst_rank(e, p->stage) >= 0;
+}
+
+static rf_status chunk_copy(rf_engine *e, const rf_piece *p, const rf_box *box, rf_box_copy *copy);
+
+/* Maps every peer memory this rank copies from or into now, so that the setup phase pays for
+ * it rather than the first transfer. */
+static rf_status map_peers(rf_engine *e) {
+  const rf_plan *plan = e->plan;
+  for (int s = 0; s < 2 + plan->forward_depth; s++)
+    for (int i = 0; i < engine_stage(e, s)->chunk_count; i++) {
+      const rf_chunk *k = &engine_stage(e, s)->chunks[i];
+      rf_box_copy copy;
+      if (copies_here(e, &plan->pieces[k->piece]))
+        RF_TRY(chunk_copy(e, &plan->pieces[k->piece], &k->box, &copy));
+    }
+  return RF_OK;
 }
 
 /* The copy of chunk box `box` of piece p, made by this rank: the end that is not here is
@@ -258,15 +299,33 @@ rf_status engine_mapped_init(rf_engine *e) {
   e->notes = rf_calloc((size_t)lay->world_size * 2 + 1, 1, "copy notes");
   if (!e->notes)
     return RF_ERR_NOMEM;
-  /* Map every arena this rank copies from or into now, so that the setup phase pays for it. */
-  for (int s = 0; s < 2 + plan->forward_depth; s++)
-    for (int i = 0; i < engine_stage(e, s)->chunk_count; i++) {
-      const rf_chunk *k = &engine_stage(e, s)->chunks[i];
-      rf_box_copy copy;
-      if (copies_here(e, &plan->pieces[k->piece]))
-        RF_TRY(chunk_copy(e, &plan->pieces[k->piece], &k->box, &copy));
-    }
-  return RF_OK;
+  return map_peers(e);
+}
+
+rf_status rf_engine_expose_caller(rf_engine *e, const char *shards, const char *rollout) {
+  rf_buffers *data = e->data;
+  rf_transport *tp = e->transport;
+  if (!e->mapped || !tp->ops->maps_caller_memory)
+    return rf_fail(RF_ERR_INTERNAL, "the %s transport cannot map the caller's memory",
+                   tp->ops->name);
+  const rf_layout *lay = e->plan->layout;
+  int nt = lay->model->tensor_count, nr = lay->rollout_tensor_count;
+  void **mine = rf_calloc((size_t)(nt + nr) + 1, sizeof *mine, "the caller's tensors");
+  rf_status st = mine ? RF_OK : RF_ERR_NOMEM;
+  for (int t = 0; mine && t < nt; t++)
+    mine[t] = shards && shards[t] && data->trainer_rank >= 0 ? data->shards[t] : NULL;
+  for (int i = 0; mine && i < nr; i++)
+    mine[nt + i] = rollout && rollout[i] && data->rollout_rank >= 0 ? data->rollout[i] : NULL;
+  /* A rank short of memory still takes part, offering nothing, and the failure is agreed. */
+  void *none = NULL;
+  rf_status offered = tp->ops->expose(tp, mine ? mine : &none, mine ? nt + nr : 0);
+  free(mine);
+  st = rf_status_worse(st, offered);
+  RF_TRY(tp->ctl ? rf_control_agree(tp->ctl, st) : st);
+  data->caller_index = data->exposed_count;
+  data->exposed_count += nt + nr;
+  data->caller_exposed = 1;
+  return map_peers(e);
 }
 
 /* One bucket of an exchange: a bucket of the stage's schedule or of a forward step's. */

@@ -57,17 +57,21 @@ typedef struct {
   const char *description;
   /* What the transport needs and stands for, so that callers ask it instead of comparing
    * its name. */
-  rf_mem_kind memory; /* where the buffers it moves must live */
-  int gpu_per_rank;   /* each rank needs a GPU of its own (NCCL refuses two ranks on one) */
-  rf_limit limit;     /* the calibrated limit (--calibrate) a run over it is compared with */
-  int mapping;        /* it maps its peers' memory (expose and peer_buffer below, as ipc and shm
-                         do): the engine copies each piece once, straight across, and refit
-                         simulate times it so even for a transport this build leaves out */
-  int one_sided;      /* the user picks which end copies (--rma put|get, rf_rma_direction) */
-  int ordered;        /* its messages move in the order posted: a fused bucket's messages start
-                         once the bucket before has landed (NCCL's operations queue on one CUDA
-                         stream), where over MPI both buckets' messages are in flight at once;
-                         refit simulate times fused's buckets by it */
+  rf_mem_kind memory;     /* where the buffers it moves must live */
+  int gpu_per_rank;       /* each rank needs a GPU of its own (NCCL refuses two ranks on one) */
+  rf_limit limit;         /* the calibrated limit (--calibrate) a run over it is compared with */
+  int mapping;            /* it maps its peers' memory (expose and peer_buffer below, as ipc and shm
+                             do): the engine copies each piece once, straight across, and refit
+                             simulate times it so even for a transport this build leaves out */
+  int one_sided;          /* the user picks which end copies (--rma put|get, rf_rma_direction) */
+  int maps_caller_memory; /* its expose takes any memory of its kind the caller allocated, at any
+                             offset into that allocation (CUDA IPC: cudaMalloc's), not only
+                             the arenas it allocated: librefit registers the caller's tensors
+                             over it (rf_engine_expose_caller) */
+  int ordered;            /* its messages move in the order posted: a fused bucket's messages start
+                             once the bucket before has landed (NCCL's operations queue on one CUDA
+                             stream), where over MPI both buckets' messages are in flight at once;
+                             refit simulate times fused's buckets by it */
   rf_status (*init)(rf_transport *tp);
   void (*finalize)(rf_transport *tp);
   /* Optional: tells the transport a buffer will be used repeatedly (NULL when unneeded). */
@@ -101,7 +105,9 @@ typedef struct {
    *           after those of the calls before (the arenas once per job, then a delta refit's
    *           encoded pieces);
    *   peer_buffer  the address in this process of buffer `index` of world rank `peer` (mapped
-   *           on first use and kept until finalize; the caller's own buffers are its own). */
+   *           on first use and kept until finalize; the caller's own buffers are its own);
+   *           NULL, and RF_OK, where that rank offered NULL (ipc and the tests' loopback; the
+   *           engine asks so which of a peer's tensors live in its caller's memory). */
   rf_status (*expose)(rf_transport *tp, void *const *buffers, int count);
   rf_status (*peer_buffer)(rf_transport *tp, int peer, int index, void **out);
   /* Optional (NULL: expose): the same, told each buffer's size, for a transport that cannot

@@ -9,20 +9,36 @@
  * its weights are ready, a destination says it is done reading): a few bytes of host memory,
  * which this transport hands to an inner mpi transport, timeouts and cancellation included.
  * Two processes on one GPU are fine here, unlike NCCL, which refuses them. */
+#include <cuda.h> /* the driver API's types only: address_range */
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "transport.h"
 
+/* What a rank offers of one buffer: the handle of the CUDA allocation holding it and where in
+ * that allocation the buffer starts. The arenas start their allocations; a tensor the caller
+ * registered (librefit) may lie anywhere in one of PyTorch's cached blocks. */
 typedef struct {
-  rf_transport notes;         /* the mpi transport, for the ready and done notes */
-  int ranks, count;           /* world size, buffers per rank so far (expose appends) */
-  cudaIpcMemHandle_t *handle; /* [index * ranks + rank] */
-  char *offered;              /* [index * ranks + rank]: the rank has that buffer */
-  void **mapped;              /* [index * ranks + rank]: opened in this process, or NULL */
-  void **own;                 /* [index]: this rank's buffers, as exposed */
+  cudaIpcMemHandle_t handle;
+  int64_t offset;
+  int64_t offered; /* the rank has this buffer (not NULL) */
+} ipc_offer;
+
+typedef struct {
+  rf_transport notes; /* the mpi transport, for the ready and done notes */
+  int ranks, count;   /* world size, buffers per rank so far (expose appends) */
+  ipc_offer *offer;   /* [index * ranks + rank] */
+  void **mapped;      /* [index * ranks + rank]: its address in this process, or NULL */
+  void **own;         /* [index]: this rank's buffers, as exposed */
+  /* The allocations opened here, each once: buffers of one peer may share an allocation, and
+   * CUDA maps a handle once per process. */
+  cudaIpcMemHandle_t *open_handle;
+  void **open_base;
+  int open_count, open_cap;
 } ipc_state;
 
 static rf_status ipc_init(rf_transport *tp) {
@@ -43,16 +59,59 @@ static void ipc_finalize(rf_transport *tp) {
   ipc_state *s = tp->state;
   if (!s)
     return;
-  for (int i = 0; s->mapped && i < s->ranks * s->count; i++)
-    if (s->mapped[i] && cudaIpcCloseMemHandle(s->mapped[i]) != cudaSuccess)
+  for (int i = 0; i < s->open_count; i++)
+    if (cudaIpcCloseMemHandle(s->open_base[i]) != cudaSuccess)
       RF_WARN("cudaIpcCloseMemHandle failed: %s", cudaGetErrorString(cudaGetLastError()));
   rf_transport_close(&s->notes);
-  free(s->handle);
-  free(s->offered);
+  free(s->offer);
   free(s->mapped);
   free(s->own);
+  free(s->open_handle);
+  free(s->open_base);
   free(s);
   tp->state = NULL;
+}
+
+/* The driver's cuMemGetAddressRange, looked up in libcuda.so.1 (which the runtime has loaded
+ * by now) rather than linked, so that refit built with the toolkit runs without a driver. */
+typedef CUresult (*address_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+static rf_status address_range(void *ptr, CUdeviceptr *base) {
+  static address_range_fn fn;
+  if (!fn) {
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!lib)
+      lib = dlopen("libcuda.so.1", RTLD_NOW);
+    fn = lib ? (address_range_fn)(uintptr_t)dlsym(lib, "cuMemGetAddressRange_v2") : NULL;
+    if (!fn)
+      return rf_fail(RF_ERR_CUDA, "ipc: the CUDA driver's cuMemGetAddressRange_v2 is not "
+                                  "available (libcuda.so.1); check the NVIDIA driver install");
+  }
+  size_t size = 0;
+  CUresult got = fn(base, &size, (CUdeviceptr)(uintptr_t)ptr);
+  if (got != CUDA_SUCCESS)
+    return rf_fail(RF_ERR_CUDA,
+                   "ipc: the memory at %p is no CUDA allocation of this process "
+                   "(cuMemGetAddressRange: CUresult %d); register GPU memory from cudaMalloc",
+                   ptr, (int)got);
+  return RF_OK;
+}
+
+/* The handle of the allocation holding `ptr`, and ptr's offset in it. */
+static rf_status offer_one(void *ptr, ipc_offer *out) {
+  CUdeviceptr base = 0;
+  RF_TRY(address_range(ptr, &base));
+  cudaError_t rc = cudaIpcGetMemHandle(&out->handle, (void *)(uintptr_t)base);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    return rf_fail(RF_ERR_CUDA,
+                   "ipc: the allocation holding %p cannot be shared with other processes "
+                   "(cudaIpcGetMemHandle: %s); register memory from cudaMalloc (PyTorch: "
+                   "without PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
+                   ptr, cudaGetErrorString(rc));
+  }
+  out->offset = (int64_t)((uintptr_t)ptr - (uintptr_t)base);
+  out->offered = 1;
+  return RF_OK;
 }
 
 /* Each call appends `count` buffers after those of earlier calls; the tables are index-major
@@ -61,44 +120,28 @@ static rf_status ipc_expose(rf_transport *tp, void *const *buffers, int count) {
   ipc_state *s = tp->state;
   int base = s->count, total = base + count;
   size_t n = (size_t)s->ranks * (size_t)total, added = (size_t)s->ranks * (size_t)count;
-  cudaIpcMemHandle_t *handle = (cudaIpcMemHandle_t *)realloc(s->handle, n * sizeof *handle + 1);
-  if (handle)
-    s->handle = handle;
-  char *offered = (char *)realloc(s->offered, n + 1);
-  if (offered)
-    s->offered = offered;
+  ipc_offer *offer = (ipc_offer *)realloc(s->offer, n * sizeof *offer + 1);
+  if (offer)
+    s->offer = offer;
   void **mapped = (void **)realloc(s->mapped, n * sizeof *mapped + 1);
   if (mapped)
     s->mapped = mapped;
   void **own = (void **)realloc(s->own, (size_t)total * sizeof *own + 1);
   if (own)
     s->own = own;
-  cudaIpcMemHandle_t *mine = rf_calloc((size_t)count + 1, sizeof *mine, "IPC handles");
-  cudaIpcMemHandle_t *got = rf_calloc(added + 1, sizeof *got, "IPC handles");
-  char *have = rf_calloc((size_t)count + 1, 1, "IPC handles");
-  char *had = rf_calloc(added + 1, 1, "IPC handles");
-  rf_status st =
-      handle && offered && mapped && own && mine && got && have && had ? RF_OK : RF_ERR_NOMEM;
-  for (int i = 0; i < count && st == RF_OK; i++) {
-    if (!buffers[i])
-      continue;
-    cudaError_t rc = cudaIpcGetMemHandle(&mine[i], buffers[i]);
-    if (rc != cudaSuccess)
-      st = rf_cuda_failed((int)rc, cudaGetErrorString(rc), "cudaIpcGetMemHandle", __FILE__,
-                          __LINE__);
-    have[i] = 1;
-  }
+  ipc_offer *mine = rf_calloc((size_t)count + 1, sizeof *mine, "IPC handles");
+  ipc_offer *got = rf_calloc(added + 1, sizeof *got, "IPC handles");
+  rf_status st = offer && mapped && own && mine && got ? RF_OK : RF_ERR_NOMEM;
+  for (int i = 0; i < count && st == RF_OK; i++)
+    if (buffers[i])
+      st = offer_one(buffers[i], &mine[i]);
   /* Every rank takes part even after a local failure, so that nobody waits alone; the
    * caller agrees on the outcome. */
-  MPI_Request req[2];
+  MPI_Request req;
   int bytes = (int)(sizeof *mine * (size_t)count);
-  int rc = MPI_Iallgather(mine, bytes, MPI_BYTE, got, bytes, MPI_BYTE, tp->ctl->world, &req[0]);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Iallgather(have, count, MPI_BYTE, had, count, MPI_BYTE, tp->ctl->world, &req[1]);
-  rf_status waited = rc == MPI_SUCCESS ? rf_control_wait(tp->ctl, &req[0], "the IPC handles")
+  int rc = MPI_Iallgather(mine, bytes, MPI_BYTE, got, bytes, MPI_BYTE, tp->ctl->world, &req);
+  rf_status waited = rc == MPI_SUCCESS ? rf_control_wait(tp->ctl, &req, "the IPC handles")
                                        : rf_mpi_failed(rc, "MPI_Iallgather", __FILE__, __LINE__);
-  if (waited == RF_OK)
-    waited = rf_control_wait(tp->ctl, &req[1], "the IPC handles");
   if (st == RF_OK)
     st = waited;
   if (st == RF_OK) {
@@ -106,8 +149,7 @@ static rf_status ipc_expose(rf_transport *tp, void *const *buffers, int count) {
       s->own[base + i] = buffers[i];
       for (int r = 0; r < s->ranks; r++) {
         size_t at = (size_t)(base + i) * (size_t)s->ranks + (size_t)r;
-        s->handle[at] = got[r * count + i];
-        s->offered[at] = had[r * count + i];
+        s->offer[at] = got[r * count + i];
         s->mapped[at] = NULL;
       }
     }
@@ -115,34 +157,60 @@ static rf_status ipc_expose(rf_transport *tp, void *const *buffers, int count) {
   }
   free(mine);
   free(got);
-  free(have);
-  free(had);
   return st;
+}
+
+/* The base of `handle`'s allocation in this process, opened on first use. */
+static rf_status open_allocation(ipc_state *s, int peer, const cudaIpcMemHandle_t *handle,
+                                 void **out) {
+  for (int i = 0; i < s->open_count; i++)
+    if (memcmp(&s->open_handle[i], handle, sizeof *handle) == 0) {
+      *out = s->open_base[i];
+      return RF_OK;
+    }
+  if (s->open_count == s->open_cap) {
+    int cap = s->open_cap ? 2 * s->open_cap : 16;
+    cudaIpcMemHandle_t *h = realloc(s->open_handle, (size_t)cap * sizeof *h);
+    if (h)
+      s->open_handle = h;
+    void **b = realloc(s->open_base, (size_t)cap * sizeof *b);
+    if (b)
+      s->open_base = b;
+    if (!h || !b)
+      return rf_fail(RF_ERR_NOMEM, "out of memory listing %d mapped allocations", cap);
+    s->open_cap = cap;
+  }
+  void *base = NULL;
+  cudaError_t rc = cudaIpcOpenMemHandle(&base, *handle, cudaIpcMemLazyEnablePeerAccess);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    return rf_fail(RF_ERR_CUDA,
+                   "ipc: cannot map the memory of rank %d (%s); its GPU may not be reachable "
+                   "from this one: use --transport nccl",
+                   peer, cudaGetErrorString(rc));
+  }
+  s->open_handle[s->open_count] = *handle;
+  s->open_base[s->open_count++] = base;
+  *out = base;
+  return RF_OK;
 }
 
 static rf_status ipc_peer_buffer(rf_transport *tp, int peer, int index, void **out) {
   ipc_state *s = tp->state;
   *out = NULL;
+  if (index < 0 || index >= s->count || peer < 0 || peer >= s->ranks)
+    return rf_fail(RF_ERR_INTERNAL, "ipc: rank %d has no buffer %d to map", peer, index);
   if (peer == tp->ctl->world_rank) {
     *out = s->own[index];
     return RF_OK;
   }
-  if (index < 0 || index >= s->count)
-    return rf_fail(RF_ERR_INTERNAL, "ipc: rank %d has no buffer %d to map", peer, index);
   size_t at = (size_t)index * (size_t)s->ranks + (size_t)peer;
-  if (!s->offered[at])
-    return rf_fail(RF_ERR_INTERNAL, "ipc: rank %d has no buffer %d to map", peer, index);
+  if (!s->offer[at].offered)
+    return RF_OK;
   if (!s->mapped[at]) {
-    cudaError_t rc =
-        cudaIpcOpenMemHandle(&s->mapped[at], s->handle[at], cudaIpcMemLazyEnablePeerAccess);
-    if (rc != cudaSuccess) {
-      s->mapped[at] = NULL;
-      (void)cudaGetLastError();
-      return rf_fail(RF_ERR_CUDA,
-                     "ipc: cannot map the memory of rank %d (%s); its GPU may not be reachable "
-                     "from this one: use --transport nccl",
-                     peer, cudaGetErrorString(rc));
-    }
+    void *base = NULL;
+    RF_TRY(open_allocation(s, peer, &s->offer[at].handle, &base));
+    s->mapped[at] = (char *)base + s->offer[at].offset;
   }
   *out = s->mapped[at];
   return RF_OK;
@@ -170,6 +238,7 @@ const rf_transport_ops rf_transport_ipc = {
     .gpu_per_rank = 0, /* processes may share a GPU */
     .limit = RF_LIMIT_DEVICE_COPY,
     .mapping = 1,
+    .maps_caller_memory = 1,
     .init = ipc_init,
     .finalize = ipc_finalize,
     .register_buffer = NULL,

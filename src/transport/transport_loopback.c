@@ -225,9 +225,9 @@ static rf_status lb_peer_buffer(rf_transport *tp, int peer, int index, void **ou
   rf_loopback *lb = end->lb;
   *out = NULL;
   if (peer < 0 || peer >= lb->ranks || index < 0 || index >= lb->ends[peer].buffer_count ||
-      !lb->ends[peer].buffers || !lb->ends[peer].buffers[index])
+      !lb->ends[peer].buffers)
     return rf_fail(RF_ERR_INTERNAL, "loopback: rank %d has no buffer %d to map", peer, index);
-  *out = lb->ends[peer].buffers[index];
+  *out = lb->ends[peer].buffers[index]; /* NULL where the rank offered none */
   return RF_OK;
 }
 
@@ -249,6 +249,7 @@ static const rf_transport_ops loopback_mapped_ops = {
                    "(or into) the others' memory",
     .memory = RF_MEM_HOST,
     .mapping = 1,
+    .maps_caller_memory = 1,
     .init = lb_init,
     .finalize = lb_finalize,
     .group_start = lb_noop,

@@ -126,5 +126,19 @@ if use_torch and torch.cuda.is_available():
     for name, out in outs.items():
         assert torch.equal(gouts[name].cpu().view(torch.int16), out.view(torch.int16)), name
     gpu.close()
-    print("rank %d: CUDA tensors ok" % rank)
+    # Over ipc the peers map the caller's CUDA tensors themselves: small tensors share the
+    # caching allocator's blocks, so each is offered as its block and an offset into it.
+    ipc = refit.Job("tiny", "fsdp=2", "tp=2", options=dict(OPTIONS, transport="ipc",
+                                                           memory="device"))
+    assert (ipc.transport, ipc.memory) == ("ipc", "device")
+    ipc.register("trainer", {n: t.cuda() for n, t in sources.items()})
+    iouts = {n: torch.zeros_like(t, device="cuda") for n, t in outs.items()}
+    ipc.register("rollout", iouts)
+    torch.cuda.synchronize()
+    ipc.transfer()
+    assert ipc.verify() == (-1, 0)
+    for name, out in outs.items():
+        assert torch.equal(iouts[name].cpu().view(torch.int16), out.view(torch.int16)), name
+    ipc.close()
+    print("rank %d: CUDA tensors ok (mpi and ipc)" % rank)
 print("rank %d: ok (%s)" % (rank, refit.version()))
