@@ -176,8 +176,8 @@ int refit_tensor_count(const refit_job *job, refit_role role);
 refit_status refit_tensor_get(const refit_job *job, refit_role role, int index,
                               refit_tensor_info *out);
 /* The memory the engine reads (trainer) or writes (rollout) for a tensor named `name`: the
- * caller's, once registered, else the library's own, which a mapping transport's callers
- * write into and read from. */
+ * caller's, once registered, else the library's own, which the callers of shm and rma jobs
+ * (which refuse registration) write into and read from. */
 refit_status refit_tensor_buffer(refit_job *job, refit_role role, const char *name, void **data,
                                  int64_t *bytes);
 
