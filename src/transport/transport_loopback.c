@@ -224,10 +224,15 @@ static rf_status lb_peer_buffer(rf_transport *tp, int peer, int index, void **ou
   lb_end *end = tp->state;
   rf_loopback *lb = end->lb;
   *out = NULL;
-  if (peer < 0 || peer >= lb->ranks || index < 0 || index >= lb->ends[peer].buffer_count ||
-      !lb->ends[peer].buffers)
+  /* Under the lock: a peer that went on to its next expose may be growing its table. */
+  pthread_mutex_lock(&lb->lock);
+  int have = peer >= 0 && peer < lb->ranks && index >= 0 && index < lb->ends[peer].buffer_count &&
+             lb->ends[peer].buffers;
+  if (have)
+    *out = lb->ends[peer].buffers[index]; /* NULL where the rank offered none */
+  pthread_mutex_unlock(&lb->lock);
+  if (!have)
     return rf_fail(RF_ERR_INTERNAL, "loopback: rank %d has no buffer %d to map", peer, index);
-  *out = lb->ends[peer].buffers[index]; /* NULL where the rank offered none */
   return RF_OK;
 }
 
