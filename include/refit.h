@@ -200,7 +200,8 @@ typedef struct {
 
 /* Registers `count` tensors of this rank, all or none: each must name a tensor this rank holds
  * in that role, once, with its dtype, shape and bytes, in the job's memory kind, contiguous.
- * The memory must stay valid until the job is destroyed or the name registered again. Local;
+ * The memory must stay valid until the job is destroyed or the name registered again (under
+ * ipc, until the job is destroyed: the peers keep each allocation they mapped open). Local;
  * may be called between transfers. Refused under shm and rma (see Memory above). */
 refit_status refit_register(refit_job *job, const refit_tensor *tensors, int count);
 
