@@ -66,6 +66,8 @@ def parse_args():
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--output", help="HDF5 results file to append the timed run to")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other option of `refit run --help` by its long name (repeatable)")
     return p.parse_args()
 
 
@@ -239,6 +241,7 @@ def main():
     options = {"transport": args.transport, "mode": args.mode, "placement": args.placement,
                "trainer-style": "fsdp2", "memory": "device" if args.device == "cuda" else "host",
                "seed": args.seed}
+    options.update(kv.split("=", 1) for kv in args.option)
     job = refit.Job(args.model, args.trainer, args.rollout, options=options)
     if "tp=1" not in job.plan["trainer"].split(","):
         sys.exit("torch_fsdp2_refit: the example's trainer is FSDP2 alone; give --trainer fsdp=N")

@@ -48,6 +48,7 @@ struct refit_job {
   int64_t wrong, bad;        /* its verdict (every rank) */
   rf_api_tensors tensors[2]; /* [0] trainer, [1] rollout */
   int unshared; /* registered since the transport last mapped this rank's tensors (ipc) */
+  int separate; /* the copies may meet the caller's allocations: no joined runs (memory.h) */
   char *plan_json;
   char error[RF_API_ERROR_MAX];
 };

@@ -52,6 +52,7 @@ static rf_status transfer(refit_job *job) {
   double t0 = rf_now();
   RF_TRY(rf_api_tensors_share(job));
   job->setup_s += rf_now() - t0;
+  rf_mem_set_copy_join(!job->separate);
   double times[RF_PHASE_COUNT] = {0};
   rf_status st = rf_run_iteration(ctl, &job->engine, RF_OK, job->setup_s, 0, times);
   /* Every rank has the same status; one whose wait expired has left the job unusable. */

@@ -248,6 +248,7 @@ static rf_status register_all(refit_job *job, const refit_tensor *tensors, int c
     *engine_slot(job, tensors[k].role, at[k]) = tensors[k].data;
     job->tensors[role_slot(tensors[k].role)].registered[at[k]] = 1;
     job->unshared = 1;
+    job->separate = 1; /* this rank's own copies meet them (over ipc, its peers' too) */
   }
   free(at);
   return st;
@@ -257,10 +258,11 @@ rf_status rf_api_tensors_share(refit_job *job) {
   rf_control *ctl = &job->ctl;
   if (!job->tp.ops->maps_caller_memory)
     return RF_OK;
-  int any = 0;
-  RF_TRY(rf_control_allreduce(ctl, ctl->world, &job->unshared, &any, 1, MPI_INT, MPI_MAX,
+  int mine[2] = {job->unshared, job->separate}, any[2] = {0, 0};
+  RF_TRY(rf_control_allreduce(ctl, ctl->world, mine, any, 2, MPI_INT, MPI_MAX,
                               "whether any rank registered memory"));
-  if (!any)
+  job->separate = any[1]; /* a peer's registered tensors are copied here too */
+  if (!any[0])
     return RF_OK;
   /* The flags in the engine's numbering: model tensors (trainer), rollout tensors. */
   const rf_layout *lay = &job->rs.job.layout;

@@ -130,6 +130,7 @@ RF_ENUM_DEFINE(rf_mem_request, "memory", RF_MEM_REQUEST_LIST, RF_MEM_REQUEST_COU
 RF_ENUM_DEFINE(rf_copy_path, "copy", RF_COPY_PATH_LIST, RF_COPY_PATH_COUNT)
 
 void rf_mem_set_copy_path(rf_copy_path path) { rf_gpu_set_copy_path((int)path); }
+void rf_mem_set_copy_join(int on) { rf_gpu_set_copy_join(on); }
 
 const char *rf_mem_kind_name(rf_mem_kind kind) {
   return kind_valid(kind) ? mem_kinds[kind].name : "unknown";

@@ -47,6 +47,12 @@ typedef enum { RF_COPY_PATH_LIST(RF_ENUM_ID) RF_COPY_PATH_COUNT } rf_copy_path;
 RF_ENUM_DECLARE(rf_copy_path);
 #define RF_COPY_ENGINE_MIN ((int64_t)256 << 10)
 void rf_mem_set_copy_path(rf_copy_path path);
+/* Whether the device copies join runs that continue each other (rf_box_copies_join; on by
+ * default). Refit's own buffers are arenas, where adjacent addresses are one allocation; a
+ * library caller's tensors are allocations of their own that may lie side by side, and a
+ * copy engine refuses one run across two allocations, so a job that registered device
+ * memory turns joining off for its transfers. */
+void rf_mem_set_copy_join(int on);
 
 /* Allocates `bytes` of the given kind, 64-byte aligned, and counts them towards this rank's
  * staging or data total (see rf_mem_stats). `what` names the buffer in error messages. */

@@ -28,6 +28,8 @@ rf_status rf_gpu_sync(void);
 
 /* rf_mem_set_copy_path's device half: an rf_copy_path, for every later rf_gpu_copy_boxes. */
 void rf_gpu_set_copy_path(int path);
+/* rf_mem_set_copy_join's device half. */
+void rf_gpu_set_copy_join(int on);
 /* The multiple every device allocation is rounded up to (2 MiB; REFIT_DEVICE_ALLOC_ROUND). */
 size_t rf_gpu_alloc_granule(void);
 

@@ -30,6 +30,7 @@ rf_status rf_gpu_transfer(void *dst, const void *src, size_t bytes) { return no_
 rf_status rf_gpu_sync(void) { return no_cuda(); }
 void *rf_gpu_stream(void) { return NULL; }
 void rf_gpu_set_copy_path(int path) { (void)path; }
+void rf_gpu_set_copy_join(int on) { (void)on; }
 int rf_gpu_sm_count(void) { return 1; }
 
 rf_status rf_gpu_select(int node_rank, int device_override, rf_gpu_info *out) {

@@ -523,11 +523,19 @@ rf_status engine_copy(const piece &pc, int way) {
   if (!engine_used[best])
     RF_CUDA(cudaStreamWaitEvent(s, engine_fork, 0));
   const size_t row = (size_t)(pc.n_in * pc.width);
-  if (way == BY_ENGINE_RUN)
-    RF_CUDA(cudaMemcpyAsync(pc.dst, pc.src, row, cudaMemcpyDefault, s));
-  else
-    RF_CUDA(cudaMemcpy2DAsync(pc.dst, (size_t)pc.d_out, pc.src, (size_t)pc.s_out, row,
-                              (size_t)pc.n_out, cudaMemcpyDefault, s));
+  cudaError_t rc =
+      way == BY_ENGINE_RUN
+          ? cudaMemcpyAsync(pc.dst, pc.src, row, cudaMemcpyDefault, s)
+          : cudaMemcpy2DAsync(pc.dst, (size_t)pc.d_out, pc.src, (size_t)pc.s_out, row,
+                              (size_t)pc.n_out, cudaMemcpyDefault, s);
+  if (rc != cudaSuccess) {
+    (void)cudaGetLastError();
+    return rf_fail(RF_ERR_CUDA,
+                   "copy: the copy engine refused %zu rows of %zu bytes from %p (pitch %lld) to "
+                   "%p (pitch %lld): %s",
+                   way == BY_ENGINE_RUN ? (size_t)1 : (size_t)pc.n_out, row, pc.src,
+                   (long long)pc.s_out, pc.dst, (long long)pc.d_out, cudaGetErrorString(rc));
+  }
   engine_used[best] = true;
   engine_load[best] += (int64_t)row * pc.n_out;
   return RF_OK;
@@ -638,19 +646,22 @@ rf_status copy_planned(const rf_box_copy *copies, int count, int mapped) {
 }
 
 /* Whether batches are joined (rf_box_copies_join): REFIT_COPY_JOIN=0 turns it off, to measure
- * the difference in one build (bench/moe_join_gpu.sh). Read once. */
+ * the difference in one build (bench/moe_join_gpu.sh), read once; rf_mem_set_copy_join turns
+ * it off for a job over a library caller's allocations. */
+bool join_allowed = true;
 bool join_copies() {
   static int on = -1;
   if (on < 0) {
     const char *env = getenv("REFIT_COPY_JOIN");
     on = !(env && strcmp(env, "0") == 0);
   }
-  return on != 0;
+  return on != 0 && join_allowed;
 }
 
 } // namespace
 
 extern "C" void rf_gpu_set_copy_path(int path) { copy_path = path; }
+extern "C" void rf_gpu_set_copy_join(int on) { join_allowed = on != 0; }
 
 /* Odd edges are peeled off transposes first (peel_transpose), then copies that continue each
  * other are joined (rf_box_copies_join); a batch of one copy is planned as it came, with no

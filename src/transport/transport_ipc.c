@@ -75,7 +75,7 @@ static void ipc_finalize(rf_transport *tp) {
 /* The driver's cuMemGetAddressRange, looked up in libcuda.so.1 (which the runtime has loaded
  * by now) rather than linked, so that refit built with the toolkit runs without a driver. */
 typedef CUresult (*address_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
-static rf_status address_range(void *ptr, CUdeviceptr *base) {
+static rf_status address_range(void *ptr, CUdeviceptr *base, size_t *size) {
   static address_range_fn fn;
   if (!fn) {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -86,8 +86,7 @@ static rf_status address_range(void *ptr, CUdeviceptr *base) {
       return rf_fail(RF_ERR_CUDA, "ipc: the CUDA driver's cuMemGetAddressRange_v2 is not "
                                   "available (libcuda.so.1); check the NVIDIA driver install");
   }
-  size_t size = 0;
-  CUresult got = fn(base, &size, (CUdeviceptr)(uintptr_t)ptr);
+  CUresult got = fn(base, size, (CUdeviceptr)(uintptr_t)ptr);
   if (got != CUDA_SUCCESS)
     return rf_fail(RF_ERR_CUDA,
                    "ipc: the memory at %p is no CUDA allocation of this process "
@@ -99,7 +98,8 @@ static rf_status address_range(void *ptr, CUdeviceptr *base) {
 /* The handle of the allocation holding `ptr`, and ptr's offset in it. */
 static rf_status offer_one(void *ptr, ipc_offer *out) {
   CUdeviceptr base = 0;
-  RF_TRY(address_range(ptr, &base));
+  size_t size = 0;
+  RF_TRY(address_range(ptr, &base, &size));
   cudaError_t rc = cudaIpcGetMemHandle(&out->handle, (void *)(uintptr_t)base);
   if (rc != cudaSuccess) {
     (void)cudaGetLastError();
@@ -111,6 +111,8 @@ static rf_status offer_one(void *ptr, ipc_offer *out) {
   }
   out->offset = (int64_t)((uintptr_t)ptr - (uintptr_t)base);
   out->offered = 1;
+  RF_DEBUG("ipc: offer %p: allocation %p of %zu bytes, offset %lld", ptr,
+           (void *)(uintptr_t)base, size, (long long)out->offset);
   return RF_OK;
 }
 
@@ -191,6 +193,7 @@ static rf_status open_allocation(ipc_state *s, int peer, const cudaIpcMemHandle_
   }
   s->open_handle[s->open_count] = *handle;
   s->open_base[s->open_count++] = base;
+  RF_DEBUG("ipc: opened an allocation of rank %d at %p (%d open)", peer, base, s->open_count);
   *out = base;
   return RF_OK;
 }
