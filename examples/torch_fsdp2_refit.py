@@ -282,14 +282,15 @@ def main():
             walls.append(wall)
             totals.append(phases["total"])
             transfers.append(phases["transfer"])
-    if args.output and args.iters:
-        job.record(args.output)
-        try:
-            os.unlink(args.output + ".warmup.h5")  # written by rank 0 alone
-        except FileNotFoundError:
-            pass
-
     wrong, bad = job.verify()  # checksums of every replica against the trainer's
+    if args.output and args.iters:
+        job.record(args.output)  # the timed iterations and the verdict of the checksums
+        for scratch in (args.output + ".warmup.h5", args.output + ".warmup.h5.lock"):
+            try:
+                os.unlink(scratch)  # written by rank 0 alone
+            except FileNotFoundError:
+                pass
+
     who = "trainer %d" % job.rank("trainer") if trainer is not None else \
         "rollout %d" % job.rank("rollout")
     if trainer is not None:
