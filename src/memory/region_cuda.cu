@@ -523,11 +523,10 @@ rf_status engine_copy(const piece &pc, int way) {
   if (!engine_used[best])
     RF_CUDA(cudaStreamWaitEvent(s, engine_fork, 0));
   const size_t row = (size_t)(pc.n_in * pc.width);
-  cudaError_t rc =
-      way == BY_ENGINE_RUN
-          ? cudaMemcpyAsync(pc.dst, pc.src, row, cudaMemcpyDefault, s)
-          : cudaMemcpy2DAsync(pc.dst, (size_t)pc.d_out, pc.src, (size_t)pc.s_out, row,
-                              (size_t)pc.n_out, cudaMemcpyDefault, s);
+  cudaError_t rc = way == BY_ENGINE_RUN
+                       ? cudaMemcpyAsync(pc.dst, pc.src, row, cudaMemcpyDefault, s)
+                       : cudaMemcpy2DAsync(pc.dst, (size_t)pc.d_out, pc.src, (size_t)pc.s_out, row,
+                                           (size_t)pc.n_out, cudaMemcpyDefault, s);
   if (rc != cudaSuccess) {
     (void)cudaGetLastError();
     return rf_fail(RF_ERR_CUDA,

@@ -111,8 +111,8 @@ static rf_status offer_one(void *ptr, ipc_offer *out) {
   }
   out->offset = (int64_t)((uintptr_t)ptr - (uintptr_t)base);
   out->offered = 1;
-  RF_DEBUG("ipc: offer %p: allocation %p of %zu bytes, offset %lld", ptr,
-           (void *)(uintptr_t)base, size, (long long)out->offset);
+  RF_DEBUG("ipc: offer %p: allocation %p of %zu bytes, offset %lld", ptr, (void *)(uintptr_t)base,
+           size, (long long)out->offset);
   return RF_OK;
 }
 
