@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/engine.h"
 #include "test.h"
@@ -41,7 +42,8 @@ typedef struct {
   int mapped; /* the engine took its mapped path */
 } rank_job;
 
-static inline rf_status run_modes(rank_job *j, rf_buffers *data, rf_transport *tp) {
+static inline rf_status run_modes(void *arg, rf_buffers *data, rf_transport *tp) {
+  rank_job *j = arg;
   double times[RF_PHASE_COUNT];
   for (int m = 0; m < MODES; m++) {
     rf_engine e;
@@ -81,19 +83,46 @@ static inline rf_status run_modes(rank_job *j, rf_buffers *data, rf_transport *t
   return RF_OK;
 }
 
-static inline void *run_rank(void *arg) {
-  rank_job *j = arg;
+/* Rank `rank` of a loopback world: its host buffers of the generated weights and its end of
+ * the transport, handed to `body`, then closed and freed. */
+static inline rf_status with_rank(const rf_plan *plan, rf_loopback *lb, int rank,
+                                  rf_status (*body)(void *, rf_buffers *, rf_transport *),
+                                  void *arg) {
   rf_buffers data;
   rf_transport tp;
-  j->status = rf_buffers_init(&data, j->plan, RF_MEM_HOST, SEED, NULL, j->rank);
-  if (j->status == RF_OK) {
-    j->status = rf_loopback_open(j->lb, j->rank, &tp);
-    if (j->status == RF_OK)
-      j->status = run_modes(j, &data, &tp);
+  rf_status st = rf_buffers_init(&data, plan, RF_MEM_HOST, SEED, NULL, rank);
+  if (st == RF_OK) {
+    st = rf_loopback_open(lb, rank, &tp);
+    if (st == RF_OK)
+      st = body(arg, &data, &tp);
     rf_transport_close(&tp);
   }
   rf_buffers_free(&data);
+  return st;
+}
+
+static inline void *run_rank(void *arg) {
+  rank_job *j = arg;
+  j->status = with_rank(j->plan, j->lb, j->rank, run_modes, j);
   return NULL;
+}
+
+/* A small Llama whose attention and MLP shares are whole 128x128 blocks at rollout tp=2
+ * (test_engine_fp8.c, test_engine_caller.c), loaded from a temporary config.json. */
+static inline void load_fp8_llama(rf_model *m) {
+  static const char config[] =
+      "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\",\n"
+      " \"head_dim\": 128, \"hidden_size\": 512, \"intermediate_size\": 1024,\n"
+      " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 2,\n"
+      " \"rms_norm_eps\": 1e-05, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\",\n"
+      " \"vocab_size\": 1000}\n";
+  char path[] = "/tmp/refit-test-fp8-llama-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, config, strlen(config)), (int64_t)strlen(config));
+  close(fd);
+  ASSERT_OK(rf_model_load(path, m));
+  unlink(path);
 }
 
 /* Runs every rank of the plan's world as a thread; jobs[r] holds rank r's results. */

@@ -15,13 +15,6 @@
 
 #include "engine_worlds.h"
 
-static const char fp8_llama[] =
-    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\",\n"
-    " \"head_dim\": 128, \"hidden_size\": 512, \"intermediate_size\": 1024,\n"
-    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 2,\n"
-    " \"rms_norm_eps\": 1e-05, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\",\n"
-    " \"vocab_size\": 1000}\n";
-
 typedef struct {
   const rf_plan *plan;
   rf_loopback *lb;
@@ -76,7 +69,8 @@ static rf_status take_over(caller_job *j, rf_buffers *data, char *shards, char *
   return RF_OK;
 }
 
-static rf_status run_caller_modes(caller_job *j, rf_buffers *data, rf_transport *tp) {
+static rf_status run_caller_modes(void *arg, rf_buffers *data, rf_transport *tp) {
+  caller_job *j = arg;
   const rf_layout *lay = j->plan->layout;
   int nt = lay->model->tensor_count, nr = lay->rollout_tensor_count;
   char *shards = calloc((size_t)nt, 1), *rollout = calloc((size_t)nr, 1);
@@ -131,16 +125,7 @@ static rf_status run_caller_modes(caller_job *j, rf_buffers *data, rf_transport 
 
 static void *run_caller_rank(void *arg) {
   caller_job *j = arg;
-  rf_buffers data;
-  rf_transport tp;
-  j->status = rf_buffers_init(&data, j->plan, RF_MEM_HOST, SEED, NULL, j->rank);
-  if (j->status == RF_OK) {
-    j->status = rf_loopback_open(j->lb, j->rank, &tp);
-    if (j->status == RF_OK)
-      j->status = run_caller_modes(j, &data, &tp);
-    rf_transport_close(&tp);
-  }
-  rf_buffers_free(&data);
+  j->status = with_rank(j->plan, j->lb, j->rank, run_caller_modes, j);
   return NULL;
 }
 
@@ -182,14 +167,8 @@ static int64_t run_case(const rf_model *m, const layout_case *c, rf_rollout_dtyp
 }
 
 int main(void) {
-  char path[] = "/tmp/refit-test-caller-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_TRUE(fd >= 0);
-  ASSERT_EQ(write(fd, fp8_llama, strlen(fp8_llama)), (ssize_t)strlen(fp8_llama));
-  close(fd);
   rf_model m;
-  ASSERT_OK(rf_model_load(path, &m));
-  unlink(path);
+  load_fp8_llama(&m);
   /* Counted by hand: the model has 3 + 9 per layer = 21 tensors (embedding, final norm, untied
    * head), the rollout 3 + 6 per layer = 15 (qkv and gate_up fused), 23 with fp8's scale
    * tensors (qkv, o, gate_up and down of each layer). A trainer rank of fsdp=2 holds a part of

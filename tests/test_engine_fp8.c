@@ -18,13 +18,6 @@
 #include "engine_worlds.h"
 #include "verify/fp8.h"
 
-static const char fp8_llama[] =
-    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\",\n"
-    " \"head_dim\": 128, \"hidden_size\": 512, \"intermediate_size\": 1024,\n"
-    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"num_hidden_layers\": 2,\n"
-    " \"rms_norm_eps\": 1e-05, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\",\n"
-    " \"vocab_size\": 1000}\n";
-
 static const layout_case layouts[] = {
     {"fsdp=2", "tp=2", RF_STYLE_TUNIX, RF_ORDER_HF, RF_PLACEMENT_DISAGGREGATED},
     {"fsdp=8", "tp=2", RF_STYLE_FSDP2, RF_ORDER_HF, RF_PLACEMENT_DISAGGREGATED},
@@ -180,14 +173,8 @@ static void test_flipped_bytes(const rf_model *m) {
 }
 
 int main(void) {
-  char path[] = "/tmp/refit-test-engine-fp8-XXXXXX";
-  int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(write(fd, fp8_llama, strlen(fp8_llama)), (int64_t)strlen(fp8_llama));
-  close(fd);
   rf_model m;
-  ASSERT_OK(rf_model_load(path, &m));
-  unlink(path);
+  load_fp8_llama(&m);
   test_flipped_bytes(&m);
   rf_log_push_quiet(getenv("REFIT_TEST_VERBOSE") == NULL); /* the corrupt byte is logged */
   int source = 0, destination = 0;

@@ -311,16 +311,19 @@ rf_status rf_engine_expose_caller(rf_engine *e, const char *shards, const char *
   const rf_layout *lay = e->plan->layout;
   int nt = lay->model->tensor_count, nr = lay->rollout_tensor_count;
   void **mine = rf_calloc((size_t)(nt + nr) + 1, sizeof *mine, "the caller's tensors");
+  /* Every rank exposes the same count, or none does: a rank short of memory says so first. */
   rf_status st = mine ? RF_OK : RF_ERR_NOMEM;
-  for (int t = 0; mine && t < nt; t++)
+  st = tp->ctl ? rf_control_agree(tp->ctl, st) : st;
+  if (st != RF_OK) {
+    free(mine);
+    return st;
+  }
+  for (int t = 0; t < nt; t++)
     mine[t] = shards && shards[t] && data->trainer_rank >= 0 ? data->shards[t] : NULL;
-  for (int i = 0; mine && i < nr; i++)
+  for (int i = 0; i < nr; i++)
     mine[nt + i] = rollout && rollout[i] && data->rollout_rank >= 0 ? data->rollout[i] : NULL;
-  /* A rank short of memory still takes part, offering nothing, and the failure is agreed. */
-  void *none = NULL;
-  rf_status offered = tp->ops->expose(tp, mine ? mine : &none, mine ? nt + nr : 0);
+  st = tp->ops->expose(tp, mine, nt + nr);
   free(mine);
-  st = rf_status_worse(st, offered);
   RF_TRY(tp->ctl ? rf_control_agree(tp->ctl, st) : st);
   data->caller_index = data->exposed_count;
   data->exposed_count += nt + nr;

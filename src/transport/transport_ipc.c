@@ -36,8 +36,10 @@ typedef struct {
   void **own;         /* [index]: this rank's buffers, as exposed */
   /* The allocations opened here, each once: buffers of one peer may share an allocation, and
    * CUDA maps a handle once per process. */
-  cudaIpcMemHandle_t *open_handle;
-  void **open_base;
+  struct ipc_open {
+    cudaIpcMemHandle_t handle;
+    void *base;
+  } * open;
   int open_count, open_cap;
 } ipc_state;
 
@@ -60,14 +62,13 @@ static void ipc_finalize(rf_transport *tp) {
   if (!s)
     return;
   for (int i = 0; i < s->open_count; i++)
-    if (cudaIpcCloseMemHandle(s->open_base[i]) != cudaSuccess)
+    if (cudaIpcCloseMemHandle(s->open[i].base) != cudaSuccess)
       RF_WARN("cudaIpcCloseMemHandle failed: %s", cudaGetErrorString(cudaGetLastError()));
   rf_transport_close(&s->notes);
   free(s->offer);
   free(s->mapped);
   free(s->own);
-  free(s->open_handle);
-  free(s->open_base);
+  free(s->open);
   free(s);
   tp->state = NULL;
 }
@@ -166,22 +167,12 @@ static rf_status ipc_expose(rf_transport *tp, void *const *buffers, int count) {
 static rf_status open_allocation(ipc_state *s, int peer, const cudaIpcMemHandle_t *handle,
                                  void **out) {
   for (int i = 0; i < s->open_count; i++)
-    if (memcmp(&s->open_handle[i], handle, sizeof *handle) == 0) {
-      *out = s->open_base[i];
+    if (memcmp(&s->open[i].handle, handle, sizeof *handle) == 0) {
+      *out = s->open[i].base;
       return RF_OK;
     }
-  if (s->open_count == s->open_cap) {
-    int cap = s->open_cap ? 2 * s->open_cap : 16;
-    cudaIpcMemHandle_t *h = realloc(s->open_handle, (size_t)cap * sizeof *h);
-    if (h)
-      s->open_handle = h;
-    void **b = realloc(s->open_base, (size_t)cap * sizeof *b);
-    if (b)
-      s->open_base = b;
-    if (!h || !b)
-      return rf_fail(RF_ERR_NOMEM, "out of memory listing %d mapped allocations", cap);
-    s->open_cap = cap;
-  }
+  RF_TRY(rf_grow((void **)&s->open, s->open_count, &s->open_cap, sizeof *s->open,
+                 "mapped allocations"));
   void *base = NULL;
   cudaError_t rc = cudaIpcOpenMemHandle(&base, *handle, cudaIpcMemLazyEnablePeerAccess);
   if (rc != cudaSuccess) {
@@ -191,8 +182,8 @@ static rf_status open_allocation(ipc_state *s, int peer, const cudaIpcMemHandle_
                    "from this one: use --transport nccl",
                    peer, cudaGetErrorString(rc));
   }
-  s->open_handle[s->open_count] = *handle;
-  s->open_base[s->open_count++] = base;
+  s->open[s->open_count].handle = *handle;
+  s->open[s->open_count++].base = base;
   RF_DEBUG("ipc: opened an allocation of rank %d at %p (%d open)", peer, base, s->open_count);
   *out = base;
   return RF_OK;
