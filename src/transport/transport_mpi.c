@@ -25,7 +25,15 @@ typedef struct {
   int count, cap;
   block_list blocks; /* post_strided's scratch, kept between messages */
   size_t slice;      /* the most bytes one MPI message carries */
+  long last_large;   /* the ticket of the latest large or strided message (-1: none yet) */
 } mpi_state;
+
+/* A message of at most this many bytes is small: MPI moves it whole as soon as it is matched,
+ * so a wait for small messages alone may nap between checks (rf_poll) and leave the core to
+ * ranks that compute meanwhile (a delta's trainers encoding while the rollout waits for the
+ * sizes). A wait that includes a larger or strided message checks without napping
+ * (rf_poll_busy), since MPI moves those only inside its calls, a fragment at a time. */
+#define RF_MPI_SMALL ((size_t)65536)
 
 static rf_status mpi_init(rf_transport *tp) {
   mpi_state *s = rf_calloc(1, sizeof *s, "mpi transport");
@@ -34,6 +42,7 @@ static rf_status mpi_init(rf_transport *tp) {
   const char *env = getenv("REFIT_MPI_SLICE");
   long long slice = env ? atoll(env) : 0;
   s->slice = slice > 0 && slice < (long long)SLICE ? (size_t)slice : SLICE;
+  s->last_large = -1;
   tp->state = s;
   return RF_OK;
 }
@@ -54,10 +63,12 @@ static MPI_Comm channel_comm(rf_transport *tp, rf_channel ch) {
   return ch == RF_CHANNEL_TRAINER ? tp->ctl->trainer : tp->ctl->world;
 }
 
-static rf_status push(mpi_state *s, MPI_Request **slot, long *ticket) {
+static rf_status push(mpi_state *s, MPI_Request **slot, long *ticket, int large) {
   RF_TRY(rf_grow((void **)&s->requests, s->count, &s->cap, sizeof *s->requests, "MPI requests"));
   *ticket = s->first_ticket + s->count;
   *slot = &s->requests[s->count++];
+  if (large)
+    s->last_large = *ticket;
   return RF_OK;
 }
 
@@ -68,7 +79,7 @@ static rf_status mpi_post(rf_transport *tp, int send, rf_channel ch, int peer, v
   do {
     int n = (int)RF_MIN(slice, bytes - off);
     MPI_Request *req;
-    RF_TRY(push(tp->state, &req, ticket));
+    RF_TRY(push(tp->state, &req, ticket, (size_t)n > RF_MPI_SMALL));
     if (send)
       RF_MPI(MPI_Isend(buf + off, n, MPI_BYTE, peer, 0, channel_comm(tp, ch), req));
     else
@@ -142,7 +153,7 @@ static rf_status post_blocks(rf_transport *tp, block_list *b, int send, rf_chann
   RF_MPI_GOTO(MPI_Type_create_struct(b->count, b->lengths, b->displacements, b->types, &type),
               done);
   RF_MPI_GOTO(MPI_Type_commit(&type), done);
-  st = push(tp->state, &req, ticket);
+  st = push(tp->state, &req, ticket, 1);
   if (st != RF_OK)
     goto done;
   if (send)
@@ -215,7 +226,9 @@ static rf_status mpi_wait_range(rf_transport *tp, long from, long upto, const ch
   long hi = RF_MIN((long)s->count, upto - s->first_ticket);
   if (hi > lo) {
     pending p = {s->requests + lo, (int)(hi - lo)};
-    rf_status st = rf_poll_busy(all_done, &p, tp->ctl->timeout);
+    int small = s->last_large < s->first_ticket + lo; /* no large message among them */
+    rf_status st = small ? rf_poll(all_done, &p, tp->ctl->timeout)
+                         : rf_poll_busy(all_done, &p, tp->ctl->timeout);
     if (st == RF_ERR_TIMEOUT) {
       cancel_pending(tp, s->requests, (int)hi);
       return rf_timeout_error(tp->ctl->timeout, what, NULL);
