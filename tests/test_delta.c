@@ -12,6 +12,29 @@
 static const rf_delta_encoding wants[] = {RF_DELTA_DENSE, RF_DELTA_SPARSE, RF_DELTA_BITMASK,
                                           RF_DELTA_AUTO};
 
+/* Marks of cur's region (rf_delta_marks) for the elements of box that differ from prev, and
+ * with `extra` also about one in 16 of the others, padding included, which encode sends as if
+ * they had changed. *marked counts the marks inside box. Freed by the caller. */
+static uint64_t *marks_of(const rf_box *box, const dc_buf *prev, const dc_buf *cur, int extra,
+                          int64_t *marked) {
+  int es = cur->r.esize;
+  int64_t bits = (int64_t)cur->bytes / es, words = bits / 64 + 2;
+  uint64_t *marks = calloc((size_t)words, 8);
+  ASSERT_TRUE(marks != NULL);
+  if (extra)
+    for (int64_t w = 0; w < words; w++)
+      marks[w] = dc_rng() & dc_rng() & dc_rng() & dc_rng();
+  *marked = 0;
+  for (int64_t i = box->lo[0]; i < box->hi[0]; i++)
+    for (int64_t j = box->lo[1]; j < box->hi[1]; j++) {
+      int64_t m = (rf_region_at(&cur->r, i, j) - cur->r.base) / es;
+      if (memcmp(rf_region_at(&prev->r, i, j), rf_region_at(&cur->r, i, j), (size_t)es) != 0)
+        marks[m >> 6] |= (uint64_t)1 << (m & 63);
+      *marked += (int64_t)(marks[m >> 6] >> (m & 63) & 1);
+    }
+  return marks;
+}
+
 /* Encodes box of prev -> cur in every encoding, checks what encode reports, and applies each
  * to a destination (layout ld) holding prev: box must then hold cur, and every other byte of
  * the destination, padding included, what it held. The bytes must also be those of the same
@@ -56,6 +79,32 @@ static void check_piece(const rf_box *whole, const rf_box *box, const dc_buf *pr
     ASSERT_OK(rf_delta_encode(RF_MEM_HOST, &prev->r, &cur->r, box, wants[w], flat_enc,
                               (size_t)info.bytes, "exact", &flat_info));
     ASSERT_EQ(memcmp(enc, flat_enc, (size_t)info.bytes), 0);
+    /* From the trainer's marks: exactly the changes give the same bytes, in a roomy buffer and
+     * in one of exactly the size; with unchanged elements marked too, those are sent as well
+     * (the cur region's layout, not prev's, numbers the marks), and the apply still brings a
+     * copy of prev to cur. */
+    for (int extra = 0; extra < 2; extra++) {
+      int64_t marked = 0;
+      rf_delta_marks marks = {marks_of(box, prev, cur, extra, &marked)};
+      ASSERT_TRUE(extra ? marked >= changed : marked == changed);
+      int64_t bytes = rf_delta_size(wants[w], n, marked, es);
+      for (int exact = 0; exact < 2; exact++) {
+        memset(flat_enc, 0x5a, cap);
+        ASSERT_OK(rf_delta_encode_marked(RF_MEM_HOST, &prev->r, &cur->r, box, &marks, wants[w],
+                                         flat_enc, exact ? (size_t)bytes : cap, "marked",
+                                         &flat_info));
+        ASSERT_EQ(flat_info.bytes, bytes);
+        ASSERT_EQ(flat_info.changed, marked);
+        if (!extra)
+          ASSERT_EQ(memcmp(enc, flat_enc, (size_t)info.bytes), 0);
+      }
+      dc_buf dst = dc_buf_new(ld, whole, es);
+      dc_copy(&dst, prev, whole);
+      ASSERT_OK(rf_delta_apply(RF_MEM_HOST, flat_enc, (size_t)bytes, &dst.r, box, "marked", NULL));
+      ASSERT_TRUE(dc_same_box(&dst.r, &cur->r, box));
+      dc_buf_free(&dst);
+      free((void *)marks.words);
+    }
 
     dc_buf dst = dc_buf_new(ld, whole, es), before = dc_buf_new(ld, whole, es);
     dc_copy(&dst, prev, whole);

@@ -286,8 +286,8 @@ static void test_version_case(int n) {
   t.dtype = dt;
   rf_fill_region(&hr, &box, &t, seed, &before, dt);
   ASSERT_OK(rf_fill_region_on(RF_MEM_DEVICE, &dr, &box, &t, seed, &before, dt));
-  rf_advance_region(&hr, &box, &t, seed, &v, dt);
-  ASSERT_OK(rf_advance_region_on(RF_MEM_DEVICE, &dr, &box, &t, seed, &v, dt));
+  rf_advance_region(&hr, &box, &t, seed, &v, dt, NULL);
+  ASSERT_OK(rf_advance_region_on(RF_MEM_DEVICE, &dr, &box, &t, seed, &v, dt, NULL));
   if (mirror_diff(&m) >= 0) {
     print_placed(rule, &p);
     abort();

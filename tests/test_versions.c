@@ -146,7 +146,9 @@ static void test_sparse_counts(void) {
 
 /* Version k filled directly equals version 0 advanced k times (rf_advance_region), for every
  * update, dtype and a row-major and a transposed region of an inner box; the check passes
- * against version k and finds exactly the changed elements against version k - 1. */
+ * against version k and finds exactly the changed elements against version k - 1. Advanced
+ * with marks it holds the same values, and its marks name exactly the elements whose bits
+ * changed, each at its offset from the region's base (what rf_delta_encode_marked reads). */
 static void test_direct_equals_advanced(void) {
   static const char *const rules[] = {"none", "full", "sparse:0.01", "sparse:0.5", "adam:0.01"};
   for (size_t u = 0; u < RF_ARRAY_LEN(rules); u++)
@@ -156,12 +158,30 @@ static void test_direct_equals_advanced(void) {
         rf_box box = {{5, 3}, {40, 66}};
         int es = rf_dtype_size(dtypes[d]);
         rf_region walked = region_new(kind, &box, es), direct = region_new(1 - kind, &box, es);
+        rf_region marked = region_new(kind, &box, es);
+        int64_t n = rf_box_numel(&box), words = n / 64 + 2;
+        uint64_t *marks = malloc((size_t)words * 8);
         rf_fill_region(&walked, &box, &t, 5, NULL, dtypes[d]);
+        rf_fill_region(&marked, &box, &t, 5, NULL, dtypes[d]);
         for (int64_t k = 1; k <= 5; k++) {
           rf_weight_version v = version_of(rules[u], k), before = version_of(rules[u], k - 1);
-          rf_advance_region(&walked, &box, &t, 5, &v, dtypes[d]);
+          rf_advance_region(&walked, &box, &t, 5, &v, dtypes[d], NULL);
+          memset(marks, 0, (size_t)words * 8);
+          rf_advance_region(&marked, &box, &t, 5, &v, dtypes[d], marks);
           rf_fill_region(&direct, &box, &t, 5, &v, dtypes[d]);
           ASSERT_EQ(count_differ(&walked, &direct, &box), 0);
+          ASSERT_EQ(count_differ(&marked, &direct, &box), 0);
+          int64_t set = 0;
+          for (int64_t w = 0; w < words; w++)
+            set += __builtin_popcountll(marks[w]);
+          ASSERT_EQ(set, rf_version_changed_count(&box, &t, 5, &v));
+          for (int64_t i = box.lo[0]; i < box.hi[0]; i++)
+            for (int64_t j = box.lo[1]; j < box.hi[1]; j++) {
+              int64_t m = (rf_region_at(&marked, i, j) - marked.base) / es;
+              int changed = rf_version_bits(5, 3, &v, i * 67 + j, dtypes[d]) !=
+                            rf_version_bits(5, 3, &before, i * 67 + j, dtypes[d]);
+              ASSERT_EQ((int)(marks[m >> 6] >> (m & 63) & 1), changed);
+            }
           ASSERT_EQ(rf_check_region(&walked, &box, &t, 5, &v, dtypes[d], NULL, 0, NULL), 0);
           ASSERT_EQ(rf_check_region(&walked, &box, &t, 5, &before, dtypes[d], NULL, 0, NULL),
                     rf_version_changed_count(&box, &t, 5, &v));
@@ -171,7 +191,7 @@ static void test_direct_equals_advanced(void) {
             for (int64_t j = box.lo[1]; j < box.hi[1]; j++)
               ASSERT_EQ(bits_at(&direct, i, j), rf_version_bits(5, 3, &v, i * 67 + j, dtypes[d]));
         }
-        free(walked.base), free(direct.base);
+        free(walked.base), free(direct.base), free(marked.base), free(marks);
       }
 }
 

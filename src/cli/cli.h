@@ -76,6 +76,7 @@ typedef struct {
   int64_t domain_ranks;           /* --domain-ranks N: hierarchical's domains; 0 = the nodes */
   rf_mode_list mode;              /* --mode unfused|grouped|fused, or a comma-separated list */
   rf_delta_choice_list delta;     /* --delta off|auto|sparse|bitmask, or a list (only off runs) */
+  int delta_compare;              /* --delta-compare: encode compares every element, no marks */
   int64_t bucket_size;            /* --bucket-size, bytes; 0 = whole model in one bucket */
   char transport[16];             /* --transport NAME */
   int64_t device;                 /* --device N: the CUDA device; -1 = by node-local rank */

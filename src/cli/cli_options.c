@@ -211,6 +211,16 @@ const rf_cli_option rf_cli_options[] = {
              "bitmask: a bit per element and the values); a comma-separated list runs each in "
              "turn; refit run sends deltas with every plan, transport and --rollout-dtype (where "
              "each trainer shard holds whole blocks); refit simulate predicts them"},
+    {.name = "delta-compare",
+     .type = RF_OPT_FLAG,
+     FIELD(delta_compare),
+     .def = "false",
+     .unit = "",
+     .commands = RUN,
+     .help = "under --delta, encode compares every element of the version with the one the "
+             "trainer kept; by default the generated versions mark the elements they change, "
+             "in host memory, and encode compares only those (a trainer that knows what its "
+             "step wrote)"},
     {.name = "bucket-size",
      .sweep = 1,
      .type = RF_OPT_SIZE,

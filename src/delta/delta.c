@@ -268,12 +268,29 @@ rf_status rf_delta_count(rf_mem_kind kind, const rf_region *prev, const rf_regio
 rf_status rf_delta_encode(rf_mem_kind kind, const rf_region *prev, const rf_region *cur,
                           const rf_box *box, rf_delta_encoding want, void *out, size_t capacity,
                           const char *what, rf_delta_info *info) {
+  return rf_delta_encode_marked(kind, prev, cur, box, NULL, want, out, capacity, what, info);
+}
+
+rf_status rf_delta_encode_marked(rf_mem_kind kind, const rf_region *prev, const rf_region *cur,
+                                 const rf_box *box, const rf_delta_marks *marks,
+                                 rf_delta_encoding want, void *out, size_t capacity,
+                                 const char *what, rf_delta_info *info) {
   rf_delta_job job;
   memset(info, 0, sizeof *info);
   RF_TRY(job_of(kind, prev, cur, box, what, &job));
   RF_TRY(device_aligned(kind, out, what));
   if ((int)want < 0 || want > RF_DELTA_AUTO)
     return rf_fail(RF_ERR_INTERNAL, "delta for %s: unknown encoding %d", what, (int)want);
+  if (marks && kind == RF_MEM_DEVICE)
+    return rf_fail(RF_ERR_INTERNAL,
+                   "delta for %s: marks of changed elements are host memory; "
+                   "device pieces are compared whole",
+                   what);
+  if (marks && !rf_box_is_empty(box)) {
+    job.marks = marks->words;
+    job.marks_at = (box->lo[0] - cur->box.lo[0]) * cur->stride[0] +
+                   (box->lo[1] - cur->box.lo[1]) * cur->stride[1];
+  }
   /* Dense needs the count only for its header; the others need the mark itself. On the host
    * the mark also copies the changed values to where a bitmask payload keeps them, if they
    * fit in out, and their offsets to where a sparse one does, while they are in cache

@@ -111,6 +111,28 @@ rf_status rf_delta_encode(rf_mem_kind kind, const rf_region *prev, const rf_regi
                           const rf_box *box, rf_delta_encoding want, void *out, size_t capacity,
                           const char *what, rf_delta_info *info);
 
+/* What a trainer that knows where it wrote may hand encode: one bit per element of cur's
+ * region, numbered by the element's offset from cur->base in cur's strides (bit i of
+ * words[i / 64]), set for every element that differs from the version the receiver holds.
+ * Encode then takes the marked elements as the changed ones without comparing, and reads
+ * neither prev nor the unmarked elements, so its cost follows the changes instead of the piece.
+ * A marked element that did not change is sent all the same (its current value: harmless, a
+ * few bytes more); a changed element left unmarked is not sent, so the marks must cover every
+ * change. The array holds one word more than its bits need, which encode may read. Host memory
+ * only. */
+typedef struct {
+  const uint64_t *words;
+} rf_delta_marks;
+
+/* rf_delta_encode of the marked elements (marks NULL: of every element that differs, as
+ * rf_delta_encode; prev is not read otherwise). The same bytes as rf_delta_encode when the
+ * marks name exactly the elements that differ. Refuses marks on device memory
+ * (RF_ERR_INTERNAL). */
+rf_status rf_delta_encode_marked(rf_mem_kind kind, const rf_region *prev, const rf_region *cur,
+                                 const rf_box *box, const rf_delta_marks *marks,
+                                 rf_delta_encoding want, void *out, size_t capacity,
+                                 const char *what, rf_delta_info *info);
+
 /* Applies the encoded piece of `bytes` bytes at `encoded` to `box` of dst (both in `kind`
  * memory; on the device, encoded 8-byte aligned). Checks first that the header describes this
  * piece and this many bytes and that the payload's hash matches; when either does not, logs

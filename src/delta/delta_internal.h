@@ -35,6 +35,10 @@ typedef struct rf_delta_job {
    * NULL when they did not. */
   char *values, *offsets;
   int64_t values_cap;
+  /* Host encode of a marked piece (rf_delta_encode_marked): the trainer's marks, and the bit of
+   * element (0, 0) of the box, whose element (r, c) is bit marks_at + r * cur.s0 + c * cur.s1. */
+  const uint64_t *marks;
+  int64_t marks_at;
 } rf_delta_job;
 
 /* Words of 32 bits in a bitmask encoding's mask: ceil(n / 32). */

@@ -9,6 +9,7 @@ rf_status rf_run_buffers_open(rf_control *ctl, const rf_config *cfg, const run_s
       rf_control_agree(ctl, rf_buffers_init_on(data, &rs->job.plan, rs->memory, (uint64_t)cfg->seed,
                                                ck, ctl->world_rank, tp));
   data->version.update = rs->update; /* the rule by which rf_buffers_advance moves them on */
+  data->marks_wanted = !cfg->delta_compare;
   return st;
 }
 

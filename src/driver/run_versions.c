@@ -293,19 +293,21 @@ static rf_status keep_kinds(const int64_t (*tally)[RF_DELTA_KIND_FIELDS], rf_run
 
 rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engine *e,
                                rf_run_result *res) {
-  int64_t mine[7] = {e->delta_wire_bytes,
+  int64_t mine[9] = {e->delta_wire_bytes,
                      e->delta_pieces[0],
                      e->delta_pieces[1],
                      e->delta_pieces[2],
                      rf_engine_delta_kept_bytes(e),
                      e->delta_forward_bytes,
-                     e->delta_stale_pieces};
-  int64_t all[7] = {0};
+                     e->delta_stale_pieces,
+                     e->delta_marked_pieces,
+                     e->data->marks ? (int64_t)e->data->marks_bytes : 0};
+  int64_t all[9] = {0};
   snprintf(res->delta, sizeof res->delta, "%s", rf_delta_choice_name(e->delta));
   if (e->delta == RF_DELTA_CHOICE_OFF)
     return RF_OK;
   RF_TRY(
-      rf_control_reduce(ctl, ctl->world, mine, all, 7, MPI_INT64_T, MPI_SUM, "the delta figures"));
+      rf_control_reduce(ctl, ctl->world, mine, all, 9, MPI_INT64_T, MPI_SUM, "the delta figures"));
   res->delta_dense = e->delta_dense;
   /* Every byte on the wire: the trainer's, and where the plan forwards, the replicas'. */
   res->wire_dense_bytes = job->plan.wire_transfer_bytes + job->plan.wire_forward_bytes;
@@ -316,6 +318,8 @@ rf_status rf_run_delta_figures(rf_control *ctl, const rf_job *job, const rf_engi
     res->delta_pieces[i] = all[1 + i];
   res->delta_kept_bytes = all[4];
   res->delta_stale_pieces = all[6];
+  res->delta_marked_pieces = all[7];
+  res->delta_marks_bytes = all[8];
   if (e->delta_dense)
     return RF_OK;
   int64_t sum[RF_T_KIND_COUNT][RF_DELTA_KIND_FIELDS] = {{0}};
@@ -329,6 +333,11 @@ void rf_run_print_delta(const rf_run_result *res) {
   if (!res->delta[0] || !strcmp(res->delta, "off"))
     return;
   char stale[96] = "", forwarded[96] = ""; /* forwarded: fanout, hierarchical's replicas */
+  char marked[128] = "";
+  if (res->delta_marked_pieces > 0)
+    snprintf(marked, sizeof marked,
+             "; %lld pieces encoded from the trainer's marks of what changed (%lld bytes)",
+             (long long)res->delta_marked_pieces, (long long)res->delta_marks_bytes);
   if (res->delta_stale_pieces > 0)
     snprintf(stale, sizeof stale, " (%lld pieces of the run dense for a stale receipt)",
              (long long)res->delta_stale_pieces);
@@ -341,12 +350,12 @@ void rf_run_print_delta(const rf_run_result *res) {
   else
     printf("# delta %s: version %lld: %lld wire bytes (%.4g %% of the dense %lld%s); pieces: %lld "
            "dense, %lld sparse, %lld bitmask%s; the trainer keeps %lld bytes of its previous "
-           "version\n",
+           "version%s\n",
            res->delta, (long long)res->version, (long long)res->wire_delta_bytes,
            100.0 * (double)res->wire_delta_bytes / (double)res->wire_dense_bytes,
            (long long)res->wire_dense_bytes, forwarded, (long long)res->delta_pieces[0],
            (long long)res->delta_pieces[1], (long long)res->delta_pieces[2], stale,
-           (long long)res->delta_kept_bytes);
+           (long long)res->delta_kept_bytes, marked);
   if (res->delta_kind_count > 0) {
     printf("# delta %s: pieces by tensor kind (dense/sparse/bitmask):", res->delta);
     for (int k = 0; k < res->delta_kind_count; k++) {

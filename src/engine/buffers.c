@@ -319,12 +319,54 @@ rf_status rf_buffers_advance(rf_buffers *b) {
     rf_box box = rf_layout_trainer_box(lay, t, b->trainer_rank);
     rf_region r = rf_shard_region(b->plan, b->trainer_rank, t, b->shards[t]);
     RF_TRY(rf_advance_region_on(b->memory, &r, &box, &m->tensors[t], b->seed, &b->version,
-                                m->tensors[t].dtype));
+                                m->tensors[t].dtype,
+                                b->marks_valid ? b->marks + b->marks_at[t] : NULL));
   }
   return RF_OK;
 }
 
+/* Marks are kept for generated host shards that the kept copy mirrors: a checkpoint's weights
+ * come whole from a file, device shards are advanced by the GPU, and star keeps its coupling
+ * buffers, not the shards. */
+static int marks_allowed(const rf_buffers *b) {
+  int host = b->memory == RF_MEM_HOST || b->memory == RF_MEM_PINNED || b->memory == RF_MEM_SHARED;
+  return b->marks_wanted && host && b->prev_arena && b->prev_family == RF_FAMILY_SHARDS &&
+         !b->from_checkpoint && b->trainer_rank >= 0 && b->version.update.kind != RF_UPDATE_NONE;
+}
+
+rf_status rf_buffers_marks_reset(rf_buffers *b) {
+  b->marks_valid = 0;
+  if (!marks_allowed(b)) {
+    if (b->prev_stale)
+      b->delta_base = 0;
+    return RF_OK;
+  }
+  const rf_layout *lay = b->plan->layout;
+  const rf_model *m = lay->model;
+  if (!b->marks) {
+    /* Each tensor's bits with one word to spare, which the marked encode may read. */
+    b->marks_at = rf_calloc((size_t)m->tensor_count + 1, sizeof *b->marks_at, "marks' places");
+    if (!b->marks_at)
+      return RF_ERR_NOMEM;
+    for (int t = 0; t < m->tensor_count; t++) {
+      rf_box box = rf_layout_trainer_box(lay, t, b->trainer_rank);
+      b->marks_at[t + 1] = b->marks_at[t] + rf_box_numel(&box) / 64 + 2;
+    }
+    b->marks_bytes = (size_t)b->marks_at[m->tensor_count] * sizeof *b->marks;
+    b->marks = rf_calloc(b->marks_bytes, 1, "the trainer's marks of changed elements");
+    if (!b->marks)
+      return RF_ERR_NOMEM;
+  } else {
+    memset(b->marks, 0, b->marks_bytes);
+  }
+  b->marks_valid = 1;
+  return RF_OK;
+}
+
 rf_status rf_buffers_load(rf_buffers *b, rf_checkpoint *checkpoint, int64_t k) {
+  b->marks_valid = 0; /* a file holds no marks of what changed */
+  if (b->prev_stale)
+    b->delta_base = 0;
   RF_TRY(read_shards(b, checkpoint));
   b->version.k = k;
   return RF_OK;
@@ -360,6 +402,8 @@ void rf_buffers_free(rf_buffers *b) {
     rf_mem_free(b->memory, b->landing_arena, b->landing_bytes);
   if (b->prev_arena)
     rf_mem_free(b->memory, b->prev_arena, b->prev_bytes);
+  free(b->marks);
+  free(b->marks_at);
   free(b->prev_global);
   rf_offered *offers[] = {&b->delta_out, &b->delta_fw};
   for (int i = 0; i < 2; i++)

@@ -150,6 +150,21 @@ typedef struct {
   size_t prev_bytes;
   int prev_family;
   int delta_base;
+  /* The trainer's marks of what changed since the kept version (delta.h, rf_delta_marks): one
+   * bit per element of each shard, tensor t's from word marks_at[t], numbered by the element's
+   * offset from shards[t]. rf_buffers_advance sets them while marks_valid, which
+   * rf_buffers_marks_reset turns on (marks cleared) each time the kept copy catches up with the
+   * shards, where the job allows (marks_wanted: not --delta-compare; generated weights in host
+   * memory, kept as shards), and off otherwise; a delta encode reads them instead of comparing
+   * every element. */
+  uint64_t *marks;
+  int64_t *marks_at;
+  size_t marks_bytes;
+  int marks_valid, marks_wanted;
+  /* The kept copy lags the shards where pieces were encoded from the marks (engine_delta.c):
+   * only marks can tell the next delta what changed, and without them the next refit is dense
+   * (rf_buffers_marks_reset and rf_buffers_load clear delta_base). */
+  int prev_stale;
   /* Over a mapping transport (engine_delta.c): the trainer's encoded pieces and the pieces a
    * replica forwards, each exposed for its peers to copy out (grow-only across the job's runs,
    * in the shards' memory kind, with the index of its latest offer), and the buffers offered
@@ -181,6 +196,11 @@ void rf_buffers_free(rf_buffers *b);
  * rank alone. Under `none` only the number moves. Refused for shards read from a checkpoint,
  * which hold one version only. */
 rf_status rf_buffers_advance(rf_buffers *b);
+/* The rollout now holds the version the shards hold: clears the marks and makes them valid
+ * from here on where the job allows marks (see marks_valid), allocating them the first time;
+ * else makes them invalid, and where the kept copy lags (prev_stale) drops the delta base so
+ * that the next refit goes dense. */
+rf_status rf_buffers_marks_reset(rf_buffers *b);
 /* Reads the trainer shards of this rank from `checkpoint`, version k of a sequence of
  * checkpoints (refit run --checkpoint V0,V1,...), which becomes the version they hold. Each
  * rank reads only its own rows and columns, as rf_buffers_init does. */
@@ -285,6 +305,7 @@ typedef struct {
   int64_t delta_wire_bytes, delta_changed, delta_elements;
   int64_t delta_forward_bytes; /* encoded bytes this rank forwarded to other replicas */
   int64_t delta_pieces[3];     /* per encoding (delta.h's table): pieces this rank encoded */
+  int64_t delta_marked_pieces; /* of them, those encoded from the trainer's marks */
   /* The same by tensor kind: [kind][encoding] pieces, then [kind][RF_DELTA_KIND_ELEMENTS]
    * elements, changed elements and wire bytes (pieces that crossed to another rank). */
   int64_t delta_kinds[RF_T_KIND_COUNT][RF_DELTA_KIND_FIELDS];

@@ -66,6 +66,16 @@ static rf_delta_encoding want_of(const rf_engine *e, const rf_chunk *k) {
   return engine_stale(e, piece_of(e, k)->dst) ? RF_DELTA_DENSE : engine_delta_asked(e);
 }
 
+/* The trainer's marks for chunk k's piece when encode may read them (rf_buffers.marks): valid,
+ * and the piece read from the shard they number. */
+static const uint64_t *marks_of(const rf_engine *e, const rf_chunk *k, const rf_region *cur) {
+  const rf_buffers *b = e->data;
+  int t = piece_of(e, k)->tensor;
+  if (!b->marks_valid || cur->base != (char *)b->shards[t])
+    return NULL;
+  return b->marks + b->marks_at[t];
+}
+
 /* Encodes chunk i into `to` against the trainer's previous version, counting what it chose
  * (and the pieces that went dense because their destination was stale). */
 static rf_status encode_chunk(rf_engine *e, int i, char *to, size_t capacity) {
@@ -79,9 +89,14 @@ static rf_status encode_chunk(rf_engine *e, int i, char *to, size_t capacity) {
   name_piece(e, k, what, sizeof what);
   rf_delta_info info;
   engine_delta_encode_args a = {want_of(e, k), to, capacity, what};
-  RF_TRY(engine_delta_quantized(e, k)
+  int quantized = engine_delta_quantized(e, k);
+  rf_delta_marks marks = {quantized ? NULL : marks_of(e, k, &cur)};
+  RF_TRY(quantized
              ? engine_delta_quant_encode(e, k, &prev, &cur, d->quant, &a, &info)
-             : rf_delta_encode(e->memory, &prev, &cur, &box, a.want, to, capacity, what, &info));
+             : rf_delta_encode_marked(e->memory, &prev, &cur, &box, marks.words ? &marks : NULL,
+                                      a.want, to, capacity, what, &info));
+  e->delta_marked_pieces += marks.words != NULL;
+  d->marked[i] = marks.words != NULL;
   d->size[i] = info.bytes;
   d->sent[i] = info;
   e->delta_pieces[info.encoding]++;
@@ -219,7 +234,7 @@ static rf_status each_received(rf_engine *e, int apply) {
 
 rf_status engine_delta_iterate(rf_engine *e, double *times) {
   e->delta_wire_bytes = e->delta_changed = e->delta_elements = 0;
-  e->delta_forward_bytes = 0;
+  e->delta_forward_bytes = e->delta_marked_pieces = 0;
   memset(e->delta_pieces, 0, sizeof e->delta_pieces);
   memset(e->delta_kinds, 0, sizeof e->delta_kinds);
   double t0 = rf_now();
@@ -245,7 +260,10 @@ rf_status engine_delta_iterate(rf_engine *e, double *times) {
 /* prev := cur for everything the trainer holds: what it sent is what the rollout now holds.
  * After a delta iteration the trainer applies its own encoded pieces to the kept copy, which
  * writes only what changed (the pieces cover every element it sends, so every element a
- * later encode compares); after a dense one it copies the arena whole. */
+ * later encode compares); after a dense one it copies the arena whole. A piece encoded from
+ * the trainer's marks leaves the kept copy behind (prev_stale): the next encode reads the
+ * marks again, which from here on count from the version just sent, and should the marks
+ * stop (rf_buffers_marks_reset), the next refit goes dense. */
 static rf_status keep_sent(rf_engine *e, int encoded) {
   rf_buffers *b = e->data;
   struct engine_delta *d = e->delta_state;
@@ -261,6 +279,10 @@ static rf_status keep_sent(rf_engine *e, int encoded) {
         RF_TRY(engine_delta_quant_keep(e, &prev, &cur, &k->box));
         continue;
       }
+      if (d->marked[i]) {
+        b->prev_stale = 1;
+        continue;
+      }
       int esize;
       rf_box box = engine_delta_box(e, k, &esize);
       char what[256];
@@ -271,6 +293,7 @@ static rf_status keep_sent(rf_engine *e, int encoded) {
   } else if (b->prev_arena) {
     RF_TRY(rf_mem_transfer(b->prev_arena, b->memory, b->arena[b->prev_family], b->memory,
                            b->prev_bytes));
+    b->prev_stale = 0;
   }
   if (e->fp8_global && b->prev_global) /* nvfp4: the globals it was quantized with */
     memcpy(b->prev_global, e->fp8_global,
@@ -281,6 +304,8 @@ static rf_status keep_sent(rf_engine *e, int encoded) {
     b->delta_base = 1;
   if (b->delta_base)
     b->kept = e->moved;
+  if (b->prev_arena) /* what changes from here on is marked against the version just sent */
+    RF_TRY(rf_buffers_marks_reset(b));
   return RF_OK;
 }
 

@@ -133,7 +133,7 @@ rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice) {
   if (b->prev_arena && (b->prev_family != family || b->prev_bytes != kept)) {
     rf_mem_free(b->memory, b->prev_arena, b->prev_bytes);
     b->prev_arena = NULL;
-    b->delta_base = 0;
+    b->delta_base = b->marks_valid = b->prev_stale = 0;
   }
   if (!b->prev_arena && kept)
     RF_TRY(rf_mem_alloc(b->memory, kept, "the trainer's previous version", &b->prev_arena));
@@ -159,8 +159,10 @@ rf_status rf_engine_set_delta(rf_engine *e, rf_delta_choice choice) {
   d->src_at = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->src_at, "delta places");
   d->info = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->info, "delta checks");
   d->sent = rf_calloc((size_t)s->chunk_count + 1, sizeof *d->sent, "delta encodes");
+  d->marked = rf_calloc((size_t)s->chunk_count + 1, 1, "delta encodes from marks");
   d->table_at = rf_calloc((size_t)ranks * 2 + 1, sizeof *d->table_at, "delta size tables");
-  if (!d->size || !d->at || !d->in || !d->src_at || !d->info || !d->sent || !d->table_at)
+  if (!d->size || !d->at || !d->in || !d->src_at || !d->info || !d->sent || !d->marked ||
+      !d->table_at)
     return RF_ERR_NOMEM;
   RF_TRY(engine_receipts_init(e));
   return delta_buffers(e);
@@ -201,6 +203,7 @@ void engine_delta_free(rf_engine *e) {
   free(d->src_at);
   free(d->info);
   free(d->sent);
+  free(d->marked);
   free(d->table);
   free(d->table_at);
   free(d);

@@ -24,6 +24,7 @@ struct engine_delta {
   int *origin, *from;  /* [tensor] engine_delta_origin and engine_delta_forwarders of this rank */
   rf_delta_info *info; /* [chunk] what the check found, for the apply */
   rf_delta_info *sent; /* [chunk] what encode wrote, to bring the kept version up to date */
+  char *marked;        /* [chunk] encoded from the trainer's marks: the kept copy is not needed */
   engine_delta_stage *stages; /* the transfer, then each forward step */
   int64_t *table;             /* host: a stage's sizes, per peer sent then received */
   int64_t *table_wire;        /* the same in the wire's memory */

@@ -51,6 +51,8 @@ rf_status rf_results_write_versions(hid_t g, const rf_results_run *run) {
     RF_TRY(rf_results_attr_i64(g, ".", "delta_sparse_pieces", res->delta_pieces[1]));
     RF_TRY(rf_results_attr_i64(g, ".", "delta_bitmask_pieces", res->delta_pieces[2]));
     RF_TRY(rf_results_attr_i64(g, ".", "delta_stale_dense_pieces", res->delta_stale_pieces));
+    RF_TRY(rf_results_attr_i64(g, ".", "delta_marked_pieces", res->delta_marked_pieces));
+    RF_TRY(rf_results_attr_i64(g, ".", "delta_marks_bytes", res->delta_marks_bytes));
     if (res->delta_kind_count > 0)
       RF_TRY(write_kinds(g, res));
   }

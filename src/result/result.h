@@ -112,6 +112,9 @@ typedef struct {
   int64_t wire_delta_bytes, wire_delta_forward_bytes, delta_pieces[3], delta_kept_bytes;
   int64_t wire_dense_bytes;
   int64_t delta_stale_pieces;
+  /* Of the last iteration's pieces, those encoded from the trainer's marks of what changed
+   * (rf_delta_marks), and the bytes of those marks, both summed over the ranks. */
+  int64_t delta_marked_pieces, delta_marks_bytes;
   int delta_dense;
   /* The same pieces split by tensor kind, kinds without pieces left out; NULL (count 0) when
    * the last iteration sent no delta. Owned by the caller, as timings are. */

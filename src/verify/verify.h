@@ -37,9 +37,12 @@ void rf_fill_region(const rf_region *r, const rf_box *box, const rf_tensor *t, u
 
 /* Makes `box` of region r, which holds version->k - 1, hold version->k: for sparse one hash per
  * element, writing back only the chunks that hold a change; a fill for full (O(1) per element
- * too) and adam; nothing for none. */
+ * too) and adam; nothing for none. With `marks` (not NULL) it also sets the bit of every element
+ * whose bits changed, numbered by the element's offset from r->base (rf_delta_marks): what a
+ * trainer that marks what it writes hands a delta refit. Marking full and adam compares each
+ * element's old and new bits as it writes them. */
 void rf_advance_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
-                       const rf_weight_version *version, rf_dtype dtype);
+                       const rf_weight_version *version, rf_dtype dtype, uint64_t *marks);
 
 /* Sums the checksum terms of `box` of region r: rf_checksum_region under today's scheme,
  * rf_checksum_region_as under the one given (an older file's, for refit verify). dtype may
@@ -73,7 +76,7 @@ rf_status rf_fill_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *
                             rf_dtype dtype);
 rf_status rf_advance_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
                                const rf_tensor *t, uint64_t seed, const rf_weight_version *version,
-                               rf_dtype dtype);
+                               rf_dtype dtype, uint64_t *marks);
 rf_status rf_checksum_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
                                 const rf_tensor *t, rf_dtype dtype, uint64_t *sum);
 rf_status rf_check_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,

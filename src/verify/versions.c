@@ -169,10 +169,16 @@ int64_t rf_version_changed_count(const rf_box *box, const rf_tensor *t, uint64_t
   return n;
 }
 
+/* Sets the mark of element offset m (rf_advance_region). */
+RF_FORCE_INLINE void set_mark(uint64_t *marks, int64_t m) {
+  marks[m >> 6] |= (uint64_t)1 << (m & 63);
+}
+
 /* The same line at version vg->k from version vg->k - 1 under sparse: one hash per element
- * decides, and only a chunk that holds a change is written back. */
+ * decides, and only a chunk that holds a change is written back (and marked, from m0 on in
+ * steps of the line's stride, when marks is not NULL). */
 RF_FORCE_INLINE void advance_line(char *p, const box_walk *bw, int64_t g, const rf_version_gen *vg,
-                                  rf_dtype dtype) {
+                                  rf_dtype dtype, uint64_t *marks, int64_t m0) {
   const uint32_t fb = rf_version_free_bits(dtype);
   const uint32_t s = rf_version_salt(vg, vg->k, 0), t = rf_version_salt(vg, vg->k, 1);
   int64_t k = 0;
@@ -184,42 +190,82 @@ RF_FORCE_INLINE void advance_line(char *p, const box_walk *bw, int64_t g, const 
       any |= flip[u];
     }
     if (any)
-      for (int u = 0; u < RF_CHUNK; u++)
+      for (int u = 0; u < RF_CHUNK; u++) {
         store_one(p, k + u, bw->step, load_one(p, k + u, bw->step, dtype) ^ flip[u], dtype);
+        if (marks && flip[u])
+          set_mark(marks, m0 + (k + u) * bw->step);
+      }
   }
   for (; k < bw->n_in; k++) {
     uint32_t was = load_one(p, k, bw->step, dtype);
     uint32_t now = rf_version_advance(vg, g + k * bw->dg, was, dtype);
-    if (now != was)
+    if (now != was) {
       store_one(p, k, bw->step, now, dtype);
+      if (marks)
+        set_mark(marks, m0 + k * bw->step);
+    }
   }
+}
+
+/* The same line under full or adam, marked: each chunk of the version is computed as the fill
+ * does, compared with what the line holds, and written and marked where it differs. */
+RF_FORCE_INLINE void refill_line(char *p, const box_walk *bw, int64_t g, const rf_version_gen *vg,
+                                 rf_dtype dtype, uint64_t *marks, int64_t m0) {
+  int64_t k = 0;
+  for (; k + RF_CHUNK <= bw->n_in; k += RF_CHUNK) {
+    uint32_t now[RF_CHUNK];
+    version_chunk(vg, g + k * bw->dg, bw->dg, dtype, now);
+    for (int u = 0; u < RF_CHUNK; u++)
+      if (load_one(p, k + u, bw->step, dtype) != now[u]) {
+        store_one(p, k + u, bw->step, now[u], dtype);
+        set_mark(marks, m0 + (k + u) * bw->step);
+      }
+  }
+  for (; k < bw->n_in; k++) {
+    uint32_t now = rf_version_value(vg, g + k * bw->dg, dtype);
+    if (load_one(p, k, bw->step, dtype) != now) {
+      store_one(p, k, bw->step, now, dtype);
+      set_mark(marks, m0 + k * bw->step);
+    }
+  }
+}
+
+/* One line of an advance, the dtype a constant in each copy. */
+RF_FORCE_INLINE void advance_any(char *p, const box_walk *bw, int64_t g, const rf_version_gen *vg,
+                                 rf_dtype dtype, uint64_t *marks, int64_t m0) {
+  if (vg->kind == RF_UPDATE_SPARSE)
+    advance_line(p, bw, g, vg, dtype, marks, m0);
+  else
+    refill_line(p, bw, g, vg, dtype, marks, m0);
 }
 
 RF_SIMD_CLONES
 void rf_advance_region(const rf_region *r, const rf_box *box, const rf_tensor *t, uint64_t seed,
-                       const rf_weight_version *version, rf_dtype dtype) {
+                       const rf_weight_version *version, rf_dtype dtype, uint64_t *marks) {
   rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
   if (!rf_version_differs(&gen))
     return; /* version 0, or none: every version holds the same values */
-  if (gen.kind != RF_UPDATE_SPARSE) {
+  if (gen.kind != RF_UPDATE_SPARSE && !marks) {
     /* full changes every element in O(1) and adam has no step from the bits alone: both are
      * filled, which for full is the faster way anyway. */
     rf_fill_region(r, box, t, seed, version, dtype);
     return;
   }
   box_walk bw = walk_of(r, box, t);
+  const int64_t es = r->esize;
   for (int64_t o = 0; o < bw.n_out; o++) {
     int64_t g;
     char *p = line_start(r, &bw, t, o, &g);
+    const int64_t m0 = (p - r->base) / es; /* the line's first element's mark */
     switch (dtype) {
     case RF_DTYPE_BF16:
-      advance_line(p, &bw, g, &gen, RF_DTYPE_BF16);
+      advance_any(p, &bw, g, &gen, RF_DTYPE_BF16, marks, m0);
       break;
     case RF_DTYPE_FP16:
-      advance_line(p, &bw, g, &gen, RF_DTYPE_FP16);
+      advance_any(p, &bw, g, &gen, RF_DTYPE_FP16, marks, m0);
       break;
     case RF_DTYPE_FP32:
-      advance_line(p, &bw, g, &gen, RF_DTYPE_FP32);
+      advance_any(p, &bw, g, &gen, RF_DTYPE_FP32, marks, m0);
       break;
     case RF_DTYPE_FP8:
     case RF_DTYPE_U8:
@@ -233,12 +279,18 @@ void rf_advance_region(const rf_region *r, const rf_box *box, const rf_tensor *t
  * kind of memory that does not exist. */
 rf_status rf_advance_region_on(rf_mem_kind kind, const rf_region *r, const rf_box *box,
                                const rf_tensor *t, uint64_t seed, const rf_weight_version *version,
-                               rf_dtype dtype) {
+                               rf_dtype dtype, uint64_t *marks) {
   rf_version_gen gen = rf_version_gen_of(seed, t->id, version);
   if (!rf_version_differs(&gen))
     return RF_OK;
-  if (kind != RF_MEM_HOST && kind != RF_MEM_PINNED && kind != RF_MEM_SHARED)
+  if (kind != RF_MEM_HOST && kind != RF_MEM_PINNED && kind != RF_MEM_SHARED) {
+    if (marks)
+      return rf_fail(RF_ERR_INTERNAL,
+                     "marks of changed elements are host memory; tensor %s "
+                     "is in device memory",
+                     t->name);
     return rf_fill_region_on(kind, r, box, t, seed, version, dtype);
-  rf_advance_region(r, box, t, seed, version, dtype);
+  }
+  rf_advance_region(r, box, t, seed, version, dtype, marks);
   return RF_OK;
 }

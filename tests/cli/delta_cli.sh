@@ -32,6 +32,25 @@ for r in csv.DictReader(open(sys.argv[1])):
 4 grouped auto 10742 1 279808 3.8390
 5 unfused auto 10558 2 279808 3.7733" ] || fail "delta.csv: $delta_rows"
 
+# The generated versions mark the elements they change (adam by comparing each element's bits
+# as it writes them) and encode reads those marks instead of comparing the versions: the same
+# wire bytes as --delta-compare, which compares every element with the kept copy. The marks take
+# a 64-bit word per 64 elements of each tensor's shard and two words more, 18160 bytes over the
+# two trainer ranks; every piece of both is read from its marks.
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]}" --update adam:1e-6 --delta auto \
+  --mode fused --iters 2 --output "$TMP/marks.h5"
+expect_grep "# delta auto: version 2: 70632 wire bytes (25.24 % of the dense 279808); pieces: 0 dense, 0 sparse, 62 bitmask; the trainer keeps 281088 bytes of its previous version; 62 pieces encoded from the trainer's marks of what changed (18160 bytes)" "$TMP/out"
+expect_grep "# PASS" "$TMP/out"
+if command -v h5dump >/dev/null; then
+  h5dump -a /runs/0000/delta_marked_pieces "$TMP/marks.h5" | grep -q "(0): 62" ||
+    fail "the results file lacks delta_marked_pieces 62"
+fi
+expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]}" --update adam:1e-6 --delta auto \
+  --mode fused --iters 2 --delta-compare
+expect_grep "# delta auto: version 2: 70632 wire bytes (25.24 % of the dense 279808); pieces: 0 dense, 0 sparse, 62 bitmask; the trainer keeps 281088 bytes of its previous version" "$TMP/out"
+grep -q "trainer's marks" "$TMP/out" && fail "--delta-compare still read the trainer's marks"
+expect_grep "# PASS" "$TMP/out"
+
 # Over shm the rollout ranks copy the encoded pieces out of the trainers' offered buffers.
 expect_exit 0 "${MPIRUN[@]}" -np 4 "$REFIT" run "${JOB[@]/mpi/shm}" --update sparse:0.01 \
   --delta auto --mode fused,grouped --iters 3
