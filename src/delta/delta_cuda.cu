@@ -1,30 +1,43 @@
 /* delta_cuda: the mark, gather, scatter and hash of the delta encodings on device memory, the
  * same bytes as delta_host.c and delta.c write.
  *
- * The piece is cut into tiles of 8192 elements, one block of 256 threads each, one mask word of
- * 32 elements per thread. Encoding is a stream compaction in two passes around a scan:
- *   mark    compares the versions and writes the mask words and each tile's count. Pieces
+ * The piece is cut into warp units of 1024 elements (32 mask words), eight to a block of 256
+ * threads. Encoding is a stream compaction in two passes around a scan:
+ *   mark    compares the versions and writes the mask words and each unit's count. Pieces
  *           whose rows are dense and 16-byte aligned on both sides load 16 bytes a lane, the
  *           lanes that hold one word's elements OR their bits together by shuffles; anything
- *           else loads an element a lane and takes the word from a ballot.
- *   scan    the tile counts' exclusive sum (CUB), whose last entry is the changed count; it
+ *           else loads an element a lane and takes the word from a ballot. While the changed
+ *           elements are in registers, a unit of at most 32 of them also writes their offsets
+ *           and current values, in ascending order, to its slot of scratch (capture); a unit of
+ *           more marks its slot as not captured.
+ *   scan    the unit counts' exclusive sum (CUB), whose last entry is the changed count; it
  *           comes back to the host, which chooses the encoding and so the payload's layout.
- *   gather  each block scans its words' counts and each warp walks its 32 words: for a word
- *           with bits, the lanes of the set bits read their element and write it, and its
- *           offset, at consecutive places, so reads and writes are coalesced wherever the
- *           changes are dense. Words without bits cost nothing but their load.
- * So encoding reads both versions once, writes and reads the mask (an eighth of a bit per
- * element bit: 1/16 of bf16's bytes), and reads only the changed elements again.
- * Applying a bitmask payload runs the same scan over its mask; a sparse one is one thread per
- * changed element. The hash of a payload is its tree (delta.h): one thread per 4 KiB chunk
- * computes the XXH64 of its chunk, level after level, and the last level (at most 4 KiB)
- * comes back to the host's libxxhash. Everything runs on refit's stream. */
+ *   gather  a warp takes 4 units: a captured unit copies its slot to its place in the payload,
+ *           a lane an entry; any other walks only its words with bits, each word's first change
+ *           from a warp scan of their counts, the lanes of its set bits reading their element
+ *           and writing it, and its offset, at consecutive places, 8 words' reads in flight.
+ * So encoding reads both versions once and writes the mask (an eighth of a bit per element bit:
+ * 1/16 of bf16's bytes); at the fractions where sparse wins nearly every change is captured,
+ * and the payload is written from the slots without reading the current version again at
+ * random nor walking the mask's words. Applying a bitmask payload runs a scan of per-tile
+ * counts (8192 elements, a block) over its mask and the same word walk; a sparse one is one
+ * thread per changed element.
+ *
+ * The hash of a payload is its tree (delta.h), level by level until at most 4 KiB are left,
+ * which come back to the host's libxxhash. XXH64 keeps four accumulators, each of which takes
+ * one 8-byte word of every 32-byte stripe, independent of the others until they merge: a chunk
+ * is hashed by 4 lanes, one an accumulator, and its first lane merges them and takes the tail
+ * as libxxhash does. A block stages 8 chunks in shared memory with asynchronous copies of 16
+ * bytes (8 where the payload is only 8-byte aligned), then one warp hashes them. Everything runs
+ * on refit's stream. */
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include <initializer_list>
+#include <type_traits>
 
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_scan.cuh>
@@ -37,11 +50,13 @@ extern "C" {
 namespace {
 
 constexpr int kBlock = 256;                          /* threads, one word each */
+constexpr int64_t kUnitElems = 32 * 32;              /* elements per warp unit: 32 words */
 constexpr int64_t kTileElems = (int64_t)kBlock * 32; /* elements per tile and block */
+constexpr int kSlotEntries = 32;                     /* changes a unit's slot captures */
 constexpr unsigned kFull = 0xffffffffu;
 
 /* One side of a piece: element e (row-major over the box) at base + (r * s0 + c * s1) * es,
- * r = e / cols, c = e % cols. Offsets are below 2^31, so the division is 32-bit. */
+ * r = e / cols, c = e % cols. */
 struct side {
   char *base;
   int64_t s0, s1;
@@ -58,12 +73,48 @@ template <> struct elem_t<1> { typedef uint8_t type; };
 template <> struct elem_t<2> { typedef uint16_t type; };
 template <> struct elem_t<4> { typedef uint32_t type; };
 
-template <int ES> __device__ __forceinline__ char *at(const side &s, int64_t cols, int64_t e) {
-  const uint32_t r = (uint32_t)e / (uint32_t)cols, c = (uint32_t)e - r * (uint32_t)cols;
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The address of element e of side s of p. A piece of one row, which is what piece_of makes of
+ * one dense run, needs no division (the branch is uniform); otherwise offsets are below 2^31,
+ * so the division is 32-bit. */
+template <int ES> __device__ __forceinline__ char *at(const piece &p, const side &s, int64_t e) {
+  if (p.cols == p.n)
+    return s.base + e * s.s1 * ES;
+  const uint32_t r = (uint32_t)e / (uint32_t)p.cols, c = (uint32_t)e - r * (uint32_t)p.cols;
   return s.base + ((int64_t)r * s.s0 + (int64_t)c * s.s1) * ES;
 }
 
+/* The exclusive sum of v over the warp's lanes (lane 0 gets 0). U may pack several sums into
+ * fields that do not overflow into each other. */
+template <typename U> __device__ __forceinline__ U warp_exclusive_sum(U v, int lane) {
+  U x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const U y = __shfl_up_sync(kFull, x, o);
+    if (lane >= o)
+      x += y;
+  }
+  return x - v;
+}
+
 /* ---- mark ------------------------------------------------------------------------------- */
+
+/* A warp unit's slot of scratch: the offsets and current values of its changes, in ascending
+ * order, when it has at most 32; entry 0's offset is -1 when it has more. */
+template <int ES> struct slot {
+  int32_t *off;
+  typename elem_t<ES>::type *val;
+};
+__host__ __device__ constexpr int64_t slot_bytes(int es) {
+  return (int64_t)kSlotEntries * (4 + es);
+}
+
+template <int ES> __device__ __forceinline__ slot<ES> slot_at(char *slots, int64_t u) {
+  typedef typename elem_t<ES>::type T;
+  char *s = slots + u * slot_bytes(ES);
+  return slot<ES>{(int32_t *)s, (T *)(s + 4 * kSlotEntries)};
+}
 
 /* Bit k set for each element k of a 16-byte vector that differs. */
 template <int ES> __device__ __forceinline__ uint32_t vec_bits(uint4 a, uint4 b) {
@@ -78,56 +129,123 @@ template <int ES> __device__ __forceinline__ uint32_t vec_bits(uint4 a, uint4 b)
   return bits;
 }
 
-/* The warp's 32 words (1024 elements, all inside the piece) 16 bytes a lane: vector v of the
- * warp holds elements 16 / ES * v.., so 2 * ES consecutive lanes hold one word. Returns the
- * bits this lane counted. */
+/* Element i of a 16-byte vector, without indexing the registers that hold it (which would put
+ * the vector in local memory). */
+template <int ES> __device__ __forceinline__ typename elem_t<ES>::type vec_elem(uint4 v, int i) {
+  typedef typename elem_t<ES>::type T;
+  constexpr int PER = 4 / ES; /* elements a 32-bit word */
+  const int w = i / PER;
+  const uint32_t x = w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
+  return (T)(x >> (8 * ES * (i % PER)));
+}
+
+/* The warp's unit (1024 elements, all inside the piece) 16 bytes a lane: lane L holds vectors
+ * k * 32 + L, k < NV, of the unit, vector v holding elements 16 / ES * v.., so 2 * ES
+ * consecutive lanes hold one word, and the unit's elements ascend by (k, lane, element of the
+ * vector). Returns the unit's count, in every lane. */
 template <int ES>
-__device__ __forceinline__ uint32_t mark_vec(const piece &p, uint32_t *mask, int64_t w0, int lane) {
+__device__ __forceinline__ uint32_t mark_vec(const piece &p, uint32_t *mask, slot<ES> s, int64_t w0,
+                                             int lane) {
   constexpr int EPV = 16 / ES, G = 2 * ES, NV = 2 * ES; /* elements a vector, lanes a word */
   const int64_t e0 = w0 * 32;
   uint4 a[NV], b[NV];
 #pragma unroll
   for (int k = 0; k < NV; k++) {
     const int64_t e = e0 + (int64_t)(k * 32 + lane) * EPV;
-    a[k] = __ldg((const uint4 *)at<ES>(p.prev, p.cols, e));
-    b[k] = __ldg((const uint4 *)at<ES>(p.cur, p.cols, e));
+    a[k] = __ldg((const uint4 *)at<ES>(p, p.prev, e));
+    b[k] = __ldg((const uint4 *)at<ES>(p, p.cur, e));
   }
-  uint32_t count = 0;
+  uint32_t vb[NV], own = 0;
 #pragma unroll
   for (int k = 0; k < NV; k++) {
-    uint32_t bits = vec_bits<ES>(a[k], b[k]) << ((lane % G) * EPV);
+    vb[k] = vec_bits<ES>(a[k], b[k]);
+    own += __popc(vb[k]);
+    uint32_t bits = vb[k] << ((lane % G) * EPV);
 #pragma unroll
     for (int o = 1; o < G; o <<= 1)
       bits |= __shfl_xor_sync(kFull, bits, o);
-    if (lane % G == 0) {
-      if (mask)
-        mask[w0 + (k * 32 + lane) / G] = bits;
-      count += __popc(bits);
+    if (mask && lane % G == 0)
+      mask[w0 + (k * 32 + lane) / G] = bits;
+  }
+  const uint32_t count = __reduce_add_sync(kFull, own);
+  if (!s.off || count == 0) /* uniform */
+    return count;
+  if (count > kSlotEntries) {
+    if (lane == 0)
+      s.off[0] = -1;
+    return count;
+  }
+  /* The place of vector k's first change: the changes of vectors k' < k, then those of vector k
+   * in lower lanes. With at most 32 changes every such sum fits a byte, so one scan takes the
+   * NV counts at once, a byte each; multiplying the byte totals by 0x0101..00 adds to each byte
+   * those below it. */
+  typedef typename std::conditional<NV <= 4, uint32_t, uint64_t>::type packed;
+  constexpr packed kOnes = packed(~0ull) / 0xff; /* a 1 in every byte */
+  packed mine = 0;
+#pragma unroll
+  for (int k = 0; k < NV; k++)
+    mine |= (packed)__popc(vb[k]) << (8 * k);
+  packed place = warp_exclusive_sum(mine, lane);
+  const packed totals = __shfl_sync(kFull, place + mine, 31);
+  place += totals * (kOnes << 8);
+#pragma unroll
+  for (int k = 0; k < NV; k++) {
+    uint32_t j = (uint32_t)(place >> (8 * k)) & 0xff;
+    for (uint32_t bits = vb[k]; bits; bits &= bits - 1, j++) {
+      const int i = __ffs(bits) - 1;
+      s.off[j] = (int32_t)(e0 + (k * 32 + lane) * EPV + i);
+      s.val[j] = vec_elem<ES>(b[k], i);
     }
   }
   return count;
 }
 
-/* The warp's words an element a lane, for strided pieces and the piece's last partial chunk. */
+/* The warp's unit an element a lane, for strided pieces and the piece's last partial unit:
+ * word j's elements ascend by lane, so the changes so far and a ballot place each one. */
 template <int ES>
-__device__ __forceinline__ uint32_t mark_elems(const piece &p, uint32_t *mask, int64_t w0,
-                                               int lane) {
+__device__ __forceinline__ uint32_t mark_elems(const piece &p, uint32_t *mask, slot<ES> s,
+                                               int64_t w0, int lane) {
   typedef typename elem_t<ES>::type T;
   uint32_t count = 0;
   for (int j = 0; j < 32; j++) {
     const int64_t e = (w0 + j) * 32 + lane;
     bool changed = false;
-    if (e < p.n)
-      changed =
-          __ldg((const T *)at<ES>(p.prev, p.cols, e)) != __ldg((const T *)at<ES>(p.cur, p.cols, e));
-    const uint32_t bits = __ballot_sync(kFull, changed);
-    if (lane == 0) {
-      if (mask)
-        mask[w0 + j] = bits;
-      count += __popc(bits);
+    T c = 0;
+    if (e < p.n) {
+      c = __ldg((const T *)at<ES>(p, p.cur, e));
+      changed = __ldg((const T *)at<ES>(p, p.prev, e)) != c;
     }
+    const uint32_t bits = __ballot_sync(kFull, changed);
+    if (mask && lane == 0)
+      mask[w0 + j] = bits;
+    const uint32_t place = count + __popc(bits & ((1u << lane) - 1));
+    if (s.off && changed && place < kSlotEntries)
+      s.off[place] = (int32_t)e, s.val[place] = c;
+    count += __popc(bits);
+  }
+  if (s.off && count > kSlotEntries) {
+    __syncwarp(); /* after the lane that captured entry 0 wrote it */
+    if (lane == 0)
+      s.off[0] = -1;
   }
   return count;
+}
+
+/* Each warp marks a unit and writes its count; slots is NULL when only the count is wanted (and
+ * then mask too). */
+template <int ES>
+__global__ void __launch_bounds__(kBlock)
+    mark_kernel(piece p, uint32_t *mask, char *slots, uint32_t *counts) {
+  const int lane = (int)threadIdx.x % 32;
+  const int64_t u = ((int64_t)blockIdx.x * kBlock + threadIdx.x) / 32, w0 = u * 32;
+  if (w0 * 32 >= p.n)
+    return;
+  const slot<ES> s = slots ? slot_at<ES>(slots, u) : slot<ES>{NULL, NULL};
+  const uint32_t count = p.vec && w0 * 32 + kUnitElems <= p.n
+                             ? mark_vec<ES>(p, mask, s, w0, lane)
+                             : mark_elems<ES>(p, mask, s, w0, lane);
+  if (lane == 0)
+    counts[u] = count;
 }
 
 /* Sums v over the block into its thread 0. */
@@ -145,21 +263,6 @@ __device__ __forceinline__ uint32_t block_sum(uint32_t v, uint32_t *warp_sums) {
   return sum;
 }
 
-template <int ES>
-__global__ void __launch_bounds__(kBlock) mark_kernel(piece p, uint32_t *mask, uint32_t *counts) {
-  __shared__ uint32_t warp_sums[kBlock / 32];
-  const int lane = (int)threadIdx.x % 32;
-  const int64_t w0 = (int64_t)blockIdx.x * kBlock + threadIdx.x / 32 * 32; /* the warp's first */
-  uint32_t count = 0;
-  if (p.vec && w0 * 32 + 1024 <= p.n)
-    count = mark_vec<ES>(p, mask, w0, lane);
-  else if (w0 * 32 < p.n)
-    count = mark_elems<ES>(p, mask, w0, lane);
-  const uint32_t sum = block_sum(count, warp_sums);
-  if (threadIdx.x == 0)
-    counts[blockIdx.x] = sum;
-}
-
 /* A bitmask payload's tile counts, for its scatter. */
 __global__ void __launch_bounds__(kBlock)
     count_kernel(const uint32_t *mask, int64_t words, uint32_t *counts) {
@@ -172,38 +275,92 @@ __global__ void __launch_bounds__(kBlock)
 
 /* ---- gather and scatter ----------------------------------------------------------------- */
 
-/* Walks the set bits of the block's words, whose first change is number tile_first[block]:
- * for each, the lane calls f(element, its number among the changes). */
-template <typename F>
-__device__ __forceinline__ void walk_bits(const uint32_t *mask, int64_t words,
-                                          const uint32_t *tile_first, F f) {
-  typedef cub::BlockScan<uint32_t, kBlock> scan;
-  __shared__ typename scan::TempStorage tmp;
-  const int64_t w = (int64_t)blockIdx.x * kBlock + threadIdx.x;
-  const uint32_t bits = w < words ? mask[w] : 0;
-  uint32_t first = 0;
-  scan(tmp).ExclusiveSum((uint32_t)__popc(bits), first);
-  first += tile_first[blockIdx.x];
-  const int lane = (int)threadIdx.x % 32;
-  const int64_t w_warp = w - lane;
-  for (int j = 0; j < 32; j++) {
-    const uint32_t word = __shfl_sync(kFull, bits, j);
-    const uint32_t k0 = __shfl_sync(kFull, first, j);
-    if (word >> lane & 1)
-      f((w_warp + j) * 32 + lane, k0 + __popc(word & ((1u << lane) - 1)));
+/* Walks the set bits of the warp's 32 words (lane L holds `word`, number w_warp + L, whose
+ * first change is number `first`): only the words with bits, each shuffled to every lane, whose
+ * set bits' lanes take v = load(element, its number among the changes) and then store(element,
+ * number, v). The loads of up to 8 words go out before their stores, so that a warp waits for
+ * memory once per 8 words rather than once per word. */
+template <typename T, typename Load, typename Store>
+__device__ __forceinline__ void walk_words(uint32_t word, uint32_t first, int64_t w_warp, int lane,
+                                           Load load, Store store) {
+  constexpr int kBatch = 8;
+  for (uint32_t busy = __ballot_sync(kFull, word != 0); busy;) {
+    int64_t e[kBatch];
+    uint32_t k[kBatch];
+    bool mine[kBatch];
+    T v[kBatch];
+#pragma unroll
+    for (int t = 0; t < kBatch; t++) {
+      mine[t] = false, e[t] = 0, k[t] = 0, v[t] = 0;
+      if (busy) { /* uniform */
+        const int j = __ffs(busy) - 1;
+        busy &= busy - 1;
+        const uint32_t bits = __shfl_sync(kFull, word, j), k0 = __shfl_sync(kFull, first, j);
+        mine[t] = bits >> lane & 1;
+        e[t] = (w_warp + j) * 32 + lane;
+        k[t] = k0 + __popc(bits & ((1u << lane) - 1));
+        if (mine[t])
+          v[t] = load(e[t], k[t]);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kBatch; t++)
+      if (mine[t])
+        store(e[t], k[t], v[t]);
   }
 }
 
+/* Each warp gathers kGatherUnits units: their firsts in one load, then their slots' entries all
+ * at once (entry 0 in lane 0 says whether the unit was captured), so that the warp waits for
+ * memory twice for them all; a captured unit's lanes write its entries, any other walks its
+ * words. */
+constexpr int kGatherUnits = 4;
+
 template <int ES>
 __global__ void __launch_bounds__(kBlock)
-    gather_kernel(piece p, const uint32_t *mask, const uint32_t *tile_first, int32_t *offsets,
-                  void *values) {
+    gather_kernel(piece p, const uint32_t *mask, char *slots, const uint32_t *unit_first,
+                  int32_t *offsets, void *values) {
   typedef typename elem_t<ES>::type T;
-  walk_bits(mask, (p.n + 31) / 32, tile_first, [&](int64_t e, uint32_t k) {
-    ((T *)values)[k] = __ldg((const T *)at<ES>(p.cur, p.cols, e));
+  const int lane = (int)threadIdx.x % 32;
+  const int64_t units = ceil_div(p.n, kUnitElems), words = (p.n + 31) / 32;
+  const int64_t u0 = ((int64_t)blockIdx.x * kBlock + threadIdx.x) / 32 * kGatherUnits;
+  if (u0 >= units)
+    return;
+  /* Lane i holds the first of unit u0 + i, up to the one after the warp's last unit. */
+  const uint32_t firsts = lane <= kGatherUnits && u0 + lane <= units ? unit_first[u0 + lane] : 0;
+  uint32_t first[kGatherUnits], count[kGatherUnits];
+  int32_t off[kGatherUnits];
+  T val[kGatherUnits];
+#pragma unroll
+  for (int i = 0; i < kGatherUnits; i++) {
+    first[i] = __shfl_sync(kFull, firsts, i);
+    count[i] = u0 + i < units ? __shfl_sync(kFull, firsts, i + 1) - first[i] : 0;
+    off[i] = -1, val[i] = 0;
+    if (count[i]) { /* uniform */
+      const slot<ES> s = slot_at<ES>(slots, u0 + i);
+      off[i] = s.off[lane], val[i] = s.val[lane];
+    }
+  }
+  auto put = [&](int64_t e, uint32_t k, T v) {
+    ((T *)values)[k] = v;
     if (offsets)
       offsets[k] = (int32_t)e;
-  });
+  };
+#pragma unroll
+  for (int i = 0; i < kGatherUnits; i++) {
+    if (!count[i])
+      continue;
+    if (__shfl_sync(kFull, off[i], 0) >= 0) { /* captured, so count <= 32 */
+      if (lane < (int)count[i])
+        put(off[i], first[i] + lane, val[i]);
+      continue;
+    }
+    const int64_t w = (u0 + i) * 32 + lane;
+    const uint32_t word = w < words ? mask[w] : 0;
+    walk_words<T>(
+        word, first[i] + warp_exclusive_sum((uint32_t)__popc(word), lane), (u0 + i) * 32, lane,
+        [&](int64_t e, uint32_t) { return __ldg((const T *)at<ES>(p, p.cur, e)); }, put);
+  }
 }
 
 template <int ES>
@@ -211,10 +368,21 @@ __global__ void __launch_bounds__(kBlock)
     scatter_bitmask_kernel(piece p, const uint32_t *mask, const uint32_t *tile_first,
                            const void *values, int64_t changed) {
   typedef typename elem_t<ES>::type T;
-  walk_bits(mask, (p.n + 31) / 32, tile_first, [&](int64_t e, uint32_t k) {
-    if (e < p.n && k < changed) /* the hash vouched for the mask; this only guards memory */
-      *(T *)at<ES>(p.cur, p.cols, e) = ((const T *)values)[k];
-  });
+  typedef cub::BlockScan<uint32_t, kBlock> scan;
+  __shared__ typename scan::TempStorage tmp;
+  const int64_t w = (int64_t)blockIdx.x * kBlock + threadIdx.x;
+  const uint32_t word = w < (p.n + 31) / 32 ? mask[w] : 0;
+  uint32_t first = 0;
+  scan(tmp).ExclusiveSum((uint32_t)__popc(word), first);
+  const int lane = (int)threadIdx.x % 32;
+  /* The hash vouched for the mask; the checks only guard memory. */
+  walk_words<T>(
+      word, first + tile_first[blockIdx.x], w - lane, lane,
+      [&](int64_t, uint32_t k) { return k < changed ? ((const T *)values)[k] : (T)0; },
+      [&](int64_t e, uint32_t k, T v) {
+        if (e < p.n && k < changed)
+          *(T *)at<ES>(p, p.cur, e) = v;
+      });
 }
 
 template <int ES>
@@ -226,7 +394,7 @@ __global__ void __launch_bounds__(kBlock)
     return;
   const int32_t e = offsets[k];
   if (e >= 0 && e < p.n)
-    *(T *)at<ES>(p.cur, p.cols, e) = ((const T *)values)[k];
+    *(T *)at<ES>(p, p.cur, e) = ((const T *)values)[k];
 }
 
 /* ---- the hash --------------------------------------------------------------------------- */
@@ -234,6 +402,13 @@ __global__ void __launch_bounds__(kBlock)
 constexpr uint64_t kP1 = 0x9E3779B185EBCA87ULL, kP2 = 0xC2B2AE3D27D4EB4FULL,
                    kP3 = 0x165667B19E3779F9ULL, kP4 = 0x85EBCA77C2B2AE63ULL,
                    kP5 = 0x27D4EB2F165667C5ULL;
+
+constexpr int kChunk = RF_DELTA_HASH_CHUNK;
+constexpr int kHashThreads = 128; /* that stage a block's chunks */
+constexpr int kHashChunks = 8;    /* a block's chunks: 4 lanes each, one warp */
+/* Chunks 32 bytes apart in the banks: the 4 lanes of a chunk read 32 bytes of a stripe, so 4
+ * chunks' stripes fill the 128 bytes of the banks without a conflict. */
+constexpr int kChunkPitch = kChunk + 32;
 
 __device__ __forceinline__ uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 __device__ __forceinline__ uint64_t xxh_round(uint64_t acc, uint64_t in) {
@@ -243,26 +418,21 @@ __device__ __forceinline__ uint64_t xxh_merge(uint64_t acc, uint64_t v) {
   return (acc ^ xxh_round(0, v)) * kP1 + kP4;
 }
 
-/* XXH64 of len bytes at p (8-byte aligned), as libxxhash computes it. */
-__device__ uint64_t xxh64(const unsigned char *p, int64_t len, uint64_t seed) {
+/* XXH64 of len bytes at p (8-byte aligned), as libxxhash finishes it, from the accumulators
+ * v1..v4 that took its len / 32 whole stripes: their merge (or, under 32 bytes, none), the
+ * length, the tail and the avalanche. */
+__device__ uint64_t xxh64_end(const unsigned char *p, int len, uint64_t v1, uint64_t v2,
+                              uint64_t v3, uint64_t v4, uint64_t seed) {
   const unsigned char *end = p + len;
   uint64_t h;
   if (len >= 32) {
-    uint64_t v1 = seed + kP1 + kP2, v2 = seed + kP2, v3 = seed, v4 = seed - kP1;
-    const unsigned char *limit = end - 32;
-#pragma unroll 4
-    for (; p <= limit; p += 32) {
-      const uint64_t *q = (const uint64_t *)p;
-      v1 = xxh_round(v1, q[0]), v2 = xxh_round(v2, q[1]);
-      v3 = xxh_round(v3, q[2]), v4 = xxh_round(v4, q[3]);
-    }
     h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
     h = xxh_merge(xxh_merge(xxh_merge(xxh_merge(h, v1), v2), v3), v4);
   } else {
     h = seed + kP5;
   }
   h += (uint64_t)len;
-  for (; p + 8 <= end; p += 8)
+  for (p += len / 32 * 32; p + 8 <= end; p += 8)
     h = rotl64(h ^ xxh_round(0, *(const uint64_t *)p), 27) * kP1 + kP4;
   if (p + 4 <= end) {
     h = rotl64(h ^ (uint64_t)(*(const uint32_t *)p) * kP1, 23) * kP2 + kP3;
@@ -277,22 +447,65 @@ __device__ uint64_t xxh64(const unsigned char *p, int64_t len, uint64_t seed) {
   return h ^ (h >> 32);
 }
 
-__global__ void __launch_bounds__(kBlock)
+/* Byte `at` of a block's span in its staged chunks. */
+__device__ __forceinline__ unsigned char *staged(unsigned char *stage, int at) {
+  return stage + at / kChunk * kChunkPitch + at % kChunk;
+}
+
+/* Copies the span bytes at src into the block's staged chunks: W bytes a copy (src is W-byte
+ * aligned), asynchronous, so that a thread's copies are all in flight at once; the bytes after
+ * the last whole W one at a time. Every thread must wait before the block reads the stage. */
+template <int W>
+__device__ __forceinline__ void stage_chunks(unsigned char *stage, const unsigned char *src,
+                                             int span) {
+  const int whole = span / W * W;
+  for (int at = (int)threadIdx.x * W; at < whole; at += kHashThreads * W)
+    __pipeline_memcpy_async(staged(stage, at), src + at, W);
+  __pipeline_commit();
+  const int at = whole + (int)threadIdx.x;
+  if (at < span)
+    *staged(stage, at) = src[at];
+  __pipeline_wait_prior(0);
+}
+
+/* The XXH64 of each chunk of len bytes at in into out[chunk]: a block's 8 chunks staged by all
+ * its threads, then hashed by its first warp, lanes 4c..4c+3 for chunk c, lane 4c + a taking
+ * word a of every whole stripe; those of a shorter last chunk are fewer, and one of under 32
+ * bytes has none. */
+__global__ void __launch_bounds__(kHashThreads)
     hash_kernel(const unsigned char *in, int64_t len, uint64_t seed, uint64_t *out) {
-  const int64_t i = (int64_t)blockIdx.x * kBlock + threadIdx.x, at = i * RF_DELTA_HASH_CHUNK;
-  if (at < len)
-    out[i] = xxh64(in + at, min((int64_t)RF_DELTA_HASH_CHUNK, len - at), seed);
+  __shared__ __align__(16) unsigned char stage[kHashChunks * kChunkPitch];
+  const int64_t c0 = (int64_t)blockIdx.x * kHashChunks, base = c0 * kChunk;
+  const int span = (int)min(len - base, (int64_t)kHashChunks * kChunk);
+  if ((uintptr_t)in % 16 == 0)
+    stage_chunks<16>(stage, in + base, span);
+  else
+    stage_chunks<8>(stage, in + base, span);
+  __syncthreads();
+  if (threadIdx.x >= 32)
+    return;
+  const int lane = (int)threadIdx.x, c = lane / 4, a = lane % 4;
+  const int clen = max(0, min(kChunk, span - c * kChunk)), stripes = clen / 32;
+  const unsigned char *q = stage + c * kChunkPitch;
+  uint64_t v = seed + (a == 0 ? kP1 + kP2 : a == 1 ? kP2 : a == 2 ? 0 : 0 - kP1);
+#pragma unroll 8
+  for (int i = 0; i < stripes; i++)
+    v = xxh_round(v, *(const uint64_t *)(q + 32 * i + 8 * a));
+  const uint64_t v2 = __shfl_down_sync(kFull, v, 1), v3 = __shfl_down_sync(kFull, v, 2),
+                 v4 = __shfl_down_sync(kFull, v, 3);
+  if (a == 0 && clen > 0)
+    out[c0 + c] = xxh64_end(q, clen, v, v2, v3, v4, seed);
 }
 
 /* ---- host side -------------------------------------------------------------------------- */
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int blocks_of(int64_t units, int64_t per) { return (int)ceil_div(units, per); }
 
-/* Device scratch, grown only, as verify_cuda.cu keeps its own: the mark's words, the tile
- * counts and their scan, CUB's work space, two levels of the hash tree. Not counted by
- * rf_mem_stats: it is not a transfer buffer. Small results come back through pinned memory. */
-rf_gpu_scratch mask_buf, counts_buf, first_buf, cub_buf, level_buf[2];
+/* Device scratch, grown only, as verify_cuda.cu keeps its own: the mark's words and its units'
+ * slots, the unit (or tile) counts and their scan, CUB's work space, two levels of the hash
+ * tree. Not counted by rf_mem_stats: it is not a transfer buffer. Small results come back
+ * through pinned memory. */
+rf_gpu_scratch mask_buf, slots_buf, counts_buf, first_buf, cub_buf, level_buf[2];
 unsigned char *host_stage; /* RF_DELTA_HASH_CHUNK bytes, pinned */
 
 rf_status stage_ready(void) {
@@ -323,29 +536,29 @@ piece piece_of(const rf_delta_job *job) {
   return p;
 }
 
-/* The exclusive scan of `tiles` counts into first_buf, whose entry [tiles] is their sum;
+/* Room for `entries` counts and their scan, which has one entry more. */
+rf_status counts_ready(int64_t entries) {
+  RF_TRY(rf_gpu_scratch_reserve(&counts_buf, (size_t)(entries + 1) * sizeof(uint32_t)));
+  return rf_gpu_scratch_reserve(&first_buf, (size_t)(entries + 1) * sizeof(uint32_t));
+}
+
+/* The exclusive scan of `entries` counts into first_buf, whose entry [entries] is their sum;
  * returns the sum, waiting for it. */
-rf_status scan_tiles(int64_t tiles, cudaStream_t s, int64_t *total) {
+rf_status scan_counts(int64_t entries, cudaStream_t s, int64_t *total) {
   uint32_t *counts = (uint32_t *)counts_buf.ptr, *first = (uint32_t *)first_buf.ptr;
-  RF_CUDA(cudaMemsetAsync(counts + tiles, 0, sizeof *counts, s));
+  RF_CUDA(cudaMemsetAsync(counts + entries, 0, sizeof *counts, s));
   size_t need = 0;
-  RF_CUDA(cub::DeviceScan::ExclusiveSum(NULL, need, counts, first, (int)tiles + 1, s));
+  RF_CUDA(cub::DeviceScan::ExclusiveSum(NULL, need, counts, first, (int)entries + 1, s));
   RF_TRY(rf_gpu_scratch_reserve(&cub_buf, need));
   need = cub_buf.cap;
-  RF_CUDA(cub::DeviceScan::ExclusiveSum(cub_buf.ptr, need, counts, first, (int)tiles + 1, s));
+  RF_CUDA(cub::DeviceScan::ExclusiveSum(cub_buf.ptr, need, counts, first, (int)entries + 1, s));
   RF_TRY(stage_ready());
-  RF_CUDA(cudaMemcpyAsync(host_stage, first + tiles, sizeof *first, cudaMemcpyDeviceToHost, s));
+  RF_CUDA(cudaMemcpyAsync(host_stage, first + entries, sizeof *first, cudaMemcpyDeviceToHost, s));
   RF_CUDA(cudaStreamSynchronize(s));
   uint32_t sum;
   memcpy(&sum, host_stage, sizeof sum);
   *total = sum;
   return RF_OK;
-}
-
-rf_status tiles_ready(int64_t n, int64_t *tiles) {
-  *tiles = ceil_div(n, kTileElems);
-  RF_TRY(rf_gpu_scratch_reserve(&counts_buf, (size_t)(*tiles + 1) * sizeof(uint32_t)));
-  return rf_gpu_scratch_reserve(&first_buf, (size_t)(*tiles + 1) * sizeof(uint32_t));
 }
 
 /* Launches kernel K<1>, K<2> or K<4> for job's element size. */
@@ -373,16 +586,19 @@ extern "C" rf_status rf_gpu_delta_mark(rf_delta_job *job, int keep, int64_t *cha
   if (job->n == 0)
     return RF_OK;
   cudaStream_t s = (cudaStream_t)rf_gpu_stream();
-  int64_t tiles = 0;
-  RF_TRY(tiles_ready(job->n, &tiles));
+  const int64_t units = ceil_div(job->n, kUnitElems);
+  RF_TRY(counts_ready(units));
   uint32_t *mask = NULL;
+  char *slots = NULL;
   if (keep) {
-    RF_TRY(rf_gpu_scratch_reserve(&mask_buf, (size_t)tiles * kBlock * sizeof(uint32_t)));
-    mask = (uint32_t *)mask_buf.ptr;
+    RF_TRY(rf_gpu_scratch_reserve(&mask_buf, (size_t)units * 32 * sizeof(uint32_t)));
+    RF_TRY(rf_gpu_scratch_reserve(&slots_buf, (size_t)(units * slot_bytes(job->esize))));
+    mask = (uint32_t *)mask_buf.ptr, slots = (char *)slots_buf.ptr;
   }
   const piece p = piece_of(job);
-  RF_DELTA_LAUNCH(mark_kernel, (int)tiles, s, p, mask, (uint32_t *)counts_buf.ptr);
-  RF_TRY(scan_tiles(tiles, s, changed));
+  RF_DELTA_LAUNCH(mark_kernel, blocks_of(job->n, kTileElems), s, p, mask, slots,
+                  (uint32_t *)counts_buf.ptr);
+  RF_TRY(scan_counts(units, s, changed));
   job->mask = mask;
   return RF_OK;
 }
@@ -396,8 +612,10 @@ extern "C" rf_status rf_gpu_delta_gather(const rf_delta_job *job, char *mask_out
   if (job->changed == 0)
     return RF_OK;
   const piece p = piece_of(job);
-  RF_DELTA_LAUNCH(gather_kernel, blocks_of(job->n, kTileElems), s, p, (const uint32_t *)job->mask,
-                  (const uint32_t *)first_buf.ptr, (int32_t *)offsets, (void *)values);
+  const int64_t warps = ceil_div(ceil_div(job->n, kUnitElems), kGatherUnits);
+  RF_DELTA_LAUNCH(gather_kernel, blocks_of(warps, kBlock / 32), s, p, (const uint32_t *)job->mask,
+                  (char *)slots_buf.ptr, (const uint32_t *)first_buf.ptr, (int32_t *)offsets,
+                  (void *)values);
   return RF_OK;
 }
 
@@ -416,13 +634,13 @@ extern "C" rf_status rf_gpu_delta_scatter_bitmask(const rf_delta_job *job, const
   if (job->changed == 0)
     return RF_OK;
   cudaStream_t s = (cudaStream_t)rf_gpu_stream();
-  const int64_t words = rf_delta_mask_words(job->n);
-  int64_t tiles = 0, total = 0;
-  RF_TRY(tiles_ready(job->n, &tiles));
+  const int64_t words = rf_delta_mask_words(job->n), tiles = ceil_div(job->n, kTileElems);
+  int64_t total = 0;
+  RF_TRY(counts_ready(tiles));
   count_kernel<<<(int)tiles, kBlock, 0, s>>>((const uint32_t *)payload, words,
                                              (uint32_t *)counts_buf.ptr);
   RF_CUDA(cudaGetLastError());
-  RF_TRY(scan_tiles(tiles, s, &total));
+  RF_TRY(scan_counts(tiles, s, &total));
   const piece p = piece_of(job);
   RF_DELTA_LAUNCH(scatter_bitmask_kernel, (int)tiles, s, p, (const uint32_t *)payload,
                   (const uint32_t *)first_buf.ptr, (const void *)(payload + 4 * words),
@@ -440,8 +658,8 @@ extern "C" rf_status rf_gpu_delta_hash(const char *payload, int64_t bytes, uint6
   for (int k = 0; len > RF_DELTA_HASH_CHUNK; k ^= 1) {
     const int64_t chunks = ceil_div(len, RF_DELTA_HASH_CHUNK);
     RF_TRY(rf_gpu_scratch_reserve(&level_buf[k], (size_t)chunks * 8));
-    hash_kernel<<<blocks_of(chunks, kBlock), kBlock, 0, s>>>(level, len, seed,
-                                                             (uint64_t *)level_buf[k].ptr);
+    hash_kernel<<<blocks_of(chunks, kHashChunks), kHashThreads, 0, s>>>(
+        level, len, seed, (uint64_t *)level_buf[k].ptr);
     RF_CUDA(cudaGetLastError());
     level = (const unsigned char *)level_buf[k].ptr, len = chunks * 8;
   }
