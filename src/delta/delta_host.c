@@ -338,7 +338,7 @@ mark_marked_es(const rf_delta_job *job, uint64_t *mask, capture *cp, const int e
       count += ones;
       if (mask && store)
         mask[(e0 + i) >> 6] = bits;
-      else if (mask && bits)
+      else if (mask)
         put_bits(mask, e0 + i, bits);
       capture_bits(cp, c + i * cs, cs, e0 + i, bits, ones, es);
     }
@@ -367,18 +367,14 @@ int64_t rf_delta_host_mark(rf_delta_job *job, uint64_t *mask) {
   capture cap = {job->values, job->offsets, 0, job->values_cap, rf_delta_mask_words(job->n)};
   capture *cp = mask && job->values ? &cap : NULL;
   int64_t count = 0;
+  /* One run, or rows of whole mask words, store every word; the other ways OR into words
+   * that several runs share, which must start cleared (mark_marked clears its own). */
+  int run = one_run(job), rows = !run && dense_along(job, 1);
+  if (mask && !job->marks && !run && !(rows && job->cols % 64 == 0))
+    memset(mask, 0, (size_t)(job->n / 64 + 2) * 8);
   if (job->marks) {
     count = mark_marked(job, mask, cp);
-    job->values = cp ? cap.values : NULL;
-    job->offsets = cp ? cap.offsets : NULL;
-    return count;
-  }
-  /* One run, or rows of whole mask words, store every word; the other ways OR into words
-   * that several runs share, which must start cleared. */
-  int run = one_run(job), rows = !run && dense_along(job, 1);
-  if (mask && !run && !(rows && job->cols % 64 == 0))
-    memset(mask, 0, (size_t)(job->n / 64 + 2) * 8);
-  if (run) {
+  } else if (run) {
     count = mark_dense_es(p->base, c->base, job->n, mask, cp, 0, 1, es, 1);
   } else if (rows) { /* row by row */
     for (int64_t r = 0; r < job->rows; r++)
