@@ -21,21 +21,12 @@ fail() {
   failures=$((failures + 1))
 }
 
-# expect_exit CODE CMD...: runs CMD, keeps stdout/stderr in $TMP/out and $TMP/err. Under the
-# sanitizers, LeakSanitizer's own tracer sometimes crashes at exit on a loaded machine ("Tracer
-# caught signal 11", seen on kernel 6.18 only while the suite ran), which turns refit's exit
-# code into 1 and says nothing about refit: such a run is made again, at most twice, and says so.
+# expect_exit CODE CMD...: runs CMD, keeps stdout/stderr in $TMP/out and $TMP/err.
 expect_exit() {
-  local want=$1 tries=0
+  local want=$1
   shift
   "$@" >"$TMP/out" 2>"$TMP/err"
   local got=$?
-  while [ "$tries" -lt 2 ] && grep -q "LeakSanitizer has encountered a fatal error" "$TMP/err"; do
-    echo "note: LeakSanitizer's tracer crashed at the exit of '$*'; running it again" >&2
-    tries=$((tries + 1))
-    "$@" >"$TMP/out" 2>"$TMP/err"
-    got=$?
-  done
   if [ "$got" -ne "$want" ]; then
     fail "'$*' exited $got, expected $want; stderr: $(head -c 600 "$TMP/err")"
   fi
