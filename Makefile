@@ -52,12 +52,11 @@ run: deps
 	@$(MAKE) --no-print-directory build
 	mpirun --oversubscribe -np 4 build/refit run --config configs/demo.json
 
-# The unit tests (single processes) NPROC at a time, then the rest one at a time: the MPI
-# tests already oversubscribe small machines, and timeouts are part of what they check.
+# Sequential: the MPI tests already oversubscribe small machines, and timeouts are part of
+# what they check.
 test: deps
 	@$(MAKE) --no-print-directory build
-	$(CTEST) --test-dir build -L unit -j$(NPROC)
-	$(CTEST) --test-dir build -LE unit
+	$(CTEST) --test-dir build
 
 # Open MPI keeps allocations until exit on purpose; the suppressions name its libraries, and
 # LeakSanitizer needs full unwinding to see them in the stacks of its dlopen'ed components
