@@ -80,8 +80,8 @@ ubsan: deps
 # Both sanitizers in one build, without the GPU code (CI has no GPU): the unit tests (with the
 # fuzz targets' corpus and regression replays) and the CLI tests. The mpi, gpu, slurm and
 # browser tests are left to the plain build. Unit tests are single processes and run NPROC at
-# a time (about 14 instead of 20 minutes on 2 cores); CLI tests start MPI jobs of up to 6
-# ranks on an oversubscribed host and run one at a time.
+# a time (14 instead of 18 minutes on a 2-core VM); CLI tests start MPI jobs of up to 6 ranks
+# on an oversubscribed host and run one at a time.
 SANITIZE_ENV := LSAN_OPTIONS=$(LSAN) UBSAN_OPTIONS=print_stacktrace=1 REFIT_TEST_SLACK=30 \
   REFIT_TEST_REPEATS=5
 sanitize: deps
