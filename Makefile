@@ -63,8 +63,8 @@ test: deps
 # (about twice as slow as the default). use_tls=0: on Debian 12's GCC 12 LeakSanitizer reads a
 # bogus dynamic-TLS range for a module Open MPI loads ("DTLS 10 at 0x3b70-0x400004c72" with
 # verbosity=1) and its tracer dies of signal 11 at every exit on kernel 6.18 machines. Not
-# scanning TLS can only report more leaks, never hide one; lsan.supp names the one TLS-held
-# allocation (HDF5's) that this surfaces.
+# scanning TLS can only report more leaks, never hide one; lsan.supp suppresses HDF5, whose
+# per-thread state (held only through pthread keys) this surfaces.
 LSAN := suppressions=$(CURDIR)/scripts/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0:use_tls=0
 
 asan: deps
