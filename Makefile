@@ -100,7 +100,7 @@ fuzz: deps
 	scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_SEED)
 
 # The C and CUDA sources that clang-format keeps (.clang-format); format-check is what CI runs.
-FORMATTED = find src include tests bench -name '*.[ch]' -o -name '*.cu'
+FORMATTED = find src include tests bench -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh'
 
 format:
 	$(FORMATTED) | xargs clang-format -i

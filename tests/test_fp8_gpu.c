@@ -501,7 +501,8 @@ static void batch_check(batch_case *k) {
 /* Many jobs queued before one flush, as the engine queues a MoE's experts: every format of
  * the table (nvfp4 under its tensor's own global), every source dtype, row-major and transposed
  * sources (the JAX-order fused transpose and quantize), whole 128-row bands on the 16-byte path,
- * whole transposed tiles (read across by ldmatrix) and ragged edges. Each job's bytes and scales
+ * whole transposed tiles (read across by ldmatrix, or two rows a thread for 1-D blocks) and
+ * ragged edges. Each job's bytes and scales
  * are the CPU reference's of the same elements. */
 static void test_batch(void) {
   static const batch_spec specs[] = {
@@ -530,6 +531,9 @@ static void test_batch(void) {
       {"mxfp8-floor", RF_DTYPE_FP16, 64, 128, 72, 1},
       {"nvfp4", RF_DTYPE_FP16, 128, 256, 136, 1},
       {"mxfp4-floor", RF_DTYPE_BF16, 192, 384, 200, 1},
+      {"mxfp8", RF_DTYPE_BF16, 256, 256, 264, 1},
+      {"mxfp8-floor", RF_DTYPE_FP16, 128, 128, 128, 1},
+      {"mxfp4", RF_DTYPE_FP16, 130, 256, 136, 1},
   };
   enum { n = sizeof specs / sizeof specs[0] };
   batch_case cases[n];
@@ -872,7 +876,9 @@ static void test_4bit_tiles_and_refusal(void) {
   for (int fi = 0; fi < 3; fi++)
     for (int di = 0; di < 3; di++)
       for (int order = 0; order < 2; order++) {
-        int64_t rows = 64, cols = 256;
+        /* 128 rows: a transposed source is one whole staged tile, two rows a thread, whose
+         * refused row 40 must not keep row 41 from being written. */
+        int64_t rows = 128, cols = 256;
         void *x = crafted_4bit(dts[di], rows, cols);
         int nan = (fi + di + order) % 2;
         uint32_t bits = dts[di] == RF_DTYPE_FP32   ? (nan ? 0x7fc00000u : 0xff800000u)

@@ -16,7 +16,7 @@ namespace rf_fp8 {
 
 constexpr int kEdge = RF_FP8_BLOCK, kThreads = 256, kWarps = kThreads / 32;
 /* A transposed 2-byte 1-D job is staged in tiles of kRows1dT rows by kEdge columns. */
-constexpr int kRows1dT = 64;
+constexpr int kRows1dT = 128;
 /* The pitch of a staged column of R rows: padded so that neither side meets bank conflicts. */
 template <int R> __host__ __device__ constexpr int stage_pitch() { return R + 8; }
 
@@ -44,8 +44,8 @@ struct job_dev {
 };
 
 /* The kinds of job, each one launch a batch: 128x128 blocks or 1-D ones, from row-major or
- * transposed sources. A unit is a 128x128 block, or 256 1-D blocks, or (a transposed 2-byte
- * 1-D job) a staged tile of kRows1dT x kEdge. */
+ * transposed sources. A unit is a 128x128 block, or 256 1-D blocks (512 of 16 from rows), or (a
+ * transposed 2-byte 1-D job) a staged tile of kRows1dT x kEdge. */
 enum { CLS_2D, CLS_2D_T, CLS_1D, CLS_1D_T, CLS_COUNT };
 
 inline int class_of(const job_dev &d) {
@@ -53,9 +53,19 @@ inline int class_of(const job_dev &d) {
   return d.block_cols > 0 ? (t ? CLS_1D_T : CLS_1D) : (t ? CLS_2D_T : CLS_2D);
 }
 
+/* The 1-D blocks a thread of a row-major 1-D job quantizes: two of 16 elements, one of 32, so
+ * that each thread's share of its unit's fixed work is spread over 32 elements. */
+__host__ __device__ inline int blocks_per_thread(const job_dev &d) {
+  return d.block_cols <= 16 ? 2 : 1;
+}
+
 inline int64_t units_of(const job_dev &d) {
   if (class_of(d) == CLS_1D_T && d.dtype != RF_DTYPE_FP32)
     return (d.rows + kRows1dT - 1) / kRows1dT * ((d.cols + kEdge - 1) / kEdge);
+  if (class_of(d) == CLS_1D) {
+    const int64_t per_unit = (int64_t)kThreads * blocks_per_thread(d);
+    return (d.rows * d.grid_cols + per_unit - 1) / per_unit;
+  }
   if (d.block_cols > 0)
     return (d.rows * d.grid_cols + kThreads - 1) / kThreads;
   return (d.rows + kEdge - 1) / kEdge * d.grid_cols;
