@@ -3,6 +3,7 @@
  * element exponent and subnormal, zero and all-zero blocks, saturation, one huge value, NaN and
  * inf refused with their line, 4-bit packing, NVFP4's global scale and swizzled scales; and
  * the table's fp8 entry against the fp8 reference that matches PyTorch (verify/fp8.h). */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,6 +351,43 @@ static void test_fast_forms(void) {
          (long long)n, (long long)quotients);
 }
 
+/* The thresholds of the GPU's 4-bit kernels (rf_e2m1_threshold, rf_bf16_bits_dir): the number
+ * of a block's seven thresholds that a bf16 magnitude passes is the reference's e2m1 code of the
+ * scaled element, for every finite bf16 under every power-of-two scale (mxfp4) and every e4m3
+ * block scale under two globals (nvfp4's division); and rf_fast_fma_dir rounds as the GPU's
+ * directed fused multiply-adds do, next to a few exact sums and overflow. */
+static void test_thresholds(void) {
+  ASSERT_TRUE(rf_fast_fma_dir(1.0f, 1.0f, 0x1p-30f, 0) == 1.0f);
+  ASSERT_TRUE(rf_fast_fma_dir(1.0f, 1.0f, 0x1p-30f, 1) == 0x1.000002p0f);
+  ASSERT_TRUE(rf_fast_fma_dir(1.0f, 1.0f, -0x1p-30f, 1) == 1.0f);
+  ASSERT_TRUE(rf_fast_fma_dir(1.0f, 1.0f, -0x1p-30f, 0) == 0x1.fffffep-1f);
+  ASSERT_TRUE(rf_fast_fma_dir(3.0f, 5.0f, 0.0f, 0) == 15.0f);
+  ASSERT_TRUE(rf_fast_fma_dir(0x1p127f, 4.0f, 0.0f, 0) == FLT_MAX);
+  ASSERT_TRUE(isinf(rf_fast_fma_dir(0x1p127f, 4.0f, 0.0f, 1)));
+  static const float globals[] = {1.0f, 1.0f / 2688.0f};
+  int64_t n = 0;
+  for (int scale = -127; scale < 127 + 2 * 126; scale++) {
+    int div = scale > 126;
+    float d = div ? rf_fp8_e4m3_to_float((uint8_t)((scale - 127) % 126 + 1)) *
+                        globals[(scale - 127) / 126]
+                  : ldexpf(1.0f, scale);
+    uint32_t t[7];
+    for (int k = 0; k < 7; k++)
+      t[k] = rf_bf16_bits_dir(rf_e2m1_threshold(k, d, div), k % 2);
+    for (uint32_t h = 0; h < 0x7f80; h++) {
+      float x = rf_fast_float(h << 16), p = div ? x / d : x * ldexpf(1.0f, -scale);
+      uint32_t code = 0;
+      for (int k = 0; k < 7; k++)
+        code += k % 2 ? h >= t[k] : h > t[k];
+      if (code != (rf_e2m1_from_float(p) & 7u))
+        FAST_FAIL("e2m1 of %a %s %a by thresholds: %u, reference %u", (double)x, div ? "/" : "*",
+                  div ? (double)d : (double)ldexpf(1.0f, -scale), code, rf_e2m1_from_float(p) & 7);
+      n++;
+    }
+  }
+  printf("test_format: thresholds: %lld e2m1 codes as the reference\n", (long long)n);
+}
+
 int main(void) {
   test_table();
   test_same_file();
@@ -363,6 +401,7 @@ int main(void) {
   test_refused();
   test_fp8_entry();
   test_fast_forms();
+  test_thresholds();
   printf("test_format: ok\n");
   return 0;
 }

@@ -18,12 +18,12 @@
 #ifndef RF_FORMAT_FAST_H
 #define RF_FORMAT_FAST_H
 
+#include <math.h>
 #include <stdint.h>
 
 #ifdef __CUDACC__
 #define RF_FAST_HD __host__ __device__ __forceinline__
 #else
-#include <math.h>
 #include <string.h>
 #define RF_FAST_HD static inline
 #endif
@@ -101,6 +101,58 @@ RF_FAST_HD float rf_div_by_reciprocal(float x, float d, float r) {
   float q = rf_fast_mul(x, r);
   q = rf_fast_fma(rf_fast_fma(-q, d, x), r, q);
   return rf_fast_fma(rf_fast_fma(-q, d, x), r, q);
+}
+
+/* a * b + c in one rounding, down (up == 0) or up, as __fmaf_rd and __fmaf_ru. The host forms
+ * the exact sum as two doubles (a * b is exact in a double; Knuth's two-sum keeps what s loses)
+ * and steps from its nearest float, so no rounding mode need be set. */
+RF_FAST_HD float rf_fast_fma_dir(float a, float b, float c, int up) {
+#ifdef __CUDA_ARCH__
+  return up ? __fmaf_ru(a, b, c) : __fmaf_rd(a, b, c);
+#else
+  const double p = (double)a * (double)b, s = p + (double)c, v = s - p;
+  const double err = (p - (s - v)) + ((double)c - v);
+  const float f = (float)s;
+  if (isinf(f)) /* beyond the largest float: up keeps infinity, down takes the largest */
+    return up == (f > 0) ? f : nextafterf(f, 0.0f);
+  const double beyond = (s - (double)f) + err; /* s - f is exact: f is s's nearest float */
+  if (!up && beyond < 0)
+    return nextafterf(f, -INFINITY);
+  if (up && beyond > 0)
+    return nextafterf(f, INFINITY);
+  return f;
+#endif
+}
+
+/* The e2m1 thresholds (fp8_1d.cuh): e2m1's code of p is the number of its midpoints 0.25, 0.75,
+ * 1.25, 1.75, 2.5, 3.5 and 5 (k = 0..6) that |p| passes, strictly (>) at the even k, whose tie
+ * goes down to the even code, and at or above them (>=) at the odd k. For p = x * 2^-e (d = 2^e,
+ * div 0) x passes midpoint k exactly when it passes d * tau_k; for p = fp32(x / d) (div 1) when
+ * it passes d times the point halfway from tau_k to its fp32 neighbour (above for strict, below
+ * for the others: tau_k's last bit is even, so that halfway point rounds to tau_k), d * tau_k +-
+ * d * 2^-(26..22). That half unit is exact while d * 2^-26 stays normal (rf_div_fast_ok). One
+ * fused multiply-add rounded down (strict) or up gives the threshold as the float on the safe
+ * side; rounded the same way into the element's type (rf_bf16_bits_dir) it stays exact. */
+RF_FAST_HD float rf_e2m1_threshold(int k, float d, int div) {
+  const float tau = k == 0   ? 0.25f
+                    : k == 1 ? 0.75f
+                    : k == 2 ? 1.25f
+                    : k == 3 ? 1.75f
+                    : k == 4 ? 2.5f
+                    : k == 5 ? 3.5f
+                             : 5.0f;
+  const float unit = k == 0   ? 0x1p-26f
+                     : k == 1 ? 0x1p-25f
+                     : k <= 3 ? 0x1p-24f
+                     : k <= 5 ? 0x1p-23f
+                              : 0x1p-22f;
+  const float c = div ? rf_fast_mul(d, k % 2 ? -unit : unit) : 0.0f;
+  return rf_fast_fma_dir(d, tau, c, k % 2);
+}
+
+/* x >= 0 rounded down (up != 0: up) to bf16, as its 16-bit pattern. */
+RF_FAST_HD uint32_t rf_bf16_bits_dir(float x, int up) {
+  return (rf_fast_bits(x) + (up ? 0xffffu : 0u)) >> 16;
 }
 
 #endif

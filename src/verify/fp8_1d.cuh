@@ -160,7 +160,8 @@ __device__ __forceinline__ uint32_t to_e2m1(float x, const scale1d &s) {
  * One fused multiply-add rounded down (strict thresholds, compared with >) or up (the others,
  * compared with >=) gives X in fp32 rounded the right way, and the same directed rounding into
  * bf16 or fp16 keeps it so: an element passes the rounded threshold exactly when it passes X.
- * test_fp8_gpu compares the codes with the reference's on every bf16 and fp16 pattern. */
+ * test_format checks the thresholds (rf_e2m1_threshold) against the reference on the CPU for
+ * every bf16 pattern, and test_fp8_gpu these kernels' codes on every bf16 and fp16 pattern. */
 template <rf_dtype D> struct pair_of;
 template <> struct pair_of<RF_DTYPE_BF16> {
   using type = __nv_bfloat162;
@@ -187,7 +188,7 @@ template <rf_dtype D> __device__ __forceinline__ uint32_t pair_bits(typename pai
 template <rf_dtype D> __device__ __forceinline__ uint32_t threshold_pair(float x, bool up) {
   uint32_t h;
   if constexpr (D == RF_DTYPE_BF16)
-    h = (__float_as_uint(x) + (up ? 0xffffu : 0u)) >> 16;
+    h = rf_bf16_bits_dir(x, up);
   else
     h = __half_as_ushort(up ? __float2half_ru(x) : __float2half_rd(x));
   return h * 0x10001u;
@@ -197,20 +198,15 @@ template <rf_dtype D> __device__ __forceinline__ uint32_t threshold_pair(float x
  * divisor keeps the halfway terms normal. */
 __device__ __forceinline__ bool by_thresholds(const scale1d &s) { return s.div == 0 || s.fast; }
 
-/* The seven thresholds of a block (by_thresholds(s)), in both halves. */
+/* The seven thresholds of a block (by_thresholds(s)), in both halves: rf_e2m1_threshold, which
+ * test_format checks against the reference on the CPU. */
 template <rf_dtype D>
 __device__ __forceinline__ void e2m1_thresholds(const scale1d &s, uint32_t (&t)[7]) {
-  constexpr float tau[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  constexpr float half_unit[7] = {0x1p-26f, -0x1p-25f, 0x1p-24f, -0x1p-24f,
-                                  0x1p-23f, -0x1p-23f, 0x1p-22f};
   const bool div = s.div != 0;
   const float d = div ? s.div : __frcp_rn(s.mul); /* 2^e, exactly */
 #pragma unroll
-  for (int k = 0; k < 7; k++) {
-    const float c = div ? __fmul_rn(d, half_unit[k]) : 0.0f;
-    t[k] = k % 2 == 0 ? threshold_pair<D>(__fmaf_rd(d, tau[k], c), false)
-                      : threshold_pair<D>(__fmaf_ru(d, tau[k], c), true);
-  }
+  for (int k = 0; k < 7; k++)
+    t[k] = threshold_pair<D>(rf_e2m1_threshold(k, d, div), k % 2);
 }
 
 /* The magnitude codes of a pair of 2-byte elements (as loaded: the low half first) under a
