@@ -203,7 +203,7 @@ __device__ __forceinline__ bool by_thresholds(const scale1d &s) { return s.div =
 template <rf_dtype D>
 __device__ __forceinline__ void e2m1_thresholds(const scale1d &s, uint32_t (&t)[7]) {
   const bool div = s.div != 0;
-  const float d = div ? s.div : __frcp_rn(s.mul); /* 2^e, exactly */
+  const float d = div ? s.div : pow2((int)s.stored - 127); /* 2^e: the E8M0 byte is e + 127 */
 #pragma unroll
   for (int k = 0; k < 7; k++)
     t[k] = threshold_pair<D>(rf_e2m1_threshold(k, d, div), k % 2);
@@ -223,15 +223,23 @@ __device__ __forceinline__ uint32_t e2m1_pair(uint32_t w, const uint32_t (&t)[7]
                               __hadd2(__hadd2(s4, s5), __hadd2(s6, as_pair<D>(pair_of<D>::bias)))));
 }
 
+/* Four elements' codes, a byte each, with their signs: bit 7 of each byte of `signs` (the
+ * elements' sign bits, gathered the same way) moved to bit 3. */
+__device__ __forceinline__ uint32_t with_signs(uint32_t codes, uint32_t signs) {
+  return codes | (signs >> 4 & 0x08080808u);
+}
+
+/* Eight signed codes, a byte each in two words (element order), closed up two bytes into one:
+ * element i in nibble i. */
+__device__ __forceinline__ uint32_t nibbles8(uint32_t lo, uint32_t hi) {
+  return __byte_perm((lo | lo >> 4) & 0x00ff00ffu, (hi | hi >> 4) & 0x00ff00ffu, 0x6420);
+}
+
 /* Eight e2m1 elements as a word (element i in nibble i) from four pairs w[m] and their codes
- * c[m] (e2m1_pair): byte permutes gather the codes and the sign bytes in element order, then
- * each two bytes close up into one. */
+ * c[m] (e2m1_pair): byte permutes gather the codes and the sign bytes in element order. */
 __device__ __forceinline__ uint32_t pack8_e2m1(const uint32_t (&c)[4], const uint32_t (&w)[4]) {
-  const uint32_t a =
-      __byte_perm(c[0], c[1], 0x6420) | (__byte_perm(w[0], w[1], 0x7531) >> 4 & 0x08080808u);
-  const uint32_t b =
-      __byte_perm(c[2], c[3], 0x6420) | (__byte_perm(w[2], w[3], 0x7531) >> 4 & 0x08080808u);
-  return __byte_perm((a | a >> 4) & 0x00ff00ffu, (b | b >> 4) & 0x00ff00ffu, 0x6420);
+  return nibbles8(with_signs(__byte_perm(c[0], c[1], 0x6420), __byte_perm(w[0], w[1], 0x7531)),
+                  with_signs(__byte_perm(c[2], c[3], 0x6420), __byte_perm(w[2], w[3], 0x7531)));
 }
 
 /* A whole block of N = 16 or 32 2-byte elements in registers (v) to its e2m1 bytes at q (8- or
@@ -358,7 +366,7 @@ __device__ void quantize_1d_elems(const job_dev &j, const char *x, int64_t step,
   *scale = (char)s.stored;
 }
 
-/* One thread per 1 x block_cols block (block_cols <= 32), 256 blocks a unit. A whole block of
+/* One 1 x block_cols block (block_cols <= 32) of a row-major job. A whole block of
  * 16 or 32 2-byte elements whose source is 16-byte aligned is read as 16-byte loads and kept
  * in registers, its maximum taken two bit patterns at a time, then written as 8- or 16-byte
  * stores (put_wide) where its bytes are aligned for them. Neighbouring threads take neighbouring
@@ -488,16 +496,13 @@ __device__ __forceinline__ void put_rows_e2m1(const uint32_t (&p)[8], const uint
     const uint32_t x01 = __byte_perm(e2m1_pair<D>(w[0], t), e2m1_pair<D>(w[1], t), 0x6240);
     const uint32_t x23 = __byte_perm(e2m1_pair<D>(w[2], t), e2m1_pair<D>(w[3], t), 0x6240);
     const uint32_t y01 = __byte_perm(w[0], w[1], 0x7351), y23 = __byte_perm(w[2], w[3], 0x7351);
-    a[h] = __byte_perm(x01, x23, 0x5410) | (__byte_perm(y01, y23, 0x5410) >> 4 & 0x08080808u);
-    b[h] = __byte_perm(x01, x23, 0x7632) | (__byte_perm(y01, y23, 0x7632) >> 4 & 0x08080808u);
+    a[h] = with_signs(__byte_perm(x01, x23, 0x5410), __byte_perm(y01, y23, 0x5410));
+    b[h] = with_signs(__byte_perm(x01, x23, 0x7632), __byte_perm(y01, y23, 0x7632));
   }
-  auto nibbles = [](const uint32_t(&c)[2]) {
-    return __byte_perm((c[0] | c[0] >> 4) & 0x00ff00ffu, (c[1] | c[1] >> 4) & 0x00ff00ffu, 0x6420);
-  };
   if (write_a)
-    *qa = nibbles(a);
+    *qa = nibbles8(a[0], a[1]);
   if (write_b)
-    *qb = nibbles(b);
+    *qb = nibbles8(b[0], b[1]);
 }
 
 /* A whole staged tile of a 1-D job (rows_fit), two rows a thread: the 32-bit words of the tile
@@ -563,7 +568,7 @@ __device__ void quantize_1d_t_rows(const job_dev &j, int64_t r0, int64_t c0, con
 }
 
 /* A tile of 128 rows and 128 columns of a 1-D job from a transposed 2-byte source: staged, then
- * each thread takes one 1 x block_cols block (two for 16-wide blocks) of the tile. */
+ * written two rows a thread (quantize_1d_t_rows) where whole and aligned, else a block a thread. */
 template <rf_dtype D>
 __device__ void quantize_1d_t(const job_dev &j, int64_t unit, uint16_t *tile) {
   constexpr int P = stage_pitch<kRows1dT>();
